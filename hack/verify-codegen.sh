@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Fails when pkg/generated, the deepcopy/register code or the CRD manifests are stale: it
+# regenerates into a copy of the repository and compares.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A copy of the tracked and untracked-but-not-ignored files, as they are in the work tree.
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$tmp"
+
+"$ROOT/hack/update-codegen.sh" "$tmp" >/dev/null
+
+status=0
+for d in pkg/generated pkg/apis manifests/crd; do
+  if ! diff -Naupr "$ROOT/$d" "$tmp/$d"; then
+    status=1
+  fi
+done
+if [[ $status -ne 0 ]]; then
+  echo "generated code or CRDs are stale: run hack/update-codegen.sh" >&2
+  exit 1
+fi
+echo "generated code and CRDs are up to date"

@@ -1,0 +1,641 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels the operator puts on every SandboxClaim (SPEC section 2).
+const (
+	// LabelRuntime names the AgentRuntime a claim belongs to.
+	LabelRuntime = "airlock.dev/runtime"
+	// LabelSandbox names the ToolRegistry sandbox entry a claim was made for.
+	LabelSandbox = "airlock.dev/sandbox"
+	// LabelSessionHash is a hash of the claim's session, which may not be a valid label value itself.
+	LabelSessionHash = "airlock.dev/session-hash"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,shortName=sbc,categories=airlock
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Runtime-Class",type=string,JSONPath=`.spec.runtimeClassName`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// SandboxClass says what a sandbox pod is: an image, its ports and its filesystem. It grants no
+// tools; the operator builds what the class declares.
+type SandboxClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec SandboxClassSpec `json:"spec"`
+	// +optional
+	Status SandboxClassStatus `json:"status,omitempty"`
+}
+
+// SandboxClassSpec is the desired shape of every sandbox pod built from the class.
+// +kubebuilder:validation:XValidation:rule="!has(self.volumes) || self.volumes.filter(v, has(v.workspace)).size() <= 1",message="at most one volume may be the workspace"
+type SandboxClassSpec struct {
+	// Image is the container image of the sandbox.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image"`
+
+	// Args are the container's arguments, run by the image's airlock entrypoint.
+	// +optional
+	// +kubebuilder:default={"sandboxd","--listen=:8080","--workspace=/workspace"}
+	// +kubebuilder:validation:MaxItems=64
+	Args []string `json:"args,omitempty"`
+
+	// Ports are the container ports; the claim's Service exposes each, and acquire returns one
+	// address per port.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:default={{name: "mcp", port: 8080}}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Ports []SandboxPort `json:"ports,omitempty"`
+
+	// Env is the container's environment, e.g. HOME, GOPATH, GOCACHE pointing into a scratch volume.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Resources are the container's compute resources.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// RuntimeClassName selects a RuntimeClass for the pod, e.g. gVisor or Kata.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// Volumes declare the pod's filesystem: the claim's workspace, and scratch space.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Volumes []SandboxVolume `json:"volumes,omitempty"`
+
+	// WorkspaceClaimName is the ReadWriteMany PersistentVolumeClaim, in the claim's namespace,
+	// that holds workspaces and project content.
+	// +optional
+	// +kubebuilder:default="workspace-content"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	WorkspaceClaimName string `json:"workspaceClaimName,omitempty"`
+
+	// AllowedServices are the in-cluster Services the sandbox may reach; empty reaches nothing.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	AllowedServices []ServiceReference `json:"allowedServices,omitempty"`
+
+	// StartupTimeout is how long a claim may take to become Bound before it is Failed.
+	// +optional
+	// +kubebuilder:default="5m"
+	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
+}
+
+// SandboxPort is one container port of a sandbox.
+type SandboxPort struct {
+	// Name is the port's name (an IANA service name), e.g. "mcp".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Port is the container port number.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// SandboxVolume is one volume of a sandbox pod: exactly one of workspace or scratch.
+// +kubebuilder:validation:XValidation:rule="has(self.workspace) != has(self.scratch)",message="exactly one of workspace or scratch must be set"
+type SandboxVolume struct {
+	// Name is the volume's name in the pod.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// MountPath is where the volume is mounted in the container.
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	MountPath string `json:"mountPath"`
+	// Workspace mounts the claim's subtree of the workspace content PVC.
+	// +optional
+	Workspace *WorkspaceVolumeSource `json:"workspace,omitempty"`
+	// Scratch is an emptyDir with a size limit.
+	// +optional
+	Scratch *ScratchVolumeSource `json:"scratch,omitempty"`
+}
+
+// WorkspaceVolumeSource marks a volume as the claim's workspace. It has no fields: the
+// directory is the claim's, never the sandbox's to choose.
+type WorkspaceVolumeSource struct{}
+
+// ScratchVolumeSource is an emptyDir with a size limit.
+type ScratchVolumeSource struct {
+	// SizeLimit caps the emptyDir.
+	// +optional
+	SizeLimit *resource.Quantity `json:"sizeLimit,omitempty"`
+}
+
+// ServiceReference names an in-cluster Service.
+type ServiceReference struct {
+	// Namespace of the Service.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// Name of the Service.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+}
+
+// SandboxClassStatus is the observed state of a SandboxClass.
+type SandboxClassStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions of the class.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// SandboxClassList is a list of SandboxClasses.
+type SandboxClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []SandboxClass `json:"items"`
+}
+
+// WorkspaceMode says how claims share workspace directories.
+// +kubebuilder:validation:Enum=claim;session
+type WorkspaceMode string
+
+const (
+	// WorkspaceClaim gives every claim its own directory.
+	WorkspaceClaim WorkspaceMode = "claim"
+	// WorkspaceSession shares one directory between every claim of one session and handle.
+	WorkspaceSession WorkspaceMode = "session"
+)
+
+// AllocationMode says when a sandbox is claimed.
+// +kubebuilder:validation:Enum=lazy;eager
+type AllocationMode string
+
+const (
+	// AllocationLazy claims the sandbox on its first tool call.
+	AllocationLazy AllocationMode = "lazy"
+	// AllocationEager claims the sandbox when the session opens.
+	AllocationEager AllocationMode = "eager"
+)
+
+// ToolName is the name of one sandboxd tool.
+// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck
+type ToolName string
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:shortName=tr,categories=airlock
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Sandboxes",type=integer,JSONPath=`.status.sandboxCount`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ToolRegistry lists the sandboxes a runtime may ask for, by name.
+type ToolRegistry struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ToolRegistrySpec `json:"spec"`
+	// +optional
+	Status ToolRegistryStatus `json:"status,omitempty"`
+}
+
+// ToolRegistrySpec is the set of sandboxes of a registry.
+type ToolRegistrySpec struct {
+	// Sandboxes a runtime may ask for; handles are <name>/<instance>.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Sandboxes []RegistrySandbox `json:"sandboxes,omitempty"`
+}
+
+// RegistrySandbox is one sandbox a runtime may ask for.
+type RegistrySandbox struct {
+	// Name is the first part of the sandbox's handles, e.g. "codegen" in "codegen/default".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Class is the SandboxClass that the sandbox's pods are built from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Class string `json:"class"`
+
+	// MaxInstances caps the live claims of this sandbox across every session and runtime that
+	// uses this registry.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	MaxInstances int32 `json:"maxInstances,omitempty"`
+
+	// Workspace is "claim" (each claim its own directory) or "session" (every claim of one
+	// session and handle shares one directory).
+	// +optional
+	// +kubebuilder:default=claim
+	Workspace WorkspaceMode `json:"workspace,omitempty"`
+
+	// Allocation is "lazy" (claimed on first tool call) or "eager" (claimed when a session opens).
+	// +optional
+	// +kubebuilder:default=lazy
+	Allocation AllocationMode `json:"allocation,omitempty"`
+
+	// TargetPath is where sync-back copies the workspace inside the content PVC, relative to its
+	// root; empty means no sync-back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '' && s != '.' && s != '..')",message="must be a relative path without empty, '.' or '..' segments"
+	TargetPath string `json:"targetPath,omitempty"`
+
+	// MountRole makes the workspace the directory that the runtime's connection for this role names.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	MountRole string `json:"mountRole,omitempty"`
+
+	// AllowedTools are the tools this sandbox exposes; empty exposes all. With Bash allowed this is
+	// least privilege, not a boundary: the pod is the boundary.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	AllowedTools []ToolName `json:"allowedTools,omitempty"`
+}
+
+// ToolRegistryStatus is the observed state of a ToolRegistry.
+type ToolRegistryStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// SandboxCount is the number of sandboxes in the registry.
+	// +optional
+	SandboxCount int32 `json:"sandboxCount,omitempty"`
+	// Conditions of the registry.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ToolRegistryList is a list of ToolRegistries.
+type ToolRegistryList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []ToolRegistry `json:"items"`
+}
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:shortName=ar,categories=airlock
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Service-Account",type=string,JSONPath=`.spec.serviceAccountName`
+// +kubebuilder:printcolumn:name="Registry",type=string,JSONPath=`.spec.toolRegistryRef.name`
+// +kubebuilder:printcolumn:name="Enabled",type=boolean,JSONPath=`.spec.sandbox.enabled`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.claims.bound`
+// +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.claims.queued`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// AgentRuntime is the policy and identity of one agent runtime. airlock does not run the runtime;
+// the runtime's pod runs as spec.serviceAccountName and calls the Sandbox API with its token.
+type AgentRuntime struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec AgentRuntimeSpec `json:"spec"`
+	// +optional
+	Status AgentRuntimeStatus `json:"status,omitempty"`
+}
+
+// AgentRuntimeSpec is the policy of a runtime.
+type AgentRuntimeSpec struct {
+	// ServiceAccountName is the only identity allowed to acquire this runtime's sandboxes.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName"`
+
+	// ToolRegistryRef names the ToolRegistry, in the runtime's namespace, of the sandboxes it may use.
+	// +required
+	ToolRegistryRef LocalObjectReference `json:"toolRegistryRef"`
+
+	// Sandbox is the runtime's sandbox policy.
+	// +optional
+	// +kubebuilder:default={}
+	Sandbox SandboxPolicy `json:"sandbox,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// Name of the object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// SandboxPolicy limits the sandboxes of one runtime.
+type SandboxPolicy struct {
+	// Enabled says whether this runtime may hold any sandbox.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled"`
+
+	// MaxConcurrent caps the runtime's claims that are Binding or Bound at once; more are Queued.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
+
+	// MaxPerSession caps the live claims (handles) of one session; one more is Refused.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	MaxPerSession int32 `json:"maxPerSession,omitempty"`
+
+	// IdleTimeout is how long a Bound claim may go unused before it is reaped.
+	// +optional
+	// +kubebuilder:default="30m"
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// Connections bind content directories (relative paths in the content PVC) to mount roles.
+	// +optional
+	// +listType=map
+	// +listMapKey=role
+	// +kubebuilder:validation:MaxItems=32
+	Connections []Connection `json:"connections,omitempty"`
+}
+
+// Connection binds a content directory to a mount role.
+type Connection struct {
+	// Role is the mount role a registry sandbox names in mountRole.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Role string `json:"role"`
+	// Path is the directory, relative to the content PVC's root.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '' && s != '.' && s != '..')",message="must be a relative path without empty, '.' or '..' segments"
+	Path string `json:"path"`
+}
+
+// AgentRuntimeStatus is the observed state of a runtime.
+type AgentRuntimeStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions of the runtime; Ready means its registry and classes resolve.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Claims counts the runtime's claims by phase.
+	// +optional
+	Claims ClaimCounts `json:"claims,omitempty"`
+}
+
+// ClaimCounts counts claims by phase.
+type ClaimCounts struct {
+	// +optional
+	Pending int32 `json:"pending,omitempty"`
+	// +optional
+	Queued int32 `json:"queued,omitempty"`
+	// +optional
+	Binding int32 `json:"binding,omitempty"`
+	// +optional
+	Bound int32 `json:"bound,omitempty"`
+	// +optional
+	Reaping int32 `json:"reaping,omitempty"`
+	// +optional
+	Refused int32 `json:"refused,omitempty"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// AgentRuntimeList is a list of AgentRuntimes.
+type AgentRuntimeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []AgentRuntime `json:"items"`
+}
+
+// ClaimPhase is where a claim is in its lifecycle (SPEC section 3).
+// +kubebuilder:validation:Enum=Pending;Queued;Binding;Bound;Reaping;Refused;Failed
+type ClaimPhase string
+
+const (
+	// ClaimPending is created, not yet decided.
+	ClaimPending ClaimPhase = "Pending"
+	// ClaimQueued waits for a slot under the runtime's maxConcurrent.
+	ClaimQueued ClaimPhase = "Queued"
+	// ClaimBinding has its children built; its pod is not ready yet.
+	ClaimBinding ClaimPhase = "Binding"
+	// ClaimBound has a ready pod and addresses.
+	ClaimBound ClaimPhase = "Bound"
+	// ClaimReaping is being scaled down, synced back and deleted.
+	ClaimReaping ClaimPhase = "Reaping"
+	// ClaimRefused would have exceeded a limit; it is deleted shortly.
+	ClaimRefused ClaimPhase = "Refused"
+	// ClaimFailed could not start.
+	ClaimFailed ClaimPhase = "Failed"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:shortName=sbx,categories=airlock
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeName`
+// +kubebuilder:printcolumn:name="Handle",type=string,JSONPath=`.spec.handle`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// SandboxClaim is one sandbox for one session. Only the operator writes claims.
+type SandboxClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec SandboxClaimSpec `json:"spec"`
+	// +optional
+	Status SandboxClaimStatus `json:"status,omitempty"`
+}
+
+// SandboxClaimSpec is what was claimed. It cannot change after creation.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+type SandboxClaimSpec struct {
+	// RuntimeName is the AgentRuntime, in the claim's namespace, that the claim is for.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	RuntimeName string `json:"runtimeName"`
+
+	// Session is the runtime's session id.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[\x21-\x7e]+$`
+	Session string `json:"session"`
+
+	// Handle is <sandbox>/<instance>, e.g. "codegen/default".
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=127
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Handle string `json:"handle"`
+
+	// Sandbox is the ToolRegistry entry the handle names.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Sandbox string `json:"sandbox"`
+
+	// ClassName is the SandboxClass the claim was built from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClassName string `json:"className"`
+
+	// TargetPath is where sync-back copies the workspace; empty means no sync-back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '' && s != '.' && s != '..')",message="must be a relative path without empty, '.' or '..' segments"
+	TargetPath string `json:"targetPath,omitempty"`
+
+	// WorkspaceDir is the claim's directory inside the content PVC.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '' && s != '.' && s != '..')",message="must be a relative path without empty, '.' or '..' segments"
+	WorkspaceDir string `json:"workspaceDir"`
+
+	// MountRole is the registry sandbox's mount role, if it has one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	MountRole string `json:"mountRole,omitempty"`
+
+	// Replaces is the name of the Failed claim this claim replaces.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Replaces string `json:"replaces,omitempty"`
+}
+
+// SandboxClaimStatus is the observed state of a claim.
+type SandboxClaimStatus struct {
+	// Phase is where the claim is in its lifecycle.
+	// +optional
+	Phase ClaimPhase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for the phase, e.g. MaxPerSession or ImagePullBackOff.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable explanation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+	// Conditions of the claim.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// QueuedAt is when the claim was first Queued.
+	// +optional
+	QueuedAt *metav1.Time `json:"queuedAt,omitempty"`
+	// BoundAt is when the claim became Bound.
+	// +optional
+	BoundAt *metav1.Time `json:"boundAt,omitempty"`
+	// LastUsedAt is the last renewal that the operator wrote.
+	// +optional
+	LastUsedAt *metav1.Time `json:"lastUsedAt,omitempty"`
+	// Addresses are the sandbox's addresses, one per class port.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Addresses []ClaimAddress `json:"addresses,omitempty"`
+	// ReplacedBy is the name of the claim that replaced this Failed one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ReplacedBy string `json:"replacedBy,omitempty"`
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ClaimAddress is one reachable address of a sandbox.
+type ClaimAddress struct {
+	// Name is the class port's name.
+	// +required
+	Name string `json:"name"`
+	// URL is the address, e.g. http://<service>.<namespace>.svc:8080.
+	// +required
+	URL string `json:"url"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// SandboxClaimList is a list of SandboxClaims.
+type SandboxClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []SandboxClaim `json:"items"`
+}
