@@ -54,6 +54,10 @@ build_one() {
   echo "built $name in $((SECONDS - start))s" >&2
 }
 
+# One build at a time per bin dir: a second caller waits, then finds the binaries built.
+exec 9>"$BIN/.build.lock"
+flock 9
+
 names=("$@")
 if [[ ${#names[@]} -eq 0 ]]; then
   names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)

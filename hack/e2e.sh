@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the e2e suite on a fresh local control plane and tears it down afterwards, whatever happens.
+# With KUBECONFIG already set and AIRLOCK_E2E_USE_KUBECONFIG=1, it runs against that cluster instead.
+#
+# usage: hack/e2e.sh [go test flags...]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
+  trap 'hack/local-cluster.sh down' EXIT
+  hack/local-cluster.sh up
+  eval "$(hack/local-cluster.sh env)"
+fi
+export KUBECONFIG
+export KUBECTL=${KUBECTL:-$ROOT/bin/kubectl}
+
+go test -tags e2e -count=1 -timeout 20m -v "$@" ./e2e/...
