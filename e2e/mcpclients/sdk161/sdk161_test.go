@@ -1,0 +1,111 @@
+// Package sdk161 tests sandboxd with the official MCP Go SDK v1.6.1, whose
+// SSE client sends initialize straight away (newer ones probe first).
+package sdk161
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/e2e/mcpclients/internal/harness"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "Read", "Write", "run_lint", "run_tests", "run_typecheck"}
+
+func connect(t *testing.T, tr mcp.Transport) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background()) // the SSE stream lives on it
+	t.Cleanup(cancel)
+	type result struct {
+		cs  *mcp.ClientSession
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "sdk-v1.6.1", Version: "v0"}, nil).Connect(ctx, tr, nil)
+		ch <- result{cs, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("connect: %v", r.err)
+		}
+		t.Cleanup(func() { r.cs.Close() })
+		return r.cs
+	case <-t.Context().Done():
+		t.Fatal("test ended")
+	case <-time.After(harness.Timeout):
+		t.Fatal("connect did not finish in time")
+	}
+	return nil
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), harness.Timeout)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	if res.IsError {
+		t.Fatalf("%s(%v) failed: %s", name, args, b.String())
+	}
+	return b.String()
+}
+
+func roundTrip(t *testing.T, cs *mcp.ClientSession, ws, dir string) {
+	t.Helper()
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatalf("tools/list: %v", err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, allTools) {
+		t.Errorf("tools/list = %v, want %v", names, allTools)
+	}
+	file := dir + "/main.go"
+	call(t, cs, "Write", map[string]any{"file_path": file, "content": "package main\n\nfunc main() { println(\"v1.6.1\") }\n"})
+	if got := call(t, cs, "Read", map[string]any{"file_path": ws + "/" + file}); !strings.Contains(got, "     3\tfunc main() { println(\"v1.6.1\") }") {
+		t.Errorf("Read answered %q", got)
+	}
+	call(t, cs, "Edit", map[string]any{"file_path": file, "old_string": `"v1.6.1"`, "new_string": `"edited"`})
+	if got := call(t, cs, "Grep", map[string]any{"pattern": "edited", "path": dir}); got != file+"\n" {
+		t.Errorf("Grep answered %q", got)
+	}
+	if got := call(t, cs, "Bash", map[string]any{"command": "grep -c edited " + file}); got != "1\n" {
+		t.Errorf("Bash answered %q", got)
+	}
+}
+
+func TestSDK161SSEClient(t *testing.T) {
+	sd := harness.Start(t)
+	cs := connect(t, &mcp.SSEClientTransport{Endpoint: sd.URL + "/sse"})
+	if v := cs.InitializeResult().ProtocolVersion; v == "" {
+		t.Error("no protocol version negotiated")
+	}
+	roundTrip(t, cs, sd.Workspace, "sse")
+}
+
+func TestSDK161StreamableClient(t *testing.T) {
+	sd := harness.Start(t)
+	cs := connect(t, &mcp.StreamableClientTransport{Endpoint: sd.URL + "/mcp"})
+	roundTrip(t, cs, sd.Workspace, "streamable")
+}

@@ -1,0 +1,447 @@
+package cmd
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
+	componentbaseconfig "k8s.io/component-base/config"
+	componentbaseoptions "k8s.io/component-base/config/options"
+
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	"github.com/airlock-dev/airlock/pkg/operator"
+	"github.com/airlock-dev/airlock/pkg/version"
+)
+
+const (
+	// defaultLeaseNamespace is the lease's namespace when POD_NAMESPACE is not set.
+	defaultLeaseNamespace = "airlock-system"
+	// podNamespaceEnv names the operator's own namespace, from the downward API.
+	podNamespaceEnv = "POD_NAMESPACE"
+	// shutdownTimeout bounds the wait for in-flight HTTP requests on shutdown.
+	shutdownTimeout = 15 * time.Second
+	// apiServerTimeout bounds the wait at start for the API server and the airlock CRDs.
+	apiServerTimeout = 10 * time.Second
+)
+
+// OperatorOptions are the flags of `airlock operator`.
+type OperatorOptions struct {
+	KubeClient     *KubeClientOptions
+	LeaderElection *LeaderElectionOptions
+	SandboxAPI     *SandboxAPIOptions
+	Serving        *ServingOptions
+	Controllers    *ControllerOptions
+}
+
+// NewOperatorOptions returns the operator's options with their defaults.
+func NewOperatorOptions() *OperatorOptions {
+	return newOperatorOptions(os.Getenv)
+}
+
+func newOperatorOptions(getenv func(string) string) *OperatorOptions {
+	leaseNamespace := defaultLeaseNamespace
+	if ns := getenv(podNamespaceEnv); ns != "" {
+		leaseNamespace = ns
+	}
+	return &OperatorOptions{
+		KubeClient: &KubeClientOptions{QPS: 50, Burst: 100},
+		LeaderElection: &LeaderElectionOptions{LeaderElectionConfiguration: componentbaseconfig.LeaderElectionConfiguration{
+			LeaderElect:       true,
+			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
+			RenewDeadline:     metav1.Duration{Duration: 10 * time.Second},
+			RetryPeriod:       metav1.Duration{Duration: 2 * time.Second},
+			ResourceLock:      "leases",
+			ResourceName:      operator.ComponentName,
+			ResourceNamespace: leaseNamespace,
+		}},
+		SandboxAPI: &SandboxAPIOptions{BindAddress: ":8443"},
+		Serving: &ServingOptions{
+			MetricsBindAddress:     ":8080",
+			HealthProbeBindAddress: ":8081",
+		},
+		Controllers: &ControllerOptions{
+			Workers:   4,
+			SyncImage: "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
+		},
+	}
+}
+
+// Flags returns the operator's flags by section.
+func (o *OperatorOptions) Flags(fss *cliflag.NamedFlagSets) {
+	o.SandboxAPI.AddFlags(fss.FlagSet("sandbox API"))
+	o.Serving.AddFlags(fss.FlagSet("health and metrics"))
+	o.Controllers.AddFlags(fss.FlagSet("controllers"))
+	o.LeaderElection.AddFlags(fss.FlagSet("leader election"))
+	o.KubeClient.AddFlags(fss.FlagSet("kubernetes client"))
+	addLogsFlags(fss.FlagSet("logs"))
+}
+
+// Validate returns one error for each invalid flag value.
+func (o *OperatorOptions) Validate() []error {
+	var errs []error
+	errs = append(errs, o.SandboxAPI.Validate()...)
+	errs = append(errs, o.Serving.Validate()...)
+	errs = append(errs, o.Controllers.Validate()...)
+	errs = append(errs, o.LeaderElection.Validate()...)
+	errs = append(errs, o.KubeClient.Validate()...)
+	errs = append(errs, validateDistinctAddresses(
+		bindAddress{"api-bind-address", o.SandboxAPI.BindAddress},
+		bindAddress{"health-probe-bind-address", o.Serving.HealthProbeBindAddress},
+		bindAddress{"metrics-bind-address", o.Serving.MetricsBindAddress},
+	)...)
+	return errs
+}
+
+// Config builds the clients and returns the operator's configuration. Call it after Validate.
+func (o *OperatorOptions) Config() (*operator.Config, error) {
+	restConfig, err := o.KubeClient.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	userAgent := operator.ComponentName + "/" + version.Get().Version
+	kubeConfig := rest.CopyConfig(restConfig)
+	kubeConfig.ContentType = "application/vnd.kubernetes.protobuf"
+	kubeConfig.UserAgent = userAgent
+	kubeClient, err := kubernetes.NewForConfig(kubeConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	airlockConfig := rest.CopyConfig(restConfig)
+	airlockConfig.UserAgent = userAgent
+	airlockClient, err := airlockclientset.NewForConfig(airlockConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the airlock client: %w", err)
+	}
+	// A client of its own, with its own rate limiter, so that lease renewals never queue behind
+	// the controllers' requests.
+	leConfig := rest.CopyConfig(restConfig)
+	leConfig.UserAgent = userAgent + "/leader-election"
+	leClient, err := kubernetes.NewForConfig(leConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the leader election client: %w", err)
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("getting the hostname for the lease identity: %w", err)
+	}
+
+	return &operator.Config{
+		KubeClient:             kubeClient,
+		AirlockClient:          airlockClient,
+		LeaderElectionClient:   leClient,
+		LeaderElection:         o.LeaderElection.LeaderElectionConfiguration,
+		Identity:               hostname + "_" + uuid.NewString(),
+		APIBindAddress:         o.SandboxAPI.BindAddress,
+		TLSCertFile:            o.SandboxAPI.TLSCertFile,
+		TLSKeyFile:             o.SandboxAPI.TLSKeyFile,
+		TokenAudiences:         o.SandboxAPI.TokenAudiences,
+		MetricsBindAddress:     o.Serving.MetricsBindAddress,
+		HealthProbeBindAddress: o.Serving.HealthProbeBindAddress,
+		ShutdownTimeout:        shutdownTimeout,
+		APIServerTimeout:       apiServerTimeout,
+		Workers:                o.Controllers.Workers,
+		SyncImage:              o.Controllers.SyncImage,
+	}, nil
+}
+
+func newOperatorCommand(o *OperatorOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the airlock operator: controllers, Sandbox API, health and metrics",
+		Long: `Run the airlock operator. Every replica serves the Sandbox API, health probes and metrics;
+the replica that holds the leader lease also runs the controllers.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			cliflag.PrintFlags(cmd.Flags())
+			cfg, err := o.Config()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return operator.Run(ctx, cfg)
+		},
+	}
+	fss := newNamedFlagSets()
+	o.Flags(&fss)
+	setFlags(cmd, fss)
+	return cmd
+}
+
+// KubeClientOptions are how the operator reaches the Kubernetes API server.
+type KubeClientOptions struct {
+	Kubeconfig string
+	QPS        float32
+	Burst      int
+}
+
+func (o *KubeClientOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty: the in-cluster configuration of the pod's ServiceAccount.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the Kubernetes API server, sustained (> 0).")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Queries to the Kubernetes API server in a burst (>= 1).")
+}
+
+func (o *KubeClientOptions) Validate() []error {
+	var errs []error
+	if o.Kubeconfig != "" {
+		if err := checkRegularFile(o.Kubeconfig); err != nil {
+			errs = append(errs, invalidFlag("kubeconfig", "%v", err))
+		}
+	}
+	if o.QPS <= 0 {
+		errs = append(errs, invalidFlag("kube-api-qps", "must be greater than 0"))
+	}
+	if o.Burst < 1 {
+		errs = append(errs, invalidFlag("kube-api-burst", "must be at least 1"))
+	}
+	return errs
+}
+
+// restConfig loads --kubeconfig, or the in-cluster configuration without it.
+func (o *KubeClientOptions) restConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kubeconfig=%s: %w", o.Kubeconfig, err)
+		}
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not in a cluster: %w", err)
+		}
+	}
+	cfg.QPS = o.QPS
+	cfg.Burst = o.Burst
+	return cfg, nil
+}
+
+// LeaderElectionOptions are the component-base --leader-elect* flags.
+type LeaderElectionOptions struct {
+	componentbaseconfig.LeaderElectionConfiguration
+}
+
+func (o *LeaderElectionOptions) AddFlags(fs *pflag.FlagSet) {
+	componentbaseoptions.BindLeaderElectionFlags(&o.LeaderElectionConfiguration, fs)
+	fs.Lookup("leader-elect").Usage += " With it off, every replica runs the controllers: run a single replica."
+	fs.Lookup("leader-elect-resource-namespace").Usage += " Defaults to $" + podNamespaceEnv + " when it is set, else " + defaultLeaseNamespace + "."
+}
+
+// Validate checks the lease flags when leader election is on (they are unused otherwise),
+// including client-go's LeaseDuration > RenewDeadline > 1.2 × RetryPeriod.
+func (o *LeaderElectionOptions) Validate() []error {
+	c := o.LeaderElectionConfiguration
+	if !c.LeaderElect {
+		return nil
+	}
+	var errs []error
+	lease, renew, retry := c.LeaseDuration.Duration, c.RenewDeadline.Duration, c.RetryPeriod.Duration
+	if lease <= 0 {
+		errs = append(errs, invalidFlag("leader-elect-lease-duration", "must be greater than zero"))
+	}
+	if renew <= 0 {
+		errs = append(errs, invalidFlag("leader-elect-renew-deadline", "must be greater than zero"))
+	}
+	if retry <= 0 {
+		errs = append(errs, invalidFlag("leader-elect-retry-period", "must be greater than zero"))
+	}
+	if lease > 0 && renew > 0 && lease <= renew {
+		errs = append(errs, invalidFlag("leader-elect-renew-deadline", "must be less than --leader-elect-lease-duration (%v), got %v", lease, renew))
+	}
+	// The same arithmetic as client-go's NewLeaderElector.
+	if renew > 0 && retry > 0 && renew <= time.Duration(1.2*float64(retry)) {
+		errs = append(errs, invalidFlag("leader-elect-retry-period", "1.2 times it (%v) must be less than --leader-elect-renew-deadline (%v)", time.Duration(1.2*float64(retry)), renew))
+	}
+	if c.ResourceLock != "leases" {
+		errs = append(errs, invalidFlag("leader-elect-resource-lock", `must be "leases", the only lock airlock supports`))
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.ResourceName); len(msgs) > 0 {
+		errs = append(errs, invalidFlag("leader-elect-resource-name", "%s", strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Label(c.ResourceNamespace); len(msgs) > 0 {
+		errs = append(errs, invalidFlag("leader-elect-resource-namespace", "%s", strings.Join(msgs, "; ")))
+	}
+	return errs
+}
+
+// SandboxAPIOptions are the Sandbox API's listener, TLS and authentication.
+type SandboxAPIOptions struct {
+	BindAddress    string
+	TLSCertFile    string
+	TLSKeyFile     string
+	TokenAudiences []string
+}
+
+func (o *SandboxAPIOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.BindAddress, "api-bind-address", o.BindAddress, "Address (host:port) the Sandbox API listens on.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM certificate (chain) of the Sandbox API. With --tls-key-file, the API serves HTTPS; without both, plain HTTP.")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM private key matching --tls-cert-file.")
+	fs.StringSliceVar(&o.TokenAudiences, "token-audiences", o.TokenAudiences, "Audiences a runtime's ServiceAccount token must carry (comma list). Empty: the API server's default audiences.")
+}
+
+func (o *SandboxAPIOptions) Validate() []error {
+	var errs []error
+	if err := validateBindAddress(o.BindAddress, false); err != nil {
+		errs = append(errs, invalidFlag("api-bind-address", "%v", err))
+	}
+	switch {
+	case o.TLSCertFile != "" && o.TLSKeyFile == "":
+		errs = append(errs, invalidFlag("tls-key-file", "must be set when --tls-cert-file is"))
+	case o.TLSCertFile == "" && o.TLSKeyFile != "":
+		errs = append(errs, invalidFlag("tls-cert-file", "must be set when --tls-key-file is"))
+	}
+	if o.TLSCertFile != "" {
+		if err := checkReadableFile(o.TLSCertFile); err != nil {
+			errs = append(errs, invalidFlag("tls-cert-file", "%v", err))
+		}
+	}
+	if o.TLSKeyFile != "" {
+		if err := checkReadableFile(o.TLSKeyFile); err != nil {
+			errs = append(errs, invalidFlag("tls-key-file", "%v", err))
+		}
+	}
+	for _, a := range o.TokenAudiences {
+		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, " \t\n") {
+			errs = append(errs, invalidFlag("token-audiences", "audiences must be non-empty and contain no spaces, got %q", o.TokenAudiences))
+			break
+		}
+	}
+	return errs
+}
+
+// ServingOptions are the listeners of the health probes and the metrics.
+type ServingOptions struct {
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+}
+
+func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics (not on the Sandbox API's address either).`)
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on.")
+}
+
+func (o *ServingOptions) Validate() []error {
+	var errs []error
+	if err := validateBindAddress(o.MetricsBindAddress, true); err != nil {
+		errs = append(errs, invalidFlag("metrics-bind-address", "%v", err))
+	}
+	if err := validateBindAddress(o.HealthProbeBindAddress, false); err != nil {
+		errs = append(errs, invalidFlag("health-probe-bind-address", "%v", err))
+	}
+	return errs
+}
+
+// ControllerOptions tune the controllers the leader runs.
+type ControllerOptions struct {
+	Workers   int
+	SyncImage string
+}
+
+func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Workers of each controller: claims synced at once (>= 1).")
+	fs.StringVar(&o.SyncImage, "sync-image", o.SyncImage, "Image of the sync-back Jobs, which run \"airlock sync\".")
+}
+
+func (o *ControllerOptions) Validate() []error {
+	var errs []error
+	if o.Workers < 1 {
+		errs = append(errs, invalidFlag("workers", "must be at least 1"))
+	}
+	if o.SyncImage == "" || strings.ContainsAny(o.SyncImage, " \t\n") {
+		errs = append(errs, invalidFlag("sync-image", "must be an image reference, like ghcr.io/airlock-dev/airlock:v0.1.0"))
+	}
+	return errs
+}
+
+// validateBindAddress checks that addr is host:port, with a port from 0 to 65535 (0: any free
+// port) and a host that is empty (every interface), an IP address or a host name. With
+// allowDisabled, operator.DisabledBindAddress is accepted too.
+func validateBindAddress(addr string, allowDisabled bool) error {
+	if allowDisabled && addr == operator.DisabledBindAddress {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if allowDisabled {
+			return fmt.Errorf(`must be host:port, like ":8080" or "127.0.0.1:8080", or "0" to disable (%v)`, err)
+		}
+		return fmt.Errorf(`must be host:port, like ":8080" or "127.0.0.1:8080" (%v)`, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	}
+	if host != "" && net.ParseIP(host) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
+		return fmt.Errorf("host %q must be empty, an IP address or a host name", host)
+	}
+	return nil
+}
+
+type bindAddress struct {
+	flag, addr string
+}
+
+// validateDistinctAddresses reports a listener whose address is one that an earlier listener
+// already takes. Invalid, disabled and any-port (:0) addresses are left alone.
+func validateDistinctAddresses(addrs ...bindAddress) []error {
+	var errs []error
+	for i, a := range addrs {
+		for _, earlier := range addrs[:i] {
+			if sameListenAddress(a.addr, earlier.addr) {
+				errs = append(errs, invalidFlag(a.flag, "%s is already the address of --%s", a.addr, earlier.flag))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+func sameListenAddress(a, b string) bool {
+	hostA, portA, errA := net.SplitHostPort(a)
+	hostB, portB, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || portA != portB || portA == "0" {
+		return false
+	}
+	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return hostA == hostB || unspecified(hostA) || unspecified(hostB)
+}
+
+// checkRegularFile checks that name exists and is a regular file.
+func checkRegularFile(name string) error {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
+	return nil
+}
+
+// checkReadableFile checks that name is a regular file this process can open for reading.
+func checkReadableFile(name string) error {
+	if err := checkRegularFile(name); err != nil {
+		return err
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,384 @@
+package cmd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	componentbaseconfig "k8s.io/component-base/config"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd"
+)
+
+// tempFile writes a file in a test directory and returns its path.
+func tempFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkOneErrorFor checks that errs is exactly one error, for --flag.
+func checkOneErrorFor(t *testing.T, errs []error, flag string) {
+	t.Helper()
+	if len(errs) != 1 {
+		t.Fatalf("got %d errors, want exactly 1 for --%s: %v", len(errs), flag, errs)
+	}
+	if prefix := "invalid value for --" + flag + ": "; !strings.HasPrefix(errs[0].Error(), prefix) {
+		t.Errorf("error %q does not start with %q", errs[0], prefix)
+	}
+	if strings.Contains(errs[0].Error(), "\n") {
+		t.Errorf("error %q spans several lines", errs[0])
+	}
+}
+
+func TestOperatorDefaults(t *testing.T) {
+	o := newOperatorOptions(func(string) string { return "" })
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatalf("the defaults do not validate: %v", errs)
+	}
+	want := componentbaseconfig.LeaderElectionConfiguration{
+		LeaderElect:       true,
+		LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
+		RenewDeadline:     metav1.Duration{Duration: 10 * time.Second},
+		RetryPeriod:       metav1.Duration{Duration: 2 * time.Second},
+		ResourceLock:      "leases",
+		ResourceName:      "airlock-operator",
+		ResourceNamespace: "airlock-system",
+	}
+	if diff := cmp.Diff(want, o.LeaderElection.LeaderElectionConfiguration); diff != "" {
+		t.Errorf("leader election defaults (-want +got):\n%s", diff)
+	}
+	got := []any{o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress, o.Serving.HealthProbeBindAddress,
+		o.Controllers.Workers, o.Controllers.SyncImage, o.KubeClient.QPS, o.KubeClient.Burst, o.KubeClient.Kubeconfig, len(o.SandboxAPI.TokenAudiences)}
+	wantRest := []any{":8443", ":8080", ":8081", 4, "ghcr.io/airlock-dev/airlock:dev", float32(50), 100, "", 0}
+	if diff := cmp.Diff(wantRest, got); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+
+	inPod := newOperatorOptions(func(key string) string {
+		if key == "POD_NAMESPACE" {
+			return "team-a"
+		}
+		return ""
+	})
+	if ns := inPod.LeaderElection.ResourceNamespace; ns != "team-a" {
+		t.Errorf("lease namespace with POD_NAMESPACE=team-a: %q", ns)
+	}
+}
+
+func TestOperatorFlagsParse(t *testing.T) {
+	o := newOperatorOptions(func(string) string { return "" })
+	cmd := newOperatorCommand(o)
+	err := cmd.ParseFlags([]string{
+		"--workers=8", "--token-audiences=airlock,https://kubernetes.default.svc", "--metrics-bind-address=0",
+		"--leader-elect=false", "--leader-elect-lease-duration=30s", "--kube-api-qps=12.5",
+		"--sync-image=registry.local/airlock:v1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Controllers.Workers != 8 || o.Serving.MetricsBindAddress != "0" || o.LeaderElection.LeaderElect ||
+		o.LeaderElection.LeaseDuration.Duration != 30*time.Second || o.KubeClient.QPS != 12.5 ||
+		o.Controllers.SyncImage != "registry.local/airlock:v1" {
+		t.Errorf("flags not bound: %+v %+v %+v %+v", o.Controllers, o.Serving, o.LeaderElection, o.KubeClient)
+	}
+	if diff := cmp.Diff([]string{"airlock", "https://kubernetes.default.svc"}, o.SandboxAPI.TokenAudiences); diff != "" {
+		t.Errorf("--token-audiences (-want +got):\n%s", diff)
+	}
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Errorf("valid flags rejected: %v", errs)
+	}
+}
+
+func TestOperatorValidate(t *testing.T) {
+	certFile := tempFile(t, "tls.crt", "cert")
+	keyFile := tempFile(t, "tls.key", "key")
+	kubeconfig := tempFile(t, "kubeconfig", "apiVersion: v1\nkind: Config\n")
+
+	tests := map[string]struct {
+		modify   func(o *OperatorOptions)
+		wantFlag string // "" for valid options
+	}{
+		"kubeconfig that exists":         {modify: func(o *OperatorOptions) { o.KubeClient.Kubeconfig = kubeconfig }},
+		"missing kubeconfig":             {modify: func(o *OperatorOptions) { o.KubeClient.Kubeconfig = "/nonexistent/kubeconfig" }, wantFlag: "kubeconfig"},
+		"kubeconfig is a directory":      {modify: func(o *OperatorOptions) { o.KubeClient.Kubeconfig = t.TempDir() }, wantFlag: "kubeconfig"},
+		"zero qps":                       {modify: func(o *OperatorOptions) { o.KubeClient.QPS = 0 }, wantFlag: "kube-api-qps"},
+		"negative qps":                   {modify: func(o *OperatorOptions) { o.KubeClient.QPS = -1 }, wantFlag: "kube-api-qps"},
+		"zero burst":                     {modify: func(o *OperatorOptions) { o.KubeClient.Burst = 0 }, wantFlag: "kube-api-burst"},
+		"zero workers":                   {modify: func(o *OperatorOptions) { o.Controllers.Workers = 0 }, wantFlag: "workers"},
+		"negative workers":               {modify: func(o *OperatorOptions) { o.Controllers.Workers = -3 }, wantFlag: "workers"},
+		"one worker":                     {modify: func(o *OperatorOptions) { o.Controllers.Workers = 1 }},
+		"empty sync image":               {modify: func(o *OperatorOptions) { o.Controllers.SyncImage = "" }, wantFlag: "sync-image"},
+		"sync image with a space":        {modify: func(o *OperatorOptions) { o.Controllers.SyncImage = "a b" }, wantFlag: "sync-image"},
+		"api address without port":       {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "localhost" }, wantFlag: "api-bind-address"},
+		"api port out of range":          {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = ":99999" }, wantFlag: "api-bind-address"},
+		"api port not a number":          {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = ":https" }, wantFlag: "api-bind-address"},
+		"api host not a name":            {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "bad_host!:8443" }, wantFlag: "api-bind-address"},
+		"api on an IPv6 address":         {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "[::1]:8443" }},
+		"api cannot be disabled":         {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "0" }, wantFlag: "api-bind-address"},
+		"metrics disabled":               {modify: func(o *OperatorOptions) { o.Serving.MetricsBindAddress = "0" }},
+		"metrics address invalid":        {modify: func(o *OperatorOptions) { o.Serving.MetricsBindAddress = "8080" }, wantFlag: "metrics-bind-address"},
+		"health probes cannot be off":    {modify: func(o *OperatorOptions) { o.Serving.HealthProbeBindAddress = "0" }, wantFlag: "health-probe-bind-address"},
+		"empty health probe address":     {modify: func(o *OperatorOptions) { o.Serving.HealthProbeBindAddress = "" }, wantFlag: "health-probe-bind-address"},
+		"metrics on the probes' address": {modify: func(o *OperatorOptions) { o.Serving.MetricsBindAddress = "0.0.0.0:8081" }, wantFlag: "metrics-bind-address"},
+		"probes on the API's address":    {modify: func(o *OperatorOptions) { o.Serving.HealthProbeBindAddress = "127.0.0.1:8443" }, wantFlag: "health-probe-bind-address"},
+		"same port on two hosts": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress = "127.0.0.1:9000", "127.0.0.2:9000"
+		}},
+		"any free port twice": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress, o.Serving.HealthProbeBindAddress = ":0", ":0", ":0"
+		}},
+		"tls pair":             {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = certFile, keyFile }},
+		"tls cert without key": {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile = certFile }, wantFlag: "tls-key-file"},
+		"tls key without cert": {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSKeyFile = keyFile }, wantFlag: "tls-cert-file"},
+		"missing tls cert": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = "/nonexistent.crt", keyFile
+		}, wantFlag: "tls-cert-file"},
+		"tls key is a directory":    {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = certFile, t.TempDir() }, wantFlag: "tls-key-file"},
+		"token audiences":           {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"airlock", "vault"} }},
+		"empty token audience":      {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"airlock", ""} }, wantFlag: "token-audiences"},
+		"two empty token audiences": {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"", " "} }, wantFlag: "token-audiences"},
+		"zero lease duration": {modify: func(o *OperatorOptions) { o.LeaderElection.LeaseDuration.Duration = 0 },
+			wantFlag: "leader-elect-lease-duration"},
+		"zero renew deadline": {modify: func(o *OperatorOptions) { o.LeaderElection.RenewDeadline.Duration = 0 },
+			wantFlag: "leader-elect-renew-deadline"},
+		"negative retry period": {modify: func(o *OperatorOptions) { o.LeaderElection.RetryPeriod.Duration = -time.Second },
+			wantFlag: "leader-elect-retry-period"},
+		"renew deadline equal to the lease": {modify: func(o *OperatorOptions) { o.LeaderElection.RenewDeadline.Duration = 15 * time.Second },
+			wantFlag: "leader-elect-renew-deadline"},
+		"renew deadline past the lease": {modify: func(o *OperatorOptions) { o.LeaderElection.LeaseDuration.Duration = 5 * time.Second },
+			wantFlag: "leader-elect-renew-deadline"},
+		"renew deadline equal to 1.2 retry periods": {modify: func(o *OperatorOptions) {
+			o.LeaderElection.RenewDeadline.Duration, o.LeaderElection.RetryPeriod.Duration = 12*time.Second, 10*time.Second
+		}, wantFlag: "leader-elect-retry-period"},
+		"renew deadline just past 1.2 retry periods": {modify: func(o *OperatorOptions) {
+			o.LeaderElection.RenewDeadline.Duration, o.LeaderElection.RetryPeriod.Duration = 12*time.Second+time.Millisecond, 10*time.Second
+		}},
+		"resource lock endpoints": {modify: func(o *OperatorOptions) { o.LeaderElection.ResourceLock = "endpoints" },
+			wantFlag: "leader-elect-resource-lock"},
+		"resource lock configmapsleases": {modify: func(o *OperatorOptions) { o.LeaderElection.ResourceLock = "configmapsleases" },
+			wantFlag: "leader-elect-resource-lock"},
+		"bad lease name": {modify: func(o *OperatorOptions) { o.LeaderElection.ResourceName = "Airlock_Operator" },
+			wantFlag: "leader-elect-resource-name"},
+		"empty lease name": {modify: func(o *OperatorOptions) { o.LeaderElection.ResourceName = "" },
+			wantFlag: "leader-elect-resource-name"},
+		"bad lease namespace": {modify: func(o *OperatorOptions) { o.LeaderElection.ResourceNamespace = "airlock.system" },
+			wantFlag: "leader-elect-resource-namespace"},
+		"lease flags unused without leader election": {modify: func(o *OperatorOptions) {
+			o.LeaderElection.LeaderElect = false
+			o.LeaderElection.LeaseDuration.Duration = 0
+			o.LeaderElection.ResourceLock = "endpoints"
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := newOperatorOptions(func(string) string { return "" })
+			tc.modify(o)
+			errs := o.Validate()
+			if tc.wantFlag == "" {
+				if len(errs) != 0 {
+					t.Fatalf("valid options rejected: %v", errs)
+				}
+				return
+			}
+			checkOneErrorFor(t, errs, tc.wantFlag)
+		})
+	}
+}
+
+// TestLeaderElectionValidationMatchesClientGo checks that the durations Validate accepts are
+// exactly those client-go's leader elector accepts.
+func TestLeaderElectionValidationMatchesClientGo(t *testing.T) {
+	s := time.Second
+	tests := []struct{ lease, renew, retry time.Duration }{
+		{15 * s, 10 * s, 2 * s},
+		{15 * s, 15 * s, 2 * s},
+		{15 * s, 16 * s, 2 * s},
+		{15 * s, 12 * s, 10 * s},
+		{15 * s, 12*s + 1, 10 * s},
+		{15 * s, 10 * s, 9 * s},
+		{2 * s, s, 500 * time.Millisecond},
+		{0, 10 * s, 2 * s},
+		{15 * s, 0, 2 * s},
+		{15 * s, 10 * s, 0},
+		{-s, -2 * s, -3 * s},
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: "airlock-system", Name: "airlock-operator"},
+		Client:     k8sfake.NewClientset().CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "test"},
+	}
+	for _, tc := range tests {
+		o := newOperatorOptions(func(string) string { return "" })
+		o.LeaderElection.LeaseDuration.Duration = tc.lease
+		o.LeaderElection.RenewDeadline.Duration = tc.renew
+		o.LeaderElection.RetryPeriod.Duration = tc.retry
+		errs := o.LeaderElection.Validate()
+
+		_, clientGoErr := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:          lock,
+			LeaseDuration: tc.lease,
+			RenewDeadline: tc.renew,
+			RetryPeriod:   tc.retry,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {},
+				OnStoppedLeading: func() {},
+			},
+		})
+		if (len(errs) == 0) != (clientGoErr == nil) {
+			t.Errorf("lease %v, renew %v, retry %v: Validate says %v, client-go says %v", tc.lease, tc.renew, tc.retry, errs, clientGoErr)
+		}
+		if len(errs) > 0 {
+			for _, err := range errs {
+				if !strings.HasPrefix(err.Error(), "invalid value for --leader-elect-") {
+					t.Errorf("error %q does not name a --leader-elect-* flag", err)
+				}
+			}
+		}
+	}
+}
+
+func TestSandboxdValidate(t *testing.T) {
+	workspace := t.TempDir()
+	tokenFile := tempFile(t, "token", "secret")
+
+	tests := map[string]struct {
+		modify   func(o *SandboxdOptions)
+		wantFlag string
+	}{
+		"defaults with a workspace": {},
+		"every tool":                {modify: func(o *SandboxdOptions) { o.AllowedTools = sandboxd.ToolNames() }},
+		"some tools":                {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "Grep", "run_tests"} }},
+		"readonly":                  {modify: func(o *SandboxdOptions) { o.ReadOnly = true }},
+		"token file":                {modify: func(o *SandboxdOptions) { o.AuthTokenFile = tokenFile }},
+		"bad listen":                {modify: func(o *SandboxdOptions) { o.Listen = "8080" }, wantFlag: "listen"},
+		"missing workspace":         {modify: func(o *SandboxdOptions) { o.Workspace = "/nonexistent/workspace" }, wantFlag: "workspace"},
+		"workspace is a file":       {modify: func(o *SandboxdOptions) { o.Workspace = tokenFile }, wantFlag: "workspace"},
+		"empty workspace":           {modify: func(o *SandboxdOptions) { o.Workspace = "" }, wantFlag: "workspace"},
+		"unknown tool":              {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "WebFetch"} }, wantFlag: "allowed-tools"},
+		"several unknown tools":     {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"read", "WebFetch", "Task"} }, wantFlag: "allowed-tools"},
+		"empty tool name":           {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", ""} }, wantFlag: "allowed-tools"},
+		"missing token file":        {modify: func(o *SandboxdOptions) { o.AuthTokenFile = "/nonexistent/token" }, wantFlag: "auth-token-file"},
+		"token file is a directory": {modify: func(o *SandboxdOptions) { o.AuthTokenFile = workspace }, wantFlag: "auth-token-file"},
+		"zero shutdown grace":       {modify: func(o *SandboxdOptions) { o.ShutdownGrace = 0 }, wantFlag: "shutdown-grace"},
+		"negative shutdown grace":   {modify: func(o *SandboxdOptions) { o.ShutdownGrace = -time.Second }, wantFlag: "shutdown-grace"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := NewSandboxdOptions()
+			o.Workspace = workspace
+			if tc.modify != nil {
+				tc.modify(o)
+			}
+			errs := o.Validate()
+			if tc.wantFlag == "" {
+				if len(errs) != 0 {
+					t.Fatalf("valid options rejected: %v", errs)
+				}
+				return
+			}
+			checkOneErrorFor(t, errs, tc.wantFlag)
+		})
+	}
+}
+
+func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
+	o := NewSandboxdOptions()
+	o.Workspace = t.TempDir()
+	o.AllowedTools = []string{"Read", "WebFetch", "Task"}
+	errs := o.Validate()
+	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Errorf("errors %v, want exactly %q", errs, want)
+	}
+}
+
+// TestToolNamesAreTheSpecs pins the names --allowed-tools accepts to SPEC section 6 (and the
+// v1alpha1.ToolName enum).
+func TestToolNamesAreTheSpecs(t *testing.T) {
+	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck"}
+	if diff := cmp.Diff(want, sandboxd.ToolNames()); diff != "" {
+		t.Errorf("sandboxd.ToolNames() (-SPEC +got):\n%s", diff)
+	}
+}
+
+func TestSandboxdConfig(t *testing.T) {
+	o := NewSandboxdOptions()
+	cmd := newSandboxdCommand(o)
+	if err := cmd.ParseFlags([]string{"--listen=127.0.0.1:9090", "--workspace=/ws", "--readonly", "--allowed-tools=Read,Grep", "--auth-token-file=/run/token", "--shutdown-grace=3s"}); err != nil {
+		t.Fatal(err)
+	}
+	want := sandboxd.Config{
+		Listen:        "127.0.0.1:9090",
+		Workspace:     "/ws",
+		ReadOnly:      true,
+		AllowedTools:  []string{"Read", "Grep"},
+		AuthTokenFile: "/run/token",
+		ShutdownGrace: 3 * time.Second,
+	}
+	if diff := cmp.Diff(want, o.Config()); diff != "" {
+		t.Errorf("Config() (-want +got):\n%s", diff)
+	}
+	if d := NewSandboxdOptions(); d.Listen != ":8080" || d.Workspace != "/workspace" || d.ShutdownGrace != 10*time.Second || d.ReadOnly || d.AllowedTools != nil || d.AuthTokenFile != "" {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+func TestSyncValidate(t *testing.T) {
+	root := t.TempDir()
+	file := tempFile(t, "file", "x")
+
+	tests := map[string]struct {
+		modify   func(o *SyncOptions)
+		wantFlag string
+	}{
+		"valid":                             {},
+		"missing content root":              {modify: func(o *SyncOptions) { o.ContentRoot = "/nonexistent/content" }, wantFlag: "content-root"},
+		"content root is a file":            {modify: func(o *SyncOptions) { o.ContentRoot = file }, wantFlag: "content-root"},
+		"empty content root":                {modify: func(o *SyncOptions) { o.ContentRoot = "" }, wantFlag: "content-root"},
+		"from missing":                      {modify: func(o *SyncOptions) { o.From = "" }, wantFlag: "from"},
+		"from absolute":                     {modify: func(o *SyncOptions) { o.From = "/content/ns/ws" }, wantFlag: "from"},
+		"from with ..":                      {modify: func(o *SyncOptions) { o.From = "ns/../../etc" }, wantFlag: "from"},
+		"from unclean":                      {modify: func(o *SyncOptions) { o.From = "ns/./ws" }, wantFlag: "from"},
+		"from is the root":                  {modify: func(o *SyncOptions) { o.From = "." }, wantFlag: "from"},
+		"to missing":                        {modify: func(o *SyncOptions) { o.To = "" }, wantFlag: "to"},
+		"to absolute":                       {modify: func(o *SyncOptions) { o.To = "/etc" }, wantFlag: "to"},
+		"to with ..":                        {modify: func(o *SyncOptions) { o.To = ".." }, wantFlag: "to"},
+		"to with a trailing slash":          {modify: func(o *SyncOptions) { o.To = "ns/projects/" }, wantFlag: "to"},
+		"to is from":                        {modify: func(o *SyncOptions) { o.To = o.From }, wantFlag: "to"},
+		"to inside from":                    {modify: func(o *SyncOptions) { o.To = o.From + "/out" }, wantFlag: "to"},
+		"from inside to":                    {modify: func(o *SyncOptions) { o.To = "ns" }, wantFlag: "to"},
+		"to a sibling with a common prefix": {modify: func(o *SyncOptions) { o.To = o.From + "-copy" }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := NewSyncOptions()
+			o.ContentRoot, o.From, o.To = root, "ns/sandboxes/c1", "ns/projects/web"
+			if tc.modify != nil {
+				tc.modify(o)
+			}
+			errs := o.Validate()
+			if tc.wantFlag == "" {
+				if len(errs) != 0 {
+					t.Fatalf("valid options rejected: %v", errs)
+				}
+				return
+			}
+			checkOneErrorFor(t, errs, tc.wantFlag)
+		})
+	}
+	if d := NewSyncOptions(); d.ContentRoot != "/content" || d.From != "" || d.To != "" {
+		t.Errorf("defaults: %+v", d)
+	}
+}

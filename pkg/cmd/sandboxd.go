@@ -1,0 +1,128 @@
+package cmd
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd"
+)
+
+// SandboxdOptions are the flags of `airlock sandboxd` (SPEC section 6).
+type SandboxdOptions struct {
+	Listen        string
+	Workspace     string
+	ReadOnly      bool
+	AllowedTools  []string
+	AuthTokenFile string
+	ShutdownGrace time.Duration
+}
+
+// NewSandboxdOptions returns sandboxd's options with their defaults.
+func NewSandboxdOptions() *SandboxdOptions {
+	return &SandboxdOptions{
+		Listen:        ":8080",
+		Workspace:     "/workspace",
+		ShutdownGrace: 10 * time.Second,
+	}
+}
+
+func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of MCP (GET /sse, POST /message, POST /mcp), /healthz, /readyz and /metrics.")
+	fs.StringVar(&o.Workspace, "workspace", o.Workspace, "Directory the tools work in; every tool path is resolved inside it. Must exist.")
+	fs.BoolVar(&o.ReadOnly, "readonly", o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
+	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Empty: all of them. Others are neither listed nor callable.")
+	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
+}
+
+// Validate returns one error for each invalid flag value.
+func (o *SandboxdOptions) Validate() []error {
+	var errs []error
+	if err := validateBindAddress(o.Listen, false); err != nil {
+		errs = append(errs, invalidFlag("listen", "%v", err))
+	}
+	if o.Workspace == "" {
+		errs = append(errs, invalidFlag("workspace", "must be set"))
+	} else if fi, err := os.Stat(o.Workspace); err != nil {
+		errs = append(errs, invalidFlag("workspace", "%v", err))
+	} else if !fi.IsDir() {
+		errs = append(errs, invalidFlag("workspace", "%s is not a directory", o.Workspace))
+	}
+	if unknown := unknownTools(o.AllowedTools); len(unknown) > 0 {
+		errs = append(errs, invalidFlag("allowed-tools", "unknown %s %s (known: %s)",
+			plural(len(unknown), "tool", "tools"), strings.Join(unknown, ", "), strings.Join(sandboxd.ToolNames(), ", ")))
+	}
+	if o.AuthTokenFile != "" {
+		if err := checkReadableFile(o.AuthTokenFile); err != nil {
+			errs = append(errs, invalidFlag("auth-token-file", "%v", err))
+		}
+	}
+	if o.ShutdownGrace <= 0 {
+		errs = append(errs, invalidFlag("shutdown-grace", "must be greater than zero"))
+	}
+	return errs
+}
+
+// Config returns sandboxd's configuration. Call it after Validate.
+func (o *SandboxdOptions) Config() sandboxd.Config {
+	return sandboxd.Config{
+		Listen:        o.Listen,
+		Workspace:     o.Workspace,
+		ReadOnly:      o.ReadOnly,
+		AllowedTools:  slices.Clone(o.AllowedTools),
+		AuthTokenFile: o.AuthTokenFile,
+		ShutdownGrace: o.ShutdownGrace,
+	}
+}
+
+// unknownTools returns, quoted, the names that are not sandboxd tools. The one list of tool names
+// is sandboxd.ToolNames (the names of SPEC section 6, also the v1alpha1.ToolName enum).
+func unknownTools(names []string) []string {
+	known := sandboxd.ToolNames()
+	var unknown []string
+	for _, n := range names {
+		if !slices.Contains(known, n) {
+			unknown = append(unknown, fmt.Sprintf("%q", n))
+		}
+	}
+	return unknown
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func newSandboxdCommand(o *SandboxdOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandboxd",
+		Short: "Serve a sandbox's file tools and shell over MCP (runs inside the sandbox pod)",
+		Long: `Serve the sandbox's tools over MCP: HTTP+SSE (GET /sse, POST /message) and streamable HTTP
+(POST /mcp) on one listener, with /healthz, /readyz and /metrics beside them.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			cliflag.PrintFlags(cmd.Flags())
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return sandboxd.Run(ctx, o.Config())
+		},
+	}
+	fss := newNamedFlagSets()
+	o.AddFlags(fss.FlagSet("sandboxd"))
+	addLogsFlags(fss.FlagSet("logs"))
+	setFlags(cmd, fss)
+	return cmd
+}

@@ -1,0 +1,56 @@
+// Package operator is the composition root of `airlock operator`: it turns a Config into running
+// informers, HTTP servers, leader election and controllers, and owns their shutdown order.
+package operator
+
+import (
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	componentbaseconfig "k8s.io/component-base/config"
+
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+)
+
+// ComponentName names the operator in events, field managers, user agents and the lease.
+const ComponentName = "airlock-operator"
+
+// DisabledBindAddress turns off the server of a bind address that may be disabled (metrics).
+const DisabledBindAddress = "0"
+
+// Config is everything Run needs: the validated flags, with the clients already built.
+type Config struct {
+	// KubeClient talks to the core APIs; its rate limit is the --kube-api-qps/--kube-api-burst pair.
+	KubeClient kubernetes.Interface
+	// AirlockClient talks to the airlock.dev APIs.
+	AirlockClient airlockclientset.Interface
+	// LeaderElectionClient renews the lease. It has a rate limiter of its own, so that a busy
+	// controller cannot starve the renewals.
+	LeaderElectionClient kubernetes.Interface
+
+	// LeaderElection is the --leader-elect* flags.
+	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+	// Identity is this replica's name as a lease holder: hostname + "_" + a UUID.
+	Identity string
+
+	// APIBindAddress is where the Sandbox API listens (host:port).
+	APIBindAddress string
+	// TLSCertFile and TLSKeyFile, both set or both empty, make the Sandbox API serve TLS.
+	TLSCertFile, TLSKeyFile string
+	// MetricsBindAddress is where /metrics listens (host:port), or DisabledBindAddress.
+	MetricsBindAddress string
+	// HealthProbeBindAddress is where /healthz and /readyz listen (host:port).
+	HealthProbeBindAddress string
+	// ShutdownTimeout bounds the wait for in-flight HTTP requests on shutdown.
+	ShutdownTimeout time.Duration
+	// APIServerTimeout bounds the wait at start for the Kubernetes API server to answer and to
+	// serve the airlock.dev API.
+	APIServerTimeout time.Duration
+
+	// Workers is the number of workers each controller runs.
+	Workers int
+	// TokenAudiences are the audiences the Sandbox API asks TokenReview for; empty means the API
+	// server's own.
+	TokenAudiences []string
+	// SyncImage is the image of sync-back Jobs.
+	SyncImage string
+}

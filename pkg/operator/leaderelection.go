@@ -1,0 +1,167 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// errLeaderElectionLost ends the operator when it stops holding the lease without being asked to:
+// it exits and is restarted rather than carry on beside the replica that may now lead.
+var errLeaderElectionLost = errors.New("leader election lost")
+
+// leaderHealthzTimeout is how long past its lease's expiry a leader that failed to renew still
+// passes /healthz (as in kube-controller-manager).
+const leaderHealthzTimeout = 20 * time.Second
+
+// runWithLeaderElection runs lead while this replica holds the lease. It returns nil once ctx is
+// done and the lease has been released, errLeaderElectionLost if the lease was lost, or lead's
+// error if lead failed. In every case lead's context is cancelled and lead has returned before the
+// lease is released.
+func runWithLeaderElection(ctx context.Context, cfg *Config, watchdog *leaderelection.HealthzAdaptor, recorder record.EventRecorder, lead func(ctx context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	lease := klog.KRef(cfg.LeaderElection.ResourceNamespace, cfg.LeaderElection.ResourceName)
+
+	// workCtx ends the leading work. The elector has a context of its own, ended only after the
+	// work has returned, because it releases the lease as soon as its context ends.
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElection()
+
+	var (
+		mu       sync.Mutex
+		stopping bool          // no term may start any more
+		termDone chan struct{} // closed when the leading work has returned; nil if it never started
+		leadErr  error
+		leading  atomic.Bool // this replica has held the lease
+		giveUp   atomic.Bool // this replica asked to stop leading
+	)
+	leadFailed := make(chan struct{})
+	// stopLeading cancels the leading work and waits for it to return. It may be called more
+	// than once, from the elector's goroutine (before a release) and from this one.
+	stopLeading := func() {
+		mu.Lock()
+		stopping = true
+		done := termDone
+		mu.Unlock()
+		stopWork()
+		if done != nil {
+			<-done
+		}
+	}
+
+	lock := &releaseGuardLock{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: lease.Name},
+			Client:    cfg.LeaderElectionClient.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{
+				Identity:      cfg.Identity,
+				EventRecorder: recorder,
+			},
+		},
+		beforeRelease: stopLeading,
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   cfg.LeaderElection.LeaseDuration.Duration,
+		RenewDeadline:   cfg.LeaderElection.RenewDeadline.Duration,
+		RetryPeriod:     cfg.LeaderElection.RetryPeriod.Duration,
+		WatchDog:        watchdog,
+		ReleaseOnCancel: true,
+		Name:            cfg.LeaderElection.ResourceName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(termCtx context.Context) {
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				done := make(chan struct{})
+				termDone = done
+				leading.Store(true)
+				mu.Unlock()
+				defer close(done)
+
+				logger.Info("Started leading", "lease", lease, "identity", cfg.Identity)
+				ctx, cancel := context.WithCancel(workCtx)
+				defer cancel()
+				defer context.AfterFunc(termCtx, cancel)()
+				if err := lead(ctx); err != nil {
+					mu.Lock()
+					leadErr = err
+					mu.Unlock()
+					close(leadFailed)
+				}
+			},
+			// The elector calls this even when this replica never led.
+			OnStoppedLeading: func() {
+				switch {
+				case !leading.Load():
+				case giveUp.Load():
+					logger.Info("Stopped leading", "lease", lease)
+				default:
+					logger.Error(nil, "Leader election lost", "lease", lease)
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != cfg.Identity {
+					logger.Info("New leader elected", "lease", lease, "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring leader election: %w", err)
+	}
+	watchdog.SetLeaderElection(elector)
+
+	logger.Info("Starting leader election", "lease", lease, "identity", cfg.Identity)
+	electionDone := make(chan struct{})
+	go func() {
+		defer close(electionDone)
+		elector.Run(electionCtx)
+	}()
+
+	var result error
+	select {
+	case <-ctx.Done():
+		giveUp.Store(true)
+	case <-leadFailed:
+		giveUp.Store(true)
+	case <-electionDone:
+		// Run returns before its context ends only when a held lease could not be renewed.
+		result = errLeaderElectionLost
+	}
+	stopLeading()
+	stopElection()
+	<-electionDone
+
+	mu.Lock()
+	defer mu.Unlock()
+	return errors.Join(result, leadErr)
+}
+
+// releaseGuardLock stops the leading work before the elector writes the release of the lease
+// (a record without holder), whatever made it release: ReleaseOnCancel releases as soon as the
+// renew loop ends, which can be before the elector cancels the leading work's context.
+type releaseGuardLock struct {
+	resourcelock.Interface
+	beforeRelease func()
+}
+
+func (l *releaseGuardLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if ler.HolderIdentity == "" {
+		l.beforeRelease()
+	}
+	return l.Interface.Update(ctx, ler)
+}

@@ -1,0 +1,295 @@
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go, workqueue and leader election metrics
+	"k8s.io/klog/v2"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/version"
+)
+
+// Run runs the operator until ctx is done, then shuts it down in order: the controllers stop and
+// are waited for, the lease is released, the HTTP servers drain, the informers stop. It returns
+// nil after a requested shutdown, and an error when the operator cannot start or must not go on
+// (for one, when it lost the lease it held).
+func Run(ctx context.Context, cfg *Config) error {
+	o, err := newOperator(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := o.listen(); err != nil {
+		return err
+	}
+	return o.run(ctx)
+}
+
+// operator is one running `airlock operator`.
+type operator struct {
+	cfg *Config
+
+	airlockInformers airlockinformers.SharedInformerFactory
+	kubeInformers    kubeinformers.SharedInformerFactory
+	readiness        *readiness
+	watchdog         *leaderelection.HealthzAdaptor
+	servers          []*httpServer
+	// stopServing ends the context of the requests in flight when shutdown begins.
+	stopServing context.CancelFunc
+	// controllers are what the leader runs: a test seam, newControllerDescriptors() otherwise.
+	controllers []controllerDescriptor
+}
+
+// newOperator builds the operator's parts; nothing runs yet.
+func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
+	o := &operator{
+		cfg:              cfg,
+		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
+		kubeInformers:    kubeinformers.NewSharedInformerFactory(cfg.KubeClient, 0),
+		watchdog:         leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
+		controllers:      newControllerDescriptors(),
+	}
+
+	// Every replica keeps these caches: the Sandbox API answers from them, and the leader's
+	// controllers share them.
+	airlock := o.airlockInformers.Airlock().V1alpha1()
+	o.readiness = &readiness{informers: []namedInformer{
+		{name: "sandboxclasses", informer: airlock.SandboxClasses().Informer()},
+		{name: "toolregistries", informer: airlock.ToolRegistries().Informer()},
+		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
+		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
+	}}
+
+	healthChecks := []checker{pingCheck{}}
+	if cfg.LeaderElection.LeaderElect {
+		healthChecks = append(healthChecks, o.watchdog)
+	}
+	healthz := checkHandler("healthz", http.StatusInternalServerError, healthChecks...)
+	readyz := checkHandler("readyz", http.StatusServiceUnavailable, o.readiness)
+	var metrics http.Handler
+	if cfg.MetricsBindAddress != DisabledBindAddress {
+		metrics = legacyregistry.Handler()
+	}
+
+	var apiTLS *tls.Config
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the Sandbox API's certificate (--tls-cert-file, --tls-key-file): %w", err)
+		}
+		apiTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	servingCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	o.stopServing = stopServing
+	probes := http.NewServeMux()
+	probes.Handle("GET /healthz", healthz)
+	probes.Handle("GET /readyz", readyz)
+	o.servers = append(o.servers,
+		newHTTPServer("health probes", "--health-probe-bind-address", cfg.HealthProbeBindAddress, probes, nil, servingCtx),
+		newHTTPServer("Sandbox API", "--api-bind-address", cfg.APIBindAddress, newAPIHandler(healthz, readyz, metrics), apiTLS, servingCtx),
+	)
+	if metrics != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics)
+		o.servers = append(o.servers, newHTTPServer("metrics", "--metrics-bind-address", cfg.MetricsBindAddress, mux, nil, servingCtx))
+	}
+	return o, nil
+}
+
+// listen binds every server's address.
+func (o *operator) listen() error {
+	for i, s := range o.servers {
+		if err := s.listen(); err != nil {
+			for _, bound := range o.servers[:i] {
+				bound.close()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// run runs the bound operator until ctx is done; see Run.
+func (o *operator) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting airlock operator", "version", version.Get().String(), "identity", o.cfg.Identity)
+
+	// The broadcaster outlives ctx: the lease's "stopped leading" event is recorded after it ends.
+	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
+	broadcaster.StartStructuredLogging(3)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.cfg.KubeClient.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(newScheme(), corev1.EventSource{Component: ComponentName})
+
+	// Serve first, so that probes answer while the operator starts and on standby replicas.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		serving   sync.WaitGroup
+		mu        sync.Mutex
+		serveErrs []error
+	)
+	for _, s := range o.servers {
+		serving.Go(func() {
+			if err := s.serve(ctx); err != nil {
+				mu.Lock()
+				serveErrs = append(serveErrs, err)
+				mu.Unlock()
+				cancel()
+			}
+		})
+	}
+
+	informersCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInformers()
+	runErr := o.runInformersAndControllers(ctx, informersCtx.Done(), recorder)
+
+	// Shut down: the controllers have returned and the lease is released. Fail readiness first,
+	// then drain the servers, then stop the informers the controllers no longer read.
+	logger.Info("Shutting down")
+	o.readiness.shuttingDown.Store(true)
+	o.stopServing()
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.ShutdownTimeout)
+	defer cancelShutdown()
+	for _, s := range o.servers {
+		if err := s.server.Shutdown(shutdownCtx); err != nil {
+			logger.Error(err, "Failed to shut a server down gracefully", "server", s.name)
+			_ = s.server.Close()
+		}
+	}
+	serving.Wait()
+	stopInformers()
+	o.airlockInformers.Shutdown()
+	o.kubeInformers.Shutdown()
+	logger.Info("Stopped airlock operator")
+
+	mu.Lock()
+	defer mu.Unlock()
+	return errors.Join(append([]error{runErr}, serveErrs...)...)
+}
+
+// runInformersAndControllers waits for the API server, starts the informers every replica keeps,
+// and runs the controllers, under leader election when it is enabled, until ctx is done.
+func (o *operator) runInformersAndControllers(ctx context.Context, informersDone <-chan struct{}, recorder record.EventRecorder) error {
+	logger := klog.FromContext(ctx)
+	if err := waitForAPIServer(ctx, o.cfg.KubeClient, o.cfg.APIServerTimeout); err != nil {
+		if ctx.Err() != nil {
+			return nil // shutdown requested while waiting
+		}
+		return err
+	}
+	o.airlockInformers.Start(informersDone)
+
+	cc := ControllerContext{
+		KubeClient:       o.cfg.KubeClient,
+		AirlockClient:    o.cfg.AirlockClient,
+		KubeInformers:    o.kubeInformers,
+		AirlockInformers: o.airlockInformers,
+		EventRecorder:    recorder,
+		Workers:          o.cfg.Workers,
+		SyncImage:        o.cfg.SyncImage,
+	}
+	lead := func(ctx context.Context) error {
+		return runControllers(ctx, o.controllers, cc, informersDone)
+	}
+	if !o.cfg.LeaderElection.LeaderElect {
+		logger.Info("Warning: leader election is disabled (--leader-elect=false), so every replica of the operator runs the controllers: run a single replica")
+		return lead(ctx)
+	}
+	return runWithLeaderElection(ctx, o.cfg, o.watchdog, recorder, lead)
+}
+
+// waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a
+// wrong kubeconfig or missing CRDs fail the start with a clear error rather than with informers
+// retrying forever.
+func waitForAPIServer(ctx context.Context, client kubernetes.Interface, timeout time.Duration) error {
+	logger := klog.FromContext(ctx)
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		err := checkAPIServer(ctx, client)
+		if err == nil {
+			return true, nil
+		}
+		if ctx.Err() != nil && lastErr != nil {
+			return false, nil // cut short by the timeout: the previous error says more
+		}
+		if lastErr == nil || lastErr.Error() != err.Error() {
+			logger.Info("Waiting for the Kubernetes API server", "err", err)
+		}
+		lastErr = err
+		return false, nil
+	})
+	if err != nil && lastErr != nil && ctx.Err() == nil {
+		return lastErr
+	}
+	return err
+}
+
+// checkAPIServer checks that the API server answers and serves the airlock.dev API.
+func checkAPIServer(ctx context.Context, client kubernetes.Interface) error {
+	groupVersion := airlockv1alpha1.SchemeGroupVersion.String()
+	if _, err := withContext(ctx, client.Discovery().ServerVersion); err != nil {
+		return fmt.Errorf("cannot reach the Kubernetes API server: %w", err)
+	}
+	_, err := withContext(ctx, func() (*metav1.APIResourceList, error) {
+		return client.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("the Kubernetes API server does not serve %s: install the airlock CRDs (kubectl apply -k manifests/)", groupVersion)
+	case err != nil:
+		return fmt.Errorf("discovering %s: %w", groupVersion, err)
+	}
+	return nil
+}
+
+// withContext returns f's result, or ctx's error as soon as ctx ends. The discovery calls of this
+// client-go take no context (their own timeout is 32 s): this keeps a shutdown from waiting on them.
+func withContext[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// newScheme knows the kinds the operator records events about.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(airlockscheme.AddToScheme(scheme))
+	return scheme
+}

@@ -1,0 +1,562 @@
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/workqueue"
+	componentbaseconfig "k8s.io/component-base/config"
+	"k8s.io/klog/v2/ktesting"
+
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+)
+
+const (
+	testIdentity       = "test-host_0c1d2e3f"
+	testLeaseNamespace = "airlock-system"
+	testLeaseName      = "airlock-operator"
+)
+
+// newFakes returns fake clientsets whose discovery serves the airlock.dev API.
+func newFakes() (*k8sfake.Clientset, *airlockfake.Clientset) {
+	kube := k8sfake.NewClientset()
+	kube.Resources = []*metav1.APIResourceList{{GroupVersion: "airlock.dev/v1alpha1"}}
+	return kube, airlockfake.NewClientset()
+}
+
+func newTestConfig(kube *k8sfake.Clientset, airlock *airlockfake.Clientset) *Config {
+	return &Config{
+		KubeClient:           kube,
+		AirlockClient:        airlock,
+		LeaderElectionClient: kube,
+		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
+			LeaderElect:       false,
+			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
+			RenewDeadline:     metav1.Duration{Duration: 10 * time.Second},
+			RetryPeriod:       metav1.Duration{Duration: 2 * time.Second},
+			ResourceLock:      "leases",
+			ResourceName:      testLeaseName,
+			ResourceNamespace: testLeaseNamespace,
+		},
+		Identity:               testIdentity,
+		APIBindAddress:         "127.0.0.1:0",
+		MetricsBindAddress:     "127.0.0.1:0",
+		HealthProbeBindAddress: "127.0.0.1:0",
+		ShutdownTimeout:        wait.ForeverTestTimeout,
+		APIServerTimeout:       wait.ForeverTestTimeout,
+		Workers:                1,
+		SyncImage:              "ghcr.io/airlock-dev/airlock:test",
+	}
+}
+
+// testController records its lifecycle; its run blocks until its context ends.
+type testController struct {
+	started chan struct{}
+	stopped chan struct{}
+	// onStop runs when the controller's context has ended, before run returns.
+	onStop func()
+	err    error
+}
+
+func newTestController() *testController {
+	return &testController{started: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+func (c *testController) descriptor() controllerDescriptor {
+	return controllerDescriptor{name: "test", init: func(ctx context.Context, cc ControllerContext) (func(context.Context) error, error) {
+		return func(ctx context.Context) error {
+			close(c.started)
+			if c.err != nil {
+				close(c.stopped)
+				return c.err
+			}
+			<-ctx.Done()
+			if c.onStop != nil {
+				c.onStop()
+			}
+			close(c.stopped)
+			return nil
+		}, nil
+	}}
+}
+
+// startOperator builds, binds and runs an operator; cancel ctx to stop it. The result of run
+// arrives on the returned channel.
+func startOperator(t *testing.T, ctx context.Context, cfg *Config, controllers ...controllerDescriptor) (*operator, <-chan error) {
+	t.Helper()
+	o, err := newOperator(ctx, cfg)
+	if err != nil {
+		t.Fatalf("newOperator: %v", err)
+	}
+	o.controllers = controllers
+	if err := o.listen(); err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- o.run(ctx) }()
+	return o, done
+}
+
+// serverURL is the base URL of the operator's server named name.
+func serverURL(t *testing.T, o *operator, name string) string {
+	t.Helper()
+	for _, s := range o.servers {
+		if s.name == name {
+			return "http://" + s.listener.Addr().String()
+		}
+	}
+	t.Fatalf("no %q server", name)
+	return ""
+}
+
+func get(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading the body: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func waitForResult(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("timed out waiting for the operator to return")
+		return nil
+	}
+}
+
+func getLease(t *testing.T, kube *k8sfake.Clientset) (holder string, found bool) {
+	t.Helper()
+	lease, err := kube.CoordinationV1().Leases(testLeaseNamespace).Get(context.Background(), testLeaseName, metav1.GetOptions{})
+	if err != nil {
+		return "", false
+	}
+	if lease.Spec.HolderIdentity == nil {
+		return "", true
+	}
+	return *lease.Spec.HolderIdentity, true
+}
+
+func TestReadyzFailsUntilInformersSync(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+
+	// Hold the first list of SandboxClaims until the test lets it go.
+	listStarted, release := make(chan struct{}), make(chan struct{})
+	var startOnce, releaseOnce sync.Once
+	releaseList := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseList)
+	airlock.PrependReactor("list", "sandboxclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		startOnce.Do(func() { close(listStarted) })
+		<-release
+		return false, nil, nil
+	})
+
+	o, done := startOperator(t, ctx, newTestConfig(kube, airlock))
+	probes := serverURL(t, o, "health probes")
+	api := serverURL(t, o, "Sandbox API")
+	waitFor(t, listStarted, "the informers to list SandboxClaims")
+
+	if status, body := get(t, http.DefaultClient, probes+"/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "[-]informerSync failed: informers not synced: ") || !strings.Contains(body, "sandboxclaims") {
+		t.Errorf("/readyz before the caches synced: %d %q, want 503 naming sandboxclaims", status, body)
+	}
+	if status, _ := get(t, http.DefaultClient, api+"/readyz"); status != http.StatusServiceUnavailable {
+		t.Errorf("Sandbox API /readyz before the caches synced: %d, want 503", status)
+	}
+	if status, body := get(t, http.DefaultClient, probes+"/healthz"); status != http.StatusOK || body != "ok" {
+		t.Errorf("/healthz while the caches sync: %d %q, want 200 ok", status, body)
+	}
+
+	releaseList()
+	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
+	defer cancelSync()
+	for typ, synced := range o.airlockInformers.WaitForCacheSync(syncCtx.Done()) {
+		if !synced {
+			t.Fatalf("informer for %v did not sync", typ)
+		}
+	}
+	if status, body := get(t, http.DefaultClient, probes+"/readyz"); status != http.StatusOK || body != "ok" {
+		t.Errorf("/readyz after the caches synced: %d %q, want 200 ok", status, body)
+	}
+	if status, _ := get(t, http.DefaultClient, api+"/readyz"); status != http.StatusOK {
+		t.Errorf("Sandbox API /readyz after the caches synced: %d, want 200", status)
+	}
+
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v, want nil", err)
+	}
+}
+
+func TestReadinessHandler(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	o, err := newOperator(ctx, newTestConfig(kube, airlock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := checkHandler("readyz", http.StatusServiceUnavailable, o.readiness)
+	readyz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz?verbose", nil))
+		return rec.Code, rec.Body.String()
+	}
+
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, sandboxclaims, sandboxclasses, toolregistries") {
+		t.Errorf("before the informers start: %d %q, want 503 listing all four informers", code, body)
+	}
+
+	o.airlockInformers.Start(ctx.Done())
+	var synced []cache.InformerSynced
+	for _, i := range o.readiness.informers {
+		synced = append(synced, i.informer.HasSynced)
+	}
+	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
+	defer cancelSync()
+	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
+		t.Fatal("informers did not sync")
+	}
+	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, "[+]informerSync ok") {
+		t.Errorf("after the informers synced: %d %q, want 200", code, body)
+	}
+
+	o.readiness.shuttingDown.Store(true)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
+		t.Errorf("once shutting down: %d %q, want 503", code, body)
+	}
+	cancel()
+	o.airlockInformers.Shutdown()
+}
+
+func TestRunWithoutLeaderElection(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	controller := newTestController()
+
+	o, done := startOperator(t, ctx, newTestConfig(kube, airlock), controller.descriptor())
+	waitFor(t, controller.started, "the controller to start")
+
+	if _, found := getLease(t, kube); found {
+		t.Error("a Lease exists although leader election is disabled")
+	}
+	// No leader-election check without leader election.
+	if status, body := get(t, http.DefaultClient, serverURL(t, o, "health probes")+"/healthz?verbose"); status != http.StatusOK || strings.Contains(body, "leaderElection") {
+		t.Errorf("/healthz?verbose: %d %q, want 200 without a leaderElection check", status, body)
+	}
+
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v, want nil", err)
+	}
+	select {
+	case <-controller.stopped:
+	default:
+		t.Error("run returned before the controller stopped")
+	}
+}
+
+func TestLeaderElectionReleasesLeaseAfterControllersStop(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.LeaderElection.LeaderElect = true
+
+	controller := newTestController()
+	var holderWhileStopping string
+	controller.onStop = func() { holderWhileStopping, _ = getLease(t, kube) }
+
+	o, done := startOperator(t, ctx, cfg, controller.descriptor())
+	waitFor(t, controller.started, "the controller to start leading")
+
+	if holder, _ := getLease(t, kube); holder != testIdentity {
+		t.Errorf("lease holder while leading = %q, want %q", holder, testIdentity)
+	}
+	if status, body := get(t, http.DefaultClient, serverURL(t, o, "health probes")+"/healthz?verbose"); status != http.StatusOK || !strings.Contains(body, "[+]leaderElection ok") {
+		t.Errorf("/healthz?verbose while leading: %d %q, want 200 with the leaderElection check", status, body)
+	}
+
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Fatalf("run after cancel: %v, want nil", err)
+	}
+	if holderWhileStopping != testIdentity {
+		t.Errorf("lease holder while the controller stopped = %q, want %q: the lease was released before the leading work returned", holderWhileStopping, testIdentity)
+	}
+	if holder, found := getLease(t, kube); !found || holder != "" {
+		t.Errorf("lease holder after shutdown = %q (found %v), want released (empty)", holder, found)
+	}
+}
+
+func TestLeaderElectionLostStopsOperator(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.LeaderElection.LeaderElect = true
+	// Short terms, so that a failed renewal is noticed quickly.
+	cfg.LeaderElection.LeaseDuration.Duration = 600 * time.Millisecond
+	cfg.LeaderElection.RenewDeadline.Duration = 400 * time.Millisecond
+	cfg.LeaderElection.RetryPeriod.Duration = 100 * time.Millisecond
+
+	var refuseUpdates atomic.Bool
+	kube.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if !refuseUpdates.Load() {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("injected: the API server refuses lease updates")
+	})
+
+	controller := newTestController()
+	_, done := startOperator(t, ctx, cfg, controller.descriptor())
+	waitFor(t, controller.started, "the controller to start leading")
+	// From now on the lease cannot be renewed.
+	refuseUpdates.Store(true)
+
+	err := waitForResult(t, done)
+	if !errors.Is(err, errLeaderElectionLost) {
+		t.Fatalf("run after losing the lease: %v, want %v", err, errLeaderElectionLost)
+	}
+	select {
+	case <-controller.stopped:
+	default:
+		t.Error("run returned before the controller stopped")
+	}
+}
+
+func TestControllerFailureStopsOperator(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.LeaderElection.LeaderElect = true
+
+	controller := newTestController()
+	controller.err = errors.New("injected failure")
+	_, done := startOperator(t, ctx, cfg, controller.descriptor())
+
+	err := waitForResult(t, done)
+	if err == nil || !strings.Contains(err.Error(), "test controller: injected failure") {
+		t.Fatalf("run with a failing controller: %v, want the controller's error", err)
+	}
+	if holder, found := getLease(t, kube); !found || holder != "" {
+		t.Errorf("lease holder after the failure = %q (found %v), want released (empty)", holder, found)
+	}
+}
+
+func TestStartFailsWithoutAirlockAPI(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube, airlock := newFakes()
+	kube.Resources = nil // the CRDs are not installed
+	cfg := newTestConfig(kube, airlock)
+	cfg.APIServerTimeout = time.Millisecond
+
+	_, done := startOperator(t, ctx, cfg)
+	err := waitForResult(t, done)
+	if err == nil || !strings.Contains(err.Error(), "does not serve airlock.dev/v1alpha1: install the airlock CRDs") {
+		t.Fatalf("run without the airlock.dev API: %v, want an error saying to install the CRDs", err)
+	}
+}
+
+func TestListenFailsOnBusyAddress(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.MetricsBindAddress = busy.Addr().String()
+
+	err = Run(ctx, cfg)
+	want := "cannot listen on --metrics-bind-address=" + busy.Addr().String()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run with a busy metrics address: %v, want an error containing %q", err, want)
+	}
+}
+
+func TestMetricsServeWorkqueueMetrics(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	o, done := startOperator(t, ctx, newTestConfig(kube, airlock))
+
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "airlock-metrics-test"})
+	defer queue.ShutDown()
+	queue.Add("item")
+
+	status, body := get(t, http.DefaultClient, serverURL(t, o, "metrics")+"/metrics")
+	if status != http.StatusOK || !strings.Contains(body, `workqueue_adds_total{name="airlock-metrics-test"} `) {
+		t.Errorf("/metrics: %d, want 200 with the test queue's workqueue_adds_total; got:\n%s", status, body)
+	}
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+func TestMetricsCanBeDisabled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.MetricsBindAddress = DisabledBindAddress
+	o, err := newOperator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range o.servers {
+		if s.name == "metrics" {
+			t.Errorf("a metrics server exists with --metrics-bind-address=%s", DisabledBindAddress)
+		}
+	}
+	rec := httptest.NewRecorder()
+	o.servers[1].server.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("Sandbox API /metrics with metrics disabled: %d, want 404", rec.Code)
+	}
+}
+
+func TestAPIPlaceholderAnswersJSONNotFound(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	handler := newAPIHandler(ok, ok, ok)
+	tests := map[string]struct {
+		method, path string
+		wantStatus   int
+		wantError    string
+	}{
+		"acquire":      {method: "POST", path: "/v1/sandboxes/acquire", wantStatus: http.StatusNotFound, wantError: "not_found"},
+		"session open": {method: "POST", path: "/v1/sessions/open", wantStatus: http.StatusNotFound, wantError: "not_found"},
+		"root":         {method: "GET", path: "/", wantStatus: http.StatusNotFound, wantError: "not_found"},
+		"healthz":      {method: "GET", path: "/healthz", wantStatus: http.StatusOK},
+		"readyz":       {method: "GET", path: "/readyz", wantStatus: http.StatusOK},
+		"metrics":      {method: "GET", path: "/metrics", wantStatus: http.StatusOK},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+			if rec.Code != tc.wantStatus {
+				t.Fatalf("%s %s: status %d, want %d", tc.method, tc.path, rec.Code, tc.wantStatus)
+			}
+			if tc.wantError == "" {
+				return
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q, want application/json", ct)
+			}
+			var body apiError
+			dec := json.NewDecoder(rec.Body)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil {
+				t.Fatalf("body is not an API error: %v", err)
+			}
+			if body.Error != tc.wantError || !strings.Contains(body.Message, tc.path) {
+				t.Errorf("body = %+v, want error %q and a message naming %s", body, tc.wantError, tc.path)
+			}
+		})
+	}
+}
+
+func TestAPIServesTLS(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
+
+	o, done := startOperator(t, ctx, cfg)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(certPEM) {
+		t.Fatal("cannot parse the generated certificate")
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	url := strings.Replace(serverURL(t, o, "Sandbox API"), "http://", "https://", 1)
+	if status, body := get(t, client, url+"/v1/sandboxes/acquire"); status != http.StatusNotFound || !strings.Contains(body, `"error":"not_found"`) {
+		t.Errorf("GET over TLS: %d %q, want the JSON 404", status, body)
+	}
+
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+func TestBadCertificateFailsStart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for _, f := range []string{certFile, keyFile} {
+		if err := os.WriteFile(f, []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
+	err := Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "loading the Sandbox API's certificate") {
+		t.Fatalf("Run with a bad certificate: %v, want a certificate error", err)
+	}
+}

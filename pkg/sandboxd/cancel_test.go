@@ -1,0 +1,95 @@
+package sandboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// waitMetric waits (bounded) until /metrics shows line.
+func waitMetric(t *testing.T, url, line string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		_, body := get(t, url+"/metrics", nil)
+		if strings.Contains(body, line) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed %q", line)
+		}
+		time.Sleep(10 * time.Millisecond) // the call is counted when its handler returns
+	}
+}
+
+// TestCancelKillsTheCallsProcesses cancels a running Bash call from the
+// client (the SDK sends notifications/cancelled) on both transports: the
+// command's whole process group dies.
+func TestCancelKillsTheCallsProcesses(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	for i, transport := range []string{"sse", "streamable"} {
+		t.Run(transport, func(t *testing.T) {
+			var cs *mcp.ClientSession
+			if transport == "sse" {
+				cs = connectSSE(t, ts.url, nil)
+			} else {
+				cs = connectStreamable(t, ts.url, nil)
+			}
+			dir := fmt.Sprintf("c%d", i)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolBash, Arguments: map[string]any{
+					"command": fmt.Sprintf("mkdir -p %[1]s; echo $$ > %[1]s/leader.pid; sleep 300 & echo $! > %[1]s/bg.pid; wait", dir),
+				}})
+				done <- err
+			}()
+			pids := []int{readPID(t, filepath.Join(ts.ws, dir, "leader.pid")), readPID(t, filepath.Join(ts.ws, dir, "bg.pid"))}
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("CallTool returned %v, want context.Canceled", err)
+				}
+			case <-time.After(testTimeout):
+				t.Fatal("CallTool did not return")
+			}
+			waitDead(t, pids...)
+			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{status="canceled",tool="Bash"} %d`, i+1))
+			// The session goes on.
+			callOK(t, cs, ToolBash, map[string]any{"command": "true"})
+		})
+	}
+}
+
+// TestClientVanishesMidCall: a client whose SSE stream goes away while its
+// Bash call runs gets its processes killed and its session freed.
+func TestClientVanishesMidCall(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	s, endpoint := rawSession(t, ts)
+	post(t, endpoint, "application/json", initializeRequest, nil)
+	s.next(t)
+	post(t, endpoint, "application/json", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait"}}}`
+	if code, _ := post(t, endpoint, "application/json", call, nil); code != http.StatusAccepted {
+		t.Fatalf("POST tools/call = %d", code)
+	}
+	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	s.close() // the client goes away
+	waitDead(t, pids...)
+	deadline := time.Now().Add(testTimeout)
+	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.count() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.count())
+		}
+		time.Sleep(10 * time.Millisecond) // the server notices the disconnect asynchronously
+	}
+	waitMetric(t, ts.url, `airlock_sandboxd_tool_calls_total{status="canceled",tool="Bash"} 1`)
+}

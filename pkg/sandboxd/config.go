@@ -1,0 +1,19 @@
+package sandboxd
+
+import "time"
+
+// Config is what `airlock sandboxd` runs with; pkg/cmd builds it from the command's flags.
+type Config struct {
+	// Listen is the address (host:port) of the one listener for MCP, /healthz, /readyz and /metrics.
+	Listen string
+	// Workspace is the directory every tool path is resolved in.
+	Workspace string
+	// ReadOnly registers only the tools that do not modify the workspace.
+	ReadOnly bool
+	// AllowedTools are the only tools listed and callable; empty allows all.
+	AllowedTools []string
+	// AuthTokenFile holds the bearer token MCP requests must carry; empty accepts any request.
+	AuthTokenFile string
+	// ShutdownGrace bounds the time given to open streams and running tool calls on shutdown.
+	ShutdownGrace time.Duration
+}

@@ -1,0 +1,230 @@
+package sandboxd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/version"
+)
+
+// MaxMessageBytes bounds one JSON-RPC message that a client POSTs, on both
+// transports. A larger message is refused with HTTP 413 and a JSON-RPC error
+// that says so.
+const MaxMessageBytes = 4 << 20
+
+// protocolVersions are the MCP protocol versions sandboxd negotiates, newest
+// first. A client that asks for another version is answered with the newest
+// of these (initialize) or refused (server/discover), and falls back.
+var protocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// serverName is the name sandboxd gives in its initialize result.
+const serverName = "airlock-sandboxd"
+
+// newMCPServer builds the protocol layer: the SDK's MCP server with the
+// served tools, restricted to protocolVersions, with the middleware that
+// counts tool calls and turns a panicking tool into a tool error.
+func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: serverName, Version: version.Get().Version}, &mcp.ServerOptions{
+		Instructions: fmt.Sprintf("airlock codegen sandbox. File tools work inside the workspace %s (relative paths are taken from it); "+
+			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.dir),
+		Logger:                    sdkLogger(logger),
+		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		SupportedProtocolVersions: protocolVersions,
+	})
+	s.AddReceivingMiddleware(toolCallMiddleware(served, m, logger))
+	for _, spec := range toolSpecs {
+		if slices.Contains(served, spec.name) {
+			spec.add(s, tb)
+		}
+	}
+	return s
+}
+
+// sdkLogger routes the SDK's slog output to klog, at V(4) but for errors.
+func sdkLogger(logger klog.Logger) *slog.Logger {
+	return slog.New(logr.ToSlogHandler(logger.WithName("mcp").V(4)))
+}
+
+// toolCallMiddleware counts and times every tools/call by tool and status,
+// logs it, and turns a panic in a tool into a tool error instead of a crash.
+func toolCallMiddleware(served []string, m *metrics, logger klog.Logger) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+			if method != "tools/call" {
+				return next(ctx, method, req)
+			}
+			tool := toolNameUnknown
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && slices.Contains(served, p.Name) {
+				tool = p.Name
+			}
+			start := time.Now()
+			defer func() {
+				if r := recover(); r != nil {
+					logger.Error(nil, "Tool panicked", "tool", tool, "panic", r, "stack", string(debug.Stack()))
+					failed := &mcp.CallToolResult{}
+					failed.SetError(fmt.Errorf("internal error in %s: %v (this is a sandboxd bug)", tool, r))
+					res, err = failed, nil
+				}
+				status := callStatus(ctx, res, err)
+				elapsed := time.Since(start)
+				m.observe(tool, status, elapsed)
+				logger.V(2).Info("Tool call", "tool", tool, "status", status, "elapsed", elapsed)
+			}()
+			return next(ctx, method, req)
+		}
+	}
+}
+
+// callStatus is the status label of a finished tool call.
+func callStatus(ctx context.Context, res mcp.Result, err error) string {
+	switch {
+	case ctx.Err() != nil:
+		return statusCanceled
+	case err != nil:
+		return statusProtocolError
+	}
+	if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+		return statusError
+	}
+	return statusOK
+}
+
+// knownMethods are the client-to-server methods the protocol layer (the
+// SDK's server) handles. Any other request is answered -32601 by the
+// transport at once, before and after initialize alike, so that a client
+// probing a method sandboxd does not have never waits and never gets an
+// HTTP error instead.
+var knownMethods = map[string]bool{
+	"initialize":                       true,
+	"ping":                             true,
+	"tools/list":                       true,
+	"tools/call":                       true,
+	"prompts/list":                     true,
+	"prompts/get":                      true,
+	"resources/list":                   true,
+	"resources/templates/list":         true,
+	"resources/read":                   true,
+	"resources/subscribe":              true,
+	"resources/unsubscribe":            true,
+	"logging/setLevel":                 true,
+	"completion/complete":              true,
+	"server/discover":                  true,
+	"subscriptions/listen":             true,
+	"notifications/initialized":        true,
+	"notifications/cancelled":          true,
+	"notifications/progress":           true,
+	"notifications/roots/list_changed": true,
+}
+
+// unknownMethod checks a request the protocol layer would not handle: it
+// returns handled=true for one, with the -32601 response to send for a call
+// (nil for a notification, which is dropped).
+func unknownMethod(msg jsonrpc.Message) (resp *jsonrpc.Response, handled bool) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || knownMethods[req.Method] {
+		return nil, false
+	}
+	if !req.IsCall() {
+		return nil, true
+	}
+	return &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{
+		Code:    jsonrpc.CodeMethodNotFound,
+		Message: fmt.Sprintf("method not found: %q (sandboxd serves tools: tools/list, tools/call)", req.Method),
+	}}, true
+}
+
+// rpcError is a JSON-RPC error answered directly in an HTTP response, for a
+// message that never reaches the protocol layer.
+type rpcError struct {
+	status int // HTTP status
+	code   int64
+	msg    string
+}
+
+func (e *rpcError) Error() string { return e.msg }
+
+// write answers the request with the error as a JSON-RPC response (id null).
+func (e *rpcError) write(w http.ResponseWriter) {
+	body, _ := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      any    `json:"id"`
+		Error   struct {
+			Code    int64  `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", Error: struct {
+		Code    int64  `json:"code"`
+		Message string `json:"message"`
+	}{Code: e.code, Message: e.msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(e.status)
+	w.Write(append(body, '\n'))
+}
+
+// readMessage reads a POSTed message body, bounded by limit bytes.
+func readMessage(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *rpcError) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return nil, &rpcError{status: http.StatusUnsupportedMediaType, code: jsonrpc.CodeInvalidRequest,
+				msg: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+		}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &rpcError{status: http.StatusRequestEntityTooLarge, code: jsonrpc.CodeInvalidRequest,
+				msg: fmt.Sprintf("message too large: the limit is %d bytes (for big files, write them in parts with Bash, or use smaller Writes)", mbe.Limit)}
+		}
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: fmt.Sprintf("reading the message: %v", err)}
+	}
+	return data, nil
+}
+
+// checkMessage checks that data is JSON (else -32700) and, when it is an
+// object, a JSON-RPC 2.0 message (else -32600). It returns the decoded
+// message for an object, and nil for a batch (an array), which only
+// allowBatch accepts.
+func checkMessage(data []byte, allowBatch bool) (jsonrpc.Message, *rpcError) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is empty"}
+	}
+	if !json.Valid(trimmed) {
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is not valid JSON"}
+	}
+	switch trimmed[0] {
+	case '{':
+		msg, err := jsonrpc.DecodeMessage(trimmed)
+		if err != nil {
+			return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
+				msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
+		}
+		return msg, nil
+	case '[':
+		if allowBatch {
+			return nil, nil
+		}
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
+			msg: "invalid request: JSON-RPC batches are not supported on this transport: send one message per POST"}
+	default:
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
+			msg: "invalid request: a JSON-RPC message must be a JSON object"}
+	}
+}

@@ -1,0 +1,211 @@
+package sandboxd
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// newInMemory connects an SDK client to a fresh protocol layer over the
+// SDK's in-memory transports.
+func newInMemory(t *testing.T, readOnly bool, allowed []string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, string) {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
+	tb, ws := newTestToolbox(t)
+	served, err := selectTools(allowed, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(served, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
+	server := newMCPServer(tb, served, m, logger)
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	cs, err := client.Connect(ctx, ct, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, ws
+}
+
+func TestProtocolVersionNegotiation(t *testing.T) {
+	tests := map[string]string{
+		"2024-11-05": "2024-11-05",
+		"2025-03-26": "2025-03-26",
+		"2025-06-18": "2025-06-18",
+		"2025-11-25": "2025-11-25",
+		"2026-07-28": "2025-11-25", // probes server/discover, is refused, falls back to initialize
+		"":           "2025-11-25", // the SDK's newest: the same
+	}
+	for asked, want := range tests {
+		t.Run(asked, func(t *testing.T) {
+			cs, _ := newInMemory(t, false, nil, &mcp.ClientSessionOptions{ProtocolVersion: asked})
+			res := cs.InitializeResult()
+			if res.ProtocolVersion != want {
+				t.Errorf("negotiated %q, want %q", res.ProtocolVersion, want)
+			}
+			if res.ServerInfo == nil || res.ServerInfo.Name != serverName {
+				t.Errorf("serverInfo = %+v", res.ServerInfo)
+			}
+			if res.Capabilities == nil || res.Capabilities.Tools == nil {
+				t.Errorf("capabilities = %+v, want tools", res.Capabilities)
+			}
+			if err := cs.Ping(t.Context(), nil); err != nil {
+				t.Errorf("ping: %v", err)
+			}
+		})
+	}
+}
+
+func TestToolSelection(t *testing.T) {
+	tests := map[string]struct {
+		readOnly bool
+		allowed  []string
+		want     []string
+	}{
+		"all":                {want: ToolNames()},
+		"readonly":           {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep}},
+		"allowed":            {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
+		"allowed + readonly": {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			cs, _ := newInMemory(t, tt.readOnly, tt.allowed, nil)
+			got := toolNames(t, cs)
+			slices.Sort(got)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("tools/list (-want +got):\n%s", diff)
+			}
+			// A tool that is not listed cannot be called either.
+			for _, name := range ToolNames() {
+				if slices.Contains(tt.want, name) {
+					continue
+				}
+				_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{}})
+				var werr *jsonrpc.Error
+				if !errors.As(err, &werr) || werr.Code != jsonrpc.CodeInvalidParams {
+					t.Errorf("calling unlisted %s: %v, want an invalid-params protocol error", name, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSelectToolsRefusesUnknownNames(t *testing.T) {
+	_, err := selectTools([]string{"Read", "rm_rf", "bash"}, false)
+	wantErrContaining(t, err, `"rm_rf", "bash"`)
+}
+
+// TestToolSpecsAgree checks that the tool table, the canonical names and the
+// read-only list agree, and that every tool has described, typed schemas.
+func TestToolSpecsAgree(t *testing.T) {
+	var names []string
+	for _, spec := range toolSpecs {
+		names = append(names, spec.name)
+		if spec.mutating == slices.Contains(readOnlyToolNames(), spec.name) {
+			t.Errorf("%s: mutating=%v disagrees with readOnlyToolNames", spec.name, spec.mutating)
+		}
+	}
+	if diff := cmp.Diff(ToolNames(), names); diff != "" {
+		t.Errorf("toolSpecs order/names (-ToolNames +toolSpecs):\n%s", diff)
+	}
+	cs, _ := newInMemory(t, false, nil, nil)
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Description == "" {
+			t.Errorf("%s has no description", tool.Name)
+		}
+		for kind, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			m, ok := schema.(map[string]any)
+			if !ok || m["type"] != "object" {
+				t.Errorf("%s %s schema = %v, want an object schema", tool.Name, kind, schema)
+				continue
+			}
+			props, _ := m["properties"].(map[string]any)
+			for field, p := range props {
+				if d, _ := p.(map[string]any)["description"].(string); d == "" {
+					t.Errorf("%s %s field %s has no description", tool.Name, kind, field)
+				}
+			}
+		}
+	}
+}
+
+func TestToolErrorsAreResults(t *testing.T) {
+	cs, ws := newInMemory(t, false, nil, nil)
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		tool string
+		args map[string]any
+		want string
+	}{
+		{name: "outside", tool: ToolRead, args: map[string]any{"file_path": "/etc/passwd"}, want: "outside the workspace"},
+		{name: "missing", tool: ToolRead, args: map[string]any{"file_path": "nope"}, want: "no such file"},
+		{name: "missing required field", tool: ToolRead, args: map[string]any{}, want: "file_path"},
+		{name: "wrong type", tool: ToolRead, args: map[string]any{"file_path": 3}, want: "file_path"},
+		{name: "unknown field", tool: ToolRead, args: map[string]any{"file_path": "f.txt", "bogus": 1}, want: "bogus"},
+		{name: "enum", tool: ToolGrep, args: map[string]any{"pattern": "x", "output_mode": "lines"}, want: "output_mode"},
+		{name: "overwrite unread", tool: ToolWrite, args: map[string]any{"file_path": "f.txt", "content": "y"}, want: "has not been Read"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := callTool(t, cs, tt.tool, tt.args)
+			if !res.IsError {
+				t.Fatalf("%s(%v) succeeded: %s", tt.tool, tt.args, contentText(res))
+			}
+			if text := contentText(res); !strings.Contains(text, tt.want) {
+				t.Errorf("error text %q does not contain %q", text, tt.want)
+			}
+		})
+	}
+}
+
+func TestToolPanicIsAToolError(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	m := newMetrics([]string{"boom"}, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
+	server := mcp.NewServer(&mcp.Implementation{Name: "t"}, nil)
+	server.AddReceivingMiddleware(toolCallMiddleware([]string{"boom"}, m, logger))
+	addTool(server, &mcp.Tool{Name: "boom"}, func(context.Context, ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
+		panic("kaboom")
+	})
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res := callTool(t, cs, "boom", map[string]any{"file_path": "x"})
+	if !res.IsError || !strings.Contains(contentText(res), "kaboom") {
+		t.Fatalf("result = %+v, want a tool error naming the panic", res)
+	}
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatalf("the session died with the panic: %v", err)
+	}
+}

@@ -1,0 +1,223 @@
+package sandboxd
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// maxSymlinkHops bounds how many final-component symbolic links resolveFinal
+// follows, like SYMLOOP_MAX.
+const maxSymlinkHops = 8
+
+// resolver is the one way file tools reach the workspace. It turns the paths
+// that tools receive into workspace-relative paths, and every file operation
+// goes through its os.Root, which refuses any path (including one reached
+// through a symbolic link, or a directory swapped for one mid-operation)
+// that leads out of the tree.
+type resolver struct {
+	// dir is the workspace as configured, absolute and clean.
+	dir string
+	// real is dir with its symbolic links evaluated; absolute tool paths may
+	// name either.
+	real string
+	root *os.Root
+}
+
+// newResolver opens the workspace directory dir.
+func newResolver(dir string) (*resolver, error) {
+	if dir == "" {
+		return nil, errors.New("workspace is not set")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("workspace %s is not a directory", abs)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return &resolver{dir: abs, real: real, root: root}, nil
+}
+
+// Close releases the workspace directory.
+func (r *resolver) Close() error { return r.root.Close() }
+
+// rel returns the workspace-relative, slash-separated form of the tool path
+// p: "." for the workspace itself. A relative p is taken from the workspace;
+// an absolute p must lie inside it. A path that leaves the workspace
+// lexically (through "..") is refused here; one that leaves it through a
+// symbolic link is refused by the os.Root when it is used.
+func (r *resolver) rel(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("path is empty")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("path %q contains a NUL byte", p)
+	}
+	if filepath.IsAbs(p) {
+		c := filepath.Clean(p)
+		inside := false
+		for _, base := range []string{r.dir, r.real} {
+			if c == base {
+				return ".", nil
+			}
+			prefix := base
+			if !strings.HasSuffix(prefix, string(filepath.Separator)) {
+				prefix += string(filepath.Separator)
+			}
+			if rest, ok := strings.CutPrefix(c, prefix); ok {
+				p, inside = rest, true
+				break
+			}
+		}
+		if !inside {
+			return "", fmt.Errorf("path %q is outside the workspace %s: give a path inside it, or one relative to it", p, r.dir)
+		}
+	}
+	c := filepath.Clean(p)
+	if !filepath.IsLocal(c) {
+		return "", fmt.Errorf("path %q leaves the workspace (through \"..\"): refused", p)
+	}
+	return filepath.ToSlash(c), nil
+}
+
+// resolveFinal follows symbolic links in the last component of the
+// workspace-relative path rel, so that Write and Edit replace the file a link
+// names rather than the link. A link that is absolute or leads out of the
+// workspace is refused. A path that does not exist is returned as it is.
+func (r *resolver) resolveFinal(rel string) (string, error) {
+	cur := rel
+	for range maxSymlinkHops {
+		fi, err := r.root.Lstat(cur)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return cur, nil
+			}
+			return "", r.explain(rel, err)
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return cur, nil
+		}
+		target, err := r.root.Readlink(cur)
+		if err != nil {
+			return "", r.explain(rel, err)
+		}
+		if path.IsAbs(target) {
+			return "", fmt.Errorf("%s: refused: it is a symbolic link to the absolute path %s (only relative links inside the workspace are followed)", rel, target)
+		}
+		next := path.Join(path.Dir(cur), target)
+		if !filepath.IsLocal(next) {
+			return "", fmt.Errorf("%s: refused: it is a symbolic link that leads outside the workspace", rel)
+		}
+		cur = next
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", rel)
+}
+
+// openRegular opens the regular file at rel for reading. Directories,
+// devices, FIFOs and sockets are refused; the file is opened non-blocking and
+// checked after the open, so a FIFO swapped in cannot hang the call.
+func (r *resolver) openRegular(rel string) (*os.File, fs.FileInfo, error) {
+	f, err := r.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if fi, serr := r.root.Stat(rel); serr == nil && !isEscape(err) {
+			if cerr := checkRegular(rel, fi); cerr != nil {
+				return nil, nil, cerr // e.g. a socket, which cannot be opened (ENXIO)
+			}
+		}
+		return nil, nil, r.explain(rel, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, r.explain(rel, err)
+	}
+	if err := checkRegular(rel, fi); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// checkRegular refuses anything at rel that is not a regular file.
+func checkRegular(rel string, fi fs.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		return fmt.Errorf("%s is a directory, not a file (use Glob to list it)", rel)
+	default:
+		return fmt.Errorf("%s is not a regular file (%s): device files, FIFOs and sockets are refused", rel, fileKind(m))
+	}
+}
+
+// fileKind names the type of a non-regular file for error messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	default:
+		return "irregular file"
+	}
+}
+
+// explain turns an error from the os.Root into one the model can act on.
+func (r *resolver) explain(rel string, err error) error {
+	var errno syscall.Errno
+	switch {
+	case isEscape(err):
+		return fmt.Errorf("%s: refused: it leads outside the workspace (through a symbolic link or \"..\")", rel)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such file or directory", rel)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%s: permission denied", rel)
+	case errors.As(err, &errno) && errno == syscall.ELOOP:
+		return fmt.Errorf("%s: too many levels of symbolic links", rel)
+	case errors.As(err, &errno) && errno == syscall.ENOTDIR:
+		return fmt.Errorf("%s: a component of the path is not a directory", rel)
+	case errors.As(err, &errno) && errno == syscall.EISDIR:
+		return fmt.Errorf("%s is a directory, not a file", rel)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %v", rel, pe.Err)
+	}
+	return fmt.Errorf("%s: %v", rel, err)
+}
+
+// isEscape reports whether err is os.Root's refusal of a path that leaves
+// the root. The os package does not export that error, so its text is
+// matched.
+func isEscape(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
+}

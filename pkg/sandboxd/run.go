@@ -1,0 +1,76 @@
+package sandboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// defaultShutdownGrace is used when Config.ShutdownGrace is not set.
+const defaultShutdownGrace = 10 * time.Second
+
+// Run serves MCP on cfg.Listen until ctx is done, then shuts down within
+// cfg.ShutdownGrace: SSE streams are closed and every process group killed
+// before the HTTP server is shut down.
+func Run(ctx context.Context, cfg Config) error {
+	logger := klog.FromContext(ctx).WithName("sandboxd")
+	s, err := newServer(cfg, defaultOptions(), logger)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	return s.serve(ctx, ln)
+}
+
+// serve serves on ln until ctx is done, then shuts down.
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          klog.NewStandardLogger("WARNING"),
+		// No WriteTimeout: SSE streams and tool calls last long.
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.logger.Info("sandboxd listening", "address", ln.Addr().String(), "workspace", s.tb.ws.dir,
+		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.tokenHash != nil)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("serving on %s: %w", ln.Addr(), serveErr)
+	}
+	grace := s.cfg.ShutdownGrace
+	if grace <= 0 {
+		grace = defaultShutdownGrace
+	}
+	s.logger.Info("sandboxd shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	if err := s.shutdown(sctx); err != nil {
+		s.logger.Error(err, "Shutdown did not finish in time")
+	}
+	if err := hs.Shutdown(sctx); err != nil {
+		s.logger.Error(err, "HTTP shutdown did not finish in time: closing the remaining connections")
+		_ = hs.Close()
+	}
+	if serveErr == nil {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	s.logger.Info("sandboxd stopped")
+	return serveErr
+}

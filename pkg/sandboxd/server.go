@@ -1,0 +1,115 @@
+package sandboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// options are the knobs that Config does not expose; tests shorten them.
+type options struct {
+	keepAlive       time.Duration // interval of SSE keepalive comments
+	maxMessageBytes int64         // bound of one POSTed message
+	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
+}
+
+func defaultOptions() options {
+	return options{
+		keepAlive:       defaultSSEKeepAlive,
+		maxMessageBytes: MaxMessageBytes,
+		sessionTimeout:  defaultSessionTimeout,
+	}
+}
+
+// server is one sandboxd: the tools, the protocol layer, both transports,
+// health and metrics, behind one http.Handler.
+type server struct {
+	cfg        Config
+	logger     klog.Logger
+	tb         *toolbox
+	served     []string
+	mcp        *mcp.Server
+	sse        *sseTransport
+	streamable *streamableTransport
+	metrics    *metrics
+	guard      *guard
+	closing    atomic.Bool
+}
+
+// newServer builds a server for cfg. It does not listen.
+func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
+	served, err := selectTools(cfg.AllowedTools, cfg.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newGuard(cfg.AuthTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := newToolbox(cfg.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g}
+	s.metrics = newMetrics(served,
+		func() float64 { return float64(s.sse.open()) },
+		func() float64 { return float64(countSessions(s.mcp)) },
+		func() float64 { return float64(tb.shells.running()) },
+	)
+	s.mcp = newMCPServer(tb, served, s.metrics, logger)
+	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
+	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
+	return s, nil
+}
+
+func countSessions(m *mcp.Server) int {
+	n := 0
+	for range m.Sessions() {
+		n++
+	}
+	return n
+}
+
+// handler routes the one listener: the two MCP transports behind the guard,
+// and the probes and metrics without it.
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/sse", s.guard.wrap(http.HandlerFunc(s.sse.serveStream)))
+	mux.Handle(sseEndpointPath, s.guard.wrap(http.HandlerFunc(s.sse.serveMessage)))
+	mux.Handle("/mcp", s.guard.wrap(s.streamable))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// shutdown ends everything that runs, in order: no new sessions, the SSE
+// streams closed, every MCP session ended (which cancels the calls in
+// flight), and every process group killed. It returns once all of it is
+// done, or when ctx is.
+func (s *server) shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.streamable.closing.Store(true)
+	var errs []error
+	if err := s.sse.close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("closing SSE streams: %w", err))
+	}
+	for _, ss := range slices.Collect(s.mcp.Sessions()) {
+		_ = ss.Close()
+	}
+	if err := s.tb.stop(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("waiting for background shells: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// close releases the workspace.
+func (s *server) close() error { return s.tb.close() }

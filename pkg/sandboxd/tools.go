@@ -1,0 +1,233 @@
+package sandboxd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The tool names, as agents already know them (SPEC section 6). They match
+// the enum of v1alpha1.ToolName.
+const (
+	ToolRead          = "Read"
+	ToolWrite         = "Write"
+	ToolEdit          = "Edit"
+	ToolGlob          = "Glob"
+	ToolGrep          = "Grep"
+	ToolBash          = "Bash"
+	ToolBashOutput    = "BashOutput"
+	ToolKillShell     = "KillShell"
+	ToolRunTests      = "run_tests"
+	ToolRunLint       = "run_lint"
+	ToolRunTypecheck  = "run_typecheck"
+	toolNameUnknown   = "unknown" // metrics label for calls of tools that are not served
+	toolNameMaxLength = 128
+)
+
+// toolSpec describes one tool: its name, whether it changes anything (only
+// the non-mutating ones are served with --readonly), and how it is added to
+// an MCP server.
+type toolSpec struct {
+	name     string
+	mutating bool
+	add      func(s *mcp.Server, tb *toolbox)
+}
+
+// toolSpecs lists every tool, in the canonical order.
+var toolSpecs = []toolSpec{
+	{name: ToolRead, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolRead,
+			Description: "Read a text file of the workspace. Returns numbered lines (cat -n style), up to 2000 lines from offset; long lines are cut at 2000 bytes. Reading a file marks it read, which Write (to overwrite) and Edit require.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[ReadInput](func(s *jsonschema.Schema) {
+				s.Properties["offset"].Minimum = ptr(0.0)
+				s.Properties["limit"].Minimum = ptr(0.0)
+			}),
+		}, tb.read)
+	}},
+	{name: ToolWrite, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolWrite,
+			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+		}, tb.write)
+	}},
+	{name: ToolEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolEdit,
+			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		}, tb.edit)
+	}},
+	{name: ToolGlob, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolGlob,
+			Description: "Find files of the workspace whose path matches a glob pattern (** matches any number of directories, {a,b} alternatives). Returns workspace-relative paths, newest first. .git directories are skipped unless the pattern names them; symlinked directories are not followed.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[GlobInput](func(s *jsonschema.Schema) {
+				s.Properties["limit"].Minimum = ptr(0.0)
+				s.Properties["limit"].Maximum = ptr(float64(globMaxLimit))
+			}),
+		}, tb.glob)
+	}},
+	{name: ToolGrep, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolGrep,
+			Description: "Search the contents of workspace files with an RE2 regular expression, line by line. Output modes: files_with_matches (default), content (path:line:text), count. Skips .git directories and binary files; symlinked directories are not followed.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[GrepInput](func(s *jsonschema.Schema) {
+				s.Properties["output_mode"].Enum = []any{grepContent, grepFilesWithMatches, grepCount}
+				s.Properties["head_limit"].Minimum = ptr(0.0)
+			}),
+		}, tb.grep)
+	}},
+	{name: ToolBash, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolBash,
+			Description: "Run a command with /bin/bash -c in the workspace (stdin is empty). The command runs in its own process group, which is killed whole on timeout (exit code 124), on cancellation, and when the command exits, so nothing it started outlives it: " +
+				"use run_in_background for servers and watchers. Output (stdout and stderr) is capped at 100 KiB, first and last halves kept. Timeout in milliseconds: default 120000, maximum 600000.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+			InputSchema: schemaFor[BashInput](func(s *jsonschema.Schema) {
+				s.Properties["timeout"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Maximum = ptr(float64(bashMaxTimeout.Milliseconds()))
+			}),
+		}, tb.bash)
+	}},
+	{name: ToolBashOutput, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolBashOutput,
+			Description: "Read what a background shell (Bash with run_in_background) wrote since the last read, and its status. At most 1 MiB of unread output is kept per stream; older unread output is dropped and counted.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.bashOutput)
+	}},
+	{name: ToolKillShell, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolKillShell,
+			Description: "Kill a background shell: its whole process group.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+		}, tb.killShell)
+	}},
+	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language.", tb.runTests)
+	}},
+	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
+	}},
+	{name: ToolRunTypecheck, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addCheckTool(s, ToolRunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
+	}},
+}
+
+// addCheckTool adds one of run_tests, run_lint and run_typecheck.
+func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHandler[In, Out]) {
+	addTool(s, &mcp.Tool{
+		Name:        name,
+		Description: description + " It runs like Bash: own process group, killed whole on timeout or cancellation, output capped at 100 KiB. Timeout in milliseconds: default 300000, maximum 600000.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+		InputSchema: schemaFor[In](func(s *jsonschema.Schema) {
+			s.Properties["timeout"].Minimum = ptr(0.0)
+			s.Properties["timeout"].Maximum = ptr(float64(checkMaxTimeout.Milliseconds()))
+			s.Properties["language"].Enum = []any{"go", "node", "python", "rust"}
+		}),
+	}, h)
+}
+
+// ToolNames returns the names of every tool sandboxd can serve, in canonical
+// order. pkg/cmd validates --allowed-tools against it.
+func ToolNames() []string {
+	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck}
+}
+
+// readOnlyToolNames returns the tools that change nothing: the only ones
+// served with --readonly.
+func readOnlyToolNames() []string { return []string{ToolRead, ToolGlob, ToolGrep} }
+
+// selectTools returns the names of the tools to serve: all of them, or those
+// in allowed (when it is not empty), less the mutating ones when readOnly is
+// set. A name in allowed that is not a tool is an error.
+func selectTools(allowed []string, readOnly bool) ([]string, error) {
+	all := ToolNames()
+	var unknown []string
+	for _, name := range allowed {
+		if !slices.Contains(all, name) {
+			unknown = append(unknown, fmt.Sprintf("%q", name))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("unknown tool name(s) %s in allowed tools; known tools: %s", strings.Join(unknown, ", "), strings.Join(all, ", "))
+	}
+	var out []string
+	for _, name := range all {
+		if len(allowed) > 0 && !slices.Contains(allowed, name) {
+			continue
+		}
+		if readOnly && !slices.Contains(readOnlyToolNames(), name) {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// schemaFor infers the JSON schema of T and lets tweak add the constraints
+// that struct tags cannot express (enums, bounds). It panics on a type that
+// has no schema: a programming error, found at startup.
+func schemaFor[T any](tweak func(*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of %T: %v", *new(T), err))
+	}
+	tweak(s)
+	return s
+}
+
+// toolHandler is a tool as a plain function of its input, as the unit tests
+// call it.
+type toolHandler[In, Out any] func(context.Context, In) (*mcp.CallToolResult, Out, error)
+
+// addTool adds a typed tool to s; its input and output schemas are inferred
+// from In and Out.
+func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
+	mcp.AddTool(s, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		return h(ctx, in)
+	})
+}
+
+// toolbox holds what the tool handlers share: the workspace, the read marks,
+// and the process groups and background shells they run.
+type toolbox struct {
+	ws     *resolver
+	reads  *readMarks
+	procs  *processGroups
+	shells *shellTable
+}
+
+// newToolbox opens the workspace dir for the tools.
+func newToolbox(dir string) (*toolbox, error) {
+	ws, err := newResolver(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable()}, nil
+}
+
+// stop kills every process group (foreground calls and background shells)
+// and refuses new ones, then waits, until ctx is done, for the background
+// shells to be reaped.
+func (tb *toolbox) stop(ctx context.Context) error {
+	tb.procs.killAll()
+	return tb.shells.waitAll(ctx)
+}
+
+// close kills what still runs and releases the workspace.
+func (tb *toolbox) close() error {
+	tb.procs.killAll()
+	return tb.ws.Close()
+}

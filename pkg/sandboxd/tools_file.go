@@ -1,0 +1,416 @@
+package sandboxd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const (
+	// readDefaultLimit is how many lines Read returns when no limit is given,
+	// and the most it returns at once.
+	readDefaultLimit = 2000
+	// readMaxLineBytes is where Read cuts a long line.
+	readMaxLineBytes = 2000
+	// editMaxFileBytes is the largest file Edit rewrites.
+	editMaxFileBytes = 16 << 20
+	// binarySniffBytes is how much of a file is checked for NUL bytes.
+	binarySniffBytes = 8000
+	// maxReadMarks bounds the read marks kept.
+	maxReadMarks = 10000
+)
+
+// ReadInput is the input of the Read tool.
+type ReadInput struct {
+	FilePath string `json:"file_path" jsonschema:"path of the file to read: relative to the workspace, or absolute inside it"`
+	Offset   int    `json:"offset,omitempty" jsonschema:"line number to start reading at (1-based); default 1"`
+	Limit    int    `json:"limit,omitempty" jsonschema:"number of lines to read; default and maximum 2000"`
+}
+
+// ReadOutput is the structured result of the Read tool.
+type ReadOutput struct {
+	FilePath   string `json:"file_path" jsonschema:"the file read, relative to the workspace"`
+	Content    string `json:"content" jsonschema:"the lines read, each prefixed with its line number and a tab"`
+	StartLine  int    `json:"start_line" jsonschema:"line number of the first line returned"`
+	NumLines   int    `json:"num_lines" jsonschema:"number of lines returned"`
+	TotalLines int    `json:"total_lines" jsonschema:"number of lines in the file"`
+	Truncated  bool   `json:"truncated,omitempty" jsonschema:"true when lines follow the ones returned or a long line was cut"`
+}
+
+// WriteInput is the input of the Write tool.
+type WriteInput struct {
+	FilePath string `json:"file_path" jsonschema:"path of the file to write: relative to the workspace, or absolute inside it; parent directories are created"`
+	Content  string `json:"content" jsonschema:"the complete new content of the file"`
+}
+
+// WriteOutput is the structured result of the Write tool.
+type WriteOutput struct {
+	FilePath string `json:"file_path" jsonschema:"the file written, relative to the workspace"`
+	Bytes    int    `json:"bytes" jsonschema:"number of bytes written"`
+	Created  bool   `json:"created,omitempty" jsonschema:"true when the file did not exist before"`
+}
+
+// EditInput is the input of the Edit tool.
+type EditInput struct {
+	FilePath   string `json:"file_path" jsonschema:"path of the file to edit: relative to the workspace, or absolute inside it; it must have been Read first"`
+	OldString  string `json:"old_string" jsonschema:"the exact text to replace; it must occur exactly once unless replace_all is set"`
+	NewString  string `json:"new_string" jsonschema:"the text to put in its place; must differ from old_string"`
+	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence of old_string; default false"`
+}
+
+// EditOutput is the structured result of the Edit tool.
+type EditOutput struct {
+	FilePath     string `json:"file_path" jsonschema:"the file edited, relative to the workspace"`
+	Replacements int    `json:"replacements" jsonschema:"number of occurrences replaced"`
+}
+
+// fileStamp is what a read mark remembers of a file.
+type fileStamp struct {
+	size    int64
+	modTime time.Time
+}
+
+func stampOf(fi fs.FileInfo) fileStamp { return fileStamp{size: fi.Size(), modTime: fi.ModTime()} }
+
+// readMarks remembers which files were Read, and in what state, so that Write
+// and Edit refuse to overwrite a file the model has not seen (or that changed
+// since it saw it).
+type readMarks struct {
+	mu    sync.Mutex
+	marks map[string]fileStamp
+}
+
+func newReadMarks() *readMarks { return &readMarks{marks: make(map[string]fileStamp)} }
+
+func (m *readMarks) mark(rel string, fi fs.FileInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.marks[rel]; !ok && len(m.marks) >= maxReadMarks {
+		for k := range m.marks { // drop an arbitrary mark to stay bounded
+			delete(m.marks, k)
+			break
+		}
+	}
+	m.marks[rel] = stampOf(fi)
+}
+
+// current reports whether rel was read and is unchanged since.
+func (m *readMarks) current(rel string, fi fs.FileInfo) (read, unchanged bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.marks[rel]
+	if !ok {
+		return false, false
+	}
+	return true, s.size == fi.Size() && s.modTime.Equal(fi.ModTime())
+}
+
+// requireRead refuses to change a file that was not read, or that changed
+// since it was read.
+func (m *readMarks) requireRead(rel string, fi fs.FileInfo, verb string) error {
+	read, unchanged := m.current(rel, fi)
+	switch {
+	case !read:
+		return fmt.Errorf("%s exists and has not been Read: Read it before you %s it", rel, verb)
+	case !unchanged:
+		return fmt.Errorf("%s has changed since it was last Read: Read it again before you %s it", rel, verb)
+	}
+	return nil
+}
+
+// read is the Read tool.
+func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
+	if in.Offset < 0 {
+		return nil, ReadOutput{}, fmt.Errorf("offset must be 1 or more, got %d", in.Offset)
+	}
+	if in.Limit < 0 {
+		return nil, ReadOutput{}, fmt.Errorf("limit must be 1 or more, got %d", in.Limit)
+	}
+	start := max(in.Offset, 1)
+	limit := in.Limit
+	if limit == 0 || limit > readDefaultLimit {
+		limit = readDefaultLimit
+	}
+	rel, err := tb.ws.rel(in.FilePath)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+		return nil, ReadOutput{}, err
+	}
+	f, fi, err := tb.ws.openRegular(rel)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	defer f.Close()
+
+	br := bufio.NewReaderSize(f, 64<<10)
+	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
+		return nil, ReadOutput{}, fmt.Errorf("%s looks binary (it contains NUL bytes): inspect it with Bash (xxd, file) instead", rel)
+	}
+	var (
+		out       strings.Builder
+		lineNo    int
+		returned  int
+		truncated bool
+	)
+	for {
+		line, cut, err := readLine(br, readMaxLineBytes)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, ReadOutput{}, fmt.Errorf("reading %s: %v", rel, err)
+		}
+		lineNo++
+		if lineNo < start {
+			continue
+		}
+		if returned >= limit {
+			truncated = true
+			continue // keep counting lines
+		}
+		returned++
+		fmt.Fprintf(&out, "%6d\t%s", lineNo, line)
+		if cut {
+			out.WriteString(" [line truncated]")
+			truncated = true
+		}
+		out.WriteByte('\n')
+	}
+	tb.reads.mark(rel, fi)
+
+	res := ReadOutput{FilePath: rel, Content: out.String(), StartLine: start, NumLines: returned, TotalLines: lineNo, Truncated: truncated}
+	text := res.Content
+	switch {
+	case lineNo == 0:
+		text = fmt.Sprintf("(%s is empty)", rel)
+	case returned == 0:
+		text = fmt.Sprintf("(offset %d is past the end of %s, which has %d lines)", start, rel, lineNo)
+	case truncated && start+returned-1 < lineNo:
+		text += fmt.Sprintf("(showing lines %d-%d of %d; read on with offset %d)\n", start, start+returned-1, lineNo, start+returned)
+	}
+	return textResult(text), res, nil
+}
+
+// readLine reads one line without its newline, keeping at most max bytes of
+// it (cut at a UTF-8 boundary) and discarding the rest. It returns io.EOF
+// only when no byte was left.
+func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
+	var buf []byte
+	read := false
+	for {
+		frag, isPrefix, err := br.ReadLine()
+		if err != nil {
+			if err == io.EOF && read {
+				break
+			}
+			return "", false, err
+		}
+		read = true
+		if room := max - len(buf); room > 0 {
+			if len(frag) > room {
+				frag, cut = frag[:room], true
+			}
+			buf = append(buf, frag...)
+		} else if len(frag) > 0 {
+			cut = true
+		}
+		if !isPrefix {
+			break
+		}
+	}
+	if cut {
+		buf = bytes.ToValidUTF8(trimPartialRune(buf), nil)
+	}
+	return strings.TrimSuffix(string(buf), "\r"), cut, nil
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence at the end of b.
+func trimPartialRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		c := b[i]
+		if c < 0x80 {
+			return b
+		}
+		if c >= 0xC0 { // a leading byte: keep it only if its sequence is whole
+			need := 2
+			switch {
+			case c >= 0xF0:
+				need = 4
+			case c >= 0xE0:
+				need = 3
+			}
+			if len(b)-i < need {
+				return b[:i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
+// write is the Write tool.
+func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult, WriteOutput, error) {
+	rel, err := tb.ws.rel(in.FilePath)
+	if err != nil {
+		return nil, WriteOutput{}, err
+	}
+	if rel == "." {
+		return nil, WriteOutput{}, errors.New("file_path names the workspace directory itself, not a file")
+	}
+	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+		return nil, WriteOutput{}, err
+	}
+	mode := fs.FileMode(0o644)
+	created := false
+	fi, err := tb.ws.root.Stat(rel)
+	switch {
+	case err == nil:
+		if err := checkRegular(rel, fi); err != nil {
+			return nil, WriteOutput{}, err
+		}
+		if err := tb.reads.requireRead(rel, fi, "overwrite"); err != nil {
+			return nil, WriteOutput{}, err
+		}
+		mode = fi.Mode().Perm()
+	case errors.Is(err, fs.ErrNotExist):
+		created = true
+		if dir := path.Dir(rel); dir != "." {
+			if err := tb.ws.root.MkdirAll(dir, 0o755); err != nil {
+				return nil, WriteOutput{}, tb.ws.explain(dir, err)
+			}
+		}
+	default:
+		return nil, WriteOutput{}, tb.ws.explain(rel, err)
+	}
+	nfi, err := tb.ws.atomicWrite(rel, []byte(in.Content), mode)
+	if err != nil {
+		return nil, WriteOutput{}, err
+	}
+	tb.reads.mark(rel, nfi)
+	out := WriteOutput{FilePath: rel, Bytes: len(in.Content), Created: created}
+	verb := "Overwrote"
+	if created {
+		verb = "Created"
+	}
+	return textResult(fmt.Sprintf("%s %s (%d bytes)", verb, rel, out.Bytes)), out, nil
+}
+
+// edit is the Edit tool.
+func (tb *toolbox) edit(_ context.Context, in EditInput) (*mcp.CallToolResult, EditOutput, error) {
+	if in.OldString == "" {
+		return nil, EditOutput{}, errors.New("old_string is empty: to create a file or replace all of it, use Write")
+	}
+	if in.OldString == in.NewString {
+		return nil, EditOutput{}, errors.New("old_string and new_string are the same: nothing to change")
+	}
+	rel, err := tb.ws.rel(in.FilePath)
+	if err != nil {
+		return nil, EditOutput{}, err
+	}
+	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+		return nil, EditOutput{}, err
+	}
+	f, fi, err := tb.ws.openRegular(rel)
+	if err != nil {
+		return nil, EditOutput{}, err
+	}
+	defer f.Close()
+	if err := tb.reads.requireRead(rel, fi, "edit"); err != nil {
+		return nil, EditOutput{}, err
+	}
+	if fi.Size() > editMaxFileBytes {
+		return nil, EditOutput{}, fmt.Errorf("%s is %d bytes, more than Edit handles (%d): use Bash (sed, patch) instead", rel, fi.Size(), editMaxFileBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, editMaxFileBytes+1))
+	if err != nil {
+		return nil, EditOutput{}, fmt.Errorf("reading %s: %v", rel, err)
+	}
+	content := string(data)
+	n := strings.Count(content, in.OldString)
+	switch {
+	case n == 0:
+		return nil, EditOutput{}, fmt.Errorf("old_string was not found in %s: Read the file and copy the text exactly, including whitespace", rel)
+	case n > 1 && !in.ReplaceAll:
+		return nil, EditOutput{}, fmt.Errorf("old_string occurs %d times in %s: give more surrounding text so that it is unique, or set replace_all", n, rel)
+	}
+	if in.ReplaceAll {
+		content = strings.ReplaceAll(content, in.OldString, in.NewString)
+	} else {
+		content = strings.Replace(content, in.OldString, in.NewString, 1)
+		n = 1
+	}
+	nfi, err := tb.ws.atomicWrite(rel, []byte(content), fi.Mode().Perm())
+	if err != nil {
+		return nil, EditOutput{}, err
+	}
+	tb.reads.mark(rel, nfi)
+	out := EditOutput{FilePath: rel, Replacements: n}
+	return textResult(fmt.Sprintf("Edited %s: %d replacement(s)", rel, n)), out, nil
+}
+
+// atomicWrite replaces rel with data: a temporary file in the same directory
+// is written, synced and renamed over rel, and the directory is synced. It
+// returns the new file's info.
+func (r *resolver) atomicWrite(rel string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	dir, base := path.Split(rel)
+	tmp := path.Join(dir, "."+base+".airlock-"+rand.Text()[:10]+".tmp")
+	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return nil, r.explain(rel, err)
+	}
+	cleanup := func() { _ = r.root.Remove(tmp) }
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		cleanup()
+		return nil, fmt.Errorf("writing %s: %v", rel, err)
+	}
+	if err := f.Chmod(mode); err != nil { // OpenFile's mode is subject to the umask
+		f.Close()
+		cleanup()
+		return nil, fmt.Errorf("writing %s: %v", rel, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		cleanup()
+		return nil, fmt.Errorf("syncing %s: %v", rel, err)
+	}
+	if err := f.Close(); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("writing %s: %v", rel, err)
+	}
+	if err := r.root.Rename(tmp, rel); err != nil {
+		cleanup()
+		return nil, r.explain(rel, err)
+	}
+	if dir == "" {
+		dir = "."
+	}
+	if d, err := r.root.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	fi, err := r.root.Lstat(rel)
+	if err != nil {
+		return nil, r.explain(rel, err)
+	}
+	return fi, nil
+}
+
+// textResult is a successful tool result whose text is what the model reads.
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}

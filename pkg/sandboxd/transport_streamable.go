@@ -1,0 +1,74 @@
+package sandboxd
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2"
+)
+
+// defaultSessionTimeout closes a Streamable HTTP session that has seen no
+// request for this long (the client went away without a DELETE).
+const defaultSessionTimeout = 30 * time.Minute
+
+// streamableTransport serves the Streamable HTTP transport (2025-03-26 and
+// later) on /mcp with the SDK's handler. In front of it, a POSTed message is
+// bounded and checked, so that garbage gets a JSON-RPC -32700 or -32600 error
+// like on the SSE transport, and new sessions are refused during shutdown.
+type streamableTransport struct {
+	handler  http.Handler
+	maxBytes int64
+	closing  atomic.Bool
+}
+
+func newStreamableTransport(server *mcp.Server, maxBytes int64, sessionTimeout time.Duration, logger klog.Logger) *streamableTransport {
+	return &streamableTransport{
+		handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+			SessionTimeout:      sessionTimeout,
+			MaxRequestBodyBytes: maxBytes,
+			Logger:              sdkLogger(logger.WithName("streamable")),
+		}),
+		maxBytes: maxBytes,
+	}
+}
+
+func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if t.closing.Load() {
+		http.Error(w, "sandboxd is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if r.Method == http.MethodPost {
+		data, rerr := readMessage(w, r, t.maxBytes)
+		if rerr != nil {
+			rerr.write(w)
+			return
+		}
+		msg, rerr := checkMessage(data, true)
+		if rerr != nil {
+			rerr.write(w)
+			return
+		}
+		if resp, handled := unknownMethod(msg); handled {
+			if resp == nil {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			body, err := jsonrpc.EncodeMessage(resp)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(body)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		r.ContentLength = int64(len(data))
+	}
+	t.handler.ServeHTTP(w, r)
+}
