@@ -18,11 +18,15 @@ run: ## Bring up the local control plane, install airlock's manifests and run th
 	hack/run.sh
 
 .PHONY: test
-test: test-unit verify e2e ## Everything CI runs: unit tests, generated-code and lint checks, e2e on the local control plane.
+test: test-unit test-mcpclients verify e2e ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane.
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the main module.
 	go test -count=1 ./...
+
+.PHONY: test-mcpclients
+test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI).
+	cd e2e/mcpclients && go test -count=1 ./...
 
 .PHONY: verify
 verify: ## Generated code and CRDs up to date, gofmt, go vet.
@@ -31,6 +35,7 @@ verify: ## Generated code and CRDs up to date, gofmt, go vet.
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	go vet ./...
 	go vet -tags e2e ./e2e/...
+	cd e2e/mcpclients && go vet ./...
 
 .PHONY: codegen
 codegen: ## Regenerate clients, listers, informers, deepcopy, register code and CRDs.
