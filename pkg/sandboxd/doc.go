@@ -2,35 +2,93 @@
 // (`airlock sandboxd`): the codegen tools (Read, Write, Edit, Glob, Grep,
 // Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck) served
 // over MCP on one HTTP listener, with /healthz, /readyz and /metrics beside
-// them.
+// them. pkg/cmd calls Run with a Config; ToolNames lists the tools.
 //
 // # Transports
 //
 // Two transports share the listener:
 //
 //   - the HTTP+SSE transport of protocol version 2024-11-05: GET /sse opens a
-//     session whose first event is `endpoint` (a relative
-//     /message?sessionId=<id>); POST /message?sessionId=<id> is answered 202
-//     and every reply is an `event: message` on that session's own stream.
-//     The streams are github.com/r3labs/sse/v2 streams, one per session, with
-//     AutoReplay off (an old event is never sent again), keepalive SSE
-//     comments, and a stream that is removed as soon as its client goes.
+//     session and answers exactly 200; its first event is `endpoint`, a
+//     relative /message?sessionId=<id>. POST /message?sessionId=<id> is
+//     answered 202, and every reply is an `event: message` on that session's
+//     own stream. An unknown or closed session is 404. The streams are
+//     github.com/r3labs/sse/v2 streams, one per session, with AutoReplay off
+//     (no event is ever sent again, and Last-Event-ID is ignored), keepalive
+//     SSE comments every 15 s, and a stream that is removed as soon as its
+//     client goes.
 //   - the Streamable HTTP transport (2025-03-26 and later) on /mcp, served by
-//     the official MCP Go SDK's handler.
+//     the official MCP Go SDK's handler. A session with no request for 30
+//     minutes is closed.
 //
 // The legacy SSE transport is a deliberate choice, not an oversight: the MCP
 // specification deprecated it in 2025-03-26, but agent runtimes and MCP
-// clients in use today still speak it (several only speak it), and an agent
+// clients in use today still speak it (several speak only it), and an agent
 // must be able to reach its sandbox with whatever client it has. Both
 // transports feed the same protocol layer (the SDK's mcp.Server) and the
 // same tools.
 //
+// # Protocol
+//
 // Protocol versions 2024-11-05, 2025-03-26, 2025-06-18 and 2025-11-25 are
-// negotiated. A client that probes a newer protocol first (for example with
-// server/discover) gets a JSON-RPC error at once and falls back to
-// initialize; unknown methods get -32601, malformed JSON -32700 and a
-// message that is not a JSON-RPC request -32600 (HTTP 400), and a message
-// larger than MaxMessageBytes is refused with HTTP 413.
+// negotiated; a client that asks for another is answered with 2025-11-25. A
+// client that probes a newer protocol first (server/discover, as the newest
+// SDKs do) gets a JSON-RPC error at once and falls back to initialize. A
+// request for a method the server does not have gets -32601 from the
+// transport, before and after initialize alike, never a hang and never an
+// HTTP error. A POST that is not JSON gets HTTP 400 with a JSON-RPC -32700
+// error (id null); one that is JSON but not a JSON-RPC message, -32600; a
+// JSON-RPC batch on the SSE transport, -32600 (send one message per POST);
+// a message larger than MaxMessageBytes (4 MiB), HTTP 413 with a -32600
+// error that gives the limit. notifications/cancelled cancels the call,
+// which kills its processes.
+//
+// Tool failures are results with isError set, whose text the model reads:
+// a path outside the workspace, a missing file, an ambiguous Edit, arguments
+// that do not match the tool's input schema (unknown fields included). A
+// tool that is not served is a protocol error (invalid params). A panic in a
+// tool becomes a tool error, not a crash.
+//
+// # Tools
+//
+// Names and fields are the ones agents already know. Timeouts are in
+// milliseconds, as agents pass them: Bash defaults to 120 s and allows up to
+// 600 s; run_* default to 300 s and allow up to 600 s. Read returns up to
+// 2000 numbered lines from offset (lines cut at 2000 bytes); Write writes
+// atomically (temporary file, fsync, rename, directory fsync) and keeps the
+// mode of the file it replaces; Write and Edit through a symbolic link that
+// stays inside the workspace change the file it names. Glob returns
+// workspace-relative paths, newest first (default 1000, at most 10000), and
+// supports ** and {a,b}. Grep matches RE2 line by line and skips .git,
+// binary files and symlinked directories. run_tests, run_lint and
+// run_typecheck detect go (go.mod), rust (Cargo.toml), node (package.json)
+// or python (pyproject.toml, setup.py, setup.cfg, requirements.txt, tox.ini)
+// from the top of the workspace, in that order, unless language is given.
+//
+// The read marks that Write and Edit require ("overwriting a file needs a
+// prior Read") belong to the sandboxd process, not to one MCP session: the
+// sandbox is one agent's, and an agent that reconnects keeps them. A mark
+// holds the file's size and modification time: a file changed since it was
+// read must be read again. Background shells are the process's too: at most
+// 8 run at once, and up to 32 (finished ones forgotten oldest first) can be
+// read with BashOutput, which keeps at most 1 MiB of unread output per
+// stream and says how much it dropped.
+//
+// # Processes
+//
+// Bash and run_* run /bin/bash -c in the workspace, stdin empty, each call
+// in a process group of its own. The whole group is killed on timeout (exit
+// code 124), on cancellation, when the client's SSE session goes away, on
+// shutdown, and also when the command itself exits: nothing a foreground
+// command started outlives it (servers and watchers belong in
+// run_in_background, whose group lives until it exits or KillShell). A
+// process that leaves its group (setsid) cannot be killed with it; its
+// output is read for 2 s more at most. Output is stdout and stderr
+// interleaved, capped at 100 KiB: the first and last halves are kept, and a
+// line in between says how many bytes were elided. A Streamable HTTP client
+// that vanishes mid-call does not end its session (the protocol lets it come
+// back for the answer): its call runs until its timeout, or until the
+// session's idle timeout closes the session.
 //
 // # Confinement
 //
@@ -38,32 +96,37 @@
 // os.Root: a relative path is taken from the workspace, an absolute one must
 // lie inside it, and `..`, symbolic links (also symlinked parent
 // directories, also when one is swapped in while a tool runs) that lead out
-// of the tree, absolute symbolic links, and device files, FIFOs and sockets
-// are refused with a tool error that the model can read. Glob and Grep never
-// descend into symlinked directories.
+// of the tree, absolute symbolic links (even ones that point inside), and
+// device files, FIFOs and sockets are refused with a tool error that the
+// model can read. Glob and Grep never descend into symlinked directories.
 //
-// Bash and run_* are not path-confined: they run /bin/bash in the workspace,
-// each call in its own process group, which is killed whole on timeout,
-// on notifications/cancelled, when the client's session goes away, and on
-// shutdown. With Bash allowed, --allowed-tools (the registry's allowedTools)
-// is least privilege, not a security boundary: a shell can do anything the
-// file tools refuse. The boundary is the pod: its restricted security
-// context, its volumes, and its NetworkPolicy.
+// Bash and run_* are not path-confined. With Bash allowed, --allowed-tools
+// (the registry's allowedTools) is least privilege, not a security
+// boundary: a shell can do anything the file tools refuse. The boundary is
+// the pod: its restricted security context, its volumes, and its
+// NetworkPolicy.
 //
-// # State
+// # Authentication and health
 //
-// The read marks that Write and Edit require ("overwriting a file needs a
-// prior Read") belong to the sandboxd process, not to one MCP session: the
-// sandbox is one agent's, and an agent that reconnects keeps them. A mark
-// holds the file's size and modification time; a file changed since it was
-// read must be read again before it is overwritten or edited.
+// With an auth token file (one token; surrounding whitespace is ignored),
+// every MCP request (/sse, /message, /mcp) needs `Authorization: Bearer
+// <token>`, compared in constant time, else 401. /healthz, /readyz and
+// /metrics need no token: the kubelet probes them. A request that arrives on
+// a loopback address must name a loopback Host, and a request that carries
+// an Origin must come from the host it names (or, on loopback, from another
+// loopback origin), else 403: DNS rebinding protection.
 //
-// # Authentication
+// /readyz is 200 while the workspace is a directory sandboxd can create a
+// file in (with --readonly, one it can still reach), and 503 once shutdown
+// has begun. /metrics has airlock_sandboxd_tool_calls_total and
+// airlock_sandboxd_tool_call_duration_seconds by tool and status (ok, error,
+// canceled, protocol_error), the open sessions and SSE streams, the running
+// background shells, and the Go and process collectors.
 //
-// With an auth token file, every MCP request (/sse, /message, /mcp) needs
-// `Authorization: Bearer <token>` (compared in constant time), else 401.
-// /healthz, /readyz and /metrics need no token: the kubelet probes them.
-// Requests that arrive on a loopback address must name a loopback Host, and
-// a request that carries an Origin must come from the same host (DNS
-// rebinding protection), else 403.
+// # Shutdown
+//
+// When Run's context ends: /readyz turns 503, new sessions and commands are
+// refused, the SSE streams are closed, every MCP session is ended (which
+// cancels the calls in flight), every process group is killed, and only
+// then is the HTTP server shut down, all within Config.ShutdownGrace.
 package sandboxd

@@ -3,7 +3,6 @@ package sandboxd
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -111,5 +110,3 @@ func isLoopbackHost(hostport string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-var errShuttingDown = errors.New("shutting down")

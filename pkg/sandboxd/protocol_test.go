@@ -209,3 +209,27 @@ func TestToolPanicIsAToolError(t *testing.T) {
 		t.Fatalf("the session died with the panic: %v", err)
 	}
 }
+
+// TestToolNamesMatchTheAPIEnum checks ToolNames against the enum of
+// v1alpha1.ToolName, which the CRD validates allowedTools with.
+func TestToolNamesMatchTheAPIEnum(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "apis", "airlock", "v1alpha1", "types.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "// +kubebuilder:validation:Enum="
+	lines := strings.Split(string(src), "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, "type ToolName string") {
+			for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "//"); j-- {
+				if enum, ok := strings.CutPrefix(lines[j], marker); ok {
+					if diff := cmp.Diff(ToolNames(), strings.Split(enum, ";")); diff != "" {
+						t.Errorf("ToolNames and the v1alpha1.ToolName enum differ (-ToolNames +enum):\n%s", diff)
+					}
+					return
+				}
+			}
+		}
+	}
+	t.Fatal("no enum marker on type ToolName in pkg/apis/airlock/v1alpha1/types.go")
+}

@@ -19,6 +19,9 @@ const defaultShutdownGrace = 10 * time.Second
 // before the HTTP server is shut down.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx).WithName("sandboxd")
+	if cfg.Listen == "" {
+		return errors.New("the listen address is empty")
+	}
 	s, err := newServer(cfg, defaultOptions(), logger)
 	if err != nil {
 		return err

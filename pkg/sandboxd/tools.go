@@ -28,9 +28,10 @@ const (
 	toolNameMaxLength = 128
 )
 
-// toolSpec describes one tool: its name, whether it changes anything (only
-// the non-mutating ones are served with --readonly), and how it is added to
-// an MCP server.
+// toolSpec describes one tool: its name, whether it may change anything
+// (runs commands, writes files, or, for BashOutput, only serves a tool that
+// does), and how it is added to an MCP server. Only the tools that are not
+// mutating (Read, Glob, Grep) are served with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool

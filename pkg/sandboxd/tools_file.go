@@ -156,7 +156,7 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	}
 	defer f.Close()
 
-	br := bufio.NewReaderSize(f, 64<<10)
+	br := bufio.NewReaderSize(f, 16<<10)
 	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
 		return nil, ReadOutput{}, fmt.Errorf("%s looks binary (it contains NUL bytes): inspect it with Bash (xxd, file) instead", rel)
 	}

@@ -61,9 +61,7 @@ func RepoRoot(t testing.TB) string {
 }
 
 // Binary returns the airlock binary to run: $AIRLOCK_BIN if set, else one
-// built, once per test process, from the repository root. Until the
-// repository has its root main.go, it builds pkg/sandboxd/internal/devmain,
-// which runs the same sandboxd.Run with the same flags.
+// built, once per test process, from the repository root.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("AIRLOCK_BIN"); bin != "" {
@@ -76,14 +74,10 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binary = filepath.Join(buildDir, "airlock")
-		pkg := "."
-		if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
-			pkg = "./pkg/sandboxd/internal/devmain"
-		}
-		cmd := exec.Command("go", "build", "-o", binary, pkg)
+		cmd := exec.Command("go", "build", "-o", binary, ".")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			buildErr = fmt.Errorf("go build of the airlock binary in %s: %v\n%s", root, err, out)
 		}
 	})
 	if buildErr != nil {

@@ -1,0 +1,56 @@
+package sandboxd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	ws := t.TempDir()
+	file := filepath.Join(ws, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"no listen address":   {cfg: Config{Workspace: ws}, want: "listen address"},
+		"bad listen address":  {cfg: Config{Listen: "127.0.0.1:http-nope", Workspace: ws}, want: "listen on"},
+		"missing workspace":   {cfg: Config{Listen: "127.0.0.1:0", Workspace: filepath.Join(ws, "nope")}, want: "workspace"},
+		"workspace is a file": {cfg: Config{Listen: "127.0.0.1:0", Workspace: file}, want: "not a directory"},
+		"unknown tool":        {cfg: Config{Listen: "127.0.0.1:0", Workspace: ws, AllowedTools: []string{"Read", "Exec"}}, want: `"Exec"`},
+		"missing token file":  {cfg: Config{Listen: "127.0.0.1:0", Workspace: ws, AuthTokenFile: filepath.Join(ws, "nope")}, want: "auth token file"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			err := Run(ctx, tt.cfg)
+			wantErrContaining(t, err, tt.want)
+		})
+	}
+}
+
+// TestRunReturnsNilWhenCancelled: the exported Run shuts down cleanly when its context ends.
+func TestRunReturnsNilWhenCancelled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Listen: "127.0.0.1:0", Workspace: t.TempDir(), ShutdownGrace: time.Second})
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return")
+	}
+}
