@@ -57,7 +57,7 @@ cluster-down: ## Stop the local control plane.
 
 .PHONY: bench-sandboxd
 bench-sandboxd: ## sandboxd tool-call round trips and throughput.
-	go test -run '^$$' -bench . -benchtime 2s ./pkg/sandboxd/...
+	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
 
 .PHONY: help
 help:
