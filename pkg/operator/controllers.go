@@ -11,13 +11,17 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
 
 // ControllerContext is what a controller is built from. The informer factories are shared by
 // every controller (and, for airlock, by the Sandbox API): ask them for informers in a
-// controllerInitFunc, and runControllers starts them.
+// controllerInitFunc, and runControllers starts them. KubeInformers lists and watches only
+// objects labelled claim.LabelClaim (the claims' children and sandbox pods), so that the
+// operator does not cache the cluster's other objects.
 type ControllerContext struct {
 	KubeClient       kubernetes.Interface
 	AirlockClient    airlockclientset.Interface
@@ -46,8 +50,42 @@ type controllerDescriptor struct {
 
 // newControllerDescriptors lists the controllers the leader runs.
 func newControllerDescriptors() []controllerDescriptor {
-	// The SandboxClaim and AgentRuntime controllers are added here as they land.
-	return nil
+	return []controllerDescriptor{
+		{name: claim.ControllerName, init: startClaimController},
+		{name: agentruntime.ControllerName, init: startRuntimeController},
+	}
+}
+
+// startRuntimeController builds the AgentRuntime status controller.
+func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	c, err := agentruntime.NewController(ctx, cc.AirlockClient, airlock.AgentRuntimes(), airlock.ToolRegistries(), airlock.SandboxClasses(), airlock.SandboxClaims())
+	if err != nil {
+		return nil, err
+	}
+	// Status writes are few and cheap: one worker keeps them ordered.
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
+}
+
+// startClaimController builds the SandboxClaim controller.
+func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	c, err := claim.NewController(ctx, cc.KubeClient, cc.AirlockClient, claim.Informers{
+		Claims:          airlock.SandboxClaims(),
+		Runtimes:        airlock.AgentRuntimes(),
+		Registries:      airlock.ToolRegistries(),
+		Classes:         airlock.SandboxClasses(),
+		Deployments:     cc.KubeInformers.Apps().V1().Deployments(),
+		Services:        cc.KubeInformers.Core().V1().Services(),
+		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
+		Secrets:         cc.KubeInformers.Core().V1().Secrets(),
+		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
+		Pods:            cc.KubeInformers.Core().V1().Pods(),
+	}, cc.SyncImage)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
 }
 
 // runControllers builds and runs the controllers until ctx is done, then waits for them all to

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/version"
@@ -66,9 +67,10 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	o := &operator{
 		cfg:              cfg,
 		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
-		kubeInformers:    kubeinformers.NewSharedInformerFactory(cfg.KubeClient, 0),
-		watchdog:         leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
-		controllers:      newControllerDescriptors(),
+		kubeInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim })),
+		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
+		controllers: newControllerDescriptors(),
 	}
 
 	// Every replica keeps these caches: the Sandbox API answers from them, and the leader's

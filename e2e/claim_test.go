@@ -1,0 +1,691 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
+)
+
+// claimEnv is one namespace set up for claims: a content PVC bound to a PV, a class, a registry
+// and a runtime.
+type claimEnv struct {
+	ns      string
+	class   string
+	runtime *airlockv1alpha1.AgentRuntime
+}
+
+type claimEnvOptions struct {
+	maxConcurrent, maxPerSession, maxInstances int32
+	idleTimeout                                time.Duration
+	targetPath                                 string
+}
+
+// newClaimEnv creates a restricted namespace with everything a claim needs.
+func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t, prefix)
+	e := &claimEnv{ns: ns, class: "e2e-" + ns}
+
+	// The content PVC, pre-bound to a PV so that the scheduler places the pods.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "content-" + ns, Labels: map[string]string{"airlock.dev/e2e": "true"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "",
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/airlock-e2e/" + ns}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "workspace-content"},
+		},
+	}
+	if _, err := kubeClient.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PV: %v", err)
+	}
+	t.Cleanup(func() { _ = kubeClient.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "workspace-content", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			StorageClassName: ptr.To(""),
+			VolumeName:       pv.Name,
+		},
+	}
+	if _, err := kubeClient.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PVC: %v", err)
+	}
+
+	class := validClass(e.class)
+	class.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
+	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating class: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = airlockClient.AirlockV1alpha1().SandboxClasses().Delete(context.Background(), e.class, metav1.DeleteOptions{})
+	})
+	registry := validRegistry(ns)
+	registry.Spec.Sandboxes[0].Class = e.class
+	registry.Spec.Sandboxes[0].TargetPath = o.targetPath
+	registry.Spec.Sandboxes[0].MaxInstances = o.maxInstances
+	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Create(ctx, registry, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating registry: %v", err)
+	}
+	rt := &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: "agent",
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: registry.Name},
+			Sandbox: airlockv1alpha1.SandboxPolicy{
+				Enabled:       true,
+				MaxConcurrent: o.maxConcurrent,
+				MaxPerSession: o.maxPerSession,
+			},
+		},
+	}
+	if o.idleTimeout > 0 {
+		rt.Spec.Sandbox.IdleTimeout = &metav1.Duration{Duration: o.idleTimeout}
+	}
+	created, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Create(ctx, rt, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating runtime: %v", err)
+	}
+	e.runtime = created
+	return e
+}
+
+// createClaim creates the claim the Sandbox API would create for session and handle.
+func (e *claimEnv) createClaim(t *testing.T, session, handle, targetPath string) *airlockv1alpha1.SandboxClaim {
+	t.Helper()
+	name := claimname.For(e.runtime.Name, session, handle)
+	sandbox := strings.SplitN(handle, "/", 2)[0]
+	c := &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: e.ns,
+			Labels: map[string]string{
+				airlockv1alpha1.LabelRuntime:     e.runtime.Name,
+				airlockv1alpha1.LabelSandbox:     sandbox,
+				airlockv1alpha1.LabelSessionHash: claimname.SessionHash(session),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(e.runtime, airlockv1alpha1.SchemeGroupVersion.WithKind("AgentRuntime"))},
+		},
+		Spec: airlockv1alpha1.SandboxClaimSpec{
+			RuntimeName:  e.runtime.Name,
+			Session:      session,
+			Handle:       handle,
+			Sandbox:      sandbox,
+			ClassName:    e.class,
+			TargetPath:   targetPath,
+			WorkspaceDir: e.ns + "/sandboxes/" + name,
+		},
+	}
+	created, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating claim %s: %v", name, err)
+	}
+	return created
+}
+
+func (e *claimEnv) getClaim(ctx context.Context, name string) (*airlockv1alpha1.SandboxClaim, error) {
+	return airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (e *claimEnv) waitPhase(t *testing.T, name string, phase airlockv1alpha1.ClaimPhase, timeout time.Duration) *airlockv1alpha1.SandboxClaim {
+	t.Helper()
+	var got *airlockv1alpha1.SandboxClaim
+	eventually(t, timeout, fmt.Sprintf("claim %s to be %s", name, phase), func(ctx context.Context) (bool, error) {
+		c, err := e.getClaim(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		got = c
+		return c.Status.Phase == phase, nil
+	})
+	return got
+}
+
+func (e *claimEnv) waitGone(t *testing.T, name string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("claim %s to be deleted", name), func(ctx context.Context) (bool, error) {
+		_, err := e.getClaim(ctx, name)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// phases counts the namespace's claims by phase.
+func (e *claimEnv) phases(ctx context.Context) (map[airlockv1alpha1.ClaimPhase]int, []airlockv1alpha1.SandboxClaim, error) {
+	list, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[airlockv1alpha1.ClaimPhase]int{}
+	for _, c := range list.Items {
+		out[c.Status.Phase]++
+	}
+	return out, list.Items, nil
+}
+
+// startClaimOperator runs an operator whose lease lives in the test's namespace.
+func startClaimOperator(t *testing.T, ns string) *operatorProcess {
+	t.Helper()
+	p := startOperator(t, ns, "airlock-operator-e2e")
+	p.waitReady(t)
+	return p
+}
+
+// startClaimOperatorWithArgs is startClaimOperator with more flags (startOperator takes none).
+func startClaimOperatorWithArgs(t *testing.T, ns string, extra ...string) *operatorProcess {
+	t.Helper()
+	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"operator",
+		"--kubeconfig=" + os.Getenv("KUBECONFIG"),
+		"--leader-elect=true",
+		"--leader-elect-resource-namespace=" + ns,
+		"--leader-elect-resource-name=airlock-operator-e2e",
+		"--leader-elect-lease-duration=6s",
+		"--leader-elect-renew-deadline=4s",
+		"--leader-elect-retry-period=500ms",
+		"--health-probe-bind-address=" + health,
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("--api-bind-address=127.0.0.1:%d", freePort(t)),
+		"-v=2",
+	}, extra...)
+	cmd := exec.Command(airlockBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &operatorProcess{cmd: cmd, healthAddr: health, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.exitErr = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop(t, syscall.SIGKILL)
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("operator log (%s):\n%s", logPath, b)
+		}
+	})
+	p.waitReady(t)
+	return p
+}
+
+// TestClaimBinds: a claim goes Pending → Binding → Bound with its four children as SPEC section 5
+// says, and its pod is admitted under the namespace's restricted Pod Security level.
+func TestClaimBinds(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-bind", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	op := startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "")
+	bound := e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+
+	if bound.Status.BoundAt == nil {
+		t.Error("Bound claim has no boundAt")
+	}
+	wantURL := fmt.Sprintf("http://%s.%s.svc:8080", c.Name, e.ns)
+	if len(bound.Status.Addresses) != 1 || bound.Status.Addresses[0].URL != wantURL || bound.Status.Addresses[0].Name != "mcp" {
+		t.Errorf("addresses %+v, want [{mcp %s}]", bound.Status.Addresses, wantURL)
+	}
+
+	ctx := context.Background()
+	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("deployment: %v", err)
+	}
+	checkOwned(t, "Deployment", d.ObjectMeta, c)
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("deployment replicas %d strategy %s", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	pod := d.Spec.Template.Spec
+	if !ptr.Deref(pod.SecurityContext.RunAsNonRoot, false) || ptr.Deref(pod.AutomountServiceAccountToken, true) || ptr.Deref(pod.EnableServiceLinks, true) {
+		t.Errorf("pod security: %+v automount %v serviceLinks %v", pod.SecurityContext, pod.AutomountServiceAccountToken, pod.EnableServiceLinks)
+	}
+	args := strings.Join(pod.Containers[0].Args, " ")
+	for _, want := range []string{"--allowed-tools=Read,Bash", "--auth-token-file=" + claim.TokenFile} {
+		if !strings.Contains(args, want) {
+			t.Errorf("sandbox args %q lack %q", args, want)
+		}
+	}
+	svc, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	checkOwned(t, "Service", svc.ObjectMeta, c)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
+		t.Errorf("service spec %+v", svc.Spec)
+	}
+	np, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("networkpolicy: %v", err)
+	}
+	checkOwned(t, "NetworkPolicy", np.ObjectMeta, c)
+	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Egress) != 0 || len(np.Spec.Ingress) != 1 {
+		t.Errorf("networkpolicy spec %+v", np.Spec)
+	}
+	secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("secret: %v", err)
+	}
+	checkOwned(t, "Secret", secret.ObjectMeta, c)
+	if len(secret.Data[claim.TokenKey]) < 40 {
+		t.Errorf("token of %d bytes", len(secret.Data[claim.TokenKey]))
+	}
+	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim + "=" + c.Name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("sandbox pods: %d, %v", len(pods.Items), err)
+	}
+
+	// The runtime's status: Ready, and the claim counted.
+	eventually(t, 30*time.Second, "the runtime's status", func(ctx context.Context) (bool, error) {
+		rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, e.runtime.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready := false
+		for _, c := range rt.Status.Conditions {
+			ready = ready || c.Type == "Ready" && c.Status == metav1.ConditionTrue
+		}
+		return ready && rt.Status.Claims.Bound == 1 && rt.Status.ObservedGeneration == rt.Generation, nil
+	})
+
+	// Idempotent: the syncs so far (the claim's own updates, the pod's and the Deployment's
+	// status updates) repaired nothing, since nothing drifted.
+	if log, err := os.ReadFile(op.log); err != nil || strings.Contains(string(log), "Repairing the claim's Deployment") {
+		t.Errorf("the operator rewrote a Deployment that had not drifted (%v)", err)
+	}
+	d2, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drift is repaired, and the token is not rotated.
+	d2.Spec.Template.Spec.Containers[0].Image = "example.com/evil:v1"
+	if _, err := kubeClient.AppsV1().Deployments(e.ns).Update(ctx, d2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the deployment's drift to be repaired", func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		return err == nil && d.Spec.Template.Spec.Containers[0].Image == pod.Containers[0].Image, err
+	})
+	secret2, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil || string(secret2.Data[claim.TokenKey]) != string(secret.Data[claim.TokenKey]) {
+		t.Errorf("token changed (%v)", err)
+	}
+}
+
+func checkOwned(t *testing.T, kind string, meta metav1.ObjectMeta, c *airlockv1alpha1.SandboxClaim) {
+	t.Helper()
+	ref := metav1.GetControllerOfNoCopy(&meta)
+	if ref == nil || ref.UID != c.UID || ref.Kind != "SandboxClaim" {
+		t.Errorf("%s %s is not controlled by the claim: %+v", kind, meta.Name, meta.OwnerReferences)
+	}
+	if meta.Labels[claim.LabelClaim] != c.Name {
+		t.Errorf("%s %s lacks the %s label", kind, meta.Name, claim.LabelClaim)
+	}
+}
+
+// TestClaimQueueAndPromote: maxConcurrent+2 claims leave exactly 2 Queued; deleting a Bound
+// claim promotes the oldest Queued one.
+func TestClaimQueueAndPromote(t *testing.T) {
+	const maxConcurrent = 3
+	e := newClaimEnv(t, "airlock-claim-queue", claimEnvOptions{maxConcurrent: maxConcurrent, maxPerSession: 3})
+	startClaimOperator(t, e.ns)
+	var names []string
+	for i := range maxConcurrent + 2 {
+		c := e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", "")
+		names = append(names, c.Name)
+	}
+	eventually(t, 60*time.Second, "3 Bound and 2 Queued", func(ctx context.Context) (bool, error) {
+		p, _, err := e.phases(ctx)
+		return err == nil && p[airlockv1alpha1.ClaimBound] == maxConcurrent && p[airlockv1alpha1.ClaimQueued] == 2, err
+	})
+	_, claims, err := e.phases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Queued ones are the youngest by (creationTimestamp, name).
+	sort.Slice(claims, func(i, j int) bool {
+		a, b := claims[i], claims[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	for i, c := range claims {
+		want := airlockv1alpha1.ClaimBound
+		if i >= maxConcurrent {
+			want = airlockv1alpha1.ClaimQueued
+		}
+		if c.Status.Phase != want {
+			t.Errorf("claim %d (%s) is %s, want %s", i, c.Name, c.Status.Phase, want)
+		}
+	}
+	oldestQueued := claims[maxConcurrent].Name
+	if err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Delete(context.Background(), claims[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPhase(t, oldestQueued, airlockv1alpha1.ClaimBound, 60*time.Second)
+	p, _, err := e.phases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[airlockv1alpha1.ClaimQueued] != 1 || p[airlockv1alpha1.ClaimBound] != maxConcurrent {
+		t.Errorf("after promotion: %v, want %d Bound and 1 Queued", p, maxConcurrent)
+	}
+}
+
+// TestClaimRefusedMaxPerSession: one claim more than maxPerSession is Refused, then deleted.
+func TestClaimRefusedMaxPerSession(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-refuse", claimEnvOptions{maxConcurrent: 5, maxPerSession: 1})
+	startClaimOperator(t, e.ns)
+	first := e.createClaim(t, "session-1", "codegen/default", "")
+	e.waitPhase(t, first.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+	second := e.createClaim(t, "session-1", "codegen/other", "")
+	refused := e.waitPhase(t, second.Name, airlockv1alpha1.ClaimRefused, 30*time.Second)
+	if refused.Status.Reason != "MaxPerSession" {
+		t.Errorf("refusal reason %q, want MaxPerSession", refused.Status.Reason)
+	}
+	e.waitGone(t, second.Name, 30*time.Second)
+	if c, err := e.getClaim(context.Background(), first.Name); err != nil || c.Status.Phase != airlockv1alpha1.ClaimBound {
+		t.Errorf("the first claim is no longer Bound: %v", err)
+	}
+}
+
+// TestClaimIdleReaped: a claim idle past a short idleTimeout is Reaping, its Deployment is scaled
+// to zero, its sync-back Job runs `airlock sync`, and the claim is deleted when the Job succeeds
+// (kwok completes Job pods).
+func TestClaimIdleReaped(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-reap", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second, targetPath: "projects/demo"})
+	startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "projects/demo")
+	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+
+	var jobSeen bool
+	eventually(t, 90*time.Second, "the sync-back Job and the claim's deletion", func(ctx context.Context) (bool, error) {
+		job, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, c.Name+"-sync", metav1.GetOptions{})
+		if err == nil && !jobSeen {
+			jobSeen = true
+			args := job.Spec.Template.Spec.Containers[0].Args
+			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo"}
+			if !slices.Equal(args, want) {
+				t.Errorf("sync Job args %q, want %q", args, want)
+			}
+		}
+		_, err = e.getClaim(ctx, c.Name)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if !jobSeen {
+		t.Error("the claim was deleted without a sync-back Job being seen")
+	}
+}
+
+// TestClaimRuntimeDeletion: deleting the AgentRuntime removes its claims and their children
+// through garbage collection.
+func TestClaimRuntimeDeletion(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-gc", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "")
+	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(context.Background(), e.runtime.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, c.Name, 60*time.Second)
+	eventually(t, 60*time.Second, "the claim's children to be collected", func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim})
+		if err != nil {
+			return false, err
+		}
+		s, err := kubeClient.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim})
+		if err != nil {
+			return false, err
+		}
+		return len(d.Items) == 0 && len(s.Items) == 0, nil
+	})
+	if jobs, err := kubeClient.BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("sync-back Jobs after the runtime's deletion: %v (%v)", jobs, err)
+	}
+}
+
+// TestClaimLeaderFailover: with two operators, killing the leader in the middle of a burst of
+// claims leaves the invariants intact, and the other operator finishes the work.
+func TestClaimLeaderFailover(t *testing.T) {
+	const maxConcurrent, claims = 4, 12
+	e := newClaimEnv(t, "airlock-claim-failover", claimEnvOptions{maxConcurrent: maxConcurrent, maxPerSession: 1, maxInstances: 100})
+	a := startClaimOperator(t, e.ns)
+	var first string
+	eventually(t, 30*time.Second, "a lease holder", func(ctx context.Context) (bool, error) {
+		h, err := leaseHolder(ctx, e.ns, "airlock-operator-e2e")
+		first = h
+		return h != "", err
+	})
+	b := startClaimOperator(t, e.ns)
+
+	// Watch the invariant throughout.
+	stop := make(chan struct{})
+	var (
+		mu         sync.Mutex
+		violations []string
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			p, _, err := e.phases(context.Background())
+			if err != nil {
+				continue
+			}
+			if n := p[airlockv1alpha1.ClaimBinding] + p[airlockv1alpha1.ClaimBound]; n > maxConcurrent {
+				mu.Lock()
+				violations = append(violations, fmt.Sprintf("%d Binding+Bound > %d: %v", n, maxConcurrent, p))
+				mu.Unlock()
+			}
+		}
+	}()
+
+	for i := range claims {
+		// Two handles of one session each time: the second is over maxPerSession.
+		e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", "")
+		e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/second", "")
+		if i == claims/2 {
+			leader := a
+			if h, _ := leaseHolder(context.Background(), e.ns, "airlock-operator-e2e"); h != first {
+				leader = b
+			}
+			if err := leader.stop(t, syscall.SIGKILL); err == nil {
+				t.Log("leader killed")
+			}
+		}
+	}
+	eventually(t, 60*time.Second, "the standby to take the lease", func(ctx context.Context) (bool, error) {
+		h, err := leaseHolder(ctx, e.ns, "airlock-operator-e2e")
+		return h != "" && h != first, err
+	})
+	var last map[airlockv1alpha1.ClaimPhase]int
+	defer func() {
+		if t.Failed() {
+			t.Logf("last phases: %v", last)
+		}
+	}()
+	eventually(t, 90*time.Second, "every claim decided", func(ctx context.Context) (bool, error) {
+		p, items, err := e.phases(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = p
+		live := 0
+		for _, c := range items {
+			if c.Status.Phase != airlockv1alpha1.ClaimRefused {
+				live++
+			}
+		}
+		return p[""]+p[airlockv1alpha1.ClaimPending]+p[airlockv1alpha1.ClaimBinding] == 0 &&
+			p[airlockv1alpha1.ClaimBound] == maxConcurrent && live == claims, nil
+	})
+	close(stop)
+	<-done
+	_, items, err := e.phases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSession := map[string]int{}
+	for _, c := range items {
+		if c.Status.Phase != airlockv1alpha1.ClaimRefused {
+			perSession[c.Spec.Session]++
+		}
+	}
+	for s, n := range perSession {
+		if n > 1 {
+			t.Errorf("session %s has %d live claims, maxPerSession is 1", s, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+}
+
+// TestClaimBindLatency measures the time from a claim's creation to Bound over many claims, as
+// the client sees it (create call to the watch event that shows Bound), with the operator's
+// default client rate limit (--kube-api-qps=50) and a raised one. It logs p50 and p99 and asserts
+// nothing about wall-clock time.
+func TestClaimBindLatency(t *testing.T) {
+	n := 60
+	if s := os.Getenv("AIRLOCK_E2E_LATENCY_CLAIMS"); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		sequential bool
+	}{
+		{name: "burst-default-qps"},
+		{name: "burst-qps-200", args: []string{"--kube-api-qps=200", "--kube-api-burst=400"}},
+		{name: "sequential", sequential: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { measureBindLatency(t, n, tc.args, tc.sequential) })
+	}
+}
+
+// measureBindLatency creates n claims, in a burst (as fast as the client can) or one after the
+// other (each once the previous one is Bound), and logs the creation-to-Bound percentiles.
+func measureBindLatency(t *testing.T, n int, args []string, sequential bool) {
+	e := newClaimEnv(t, "airlock-claim-latency", claimEnvOptions{maxConcurrent: int32(n), maxPerSession: 3, maxInstances: int32(n)})
+	op := startClaimOperatorWithArgs(t, e.ns, args...)
+	defer func() {
+		// Keep the operator's log for a look at the timeline.
+		if b, err := os.ReadFile(op.log); err == nil {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "airlock-e2e-latency-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"), b, 0o644)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var (
+		mu      sync.Mutex
+		created = map[string]time.Time{}
+		boundAt = map[string]time.Time{}
+	)
+	allBound := make(chan struct{})
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Modified && ev.Type != watch.Added {
+				continue
+			}
+			c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
+			if !ok || c.Status.Phase != airlockv1alpha1.ClaimBound {
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			if _, seen := boundAt[c.Name]; !seen {
+				boundAt[c.Name] = now
+			}
+			if len(boundAt) == n {
+				close(allBound)
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+		}
+	}()
+	start := time.Now()
+	for i := range n {
+		name := claimname.For(e.runtime.Name, fmt.Sprintf("latency-%d", i), "codegen/default")
+		mu.Lock()
+		created[name] = time.Now()
+		mu.Unlock()
+		e.createClaim(t, fmt.Sprintf("latency-%d", i), "codegen/default", "")
+		if sequential {
+			eventually(t, 30*time.Second, "claim "+name+" Bound", func(ctx context.Context) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				_, ok := boundAt[name]
+				return ok, nil
+			})
+		}
+	}
+	t.Logf("created %d claims in %s", n, time.Since(start).Round(time.Millisecond))
+	select {
+	case <-allBound:
+	case <-time.After(3 * time.Minute):
+		mu.Lock()
+		t.Fatalf("only %d of %d claims Bound", len(boundAt), n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var d []time.Duration
+	for name, b := range boundAt {
+		d = append(d, b.Sub(created[name]))
+	}
+	slices.Sort(d)
+	pct := func(p float64) time.Duration {
+		i := int(p*float64(len(d))+0.5) - 1
+		return d[min(max(i, 0), len(d)-1)]
+	}
+	t.Logf("creation to Bound over %d claims: p50 %s, p99 %s, max %s", len(d), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+}

@@ -1,0 +1,190 @@
+// Package agentruntime is the AgentRuntime status controller: it reports whether a runtime's
+// registry and the registry's classes resolve (condition Ready) and counts the runtime's claims by
+// phase (SPEC section 2). It writes only AgentRuntime status.
+package agentruntime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+)
+
+// ControllerName is the queue's name and the field manager of the status writes.
+const ControllerName = "airlock-runtime-controller"
+
+// FieldManager names the controller's writes.
+const FieldManager = ControllerName
+
+// claimBatchPeriod coalesces the status writes that a burst of claim changes causes.
+const claimBatchPeriod = time.Second
+
+// Controller keeps AgentRuntime status.
+type Controller struct {
+	airlockClient airlockclientset.Interface
+
+	runtimeLister  airlocklisters.AgentRuntimeLister
+	runtimesSynced cache.InformerSynced
+	registryLister airlocklisters.ToolRegistryLister
+	registriesSync cache.InformerSynced
+	classLister    airlocklisters.SandboxClassLister
+	classesSynced  cache.InformerSynced
+	claimLister    airlocklisters.SandboxClaimLister
+	claimsSynced   cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	clock clock.Clock
+}
+
+// NewController returns an AgentRuntime status controller on the given informers.
+func NewController(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer) (*Controller, error) {
+	return newControllerWithClock(ctx, airlockClient, runtimes, registries, classes, claims, clock.RealClock{})
+}
+
+func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer, clk clock.WithTicker) (*Controller, error) {
+	c := &Controller{
+		airlockClient:  airlockClient,
+		runtimeLister:  runtimes.Lister(),
+		runtimesSynced: runtimes.Informer().HasSynced,
+		registryLister: registries.Lister(),
+		registriesSync: registries.Informer().HasSynced,
+		classLister:    classes.Lister(),
+		classesSynced:  classes.Informer().HasSynced,
+		claimLister:    claims.Lister(),
+		claimsSynced:   claims.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
+		clock: clk,
+	}
+	if _, err := runtimes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueRuntime,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueueRuntime(cur)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
+	}
+	if _, err := registries.Informer().AddEventHandler(resourceHandler(c.enqueueRuntimesOfRegistry)); err != nil {
+		return nil, fmt.Errorf("adding the registry event handler: %w", err)
+	}
+	if _, err := classes.Informer().AddEventHandler(resourceHandler(func(any) { c.enqueueAllRuntimes() })); err != nil {
+		return nil, fmt.Errorf("adding the class event handler: %w", err)
+	}
+	if _, err := claims.Informer().AddEventHandler(resourceHandler(c.enqueueRuntimeOfClaim)); err != nil {
+		return nil, fmt.Errorf("adding the claim event handler: %w", err)
+	}
+	return c, nil
+}
+
+// resourceHandler calls f on adds, deletes (tombstones unwrapped) and real updates.
+func resourceHandler(f func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: f,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				f(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			f(obj)
+		},
+	}
+}
+
+// Run runs the workers until ctx is done, and returns once they all have.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
+	defer logger.Info("Shutting down controller", "controller", ControllerName)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced) {
+		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
+	}
+	var wg wait.Group
+	for range workers {
+		wg.StartWithContext(ctx, func(ctx context.Context) { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing runtime", "runtime", klog.KRef(key.Namespace, key.Name))
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+func (c *Controller) enqueueRuntime(obj any) {
+	if rt, ok := obj.(*airlockv1alpha1.AgentRuntime); ok {
+		c.queue.Add(cache.MetaObjectToName(rt))
+	}
+}
+
+func (c *Controller) enqueueRuntimeOfClaim(obj any) {
+	if claim, ok := obj.(*airlockv1alpha1.SandboxClaim); ok {
+		c.queue.AddAfter(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.RuntimeName}, claimBatchPeriod)
+	}
+}
+
+func (c *Controller) enqueueRuntimesOfRegistry(obj any) {
+	registry, ok := obj.(*airlockv1alpha1.ToolRegistry)
+	if !ok {
+		return
+	}
+	runtimes, err := c.runtimeLister.AgentRuntimes(registry.Namespace).List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, rt := range runtimes {
+		if rt.Spec.ToolRegistryRef.Name == registry.Name {
+			c.queue.Add(cache.MetaObjectToName(rt))
+		}
+	}
+}
+
+func (c *Controller) enqueueAllRuntimes() {
+	runtimes, err := c.runtimeLister.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, rt := range runtimes {
+		c.queue.Add(cache.MetaObjectToName(rt))
+	}
+}

@@ -1,0 +1,168 @@
+package agentruntime
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+)
+
+var (
+	alwaysReady = func() bool { return true }
+	t0          = time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+)
+
+func runtimeObj(connections ...airlockv1alpha1.Connection) *airlockv1alpha1.AgentRuntime {
+	return &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "ns", Generation: 2, UID: "uid-agent"},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: "agent",
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
+			Sandbox:            airlockv1alpha1.SandboxPolicy{Enabled: true, Connections: connections},
+		},
+	}
+}
+
+func registryObj(sandboxes ...airlockv1alpha1.RegistrySandbox) *airlockv1alpha1.ToolRegistry {
+	return &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Name: "tools", Namespace: "ns"},
+		Spec:       airlockv1alpha1.ToolRegistrySpec{Sandboxes: sandboxes},
+	}
+}
+
+func claimObj(name, runtime string, phase airlockv1alpha1.ClaimPhase) *airlockv1alpha1.SandboxClaim {
+	return &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec:       airlockv1alpha1.SandboxClaimSpec{RuntimeName: runtime},
+		Status:     airlockv1alpha1.SandboxClaimStatus{Phase: phase},
+	}
+}
+
+func TestSync(t *testing.T) {
+	codegen := airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen"}
+	withRole := airlockv1alpha1.RegistrySandbox{Name: "repo", Class: "codegen", MountRole: "repo"}
+	tests := map[string]struct {
+		runtime     *airlockv1alpha1.AgentRuntime
+		registry    *airlockv1alpha1.ToolRegistry
+		claims      []*airlockv1alpha1.SandboxClaim
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantCounts  airlockv1alpha1.ClaimCounts
+		wantNoWrite bool
+	}{
+		"resolves and counts": {
+			runtime:  runtimeObj(),
+			registry: registryObj(codegen),
+			claims: []*airlockv1alpha1.SandboxClaim{
+				claimObj("a", "agent", ""), claimObj("b", "agent", airlockv1alpha1.ClaimBound),
+				claimObj("c", "agent", airlockv1alpha1.ClaimBound), claimObj("d", "agent", airlockv1alpha1.ClaimQueued),
+				claimObj("e", "other", airlockv1alpha1.ClaimBound),
+			},
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
+			wantCounts: airlockv1alpha1.ClaimCounts{Pending: 1, Bound: 2, Queued: 1},
+		},
+		"registry missing": {
+			runtime:    runtimeObj(),
+			wantStatus: metav1.ConditionFalse, wantReason: ReasonRegistryNotFound,
+		},
+		"class missing": {
+			runtime:    runtimeObj(),
+			registry:   registryObj(airlockv1alpha1.RegistrySandbox{Name: "x", Class: "nope"}),
+			wantStatus: metav1.ConditionFalse, wantReason: ReasonClassNotFound,
+		},
+		"mount role without connection": {
+			runtime:    runtimeObj(),
+			registry:   registryObj(withRole),
+			wantStatus: metav1.ConditionFalse, wantReason: ReasonMountRoleNotFound,
+		},
+		"mount role with connection": {
+			runtime:    runtimeObj(airlockv1alpha1.Connection{Role: "repo", Path: "repos/a"}),
+			registry:   registryObj(withRole),
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
+		},
+		"status already current: no write": {
+			runtime: func() *airlockv1alpha1.AgentRuntime {
+				rt := runtimeObj()
+				rt.Status.ObservedGeneration = 2
+				rt.Status.Conditions = []metav1.Condition{{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonResolved,
+					Message: `ToolRegistry "tools" and its classes resolve`, ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+				return rt
+			}(),
+			registry:    registryObj(codegen),
+			wantNoWrite: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			objs := []runtime.Object{tc.runtime}
+			client := airlockfake.NewClientset(objs...)
+			factory := airlockinformers.NewSharedInformerFactory(client, 0)
+			a := factory.Airlock().V1alpha1()
+			c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), clocktesting.NewFakeClock(t0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
+			add := func(i cache.SharedIndexInformer, o any) {
+				if err := i.GetIndexer().Add(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			add(a.AgentRuntimes().Informer(), tc.runtime)
+			if tc.registry != nil {
+				add(a.ToolRegistries().Informer(), tc.registry)
+			}
+			add(a.SandboxClasses().Informer(), &airlockv1alpha1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: "codegen"}})
+			for _, cl := range tc.claims {
+				add(a.SandboxClaims().Informer(), cl)
+			}
+			client.ClearActions()
+			if err := c.sync(ctx, cache.MetaObjectToName(tc.runtime)); err != nil {
+				t.Fatal(err)
+			}
+			var writes []*airlockv1alpha1.AgentRuntime
+			for _, act := range client.Actions() {
+				if u, ok := act.(core.UpdateAction); ok && act.GetSubresource() == "status" {
+					writes = append(writes, u.GetObject().(*airlockv1alpha1.AgentRuntime))
+				}
+			}
+			if tc.wantNoWrite {
+				if len(writes) != 0 {
+					t.Errorf("wrote status %+v, want no write", writes[0].Status)
+				}
+				return
+			}
+			if len(writes) != 1 {
+				t.Fatalf("%d status writes, want 1", len(writes))
+			}
+			got := writes[0].Status
+			want := metav1.Condition{Type: ConditionReady, Status: tc.wantStatus, Reason: tc.wantReason, ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0)}
+			if diff := cmp.Diff(want, got.Conditions[0], cmpIgnoreMessage); diff != "" {
+				t.Errorf("Ready (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantCounts, got.Claims); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+			if got.ObservedGeneration != 2 {
+				t.Errorf("observedGeneration %d, want 2", got.ObservedGeneration)
+			}
+		})
+	}
+}
+
+var cmpIgnoreMessage = cmp.Transformer("noMessage", func(c metav1.Condition) metav1.Condition {
+	c.Message = ""
+	return c
+})
+

@@ -1,0 +1,127 @@
+package agentruntime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// The Ready condition of a runtime.
+const (
+	ConditionReady = "Ready"
+
+	ReasonResolved          = "Resolved"
+	ReasonRegistryNotFound  = "RegistryNotFound"
+	ReasonClassNotFound     = "ClassNotFound"
+	ReasonMountRoleNotFound = "MountRoleNotFound"
+)
+
+// sync writes the runtime's status: Ready, claim counts, observedGeneration.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
+	rt, err := c.runtimeLister.AgentRuntimes(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	status, reason, message, err := c.resolve(rt)
+	if err != nil {
+		return err
+	}
+	counts, err := c.countClaims(rt)
+	if err != nil {
+		return err
+	}
+	updated := rt.DeepCopy()
+	updated.Status.ObservedGeneration = rt.Generation
+	updated.Status.Claims = counts
+	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
+		Type: ConditionReady, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: rt.Generation, LastTransitionTime: metav1.NewTime(c.clock.Now()),
+	})
+	if apiequality.Semantic.DeepEqual(rt.Status, updated.Status) {
+		return nil
+	}
+	klog.FromContext(ctx).V(4).Info("Updating runtime status", "runtime", klog.KObj(rt), "ready", status, "reason", reason)
+	_, err = c.airlockClient.AirlockV1alpha1().AgentRuntimes(rt.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+// resolve says whether the runtime's registry, the registry's classes and its mount roles resolve.
+func (c *Controller) resolve(rt *airlockv1alpha1.AgentRuntime) (metav1.ConditionStatus, string, string, error) {
+	registry, err := c.registryLister.ToolRegistries(rt.Namespace).Get(rt.Spec.ToolRegistryRef.Name)
+	if apierrors.IsNotFound(err) {
+		return metav1.ConditionFalse, ReasonRegistryNotFound, fmt.Sprintf("ToolRegistry %q not found", rt.Spec.ToolRegistryRef.Name), nil
+	}
+	if err != nil {
+		return "", "", "", err
+	}
+	var missingClasses, missingRoles []string
+	roles := map[string]bool{}
+	for _, conn := range rt.Spec.Sandbox.Connections {
+		roles[conn.Role] = true
+	}
+	for _, sb := range registry.Spec.Sandboxes {
+		if _, err := c.classLister.Get(sb.Class); apierrors.IsNotFound(err) {
+			missingClasses = append(missingClasses, sb.Class)
+		} else if err != nil {
+			return "", "", "", err
+		}
+		if sb.MountRole != "" && !roles[sb.MountRole] {
+			missingRoles = append(missingRoles, sb.MountRole)
+		}
+	}
+	switch {
+	case len(missingClasses) > 0:
+		slices.Sort(missingClasses)
+		return metav1.ConditionFalse, ReasonClassNotFound, "SandboxClasses not found: " + strings.Join(slices.Compact(missingClasses), ", "), nil
+	case len(missingRoles) > 0:
+		slices.Sort(missingRoles)
+		return metav1.ConditionFalse, ReasonMountRoleNotFound, "no connection for the mount roles: " + strings.Join(slices.Compact(missingRoles), ", "), nil
+	}
+	return metav1.ConditionTrue, ReasonResolved, fmt.Sprintf("ToolRegistry %q and its classes resolve", registry.Name), nil
+}
+
+// countClaims counts the runtime's claims by phase (an unset phase counts as Pending; claims being
+// deleted are not counted).
+func (c *Controller) countClaims(rt *airlockv1alpha1.AgentRuntime) (airlockv1alpha1.ClaimCounts, error) {
+	var counts airlockv1alpha1.ClaimCounts
+	claims, err := c.claimLister.SandboxClaims(rt.Namespace).List(labels.Everything())
+	if err != nil {
+		return counts, err
+	}
+	for _, claim := range claims {
+		if claim.Spec.RuntimeName != rt.Name || claim.DeletionTimestamp != nil {
+			continue
+		}
+		switch claim.Status.Phase {
+		case "", airlockv1alpha1.ClaimPending:
+			counts.Pending++
+		case airlockv1alpha1.ClaimQueued:
+			counts.Queued++
+		case airlockv1alpha1.ClaimBinding:
+			counts.Binding++
+		case airlockv1alpha1.ClaimBound:
+			counts.Bound++
+		case airlockv1alpha1.ClaimReaping:
+			counts.Reaping++
+		case airlockv1alpha1.ClaimRefused:
+			counts.Refused++
+		case airlockv1alpha1.ClaimFailed:
+			counts.Failed++
+		}
+	}
+	return counts, nil
+}

@@ -1,0 +1,416 @@
+package claim
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// What the operator builds for a claim (SPEC section 5). The builders are pure: they return the
+// desired object, and drift repair compares the live object with it.
+//
+// The pod template spells out the API server's defaults for every field it sets (probe timings,
+// termination message path, image pull policy, secret volume mode, ...), so that a template read
+// back from the API server is semantically equal to a freshly built one, and a re-sync that
+// finds no drift writes nothing.
+
+const (
+	// ContainerName is the sandbox container's name.
+	ContainerName = "sandbox"
+	// TokenKey is the key of the bearer token in the claim's Secret.
+	TokenKey = "token"
+	// TokenMountPath is where the token Secret is mounted in the sandbox.
+	TokenMountPath = "/var/run/airlock/auth"
+	// TokenFile is the token's path in the sandbox, passed to sandboxd as --auth-token-file.
+	TokenFile = TokenMountPath + "/" + TokenKey
+	// tokenVolumeName is the token Secret's volume; class volumes may not use it.
+	tokenVolumeName = "airlock-auth-token"
+	// tokenBytes is the token's entropy.
+	tokenBytes = 32
+
+	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
+	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
+	LabelSyncOf = "airlock.dev/sync-of"
+	// AnnotationSyncAttempt numbers a sync-back Job's attempt (1, 2, ...).
+	AnnotationSyncAttempt = "airlock.dev/sync-attempt"
+	// AnnotationClassGeneration on a claim's Deployment is the generation of the SandboxClass its
+	// pod template was built from.
+	AnnotationClassGeneration = "airlock.dev/class-generation"
+	// AnnotationSyncFailures on a claim counts its failed sync-back attempts.
+	AnnotationSyncFailures = "airlock.dev/sync-failures"
+	// syncContainerName is the sync-back container's name.
+	syncContainerName = "sync"
+	// contentMountPath is where sync-back Jobs mount the content PVC.
+	contentMountPath = "/content"
+	// contentVolumeName is the content PVC's volume in sync-back Jobs.
+	contentVolumeName = "content"
+
+	// sandboxUID is the uid and gid of sandbox and sync-back pods.
+	sandboxUID = 65532
+	// defaultWorkspaceClaimName is SandboxClass.spec.workspaceClaimName's default.
+	defaultWorkspaceClaimName = "workspace-content"
+)
+
+// defaultArgs are SandboxClass.spec.args' default.
+var defaultArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"}
+
+// defaultPorts are SandboxClass.spec.ports' default.
+var defaultPorts = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
+
+// classPorts returns the class's ports, defaulted.
+func classPorts(class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.SandboxPort {
+	if len(class.Spec.Ports) == 0 {
+		return defaultPorts
+	}
+	return class.Spec.Ports
+}
+
+func workspaceClaimName(class *airlockv1alpha1.SandboxClass) string {
+	if class.Spec.WorkspaceClaimName == "" {
+		return defaultWorkspaceClaimName
+	}
+	return class.Spec.WorkspaceClaimName
+}
+
+// childLabels are the labels of every child of the claim and of its sandbox pods.
+func childLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
+	return map[string]string{
+		LabelClaim:                   claim.Name,
+		airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName,
+		airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox,
+	}
+}
+
+// selectorLabels select the claim's sandbox pods.
+func selectorLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
+	return map[string]string{LabelClaim: claim.Name}
+}
+
+// ownerReference makes the claim the controller of a child.
+func ownerReference(claim *airlockv1alpha1.SandboxClaim) metav1.OwnerReference {
+	return *metav1.NewControllerRef(claim, airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"))
+}
+
+func childMeta(claim *airlockv1alpha1.SandboxClaim, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       claim.Namespace,
+		Labels:          childLabels(claim),
+		OwnerReferences: []metav1.OwnerReference{ownerReference(claim)},
+	}
+}
+
+// restrictedPodSecurityContext meets the restricted Pod Security Standard.
+func restrictedPodSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](sandboxUID),
+		RunAsGroup:     ptr.To[int64](sandboxUID),
+		FSGroup:        ptr.To[int64](sandboxUID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// restrictedContainerSecurityContext meets the restricted Pod Security Standard, except for
+// readOnlyRootFilesystem (SPEC section 5: the toolchains write where they please).
+func restrictedContainerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// sandboxArgs are the class's args plus the per-claim switches of sandboxd.
+func sandboxArgs(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) []string {
+	args := append([]string(nil), class.Spec.Args...)
+	if len(args) == 0 {
+		args = append(args, defaultArgs...)
+	}
+	if entry != nil && len(entry.AllowedTools) > 0 {
+		tools := make([]string, len(entry.AllowedTools))
+		for i, t := range entry.AllowedTools {
+			tools[i] = string(t)
+		}
+		args = append(args, "--allowed-tools="+strings.Join(tools, ","))
+	}
+	return append(args, "--auth-token-file="+TokenFile)
+}
+
+// pullPolicy is the API server's default pull policy for image.
+func pullPolicy(image string) corev1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	i := strings.LastIndex(name, ":")
+	if i < 0 || name[i+1:] == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+// defaultedResources applies the API server's default: a limit without a request requests the limit.
+func defaultedResources(in corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *in.DeepCopy()
+	for name, limit := range out.Limits {
+		if _, ok := out.Requests[name]; !ok {
+			if out.Requests == nil {
+				out.Requests = corev1.ResourceList{}
+			}
+			out.Requests[name] = limit.DeepCopy()
+		}
+	}
+	return out
+}
+
+// buildDeployment returns the claim's Deployment: one replica (replicas is 0 when the claim is
+// Reaping or Failed), Recreate, the class's pod under the restricted Pod Security level.
+func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox, replicas int32) *appsv1.Deployment {
+	ports := classPorts(class)
+	containerPorts := make([]corev1.ContainerPort, len(ports))
+	for i, p := range ports {
+		containerPorts[i] = corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: corev1.ProtocolTCP}
+	}
+	var (
+		volumes = make([]corev1.Volume, 0, len(class.Spec.Volumes)+1)
+		mounts  = make([]corev1.VolumeMount, 0, len(class.Spec.Volumes)+1)
+	)
+	for _, v := range class.Spec.Volumes {
+		switch {
+		case v.Workspace != nil:
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+			}})
+			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: claim.Spec.WorkspaceDir})
+		case v.Scratch != nil:
+			emptyDir := &corev1.EmptyDirVolumeSource{}
+			if v.Scratch.SizeLimit != nil {
+				emptyDir.SizeLimit = ptr.To(v.Scratch.SizeLimit.DeepCopy())
+			}
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{EmptyDir: emptyDir}})
+			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath})
+		}
+	}
+	volumes = append(volumes, corev1.Volume{Name: tokenVolumeName, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  claim.Name,
+			Items:       []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
+			DefaultMode: ptr.To[int32](0o440),
+		},
+	}})
+	mounts = append(mounts, corev1.VolumeMount{Name: tokenVolumeName, MountPath: TokenMountPath, ReadOnly: true})
+
+	container := corev1.Container{
+		Name:            ContainerName,
+		Image:           class.Spec.Image,
+		Args:            sandboxArgs(class, entry),
+		Ports:           containerPorts,
+		Env:             append([]corev1.EnvVar(nil), class.Spec.Env...),
+		Resources:       defaultedResources(class.Spec.Resources),
+		VolumeMounts:    mounts,
+		SecurityContext: restrictedContainerSecurityContext(),
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path:   "/readyz",
+				Port:   intstr.FromString(ports[0].Name),
+				Scheme: corev1.URISchemeHTTP,
+			}},
+			TimeoutSeconds:   1,
+			PeriodSeconds:    2,
+			SuccessThreshold: 1,
+			FailureThreshold: 3,
+		},
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		ImagePullPolicy:          pullPolicy(class.Spec.Image),
+	}
+	meta := childMeta(claim, claim.Name)
+	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(class.Generation, 10)}
+	d := &appsv1.Deployment{
+		ObjectMeta: meta,
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: childLabels(claim)},
+				Spec: corev1.PodSpec{
+					Containers:                    []corev1.Container{container},
+					Volumes:                       volumes,
+					RestartPolicy:                 corev1.RestartPolicyAlways,
+					TerminationGracePeriodSeconds: ptr.To[int64](corev1.DefaultTerminationGracePeriodSeconds),
+					DNSPolicy:                     corev1.DNSClusterFirst,
+					SecurityContext:               restrictedPodSecurityContext(),
+					SchedulerName:                 corev1.DefaultSchedulerName,
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					RuntimeClassName:              class.Spec.RuntimeClassName,
+				},
+			},
+		},
+	}
+	return d
+}
+
+// buildService returns the claim's ClusterIP Service: one port per class port.
+func buildService(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) *corev1.Service {
+	ports := classPorts(class)
+	svcPorts := make([]corev1.ServicePort, len(ports))
+	for i, p := range ports {
+		svcPorts[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP}
+	}
+	return &corev1.Service{
+		ObjectMeta: childMeta(claim, claim.Name),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: selectorLabels(claim),
+			Ports:    svcPorts,
+		},
+	}
+}
+
+// addresses are the claim's addresses: one per class port, through its Service.
+func addresses(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.ClaimAddress {
+	ports := classPorts(class)
+	out := make([]airlockv1alpha1.ClaimAddress, len(ports))
+	for i, p := range ports {
+		out[i] = airlockv1alpha1.ClaimAddress{
+			Name: p.Name,
+			URL:  fmt.Sprintf("http://%s.%s.svc:%d", claim.Name, claim.Namespace, p.Port),
+		}
+	}
+	return out
+}
+
+// buildNetworkPolicy returns the claim's NetworkPolicy. Egress reaches nothing but the pods of
+// the allowed Services that exist (allowed), on their target ports, and then DNS; ingress is the
+// class ports from pods in the claim's namespace.
+func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	var egress []networkingv1.NetworkPolicyEgressRule
+	for _, svc := range allowed {
+		if len(svc.Spec.Selector) == 0 {
+			continue // no selector: no pods to name (ExternalName, manual endpoints)
+		}
+		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: svc.Namespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
+		}}}
+		for _, p := range svc.Spec.Ports {
+			protocol := p.Protocol
+			if protocol == "" {
+				protocol = corev1.ProtocolTCP
+			}
+			target := p.TargetPort
+			if target.Type == intstr.Int && target.IntVal == 0 || target.Type == intstr.String && target.StrVal == "" {
+				target = intstr.FromInt32(p.Port) // an unset targetPort is the port
+			}
+			rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: ptr.To(protocol), Port: ptr.To(target)})
+		}
+		egress = append(egress, rule)
+	}
+	if len(egress) > 0 {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: metav1.NamespaceSystem}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+			}},
+			Ports: []networkingv1.NetworkPolicyPort{
+				{Protocol: ptr.To(udp), Port: ptr.To(intstr.FromInt32(53))},
+				{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(53))},
+			},
+		})
+	}
+	var ingressPorts []networkingv1.NetworkPolicyPort
+	for _, p := range classPorts(class) {
+		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(p.Port))})
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: childMeta(claim, claim.Name),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: claim.Namespace}},
+				}},
+				Ports: ingressPorts,
+			}},
+			Egress: egress,
+		},
+	}
+}
+
+// newToken returns a fresh bearer token: 32 random bytes, base64url without padding.
+func newToken() (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// buildSecret returns the claim's token Secret.
+func buildSecret(claim *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: childMeta(claim, claim.Name),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{TokenKey: []byte(token)},
+	}
+}
+
+// syncJobName is the name of the claim's sync-back Job.
+func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
+	return claim.Name + "-sync"
+}
+
+// buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
+// airlock) copying workspaceDir into targetPath inside the content PVC. It does not retry by
+// itself (backoffLimit 0): the controller retries with its own backoff.
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, image string, attempt int) *batchv1.Job {
+	meta := childMeta(claim, syncJobName(claim))
+	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
+	return &batchv1.Job{
+		ObjectMeta: meta,
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: claim.Name}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext:              restrictedPodSecurityContext(),
+					Containers: []corev1.Container{{
+						Name:  syncContainerName,
+						Image: image,
+						Args: []string{
+							"sync",
+							"--content-root=" + contentMountPath,
+							"--from=" + claim.Spec.WorkspaceDir,
+							"--to=" + claim.Spec.TargetPath,
+						},
+						VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
+						SecurityContext:          restrictedContainerSecurityContext(),
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+					}}},
+				},
+			},
+		},
+	}
+}

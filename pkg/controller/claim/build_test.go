@@ -1,0 +1,243 @@
+package claim
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+func TestBuildDeployment(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	class := newClass("codegen")
+	class.Spec.RuntimeClassName = ptr.To("gvisor")
+	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
+	d := buildDeployment(claim, class, entry, 1)
+
+	if !metav1.IsControlledBy(d, claim) || d.Name != "c1" || d.Labels[LabelClaim] != "c1" {
+		t.Errorf("deployment meta %+v", d.ObjectMeta)
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %d strategy %s, want 1 Recreate", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	if diff := cmp.Diff(map[string]string{LabelClaim: "c1"}, d.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("selector (-want +got):\n%s", diff)
+	}
+	pod := d.Spec.Template.Spec
+	wantPodSC := &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if diff := cmp.Diff(wantPodSC, pod.SecurityContext); diff != "" {
+		t.Errorf("pod securityContext (-want +got):\n%s", diff)
+	}
+	if *pod.AutomountServiceAccountToken || *pod.EnableServiceLinks || *pod.RuntimeClassName != "gvisor" {
+		t.Errorf("automount %v serviceLinks %v runtimeClass %v", *pod.AutomountServiceAccountToken, *pod.EnableServiceLinks, *pod.RuntimeClassName)
+	}
+	if pod.HostNetwork || pod.HostPID || pod.HostIPC || pod.ServiceAccountName != "" {
+		t.Errorf("pod has host namespaces or a service account: %+v", pod)
+	}
+	ctr := pod.Containers[0]
+	wantArgs := []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--allowed-tools=Read,Bash", "--auth-token-file=/var/run/airlock/auth/token"}
+	if diff := cmp.Diff(wantArgs, ctr.Args); diff != "" {
+		t.Errorf("args (-want +got):\n%s", diff)
+	}
+	wantSC := &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	if diff := cmp.Diff(wantSC, ctr.SecurityContext); diff != "" {
+		t.Errorf("container securityContext (-want +got):\n%s", diff)
+	}
+	if ctr.Name != ContainerName || ctr.Image != class.Spec.Image || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" || ctr.ReadinessProbe.HTTPGet.Port != intstr.FromString("mcp") {
+		t.Errorf("container %+v", ctr)
+	}
+	wantMounts := []corev1.VolumeMount{
+		{Name: "workspace", MountPath: "/workspace", SubPath: "team-a/sandboxes/c1"},
+		{Name: "cache", MountPath: "/sandbox-cache"},
+		{Name: tokenVolumeName, MountPath: TokenMountPath, ReadOnly: true},
+	}
+	if diff := cmp.Diff(wantMounts, ctr.VolumeMounts); diff != "" {
+		t.Errorf("mounts (-want +got):\n%s", diff)
+	}
+	size := resource.MustParse("4Gi")
+	wantVolumes := []corev1.Volume{
+		{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}},
+		{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
+		{Name: tokenVolumeName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: "c1", Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}, DefaultMode: ptr.To[int32](0o440),
+		}}},
+	}
+	if diff := cmp.Diff(wantVolumes, pod.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+
+	// No allowedTools: no --allowed-tools switch; scaled down: zero replicas.
+	entry.AllowedTools = nil
+	d = buildDeployment(claim, class, entry, 0)
+	if *d.Spec.Replicas != 0 {
+		t.Errorf("replicas %d, want 0", *d.Spec.Replicas)
+	}
+	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--auth-token-file=/var/run/airlock/auth/token"}
+	if diff := cmp.Diff(wantArgs, d.Spec.Template.Spec.Containers[0].Args); diff != "" {
+		t.Errorf("args without allowedTools (-want +got):\n%s", diff)
+	}
+}
+
+func TestPullPolicyAndResources(t *testing.T) {
+	for image, want := range map[string]corev1.PullPolicy{
+		"example.com/a:v1":         corev1.PullIfNotPresent,
+		"example.com/a":            corev1.PullAlways,
+		"example.com/a:latest":     corev1.PullAlways,
+		"localhost:5000/a":         corev1.PullAlways,
+		"localhost:5000/a:v2":      corev1.PullIfNotPresent,
+		"example.com/a@sha256:abc": corev1.PullIfNotPresent,
+	} {
+		if got := pullPolicy(image); got != want {
+			t.Errorf("pullPolicy(%q) = %s, want %s", image, got, want)
+		}
+	}
+	in := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}
+	got := defaultedResources(in)
+	if q := got.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("a limit without a request should request the limit, got %v", got.Requests)
+	}
+}
+
+func TestBuildServiceAndAddresses(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	class := newClass("codegen")
+	class.Spec.Ports = append(class.Spec.Ports, airlockv1alpha1.SandboxPort{Name: "preview", Port: 3000})
+	svc := buildService(claim, class)
+	want := []corev1.ServicePort{
+		{Name: "mcp", Port: 8080, TargetPort: intstr.FromString("mcp"), Protocol: corev1.ProtocolTCP},
+		{Name: "preview", Port: 3000, TargetPort: intstr.FromString("preview"), Protocol: corev1.ProtocolTCP},
+	}
+	if diff := cmp.Diff(want, svc.Spec.Ports); diff != "" {
+		t.Errorf("ports (-want +got):\n%s", diff)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Selector[LabelClaim] != "c1" {
+		t.Errorf("service spec %+v", svc.Spec)
+	}
+	wantAddresses := []airlockv1alpha1.ClaimAddress{
+		{Name: "mcp", URL: "http://c1.team-a.svc:8080"},
+		{Name: "preview", URL: "http://c1.team-a.svc:3000"},
+	}
+	if diff := cmp.Diff(wantAddresses, addresses(claim, class)); diff != "" {
+		t.Errorf("addresses (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuildNetworkPolicy(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	class := newClass("codegen")
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	port := func(p corev1.Protocol, v intstr.IntOrString) networkingv1.NetworkPolicyPort {
+		return networkingv1.NetworkPolicyPort{Protocol: ptr.To(p), Port: ptr.To(v)}
+	}
+	wantIngress := []networkingv1.NetworkPolicyIngressRule{{
+		From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "team-a"}}}},
+		Ports: []networkingv1.NetworkPolicyPort{port(tcp, intstr.FromInt32(8080))},
+	}}
+
+	t.Run("no allowed Services reaches nothing, not even DNS", func(t *testing.T) {
+		np := buildNetworkPolicy(claim, class, nil)
+		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes); diff != "" {
+			t.Errorf("policyTypes (-want +got):\n%s", diff)
+		}
+		if len(np.Spec.Egress) != 0 {
+			t.Errorf("egress %+v, want none", np.Spec.Egress)
+		}
+		if diff := cmp.Diff(wantIngress, np.Spec.Ingress); diff != "" {
+			t.Errorf("ingress (-want +got):\n%s", diff)
+		}
+		if np.Spec.PodSelector.MatchLabels[LabelClaim] != "c1" {
+			t.Errorf("podSelector %+v", np.Spec.PodSelector)
+		}
+	})
+
+	t.Run("allowed Services and DNS", func(t *testing.T) {
+		allowed := []*corev1.Service{
+			{
+				ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: "infra"},
+				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "proxy"}, Ports: []corev1.ServicePort{
+					{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: tcp},
+					{Port: 81, TargetPort: intstr.FromString("admin")},
+					{Port: 82},
+				}},
+			},
+			{ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: "infra"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
+		}
+		np := buildNetworkPolicy(claim, class, allowed)
+		want := []networkingv1.NetworkPolicyEgressRule{
+			{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "infra"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "proxy"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{
+					port(tcp, intstr.FromInt32(8080)),
+					port(tcp, intstr.FromString("admin")),
+					port(tcp, intstr.FromInt32(82)),
+				},
+			},
+			{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{port(udp, intstr.FromInt32(53)), port(tcp, intstr.FromInt32(53))},
+			},
+		}
+		if diff := cmp.Diff(want, np.Spec.Egress); diff != "" {
+			t.Errorf("egress (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestBuildSecretAndToken(t *testing.T) {
+	a, err := newToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newToken()
+	if len(a) != 43 || a == b {
+		t.Errorf("tokens %q and %q: want 43 base64url characters, distinct", a, b)
+	}
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	s := buildSecret(claim, a)
+	if s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
+		t.Errorf("secret %+v", s)
+	}
+}
+
+func TestBuildSyncJob(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
+	claim.Spec.TargetPath = "projects/demo"
+	job := buildSyncJob(claim, newClass("codegen"), testSyncImage, 2)
+	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
+		t.Errorf("job meta %+v", job.ObjectMeta)
+	}
+	if *job.Spec.BackoffLimit != 0 || job.Spec.TTLSecondsAfterFinished != nil {
+		t.Errorf("backoffLimit %d ttl %v, want 0 and unset", *job.Spec.BackoffLimit, job.Spec.TTLSecondsAfterFinished)
+	}
+	pod := job.Spec.Template.Spec
+	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {
+		t.Error("sync pods carry the claim label: the claim's Service and Deployment would select them")
+	}
+	if pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("pod spec %+v", pod)
+	}
+	wantVolumes := []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}}
+	if diff := cmp.Diff(wantVolumes, pod.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+	if m := pod.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/content" {
+		t.Errorf("mounts %+v", m)
+	}
+}

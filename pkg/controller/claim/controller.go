@@ -1,0 +1,414 @@
+// Package claim is the SandboxClaim controller (SPEC section 3): it admits claims oldest first,
+// builds what a claim needs (SPEC section 5), binds it when its pod is ready, fails it when the
+// pod cannot start, reaps it when idle (with sync-back), and deletes refused and stale claims.
+//
+// Work is keyed by claim. Admission is decided per namespace: the sync of an undecided (Pending
+// or Queued) claim runs admission.Decide over all of the namespace's claims from the lister and
+// applies that claim's own verdict. Decide is pure and deterministic over the cache, so every
+// claim of a namespace sees the same walk; whenever a slot may have freed (a claim deleted, a
+// claim leaving Binding/Bound, a Reaping claim's pods gone) the namespace's waiting claims are
+// enqueued again.
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/admission"
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+)
+
+// ControllerName is the queue's name, the events' component and the field manager of every write.
+const ControllerName = "airlock-claim-controller"
+
+// FieldManager names the controller's writes.
+const FieldManager = ControllerName
+
+// LabelClaim is on every child of a claim and on the claim's sandbox pods; the operator's
+// informers for children are filtered on it.
+const LabelClaim = "airlock.dev/claim"
+
+// batchPeriod delays the first sync of a new claim, so that an older claim seen a moment late
+// still wins its place (SPEC section 3: the leader may batch a burst).
+const batchPeriod = 50 * time.Millisecond
+
+// Controller is the SandboxClaim controller.
+type Controller struct {
+	kubeClient    kubernetes.Interface
+	airlockClient airlockclientset.Interface
+
+	claimLister    airlocklisters.SandboxClaimLister
+	claimsSynced   cache.InformerSynced
+	runtimeLister  airlocklisters.AgentRuntimeLister
+	runtimesSynced cache.InformerSynced
+	registryLister airlocklisters.ToolRegistryLister
+	registriesSync cache.InformerSynced
+	classLister    airlocklisters.SandboxClassLister
+	classesSynced  cache.InformerSynced
+
+	deploymentLister    appslisters.DeploymentLister
+	deploymentsSynced   cache.InformerSynced
+	serviceLister       corelisters.ServiceLister
+	servicesSynced      cache.InformerSynced
+	networkPolicyLister networkinglisters.NetworkPolicyLister
+	networkPolicySynced cache.InformerSynced
+	secretLister        corelisters.SecretLister
+	secretsSynced       cache.InformerSynced
+	jobLister           batchlisters.JobLister
+	jobsSynced          cache.InformerSynced
+	podLister           corelisters.PodLister
+	podsSynced          cache.InformerSynced
+
+	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	clock       clock.WithTicker
+
+	// syncImage is the image of sync-back Jobs (--sync-image).
+	syncImage string
+
+	// newToken mints claim tokens; a seam for tests.
+	newToken func() (string, error)
+	// decide is admission.Decide; a seam for tests.
+	decide func(admission.Input) map[string]admission.Decision
+	// syncHandler is sync; a seam for tests of the worker loop.
+	syncHandler func(ctx context.Context, key cache.ObjectName) (*time.Duration, error)
+}
+
+// Informers are the informers the controller reads. The kube informers must be filtered on the
+// LabelClaim label (the operator caches only the claims' children).
+type Informers struct {
+	Claims          airlockinformers.SandboxClaimInformer
+	Runtimes        airlockinformers.AgentRuntimeInformer
+	Registries      airlockinformers.ToolRegistryInformer
+	Classes         airlockinformers.SandboxClassInformer
+	Deployments     appsinformers.DeploymentInformer
+	Services        coreinformers.ServiceInformer
+	NetworkPolicies networkinginformers.NetworkPolicyInformer
+	Secrets         coreinformers.SecretInformer
+	Jobs            batchinformers.JobInformer
+	Pods            coreinformers.PodInformer
+}
+
+// NewController returns a SandboxClaim controller on the given informers.
+func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string) (*Controller, error) {
+	return newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
+}
+
+func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, clk clock.WithTicker) (*Controller, error) {
+	logger := klog.FromContext(ctx)
+	// Events reference claims: the scheme must know the airlock kinds.
+	utilruntime.Must(airlockscheme.AddToScheme(scheme.Scheme))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+
+	ratelimiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 1000*time.Second),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+	)
+	c := &Controller{
+		kubeClient:          kubeClient,
+		airlockClient:       airlockClient,
+		claimLister:         informers.Claims.Lister(),
+		claimsSynced:        informers.Claims.Informer().HasSynced,
+		runtimeLister:       informers.Runtimes.Lister(),
+		runtimesSynced:      informers.Runtimes.Informer().HasSynced,
+		registryLister:      informers.Registries.Lister(),
+		registriesSync:      informers.Registries.Informer().HasSynced,
+		classLister:         informers.Classes.Lister(),
+		classesSynced:       informers.Classes.Informer().HasSynced,
+		deploymentLister:    informers.Deployments.Lister(),
+		deploymentsSynced:   informers.Deployments.Informer().HasSynced,
+		serviceLister:       informers.Services.Lister(),
+		servicesSynced:      informers.Services.Informer().HasSynced,
+		networkPolicyLister: informers.NetworkPolicies.Lister(),
+		networkPolicySynced: informers.NetworkPolicies.Informer().HasSynced,
+		secretLister:        informers.Secrets.Lister(),
+		secretsSynced:       informers.Secrets.Informer().HasSynced,
+		jobLister:           informers.Jobs.Lister(),
+		jobsSynced:          informers.Jobs.Informer().HasSynced,
+		podLister:           informers.Pods.Lister(),
+		podsSynced:          informers.Pods.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(ratelimiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
+			Name:  ControllerName,
+			Clock: clk,
+		}),
+		broadcaster: broadcaster,
+		recorder:    recorder,
+		clock:       clk,
+		syncImage:   syncImage,
+		newToken:    newToken,
+		decide:      admission.Decide,
+	}
+	c.syncHandler = c.sync
+
+	if _, err := informers.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
+		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
+		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("adding the claim event handler: %w", err)
+	}
+	// A runtime's or registry's change can change admission and idle timers: look at the
+	// namespace's claims again.
+	namespaceHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueueNamespaceOf(cur)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
+	}
+	if _, err := informers.Runtimes.Informer().AddEventHandler(namespaceHandler); err != nil {
+		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
+	}
+	if _, err := informers.Registries.Informer().AddEventHandler(namespaceHandler); err != nil {
+		return nil, fmt.Errorf("adding the registry event handler: %w", err)
+	}
+	// Children, including pods: enqueue the claim they belong to.
+	childHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.handleObject,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() == cur.(metav1.Object).GetResourceVersion() {
+				return // a periodic resync
+			}
+			c.handleObject(cur)
+		},
+		DeleteFunc: c.handleObject,
+	}
+	for name, informer := range map[string]cache.SharedIndexInformer{
+		"deployment":    informers.Deployments.Informer(),
+		"service":       informers.Services.Informer(),
+		"networkpolicy": informers.NetworkPolicies.Informer(),
+		"secret":        informers.Secrets.Informer(),
+		"job":           informers.Jobs.Informer(),
+		"pod":           informers.Pods.Informer(),
+	} {
+		if _, err := informer.AddEventHandler(childHandler); err != nil {
+			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
+		}
+	}
+	registerMetrics(c.claimLister)
+	return c, nil
+}
+
+// Run starts the event broadcaster and workers, and blocks until ctx is done and every worker
+// has returned, so that the lease is released only after the controller has stopped.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+
+	c.broadcaster.StartStructuredLogging(3)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	defer c.queue.ShutDown()
+
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
+	defer logger.Info("Shutting down controller", "controller", ControllerName)
+
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced,
+		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.secretsSynced, c.jobsSynced, c.podsSynced) {
+		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
+	}
+
+	var wg wait.Group
+	for range workers {
+		wg.StartWithContext(ctx, func(ctx context.Context) {
+			wait.UntilWithContext(ctx, c.runWorker, time.Second)
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+
+	requeueAfter, err := c.syncHandler(ctx, key)
+	switch {
+	case apierrors.IsConflict(err):
+		// A write raced with the cache (the claim changed since it was read): normal, retried.
+		klog.FromContext(ctx).V(4).Info("Conflict syncing claim; retrying", "claim", klog.KRef(key.Namespace, key.Name), "err", err)
+		c.queue.AddRateLimited(key)
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing claim", "claim", klog.KRef(key.Namespace, key.Name))
+		c.queue.AddRateLimited(key)
+	case requeueAfter != nil:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, *requeueAfter)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+func (c *Controller) addClaim(logger klog.Logger, obj any) {
+	claim := obj.(*airlockv1alpha1.SandboxClaim)
+	logger.V(4).Info("Claim added", "claim", klog.KObj(claim))
+	if isUndecided(claim) {
+		// Batch a burst: an older claim seen a moment late still wins.
+		c.enqueueClaimAfter(claim, batchPeriod)
+		return
+	}
+	c.enqueueClaim(claim)
+}
+
+func (c *Controller) updateClaim(logger klog.Logger, old, cur any) {
+	oldClaim, curClaim := old.(*airlockv1alpha1.SandboxClaim), cur.(*airlockv1alpha1.SandboxClaim)
+	if oldClaim.ResourceVersion == curClaim.ResourceVersion {
+		return // a periodic resync
+	}
+	c.enqueueClaim(curClaim)
+	if holdsSlot(oldClaim) && !holdsSlot(curClaim) {
+		logger.V(4).Info("Claim freed a slot", "claim", klog.KObj(curClaim), "phase", curClaim.Status.Phase)
+		c.enqueueWaiting(curClaim.Namespace)
+	}
+}
+
+func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok {
+		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			utilruntime.HandleError(fmt.Errorf("couldn't get object from tombstone %#v", obj))
+			return
+		}
+		claim, ok = tombstone.Obj.(*airlockv1alpha1.SandboxClaim)
+		if !ok {
+			utilruntime.HandleError(fmt.Errorf("tombstone contained object that is not a SandboxClaim %#v", obj))
+			return
+		}
+	}
+	logger.V(4).Info("Claim deleted", "claim", klog.KObj(claim))
+	c.enqueueWaiting(claim.Namespace)
+	// A Failed claim is kept while its replacement lives.
+	if claim.Spec.Replaces != "" {
+		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
+	}
+}
+
+// handleObject enqueues the claim that controls obj (a child, or a sandbox pod by its label).
+func (c *Controller) handleObject(obj any) {
+	object, ok := obj.(metav1.Object)
+	if !ok {
+		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			utilruntime.HandleError(fmt.Errorf("error decoding object, invalid type"))
+			return
+		}
+		object, ok = tombstone.Obj.(metav1.Object)
+		if !ok {
+			utilruntime.HandleError(fmt.Errorf("error decoding object tombstone, invalid type"))
+			return
+		}
+	}
+	if ref := metav1.GetControllerOf(object); ref != nil && ref.Kind == "SandboxClaim" {
+		c.queue.Add(cache.ObjectName{Namespace: object.GetNamespace(), Name: ref.Name})
+		return
+	}
+	// Pods are owned by ReplicaSets: find their claim by label.
+	if name := object.GetLabels()[LabelClaim]; name != "" {
+		c.queue.Add(cache.ObjectName{Namespace: object.GetNamespace(), Name: name})
+	}
+}
+
+func (c *Controller) enqueueClaim(claim *airlockv1alpha1.SandboxClaim) {
+	c.queue.Add(cache.MetaObjectToName(claim))
+}
+
+func (c *Controller) enqueueClaimAfter(claim *airlockv1alpha1.SandboxClaim, d time.Duration) {
+	c.queue.AddAfter(cache.MetaObjectToName(claim), d)
+}
+
+// enqueueWaiting enqueues the namespace's undecided claims: a slot may have freed.
+func (c *Controller) enqueueWaiting(namespace string) {
+	claims, err := c.claimLister.SandboxClaims(namespace).List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, claim := range claims {
+		if isUndecided(claim) {
+			c.enqueueClaim(claim)
+		}
+	}
+}
+
+// enqueueNamespaceOf enqueues every claim of obj's namespace.
+func (c *Controller) enqueueNamespaceOf(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	object, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	claims, err := c.claimLister.SandboxClaims(object.GetNamespace()).List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, claim := range claims {
+		c.enqueueClaim(claim)
+	}
+}
+
+// isUndecided says whether admission has yet to place the claim (Pending or Queued).
+func isUndecided(claim *airlockv1alpha1.SandboxClaim) bool {
+	switch claim.Status.Phase {
+	case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
+		return claim.DeletionTimestamp == nil
+	}
+	return false
+}
+
+// holdsSlot says whether the claim counts under its runtime's maxConcurrent as far as the
+// handlers can tell (Reaping claims free theirs when their pods are gone, which sync notices).
+func holdsSlot(claim *airlockv1alpha1.SandboxClaim) bool {
+	switch claim.Status.Phase {
+	case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimReaping:
+		return true
+	}
+	return false
+}

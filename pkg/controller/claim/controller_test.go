@@ -1,0 +1,1158 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+)
+
+const (
+	testNamespace = "team-a"
+	testToken     = "test-token"
+	testSyncImage = "ghcr.io/airlock-dev/airlock:test"
+)
+
+var (
+	alwaysReady = func() bool { return true }
+	// t0 is the fixed start of every test's fake clock.
+	t0 = time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+)
+
+// fixture holds the fake clients, the objects the caches and clients start with, and the clock.
+type fixture struct {
+	t *testing.T
+
+	kubeClient    *k8sfake.Clientset
+	airlockClient *airlockfake.Clientset
+	clock         *clocktesting.FakeClock
+	recorder      *record.FakeRecorder
+
+	claims      []*airlockv1alpha1.SandboxClaim
+	runtimes    []*airlockv1alpha1.AgentRuntime
+	registries  []*airlockv1alpha1.ToolRegistry
+	classes     []*airlockv1alpha1.SandboxClass
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	netpols     []*networkingv1.NetworkPolicy
+	secrets     []*corev1.Secret
+	jobs        []*batchv1.Job
+	pods        []*corev1.Pod
+	// kubeOnly are objects the kube client has but the caches do not (allowed Services).
+	kubeOnly []runtime.Object
+
+	// log is both clients' actions, in order.
+	log []core.Action
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{t: t, clock: clocktesting.NewFakeClock(t0)}
+}
+
+// withDefaults adds an enabled runtime, its registry and the class.
+func (f *fixture) withDefaults() *fixture {
+	f.runtimes = append(f.runtimes, newRuntime("agent", 5, 3))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	return f
+}
+
+func (f *fixture) newController(ctx context.Context) *Controller {
+	f.t.Helper()
+	var kubeObjects, airlockObjects []runtime.Object
+	for _, o := range f.claims {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.runtimes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.registries {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.classes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.deployments {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.services {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.netpols {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.secrets {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.jobs {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.pods {
+		kubeObjects = append(kubeObjects, o)
+	}
+	kubeObjects = append(kubeObjects, f.kubeOnly...)
+	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
+	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
+	// Record the actions of both clients in one sequence.
+	f.log = nil
+	recordAction := func(a core.Action) (bool, runtime.Object, error) {
+		f.log = append(f.log, a)
+		return false, nil, nil
+	}
+	f.kubeClient.PrependReactor("*", "*", recordAction)
+	f.airlockClient.PrependReactor("*", "*", recordAction)
+
+	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
+	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	airlock := ai.Airlock().V1alpha1()
+	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
+		Claims:          airlock.SandboxClaims(),
+		Runtimes:        airlock.AgentRuntimes(),
+		Registries:      airlock.ToolRegistries(),
+		Classes:         airlock.SandboxClasses(),
+		Deployments:     ki.Apps().V1().Deployments(),
+		Services:        ki.Core().V1().Services(),
+		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
+		Secrets:         ki.Core().V1().Secrets(),
+		Jobs:            ki.Batch().V1().Jobs(),
+		Pods:            ki.Core().V1().Pods(),
+	}, testSyncImage, f.clock)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
+	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
+	c.secretsSynced, c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady, alwaysReady
+	f.recorder = record.NewFakeRecorder(100)
+	c.recorder = f.recorder
+	c.newToken = func() (string, error) { return testToken, nil }
+
+	add := func(informer cache.SharedIndexInformer, obj any) {
+		if err := informer.GetIndexer().Add(obj); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	for _, o := range f.claims {
+		add(airlock.SandboxClaims().Informer(), o)
+	}
+	for _, o := range f.runtimes {
+		add(airlock.AgentRuntimes().Informer(), o)
+	}
+	for _, o := range f.registries {
+		add(airlock.ToolRegistries().Informer(), o)
+	}
+	for _, o := range f.classes {
+		add(airlock.SandboxClasses().Informer(), o)
+	}
+	for _, o := range f.deployments {
+		add(ki.Apps().V1().Deployments().Informer(), o)
+	}
+	for _, o := range f.services {
+		add(ki.Core().V1().Services().Informer(), o)
+	}
+	for _, o := range f.netpols {
+		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
+	}
+	for _, o := range f.secrets {
+		add(ki.Core().V1().Secrets().Informer(), o)
+	}
+	for _, o := range f.jobs {
+		add(ki.Batch().V1().Jobs().Informer(), o)
+	}
+	for _, o := range f.pods {
+		add(ki.Core().V1().Pods().Informer(), o)
+	}
+	return c
+}
+
+// actions returns the clients' actions, without list and watch, as "verb resource[/sub] name".
+func (f *fixture) actions() []string {
+	var out []string
+	for _, a := range f.log {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
+		}
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		name := ""
+		switch a := a.(type) {
+		case core.CreateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case core.UpdateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case core.GetAction:
+			name = a.GetName()
+		case core.DeleteAction:
+			name = a.GetName()
+		}
+		out = append(out, a.GetVerb()+" "+res+" "+name)
+	}
+	// The children are written concurrently: order each run of child writes.
+	child := func(s string) bool {
+		for _, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+			if strings.Contains(s, r) && !strings.HasPrefix(s, "delete") {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(out); {
+		j := i
+		for j < len(out) && child(out[j]) {
+			j++
+		}
+		if j > i {
+			sort.Slice(out[i:j], func(a, b int) bool { return childOrder(out[i+a]) < childOrder(out[i+b]) })
+			i = j
+		} else {
+			i++
+		}
+	}
+	return out
+}
+
+// childOrder orders child writes as ensureChildren lists them.
+func childOrder(s string) int {
+	for i, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+		if strings.Contains(s, r) {
+			return i
+		}
+	}
+	return 99
+}
+
+// written returns the last object the clients created or updated with the given resource.
+func (f *fixture) written(resource, subresource string) runtime.Object {
+	var obj runtime.Object
+	for _, a := range f.log {
+		if a.GetResource().Resource != resource || a.GetSubresource() != subresource {
+			continue
+		}
+		switch a := a.(type) {
+		case core.CreateAction:
+			obj = a.GetObject()
+		case core.UpdateAction:
+			obj = a.GetObject()
+		}
+	}
+	if obj == nil {
+		f.t.Fatalf("no %s/%s was written", resource, subresource)
+	}
+	return obj
+}
+
+func (f *fixture) writtenClaim() *airlockv1alpha1.SandboxClaim {
+	return f.written("sandboxclaims", "status").(*airlockv1alpha1.SandboxClaim)
+}
+
+// events drains the recorded events.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func newRuntime(name string, maxConcurrent, maxPerSession int32) *airlockv1alpha1.AgentRuntime {
+	return &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, UID: types.UID("uid-rt-" + name)},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: name,
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
+			Sandbox: airlockv1alpha1.SandboxPolicy{
+				Enabled:       true,
+				MaxConcurrent: maxConcurrent,
+				MaxPerSession: maxPerSession,
+				IdleTimeout:   &metav1.Duration{Duration: 30 * time.Minute},
+			},
+		},
+	}
+}
+
+func newRegistry(name, targetPath string) *airlockv1alpha1.ToolRegistry {
+	return &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
+		Spec: airlockv1alpha1.ToolRegistrySpec{Sandboxes: []airlockv1alpha1.RegistrySandbox{{
+			Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: targetPath,
+			AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"},
+		}}},
+	}
+}
+
+func newClass(name string) *airlockv1alpha1.SandboxClass {
+	size := resourceQuantity("4Gi")
+	return &airlockv1alpha1.SandboxClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: airlockv1alpha1.SandboxClassSpec{
+			Image: "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0",
+			Args:  []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
+			Ports: []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
+			Env:   []corev1.EnvVar{{Name: "HOME", Value: "/sandbox-cache/home"}},
+			Volumes: []airlockv1alpha1.SandboxVolume{
+				{Name: "workspace", MountPath: "/workspace", Workspace: &airlockv1alpha1.WorkspaceVolumeSource{}},
+				{Name: "cache", MountPath: "/sandbox-cache", Scratch: &airlockv1alpha1.ScratchVolumeSource{SizeLimit: &size}},
+			},
+			WorkspaceClaimName: "workspace-content",
+			StartupTimeout:     &metav1.Duration{Duration: 5 * time.Minute},
+		},
+	}
+}
+
+// newClaim returns a claim of runtime "agent" created at created.
+func newClaim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
+	return &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: testNamespace, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(created),
+			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen"},
+		},
+		Spec: airlockv1alpha1.SandboxClaimSpec{
+			RuntimeName: "agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
+			ClassName: "codegen", WorkspaceDir: testNamespace + "/sandboxes/" + name,
+		},
+		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},
+	}
+}
+
+// binding returns a claim that began Binding at began.
+func binding(name string, began time.Time) *airlockv1alpha1.SandboxClaim {
+	c := newClaim(name, "s-"+name, airlockv1alpha1.ClaimBinding, began.Add(-time.Second))
+	setCondition(&c.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, began)
+	setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, began)
+	return c
+}
+
+// bound returns a claim Bound at boundAt.
+func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
+	c := binding(name, boundAt.Add(-time.Second))
+	c.Status.Phase = airlockv1alpha1.ClaimBound
+	c.Status.BoundAt = ptr.To(metav1.NewTime(boundAt))
+	setCondition(&c.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, boundAt)
+	return c
+}
+
+// withChildren adds the children a sync would have built for claim.
+func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
+	class := newClass("codegen")
+	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
+	f.deployments = append(f.deployments, buildDeployment(claim, class, entry, replicas))
+	f.services = append(f.services, buildService(claim, class))
+	f.netpols = append(f.netpols, buildNetworkPolicy(claim, class, nil))
+	f.secrets = append(f.secrets, buildSecret(claim, "minted-earlier"))
+	return f
+}
+
+func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: childLabels(claim)},
+	}
+	if mutate != nil {
+		mutate(pod)
+	}
+	return pod
+}
+
+func readyPod(pod *corev1.Pod) {
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+}
+
+func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName {
+	return cache.MetaObjectToName(claim)
+}
+
+func checkRequeue(t *testing.T, got *time.Duration, want *time.Duration) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requeueAfter (-want +got):\n%s", diff)
+	}
+}
+
+func checkActions(t *testing.T, f *fixture, want []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, f.actions()); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+}
+
+func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(5*time.Minute))
+	checkActions(t, f, []string{
+		"update sandboxclaims/status c1",
+		"create secrets c1",
+		"create deployments c1",
+		"create services c1",
+		"create networkpolicies c1",
+	})
+	got := f.writtenClaim()
+	if got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Errorf("phase %q, want Binding", got.Status.Phase)
+	}
+	if cond := findCondition(got, ConditionReady); cond == nil || cond.Reason != ReasonBinding || !cond.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("Ready condition %+v, want False/Binding at t0", cond)
+	}
+	secret := f.written("secrets", "").(*corev1.Secret)
+	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
+		t.Errorf("secret %+v is not the claim's token", secret)
+	}
+	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
+	began := t0.Add(-time.Minute)
+	tests := map[string]struct {
+		mutate      func(f *fixture)
+		wantActions []string
+	}{
+		"nothing to do": {
+			wantActions: nil,
+		},
+		"deployment scaled and image changed": {
+			mutate: func(f *fixture) {
+				f.deployments[0].Spec.Replicas = ptr.To[int32](3)
+				f.deployments[0].Spec.Template.Spec.Containers[0].Image = "evil:latest"
+			},
+			wantActions: []string{"update deployments c1"},
+		},
+		"class changed since the pod was built: the template is kept": {
+			mutate: func(f *fixture) {
+				f.classes[0].Generation = 2
+				f.classes[0].Spec.Image = "example.com/new:v2"
+			},
+			wantActions: nil,
+		},
+		"class changed and scaled: replicas repaired, template kept": {
+			mutate: func(f *fixture) {
+				f.classes[0].Generation = 2
+				f.classes[0].Spec.Image = "example.com/new:v2"
+				f.deployments[0].Spec.Replicas = ptr.To[int32](2)
+			},
+			wantActions: []string{"update deployments c1"},
+		},
+		"service port changed": {
+			mutate:      func(f *fixture) { f.services[0].Spec.Ports[0].Port = 9999 },
+			wantActions: []string{"update services c1"},
+		},
+		"network policy opened": {
+			mutate: func(f *fixture) {
+				f.netpols[0].Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+			},
+			wantActions: []string{"update networkpolicies c1"},
+		},
+		"secret with another token is left alone": {
+			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
+			wantActions: nil,
+		},
+		"children gone are created again": {
+			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
+			wantActions: []string{"create services c1", "create networkpolicies c1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := binding("c1", began)
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if tc.mutate != nil {
+				tc.mutate(f)
+			}
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, ptr.To(4*time.Minute))
+			checkActions(t, f, tc.wantActions)
+			if len(tc.wantActions) == 1 && tc.wantActions[0] == "update deployments c1" {
+				d := f.written("deployments", "").(*appsv1.Deployment)
+				if *d.Spec.Replicas != 1 || d.Spec.Template.Spec.Containers[0].Image != newClass("codegen").Spec.Image {
+					t.Errorf("repaired deployment: replicas %d image %s", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Image)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncChildNotControlled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
+		t.Fatal("sync succeeded over a Secret the claim does not control")
+	}
+	// The other children do not depend on the Secret.
+	checkActions(t, f, []string{"create deployments c1", "create services c1", "create networkpolicies c1"})
+	if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
+		t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
+	}
+}
+
+func TestSyncBinding(t *testing.T) {
+	began := t0.Add(-time.Minute)
+	waiting := func(reason string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+				Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the detail"},
+			}}}
+		}
+	}
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/2 nodes are available"}}
+	}
+	tests := map[string]struct {
+		pod         func(*corev1.Pod) // nil: no pod
+		step        time.Duration
+		wantPhase   airlockv1alpha1.ClaimPhase // "" : no status write
+		wantReason  string
+		wantMessage string
+		wantRequeue *time.Duration
+		wantActions []string
+	}{
+		"ready pod binds": {
+			pod:         readyPod,
+			wantPhase:   airlockv1alpha1.ClaimBound,
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantActions: []string{"update sandboxclaims/status c1"},
+		},
+		"pod not ready yet waits for the startup timeout": {
+			pod:         func(*corev1.Pod) {},
+			wantRequeue: ptr.To(4 * time.Minute),
+		},
+		"image pull back-off fails at once": {
+			pod:         waiting("ImagePullBackOff"),
+			wantPhase:   airlockv1alpha1.ClaimFailed,
+			wantReason:  "ImagePullBackOff",
+			wantMessage: "the detail",
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+		},
+		"crash loop fails at once": {
+			pod:         waiting("CrashLoopBackOff"),
+			wantPhase:   airlockv1alpha1.ClaimFailed,
+			wantReason:  "CrashLoopBackOff",
+			wantMessage: "the detail",
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+		},
+		"container creating is not a failure": {
+			pod:         waiting("ContainerCreating"),
+			wantRequeue: ptr.To(4 * time.Minute),
+		},
+		"unschedulable before the timeout waits": {
+			pod:         unschedulable,
+			step:        3 * time.Minute,
+			wantRequeue: ptr.To(time.Minute),
+		},
+		"unschedulable at the timeout fails": {
+			pod:         unschedulable,
+			step:        4 * time.Minute,
+			wantPhase:   airlockv1alpha1.ClaimFailed,
+			wantReason:  ReasonUnschedulable,
+			wantMessage: "0/2 nodes are available",
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+		},
+		"no pod at the timeout fails": {
+			step:        4*time.Minute + time.Second,
+			wantPhase:   airlockv1alpha1.ClaimFailed,
+			wantReason:  ReasonStartupTimeout,
+			wantMessage: "the sandbox pod was not ready within the class's startupTimeout 5m0s",
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := binding("c1", began)
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if tc.pod != nil {
+				f.pods = append(f.pods, newPod(claim, tc.pod))
+			}
+			c := f.newController(ctx)
+			f.clock.Step(tc.step)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+			if tc.wantPhase == "" {
+				return
+			}
+			got := f.writtenClaim()
+			if got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason || (tc.wantMessage != "" && got.Status.Message != tc.wantMessage) {
+				t.Errorf("status %s/%s/%q, want %s/%s/%q", got.Status.Phase, got.Status.Reason, got.Status.Message, tc.wantPhase, tc.wantReason, tc.wantMessage)
+			}
+			switch tc.wantPhase {
+			case airlockv1alpha1.ClaimBound:
+				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://c1.team-a.svc:8080"}}
+				if diff := cmp.Diff(wantAddresses, got.Status.Addresses); diff != "" {
+					t.Errorf("addresses (-want +got):\n%s", diff)
+				}
+				if got.Status.BoundAt == nil || !got.Status.BoundAt.Time.Equal(f.clock.Now()) {
+					t.Errorf("boundAt %v, want %v", got.Status.BoundAt, f.clock.Now())
+				}
+			case airlockv1alpha1.ClaimFailed:
+				d := f.written("deployments", "").(*appsv1.Deployment)
+				if *d.Spec.Replicas != 0 {
+					t.Errorf("failed claim's Deployment has %d replicas, want 0", *d.Spec.Replicas)
+				}
+				if events := f.events(); len(events) != 1 || !strings.HasPrefix(events[0], "Warning Failed") {
+					t.Errorf("events %v, want one Warning Failed", events)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncClassNotFound(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	f.classes = nil
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(30*time.Minute))
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "update sandboxclaims/status c1"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound {
+		t.Errorf("status %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, ReasonClassNotFound)
+	}
+}
+
+func TestSyncAdmission(t *testing.T) {
+	tests := map[string]struct {
+		maxConcurrent, maxPerSession int32
+		others                       []*airlockv1alpha1.SandboxClaim
+		claim                        *airlockv1alpha1.SandboxClaim
+		wantPhase                    airlockv1alpha1.ClaimPhase
+		wantReason                   string
+		wantRequeue                  *time.Duration
+		wantEvent                    string
+	}{
+		"over maxConcurrent is queued": {
+			maxConcurrent: 1, maxPerSession: 3,
+			others:      []*airlockv1alpha1.SandboxClaim{bound("old", t0.Add(-time.Minute))},
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:   airlockv1alpha1.ClaimQueued,
+			wantReason:  ReasonMaxConcurrent,
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantEvent:   "Normal Queued " + MessageQueued,
+		},
+		"over maxPerSession is refused": {
+			maxConcurrent: 5, maxPerSession: 1,
+			others: []*airlockv1alpha1.SandboxClaim{func() *airlockv1alpha1.SandboxClaim {
+				c := bound("old", t0.Add(-time.Minute))
+				c.Spec.Session = "s1"
+				return c
+			}()},
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:   airlockv1alpha1.ClaimRefused,
+			wantReason:  "MaxPerSession",
+			wantRequeue: ptr.To(refusedTTL),
+			wantEvent:   "Warning Refused Refused (MaxPerSession): " + messageRefusedDetail,
+		},
+		"the oldest undecided claim wins, whatever the sync order": {
+			maxConcurrent: 1, maxPerSession: 3,
+			others:      []*airlockv1alpha1.SandboxClaim{newClaim("older", "s0", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))},
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:   airlockv1alpha1.ClaimQueued,
+			wantReason:  ReasonMaxConcurrent,
+			wantRequeue: ptr.To(30 * time.Minute),
+			wantEvent:   "Normal Queued " + MessageQueued,
+		},
+		"a Reaping claim whose pods are gone frees its slot": {
+			maxConcurrent: 1, maxPerSession: 3,
+			others: []*airlockv1alpha1.SandboxClaim{func() *airlockv1alpha1.SandboxClaim {
+				c := bound("old", t0.Add(-time.Hour))
+				c.Status.Phase = airlockv1alpha1.ClaimReaping
+				return c
+			}()},
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0),
+			wantPhase:   airlockv1alpha1.ClaimBinding,
+			wantReason:  ReasonBinding,
+			wantRequeue: ptr.To(5 * time.Minute),
+			wantEvent:   "Normal Admitted " + MessageAdmitted,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			f.runtimes = append(f.runtimes, newRuntime("agent", tc.maxConcurrent, tc.maxPerSession))
+			f.registries = append(f.registries, newRegistry("tools", ""))
+			f.classes = append(f.classes, newClass("codegen"))
+			f.claims = append(append(f.claims, tc.others...), tc.claim)
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(tc.claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			got := f.writtenClaim()
+			if got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason {
+				t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, tc.wantReason)
+			}
+			if tc.wantPhase == airlockv1alpha1.ClaimQueued && (got.Status.QueuedAt == nil || !got.Status.QueuedAt.Time.Equal(t0)) {
+				t.Errorf("queuedAt %v, want %v", got.Status.QueuedAt, t0)
+			}
+			if diff := cmp.Diff([]string{tc.wantEvent}, f.events()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSyncExpiry(t *testing.T) {
+	refused := func() *airlockv1alpha1.SandboxClaim {
+		c := newClaim("c1", "s1", airlockv1alpha1.ClaimRefused, t0)
+		c.Status.Reason = "MaxPerSession"
+		setCondition(&c.Status, ConditionAdmitted, metav1.ConditionFalse, "MaxPerSession", messageRefusedDetail, t0)
+		return c
+	}
+	queued := func() *airlockv1alpha1.SandboxClaim {
+		c := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0)
+		setPhase(c, airlockv1alpha1.ClaimQueued, ReasonMaxConcurrent, MessageQueued)
+		c.Status.QueuedAt = ptr.To(metav1.NewTime(t0))
+		setCondition(&c.Status, ConditionAdmitted, metav1.ConditionFalse, ReasonQueued, MessageQueued, t0)
+		return c
+	}
+	failed := func(replacedBy string) *airlockv1alpha1.SandboxClaim {
+		c := binding("c1", t0.Add(-time.Minute))
+		c.Status.Phase = airlockv1alpha1.ClaimFailed
+		c.Status.ReplacedBy = replacedBy
+		setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonStartupTimeout, "", t0)
+		return c
+	}
+	tests := map[string]struct {
+		claim       *airlockv1alpha1.SandboxClaim
+		others      []*airlockv1alpha1.SandboxClaim
+		blocker     bool // a Bound claim holds the runtime's only slot
+		step        time.Duration
+		wantRequeue *time.Duration
+		wantActions []string
+	}{
+		"refused is kept for a few seconds": {
+			claim: refused(), step: 2 * time.Second,
+			wantRequeue: ptr.To(3 * time.Second),
+		},
+		"refused is deleted after a few seconds": {
+			claim: refused(), step: refusedTTL,
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"queued waits max(idleTimeout, 10m)": {
+			claim: queued(), blocker: true, step: 29 * time.Minute,
+			wantRequeue: ptr.To(time.Minute),
+		},
+		"queued past max(idleTimeout, 10m) is deleted": {
+			claim: queued(), blocker: true, step: 30 * time.Minute,
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed is kept max(idleTimeout, 10m)": {
+			claim: failed(""), step: 10 * time.Minute,
+			wantRequeue: ptr.To(20 * time.Minute),
+		},
+		"failed past max(idleTimeout, 10m) is deleted": {
+			claim: failed(""), step: 30 * time.Minute,
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed and replaced is kept while its replacement lives": {
+			claim:  failed("c1-r1"),
+			others: []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0)},
+			step:   time.Hour,
+		},
+		"failed and replaced is deleted when its replacement is gone": {
+			claim:       failed("c1-r1"),
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
+			f.registries = append(f.registries, newRegistry("tools", ""))
+			f.classes = append(f.classes, newClass("codegen"))
+			f.claims = append(append(f.claims, tc.others...), tc.claim)
+			if tc.blocker {
+				b := bound("blocker", t0.Add(-time.Hour))
+				b.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(time.Hour))) // never idle here
+				f.claims = append(f.claims, b)
+			}
+			c := f.newController(ctx)
+			f.clock.Step(tc.step)
+			requeue, err := c.sync(ctx, keyOf(tc.claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+		})
+	}
+}
+
+func TestSyncBoundIdle(t *testing.T) {
+	tests := map[string]struct {
+		lastUsed    *time.Time
+		runtimeGone bool
+		pods        bool
+		targetPath  string
+		wantRequeue *time.Duration
+		wantActions []string
+		wantPhase   airlockv1alpha1.ClaimPhase
+	}{
+		"not idle yet": {
+			lastUsed:    ptr.To(t0.Add(-10 * time.Minute)),
+			wantRequeue: ptr.To(20 * time.Minute),
+		},
+		"idle since boundAt": {
+			wantRequeue: nil,
+			pods:        true,
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"idle, pods gone, no targetPath: deleted": {
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "delete sandboxclaims c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"idle, pods gone, targetPath: sync-back Job": {
+			targetPath:  "projects/demo",
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"runtime gone: garbage collection's, no reaping": {
+			runtimeGone: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			if tc.runtimeGone {
+				f.runtimes = nil
+			}
+			claim := bound("c1", t0.Add(-31*time.Minute))
+			claim.Spec.TargetPath = tc.targetPath
+			if tc.lastUsed != nil {
+				claim.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
+			}
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if tc.pods {
+				f.pods = append(f.pods, newPod(claim, readyPod))
+			}
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+			if tc.wantPhase != "" {
+				if got := f.writtenClaim(); got.Status.Phase != tc.wantPhase || got.Status.Reason != ReasonIdleTimeout {
+					t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, ReasonIdleTimeout)
+				}
+			}
+			if tc.targetPath != "" {
+				job := f.written("jobs", "").(*batchv1.Job)
+				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo"}
+				if diff := cmp.Diff(wantArgs, job.Spec.Template.Spec.Containers[0].Args); diff != "" {
+					t.Errorf("sync Job args (-want +got):\n%s", diff)
+				}
+				if job.Annotations[AnnotationSyncAttempt] != "1" || job.Spec.Template.Spec.Containers[0].Image != testSyncImage {
+					t.Errorf("sync Job attempt %q image %q", job.Annotations[AnnotationSyncAttempt], job.Spec.Template.Spec.Containers[0].Image)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-31*time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim, 1)
+	c := f.newController(ctx)
+	// The API server has a renewal the cache has not seen.
+	fresh := claim.DeepCopy()
+	fresh.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
+	if _, err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(29*time.Minute))
+	checkActions(t, f, []string{"get sandboxclaims c1"})
+}
+
+func TestSyncReapingSyncBack(t *testing.T) {
+	reaping := func(failures string) *airlockv1alpha1.SandboxClaim {
+		c := bound("c1", t0.Add(-time.Hour))
+		c.Status.Phase = airlockv1alpha1.ClaimReaping
+		c.Status.Reason = ReasonIdleTimeout
+		c.Spec.TargetPath = "projects/demo"
+		if failures != "" {
+			c.Annotations = map[string]string{AnnotationSyncFailures: failures}
+		}
+		return c
+	}
+	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time) *batchv1.Job {
+		j := buildSyncJob(claim, newClass("codegen"), testSyncImage, attempt)
+		if cond != "" {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Message: "copy failed"}}
+		}
+		return j
+	}
+	tests := map[string]struct {
+		failures    string
+		attempt     int
+		cond        batchv1.JobConditionType
+		pods        bool
+		step        time.Duration
+		wantRequeue *time.Duration
+		wantActions []string
+		wantEvents  []string
+	}{
+		"pods still there: wait": {
+			pods: true,
+		},
+		"job running: wait": {
+			attempt: 1,
+		},
+		"job succeeded: claim deleted": {
+			attempt:     1,
+			cond:        batchv1.JobComplete,
+			wantActions: []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"},
+			wantEvents:  []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo", "Normal SyncedBack Deleting the claim (SyncedBack)"},
+		},
+		"job failed the first time: counted, reported, backoff": {
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			wantRequeue: ptr.To(10 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: copy failed"},
+		},
+		"job failed, counted, backoff not over: wait": {
+			failures:    "1",
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			step:        4 * time.Second,
+			wantRequeue: ptr.To(6 * time.Second),
+		},
+		"job failed, counted, backoff over: Job deleted": {
+			failures:    "1",
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			step:        10 * time.Second,
+			wantActions: []string{"delete jobs c1-sync"},
+		},
+		"third failure backs off 40s": {
+			failures:    "2",
+			attempt:     3,
+			cond:        batchv1.JobFailed,
+			wantRequeue: ptr.To(40 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 3), retrying in 40s: copy failed"},
+		},
+		"job gone after failures: next attempt": {
+			failures:    "2",
+			wantActions: []string{"create jobs c1-sync"},
+			wantEvents:  []string{"Normal SyncBackStarted Started sync-back Job c1-sync (attempt 3)"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := reaping(tc.failures)
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 0)
+			if tc.pods {
+				f.pods = append(f.pods, newPod(claim, nil))
+			}
+			if tc.attempt > 0 {
+				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0))
+			}
+			c := f.newController(ctx)
+			f.clock.Step(tc.step)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if tc.cond == batchv1.JobFailed && len(tc.wantActions) == 2 {
+				got := f.writtenClaim()
+				cond := findCondition(got, ConditionSyncBack)
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {
+					t.Errorf("SyncBack condition %+v, want False/%s", cond, ReasonSyncBackFailed)
+				}
+				if got.Annotations[AnnotationSyncFailures] != fmt.Sprint(tc.attempt) {
+					t.Errorf("failures annotation %q, want %d", got.Annotations[AnnotationSyncFailures], tc.attempt)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncBackoff(t *testing.T) {
+	want := map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 5: 160 * time.Second, 6: 5 * time.Minute, 20: 5 * time.Minute}
+	for attempt, d := range want {
+		if got := syncBackoff(attempt); got != d {
+			t.Errorf("syncBackoff(%d) = %s, want %s", attempt, got, d)
+		}
+	}
+}
+
+func TestSyncGoneOrDeleting(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	deleting := bound("c1", t0.Add(-time.Hour))
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	f.claims = append(f.claims, deleting)
+	c := f.newController(ctx)
+	for _, key := range []cache.ObjectName{keyOf(deleting), {Namespace: testNamespace, Name: "gone"}} {
+		requeue, err := c.sync(ctx, key)
+		if err != nil || requeue != nil {
+			t.Errorf("sync(%s) = %v, %v; want nil, nil", key, requeue, err)
+		}
+	}
+	checkActions(t, f, nil)
+}
+
+func TestHandlers(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	waiting := newClaim("waiting", "s1", airlockv1alpha1.ClaimQueued, t0)
+	boundClaim := bound("c1", t0)
+	f.claims = append(f.claims, waiting, boundClaim)
+	c := f.newController(ctx)
+	logger, _ := ktesting.NewTestContext(t)
+
+	// A claim leaving Bound frees a slot: the waiting claims are enqueued.
+	failed := boundClaim.DeepCopy()
+	failed.ResourceVersion = "2"
+	failed.Status.Phase = airlockv1alpha1.ClaimFailed
+	c.updateClaim(logger, boundClaim, failed)
+	if got, want := c.queue.Len(), 2; got != want {
+		t.Errorf("queue length %d after a claim left Bound, want %d", got, want)
+	}
+	// A resync (same resourceVersion) enqueues nothing.
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.queue.Done(key)
+		c.queue.Forget(key)
+	}
+	c.updateClaim(logger, failed, failed)
+	if c.queue.Len() != 0 {
+		t.Errorf("a resync enqueued %d keys", c.queue.Len())
+	}
+	// A sandbox pod enqueues its claim by label; a Job its controller.
+	c.handleObject(newPod(boundClaim, nil))
+	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, newClass("codegen"), testSyncImage, 1)})
+	var keys []string
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		keys = append(keys, key.String())
+		c.queue.Done(key)
+	}
+	if diff := cmp.Diff([]string{"team-a/c1", "team-a/waiting"}, keys); diff != "" {
+		t.Errorf("enqueued keys (-want +got):\n%s", diff)
+	}
+}
+
+func TestProcessNextWorkItem(t *testing.T) {
+	tests := map[string]struct {
+		requeue      *time.Duration
+		err          error
+		wantRequeues int
+	}{
+		"success forgets":               {},
+		"requeueAfter forgets":          {requeue: ptr.To(time.Minute)},
+		"error is retried rate-limited": {err: fmt.Errorf("boom"), wantRequeues: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			c := f.newController(ctx)
+			defer c.queue.ShutDown()
+			key := cache.ObjectName{Namespace: testNamespace, Name: "c1"}
+			c.syncHandler = func(ctx context.Context, k cache.ObjectName) (*time.Duration, error) {
+				return tc.requeue, tc.err
+			}
+			c.queue.Add(key)
+			if !c.processNextWorkItem(ctx) {
+				t.Fatal("processNextWorkItem returned false")
+			}
+			if got := c.queue.NumRequeues(key); got != tc.wantRequeues {
+				t.Errorf("NumRequeues = %d, want %d", got, tc.wantRequeues)
+			}
+			if c.queue.Len() != 0 {
+				t.Errorf("key requeued at once")
+			}
+		})
+	}
+}
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }

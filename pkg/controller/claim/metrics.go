@@ -1,0 +1,114 @@
+package claim
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+)
+
+const metricsSubsystem = "airlock"
+
+var (
+	bindDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_bind_duration_seconds",
+		Help:           "Time from a claim's creation to Bound.",
+		Buckets:        metrics.ExponentialBuckets(0.05, 2, 14),
+		StabilityLevel: metrics.ALPHA,
+	})
+	admissionDecisions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_admission_decisions_total",
+		Help:           "Admission decisions applied to claims by the leader, by action and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"action", "reason"})
+	reapedClaims = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claims_reaped_total",
+		Help:           "Claims that entered Reaping, by reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	syncBackResults = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_syncback_total",
+		Help:           "Finished sync-back Jobs, by result (succeeded, failed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	renewals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_renewals_total",
+		Help:           "Claim renewals, by whether they wrote lastUsedAt (written=true) or cost no write.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"written"})
+
+	claimsByPhaseDesc = metrics.NewDesc(metricsSubsystem+"_claims",
+		"Claims by namespace and phase, from the operator's cache.",
+		[]string{"namespace", "phase"}, nil, metrics.ALPHA, "")
+
+	phaseCollectorInstance = &phaseCollector{}
+	registerOnce           sync.Once
+)
+
+// phaseCollector counts claims by phase from the cache at scrape time.
+type phaseCollector struct {
+	metrics.BaseStableCollector
+	lister atomic.Pointer[airlocklisters.SandboxClaimLister]
+}
+
+func (p *phaseCollector) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- claimsByPhaseDesc }
+
+func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	lister := p.lister.Load()
+	if lister == nil {
+		return
+	}
+	claims, err := (*lister).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	type key struct{ namespace, phase string }
+	counts := map[key]int{}
+	for _, c := range claims {
+		phase := string(c.Status.Phase)
+		if phase == "" {
+			phase = string(airlockv1alpha1.ClaimPending)
+		}
+		counts[key{c.Namespace, phase}]++
+	}
+	for k, n := range counts {
+		ch <- metrics.NewLazyConstMetric(claimsByPhaseDesc, metrics.GaugeValue, float64(n), k.namespace, k.phase)
+	}
+}
+
+// registerMetrics registers the controller's metrics with the legacy registry (once per process)
+// and points the phase gauge at lister.
+func registerMetrics(lister airlocklisters.SandboxClaimLister) {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(bindDuration, admissionDecisions, reapedClaims, syncBackResults, renewals)
+		legacyregistry.CustomMustRegister(phaseCollectorInstance)
+	})
+	phaseCollectorInstance.lister.Store(&lister)
+}
+
+// observePhaseChange records the metrics of a phase change.
+func observePhaseChange(old, cur *airlockv1alpha1.SandboxClaim, now time.Time) {
+	switch cur.Status.Phase {
+	case airlockv1alpha1.ClaimBound:
+		bindDuration.Observe(now.Sub(cur.CreationTimestamp.Time).Seconds())
+	case airlockv1alpha1.ClaimBinding:
+		admissionDecisions.WithLabelValues("Admit", "").Inc()
+	case airlockv1alpha1.ClaimQueued:
+		admissionDecisions.WithLabelValues("Queue", cur.Status.Reason).Inc()
+	case airlockv1alpha1.ClaimRefused:
+		admissionDecisions.WithLabelValues("Refuse", cur.Status.Reason).Inc()
+	case airlockv1alpha1.ClaimReaping:
+		reapedClaims.WithLabelValues(cur.Status.Reason).Inc()
+	}
+}

@@ -1,0 +1,70 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+)
+
+// ErrNotBound is returned by RenewLastUsed for a claim that is not Bound: only a Bound claim's
+// idle timer can be pushed back (a Reaping claim is not revived).
+var ErrNotBound = errors.New("the claim is not Bound")
+
+// NeedsRenewal says whether a renewal at now must write status.lastUsedAt: when it is unset or
+// older than half the idle timeout (SPEC section 3: at most one write per half idle timeout).
+func NeedsRenewal(claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) bool {
+	last := claim.Status.LastUsedAt
+	return last == nil || now.Sub(last.Time) >= idleTimeout/2
+}
+
+// RenewLastUsed renews a Bound claim at now: it writes status.lastUsedAt = now when NeedsRenewal
+// says so, and otherwise costs no API call. written says whether it wrote. On a conflict it reads
+// the claim again and decides again. It is what the Sandbox API's renew calls; idleTimeout is the
+// claim's runtime's spec.sandbox.idleTimeout.
+func RenewLastUsed(ctx context.Context, client airlockclientset.Interface, claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) (written bool, err error) {
+	current := claim
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if current == nil {
+			fresh, err := client.AirlockV1alpha1().SandboxClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			current = fresh
+		}
+		if current.Status.Phase != airlockv1alpha1.ClaimBound {
+			return ErrNotBound
+		}
+		if !NeedsRenewal(current, idleTimeout, now) {
+			return nil
+		}
+		updated := current.DeepCopy()
+		updated.Status.LastUsedAt = &metav1.Time{Time: now}
+		_, err := client.AirlockV1alpha1().SandboxClaims(updated.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		if apierrors.IsConflict(err) {
+			current = nil // read it again
+			return err
+		}
+		if err == nil {
+			written = true
+		}
+		return err
+	})
+	if err == nil {
+		renewals.WithLabelValues(boolLabel(written)).Inc()
+	}
+	return written, err
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

@@ -1,0 +1,123 @@
+package claim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+)
+
+func TestNeedsRenewal(t *testing.T) {
+	const idle = 30 * time.Minute
+	tests := map[string]struct {
+		lastUsed *time.Time
+		now      time.Time
+		want     bool
+	}{
+		"never renewed":           {now: t0, want: true},
+		"just renewed":            {lastUsed: ptr.To(t0), now: t0.Add(time.Second), want: false},
+		"just under half":         {lastUsed: ptr.To(t0), now: t0.Add(idle/2 - time.Second), want: false},
+		"half the idle timeout":   {lastUsed: ptr.To(t0), now: t0.Add(idle / 2), want: true},
+		"older than idle timeout": {lastUsed: ptr.To(t0), now: t0.Add(idle), want: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := bound("c1", t0.Add(-time.Hour))
+			if tc.lastUsed != nil {
+				c.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
+			}
+			if got := NeedsRenewal(c, idle, tc.now); got != tc.want {
+				t.Errorf("NeedsRenewal = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRenewLastUsed renews on every "tool call" of a fake clock and checks that lastUsedAt is
+// written only once per half idle timeout.
+func TestRenewLastUsed(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const idle = 10 * time.Minute
+	clock := clocktesting.NewFakeClock(t0)
+	claim := bound("c1", t0.Add(-time.Minute))
+	client := airlockfake.NewClientset(claim)
+
+	var writes []time.Time
+	for range 12 { // one renewal a minute for 12 minutes
+		current, err := client.AirlockV1alpha1().SandboxClaims(testNamespace).Get(ctx, "c1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		written, err := RenewLastUsed(ctx, client, current, idle, clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written {
+			writes = append(writes, clock.Now())
+		}
+		clock.Step(time.Minute)
+	}
+	want := []time.Time{t0, t0.Add(5 * time.Minute), t0.Add(10 * time.Minute)}
+	if diff := cmp.Diff(want, writes); diff != "" {
+		t.Errorf("lastUsedAt writes (-want +got):\n%s", diff)
+	}
+	got, _ := client.AirlockV1alpha1().SandboxClaims(testNamespace).Get(ctx, "c1", metav1.GetOptions{})
+	if !got.Status.LastUsedAt.Time.Equal(t0.Add(10 * time.Minute)) {
+		t.Errorf("lastUsedAt %v, want %v", got.Status.LastUsedAt, t0.Add(10*time.Minute))
+	}
+}
+
+func TestRenewLastUsedNotBound(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	claim := bound("c1", t0)
+	claim.Status.Phase = airlockv1alpha1.ClaimReaping
+	client := airlockfake.NewClientset(claim)
+	client.ClearActions()
+	written, err := RenewLastUsed(ctx, client, claim, time.Minute, t0.Add(time.Hour))
+	if !errors.Is(err, ErrNotBound) || written {
+		t.Errorf("RenewLastUsed on a Reaping claim = %v, %v; want false, ErrNotBound", written, err)
+	}
+	if len(client.Actions()) != 0 {
+		t.Errorf("actions %v, want none", client.Actions())
+	}
+}
+
+func TestRenewLastUsedConflict(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	claim := bound("c1", t0)
+	client := airlockfake.NewClientset(claim)
+	// Another replica renewed first: the first write conflicts, the fresh claim needs no write.
+	renewedElsewhere := claim.DeepCopy()
+	renewedElsewhere.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(time.Hour)))
+	if _, err := client.AirlockV1alpha1().SandboxClaims(testNamespace).UpdateStatus(ctx, renewedElsewhere, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conflicts := 0
+	client.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+		if conflicts == 0 {
+			conflicts++
+			return true, nil, conflictError()
+		}
+		return false, nil, nil
+	})
+	written, err := RenewLastUsed(ctx, client, claim, time.Hour, t0.Add(time.Hour+time.Minute))
+	if err != nil || written {
+		t.Errorf("RenewLastUsed = %v, %v; want false, nil (the fresh claim was renewed a minute ago)", written, err)
+	}
+}
+
+func conflictError() error {
+	return apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", errors.New("modified"))
+}
