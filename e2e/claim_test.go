@@ -50,7 +50,15 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 	ns := newNamespace(t, prefix)
 	e := &claimEnv{ns: ns, class: "e2e-" + ns}
 
-	// The content PVC, pre-bound to a PV so that the scheduler places the pods.
+	// The content PVC, pre-bound to a PV so that the scheduler places the pods. Where the node is
+	// this machine (a real kubelet), the directory is made world-writable first, so that the
+	// subPath directories the kubelet creates in it are writable by the sandbox's uid; kwok never
+	// mounts it.
+	hostDir := filepath.Join(os.TempDir(), "airlock-e2e", ns)
+	if err := os.MkdirAll(hostDir, 0o777); err == nil {
+		_ = os.Chmod(hostDir, 0o777)
+		t.Cleanup(func() { _ = os.RemoveAll(hostDir) })
+	}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "content-" + ns, Labels: map[string]string{"airlock.dev/e2e": "true"}},
 		Spec: corev1.PersistentVolumeSpec{
@@ -58,14 +66,16 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              "",
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/airlock-e2e/" + ns}},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir}},
 			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "workspace-content"},
 		},
 	}
 	if _, err := kubeClient.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating PV: %v", err)
 	}
-	t.Cleanup(func() { _ = kubeClient.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kubeClient.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "workspace-content", Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -80,6 +90,7 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 	}
 
 	class := validClass(e.class)
+	class.Spec.Image = e2eImage()
 	class.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
 	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating class: %v", err)
@@ -192,15 +203,24 @@ func (e *claimEnv) phases(ctx context.Context) (map[airlockv1alpha1.ClaimPhase]i
 	return out, list.Items, nil
 }
 
+// e2eImage is the image of the test's sandboxes and sync-back Jobs: the operator image, which has
+// `airlock sandboxd` and `airlock sync` (hack/e2e-kind.sh loads this tag into kind; kwok never
+// pulls it). AIRLOCK_E2E_IMAGE overrides it.
+func e2eImage() string {
+	if image := os.Getenv("AIRLOCK_E2E_IMAGE"); image != "" {
+		return image
+	}
+	return "ghcr.io/airlock-dev/airlock:v0.1.0"
+}
+
 // startClaimOperator runs an operator whose lease lives in the test's namespace.
 func startClaimOperator(t *testing.T, ns string) *operatorProcess {
 	t.Helper()
-	p := startOperator(t, ns, "airlock-operator-e2e")
-	p.waitReady(t)
-	return p
+	return startClaimOperatorWithArgs(t, ns)
 }
 
-// startClaimOperatorWithArgs is startClaimOperator with more flags (startOperator takes none).
+// startClaimOperatorWithArgs runs an operator like startOperator does, with --sync-image set to
+// e2eImage() and more flags.
 func startClaimOperatorWithArgs(t *testing.T, ns string, extra ...string) *operatorProcess {
 	t.Helper()
 	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -220,6 +240,7 @@ func startClaimOperatorWithArgs(t *testing.T, ns string, extra ...string) *opera
 		"--health-probe-bind-address=" + health,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", freePort(t)),
 		fmt.Sprintf("--api-bind-address=127.0.0.1:%d", freePort(t)),
+		"--sync-image=" + e2eImage(),
 		"-v=2",
 	}, extra...)
 	cmd := exec.Command(airlockBinary(t), args...)
@@ -307,6 +328,21 @@ func TestClaimBinds(t *testing.T) {
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("sandbox pods: %d, %v", len(pods.Items), err)
 	}
+
+	// Events for the phase changes, from the controller.
+	eventually(t, 30*time.Second, "the claim's Admitted and Bound events", func(ctx context.Context) (bool, error) {
+		events, err := kubeClient.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + c.Name})
+		if err != nil {
+			return false, err
+		}
+		seen := map[string]bool{}
+		for _, ev := range events.Items {
+			if ev.Source.Component == claim.ControllerName {
+				seen[ev.Reason] = true
+			}
+		}
+		return seen[claim.ReasonAdmitted] && seen[claim.ReasonBound], nil
+	})
 
 	// The runtime's status: Ready, and the claim counted.
 	eventually(t, 30*time.Second, "the runtime's status", func(ctx context.Context) (bool, error) {
@@ -406,6 +442,31 @@ func TestClaimQueueAndPromote(t *testing.T) {
 	}
 }
 
+// TestClaimFailsUnschedulable: a claim whose pod cannot be scheduled is Failed with reason
+// Unschedulable when the class's startupTimeout passes, and its Deployment is scaled to zero.
+func TestClaimFailsUnschedulable(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-fail", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(context.Background(), e.class, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}
+	class.Spec.StartupTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Update(context.Background(), class, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "")
+	failed := e.waitPhase(t, c.Name, airlockv1alpha1.ClaimFailed, 60*time.Second)
+	if failed.Status.Reason != "Unschedulable" || !strings.Contains(failed.Status.Message, "Insufficient cpu") {
+		t.Errorf("failed with %s: %q, want Unschedulable: ...Insufficient cpu...", failed.Status.Reason, failed.Status.Message)
+	}
+	eventually(t, 30*time.Second, "the Deployment scaled to zero", func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		return err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0, err
+	})
+}
+
 // TestClaimRefusedMaxPerSession: one claim more than maxPerSession is Refused, then deleted.
 func TestClaimRefusedMaxPerSession(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-refuse", claimEnvOptions{maxConcurrent: 5, maxPerSession: 1})
@@ -441,6 +502,9 @@ func TestClaimIdleReaped(t *testing.T) {
 			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo"}
 			if !slices.Equal(args, want) {
 				t.Errorf("sync Job args %q, want %q", args, want)
+			}
+			if image := job.Spec.Template.Spec.Containers[0].Image; image != e2eImage() {
+				t.Errorf("sync Job image %q, want --sync-image %q", image, e2eImage())
 			}
 		}
 		_, err = e.getClaim(ctx, c.Name)
@@ -613,9 +677,11 @@ func measureBindLatency(t *testing.T, n int, args []string, sequential bool) {
 	e := newClaimEnv(t, "airlock-claim-latency", claimEnvOptions{maxConcurrent: int32(n), maxPerSession: 3, maxInstances: int32(n)})
 	op := startClaimOperatorWithArgs(t, e.ns, args...)
 	defer func() {
-		// Keep the operator's log for a look at the timeline.
-		if b, err := os.ReadFile(op.log); err == nil {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "airlock-e2e-latency-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"), b, 0o644)
+		// AIRLOCK_E2E_KEEP_LOGS=<dir> keeps the operator's log for a look at the timeline.
+		if dir := os.Getenv("AIRLOCK_E2E_KEEP_LOGS"); dir != "" {
+			if b, err := os.ReadFile(op.log); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, "latency-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"), b, 0o644)
+			}
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -165,4 +165,3 @@ var cmpIgnoreMessage = cmp.Transformer("noMessage", func(c metav1.Condition) met
 	c.Message = ""
 	return c
 })
-

@@ -13,9 +13,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -676,6 +678,7 @@ func TestSyncClassNotFound(t *testing.T) {
 func TestSyncAdmission(t *testing.T) {
 	tests := map[string]struct {
 		maxConcurrent, maxPerSession int32
+		disabled                     bool
 		others                       []*airlockv1alpha1.SandboxClaim
 		claim                        *airlockv1alpha1.SandboxClaim
 		wantPhase                    airlockv1alpha1.ClaimPhase
@@ -703,7 +706,15 @@ func TestSyncAdmission(t *testing.T) {
 			wantPhase:   airlockv1alpha1.ClaimRefused,
 			wantReason:  "MaxPerSession",
 			wantRequeue: ptr.To(refusedTTL),
-			wantEvent:   "Warning Refused Refused (MaxPerSession): " + messageRefusedDetail,
+			wantEvent:   `Warning Refused Refused (MaxPerSession): session "s1" of runtime "agent" already holds maxPerSession (1) live claims`,
+		},
+		"a disabled runtime refuses": {
+			maxConcurrent: 5, maxPerSession: 3, disabled: true,
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:   airlockv1alpha1.ClaimRefused,
+			wantReason:  "Disabled",
+			wantRequeue: ptr.To(refusedTTL),
+			wantEvent:   `Warning Refused Refused (Disabled): AgentRuntime "agent" may hold no sandbox (spec.sandbox.enabled is false)`,
 		},
 		"the oldest undecided claim wins, whatever the sync order": {
 			maxConcurrent: 1, maxPerSession: 3,
@@ -732,7 +743,9 @@ func TestSyncAdmission(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t)
-			f.runtimes = append(f.runtimes, newRuntime("agent", tc.maxConcurrent, tc.maxPerSession))
+			rt := newRuntime("agent", tc.maxConcurrent, tc.maxPerSession)
+			rt.Spec.Sandbox.Enabled = !tc.disabled
+			f.runtimes = append(f.runtimes, rt)
 			f.registries = append(f.registries, newRegistry("tools", ""))
 			f.classes = append(f.classes, newClass("codegen"))
 			f.claims = append(append(f.claims, tc.others...), tc.claim)
@@ -1130,6 +1143,10 @@ func TestProcessNextWorkItem(t *testing.T) {
 		"success forgets":               {},
 		"requeueAfter forgets":          {requeue: ptr.To(time.Minute)},
 		"error is retried rate-limited": {err: fmt.Errorf("boom"), wantRequeues: 1},
+		"conflict is retried rate-limited": {
+			err:          apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", fmt.Errorf("modified")),
+			wantRequeues: 1,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -1156,3 +1173,69 @@ func TestProcessNextWorkItem(t *testing.T) {
 }
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestSyncReapRequested covers sessions/close: the reap-requested annotation reaps a Binding or
+// Bound claim now, with sync-back, and deletes one that never ran.
+func TestSyncReapRequested(t *testing.T) {
+	tests := map[string]struct {
+		claim       *airlockv1alpha1.SandboxClaim
+		runtimeGone bool
+		wantActions []string
+		wantPhase   airlockv1alpha1.ClaimPhase
+	}{
+		"bound and in use: reaped now": {
+			claim:       bound("c1", t0.Add(-time.Minute)),
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"binding: reaped now": {
+			claim:       binding("c1", t0.Add(-time.Second)),
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"queued: deleted, nothing to save": {
+			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute)),
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"pending: deleted, nothing to save": {
+			claim:       newClaim("c1", "s1", "", t0.Add(-time.Second)),
+			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"runtime gone: garbage collection's, no reaping": {
+			claim:       bound("c1", t0.Add(-time.Minute)),
+			runtimeGone: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			if tc.runtimeGone {
+				f.runtimes = nil
+			}
+			claim := tc.claim
+			claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
+			f.claims = append(f.claims, claim)
+			if claim.Status.Phase == airlockv1alpha1.ClaimBound || claim.Status.Phase == airlockv1alpha1.ClaimBinding {
+				f.withChildren(claim, 1)
+				f.pods = append(f.pods, newPod(claim, readyPod))
+			}
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, nil)
+			checkActions(t, f, tc.wantActions)
+			if tc.wantPhase != "" {
+				got := f.writtenClaim()
+				if got.Status.Phase != tc.wantPhase || got.Status.Reason != ReasonSessionClosed {
+					t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, ReasonSessionClosed)
+				}
+				if len(got.Status.Addresses) != 0 {
+					t.Errorf("a Reaping claim still has addresses %v", got.Status.Addresses)
+				}
+			}
+		})
+	}
+}

@@ -80,6 +80,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		return nil, err
 	}
 
+	if _, ok := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; ok && !runtimeGone(rt) {
+		switch claim.Status.Phase {
+		case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
+			// Nothing ran, so there is nothing to save.
+			return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
+		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
+			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
+		}
+	}
+
 	switch claim.Status.Phase {
 	case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
 		return c.syncUndecided(ctx, claim, rt)
@@ -152,9 +162,13 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 	now := c.clock.Now()
 	switch decision.Action {
 	case admission.Refuse:
+		message, err := c.refusalMessage(claim, rt, decision.Reason)
+		if err != nil {
+			return nil, err
+		}
 		updated := claim.DeepCopy()
-		setPhase(updated, airlockv1alpha1.ClaimRefused, decision.Reason, messageRefusedDetail)
-		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, decision.Reason, messageRefusedDetail, now)
+		setPhase(updated, airlockv1alpha1.ClaimRefused, decision.Reason, message)
+		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, decision.Reason, message, now)
 		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
 			return nil, err
 		}
@@ -165,18 +179,18 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 		if claim.Status.QueuedAt != nil {
 			queuedAt = claim.Status.QueuedAt.Time
 		}
-		if left, ok := timeLeft(queuedAt, waitingTTL(rt), now); !ok {
+		left, ok := timeLeft(queuedAt, waitingTTL(rt), now)
+		if !ok {
 			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimQueued, ReasonQueueTimeout)
-		} else {
-			updated := claim.DeepCopy()
-			setPhase(updated, airlockv1alpha1.ClaimQueued, ReasonMaxConcurrent, MessageQueued)
-			updated.Status.QueuedAt = ptr.To(metav1.NewTime(queuedAt))
-			setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, ReasonQueued, MessageQueued, now)
-			if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-				return nil, err
-			}
-			return ptr.To(left), nil
 		}
+		updated := claim.DeepCopy()
+		setPhase(updated, airlockv1alpha1.ClaimQueued, ReasonMaxConcurrent, MessageQueued)
+		updated.Status.QueuedAt = ptr.To(metav1.NewTime(queuedAt))
+		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, ReasonQueued, MessageQueued, now)
+		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+			return nil, err
+		}
+		return ptr.To(left), nil
 
 	case admission.Admit:
 		updated := claim.DeepCopy()
@@ -190,6 +204,31 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 		return c.syncBinding(ctx, written, rt)
 	}
 	return nil, fmt.Errorf("admission returned unknown action %q for claim %s", decision.Action, klog.KObj(claim))
+}
+
+// refusalMessage explains a refusal reason in words.
+func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason string) (string, error) {
+	switch reason {
+	case admission.ReasonMaxPerSession:
+		return fmt.Sprintf("session %q of runtime %q already holds maxPerSession (%d) live claims", claim.Spec.Session, claim.Spec.RuntimeName, admission.MaxPerSession(rt)), nil
+	case admission.ReasonMaxInstances:
+		entry, err := c.registryEntry(claim, rt)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("sandbox %q already has maxInstances (%d) live claims", claim.Spec.Sandbox, admission.MaxInstances(entry)), nil
+	case admission.ReasonDisabled:
+		return fmt.Sprintf("AgentRuntime %q may hold no sandbox (spec.sandbox.enabled is false)", claim.Spec.RuntimeName), nil
+	case admission.ReasonRuntimeNotFound:
+		return fmt.Sprintf("AgentRuntime %q not found", claim.Spec.RuntimeName), nil
+	case admission.ReasonUnknownSandbox:
+		registry := ""
+		if rt != nil {
+			registry = rt.Spec.ToolRegistryRef.Name
+		}
+		return fmt.Sprintf("ToolRegistry %q has no sandbox %q", registry, claim.Spec.Sandbox), nil
+	}
+	return messageRefusedDetail, nil
 }
 
 // admissionInput gathers a namespace's claims, runtimes and registries from the caches, and
@@ -365,8 +404,17 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if left, ok := timeLeft(lastUsed(claim), idle, c.clock.Now()); ok {
 		return ptr.To(left), nil
 	}
-	// Re-check against the API server before the destructive transition: the cache may miss a
-	// renewal.
+	return c.beginReaping(ctx, claim, rt, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle),
+		func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
+			return timeLeft(lastUsed(fresh), idle, c.clock.Now())
+		})
+}
+
+// beginReaping moves a Binding or Bound claim to Reaping and starts reaping it. It re-reads the
+// claim from the API server first, since the cache may miss a renewal or a phase change; notYet,
+// when set, is asked of that fresh object and may put the transition off by the time it returns.
+func (c *Controller) beginReaping(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime,
+	reason, message string, notYet func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool)) (*time.Duration, error) {
 	fresh, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -374,19 +422,30 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err != nil {
 		return nil, err
 	}
-	if fresh.UID != claim.UID || fresh.Status.Phase != airlockv1alpha1.ClaimBound || fresh.DeletionTimestamp != nil {
+	if fresh.UID != claim.UID || fresh.Status.Phase != claim.Status.Phase || fresh.DeletionTimestamp != nil {
 		return nil, nil // the cache will catch up and enqueue it
 	}
-	if left, ok := timeLeft(lastUsed(fresh), idle, c.clock.Now()); ok {
-		return ptr.To(left), nil
+	if notYet != nil {
+		if left, ok := notYet(fresh); ok {
+			return ptr.To(left), nil
+		}
 	}
 	updated := fresh.DeepCopy()
-	setPhase(updated, airlockv1alpha1.ClaimReaping, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle))
+	setPhase(updated, airlockv1alpha1.ClaimReaping, reason, message)
+	updated.Status.Addresses = nil
 	written, err := c.updateClaimStatus(ctx, fresh, updated)
 	if err != nil {
 		return nil, err
 	}
 	return c.syncReaping(ctx, written, rt)
+}
+
+// undecidedPhase is the phase of a claim not yet decided, with "" read as Pending.
+func undecidedPhase(claim *airlockv1alpha1.SandboxClaim) airlockv1alpha1.ClaimPhase {
+	if claim.Status.Phase == "" {
+		return airlockv1alpha1.ClaimPending
+	}
+	return claim.Status.Phase
 }
 
 // syncReaping scales the claim's Deployment to zero, waits for its pods to go, runs the

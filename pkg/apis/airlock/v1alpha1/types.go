@@ -16,6 +16,11 @@ const (
 	LabelSessionHash = "airlock.dev/session-hash"
 )
 
+// AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
+// timeout had passed; the Sandbox API's sessions/close sets it (value: the RFC 3339 time of the
+// request). A claim not yet Binding is deleted instead: it has no work to save.
+const AnnotationReapRequested = "airlock.dev/reap-requested"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
