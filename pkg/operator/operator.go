@@ -82,6 +82,11 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
 		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
 	}}
+	api, secrets, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.kubeInformers)
+	if err != nil {
+		return nil, err
+	}
+	o.readiness.informers = append(o.readiness.informers, secrets)
 
 	healthChecks := []checker{pingCheck{}}
 	if cfg.LeaderElection.LeaderElect {
@@ -110,7 +115,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	probes.Handle("GET /readyz", readyz)
 	o.servers = append(o.servers,
 		newHTTPServer("health probes", "--health-probe-bind-address", cfg.HealthProbeBindAddress, probes, nil, servingCtx),
-		newHTTPServer("Sandbox API", "--api-bind-address", cfg.APIBindAddress, newAPIHandler(healthz, readyz, metrics), apiTLS, servingCtx),
+		newHTTPServer("Sandbox API", "--api-bind-address", cfg.APIBindAddress, newAPIHandler(healthz, readyz, metrics, api), apiTLS, servingCtx),
 	)
 	if metrics != nil {
 		mux := http.NewServeMux()
@@ -203,6 +208,7 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		return err
 	}
 	o.airlockInformers.Start(informersDone)
+	o.kubeInformers.Start(informersDone) // the Sandbox API's Secrets, on every replica
 
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,

@@ -245,11 +245,12 @@ func TestReadinessHandler(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, sandboxclaims, sandboxclasses, toolregistries") {
-		t.Errorf("before the informers start: %d %q, want 503 listing all four informers", code, body)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, sandboxclaims, sandboxclasses, secrets, toolregistries") {
+		t.Errorf("before the informers start: %d %q, want 503 listing all five informers", code, body)
 	}
 
 	o.airlockInformers.Start(ctx.Done())
+	o.kubeInformers.Start(ctx.Done())
 	var synced []cache.InformerSynced
 	for _, i := range o.readiness.informers {
 		synced = append(synced, i.informer.HasSynced)
@@ -269,6 +270,7 @@ func TestReadinessHandler(t *testing.T) {
 	}
 	cancel()
 	o.airlockInformers.Shutdown()
+	o.kubeInformers.Shutdown()
 }
 
 func TestRunWithoutLeaderElection(t *testing.T) {
@@ -467,7 +469,7 @@ func TestMetricsCanBeDisabled(t *testing.T) {
 
 func TestAPIPlaceholderAnswersJSONNotFound(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	handler := newAPIHandler(ok, ok, ok)
+	handler := newAPIHandler(ok, ok, ok, nil)
 	tests := map[string]struct {
 		method, path string
 		wantStatus   int
@@ -533,7 +535,7 @@ func TestAPIServesTLS(t *testing.T) {
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	url := strings.Replace(serverURL(t, o, "Sandbox API"), "http://", "https://", 1)
-	if status, body := get(t, client, url+"/v1/sandboxes/acquire"); status != http.StatusNotFound || !strings.Contains(body, `"error":"not_found"`) {
+	if status, body := get(t, client, url+"/v1/no-such-endpoint"); status != http.StatusNotFound || !strings.Contains(body, `"error":"not_found"`) {
 		t.Errorf("GET over TLS: %d %q, want the JSON 404", status, body)
 	}
 

@@ -91,14 +91,18 @@ func writeAPIError(w http.ResponseWriter, status int, code, message string) {
 	_ = json.NewEncoder(w).Encode(apiError{Error: code, Message: message})
 }
 
-// newAPIHandler serves the Sandbox API: for now only the health and metrics endpoints that
-// SPEC section 4 lists with it, and a JSON 404 for everything else. metrics may be nil.
-func newAPIHandler(healthz, readyz, metrics http.Handler) http.Handler {
+// newAPIHandler serves the Sandbox API: api (pkg/sandboxapi) under /v1/, the health and
+// metrics endpoints that SPEC section 4 lists with it, and a JSON 404 for everything else.
+// metrics and api may be nil.
+func newAPIHandler(healthz, readyz, metrics, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readyz)
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
+	}
+	if api != nil {
+		mux.Handle("/v1/", api)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", req.Method, req.URL.Path))

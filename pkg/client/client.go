@@ -1,0 +1,187 @@
+// Package client calls the airlock Sandbox API (SPEC section 4) for an agent runtime: acquire a
+// sandbox by handle, renew it after each tool call, open and close sessions. It authenticates
+// with the runtime's ServiceAccount token, which a tokenSource returns for every request (read a
+// projected token file on each call, so that kubelet's rotation is followed).
+//
+// It depends on nothing but the standard library.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// APIError is a non-success answer of the Sandbox API.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the body's "error": one of the Code constants.
+	Code string
+	// Reason is the body's "reason" (429 refused: MaxPerSession or MaxInstances; 502 failed: the
+	// operator's reason, e.g. ImagePullBackOff).
+	Reason string
+	// Message is the body's human-readable "message".
+	Message string
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("sandbox API: %d %s", e.Status, e.Code)
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// IsRefused says whether err is a 429 refusal (a limit was reached; the runtime should not
+// retry at once).
+func IsRefused(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
+}
+
+// Client calls one Sandbox API endpoint. It is safe for concurrent use.
+type Client struct {
+	baseURL     string
+	tokenSource func() (string, error)
+	httpClient  *http.Client
+}
+
+// New returns a client of the Sandbox API at baseURL (e.g.
+// "https://airlock-sandbox-api.airlock-system.svc:8443"). tokenSource returns the runtime's
+// ServiceAccount token for each request. httpClient may be nil for http.DefaultClient; it should
+// have no overall Timeout shorter than the acquires' waitSeconds.
+func New(baseURL string, tokenSource func() (string, error), httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	return &Client{baseURL: strings.TrimRight(baseURL, "/"), tokenSource: tokenSource, httpClient: httpClient}
+}
+
+// TokenFile is a tokenSource that reads a token file on each call, such as a projected
+// ServiceAccount token at /var/run/secrets/kubernetes.io/serviceaccount/token.
+func TokenFile(path string) func() (string, error) {
+	return func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+}
+
+// AcquireOnce asks for the sandbox of req's session and handle, once. It returns the answer and
+// its HTTP status: 200 when the sandbox is Bound (the answer carries its addresses and the
+// Authorization header to use), 202 when waitSeconds ran out first. Any other status is an
+// *APIError.
+func (c *Client) AcquireOnce(ctx context.Context, req AcquireRequest) (*AcquireResponse, int, error) {
+	var out AcquireResponse
+	status, err := c.do(ctx, "/v1/sandboxes/acquire", req, &out)
+	if err != nil {
+		return nil, status, err
+	}
+	return &out, status, nil
+}
+
+// Acquire asks for the sandbox of req's session and handle and calls again on each 202 (acquire
+// is idempotent) until the sandbox is Bound, the API answers an error, or ctx is done; ctx bounds
+// the whole wait, req.WaitSeconds each call.
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*AcquireResponse, error) {
+	for {
+		resp, status, err := c.AcquireOnce(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if status == http.StatusOK {
+			return resp, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("sandbox %s of session %s is still %s: %w", req.Handle, req.Session, resp.Phase, err)
+		}
+		if req.WaitSeconds != nil && *req.WaitSeconds == 0 {
+			// An immediate answer was asked for: calling again at once would spin.
+			return resp, nil
+		}
+	}
+}
+
+// Renew tells the operator the sandbox was used (after a successful tool call), which pushes back
+// its idle timeout. The operator writes at most once per half idle timeout, so calling it after
+// every tool call is cheap.
+func (c *Client) Renew(ctx context.Context, req RenewRequest) error {
+	_, err := c.do(ctx, "/v1/sandboxes/renew", req, nil)
+	return err
+}
+
+// OpenSession creates the claims of every eager sandbox of the runtime for a session. It does not
+// wait for them to bind: acquire them by handle ("<sandbox>/default") when they are needed.
+func (c *Client) OpenSession(ctx context.Context, req SessionRequest) (*SessionResponse, error) {
+	var out SessionResponse
+	if _, err := c.do(ctx, "/v1/sessions/open", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CloseSession asks the operator to reap every claim of a session now (with sync-back). It
+// returns once the request is recorded, not when the claims are gone.
+func (c *Client) CloseSession(ctx context.Context, req SessionRequest) (*SessionResponse, error) {
+	var out SessionResponse
+	if _, err := c.do(ctx, "/v1/sessions/close", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// do POSTs in as JSON to path and decodes a 2xx body into out (if out is not nil).
+func (c *Client) do(ctx context.Context, path string, in, out any) (int, error) {
+	token, err := c.tokenSource()
+	if err != nil {
+		return 0, fmt.Errorf("getting the ServiceAccount token: %w", err)
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.httpClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		apiErr := &APIError{Status: resp.StatusCode}
+		var e ErrorResponse
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			apiErr.Code, apiErr.Reason, apiErr.Message = e.Error, e.Reason, e.Message
+		} else {
+			apiErr.Message = strings.TrimSpace(string(b))
+		}
+		return resp.StatusCode, apiErr
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding the answer of %s: %w", path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,506 @@
+package sandboxapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/admission"
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
+)
+
+// target is what a request names, resolved against the cache.
+type target struct {
+	runtime *airlockv1alpha1.AgentRuntime
+	// entry and class are set for a request that names a handle.
+	entry *airlockv1alpha1.RegistrySandbox
+	class *airlockv1alpha1.SandboxClass
+}
+
+// authorize checks that who may act for the runtime namespace/name, and returns the runtime.
+//
+// A ServiceAccount of another namespace is refused (403) before any lookup, so that it learns
+// nothing about which runtimes exist there. In the runtime's namespace, a missing runtime is 404,
+// and a runtime that names another ServiceAccount is 403.
+func (s *Server) authorize(who caller, namespace, name string) (*airlockv1alpha1.AgentRuntime, error) {
+	if who.namespace != namespace {
+		return nil, errorf(http.StatusForbidden, client.CodeForbidden,
+			"ServiceAccount %s/%s may not use the runtimes of namespace %s", who.namespace, who.serviceAccount, namespace)
+	}
+	rt, err := s.runtimes.AgentRuntimes(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, errorf(http.StatusNotFound, client.CodeNotFound, "AgentRuntime %s/%s not found", namespace, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rt.Spec.ServiceAccountName != who.serviceAccount {
+		return nil, errorf(http.StatusForbidden, client.CodeForbidden,
+			"ServiceAccount %s/%s is not the ServiceAccount of AgentRuntime %s/%s", who.namespace, who.serviceAccount, namespace, name)
+	}
+	return rt, nil
+}
+
+// resolveSandbox finds the runtime's registry entry named sandbox and its class: 404 when the
+// registry, the entry or the class is missing, or when the entry's mount role has no connection
+// in the runtime.
+func (s *Server) resolveSandbox(rt *airlockv1alpha1.AgentRuntime, sandbox string) (target, error) {
+	t := target{runtime: rt}
+	registry, err := s.registries.ToolRegistries(rt.Namespace).Get(rt.Spec.ToolRegistryRef.Name)
+	if apierrors.IsNotFound(err) {
+		return t, errorf(http.StatusNotFound, client.CodeNotFound, "ToolRegistry %s/%s of AgentRuntime %s not found",
+			rt.Namespace, rt.Spec.ToolRegistryRef.Name, rt.Name)
+	}
+	if err != nil {
+		return t, err
+	}
+	for i := range registry.Spec.Sandboxes {
+		if registry.Spec.Sandboxes[i].Name == sandbox {
+			t.entry = &registry.Spec.Sandboxes[i]
+			break
+		}
+	}
+	if t.entry == nil {
+		return t, errorf(http.StatusNotFound, client.CodeNotFound, "ToolRegistry %s/%s has no sandbox %q", rt.Namespace, registry.Name, sandbox)
+	}
+	t.class, err = s.classes.Get(t.entry.Class)
+	if apierrors.IsNotFound(err) {
+		return t, errorf(http.StatusNotFound, client.CodeNotFound, "SandboxClass %s of sandbox %q not found", t.entry.Class, sandbox)
+	}
+	if err != nil {
+		return t, err
+	}
+	if role := t.entry.MountRole; role != "" && connectionPath(rt, role) == "" {
+		return t, errorf(http.StatusNotFound, client.CodeNotFound, "AgentRuntime %s/%s has no connection for mount role %q of sandbox %q",
+			rt.Namespace, rt.Name, role, sandbox)
+	}
+	return t, nil
+}
+
+func connectionPath(rt *airlockv1alpha1.AgentRuntime, role string) string {
+	for _, c := range rt.Spec.Sandbox.Connections {
+		if c.Role == role {
+			return c.Path
+		}
+	}
+	return ""
+}
+
+// newClaim is the claim the API creates for session and handle under name. A replacement
+// (replaces not nil) keeps the replaced claim's mount role and workspace directory when it has a
+// mount role; otherwise, and for every other field, it takes the registry entry's current values.
+func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.SandboxClaim) *airlockv1alpha1.SandboxClaim {
+	rt, entry := t.runtime, t.entry
+	ns := rt.Namespace
+	c := &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: ns,
+			Labels: map[string]string{
+				airlockv1alpha1.LabelRuntime:     rt.Name,
+				airlockv1alpha1.LabelSandbox:     entry.Name,
+				airlockv1alpha1.LabelSessionHash: claimname.SessionHash(session),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rt, airlockv1alpha1.SchemeGroupVersion.WithKind("AgentRuntime"))},
+		},
+		Spec: airlockv1alpha1.SandboxClaimSpec{
+			RuntimeName: rt.Name,
+			Session:     session,
+			Handle:      handle,
+			Sandbox:     entry.Name,
+			ClassName:   entry.Class,
+			TargetPath:  entry.TargetPath,
+			MountRole:   entry.MountRole,
+		},
+	}
+	switch {
+	case replaces != nil && replaces.Spec.MountRole != "":
+		c.Spec.MountRole = replaces.Spec.MountRole
+		c.Spec.WorkspaceDir = replaces.Spec.WorkspaceDir
+	case entry.MountRole != "":
+		c.Spec.WorkspaceDir = connectionPath(rt, entry.MountRole)
+	case entry.Workspace == airlockv1alpha1.WorkspaceSession:
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s-%s", ns, claimname.SessionHash(session), entry.Name)
+	default:
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/%s", ns, name)
+	}
+	if replaces != nil {
+		c.Spec.Replaces = replaces.Name
+	}
+	return c
+}
+
+// admit runs the shared admission function over this replica's cache of the namespace, plus
+// extra claims this request just created, plus the prospective claim as if created now. It
+// refuses only what the leader would refuse for a limit: 429 with the reason, 409 for a disabled
+// runtime. replaced, if set, is a Failed claim that the prospective claim replaces: it is counted
+// as replaced.
+func (s *Server) admit(prospective, replaced *airlockv1alpha1.SandboxClaim, extra []*airlockv1alpha1.SandboxClaim) error {
+	ns := prospective.Namespace
+	cached, err := s.claims.SandboxClaims(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	runtimes, err := s.runtimes.AgentRuntimes(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	registries, err := s.registries.ToolRegistries(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	in := admission.Input{
+		Claims:     make([]*airlockv1alpha1.SandboxClaim, 0, len(cached)+len(extra)+1),
+		Runtimes:   make(map[string]*airlockv1alpha1.AgentRuntime, len(runtimes)),
+		Registries: make(map[string]*airlockv1alpha1.ToolRegistry, len(registries)),
+	}
+	for _, rt := range runtimes {
+		in.Runtimes[rt.Name] = rt
+	}
+	for _, r := range registries {
+		in.Registries[r.Name] = r
+	}
+	seen := map[string]bool{prospective.Name: true}
+	for _, c := range extra {
+		if !seen[c.Name] {
+			seen[c.Name] = true
+			in.Claims = append(in.Claims, c)
+		}
+	}
+	for _, c := range cached {
+		if seen[c.Name] {
+			continue
+		}
+		if replaced != nil && c.Name == replaced.Name {
+			c = c.DeepCopy()
+			c.Status.ReplacedBy = prospective.Name
+		}
+		in.Claims = append(in.Claims, c)
+	}
+	// The prospective claim is walked last: it is created now, after every claim known here.
+	// Creation timestamps served by the API server have whole seconds, and the clocks of
+	// replicas differ, so "now" alone could sort it before a claim created a moment ago.
+	created := s.clock.Now()
+	for _, c := range in.Claims {
+		if !c.CreationTimestamp.Time.Before(created) {
+			created = c.CreationTimestamp.Time.Add(time.Nanosecond)
+		}
+	}
+	p := prospective.DeepCopy()
+	p.CreationTimestamp = metav1.NewTime(created)
+	in.Claims = append(in.Claims, p)
+
+	d := admission.Decide(in)[p.Name]
+	if d.Action != admission.Refuse {
+		return nil
+	}
+	return refusal(d.Reason, fmt.Sprintf("claim %s for session %q and handle %q", p.Name, p.Spec.Session, p.Spec.Handle))
+}
+
+// refusal is the answer to a refused claim: 429 for a limit, 409 for a disabled runtime, 404
+// when the runtime or its sandbox is gone.
+func refusal(reason, what string) *apiError {
+	switch reason {
+	case admission.ReasonDisabled:
+		return errorf(http.StatusConflict, client.CodeDisabled, "the runtime may hold no sandbox (spec.sandbox.enabled is false): %s refused", what)
+	case admission.ReasonRuntimeNotFound, admission.ReasonUnknownSandbox:
+		return errorf(http.StatusNotFound, client.CodeNotFound, "%s refused: %s", what, reason)
+	}
+	e := errorf(http.StatusTooManyRequests, client.CodeRefused, "%s refused: %s", what, reasonText(reason))
+	e.reason = reason
+	return e
+}
+
+func reasonText(reason string) string {
+	switch reason {
+	case admission.ReasonMaxPerSession:
+		return "the session already holds maxPerSession sandboxes"
+	case admission.ReasonMaxInstances:
+		return "the sandbox already has maxInstances live claims"
+	}
+	return reason
+}
+
+// acquisition is one acquire: it finds, creates or replaces the claim of a session and handle,
+// step by step, each step reading the cache again.
+type acquisition struct {
+	s       *Server
+	t       target
+	session string
+	handle  string
+	// base is the claim's name; replacement the name of the claim that replaces it.
+	base, replacement string
+	// created names a claim this acquire created (or found already created) that the cache has
+	// not shown yet: until it does, the acquire waits rather than creating again.
+	created string
+	// phase is the last phase seen, for a 202.
+	phase string
+	// reason is the last reason seen, for a 202.
+	reason string
+}
+
+// stepResult is the end of an acquire, or nothing yet (done false).
+type stepResult struct {
+	done   bool
+	status int
+	body   any
+	err    error
+}
+
+func (s *Server) acquire(ctx context.Context, who caller, body io.Reader) (int, any, error) {
+	req, wait, aerr := decodeAcquire(body)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	rt, err := s.authorize(who, req.Namespace, req.Runtime)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !rt.Spec.Sandbox.Enabled {
+		return 0, nil, errorf(http.StatusConflict, client.CodeDisabled, "AgentRuntime %s/%s may hold no sandbox (spec.sandbox.enabled is false)", rt.Namespace, rt.Name)
+	}
+	sandbox, _ := splitHandle(req.Handle)
+	t, err := s.resolveSandbox(rt, sandbox)
+	if err != nil {
+		return 0, nil, err
+	}
+	base := claimname.For(rt.Name, req.Session, req.Handle)
+	a := &acquisition{s: s, t: t, session: req.Session, handle: req.Handle, base: base, replacement: claimname.Replacement(base)}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KRef(rt.Namespace, base))
+	ctx = klog.NewContext(ctx, logger)
+
+	// Watch before the first read of the cache: a change in between wakes the first wait.
+	w := s.waiters.watch(rt.Namespace+"/"+a.base, rt.Namespace+"/"+a.replacement)
+	defer s.waiters.unwatch(w)
+	var deadline <-chan time.Time
+	if wait > 0 {
+		timer := s.clock.NewTimer(wait)
+		defer timer.Stop()
+		deadline = timer.C()
+	}
+	for {
+		r := a.step(ctx)
+		if r.done {
+			return r.status, r.body, r.err
+		}
+		if wait == 0 {
+			return a.accepted()
+		}
+		if s.onWait != nil {
+			s.onWait()
+		}
+		select {
+		case <-w.c:
+		case <-deadline:
+			return a.accepted()
+		case <-ctx.Done():
+			return 0, nil, errorf(http.StatusServiceUnavailable, client.CodeUnavailable, "the request ended before the claim was Bound: %v", context.Cause(ctx))
+		}
+	}
+}
+
+// accepted is the 202 answer: the claim is not Bound yet; call again.
+func (a *acquisition) accepted() (int, any, error) {
+	name := a.created // being created: the cache has not shown it yet
+	if name == "" {
+		name = a.base
+		if c, _ := a.current(); c != nil {
+			name = c.Name
+		}
+	}
+	return http.StatusAccepted, client.AcquireResponse{Claim: name, Phase: a.phase, Reason: a.reason}, nil
+}
+
+// current returns the claim that answers for the handle now, from the cache: the base claim, or
+// its replacement when the base is Failed (or gone) and the replacement exists.
+// It returns nil when there is none.
+func (a *acquisition) current() (*airlockv1alpha1.SandboxClaim, error) {
+	lister := a.s.claims.SandboxClaims(a.t.runtime.Namespace)
+	get := func(name string) (*airlockv1alpha1.SandboxClaim, error) {
+		c, err := lister.Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return c, err
+	}
+	base, err := get(a.base)
+	if err != nil {
+		return nil, err
+	}
+	if base != nil && base.Status.Phase != airlockv1alpha1.ClaimFailed {
+		return base, nil
+	}
+	// Failed or missing: the replacement answers, if there is one (the cache may show it before
+	// it shows the Failed claim's replacedBy).
+	repl, err := get(a.replacement)
+	if err != nil || repl != nil {
+		return repl, err
+	}
+	return base, nil // nil, or Failed and replaced while its replacement is not in the cache
+}
+
+// step looks at the claim once and acts: creates it, replaces it, or answers.
+func (a *acquisition) step(ctx context.Context) stepResult {
+	c, err := a.current()
+	if err != nil {
+		return stepResult{done: true, err: err}
+	}
+	if c == nil {
+		if a.created == a.base || a.created == a.replacement {
+			a.phase = string(airlockv1alpha1.ClaimPending)
+			return stepResult{} // created; the cache has not caught up yet
+		}
+		return a.create(ctx, newClaim(a.t, a.base, a.session, a.handle, nil), false)
+	}
+	if c.Name == a.created {
+		a.created = "" // seen: if it goes away from now on, it was deleted
+	}
+	if c.Spec.RuntimeName != a.t.runtime.Name || c.Spec.Session != a.session || c.Spec.Handle != a.handle {
+		return stepResult{done: true, err: errorf(http.StatusConflict, client.CodeConflict,
+			"claim %s exists for another runtime, session or handle", c.Name)}
+	}
+	a.phase, a.reason = string(c.Status.Phase), c.Status.Reason
+	if a.phase == "" {
+		a.phase = string(airlockv1alpha1.ClaimPending)
+	}
+	_, reapRequested := c.Annotations[airlockv1alpha1.AnnotationReapRequested]
+	if c.DeletionTimestamp != nil || reapRequested {
+		// Going away: wait until it is gone, then acquire afresh.
+		if c.Status.Phase == airlockv1alpha1.ClaimBound {
+			a.phase = string(airlockv1alpha1.ClaimReaping)
+		}
+		return stepResult{}
+	}
+
+	switch c.Status.Phase {
+	case airlockv1alpha1.ClaimBound:
+		return a.bound(c)
+	case airlockv1alpha1.ClaimRefused:
+		return stepResult{done: true, err: refusal(c.Status.Reason, "claim "+c.Name)}
+	case airlockv1alpha1.ClaimFailed:
+		if c.Spec.Replaces != "" {
+			e := errorf(http.StatusBadGateway, client.CodeFailed, "claim %s, the replacement of the Failed claim %s, failed too: %s", c.Name, c.Spec.Replaces, c.Status.Message)
+			e.reason = c.Status.Reason
+			return stepResult{done: true, err: e}
+		}
+		if c.Name != a.base {
+			return stepResult{} // not ours to replace
+		}
+		if c.Status.ReplacedBy != "" {
+			if c.Status.ReplacedBy != a.replacement || a.created == a.replacement {
+				return stepResult{} // wait for the replacement to show
+			}
+			// Replaced, but the replacement was never created (or is gone): create it.
+		}
+		return a.replace(ctx, c)
+	}
+	return stepResult{} // Pending, Queued, Binding, Reaping: wait
+}
+
+// bound answers 200 once the claim's token Secret is in the cache.
+func (a *acquisition) bound(c *airlockv1alpha1.SandboxClaim) stepResult {
+	secret, err := a.s.secrets.Secrets(c.Namespace).Get(c.Name)
+	if apierrors.IsNotFound(err) {
+		return stepResult{} // wait for it like for the claim
+	}
+	if err != nil {
+		return stepResult{done: true, err: err}
+	}
+	token := string(secret.Data[claim.TokenKey])
+	if token == "" || !metav1.IsControlledBy(secret, c) {
+		return stepResult{} // not written yet, or a previous claim's of the same name
+	}
+	resp := client.AcquireResponse{
+		Claim:     c.Name,
+		Phase:     string(airlockv1alpha1.ClaimBound),
+		Addresses: make([]client.Address, 0, len(c.Status.Addresses)),
+		Headers:   map[string]string{"Authorization": "Bearer " + token},
+	}
+	for _, addr := range c.Status.Addresses {
+		resp.Addresses = append(resp.Addresses, client.Address{Name: addr.Name, URL: addr.URL})
+	}
+	return stepResult{done: true, status: http.StatusOK, body: resp}
+}
+
+// create creates a claim after the fast admission check (unless admitted says it was made), and then waits for it. A claim that
+// exists already (another acquire, here or on another replica, created it) is waited for too.
+func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClaim, admitted bool) stepResult {
+	// The runtime may have gone while this acquire waited (its claims go with it): never create
+	// a claim for a runtime that is no longer there.
+	rt, err := a.s.runtimes.AgentRuntimes(c.Namespace).Get(c.Spec.RuntimeName)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && rt.UID != a.t.runtime.UID):
+		return stepResult{done: true, err: errorf(http.StatusNotFound, client.CodeNotFound, "AgentRuntime %s/%s was deleted", c.Namespace, c.Spec.RuntimeName)}
+	case err != nil:
+		return stepResult{done: true, err: err}
+	}
+	if !admitted {
+		if err := a.s.admit(c, nil, nil); err != nil {
+			return stepResult{done: true, err: err}
+		}
+	}
+	_, err = a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).V(2).Info("Created claim", "created", klog.KObj(c), "replaces", c.Spec.Replaces)
+	case apierrors.IsAlreadyExists(err):
+	default:
+		return stepResult{done: true, err: fmt.Errorf("creating claim %s: %w", c.Name, err)}
+	}
+	a.created = c.Name
+	a.phase, a.reason = string(airlockv1alpha1.ClaimPending), ""
+	return stepResult{}
+}
+
+// replace creates the one replacement of the Failed claim old (SPEC section 3). It first records
+// status.replacedBy on old, so that the leader never counts both against the limits, then
+// creates the replacement; an acquire that finds old replaced but the replacement missing
+// creates it.
+func (a *acquisition) replace(ctx context.Context, old *airlockv1alpha1.SandboxClaim) stepResult {
+	repl := newClaim(a.t, a.replacement, a.session, a.handle, old)
+	if err := a.s.admit(repl, old, nil); err != nil {
+		return stepResult{done: true, err: err}
+	}
+	if old.Status.ReplacedBy == "" {
+		claims := a.s.airlockClient.AirlockV1alpha1().SandboxClaims(old.Namespace)
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			fresh, err := claims.Get(ctx, old.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if fresh.UID != old.UID || fresh.Status.Phase != airlockv1alpha1.ClaimFailed {
+				return errClaimChanged
+			}
+			if fresh.Status.ReplacedBy == repl.Name {
+				return nil
+			}
+			if fresh.Status.ReplacedBy != "" {
+				return errClaimChanged
+			}
+			fresh.Status.ReplacedBy = repl.Name
+			_, err = claims.UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: FieldManager})
+			return err
+		})
+		switch {
+		case errors.Is(err, errClaimChanged), apierrors.IsNotFound(err):
+			return stepResult{} // the cache is behind: wait for it
+		case err != nil:
+			return stepResult{done: true, err: fmt.Errorf("marking claim %s replaced: %w", old.Name, err)}
+		}
+	}
+	return a.create(ctx, repl, true)
+}
+
+var errClaimChanged = errors.New("the claim changed")

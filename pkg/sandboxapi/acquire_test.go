@@ -1,0 +1,488 @@
+package sandboxapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/client"
+)
+
+// TestAcquireCreatesClaim: the claim the API creates, for each kind of workspace.
+func TestAcquireCreatesClaim(t *testing.T) {
+	name := claimname.For(testRuntime, testSession, testHandle)
+	tests := map[string]struct {
+		entry            airlockv1alpha1.RegistrySandbox
+		wantWorkspaceDir string
+		wantMountRole    string
+	}{
+		"claim workspace": {
+			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen"},
+			wantWorkspaceDir: testNS + "/sandboxes/" + name,
+		},
+		"session workspace": {
+			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},
+			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.SessionHash(testSession) + "-codegen",
+		},
+		"mount role": {
+			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", MountRole: "repo"},
+			wantWorkspaceDir: "content/repo",
+			wantMountRole:    "repo",
+		},
+	}
+	for tname, tc := range tests {
+		t.Run(tname, func(t *testing.T) {
+			f := newFixture(t, newRuntime(), newRegistry(tc.entry), newClass("codegen"))
+			rec := f.acquire(0)
+			if rec.Code != http.StatusAccepted {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+			}
+			if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != name || got.Phase != "Pending" {
+				t.Errorf("answer %+v", got)
+			}
+			c := f.apiClaim(name)
+			wantLabels := map[string]string{
+				airlockv1alpha1.LabelRuntime:     testRuntime,
+				airlockv1alpha1.LabelSandbox:     "codegen",
+				airlockv1alpha1.LabelSessionHash: claimname.SessionHash(testSession),
+			}
+			if diff := cmp.Diff(wantLabels, c.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			wantSpec := airlockv1alpha1.SandboxClaimSpec{
+				RuntimeName: testRuntime, Session: testSession, Handle: testHandle, Sandbox: "codegen",
+				ClassName: "codegen", TargetPath: "out/codegen", WorkspaceDir: tc.wantWorkspaceDir, MountRole: tc.wantMountRole,
+			}
+			if diff := cmp.Diff(wantSpec, c.Spec); diff != "" {
+				t.Errorf("spec (-want +got):\n%s", diff)
+			}
+			owner := metav1.GetControllerOf(c)
+			if owner == nil || owner.Kind != "AgentRuntime" || owner.Name != testRuntime || owner.UID != "rt-uid" ||
+				owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
+				t.Errorf("controller reference %+v", owner)
+			}
+		})
+	}
+}
+
+// TestAcquireBound: a Bound claim with its token Secret answers 200 at once, with one address per
+// class port and the per-claim Authorization header; nothing is written.
+func TestAcquireBound(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	f := newFixture(t, append(baseObjects(), c, tokenSecret(c, "claim-token"))...)
+	rec := f.acquire(30)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	want := client.AcquireResponse{
+		Claim: c.Name, Phase: "Bound",
+		Addresses: []client.Address{{Name: "mcp", URL: c.Status.Addresses[0].URL}, {Name: "debug", URL: c.Status.Addresses[1].URL}},
+		Headers:   map[string]string{"Authorization": "Bearer claim-token"},
+	}
+	if diff := cmp.Diff(want, decodeBody[client.AcquireResponse](t, rec)); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
+		t.Errorf("writes: %v", writes)
+	}
+}
+
+// TestAcquireWaitsForBind: the acquire waits, woken by informer events only, through Pending,
+// Binding, and a Bound claim whose Secret is not cached yet, until it can answer 200.
+func TestAcquireWaitsForBind(t *testing.T) {
+	f := newFixture(t, baseObjects()...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(30) }()
+
+	f.awaitWaiting()
+	created := f.apiClaim(claimname.For(testRuntime, testSession, testHandle))
+	created.ResourceVersion = "1"
+	f.setClaim(created) // the informer sees the new claim
+	f.awaitWaiting()
+	binding := bumped(created, func(c *airlockv1alpha1.SandboxClaim) { c.Status.Phase = airlockv1alpha1.ClaimBinding })
+	f.setClaim(binding)
+	f.awaitWaiting()
+	bound := bumped(binding, func(c *airlockv1alpha1.SandboxClaim) {
+		c.Status.Phase = airlockv1alpha1.ClaimBound
+		c.Status.Addresses = []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://x:8080"}}
+	})
+	f.setClaim(bound)
+	f.awaitWaiting() // Bound, but no Secret yet
+	select {
+	case rec := <-done:
+		t.Fatalf("answered before the Secret was cached: %d %s", rec.Code, rec.Body.String())
+	default:
+	}
+	f.setSecret(tokenSecret(bound, "tok"))
+
+	select {
+	case rec := <-done:
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		got := decodeBody[client.AcquireResponse](t, rec)
+		if got.Headers["Authorization"] != "Bearer tok" || len(got.Addresses) != 1 {
+			t.Errorf("answer %+v", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the acquire did not answer")
+	}
+	if n := f.server.waiters.count(testNS + "/" + created.Name); n != 0 {
+		t.Errorf("%d waiters left registered", n)
+	}
+}
+
+// TestAcquireWaitTimesOut: when waitSeconds passes on the injected clock, 202 with the phase.
+func TestAcquireWaitTimesOut(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimQueued)
+	f := newFixture(t, append(baseObjects(), c)...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(5) }()
+	f.awaitWaiting()
+	f.clock.Step(4 * time.Second)
+	select {
+	case rec := <-done:
+		t.Fatalf("answered before waitSeconds: %d", rec.Code)
+	default:
+	}
+	f.clock.Step(time.Second)
+	rec := f.result(done)
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != c.Name || got.Phase != "Queued" {
+		t.Errorf("answer %+v", got)
+	}
+}
+
+// TestAcquireRefusedByLeader: a waiting acquire whose claim the leader refuses answers 429 with
+// the claim's reason.
+func TestAcquireRefusedByLeader(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimPending)
+	f := newFixture(t, append(baseObjects(), c)...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(30) }()
+	f.awaitWaiting()
+	f.setClaim(bumped(c, func(c *airlockv1alpha1.SandboxClaim) {
+		c.Status.Phase, c.Status.Reason = airlockv1alpha1.ClaimRefused, "MaxInstances"
+	}))
+	wantError(t, f.result(done), http.StatusTooManyRequests, client.CodeRefused, "MaxInstances")
+}
+
+// TestAcquireFastRefusal: the limits are checked against this replica's cache with the shared
+// admission function, before anything is created.
+func TestAcquireFastRefusal(t *testing.T) {
+	tests := map[string]struct {
+		objects    []runtime.Object
+		wantStatus int
+		wantCode   string
+		wantReason string
+	}{
+		"maxPerSession": {
+			objects: []runtime.Object{
+				newRuntime(func(rt *airlockv1alpha1.AgentRuntime) { rt.Spec.Sandbox.MaxPerSession = 2 }), newRegistry(), newClass("codegen"),
+				existingClaim(testSession, "codegen/one", airlockv1alpha1.ClaimBound),
+				existingClaim(testSession, "codegen/two", airlockv1alpha1.ClaimPending),
+				existingClaim("another-session", "codegen/three", airlockv1alpha1.ClaimBound),
+			},
+			wantStatus: http.StatusTooManyRequests, wantCode: client.CodeRefused, wantReason: "MaxPerSession",
+		},
+		"maxInstances": {
+			objects: []runtime.Object{
+				newRuntime(), newRegistry(airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", MaxInstances: 1}), newClass("codegen"),
+				existingClaim("another-session", testHandle, airlockv1alpha1.ClaimQueued),
+			},
+			wantStatus: http.StatusTooManyRequests, wantCode: client.CodeRefused, wantReason: "MaxInstances",
+		},
+		"refused and replaced claims do not count": {
+			objects: []runtime.Object{
+				newRuntime(func(rt *airlockv1alpha1.AgentRuntime) { rt.Spec.Sandbox.MaxPerSession = 1 }), newRegistry(), newClass("codegen"),
+				existingClaim(testSession, "codegen/one", airlockv1alpha1.ClaimRefused),
+				func() *airlockv1alpha1.SandboxClaim {
+					c := existingClaim(testSession, "codegen/two", airlockv1alpha1.ClaimFailed)
+					c.Status.ReplacedBy = "x"
+					return c
+				}(),
+			},
+			wantStatus: http.StatusAccepted,
+		},
+		"disabled": {
+			objects:    []runtime.Object{newRuntime(func(rt *airlockv1alpha1.AgentRuntime) { rt.Spec.Sandbox.Enabled = false }), newRegistry(), newClass("codegen")},
+			wantStatus: http.StatusConflict, wantCode: client.CodeDisabled,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, tc.objects...)
+			rec := f.acquire(0)
+			if tc.wantCode == "" {
+				if rec.Code != tc.wantStatus {
+					t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+				}
+				return
+			}
+			wantError(t, rec, tc.wantStatus, tc.wantCode, tc.wantReason)
+			if creates := actionsOf(f.airlock.Actions(), "create"); len(creates) != 0 {
+				t.Errorf("a refused acquire created: %v", creates)
+			}
+		})
+	}
+}
+
+// TestAcquireNotFound: 404 for each missing piece, before anything is created.
+func TestAcquireNotFound(t *testing.T) {
+	tests := map[string]struct {
+		objects []runtime.Object
+		handle  string
+	}{
+		"registry missing": {objects: []runtime.Object{newRuntime(), newClass("codegen")}},
+		"sandbox missing":  {objects: baseObjects(), handle: "other/default"},
+		"class missing":    {objects: []runtime.Object{newRuntime(), newRegistry()}},
+		"no connection for the mount role": {objects: []runtime.Object{
+			newRuntime(), newRegistry(airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", MountRole: "docs"}), newClass("codegen"),
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, tc.objects...)
+			handle := testHandle
+			if tc.handle != "" {
+				handle = tc.handle
+			}
+			wantError(t, f.do("/v1/sandboxes/acquire", tokenAgent, acquireBody(testSession, handle, 0)), http.StatusNotFound, client.CodeNotFound, "")
+			if creates := actionsOf(f.airlock.Actions(), "create"); len(creates) != 0 {
+				t.Errorf("created: %v", creates)
+			}
+		})
+	}
+}
+
+// TestAcquireReplacesFailedClaim: a Failed claim gets one replacement, created after the Failed
+// claim is marked replacedBy; a replacement that fails too is 502 with its reason.
+func TestAcquireReplacesFailedClaim(t *testing.T) {
+	entry := airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen-v2", TargetPath: "out/v2", MountRole: "repo"}
+	old := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimFailed)
+	old.Spec.MountRole, old.Spec.WorkspaceDir = "repo", "content/old-repo"
+	old.Status.Reason = "ImagePullBackOff"
+	f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen-v2"), old)
+
+	rec := f.acquire(0)
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	replName := claimname.Replacement(old.Name)
+	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != replName {
+		t.Errorf("answer names %q, want the replacement %q", got.Claim, replName)
+	}
+	if got := f.apiClaim(old.Name).Status.ReplacedBy; got != replName {
+		t.Errorf("old claim's replacedBy %q", got)
+	}
+	repl := f.apiClaim(replName)
+	wantSpec := airlockv1alpha1.SandboxClaimSpec{
+		RuntimeName: testRuntime, Session: testSession, Handle: testHandle, Sandbox: "codegen",
+		ClassName: "codegen-v2", TargetPath: "out/v2", WorkspaceDir: "content/old-repo", MountRole: "repo", Replaces: old.Name,
+	}
+	if diff := cmp.Diff(wantSpec, repl.Spec); diff != "" {
+		t.Errorf("replacement spec (-want +got):\n%s", diff)
+	}
+	// The status write comes before the create, so the leader never counts both.
+	var order []string
+	for _, a := range writeActions(f.airlock.Actions()) {
+		order = append(order, a.GetVerb()+"/"+a.GetSubresource())
+	}
+	if diff := cmp.Diff([]string{"update/status", "create/"}, order); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+
+	// The cache catches up; the replacement fails too: 502 with the operator's reason.
+	f.setClaim(f.apiClaim(old.Name))
+	repl.ResourceVersion = "1"
+	repl.Status.Phase, repl.Status.Reason, repl.Status.Message = airlockv1alpha1.ClaimFailed, "CrashLoopBackOff", "back-off restarting"
+	f.setClaim(repl)
+	e := wantError(t, f.acquire(0), http.StatusBadGateway, client.CodeFailed, "CrashLoopBackOff")
+	t.Logf("502 message: %s", e.Message)
+	if n := len(f.createdClaims()); n != 2 {
+		t.Errorf("%d claims, want 2: no second replacement", n)
+	}
+}
+
+// TestAcquireFailedWhileWaiting: a claim that fails while an acquire waits is replaced by that
+// acquire, which goes on waiting for the replacement.
+func TestAcquireFailedWhileWaiting(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBinding)
+	f := newFixture(t, append(baseObjects(), c)...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(30) }()
+	f.awaitWaiting()
+	f.setClaim(bumped(c, func(c *airlockv1alpha1.SandboxClaim) {
+		c.Status.Phase, c.Status.Reason = airlockv1alpha1.ClaimFailed, "StartupTimeout"
+	}))
+	f.awaitWaiting()
+	repl := f.apiClaim(claimname.Replacement(c.Name))
+	repl.ResourceVersion = "1"
+	repl.Status.Phase = airlockv1alpha1.ClaimBound
+	f.setClaim(repl)
+	f.setSecret(tokenSecret(repl, "tok-r1"))
+	rec := f.result(done)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != repl.Name || got.Headers["Authorization"] != "Bearer tok-r1" {
+		t.Errorf("answer %+v", got)
+	}
+}
+
+// TestAcquireStaleSecret: a Secret of the same name that another claim (a previous one of the
+// same name) owns is not handed out.
+func TestAcquireStaleSecret(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	previous := c.DeepCopy()
+	previous.UID = "previous-uid"
+	f := newFixture(t, append(baseObjects(), c, tokenSecret(previous, "old-token"))...)
+	rec := f.acquire(0)
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+}
+
+// TestAcquireDeletingClaim: a claim being deleted is waited out, then created afresh.
+func TestAcquireDeletingClaim(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	c.DeletionTimestamp = &metav1.Time{Time: t0}
+	c.Finalizers = []string{"x"}
+	f := newFixture(t, append(baseObjects(), c)...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(30) }()
+	f.awaitWaiting()
+	if err := f.airlock.Tracker().Delete(airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims"), testNS, c.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.claims.Delete(c); err != nil {
+		t.Fatal(err)
+	}
+	f.claimEvents.fire(c, nil)
+	f.awaitWaiting() // created again, waiting for it to bind
+	if got := f.apiClaim(c.Name); got.DeletionTimestamp != nil {
+		t.Error("not created afresh")
+	}
+	f.clock.Step(30 * time.Second)
+	if rec := f.result(done); rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+}
+
+// TestAcquireConcurrent: many concurrent identical acquires on one replica make one claim; the
+// API server's AlreadyExists collapses the rest into it.
+func TestAcquireConcurrent(t *testing.T) {
+	f := newFixture(t, baseObjects()...)
+	const n = 50
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for range n {
+		wg.Go(func() { codes <- f.acquire(0).Code })
+	}
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != http.StatusAccepted {
+			t.Errorf("status %d", code)
+		}
+	}
+	if claims := f.createdClaims(); len(claims) != 1 {
+		t.Fatalf("%d claims, want 1", len(claims))
+	}
+}
+
+func actionsOf(actions []k8stesting.Action, verb string) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range actions {
+		if a.GetVerb() == verb {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func writeActions(actions []k8stesting.Action) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// TestAcquireConcurrentInformer: concurrent identical acquires, driven by a real informer over the
+// fake clientset, make one claim, wait for it, and all answer 200 when it binds.
+func TestAcquireConcurrentInformer(t *testing.T) {
+	f := newFixtureWithOptions(t, fixtureOptions{informer: true}, baseObjects()...)
+	const n = 20
+	done := make(chan *httptest.ResponseRecorder, n)
+	for range n {
+		go func() { done <- f.acquire(60) }()
+	}
+	name := claimname.For(testRuntime, testSession, testHandle)
+	// Wait until the claim is in the informer's cache and every acquire has looked at it.
+	for range n {
+		f.awaitWaiting()
+	}
+	claims := f.createdClaims()
+	if len(claims) != 1 || claims[0].Name != name {
+		t.Fatalf("claims %v, want one named %s", claims, name)
+	}
+	c := claims[0].DeepCopy()
+	c.ResourceVersion = "2" // the fake tracker does not bump it; the handlers skip unchanged ones
+	c.Status.Phase = airlockv1alpha1.ClaimBound
+	c.Status.Addresses = []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://x:8080"}}
+	if _, err := f.airlock.AirlockV1alpha1().SandboxClaims(testNS).UpdateStatus(f.ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.setSecret(tokenSecret(c, "tok"))
+	for range n {
+		rec := f.result(done)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != name {
+			t.Errorf("answer names %s", got.Claim)
+		}
+	}
+	if creates := actionsOf(f.airlock.Actions(), "create"); len(creates) < 1 {
+		t.Errorf("no create")
+	}
+}
+
+// TestAcquireRuntimeDeleted: when the runtime goes while an acquire waits (its claims go with it
+// by garbage collection), the acquire answers 404 and creates nothing more.
+func TestAcquireRuntimeDeleted(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBinding)
+	f := newFixture(t, append(baseObjects(), c)...)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.acquire(30) }()
+	f.awaitWaiting()
+	if err := f.runtimes.Delete(newRuntime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.airlock.Tracker().Delete(airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims"), testNS, c.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.claims.Delete(c); err != nil {
+		t.Fatal(err)
+	}
+	f.claimEvents.fire(c, nil)
+	wantError(t, f.result(done), http.StatusNotFound, client.CodeNotFound, "")
+	if creates := actionsOf(f.airlock.Actions(), "create"); len(creates) != 0 {
+		t.Errorf("created %v", creates)
+	}
+}

@@ -1,0 +1,159 @@
+package sandboxapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/client"
+)
+
+// How long TokenReview results are kept, by the sha256 of the token (never the token itself).
+// A positive result is kept briefly so that a burst of calls costs one review; a revoked token
+// keeps working at most this long. A negative result is kept shorter still, so that a flood of
+// bad tokens does not become a flood of TokenReviews.
+const (
+	positiveTTL = 10 * time.Second
+	negativeTTL = 2 * time.Second
+	// maxCacheEntries bounds the cache; when it is full of live entries, results are not cached.
+	maxCacheEntries = 4096
+)
+
+// serviceAccountPrefix starts the username of every ServiceAccount token.
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// authenticator reviews bearer tokens with the TokenReview API.
+type authenticator struct {
+	client    kubernetes.Interface
+	audiences []string
+	clock     clock.PassiveClock
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]reviewResult
+}
+
+// reviewResult is one cached review: the ServiceAccount, or ok false for a rejected token.
+type reviewResult struct {
+	ok      bool
+	who     caller
+	expires time.Time
+}
+
+func newAuthenticator(client kubernetes.Interface, audiences []string, clock clock.PassiveClock) *authenticator {
+	return &authenticator{
+		client:    client,
+		audiences: slices.Clone(audiences),
+		clock:     clock,
+		cache:     make(map[[sha256.Size]byte]reviewResult),
+	}
+}
+
+// authenticate returns the ServiceAccount of the request's bearer token: 401 for a missing,
+// malformed or rejected token (and for a valid token that is not a ServiceAccount's), 503 when the
+// TokenReview cannot be made.
+func (s *Server) authenticate(ctx context.Context, req *http.Request) (caller, error) {
+	header := req.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return caller{}, errorf(http.StatusUnauthorized, client.CodeUnauthorized, "send the runtime's ServiceAccount token as \"Authorization: Bearer <token>\"")
+	}
+	return s.authn.review(ctx, strings.TrimSpace(token))
+}
+
+// review authenticates one token, from the cache when it can.
+func (a *authenticator) review(ctx context.Context, token string) (caller, error) {
+	key := sha256.Sum256([]byte(token))
+	now := a.clock.Now()
+	a.mu.Lock()
+	r, hit := a.cache[key]
+	a.mu.Unlock()
+	if hit && now.Before(r.expires) {
+		return r.result()
+	}
+
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		// Not cached: the next request reviews again.
+		klog.FromContext(ctx).Error(err, "TokenReview failed")
+		return caller{}, errorf(http.StatusServiceUnavailable, client.CodeUnavailable, "cannot review the token now: try again")
+	}
+	r = a.judge(review)
+	ttl := negativeTTL
+	if r.ok {
+		ttl = positiveTTL
+	}
+	r.expires = now.Add(ttl)
+	a.store(key, r, now)
+	if !r.ok {
+		// Log the token's hash prefix, never the token, so that repeated failures can be told apart.
+		klog.FromContext(ctx).V(2).Info("Token rejected", "tokenHash", fmt.Sprintf("%x", key[:6]), "error", review.Status.Error)
+	}
+	return r.result()
+}
+
+// judge turns a TokenReview's answer into a result: authenticated, for one of the audiences
+// asked (when some were), and a ServiceAccount's.
+func (a *authenticator) judge(review *authenticationv1.TokenReview) reviewResult {
+	st := review.Status
+	if !st.Authenticated {
+		return reviewResult{}
+	}
+	if len(a.audiences) > 0 && !slices.ContainsFunc(st.Audiences, func(aud string) bool { return slices.Contains(a.audiences, aud) }) {
+		return reviewResult{}
+	}
+	ns, name, ok := splitServiceAccount(st.User.Username)
+	if !ok {
+		return reviewResult{}
+	}
+	return reviewResult{ok: true, who: caller{namespace: ns, serviceAccount: name}}
+}
+
+func (r reviewResult) result() (caller, error) {
+	if !r.ok {
+		return caller{}, errorf(http.StatusUnauthorized, client.CodeUnauthorized, "the token is not a valid ServiceAccount token for this API")
+	}
+	return r.who, nil
+}
+
+// store caches a result, first dropping expired entries when the cache is full.
+func (a *authenticator) store(key [sha256.Size]byte, r reviewResult, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cache) >= maxCacheEntries {
+		for k, v := range a.cache {
+			if !now.Before(v.expires) {
+				delete(a.cache, k)
+			}
+		}
+		if len(a.cache) >= maxCacheEntries {
+			return
+		}
+	}
+	a.cache[key] = r
+}
+
+// splitServiceAccount parses "system:serviceaccount:<namespace>:<name>".
+func splitServiceAccount(username string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(username, serviceAccountPrefix)
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, ":")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, ":") {
+		return "", "", false
+	}
+	return namespace, name, true
+}

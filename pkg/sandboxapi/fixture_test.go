@@ -1,0 +1,470 @@
+package sandboxapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+)
+
+const (
+	testNS      = "team-a"
+	testRuntime = "agent"
+	testSA      = "agent-sa"
+	testSession = "session-1"
+	testHandle  = "codegen/default"
+
+	// Tokens the TokenReview reactor knows.
+	tokenAgent         = "token-agent"     // system:serviceaccount:team-a:agent-sa
+	tokenOtherSA       = "token-other-sa"  // system:serviceaccount:team-a:someone-else
+	tokenOtherNS       = "token-other-ns"  // system:serviceaccount:team-b:agent-sa
+	tokenUser          = "token-user"      // a user, not a ServiceAccount
+	tokenWrongAudience = "token-wrong-aud" // authenticated for another audience
+)
+
+var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+
+// fakeEvents is a stand-in for a shared informer's event registration: tests call its handlers
+// after changing the indexer, as an informer does.
+type fakeEvents struct {
+	mu       sync.Mutex
+	handlers []cache.ResourceEventHandler
+}
+
+func (f *fakeEvents) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handlers = append(f.handlers, h)
+	return nil, nil
+}
+
+func (f *fakeEvents) fire(old, cur any) {
+	f.mu.Lock()
+	hs := append([]cache.ResourceEventHandler(nil), f.handlers...)
+	f.mu.Unlock()
+	for _, h := range hs {
+		switch {
+		case old == nil:
+			h.OnAdd(cur, false)
+		case cur == nil:
+			h.OnDelete(old)
+		default:
+			h.OnUpdate(old, cur)
+		}
+	}
+}
+
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	kube    *k8sfake.Clientset
+	airlock *airlockfake.Clientset
+	clock   *clocktesting.FakeClock
+
+	runtimes, registries, classes, claims, secrets cache.Indexer
+	claimEvents, secretEvents                      *fakeEvents
+
+	server *Server
+	// waiting receives a value each time an acquire starts waiting.
+	waiting chan struct{}
+
+	mu      sync.Mutex
+	reviews int
+}
+
+type fixtureOptions struct {
+	// informer makes the claims' lister and events a real informer over the fake clientset,
+	// started and synced before newFixture returns.
+	informer  bool
+	audiences []string
+}
+
+func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
+	return newFixtureWithOptions(t, fixtureOptions{}, objects...)
+}
+
+func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Object) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	f := &fixture{
+		t:            t,
+		ctx:          ctx,
+		kube:         k8sfake.NewClientset(),
+		clock:        clocktesting.NewFakeClock(t0),
+		runtimes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		registries:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		classes:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		claims:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		secrets:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		claimEvents:  &fakeEvents{},
+		secretEvents: &fakeEvents{},
+		waiting:      make(chan struct{}, 1000),
+	}
+	var airlockObjects []runtime.Object
+	for _, obj := range objects {
+		switch obj := obj.(type) {
+		case *airlockv1alpha1.AgentRuntime:
+			mustAdd(t, f.runtimes, obj)
+		case *airlockv1alpha1.ToolRegistry:
+			mustAdd(t, f.registries, obj)
+		case *airlockv1alpha1.SandboxClass:
+			mustAdd(t, f.classes, obj)
+		case *airlockv1alpha1.SandboxClaim:
+			mustAdd(t, f.claims, obj)
+		case *corev1.Secret:
+			mustAdd(t, f.secrets, obj)
+			continue
+		}
+		airlockObjects = append(airlockObjects, obj)
+	}
+	// NewSimpleClientset: NewClientset's field-managed tracker has no schema for the airlock kinds
+	// (the applyconfigurations are generated without OpenAPI), so it cannot create them.
+	f.airlock = airlockfake.NewSimpleClientset(airlockObjects...) //nolint:staticcheck
+	f.kube.PrependReactor("create", "tokenreviews", f.reviewToken)
+
+	claimLister := airlocklisters.NewSandboxClaimLister(f.claims)
+	var claimEvents EventSource = f.claimEvents
+	var factory airlockinformers.SharedInformerFactory
+	watcherStarted := make(chan struct{})
+	if o.informer {
+		// As client-go's examples/fake-client: a watch reactor says when the informer watches,
+		// so that no object created before the watch is missed.
+		var once sync.Once
+		f.airlock.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+			w, err := f.airlock.Tracker().Watch(action.GetResource(), action.GetNamespace())
+			if err != nil {
+				return false, nil, err
+			}
+			once.Do(func() { close(watcherStarted) })
+			return true, w, nil
+		})
+		factory = airlockinformers.NewSharedInformerFactory(f.airlock, 0)
+		informer := factory.Airlock().V1alpha1().SandboxClaims()
+		claimLister, claimEvents = informer.Lister(), informer.Informer()
+	}
+	s, err := NewServer(ctx, Config{
+		KubeClient:    f.kube,
+		AirlockClient: f.airlock,
+		Runtimes:      airlocklisters.NewAgentRuntimeLister(f.runtimes),
+		Registries:    airlocklisters.NewToolRegistryLister(f.registries),
+		Classes:       airlocklisters.NewSandboxClassLister(f.classes),
+		Claims:        claimLister,
+		Secrets:       corelisters.NewSecretLister(f.secrets),
+		ClaimEvents:   claimEvents,
+		SecretEvents:  f.secretEvents,
+		Clock:         f.clock,
+		Audiences:     o.audiences,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.onWait = func() { f.waiting <- struct{}{} }
+	f.server = s
+	if factory != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(func() { cancel(); factory.Shutdown() })
+		factory.Start(ctx.Done())
+		for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				t.Fatalf("%v did not sync", typ)
+			}
+		}
+		select {
+		case <-watcherStarted:
+		case <-time.After(wait.ForeverTestTimeout):
+			t.Fatal("the informer did not start watching")
+		}
+	}
+	return f
+}
+
+func mustAdd(t *testing.T, idx cache.Indexer, obj any) {
+	t.Helper()
+	if err := idx.Add(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reviewToken is the TokenReview reactor: it knows the test tokens.
+func (f *fixture) reviewToken(action k8stesting.Action) (bool, runtime.Object, error) {
+	review := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+	f.mu.Lock()
+	f.reviews++
+	f.mu.Unlock()
+	users := map[string]string{
+		tokenAgent:         "system:serviceaccount:" + testNS + ":" + testSA,
+		tokenOtherSA:       "system:serviceaccount:" + testNS + ":someone-else",
+		tokenOtherNS:       "system:serviceaccount:team-b:" + testSA,
+		tokenUser:          "alice",
+		tokenWrongAudience: "system:serviceaccount:" + testNS + ":" + testSA,
+	}
+	if user, ok := users[review.Spec.Token]; ok {
+		review.Status.Authenticated = true
+		review.Status.User.Username = user
+		review.Status.Audiences = review.Spec.Audiences
+		if review.Spec.Token == tokenWrongAudience {
+			review.Status.Audiences = []string{"elsewhere"}
+		}
+	} else {
+		review.Status.Error = "invalid bearer token"
+	}
+	return true, review, nil
+}
+
+func (f *fixture) reviewCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reviews
+}
+
+// do serves one request with token (none when empty) and returns the recorder.
+func (f *fixture) do(path, token string, body any) *httptest.ResponseRecorder {
+	header := ""
+	if token != "" {
+		header = "Bearer " + token
+	}
+	return f.doHeader(path, header, body)
+}
+
+// doHeader serves one request with an Authorization header (none when empty).
+func (f *fixture) doHeader(path, header string, body any) *httptest.ResponseRecorder {
+	var b []byte
+	switch body := body.(type) {
+	case []byte:
+		b = body
+	case string:
+		b = []byte(body)
+	default:
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	req := httptest.NewRequestWithContext(f.ctx, http.MethodPost, path, bytes.NewReader(b))
+	if header != "" {
+		req.Header.Set("Authorization", header)
+	}
+	rec := httptest.NewRecorder()
+	f.server.ServeHTTP(rec, req)
+	return rec
+}
+
+// acquire asks for testHandle of testSession with the given wait.
+func (f *fixture) acquire(wait int) *httptest.ResponseRecorder {
+	return f.do("/v1/sandboxes/acquire", tokenAgent, acquireBody(testSession, testHandle, wait))
+}
+
+func acquireBody(session, handle string, wait int) client.AcquireRequest {
+	return client.AcquireRequest{Namespace: testNS, Runtime: testRuntime, Session: session, Handle: handle, WaitSeconds: &wait}
+}
+
+// setClaim puts a claim into the fake API server and the cache, and fires the informer's event.
+func (f *fixture) setClaim(c *airlockv1alpha1.SandboxClaim) {
+	f.t.Helper()
+	gvr := airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims")
+	if err := f.airlock.Tracker().Update(gvr, c.DeepCopy(), c.Namespace); apierrors.IsNotFound(err) {
+		err = f.airlock.Tracker().Add(c.DeepCopy())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+	} else if err != nil {
+		f.t.Fatal(err)
+	}
+	old, exists, _ := f.claims.Get(c)
+	if err := f.claims.Update(c); err != nil {
+		f.t.Fatal(err)
+	}
+	if exists {
+		f.claimEvents.fire(old, c)
+	} else {
+		f.claimEvents.fire(nil, c)
+	}
+}
+
+func (f *fixture) setSecret(s *corev1.Secret) {
+	f.t.Helper()
+	if err := f.secrets.Add(s); err != nil {
+		f.t.Fatal(err)
+	}
+	f.secretEvents.fire(nil, s)
+}
+
+// createdClaims returns the claims in the fake API server.
+func (f *fixture) createdClaims() []airlockv1alpha1.SandboxClaim {
+	f.t.Helper()
+	list, err := f.airlock.AirlockV1alpha1().SandboxClaims(testNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return list.Items
+}
+
+// apiClaim returns a claim from the fake API server.
+func (f *fixture) apiClaim(name string) *airlockv1alpha1.SandboxClaim {
+	f.t.Helper()
+	c, err := f.airlock.AirlockV1alpha1().SandboxClaims(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// awaitWaiting blocks until an acquire starts waiting.
+func (f *fixture) awaitWaiting() {
+	f.t.Helper()
+	select {
+	case <-f.waiting:
+	case <-time.After(wait.ForeverTestTimeout):
+		f.t.Fatal("no acquire started waiting")
+	}
+}
+
+func decodeBody[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
+	t.Helper()
+	var out T
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("decoding %q: %v", rec.Body.String(), err)
+	}
+	return out
+}
+
+// wantError checks an error answer's status, code and reason.
+func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, reason string) client.ErrorResponse {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
+	}
+	e := decodeBody[client.ErrorResponse](t, rec)
+	if e.Error != code || e.Reason != reason || e.Message == "" {
+		t.Fatalf("error body %+v, want code %q reason %q and a message", e, code, reason)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	return e
+}
+
+// Objects.
+
+func newRuntime(mutate ...func(*airlockv1alpha1.AgentRuntime)) *airlockv1alpha1.AgentRuntime {
+	rt := &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: testRuntime, Namespace: testNS, UID: "rt-uid"},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: testSA,
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
+			Sandbox: airlockv1alpha1.SandboxPolicy{
+				Enabled: true, MaxConcurrent: 5, MaxPerSession: 3,
+				IdleTimeout: &metav1.Duration{Duration: 10 * time.Minute},
+				Connections: []airlockv1alpha1.Connection{{Role: "repo", Path: "content/repo"}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(rt)
+	}
+	return rt
+}
+
+func newRegistry(entries ...airlockv1alpha1.RegistrySandbox) *airlockv1alpha1.ToolRegistry {
+	if len(entries) == 0 {
+		entries = []airlockv1alpha1.RegistrySandbox{{Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: "out/codegen"}}
+	}
+	return &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Name: "tools", Namespace: testNS},
+		Spec:       airlockv1alpha1.ToolRegistrySpec{Sandboxes: entries},
+	}
+}
+
+func newClass(name string) *airlockv1alpha1.SandboxClass {
+	return &airlockv1alpha1.SandboxClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: airlockv1alpha1.SandboxClassSpec{
+			Image: "airlock:test",
+			Ports: []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}, {Name: "debug", Port: 9090}},
+		},
+	}
+}
+
+// baseObjects are a runtime, its registry and the class.
+func baseObjects() []runtime.Object {
+	return []runtime.Object{newRuntime(), newRegistry(), newClass("codegen")}
+}
+
+// existingClaim is the claim of session and handle in phase, as the API would have created it.
+func existingClaim(session, handle string, phase airlockv1alpha1.ClaimPhase) *airlockv1alpha1.SandboxClaim {
+	name := claimname.For(testRuntime, session, handle)
+	c := newClaim(target{runtime: newRuntime(), entry: &newRegistry().Spec.Sandboxes[0]}, name, session, handle, nil)
+	c.UID = types.UID("uid-" + name)
+	c.ResourceVersion = "1"
+	c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+	c.Status.Phase = phase
+	if phase == airlockv1alpha1.ClaimBound {
+		c.Status.Addresses = []airlockv1alpha1.ClaimAddress{
+			{Name: "mcp", URL: "http://" + name + "." + testNS + ".svc:8080"},
+			{Name: "debug", URL: "http://" + name + "." + testNS + ".svc:9090"},
+		}
+		c.Status.BoundAt = &metav1.Time{Time: t0.Add(-time.Hour)}
+	}
+	return c
+}
+
+// tokenSecret is the claim's token Secret, as the claim controller builds it.
+func tokenSecret(c *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.Name, Namespace: c.Namespace,
+			Labels:          map[string]string{claim.LabelClaim: c.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(c, airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"))},
+		},
+		Data: map[string][]byte{claim.TokenKey: []byte(token)},
+	}
+}
+
+// bumped returns a copy of c with a new resourceVersion, for an update event.
+func bumped(c *airlockv1alpha1.SandboxClaim, mutate func(*airlockv1alpha1.SandboxClaim)) *airlockv1alpha1.SandboxClaim {
+	c = c.DeepCopy()
+	mutate(c)
+	rv, _ := strconv.Atoi(c.ResourceVersion)
+	c.ResourceVersion = strconv.Itoa(rv + 1)
+	return c
+}
+
+// result returns the answer of an acquire running in the background.
+func (f *fixture) result(done <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+	f.t.Helper()
+	select {
+	case rec := <-done:
+		return rec
+	case <-time.After(wait.ForeverTestTimeout):
+		f.t.Fatal("the acquire did not answer")
+		return nil
+	}
+}
