@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -223,44 +222,7 @@ func startClaimOperator(t *testing.T, ns string) *operatorProcess {
 // e2eImage() and more flags.
 func startClaimOperatorWithArgs(t *testing.T, ns string, extra ...string) *operatorProcess {
 	t.Helper()
-	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	logPath := filepath.Join(t.TempDir(), "operator.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"operator",
-		"--kubeconfig=" + os.Getenv("KUBECONFIG"),
-		"--leader-elect=true",
-		"--leader-elect-resource-namespace=" + ns,
-		"--leader-elect-resource-name=airlock-operator-e2e",
-		"--leader-elect-lease-duration=6s",
-		"--leader-elect-renew-deadline=4s",
-		"--leader-elect-retry-period=500ms",
-		"--health-probe-bind-address=" + health,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", freePort(t)),
-		fmt.Sprintf("--api-bind-address=127.0.0.1:%d", freePort(t)),
-		"--sync-image=" + e2eImage(),
-		"-v=2",
-	}, extra...)
-	cmd := exec.Command(airlockBinary(t), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &operatorProcess{cmd: cmd, healthAddr: health, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.exitErr = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop(t, syscall.SIGKILL)
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("operator log (%s):\n%s", logPath, b)
-		}
-	})
+	p := startOperator(t, ns, "airlock-operator-e2e", append([]string{"--sync-image=" + e2eImage()}, extra...)...)
 	p.waitReady(t)
 	return p
 }

@@ -68,7 +68,9 @@ type operatorProcess struct {
 	exitErr    error
 }
 
-func startOperator(t *testing.T, leaseNamespace, leaseName string) *operatorProcess {
+// startOperator runs `airlock operator` out of cluster against the suite's cluster, with its Lease
+// in leaseNamespace and its servers on free loopback ports; extra flags come last and win.
+func startOperator(t *testing.T, leaseNamespace, leaseName string, extra ...string) *operatorProcess {
 	t.Helper()
 	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	logPath := filepath.Join(t.TempDir(), "operator.log")
@@ -76,19 +78,20 @@ func startOperator(t *testing.T, leaseNamespace, leaseName string) *operatorProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(airlockBinary(t), "operator",
-		"--kubeconfig="+os.Getenv("KUBECONFIG"),
+	args := append([]string{"operator",
+		"--kubeconfig=" + os.Getenv("KUBECONFIG"),
 		"--leader-elect=true",
-		"--leader-elect-resource-namespace="+leaseNamespace,
-		"--leader-elect-resource-name="+leaseName,
+		"--leader-elect-resource-namespace=" + leaseNamespace,
+		"--leader-elect-resource-name=" + leaseName,
 		"--leader-elect-lease-duration=6s",
 		"--leader-elect-renew-deadline=4s",
 		"--leader-elect-retry-period=500ms",
-		"--health-probe-bind-address="+health,
+		"--health-probe-bind-address=" + health,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", freePort(t)),
 		fmt.Sprintf("--api-bind-address=127.0.0.1:%d", freePort(t)),
 		"-v=2",
-	)
+	}, extra...)
+	cmd := exec.Command(airlockBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
