@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local control plane from the Go module proxy, once, into bin/.
-# Pins live in hack/tools/{kube,etcd,kwok}/go.mod. A binary is rebuilt only when its pin
-# changes (bin/.stamp-<name> records the pin it was built from).
+# Pins live in hack/tools/{kube,etcd,kwok}/go.mod, and for the real node of hack/local-node.sh
+# in hack/tools/{kube-node,coredns,kube-network-policies}/. A binary is rebuilt only when its
+# pin changes (bin/.stamp-<name> records the pin it was built from).
 #
 # usage: hack/build-cluster-bins.sh [name...]   (default: every binary the local cluster needs)
 set -euo pipefail
@@ -16,6 +17,10 @@ stamp_of() { # name -> the pin string for that binary
   case "$1" in
     etcd) sha256sum "$TOOLS/etcd/go.mod" "$TOOLS/etcd/main.go" | sha256sum | cut -c1-16 ;;
     kwok) sha256sum "$TOOLS/kwok/go.mod" | cut -c1-16 ;;
+    kubelet | kube-proxy) sha256sum "$TOOLS/kube-node/go.mod" | cut -c1-16 ;;
+    coredns) sha256sum "$TOOLS/coredns/go.mod" | cut -c1-16 ;;
+    kube-network-policies)
+      sha256sum "$TOOLS/kube-network-policies/go.mod" "$TOOLS/kube-network-policies/local.patch" | sha256sum | cut -c1-16 ;;
     *) sha256sum "$TOOLS/kube/go.mod" | cut -c1-16 ;;
   esac
 }
@@ -32,6 +37,22 @@ kube_ldflags() {
   echo "$f"
 }
 
+# build_kube_network_policies: the pinned module source, copied out of the module cache,
+# with hack/tools/kube-network-policies/local.patch applied, built with its own go.mod.
+build_kube_network_policies() {
+  local pin=$TOOLS/kube-network-policies src work
+  src=$(cd "$pin" && GOWORK=off go mod download -json sigs.k8s.io/kube-network-policies |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d $src ]] || { echo "kube-network-policies: module source not found" >&2; return 1; }
+  work=$(mktemp -d)
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  (cd "$work" && patch -s -p0 <"$pin/local.patch") || { rm -rf "$work"; return 1; }
+  (cd "$work" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/kube-network-policies" ./cmd) ||
+    { rm -rf "$work"; return 1; }
+  rm -rf "$work"
+}
+
 build_one() {
   local name=$1 want have
   want=$(stamp_of "$name")
@@ -46,22 +67,38 @@ build_one() {
       (cd "$TOOLS/etcd" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" .) ;;
     kwok)
       (cd "$TOOLS/kwok" && go build -trimpath -ldflags "-s -w" -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok) ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy)
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
       (cd "$TOOLS/kube" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$BIN/$name" "k8s.io/kubernetes/cmd/$name") ;;
+    kubelet|kube-proxy)
+      (cd "$TOOLS/kube-node" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$BIN/$name" "k8s.io/kubernetes/cmd/$name") ;;
+    coredns) # static: CGO off
+      (cd "$TOOLS/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" github.com/coredns/coredns) ;;
+    kube-network-policies)
+      build_kube_network_policies ;;
     *) echo "unknown binary: $name" >&2; return 2 ;;
   esac
   echo "$want" >"$BIN/.stamp-$name"
   echo "built $name in $((SECONDS - start))s" >&2
 }
 
-# One build at a time per bin dir: a second caller waits, then finds the binaries built.
-exec 9>"$BIN/.build.lock"
-flock 9
-
 names=("$@")
 if [[ ${#names[@]} -eq 0 ]]; then
   names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 fi
+
+# Fast path without the lock: everything asked for is built from its current pin (so a long
+# build of other binaries, e.g. coredns, does not hold up a cluster whose binaries are ready).
+up_to_date() {
+  local n
+  for n in "$@"; do
+    [[ -x "$BIN/$n" && "$(stamp_of "$n")" == "$(cat "$BIN/.stamp-$n" 2>/dev/null)" ]] || return 1
+  done
+}
+if up_to_date "${names[@]}"; then exit 0; fi
+
+# One build at a time per bin dir: a second caller waits, then finds the binaries built.
+exec 9>"$BIN/.build.lock"
+flock 9
 for n in "${names[@]}"; do
   build_one "$n"
 done

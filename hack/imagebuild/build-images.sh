@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Builds container images without Docker and without a registry: each image is one layer made
+# from a root filesystem assembled here, written as a docker-archive tarball by the Go tool in
+# this directory (imagebuild). Import them with `ctr -n k8s.io image import` (hack/local-node.sh
+# does: `hack/local-node.sh images`). Users with Docker build the same images from Dockerfile and
+# Dockerfile.sandbox.
+#
+# usage: hack/imagebuild/build-images.sh [image...]
+#
+#   operator     static airlock (CGO_ENABLED=0) at /airlock; ENTRYPOINT ["/airlock"], USER 65532
+#   sandbox      airlock + bash + busybox userland + git (with their shared libraries copied
+#                from this Debian host) + CA certificates; /workspace and /home/nonroot owned by
+#                65532, /tmp 1777; ENTRYPOINT ["/airlock"], USER 65532
+#   sandbox-go   sandbox + the Go toolchain at /usr/local/go (this host's), so run_tests works
+#                for Go workspaces; tagged <sandbox tag>-go
+#   pause        the pod sandbox image containerd's config names (a tiny static Go program)
+#   coredns      bin/coredns (hack/build-cluster-bins.sh coredns) at /coredns
+#   (default: operator sandbox sandbox-go)
+#
+# Output: $AIRLOCK_IMAGES_DIR/<image>.tar (default _output/images). Names (environment):
+#   AIRLOCK_IMAGE          default ghcr.io/airlock-dev/airlock:v0.1.0          (as manifests/ use)
+#   AIRLOCK_SANDBOX_IMAGE  default ghcr.io/airlock-dev/airlock-sandbox:v0.1.0  (as the sample class)
+#   AIRLOCK_PAUSE_IMAGE    default registry.k8s.io/pause:3.10
+#   AIRLOCK_COREDNS_IMAGE  default localhost/airlock-node/coredns:v1.14.7
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/hack/imagebuild
+BIN=${AIRLOCK_BIN_DIR:-$ROOT/bin}
+OUT=${AIRLOCK_IMAGES_DIR:-$ROOT/_output/images}
+[[ $OUT == /* ]] || OUT=$PWD/$OUT
+AIRLOCK_IMAGE=${AIRLOCK_IMAGE:-ghcr.io/airlock-dev/airlock:v0.1.0}
+SANDBOX_IMAGE=${AIRLOCK_SANDBOX_IMAGE:-ghcr.io/airlock-dev/airlock-sandbox:v0.1.0}
+PAUSE_IMAGE=${AIRLOCK_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
+COREDNS_IMAGE=${AIRLOCK_COREDNS_IMAGE:-localhost/airlock-node/coredns:v1.14.7}
+NONROOT=65532
+
+log() { echo "build-images: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+mkdir -p "$OUT"
+WORK=$(mktemp -d "$OUT/.work-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# The image writer itself (its own module; standard library only).
+(cd "$HERE" && GOWORK=off go build -o "$WORK/imagebuild" .)
+
+imagebuild() { "$WORK/imagebuild" "$@"; }
+
+# airlock_binary: a static airlock, versioned like `make build`, built once per run.
+airlock_binary() {
+  if [[ ! -x $WORK/airlock ]]; then
+    local version commit
+    version=$(cd "$ROOT" && git describe --tags --always --dirty 2>/dev/null || echo dev)
+    commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    log "building a static airlock ($version)"
+    (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X github.com/airlock-dev/airlock/pkg/version.version=$version -X github.com/airlock-dev/airlock/pkg/version.commit=$commit" \
+      -o "$WORK/airlock" .)
+  fi
+  echo "$WORK/airlock"
+}
+
+# base_fs DIR: the skeleton every airlock image has: a merged-/usr layout, /etc/passwd and
+# /etc/group with root and nonroot (65532, as distroless names it), a world-writable /tmp and
+# the host's CA bundle.
+base_fs() {
+  local fs=$1
+  mkdir -p "$fs"/{etc/ssl/certs,tmp,usr/bin,usr/lib,usr/lib64,usr/sbin,home/nonroot}
+  ln -s usr/bin "$fs/bin"
+  ln -s usr/lib "$fs/lib"
+  ln -s usr/lib64 "$fs/lib64"
+  ln -s usr/sbin "$fs/sbin"
+  cat >"$fs/etc/passwd" <<EOF
+root:x:0:0:root:/root:/sbin/nologin
+nonroot:x:$NONROOT:$NONROOT:nonroot:/home/nonroot:/bin/bash
+EOF
+  cat >"$fs/etc/group" <<EOF
+root:x:0:
+nonroot:x:$NONROOT:
+EOF
+  chmod 1777 "$fs/tmp"
+  chown "$NONROOT:$NONROOT" "$fs/home/nonroot"
+  if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+    cp /etc/ssl/certs/ca-certificates.crt "$fs/etc/ssl/certs/"
+  fi
+}
+
+# copy_path FS PATH: copy PATH from the host into FS at the same place, keeping a symlink as a
+# symlink and then also copying what it points to (recursively). The directory part is resolved
+# on the host first (/lib/x86_64-linux-gnu -> /usr/lib/x86_64-linux-gnu), so files land in FS's
+# real directories; FS's /lib, /bin, ... are symlinks into usr/ as on the host.
+copy_path() {
+  local fs=$1 p=$2 dir base target
+  while :; do
+    dir=$(realpath "$(dirname "$p")")
+    base=$(basename "$p")
+    if [[ ! -e $fs$dir/$base && ! -L $fs$dir/$base ]]; then
+      mkdir -p "$fs$dir"
+      cp -a "$dir/$base" "$fs$dir/$base"
+    fi
+    [[ -L $dir/$base ]] || break
+    target=$(readlink "$dir/$base")
+    [[ $target == /* ]] || target=$dir/$target
+    p=$(realpath -sm "$target")
+  done
+}
+
+# copy_tree FS DIR: the host directory DIR (a canonical path) into FS at the same place.
+copy_tree() {
+  mkdir -p "$1$(dirname "$2")"
+  cp -a "$2" "$1$(dirname "$2")/"
+}
+
+# copy_elf FS FILE...: FILE and the shared libraries it loads (as ldd resolves them here).
+copy_elf() {
+  local fs=$1 f lib
+  shift
+  for f in "$@"; do
+    copy_path "$fs" "$f"
+    # ldd fails for static binaries and scripts: then there is nothing more to copy.
+    while read -r lib; do
+      [[ -n $lib ]] && copy_path "$fs" "$lib"
+    done < <(ldd "$(realpath "$f")" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+  done
+}
+
+# need_host_packages: the Debian packages the sandbox image copies binaries from.
+need_host_packages() {
+  local missing=()
+  command -v bash >/dev/null || missing+=(bash)
+  command -v git >/dev/null || missing+=(git)
+  [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 && ! ldd /bin/busybox >/dev/null 2>&1 ||
+    missing+=(busybox-static)
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]} with apt-get"
+    apt-get install -y -qq "${missing[@]}" >/dev/null || die "could not install ${missing[*]}"
+  fi
+}
+
+sandbox_fs() {
+  local fs=$1
+  need_host_packages
+  base_fs "$fs"
+  cp "$(airlock_binary)" "$fs/airlock"
+  mkdir -p "$fs/workspace"
+  chown "$NONROOT:$NONROOT" "$fs/workspace"
+  # bash (also as /bin/sh) and git with its helpers, templates and shared libraries.
+  copy_elf "$fs" /usr/bin/bash /usr/bin/git
+  ln -s bash "$fs/usr/bin/sh"
+  local f
+  for f in /usr/lib/git-core/*; do
+    if [[ -d $f && ! -L $f ]]; then copy_tree "$fs" "$f"; else copy_elf "$fs" "$f"; fi
+  done
+  copy_tree "$fs" /usr/share/git-core
+  # The small userland: busybox-static, one symlink per applet that is not there yet.
+  cp /bin/busybox "$fs/usr/bin/busybox"
+  local applet
+  for applet in $(/bin/busybox --list); do
+    [[ -e $fs/usr/bin/$applet || -L $fs/usr/bin/$applet ]] || ln -s busybox "$fs/usr/bin/$applet"
+  done
+}
+
+# build IMAGE: assemble its rootfs under $WORK and write $OUT/IMAGE.tar.
+build() {
+  local name=$1 fs=$WORK/$1
+  local -a common=(-user "$NONROOT:$NONROOT" -entrypoint '["/airlock"]')
+  case $name in
+    operator)
+      base_fs "$fs"
+      cp "$(airlock_binary)" "$fs/airlock"
+      imagebuild -rootfs "$fs" -tag "$AIRLOCK_IMAGE" -o "$OUT/operator.tar" "${common[@]}"
+      ;;
+    sandbox)
+      sandbox_fs "$fs"
+      imagebuild -rootfs "$fs" -tag "$SANDBOX_IMAGE" -o "$OUT/sandbox.tar" "${common[@]}" \
+        -env HOME=/home/nonroot -workdir /workspace
+      ;;
+    sandbox-go)
+      [[ -x /usr/local/go/bin/go ]] || die "no Go toolchain at /usr/local/go"
+      sandbox_fs "$fs"
+      mkdir -p "$fs/usr/local"
+      cp -a /usr/local/go "$fs/usr/local/go"
+      # GOTOOLCHAIN=local: never download another toolchain; CGO off: there is no C compiler.
+      imagebuild -rootfs "$fs" -tag "$SANDBOX_IMAGE-go" -o "$OUT/sandbox-go.tar" "${common[@]}" \
+        -env HOME=/home/nonroot -workdir /workspace \
+        -env PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        -env GOTOOLCHAIN=local -env CGO_ENABLED=0
+      ;;
+    pause)
+      mkdir -p "$fs"
+      (cd "$HERE" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$fs/pause" ./pause)
+      imagebuild -rootfs "$fs" -tag "$PAUSE_IMAGE" -o "$OUT/pause.tar" -user 65535:65535 -entrypoint '["/pause"]'
+      ;;
+    coredns)
+      [[ -x $BIN/coredns ]] || "$ROOT/hack/build-cluster-bins.sh" coredns
+      mkdir -p "$fs"
+      cp "$BIN/coredns" "$fs/coredns"
+      imagebuild -rootfs "$fs" -tag "$COREDNS_IMAGE" -o "$OUT/coredns.tar" -entrypoint '["/coredns"]'
+      ;;
+    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns)" ;;
+  esac
+}
+
+images=("$@")
+((${#images[@]})) || images=(operator sandbox sandbox-go)
+for image in "${images[@]}"; do
+  build "$image"
+done
