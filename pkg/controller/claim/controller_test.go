@@ -1239,3 +1239,50 @@ func TestSyncReapRequested(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncAdmitConfirmedAgainstAPIServer: a claim that the cache would admit is not admitted when
+// the API server has a claim the cache has not seen yet (one a previous leader admitted just before
+// it died), and the claim is looked at again shortly.
+func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	younger := newClaim("c2", "s2", "", t0.Add(-time.Second))
+	f.claims = append(f.claims, younger)
+	c := f.newController(ctx)
+
+	// The API server has an older claim, already Binding, that the cache has not caught up with.
+	older := binding("c1", t0.Add(-time.Minute))
+	if err := f.airlockClient.Tracker().Add(older); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+
+	requeue, err := c.sync(ctx, keyOf(younger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
+	checkActions(t, f, nil)
+	var listed bool
+	for _, a := range f.log {
+		listed = listed || (a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims")
+	}
+	if !listed {
+		t.Error("the admission was not confirmed with a list from the API server")
+	}
+
+	// Once the API server agrees (the older claim is gone), the claim is admitted.
+	if err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Errorf("phase %q after the API server agreed, want Binding", got.Status.Phase)
+	}
+}

@@ -43,6 +43,9 @@ const (
 	// recreateDelay is the wait before creating a child whose name is still taken by an object
 	// being deleted (a sync-back Job of an earlier attempt).
 	recreateDelay = time.Second
+	// admitRecheckDelay is the wait before deciding again on a claim that the cache would admit
+	// but a fresh list from the API server would not: the cache is behind, and catches up.
+	admitRecheckDelay = time.Second
 )
 
 // failingWaitingReasons are the container waiting reasons that fail a Binding claim at once.
@@ -193,6 +196,13 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 		return ptr.To(left), nil
 
 	case admission.Admit:
+		confirmed, err := c.confirmAdmit(ctx, claim, input)
+		if err != nil {
+			return nil, err
+		}
+		if !confirmed {
+			return ptr.To(admitRecheckDelay), nil
+		}
 		updated := claim.DeepCopy()
 		setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
 		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
@@ -233,6 +243,35 @@ func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *air
 
 // admissionInput gathers a namespace's claims, runtimes and registries from the caches, and
 // which of its Reaping claims have no pods left.
+// confirmAdmit decides again on claim over a fresh list of the namespace's claims from the API
+// server, and says whether it is still admitted. The cache can miss a claim that another leader
+// admitted just before this one took over (or that it admitted itself a moment ago, if the write
+// has not come back through the watch yet); admitting on the cache alone could then let one claim
+// too many run. Queue and Refuse need no such check: nothing starts for them.
+func (c *Controller) confirmAdmit(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input) (bool, error) {
+	list, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	fresh := make([]*airlockv1alpha1.SandboxClaim, len(list.Items))
+	for i := range list.Items {
+		fresh[i] = &list.Items[i]
+	}
+	input := cached
+	input.Claims = fresh
+	if input.PodGone, err = c.podGone(fresh); err != nil {
+		return false, err
+	}
+	decision, ok := c.decide(input)[claim.Name]
+	if ok && decision.Action == admission.Admit {
+		return true, nil
+	}
+	klog.FromContext(ctx).V(2).Info("The API server's claims do not confirm the cache's admission; deciding again shortly",
+		"claim", klog.KObj(claim), "decision", decision.Action, "reason", decision.Reason)
+	return false, nil
+}
+
+// admissionInput gathers the namespace's claims, runtimes and registries from the caches.
 func (c *Controller) admissionInput(namespace string) (admission.Input, error) {
 	claims, err := c.claimLister.SandboxClaims(namespace).List(labels.Everything())
 	if err != nil {
@@ -250,7 +289,6 @@ func (c *Controller) admissionInput(namespace string) (admission.Input, error) {
 		Claims:     claims,
 		Runtimes:   make(map[string]*airlockv1alpha1.AgentRuntime, len(runtimes)),
 		Registries: make(map[string]*airlockv1alpha1.ToolRegistry, len(registries)),
-		PodGone:    map[string]bool{},
 	}
 	for _, rt := range runtimes {
 		input.Runtimes[rt.Name] = rt
@@ -258,17 +296,26 @@ func (c *Controller) admissionInput(namespace string) (admission.Input, error) {
 	for _, r := range registries {
 		input.Registries[r.Name] = r
 	}
+	if input.PodGone, err = c.podGone(claims); err != nil {
+		return admission.Input{}, err
+	}
+	return input, nil
+}
+
+// podGone says, for each Reaping claim, whether its pods are gone.
+func (c *Controller) podGone(claims []*airlockv1alpha1.SandboxClaim) (map[string]bool, error) {
+	gone := map[string]bool{}
 	for _, claim := range claims {
 		if claim.Status.Phase != airlockv1alpha1.ClaimReaping {
 			continue
 		}
 		pods, err := c.claimPods(claim)
 		if err != nil {
-			return admission.Input{}, err
+			return nil, err
 		}
-		input.PodGone[claim.Name] = len(pods) == 0
+		gone[claim.Name] = len(pods) == 0
 	}
-	return input, nil
+	return gone, nil
 }
 
 // registryEntry returns the registry sandbox the claim names, or nil.
