@@ -14,11 +14,11 @@ build: ## Build bin/airlock.
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/airlock .
 
 .PHONY: run
-run: ## Bring up the local control plane, install airlock's manifests and run the operator against it.
+run: ## As root: a real node, airlock installed in-cluster and a short demo; elsewhere the API-only plane with the operator as a local process.
 	hack/run.sh
 
 .PHONY: test
-test: test-unit test-mcpclients verify e2e ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane.
+test: test-unit test-mcpclients verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the main module.
@@ -35,6 +35,7 @@ verify: ## Generated code and CRDs up to date, gofmt, go vet.
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	go vet ./...
 	go vet -tags e2e ./e2e/...
+	go vet -tags 'e2e realnode' ./e2e/...
 	cd e2e/mcpclients && go vet ./...
 
 .PHONY: codegen
@@ -44,6 +45,14 @@ codegen: ## Regenerate clients, listers, informers, deepcopy, register code and 
 .PHONY: e2e
 e2e: ## The e2e suite on a fresh local control plane (built from Go modules), torn down afterwards.
 	hack/e2e.sh
+
+.PHONY: e2e-node
+e2e-node: ## The e2e suite on real pods: a real single node (needs root), airlock installed in-cluster from its images, torn down afterwards.
+	hack/e2e-node.sh
+
+.PHONY: e2e-node-if-possible
+e2e-node-if-possible: ## e2e-node where this machine can run a real node (root, br_netfilter); otherwise says why and skips.
+	hack/e2e-node.sh --if-possible
 
 .PHONY: e2e-kind
 e2e-kind: ## The same e2e suite on a kind cluster (needs Docker and kind).
@@ -61,7 +70,7 @@ bench-sandboxd: ## sandboxd tool-call round trips and throughput.
 
 .PHONY: help
 help:
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-16s %s\n", $$1, $$2}'
 
 .PHONY: image
 image: ## Build the operator image with Docker (users with Docker; hack/ builds images without it).

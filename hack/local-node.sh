@@ -125,7 +125,9 @@ install_packages() {
   log "installing Debian packages: ${missing[*]}"
   # (Where systemd runs, the package may also start the system's containerd; this node runs its
   # own containerd with its own socket, root and state under the state dir either way.)
+  # (On a fresh machine the package lists may be empty: update them once and retry.)
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
     die "apt-get install ${missing[*]} failed"
 }
 

@@ -15,13 +15,17 @@
 #                for Go workspaces; tagged <sandbox tag>-go
 #   pause        the pod sandbox image containerd's config names (a tiny static Go program)
 #   coredns      bin/coredns (hack/build-cluster-bins.sh coredns) at /coredns
+#   e2e-client   the real-node e2e suite's runtime stand-in (e2e/realnode/runtimeclient, static)
+#                at /runtimeclient; ENTRYPOINT ["/runtimeclient"], USER 65532
 #   (default: operator sandbox sandbox-go)
 #
 # Output: $AIRLOCK_IMAGES_DIR/<image>.tar (default _output/images). Names (environment):
 #   AIRLOCK_IMAGE          default ghcr.io/airlock-dev/airlock:v0.1.0          (as manifests/ use)
+#   AIRLOCK_VERSION        the version built into airlock (default: AIRLOCK_IMAGE's tag, v0.1.0)
 #   AIRLOCK_SANDBOX_IMAGE  default ghcr.io/airlock-dev/airlock-sandbox:v0.1.0  (as the sample class)
 #   AIRLOCK_PAUSE_IMAGE    default registry.k8s.io/pause:3.10
 #   AIRLOCK_COREDNS_IMAGE  default localhost/airlock-node/coredns:v1.14.7
+#   AIRLOCK_E2E_CLIENT_IMAGE default localhost/airlock-e2e/runtimeclient:v0.1.0
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -33,6 +37,7 @@ AIRLOCK_IMAGE=${AIRLOCK_IMAGE:-ghcr.io/airlock-dev/airlock:v0.1.0}
 SANDBOX_IMAGE=${AIRLOCK_SANDBOX_IMAGE:-ghcr.io/airlock-dev/airlock-sandbox:v0.1.0}
 PAUSE_IMAGE=${AIRLOCK_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
 COREDNS_IMAGE=${AIRLOCK_COREDNS_IMAGE:-localhost/airlock-node/coredns:v1.14.7}
+E2E_CLIENT_IMAGE=${AIRLOCK_E2E_CLIENT_IMAGE:-localhost/airlock-e2e/runtimeclient:v0.1.0}
 NONROOT=65532
 
 log() { echo "build-images: $*" >&2; }
@@ -51,7 +56,9 @@ imagebuild() { "$WORK/imagebuild" "$@"; }
 airlock_binary() {
   if [[ ! -x $WORK/airlock ]]; then
     local version commit
-    version=$(cd "$ROOT" && git describe --tags --always --dirty 2>/dev/null || echo dev)
+    # The binary's version is the image's tag (as in a release), so that the operator's default
+    # --sync-image (ghcr.io/airlock-dev/airlock:<its version>) names this very image.
+    version=${AIRLOCK_VERSION:-${AIRLOCK_IMAGE##*:}}
     commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
     log "building a static airlock ($version)"
     (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath \
@@ -135,7 +142,9 @@ need_host_packages() {
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
   if ((${#missing[@]})); then
     log "installing ${missing[*]} with apt-get"
-    apt-get install -y -qq "${missing[@]}" >/dev/null || die "could not install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+      die "could not install ${missing[*]}"
   fi
 }
 
@@ -199,7 +208,12 @@ build() {
       cp "$BIN/coredns" "$fs/coredns"
       imagebuild -rootfs "$fs" -tag "$COREDNS_IMAGE" -o "$OUT/coredns.tar" -entrypoint '["/coredns"]'
       ;;
-    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns)" ;;
+    e2e-client)
+      base_fs "$fs"
+      (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$fs/runtimeclient" ./e2e/realnode/runtimeclient)
+      imagebuild -rootfs "$fs" -tag "$E2E_CLIENT_IMAGE" -o "$OUT/e2e-client.tar" -user "$NONROOT:$NONROOT" -entrypoint '["/runtimeclient"]'
+      ;;
+    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns, e2e-client)" ;;
   esac
 }
 

@@ -1,0 +1,397 @@
+// Command runtimeclient is the e2e suite's stand-in for an agent runtime on a real node
+// (e2e/realnode_test.go). It runs in a pod as the runtime's own ServiceAccount, acquires a
+// sandbox through the Sandbox API Service with pkg/client, talks MCP to the returned address with
+// the official Go SDK client and the returned Authorization header, and prints one JSON document
+// on stdout, which the test reads with `kubectl logs`. It is a test helper, not part of airlock.
+//
+//	runtimeclient session -plan '<JSON plan>'   acquire, check that a request without the header
+//	                                            is refused, call the plan's tools in order
+//	runtimeclient bench -plan '<JSON plan>'     N sessions one after another: acquire to Bound,
+//	                                            one tool call, close; plus R tool-call round trips
+//	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
+//	                                            (a target for the NetworkPolicy checks)
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/client"
+)
+
+// Plan is what the test asks the client to do.
+type Plan struct {
+	API         string `json:"api"` // Sandbox API base URL
+	TokenFile   string `json:"tokenFile,omitempty"`
+	Namespace   string `json:"namespace"`
+	Runtime     string `json:"runtime"`
+	Session     string `json:"session"`
+	Handle      string `json:"handle"`
+	WaitSeconds int    `json:"waitSeconds,omitempty"`
+	Transport   string `json:"transport,omitempty"` // "streamable" (default) or "sse"
+	Steps       []Step `json:"steps,omitempty"`
+	Close       bool   `json:"close,omitempty"` // sessions/close at the end
+	// Probes are host:port addresses the client itself dials (it has no NetworkPolicy): the
+	// controls that show a target the sandbox cannot reach does answer.
+	Probes []string `json:"probes,omitempty"`
+	// bench
+	Sessions   int `json:"sessions,omitempty"`
+	RoundTrips int `json:"roundTrips,omitempty"`
+}
+
+// Step is one tool call.
+type Step struct {
+	Name string         `json:"name"` // a label for the test
+	Tool string         `json:"tool"`
+	Args map[string]any `json:"args"`
+}
+
+// CallResult is one tool call's outcome.
+type CallResult struct {
+	Name    string  `json:"name"`
+	Tool    string  `json:"tool"`
+	IsError bool    `json:"isError"`
+	Text    string  `json:"text"`
+	Millis  float64 `json:"millis"`
+	Err     string  `json:"err,omitempty"`
+}
+
+// SessionResult is the output of `session`.
+type SessionResult struct {
+	Claim         string  `json:"claim"`
+	Phase         string  `json:"phase"`
+	URL           string  `json:"url"`
+	AcquireMillis float64 `json:"acquireMillis"`
+	// ReachableMillis: from the acquire answer (Bound: the pod is Ready) to the first MCP
+	// session through the Service (the EndpointSlice and kube-proxy catching up).
+	ReachableMillis float64           `json:"reachableMillis"`
+	NoHeader        int               `json:"noHeaderStatus"`  // POST /mcp without Authorization
+	BadHeader       int               `json:"badHeaderStatus"` // POST /mcp with a wrong token
+	Protocol        string            `json:"protocol"`
+	Calls           []CallResult      `json:"calls"`
+	Closed          bool              `json:"closed"`
+	Probes          map[string]string `json:"probes,omitempty"` // address -> OPEN or BLOCKED
+	Error           string            `json:"error,omitempty"`
+}
+
+// BenchResult is the output of `bench`.
+type BenchResult struct {
+	AcquireMillis   []float64 `json:"acquireMillis"` // acquire call to 200 Bound, one per session
+	FirstCallMillis []float64 `json:"firstCallMillis"`
+	ReachableMillis []float64 `json:"reachableMillis"` // acquire answer to the first MCP session
+	RoundTripMillis []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
+	Error           string    `json:"error,omitempty"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|serve [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	planJSON := fs.String("plan", "", "the plan, as JSON")
+	listen := fs.String("listen", ":8080", "serve: listen address")
+	_ = fs.Parse(os.Args[2:])
+
+	switch os.Args[1] {
+	case "serve":
+		serve(*listen)
+		return
+	case "session", "bench":
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
+		os.Exit(2)
+	}
+	var plan Plan
+	if err := json.Unmarshal([]byte(*planJSON), &plan); err != nil {
+		fmt.Fprintln(os.Stderr, "plan:", err)
+		os.Exit(2)
+	}
+	if plan.TokenFile == "" {
+		plan.TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	}
+	if plan.WaitSeconds == 0 {
+		plan.WaitSeconds = 120
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var out any
+	if os.Args[1] == "session" {
+		out = runSession(ctx, plan)
+	} else {
+		out = runBench(ctx, plan)
+	}
+	b, _ := json.Marshal(out)
+	fmt.Println("RESULT " + string(b))
+}
+
+func serve(addr string) {
+	host, _ := os.Hostname()
+	err := http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "ok %s\n", host)
+	}))
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
+
+// say writes one human-readable line to stderr (`kubectl logs` shows it; the test reads only
+// the RESULT line on stdout).
+func say(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
+// firstLine shortens a tool's answer for say.
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func apiClient(p Plan) *client.Client {
+	return client.New(p.API, client.TokenFile(p.TokenFile), &http.Client{Timeout: time.Duration(p.WaitSeconds+30) * time.Second})
+}
+
+func acquire(ctx context.Context, c *client.Client, p Plan, session string) (*client.AcquireResponse, time.Duration, error) {
+	wait := p.WaitSeconds
+	start := time.Now()
+	got, err := c.Acquire(ctx, client.AcquireRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: session, Handle: p.Handle, WaitSeconds: &wait})
+	return got, time.Since(start), err
+}
+
+// headerTransport adds the acquire answer's headers to every request.
+type headerTransport struct {
+	headers map[string]string
+	base    http.RoundTripper
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// connectRetry connects like connect, calling again while the Service refuses the connection
+// (for at most 20 s): Bound means the pod is Ready, and the Service's endpoints reach kube-proxy a
+// moment later. It returns how long that took.
+func connectRetry(ctx context.Context, url string, headers map[string]string, transport string) (*mcp.ClientSession, time.Duration, error) {
+	start := time.Now()
+	for {
+		cs, err := connect(ctx, url, headers, transport)
+		if err == nil || !strings.Contains(err.Error(), "connection refused") || time.Since(start) > 20*time.Second {
+			return cs, time.Since(start), err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, time.Since(start), ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// connect opens an MCP session to url with headers. The session's streams live on ctx.
+func connect(ctx context.Context, url string, headers map[string]string, transport string) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: &headerTransport{headers: headers, base: http.DefaultTransport}}
+	var tr mcp.Transport
+	if transport == "sse" {
+		tr = &mcp.SSEClientTransport{Endpoint: url + "/sse", HTTPClient: hc}
+	} else {
+		tr = &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "airlock-e2e-runtime", Version: "v0"}, nil)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	type res struct {
+		cs  *mcp.ClientSession
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		cs, err := c.Connect(ctx, tr, nil)
+		ch <- res{cs, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.cs, r.err
+	case <-cctx.Done():
+		return nil, fmt.Errorf("connect to %s: %w", url, cctx.Err())
+	}
+}
+
+func call(ctx context.Context, cs *mcp.ClientSession, s Step) CallResult {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: s.Tool, Arguments: s.Args})
+	r := CallResult{Name: s.Name, Tool: s.Tool, Millis: ms(time.Since(start))}
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	r.IsError = res.IsError
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	r.Text = b.String()
+	return r
+}
+
+// rawStatus posts an MCP initialize to url/mcp with the given Authorization (none when empty)
+// and returns the HTTP status.
+func rawStatus(ctx context.Context, url, auth string) int {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/mcp", bytes.NewBufferString(body))
+	if err != nil {
+		return -1
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return -1
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func runSession(ctx context.Context, p Plan) *SessionResult {
+	out := &SessionResult{Calls: []CallResult{}, Probes: map[string]string{}}
+	for _, addr := range p.Probes {
+		// A Service created a moment ago may not be in kube-proxy's rules yet: try for 15 s.
+		out.Probes[addr] = "BLOCKED"
+		for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(200 * time.Millisecond) {
+			if conn, err := net.DialTimeout("tcp", addr, 3*time.Second); err == nil {
+				conn.Close()
+				out.Probes[addr] = "OPEN"
+				break
+			}
+		}
+	}
+	c := apiClient(p)
+	got, d, err := acquire(ctx, c, p, p.Session)
+	if err != nil {
+		out.Error = "acquire: " + err.Error()
+		return out
+	}
+	out.Claim, out.Phase, out.AcquireMillis = got.Claim, got.Phase, ms(d)
+	if len(got.Addresses) == 0 {
+		out.Error = "acquire answered no address"
+		return out
+	}
+	out.URL = got.Addresses[0].URL
+	say("acquired %s for session %s: claim %s %s in %.0f ms, MCP at %s", p.Handle, p.Session, got.Claim, got.Phase, out.AcquireMillis, out.URL)
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs, wait, err := connectRetry(sctx, out.URL, got.Headers, p.Transport)
+	out.ReachableMillis = ms(wait)
+	if err != nil {
+		out.Error = "mcp connect: " + err.Error()
+		return out
+	}
+	defer cs.Close()
+	out.NoHeader = rawStatus(ctx, out.URL, "")
+	out.BadHeader = rawStatus(ctx, out.URL, "Bearer not-the-token")
+	say("MCP session open (protocol %s); without the Authorization header sandboxd answers %d, with a wrong token %d",
+		cs.InitializeResult().ProtocolVersion, out.NoHeader, out.BadHeader)
+	out.Protocol = cs.InitializeResult().ProtocolVersion
+	for _, s := range p.Steps {
+		r := call(ctx, cs, s)
+		out.Calls = append(out.Calls, r)
+		say("  %-5s %-40.40s -> %s%s (%.1f ms)", s.Tool, stepArg(s), map[bool]string{true: "ERROR "}[r.IsError || r.Err != ""], firstLine(r.Text+r.Err), r.Millis)
+		if r.Err == "" && !r.IsError {
+			_ = c.Renew(ctx, client.RenewRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session, Handle: p.Handle})
+		}
+	}
+	if p.Close {
+		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+			out.Error = "close: " + err.Error()
+			return out
+		}
+		out.Closed = true
+		say("closed session %s: its claims are reaped now, with sync-back", p.Session)
+	}
+	return out
+}
+
+// stepArg is the argument say shows for a step: the path or the command.
+func stepArg(s Step) string {
+	for _, k := range []string{"command", "file_path"} {
+		if v, ok := s.Args[k].(string); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func runBench(ctx context.Context, p Plan) *BenchResult {
+	out := &BenchResult{}
+	c := apiClient(p)
+	for i := 0; i < p.Sessions; i++ {
+		session := fmt.Sprintf("%s-%02d", p.Session, i)
+		got, d, err := acquire(ctx, c, p, session)
+		if err != nil {
+			out.Error = fmt.Sprintf("acquire %s: %v", session, err)
+			return out
+		}
+		out.AcquireMillis = append(out.AcquireMillis, ms(d))
+		sctx, cancel := context.WithCancel(ctx)
+		cs, wait, err := connectRetry(sctx, got.Addresses[0].URL, got.Headers, p.Transport)
+		out.ReachableMillis = append(out.ReachableMillis, ms(wait))
+		if err != nil {
+			cancel()
+			out.Error = fmt.Sprintf("connect %s: %v", session, err)
+			return out
+		}
+		r := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": "echo hi"}})
+		if r.Err != "" || r.IsError {
+			out.Error = fmt.Sprintf("first call %s: %s %s", session, r.Err, r.Text)
+		}
+		out.FirstCallMillis = append(out.FirstCallMillis, r.Millis)
+		if i == 0 && p.RoundTrips > 0 {
+			w := call(ctx, cs, Step{Tool: "Write", Args: map[string]any{"file_path": "rt.txt", "content": "round trip\n"}})
+			if w.Err != "" || w.IsError {
+				out.Error = "write: " + w.Err + w.Text
+			}
+			for j := 0; j < p.RoundTrips; j++ {
+				r := call(ctx, cs, Step{Tool: "Read", Args: map[string]any{"file_path": "rt.txt"}})
+				if r.Err != "" || r.IsError {
+					out.Error = "read: " + r.Err + r.Text
+					break
+				}
+				out.RoundTripMillis = append(out.RoundTripMillis, r.Millis)
+			}
+		}
+		cs.Close()
+		cancel()
+		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: session}); err != nil {
+			out.Error = fmt.Sprintf("close %s: %v", session, err)
+			return out
+		}
+		if out.Error != "" {
+			return out
+		}
+	}
+	sort.Float64s(out.RoundTripMillis)
+	return out
+}

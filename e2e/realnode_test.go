@@ -1,0 +1,801 @@
+//go:build e2e && realnode
+
+// The real-node e2e tests: they need a cluster whose pods really run (hack/local-node.sh, or
+// kind), with NetworkPolicy enforced, airlock installed in-cluster from its images (`kubectl
+// apply -k manifests/`), and the runtime stand-in image (hack/imagebuild/build-images.sh
+// e2e-client) present on the node. hack/e2e-node.sh sets all of that up and runs
+// `go test -tags 'e2e realnode' -run TestRealNode ./e2e/`.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/client"
+)
+
+const (
+	operatorNamespace = "airlock-system"
+	sandboxAPIService = "airlock-sandbox-api"
+	sandboxUID        = 65532
+)
+
+// realnodeClientImage is the runtime stand-in (e2e/realnode/runtimeclient).
+func realnodeClientImage() string {
+	if image := os.Getenv("AIRLOCK_E2E_CLIENT_IMAGE"); image != "" {
+		return image
+	}
+	return "localhost/airlock-e2e/runtimeclient:v0.1.0"
+}
+
+// realnodeSandboxImage is the image of the test's sandbox classes.
+func realnodeSandboxImage() string {
+	if image := os.Getenv("AIRLOCK_E2E_SANDBOX_IMAGE"); image != "" {
+		return image
+	}
+	return "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0"
+}
+
+// realnodeEnv is one restricted namespace with a hostPath content volume, an agent
+// ServiceAccount, classes, a registry and a runtime.
+type realnodeEnv struct {
+	ns      string
+	hostDir string // the content volume's directory on the node (this machine)
+	classes []string
+}
+
+type realnodeOptions struct {
+	maxConcurrent, maxPerSession, maxInstances int32
+	idleTimeout                                time.Duration
+	targetPath                                 string
+	allowedServices                            []airlockv1alpha1.ServiceReference // of the "net" sandbox
+}
+
+func requireRealNode(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Annotations["kwok.x-k8s.io/node"] != "" || n.Labels["type"] == "kwok" {
+			t.Fatalf("node %s is a kwok node: these tests need real pods (hack/e2e-node.sh)", n.Name)
+		}
+	}
+	eventually(t, 2*time.Minute, "the in-cluster operator Deployment to be available", func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(operatorNamespace).Get(ctx, "airlock-operator", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return d.Status.AvailableReplicas == 2 && d.Status.UpdatedReplicas == 2, nil
+	})
+}
+
+func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t, prefix)
+	e := &realnodeEnv{ns: ns}
+
+	// The content volume: a static hostPath PV, pre-bound to the namespace's workspace-content
+	// PVC. Its root is world-writable (1777), so that the subPath directories the kubelet creates
+	// for the sandboxes (with the root's mode, owned by root) are writable by uid 65532, and the
+	// sync-back Job (also 65532) can create the target (docs/decisions.md, "Real node").
+	e.hostDir = filepath.Join(os.TempDir(), "airlock-e2e-realnode", ns)
+	if err := os.MkdirAll(e.hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(e.hostDir, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(e.hostDir) })
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "content-" + ns, Labels: map[string]string{"airlock.dev/e2e": "true"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: e.hostDir, Type: ptr.To(corev1.HostPathDirectory)}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "workspace-content"},
+		},
+	}
+	if _, err := kubeClient.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PV: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = kubeClient.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "workspace-content", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			StorageClassName: ptr.To(""),
+			VolumeName:       pv.Name,
+		},
+	}
+	if _, err := kubeClient.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PVC: %v", err)
+	}
+	if _, err := kubeClient.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ServiceAccount: %v", err)
+	}
+
+	newClass := func(name string, allowed []airlockv1alpha1.ServiceReference) string {
+		class := validClass("e2e-" + name + "-" + ns)
+		class.Spec.Image = realnodeSandboxImage()
+		class.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
+		class.Spec.Env = []corev1.EnvVar{{Name: "HOME", Value: "/cache/home"}}
+		for _, ref := range allowed {
+			if ref.Namespace == "" { // the test's namespace, known only here
+				ref.Namespace = ns
+			}
+			class.Spec.AllowedServices = append(class.Spec.AllowedServices, ref)
+		}
+		if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating class: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = airlockClient.AirlockV1alpha1().SandboxClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+		})
+		e.classes = append(e.classes, class.Name)
+		return class.Name
+	}
+	sandboxes := []airlockv1alpha1.RegistrySandbox{{
+		Name: "codegen", Class: newClass("codegen", nil), TargetPath: o.targetPath, MaxInstances: o.maxInstances,
+	}}
+	if o.allowedServices != nil {
+		sandboxes = append(sandboxes, airlockv1alpha1.RegistrySandbox{
+			Name: "net", Class: newClass("net", o.allowedServices), MaxInstances: o.maxInstances,
+		})
+	}
+	registry := &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Name: "tools", Namespace: ns},
+		Spec:       airlockv1alpha1.ToolRegistrySpec{Sandboxes: sandboxes},
+	}
+	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Create(ctx, registry, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating registry: %v", err)
+	}
+	rt := &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: "agent",
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
+			Sandbox: airlockv1alpha1.SandboxPolicy{
+				Enabled:       true,
+				MaxConcurrent: o.maxConcurrent,
+				MaxPerSession: o.maxPerSession,
+			},
+		},
+	}
+	if o.idleTimeout > 0 {
+		rt.Spec.Sandbox.IdleTimeout = &metav1.Duration{Duration: o.idleTimeout}
+	}
+	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Create(ctx, rt, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating runtime: %v", err)
+	}
+	return e
+}
+
+func restrictedPod(name string, labels map[string]string, image string, args []string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](sandboxUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "main",
+				Image:           image,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Args:            args,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+// startEcho runs a pod answering HTTP on 8080 and a Service named name in front of it; it returns
+// the pod's IP.
+func (e *realnodeEnv) startEcho(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": name}
+	pod := restrictedPod(name, labels, realnodeClientImage(), []string{"serve", "-listen=:8080"})
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1,
+	}
+	if _, err := kubeClient.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", name, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	if _, err := kubeClient.CoreV1().Services(e.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Service %s: %v", name, err)
+	}
+	var ip string
+	eventually(t, 60*time.Second, "pod "+name+" Ready", func(ctx context.Context) (bool, error) {
+		p, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ip = p.Status.PodIP
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return ip
+}
+
+// runClient runs the runtime stand-in in a pod of the namespace as the ServiceAccount "agent"
+// and unmarshals the JSON document it printed into out.
+func (e *realnodeEnv) runClient(t *testing.T, name, mode string, plan map[string]any, timeout time.Duration, out any) {
+	t.Helper()
+	if err := e.runClientErr(name, mode, plan, timeout, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runClientErr is runClient for goroutines other than the test's: it returns the error.
+func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeout time.Duration, out any) error {
+	ctx := context.Background()
+	b, err := json.Marshal(plan)
+	if err != nil {
+		return err
+	}
+	pod := restrictedPod(name, map[string]string{"app": "runtime"}, realnodeClientImage(), []string{mode, "-plan", string(b)})
+	pod.Spec.ServiceAccountName = "agent"
+	if _, err := kubeClient.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating runtime pod %s: %w", name, err)
+	}
+	var phase corev1.PodPhase
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for runtime pod %s to finish (phase %q): %w", name, phase, err)
+	}
+	logs, err := kubeClient.CoreV1().Pods(e.ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("logs of %s: %w", name, err)
+	}
+	var result string
+	for _, line := range strings.Split(string(logs), "\n") {
+		if strings.HasPrefix(line, "RESULT ") {
+			result = strings.TrimPrefix(line, "RESULT ")
+		}
+	}
+	if phase != corev1.PodSucceeded || result == "" {
+		return fmt.Errorf("runtime pod %s ended %s; logs:\n%s", name, phase, logs)
+	}
+	if err := json.Unmarshal([]byte(result), out); err != nil {
+		return fmt.Errorf("runtime pod %s printed %q: %w", name, result, err)
+	}
+	return nil
+}
+
+type rnCall struct {
+	Name    string  `json:"name"`
+	Tool    string  `json:"tool"`
+	IsError bool    `json:"isError"`
+	Text    string  `json:"text"`
+	Millis  float64 `json:"millis"`
+	Err     string  `json:"err"`
+}
+
+type rnSession struct {
+	Claim         string            `json:"claim"`
+	Phase         string            `json:"phase"`
+	URL           string            `json:"url"`
+	AcquireMillis float64           `json:"acquireMillis"`
+	Reachable     float64           `json:"reachableMillis"`
+	NoHeader      int               `json:"noHeaderStatus"`
+	BadHeader     int               `json:"badHeaderStatus"`
+	Protocol      string            `json:"protocol"`
+	Calls         []rnCall          `json:"calls"`
+	Probes        map[string]string `json:"probes"`
+	Error         string            `json:"error"`
+}
+
+func (s *rnSession) call(t *testing.T, name string) rnCall {
+	t.Helper()
+	for _, c := range s.Calls {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no call %q in the runtime's result", name)
+	return rnCall{}
+}
+
+func apiURL() string {
+	return fmt.Sprintf("http://%s.%s.svc:8443", sandboxAPIService, operatorNamespace)
+}
+
+func step(name, tool string, args map[string]any) map[string]any {
+	return map[string]any{"name": name, "tool": tool, "args": args}
+}
+
+// tcpProbe is a Bash command that says OPEN when a TCP connection to host:port is established
+// within 3 s, BLOCKED otherwise.
+func tcpProbe(host string, port int) string {
+	return fmt.Sprintf(`if timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null; then echo OPEN; else echo BLOCKED; fi`, host, port)
+}
+
+// httpGet is a Bash command that prints the first word of the answer's body to GET / on
+// host:port (name resolved by the shell's resolver), or FAILED. (The image's busybox is static
+// and resolves no names; bash uses glibc's resolver.)
+func httpGet(host string, port int) string {
+	return fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && printf "GET / HTTP/1.0\r\n\r\n" >&3 && tail -n 1 <&3 | cut -d" " -f1' 2>/dev/null || echo FAILED`, host, port)
+}
+
+func serviceIP(t *testing.T, ns, name string) string {
+	t.Helper()
+	svc, err := kubeClient.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Service %s/%s: %v", ns, name, err)
+	}
+	return svc.Spec.ClusterIP
+}
+
+// netCheck is one NetworkPolicy check: a Bash step and the answer it must give.
+type netCheck struct {
+	name, command, want string
+}
+
+// TestRealNodeSandbox: a runtime pod with its own ServiceAccount acquires a sandbox through the
+// Sandbox API Service, talks MCP to it from inside the cluster (Write, Read, Edit, Bash), a
+// request without the header is refused; the sandbox pod runs as 65532 without capabilities in a
+// restricted namespace and reaches nothing (another pod, the API server, CoreDNS), while a
+// sandbox whose class allows a Service reaches it; after the idle timeout the sync-back Job
+// copies the workspace into targetPath on the volume and the claim is gone.
+func TestRealNodeSandbox(t *testing.T) {
+	requireRealNode(t)
+	ctx := context.Background()
+	e := newRealnodeEnv(t, "airlock-rn", realnodeOptions{
+		maxConcurrent: 5, maxPerSession: 3, maxInstances: 5,
+		idleTimeout: 30 * time.Second, targetPath: "results/run1",
+		allowedServices: []airlockv1alpha1.ServiceReference{{Name: "allowed"}}, // in the test's namespace
+	})
+	allowedIP := e.startEcho(t, "allowed")
+	otherIP := e.startEcho(t, "other")
+	kubernetesIP := serviceIP(t, "default", "kubernetes")
+	dnsIP := serviceIP(t, "kube-system", "kube-dns")
+	apiIP := serviceIP(t, operatorNamespace, sandboxAPIService)
+	var corednsIP string
+	if pods, err := kubeClient.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"}); err == nil && len(pods.Items) > 0 {
+		corednsIP = pods.Items[0].Status.PodIP
+	}
+	nodeIP := ""
+	if nodes, err := kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil && len(nodes.Items) > 0 {
+		for _, a := range nodes.Items[0].Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
+			}
+		}
+	}
+	apiserverPort := 6443
+	if u := restConfig.Host; strings.Contains(u, ":") {
+		_, _ = fmt.Sscanf(u[strings.LastIndex(u, ":")+1:], "%d", &apiserverPort)
+	}
+
+	denyChecks := []netCheck{
+		{"another pod (direct pod IP)", tcpProbe(otherIP, 8080), "BLOCKED"},
+		{"a Service not allowed (ClusterIP)", tcpProbe(serviceIP(t, e.ns, "other"), 8080), "BLOCKED"},
+		{"the API server (kubernetes Service)", tcpProbe(kubernetesIP, 443), "BLOCKED"},
+		{"the API server (node IP)", tcpProbe(nodeIP, apiserverPort), "BLOCKED"},
+		{"the kubelet (node IP)", tcpProbe(nodeIP, 10250), "BLOCKED"},
+		{"CoreDNS over TCP (kube-dns Service)", tcpProbe(dnsIP, 53), "BLOCKED"},
+		{"CoreDNS over UDP (name lookup)", `if timeout 5 nslookup kubernetes.default.svc.cluster.local >/dev/null 2>&1; then echo RESOLVED; else echo BLOCKED; fi`, "BLOCKED"},
+		{"the Sandbox API (operator pods)", tcpProbe(apiIP, 8443), "BLOCKED"},
+	}
+	if corednsIP != "" {
+		denyChecks = append(denyChecks, netCheck{"CoreDNS pod (direct pod IP)", tcpProbe(corednsIP, 53), "BLOCKED"})
+	}
+	allowChecks := []netCheck{
+		{"allowed Service by name (DNS + connect)", httpGet(fmt.Sprintf("allowed.%s.svc.cluster.local", e.ns), 8080), "ok"},
+		{"DNS lookup of the allowed Service (kube-dns)", fmt.Sprintf(`if timeout 5 nslookup allowed.%s.svc.cluster.local >/dev/null 2>&1; then echo RESOLVED; else echo BLOCKED; fi`, e.ns), "RESOLVED"},
+		{"allowed Service (ClusterIP)", tcpProbe(serviceIP(t, e.ns, "allowed"), 8080), "OPEN"},
+		{"allowed Service's pod (direct pod IP)", tcpProbe(allowedIP, 8080), "OPEN"},
+		{"a Service not allowed, from the net sandbox", tcpProbe(otherIP, 8080), "BLOCKED"},
+		{"the API server, from the net sandbox", tcpProbe(kubernetesIP, 443), "BLOCKED"},
+	}
+
+	// Controls: from the runtime pod, which no NetworkPolicy selects, the targets the sandbox
+	// must not reach do answer (so BLOCKED means the policy, not a dead target).
+	controls := map[string]string{
+		"another pod (direct pod IP)":         net.JoinHostPort(otherIP, "8080"),
+		"a Service not allowed (ClusterIP)":   net.JoinHostPort(serviceIP(t, e.ns, "other"), "8080"),
+		"the API server (kubernetes Service)": net.JoinHostPort(kubernetesIP, "443"),
+		"CoreDNS over TCP (kube-dns Service)": net.JoinHostPort(dnsIP, "53"),
+		"the Sandbox API (operator pods)":     net.JoinHostPort(apiIP, "8443"),
+	}
+	var probes []string
+	for _, addr := range controls {
+		probes = append(probes, addr)
+	}
+
+	content := "hello world\nsecond line\n"
+	steps := []map[string]any{
+		step("write", "Write", map[string]any{"file_path": "src/hello.txt", "content": content}),
+		step("read", "Read", map[string]any{"file_path": "src/hello.txt"}),
+		step("edit", "Edit", map[string]any{"file_path": "src/hello.txt", "old_string": "world", "new_string": "sandbox"}),
+		step("bash", "Bash", map[string]any{"command": "cat src/hello.txt | tr a-z A-Z && echo made-by-bash > src/bash.txt"}),
+		step("identity", "Bash", map[string]any{"command": `echo "uid=$(id -u) gid=$(id -g)"; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs)' /proc/self/status`}),
+	}
+	for i, c := range denyChecks {
+		steps = append(steps, step(fmt.Sprintf("deny-%d", i), "Bash", map[string]any{"command": c.command}))
+	}
+	var netSteps []map[string]any
+	for i, c := range allowChecks {
+		netSteps = append(netSteps, step(fmt.Sprintf("allow-%d", i), "Bash", map[string]any{"command": c.command}))
+	}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-1", "handle": "codegen/default", "steps": steps, "probes": probes}
+	netPlan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-net", "handle": "net/default", "steps": netSteps, "transport": "sse", "close": true}
+
+	var res, netRes rnSession
+	var netErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		netErr = e.runClientErr("runtime-net", "session", netPlan, 4*time.Minute, &netRes)
+	}()
+	err := e.runClientErr("runtime", "session", plan, 4*time.Minute, &res)
+	wg.Wait()
+	if err != nil || netErr != nil {
+		t.Fatalf("runtime pods: %v / %v", err, netErr)
+	}
+	if res.Error != "" || netRes.Error != "" {
+		t.Fatalf("runtime errors: %q / %q", res.Error, netRes.Error)
+	}
+	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session through the Service: %.0f ms; MCP protocol %s", res.AcquireMillis, res.Reachable, res.Protocol)
+
+	// MCP through the Service, with and without the header.
+	if res.Phase != "Bound" || !strings.HasPrefix(res.URL, "http://"+res.Claim+"."+e.ns+".svc") {
+		t.Errorf("acquire answered %s at %s", res.Phase, res.URL)
+	}
+	if res.NoHeader != http.StatusUnauthorized || res.BadHeader != http.StatusUnauthorized {
+		t.Errorf("MCP requests without / with a wrong Authorization: %d / %d, want 401 / 401", res.NoHeader, res.BadHeader)
+	}
+	for _, n := range []string{"write", "read", "edit", "bash", "identity"} {
+		if c := res.call(t, n); c.Err != "" || c.IsError {
+			t.Errorf("%s: err %q isError %v: %s", n, c.Err, c.IsError, c.Text)
+		}
+	}
+	if got := res.call(t, "read").Text; got != "     1\thello world\n     2\tsecond line\n" {
+		t.Errorf("Read answered %q", got)
+	}
+	if got := res.call(t, "bash").Text; !strings.Contains(got, "HELLO SANDBOX") {
+		t.Errorf("Bash answered %q", got)
+	}
+	var rt []string
+	for _, c := range res.Calls {
+		rt = append(rt, fmt.Sprintf("%s %.1fms", c.Tool, c.Millis))
+	}
+	t.Logf("tool calls from the runtime pod through the sandbox's Service: %s", strings.Join(rt[:4], ", "))
+
+	// uid 65532, no capabilities, in a namespace enforcing restricted.
+	id := res.call(t, "identity").Text
+	if !strings.Contains(id, fmt.Sprintf("uid=%d gid=%d", sandboxUID, sandboxUID)) {
+		t.Errorf("identity: %q, want uid and gid %d", id, sandboxUID)
+	}
+	for _, capLine := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if !strings.Contains(id, capLine+":\t0000000000000000") {
+			t.Errorf("%s is not empty: %q", capLine, id)
+		}
+	}
+	if !strings.Contains(id, "NoNewPrivs:\t1") {
+		t.Errorf("no_new_privs is not set: %q", id)
+	}
+	nsObj, err := kubeClient.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+	if err != nil || nsObj.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace %s does not enforce restricted: %v %v", e.ns, nsObj.Labels, err)
+	}
+
+	// NetworkPolicy checks.
+	var report []string
+	check := func(r *rnSession, prefix string, checks []netCheck) {
+		for i, c := range checks {
+			// The answer is the output's last line (before it, the shell may report the
+			// probe that timeout killed).
+			out := strings.TrimSpace(r.call(t, fmt.Sprintf("%s-%d", prefix, i)).Text)
+			got := out[strings.LastIndex(out, "\n")+1:]
+			ok := got == c.want
+			report = append(report, fmt.Sprintf("  %-50s want %-8s got %-8s %s", c.name, c.want, got, map[bool]string{true: "ok", false: "FAIL"}[ok]))
+			if !ok {
+				t.Errorf("network check %q: got %q, want %q", c.name, got, c.want)
+			}
+		}
+	}
+	for name, addr := range controls {
+		got := res.Probes[addr]
+		report = append(report, fmt.Sprintf("  control from the runtime pod: %-27s want OPEN     got %-8s %s", name, got, map[bool]string{true: "ok", false: "FAIL"}[got == "OPEN"]))
+		if got != "OPEN" {
+			t.Errorf("control %q (%s) from the runtime pod: %q, want OPEN", name, addr, got)
+		}
+	}
+	sort.Strings(report)
+	check(&res, "deny", denyChecks)
+	check(&netRes, "allow", allowChecks)
+	t.Logf("NetworkPolicy checks (from sandbox pods):\n%s", strings.Join(report, "\n"))
+
+	// Idle timeout → Reaping → sync-back Job → claim gone; the files are in targetPath.
+	eventually(t, 3*time.Minute, "claim "+res.Claim+" to be reaped and deleted", func(ctx context.Context) (bool, error) {
+		_, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, res.Claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	for file, want := range map[string]string{"src/hello.txt": "hello sandbox\nsecond line\n", "src/bash.txt": "made-by-bash\n"} {
+		got, err := os.ReadFile(filepath.Join(e.hostDir, "results/run1", file))
+		if err != nil || string(got) != want {
+			t.Errorf("synced-back %s: %q %v, want %q", file, got, err, want)
+		}
+	}
+	// The claim's children (the sync-back Job among them) go with it, by garbage collection.
+	eventually(t, time.Minute, "the sync-back Job to go with its claim", func(ctx context.Context) (bool, error) {
+		_, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, res.Claim+"-sync", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}
+
+// TestRealNodeAcquireLatency: 20 sessions one after another from the runtime pod, each acquired
+// (to Bound), used once and closed; and tool-call round trips through the sandbox's Service.
+func TestRealNodeAcquireLatency(t *testing.T) {
+	requireRealNode(t)
+	n := 20
+	e := newRealnodeEnv(t, "airlock-rn-lat", realnodeOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 10})
+	var res struct {
+		AcquireMillis   []float64 `json:"acquireMillis"`
+		FirstCallMillis []float64 `json:"firstCallMillis"`
+		ReachableMillis []float64 `json:"reachableMillis"`
+		RoundTripMillis []float64 `json:"roundTripMillis"`
+		Error           string    `json:"error"`
+	}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "bench", "handle": "codegen/default", "sessions": n, "roundTrips": 200}
+	e.runClient(t, "bench", "bench", plan, 10*time.Minute, &res)
+	if res.Error != "" {
+		t.Fatalf("bench: %s", res.Error)
+	}
+	if len(res.AcquireMillis) != n {
+		t.Fatalf("%d acquires measured, want %d", len(res.AcquireMillis), n)
+	}
+	t.Logf("acquire to Bound over %d sessions (runtime pod → Sandbox API Service, real pods): p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+		n, percentile(res.AcquireMillis, 0.5), percentile(res.AcquireMillis, 0.9), percentile(res.AcquireMillis, 1))
+	t.Logf("Bound to first MCP session through the Service (endpoints reaching kube-proxy): p50 %.0f ms, max %.0f ms",
+		percentile(res.ReachableMillis, 0.5), percentile(res.ReachableMillis, 1))
+	t.Logf("first tool call (Bash echo) after connecting: p50 %.1f ms", percentile(res.FirstCallMillis, 0.5))
+	t.Logf("tool-call round trip (Read, streamable HTTP through the sandbox's Service) over %d calls: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms",
+		len(res.RoundTripMillis), percentile(res.RoundTripMillis, 0.5), percentile(res.RoundTripMillis, 0.9), percentile(res.RoundTripMillis, 0.99))
+}
+
+// TestRealNodeLeaderKill: while a burst of acquires runs through the Sandbox API Service, the
+// leader operator pod is killed; a watch on the claims sees the limits hold throughout, and the
+// new leader settles the burst.
+func TestRealNodeLeaderKill(t *testing.T) {
+	requireRealNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const maxConcurrent, maxInstances, burst = 3, 10, 20
+	e := newRealnodeEnv(t, "airlock-rn-kill", realnodeOptions{maxConcurrent: maxConcurrent, maxPerSession: 1, maxInstances: maxInstances})
+
+	// The watch: admitted live claims (Queued, Binding, Bound, Reaping, not being deleted) and
+	// Binding+Bound, after every event.
+	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu                  sync.Mutex
+		claims              = map[string]*airlockv1alpha1.SandboxClaim{}
+		maxAdmitted, maxRun int
+		events              int
+		history             = map[string][]string{} // claim -> phase changes seen
+		worst               []string                // the claims admitted when maxAdmitted was seen
+	)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			events++
+			if prev, ok := claims[c.Name]; !ok || prev.Status.Phase != c.Status.Phase || ev.Type == watch.Deleted {
+				history[c.Name] = append(history[c.Name], fmt.Sprintf("%s:%s%s", time.Now().Format("05.000"), c.Status.Phase, map[bool]string{true: "(deleted)"}[ev.Type == watch.Deleted]))
+			}
+			if ev.Type == watch.Deleted {
+				delete(claims, c.Name)
+			} else {
+				claims[c.Name] = c
+			}
+			admitted, running := 0, 0
+			for _, c := range claims {
+				if c.DeletionTimestamp != nil {
+					continue
+				}
+				switch c.Status.Phase {
+				case airlockv1alpha1.ClaimQueued, airlockv1alpha1.ClaimReaping:
+					admitted++
+				case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
+					admitted++
+					running++
+				}
+			}
+			if admitted > maxAdmitted {
+				worst = worst[:0]
+				for _, c := range claims {
+					if c.DeletionTimestamp == nil {
+						worst = append(worst, fmt.Sprintf("%s(%s, created %s)", c.Name, c.Status.Phase, c.CreationTimestamp.Format("04:05")))
+					}
+				}
+				sort.Strings(worst)
+			}
+			maxAdmitted, maxRun = max(maxAdmitted, admitted), max(maxRun, running)
+			mu.Unlock()
+		}
+	}()
+
+	leader, err := leaseHolder(ctx, operatorNamespace, "airlock-operator")
+	if err != nil || leader == "" {
+		t.Fatalf("no leader: %q %v", leader, err)
+	}
+	leaderPod := strings.SplitN(leader, "_", 2)[0]
+	token := serviceAccountToken(t, e.ns, "agent")
+	c := client.New(fmt.Sprintf("http://%s:8443", serviceIP(t, operatorNamespace, sandboxAPIService)), staticToken(token), nil)
+
+	var wg sync.WaitGroup
+	results := make([]string, burst)
+	acquire := func(i int) {
+		defer wg.Done()
+		got, status, err := c.AcquireOnce(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: fmt.Sprintf("s-%02d", i), Handle: "codegen/default", WaitSeconds: waitSeconds(0)})
+		switch {
+		case err != nil:
+			results[i] = err.Error()
+		default:
+			results[i] = fmt.Sprintf("%d %s", status, got.Phase)
+		}
+	}
+	// The first wave fills part of maxInstances before the kill; the second, sent at once after
+	// it, races for the rest (more acquires than slots) while the lease changes hands.
+	const firstWave = 6
+	for i := 0; i < firstWave; i++ {
+		wg.Add(1)
+		go acquire(i)
+	}
+	if _, err := kubectl(ctx, "-n", operatorNamespace, "delete", "pod", leaderPod, "--grace-period=0", "--force", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	for i := firstWave; i < burst; i++ {
+		wg.Add(1)
+		go acquire(i)
+	}
+	wg.Wait()
+	t.Logf("burst answers (leader %s killed mid-burst): %v", leaderPod, results)
+
+	eventually(t, 2*time.Minute, "a new leader", func(ctx context.Context) (bool, error) {
+		h, err := leaseHolder(ctx, operatorNamespace, "airlock-operator")
+		return err == nil && h != "" && !strings.HasPrefix(h, leaderPod+"_"), nil
+	})
+	// The new leader settles the burst: maxInstances admitted, maxConcurrent of them Bound, the
+	// rest Queued; refused claims are deleted.
+	eventually(t, 3*time.Minute, "the burst to settle", func(ctx context.Context) (bool, error) {
+		list, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		by := map[airlockv1alpha1.ClaimPhase]int{}
+		for _, c := range list.Items {
+			by[c.Status.Phase]++
+		}
+		return by[airlockv1alpha1.ClaimBound] == maxConcurrent && by[airlockv1alpha1.ClaimQueued] == maxInstances-maxConcurrent && len(list.Items) == maxInstances, nil
+	})
+	w.Stop()
+	<-watchDone
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("watch: %d events; at most %d admitted live claims (limit %d), at most %d Binding+Bound (limit %d)", events, maxAdmitted, maxInstances, maxRun, maxConcurrent)
+	if maxRun > maxConcurrent {
+		t.Errorf("%d claims Binding or Bound at once, limit maxConcurrent %d", maxRun, maxConcurrent)
+	}
+	// Binding, Bound and Reaping claims are never taken back: once seen, none is refused.
+	var demoted []string
+	for name, changes := range history {
+		seenRunning := false
+		for _, ch := range changes {
+			if strings.Contains(ch, ":Binding") || strings.Contains(ch, ":Bound") {
+				seenRunning = true
+			}
+			if seenRunning && strings.Contains(ch, ":Refused") {
+				t.Errorf("claim %s was Binding or Bound, then Refused: %v", name, changes)
+			}
+			if strings.Contains(ch, ":Refused") && slices.ContainsFunc(changes, func(c string) bool { return strings.Contains(c, ":Queued") }) {
+				demoted = append(demoted, name)
+				break
+			}
+		}
+	}
+	// Queued claims count toward maxInstances but are not sticky (pkg/admission): a leader that
+	// walks again may refuse a Queued claim in favour of one that sorts before it. Claims created
+	// within the same second sort by name (creationTimestamps have whole seconds), so after a
+	// failover the new leader can queue such a claim before it refuses the Queued one it
+	// displaces, and a watch sees more than maxInstances Queued+Binding+Bound for a moment. No
+	// pod is involved (Binding+Bound stays within maxConcurrent, asserted above); this is
+	// reported, not failed (docs/decisions.md, "Real node").
+	if maxAdmitted > maxInstances {
+		var h []string
+		for name, changes := range history {
+			h = append(h, name+": "+strings.Join(changes, " → "))
+		}
+		sort.Strings(h)
+		t.Logf("FINDING: %d Queued+Binding+Bound+Reaping claims at once (maxInstances %d) while the new leader re-walked the queue; Queued claims then refused: %v\nat that moment: %v\nphase changes seen:\n%s",
+			maxAdmitted, maxInstances, demoted, worst, strings.Join(h, "\n"))
+	} else if len(demoted) > 0 {
+		t.Logf("Queued claims later refused (re-walked oldest first by the new leader): %v", demoted)
+	}
+	eventually(t, 2*time.Minute, "the operator Deployment back at 2 available replicas", func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(operatorNamespace).Get(ctx, "airlock-operator", metav1.GetOptions{})
+		return err == nil && d.Status.AvailableReplicas == 2, nil
+	})
+}
