@@ -1286,3 +1286,40 @@ func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
 		t.Errorf("phase %q after the API server agreed, want Binding", got.Status.Phase)
 	}
 }
+
+// TestSyncRefusalsFirst: when the walk gives a claim the place of a Queued claim that it now
+// refuses (both created in the same second, sorted by name), the refusal is written first, so that
+// there is never one live claim too many; the displacing claim is decided again shortly.
+func TestSyncRefusalsFirst(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", 5, 1))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	queued := newClaim("zzz", "s1", airlockv1alpha1.ClaimQueued, t0)
+	pending := newClaim("aaa", "s1", airlockv1alpha1.ClaimPending, t0)
+	f.claims = append(f.claims, queued, pending)
+	c := f.newController(ctx)
+
+	requeue, err := c.sync(ctx, keyOf(pending))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
+	checkActions(t, f, nil)
+	if c.queue.Len() != 1 {
+		t.Fatalf("queue holds %d keys, want the displaced Queued claim", c.queue.Len())
+	}
+	key, _ := c.queue.Get()
+	c.queue.Done(key)
+	if key != keyOf(queued) {
+		t.Fatalf("enqueued %v, want %v", key, keyOf(queued))
+	}
+
+	if _, err := c.sync(ctx, keyOf(queued)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaim(); got.Name != "zzz" || got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != "MaxPerSession" {
+		t.Errorf("displaced claim %s: %s/%s, want Refused/MaxPerSession", got.Name, got.Status.Phase, got.Status.Reason)
+	}
+}

@@ -157,10 +157,14 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 	if err != nil {
 		return nil, err
 	}
-	decision, ok := c.decide(input)[claim.Name]
+	decisions := c.decide(input)
+	decision, ok := decisions[claim.Name]
 	if !ok {
 		klog.FromContext(ctx).V(2).Info("Admission made no decision for the claim", "claim", klog.KObj(claim))
 		return nil, nil
+	}
+	if decision.Action != admission.Refuse && c.refusalsFirst(ctx, claim, input.Claims, decisions) {
+		return ptr.To(admitRecheckDelay), nil
 	}
 	now := c.clock.Now()
 	switch decision.Action {
@@ -243,6 +247,29 @@ func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *air
 
 // admissionInput gathers a namespace's claims, runtimes and registries from the caches, and
 // which of its Reaping claims have no pods left.
+// refusalsFirst makes the decisions that free a place land before those that take one. Decisions
+// are applied one claim at a time, so when the walk gives an older claim (seen late, or sorted
+// first by name within the same second) the place of a Queued claim that it now refuses, queuing or
+// admitting the older claim first would leave one live claim too many until the refusal is written.
+// It enqueues the Queued claims that the decisions refuse and says whether there were any; the
+// claim is then decided again shortly.
+func (c *Controller) refusalsFirst(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, claims []*airlockv1alpha1.SandboxClaim, decisions map[string]admission.Decision) bool {
+	pending := false
+	for _, other := range claims {
+		if other.Name == claim.Name || other.Status.Phase != airlockv1alpha1.ClaimQueued || other.DeletionTimestamp != nil {
+			continue
+		}
+		if decisions[other.Name].Action == admission.Refuse {
+			c.enqueueClaim(other)
+			pending = true
+		}
+	}
+	if pending {
+		klog.FromContext(ctx).V(4).Info("Refusing displaced Queued claims before this decision", "claim", klog.KObj(claim))
+	}
+	return pending
+}
+
 // confirmAdmit decides again on claim over a fresh list of the namespace's claims from the API
 // server, and says whether it is still admitted. The cache can miss a claim that another leader
 // admitted just before this one took over (or that it admitted itself a moment ago, if the write
@@ -262,8 +289,9 @@ func (c *Controller) confirmAdmit(ctx context.Context, claim *airlockv1alpha1.Sa
 	if input.PodGone, err = c.podGone(fresh); err != nil {
 		return false, err
 	}
-	decision, ok := c.decide(input)[claim.Name]
-	if ok && decision.Action == admission.Admit {
+	decisions := c.decide(input)
+	decision, ok := decisions[claim.Name]
+	if ok && decision.Action == admission.Admit && !c.refusalsFirst(ctx, claim, fresh, decisions) {
 		return true, nil
 	}
 	klog.FromContext(ctx).V(2).Info("The API server's claims do not confirm the cache's admission; deciding again shortly",
