@@ -359,12 +359,16 @@ func checkOwned(t *testing.T, kind string, meta metav1.ObjectMeta, c *airlockv1a
 func TestClaimQueueAndPromote(t *testing.T) {
 	const maxConcurrent = 3
 	e := newClaimEnv(t, "airlock-claim-queue", claimEnvOptions{maxConcurrent: maxConcurrent, maxPerSession: 3})
-	startClaimOperator(t, e.ns)
 	var names []string
 	for i := range maxConcurrent + 2 {
 		c := e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", "")
 		names = append(names, c.Name)
 	}
+	// The operator starts once every claim exists, so that its first decision sees them all. With
+	// the claims arriving one by one instead, a claim admitted first keeps its place (decisions are
+	// sticky) even when one that arrives after it sorts before it: creation timestamps have whole
+	// seconds, and claims of the same second are ordered by name.
+	startClaimOperator(t, e.ns)
 	eventually(t, 60*time.Second, "3 Bound and 2 Queued", func(ctx context.Context) (bool, error) {
 		p, _, err := e.phases(ctx)
 		return err == nil && p[airlockv1alpha1.ClaimBound] == maxConcurrent && p[airlockv1alpha1.ClaimQueued] == 2, err
