@@ -397,7 +397,9 @@ func TestStartFailsWithoutAirlockAPI(t *testing.T) {
 	kube, airlock := newFakes()
 	kube.Resources = nil // the CRDs are not installed
 	cfg := newTestConfig(kube, airlock)
-	cfg.APIServerTimeout = time.Millisecond
+	// Long enough for the first, immediate check to answer on a loaded machine (a 1 ms budget
+	// could expire inside it, leaving only "context deadline exceeded"); short of the 1 s poll.
+	cfg.APIServerTimeout = 500 * time.Millisecond
 
 	_, done := startOperator(t, ctx, cfg)
 	err := waitForResult(t, done)
