@@ -264,36 +264,13 @@ cmd_down() {
   log "down${comps:+ (stopped: $comps)}"
 }
 
-cmd_env() {
-  [[ -f $KUBECONFIG_ADMIN ]] || log "warning: $KUBECONFIG_ADMIN does not exist; run: hack/local-cluster.sh up"
-  echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
-}
+cmd_env() { print_env hack/local-cluster.sh; }
 
 cmd_status() {
   load_settings
-  local c ok=0 listed
-  listed=$(components)
-  if [[ -z $listed ]]; then
-    echo "local cluster: not running (state dir $STATE)"
-    return 1
-  fi
-  echo "local cluster in $STATE"
-  for c in $listed; do
-    if alive "$c"; then
-      printf '  %-24s running  pid %s\n' "$c" "$(pid_of "$c")"
-    else
-      printf '  %-24s NOT RUNNING (log: %s)\n' "$c" "$STATE/$c.log"
-      ok=1
-    fi
-  done
-  if apiserver_ready; then
-    echo "  kube-apiserver https://$ADDR:$APISERVER_PORT ready; KUBECONFIG=$KUBECONFIG_ADMIN"
-    kubectl_ get nodes -o wide 2>&1 | sed 's/^/  /'
-  else
-    echo "  kube-apiserver https://$ADDR:$APISERVER_PORT NOT ready"
-    ok=1
-  fi
-  return $ok
+  local ok=0
+  print_status "local cluster" "$ADDR" || ok=$?
+  return $(( ok == 0 ? 0 : 1 ))
 }
 
 # lock: one up/down at a time per state dir (fd 9; start() closes it in the children).

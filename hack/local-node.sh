@@ -653,38 +653,16 @@ cmd_down() {
   log "down in $(since "$t0")s${comps:+ (stopped: $comps)}"
 }
 
-cmd_env() {
-  [[ -f $KUBECONFIG_ADMIN ]] || log "warning: $KUBECONFIG_ADMIN does not exist; run: hack/local-node.sh up"
-  echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
-}
+cmd_env() { print_env hack/local-node.sh; }
 
 cmd_status() {
   load_settings
-  local c ok=0 listed
-  listed=$(components)
-  if [[ -z $listed ]]; then
-    echo "local node: not running (state dir $STATE)"
-    return 1
-  fi
-  echo "local node in $STATE"
-  for c in $listed; do
-    if alive "$c"; then
-      printf '  %-24s running  pid %s\n' "$c" "$(pid_of "$c")"
-    else
-      printf '  %-24s NOT RUNNING (log: %s)\n' "$c" "$STATE/$c.log"
-      ok=1
-    fi
-  done
-  if apiserver_ready; then
-    echo "  kube-apiserver https://$NODE_IP:$APISERVER_PORT ready; KUBECONFIG=$KUBECONFIG_ADMIN"
-    kubectl_ get nodes -o wide 2>&1 | sed 's/^/  /'
-    node_ready || ok=1
-  else
-    echo "  kube-apiserver https://$NODE_IP:$APISERVER_PORT NOT ready"
-    ok=1
-  fi
+  local ok=0
+  print_status "local node" "$NODE_IP" || ok=$?
+  (( ok != 2 )) || return 1
+  if apiserver_ready && ! node_ready; then ok=1; fi
   if knp_rules; then echo "  NetworkPolicy enforcement: active"; else echo "  NetworkPolicy enforcement: NOT active"; ok=1; fi
-  return $ok
+  return $(( ok == 0 ? 0 : 1 ))
 }
 
 cmd_images() {

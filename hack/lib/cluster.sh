@@ -329,3 +329,38 @@ wait_control_plane() {
   log "kube-controller-manager and kube-scheduler healthy (+$(since "$1")s)"
   wait_for kube-controller-manager "ServiceAccount default/default" kubectl_ get serviceaccount default -n default
 }
+
+# print_env SCRIPT: the export line of the admin kubeconfig, with a warning naming SCRIPT when
+# there is none yet.
+print_env() {
+  [[ -f $KUBECONFIG_ADMIN ]] || log "warning: $KUBECONFIG_ADMIN does not exist; run: $1 up"
+  echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
+}
+
+# print_status LABEL ADDRESS: what runs of the recorded components, and the apiserver at ADDRESS.
+# Returns 0 when everything is up, 1 when something is down, 2 when nothing was started.
+print_status() {
+  local label=$1 addr=$2 c ok=0 listed
+  listed=$(components)
+  if [[ -z $listed ]]; then
+    echo "$label: not running (state dir $STATE)"
+    return 2
+  fi
+  echo "$label in $STATE"
+  for c in $listed; do
+    if alive "$c"; then
+      printf '  %-24s running  pid %s\n' "$c" "$(pid_of "$c")"
+    else
+      printf '  %-24s NOT RUNNING (log: %s)\n' "$c" "$STATE/$c.log"
+      ok=1
+    fi
+  done
+  if apiserver_ready; then
+    echo "  kube-apiserver https://$addr:$APISERVER_PORT ready; KUBECONFIG=$KUBECONFIG_ADMIN"
+    kubectl_ get nodes -o wide 2>&1 | sed 's/^/  /'
+  else
+    echo "  kube-apiserver https://$addr:$APISERVER_PORT NOT ready"
+    ok=1
+  fi
+  return $ok
+}
