@@ -93,6 +93,10 @@ type Controller struct {
 	recorder    record.EventRecorder
 	clock       clock.WithTicker
 
+	// decisionLocks serialises the decisions that take a place under a limit, per namespace:
+	// each is confirmed over a fresh list and written before the next is confirmed.
+	decisionLocks keyedLocks
+
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
 

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
@@ -1321,5 +1323,104 @@ func TestSyncRefusalsFirst(t *testing.T) {
 	}
 	if got := f.writtenClaim(); got.Name != "zzz" || got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != "MaxPerSession" {
 		t.Errorf("displaced claim %s: %s/%s, want Refused/MaxPerSession", got.Name, got.Status.Phase, got.Status.Reason)
+	}
+}
+
+// TestSyncQueueConfirmedAgainstAPIServer: a claim that the cache would queue is not queued when the
+// API server has an older live claim of its session that the cache has not seen yet (one a previous
+// leader queued just before it died): queuing it would make one live claim too many. It is decided
+// again shortly, and refused once the cache has caught up.
+func TestSyncQueueConfirmedAgainstAPIServer(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 1))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	running := bound("c0", t0.Add(-time.Hour))
+	running.Spec.Session = "s0"
+	younger := newClaim("c2", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
+	f.claims = append(f.claims, running, younger)
+	c := f.newController(ctx)
+
+	older := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute))
+	if err := f.airlockClient.Tracker().Add(older); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+
+	requeue, err := c.sync(ctx, keyOf(younger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
+	checkActions(t, f, nil)
+	var listed bool
+	for _, a := range f.log {
+		listed = listed || (a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims")
+	}
+	if !listed {
+		t.Error("the queue decision was not confirmed with a list from the API server")
+	}
+
+	// Once the cache has the older claim too, the younger one is refused, never queued.
+	f = newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 1))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	f.claims = append(f.claims, running, older, younger)
+	c = f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != admission.ReasonMaxPerSession {
+		t.Errorf("younger claim %s/%s, want Refused/MaxPerSession", got.Status.Phase, got.Status.Reason)
+	}
+}
+
+// TestSyncPlaceDecisionsSerialisedPerNamespace: a decision that takes a place is confirmed and
+// written under the namespace's decision lock, so that two workers never confirm two decisions
+// of one namespace over the same list. While the lock is held elsewhere, the sync writes nothing;
+// once it is released, the claim is queued.
+func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	running := bound("c0", t0.Add(-time.Hour))
+	pending := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
+	f.claims = append(f.claims, running, pending)
+	c := f.newController(ctx)
+
+	unlock := c.decisionLocks.lock(testNamespace)
+	done := make(chan error)
+	go func() {
+		_, err := c.sync(ctx, keyOf(pending))
+		done <- err
+	}()
+	// Wait until the sync waits for the lock: it then has the cache's decision in hand.
+	for c.decisionLocks.users(testNamespace) < 2 {
+		select {
+		case err := <-done:
+			t.Fatalf("the sync finished while another worker held the namespace's decision lock (err %v)", err)
+		default:
+			goruntime.Gosched()
+		}
+	}
+	checkActions(t, f, nil)
+	for _, a := range f.log {
+		if a.GetVerb() == "list" {
+			t.Errorf("the sync listed claims while another worker held the decision lock: %v", a)
+		}
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimQueued {
+		t.Errorf("phase %q after the lock was released, want Queued", got.Status.Phase)
+	}
+	if n := c.decisionLocks.len(); n != 0 {
+		t.Errorf("%d decision locks left after the sync", n)
 	}
 }

@@ -152,6 +152,14 @@ func timeLeft(since time.Time, ttl time.Duration, now time.Time) (time.Duration,
 }
 
 // syncUndecided decides a Pending or Queued claim: admission runs over the namespace's claims.
+//
+// A decision that takes a place (Pending to Queued, or Pending or Queued to Binding) is made
+// under the namespace's decision lock and confirmed over a fresh list from the API server before
+// it is written (see placeDecision), so that the count of live and running claims never goes over
+// a limit, even for a moment: not after a failover (the new leader's cache may miss what the old
+// one wrote), nor between two workers deciding claims of one namespace at once. A refusal only
+// frees a place, and a Queued claim that stays Queued takes none, so these are written from the
+// cache.
 func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
 	input, err := c.admissionInput(claim.Namespace)
 	if err != nil {
@@ -163,61 +171,101 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 		klog.FromContext(ctx).V(2).Info("Admission made no decision for the claim", "claim", klog.KObj(claim))
 		return nil, nil
 	}
-	if decision.Action != admission.Refuse && c.refusalsFirst(ctx, claim, input.Claims, decisions) {
+	switch {
+	case decision.Action == admission.Refuse:
+		return c.writeRefused(ctx, claim, rt, decision.Reason)
+	case c.refusalsFirst(ctx, claim, input.Claims, decisions):
 		return ptr.To(admitRecheckDelay), nil
+	case decision.Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued:
+		return c.writeQueued(ctx, claim, rt)
+	case decision.Action != admission.Queue && decision.Action != admission.Admit:
+		return nil, fmt.Errorf("admission returned unknown action %q for claim %s", decision.Action, klog.KObj(claim))
+	}
+
+	written, requeue, err := c.placeDecision(ctx, claim, rt, input, decision.Action)
+	if err != nil || written == nil || decision.Action == admission.Queue {
+		return requeue, err
+	}
+	// Admitted: the children are built outside the decision lock.
+	return c.syncBinding(ctx, written, rt)
+}
+
+// placeDecision writes a decision that takes a place (want is Queue or Admit) under the
+// namespace's decision lock, once a fresh list from the API server confirms it. It returns the
+// written claim, or nil and when to decide again if the fresh list does not confirm it.
+func (c *Controller) placeDecision(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, cached admission.Input, want admission.Action) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
+	unlock := c.decisionLocks.lock(claim.Namespace)
+	defer unlock()
+
+	confirmed, err := c.confirm(ctx, claim, cached, want)
+	if err != nil || !confirmed {
+		return nil, ptr.To(admitRecheckDelay), err
 	}
 	now := c.clock.Now()
-	switch decision.Action {
-	case admission.Refuse:
-		message, err := c.refusalMessage(claim, rt, decision.Reason)
-		if err != nil {
-			return nil, err
-		}
-		updated := claim.DeepCopy()
-		setPhase(updated, airlockv1alpha1.ClaimRefused, decision.Reason, message)
-		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, decision.Reason, message, now)
-		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, err
-		}
-		return ptr.To(refusedTTL), nil
-
-	case admission.Queue:
-		queuedAt := now
-		if claim.Status.QueuedAt != nil {
-			queuedAt = claim.Status.QueuedAt.Time
-		}
-		left, ok := timeLeft(queuedAt, waitingTTL(rt), now)
+	updated := claim.DeepCopy()
+	if want == admission.Queue {
+		left, ok := c.queuedStatus(claim, updated, rt, now)
 		if !ok {
-			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimQueued, ReasonQueueTimeout)
+			return nil, nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonQueueTimeout)
 		}
-		updated := claim.DeepCopy()
-		setPhase(updated, airlockv1alpha1.ClaimQueued, ReasonMaxConcurrent, MessageQueued)
-		updated.Status.QueuedAt = ptr.To(metav1.NewTime(queuedAt))
-		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, ReasonQueued, MessageQueued, now)
 		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return ptr.To(left), nil
-
-	case admission.Admit:
-		confirmed, err := c.confirmAdmit(ctx, claim, input)
-		if err != nil {
-			return nil, err
-		}
-		if !confirmed {
-			return ptr.To(admitRecheckDelay), nil
-		}
-		updated := claim.DeepCopy()
-		setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
-		setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
-		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
-		written, err := c.updateClaimStatus(ctx, claim, updated)
-		if err != nil {
-			return nil, err
-		}
-		return c.syncBinding(ctx, written, rt)
+		return nil, ptr.To(left), nil
 	}
-	return nil, fmt.Errorf("admission returned unknown action %q for claim %s", decision.Action, klog.KObj(claim))
+	setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
+	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
+	written, err := c.updateClaimStatus(ctx, claim, updated)
+	if err != nil {
+		return nil, nil, err
+	}
+	return written, nil, nil
+}
+
+// writeRefused writes a refusal.
+func (c *Controller) writeRefused(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason string) (*time.Duration, error) {
+	message, err := c.refusalMessage(claim, rt, reason)
+	if err != nil {
+		return nil, err
+	}
+	updated := claim.DeepCopy()
+	setPhase(updated, airlockv1alpha1.ClaimRefused, reason, message)
+	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, reason, message, c.clock.Now())
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return nil, err
+	}
+	return ptr.To(refusedTTL), nil
+}
+
+// writeQueued keeps a Queued claim Queued, or deletes it once it has waited its time.
+func (c *Controller) writeQueued(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
+	updated := claim.DeepCopy()
+	left, ok := c.queuedStatus(claim, updated, rt, c.clock.Now())
+	if !ok {
+		return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimQueued, ReasonQueueTimeout)
+	}
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return nil, err
+	}
+	return ptr.To(left), nil
+}
+
+// queuedStatus sets updated's status to Queued, keeping the time the claim was first queued, and
+// returns how long it may still wait; false when its time in the queue is up.
+func (c *Controller) queuedStatus(claim, updated *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, now time.Time) (time.Duration, bool) {
+	queuedAt := now
+	if claim.Status.QueuedAt != nil {
+		queuedAt = claim.Status.QueuedAt.Time
+	}
+	left, ok := timeLeft(queuedAt, waitingTTL(rt), now)
+	if !ok {
+		return 0, false
+	}
+	setPhase(updated, airlockv1alpha1.ClaimQueued, ReasonMaxConcurrent, MessageQueued)
+	updated.Status.QueuedAt = ptr.To(metav1.NewTime(queuedAt))
+	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionFalse, ReasonQueued, MessageQueued, now)
+	return left, true
 }
 
 // refusalMessage explains a refusal reason in words.
@@ -245,8 +293,6 @@ func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *air
 	return messageRefusedDetail, nil
 }
 
-// admissionInput gathers a namespace's claims, runtimes and registries from the caches, and
-// which of its Reaping claims have no pods left.
 // refusalsFirst makes the decisions that free a place land before those that take one. Decisions
 // are applied one claim at a time, so when the walk gives an older claim (seen late, or sorted
 // first by name within the same second) the place of a Queued claim that it now refuses, queuing or
@@ -270,19 +316,25 @@ func (c *Controller) refusalsFirst(ctx context.Context, claim *airlockv1alpha1.S
 	return pending
 }
 
-// confirmAdmit decides again on claim over a fresh list of the namespace's claims from the API
-// server, and says whether it is still admitted. The cache can miss a claim that another leader
-// admitted just before this one took over (or that it admitted itself a moment ago, if the write
-// has not come back through the watch yet); admitting on the cache alone could then let one claim
-// too many run. Queue and Refuse need no such check: nothing starts for them.
-func (c *Controller) confirmAdmit(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input) (bool, error) {
+// confirm decides again on claim over a fresh list of the namespace's claims from the API server
+// (a quorum read), and says whether the decision is still want, with no displaced Queued claim
+// left to refuse first. The cache can miss a claim that another leader decided just before this
+// one took over, or a decision this leader wrote a moment ago that has not come back through the
+// watch yet; deciding on the cache alone could then let one claim too many be live or run. The
+// caller holds the namespace's decision lock, so no other decision of the namespace is written
+// between this list and the caller's write.
+func (c *Controller) confirm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input, want admission.Action) (bool, error) {
 	list, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, err
 	}
 	fresh := make([]*airlockv1alpha1.SandboxClaim, len(list.Items))
+	current := false
 	for i := range list.Items {
 		fresh[i] = &list.Items[i]
+		// The claim itself must be as the cache has it: if the API server has a newer version,
+		// another decision of it was written, and this one is stale.
+		current = current || (fresh[i].Name == claim.Name && fresh[i].ResourceVersion == claim.ResourceVersion)
 	}
 	input := cached
 	input.Claims = fresh
@@ -291,11 +343,11 @@ func (c *Controller) confirmAdmit(ctx context.Context, claim *airlockv1alpha1.Sa
 	}
 	decisions := c.decide(input)
 	decision, ok := decisions[claim.Name]
-	if ok && decision.Action == admission.Admit && !c.refusalsFirst(ctx, claim, fresh, decisions) {
+	if current && ok && decision.Action == want && !c.refusalsFirst(ctx, claim, fresh, decisions) {
 		return true, nil
 	}
-	klog.FromContext(ctx).V(2).Info("The API server's claims do not confirm the cache's admission; deciding again shortly",
-		"claim", klog.KObj(claim), "decision", decision.Action, "reason", decision.Reason)
+	klog.FromContext(ctx).V(2).Info("The API server's claims do not confirm the cache's decision; deciding again shortly",
+		"claim", klog.KObj(claim), "cached", want, "fresh", decision.Action, "reason", decision.Reason, "current", current)
 	return false, nil
 }
 
