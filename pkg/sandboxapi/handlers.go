@@ -164,7 +164,15 @@ func (s *Server) endpoint(base klog.Logger, name string, h handlerFunc) http.Han
 		status, out, err := s.serve(ctx, w, req, h)
 		if err != nil {
 			var apiErr *apiError
-			if !errors.As(err, &apiErr) {
+			switch {
+			case errors.As(err, &apiErr):
+			case ctx.Err() != nil:
+				// The request ended (the client went away, or this replica is shutting down) while
+				// a call to the API server was in flight: nothing is known to have gone wrong, and
+				// every endpoint is safe to call again, so the answer is the retryable 503.
+				logger.V(2).Info("Sandbox API request ended before it was served", "err", err, "cause", context.Cause(ctx))
+				apiErr = errorf(http.StatusServiceUnavailable, client.CodeUnavailable, "the request ended before it was served: %v; try again", context.Cause(ctx))
+			default:
 				logger.Error(err, "Sandbox API request failed")
 				apiErr = errorf(http.StatusInternalServerError, client.CodeInternal, "internal error: %v", err)
 			}

@@ -2,6 +2,7 @@ package sandboxapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -148,4 +149,37 @@ func FuzzDecodeAcquire(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRequestEndedIsRetryable: a call to the API server that fails because the request's context
+// ended (the client went away, or this replica is shutting down mid-acquire) answers the retryable
+// 503 unavailable, not 500 internal; the same failure with the request still alive is a 500.
+func TestRequestEndedIsRetryable(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cancel     bool
+		wantStatus int
+		wantCode   string
+	}{
+		"request ended":       {cancel: true, wantStatus: http.StatusServiceUnavailable, wantCode: client.CodeUnavailable},
+		"request still alive": {cancel: false, wantStatus: http.StatusInternalServerError, wantCode: client.CodeInternal},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, baseObjects()...)
+			ctx, cancel := context.WithCancel(f.ctx)
+			defer cancel()
+			f.ctx = ctx
+			f.airlock.PrependReactor("create", "sandboxclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if tc.cancel {
+					cancel()
+					return true, nil, context.Canceled
+				}
+				return true, nil, errors.New("etcd is on fire")
+			})
+			e := wantError(t, f.acquire(0), tc.wantStatus, tc.wantCode, "")
+			t.Logf("answer: %+v", e)
+			if len(f.createdClaims()) != 0 {
+				t.Errorf("claims created: %v", f.createdClaims())
+			}
+		})
+	}
 }
