@@ -77,6 +77,26 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, clock: clocktesting.NewFakeClock(t0)}
 }
 
+// newFixtureWithLimits is a fixture whose runtime "agent" has the given limits, with its registry
+// and the class.
+func newFixtureWithLimits(t *testing.T, maxConcurrent, maxPerSession int32) *fixture {
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", maxConcurrent, maxPerSession))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	return f
+}
+
+// listedClaims says whether the clients listed SandboxClaims (from the API server, not the cache).
+func (f *fixture) listedClaims() bool {
+	for _, a := range f.log {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims" {
+			return true
+		}
+	}
+	return false
+}
+
 // withDefaults adds an enabled runtime, its registry and the class.
 func (f *fixture) withDefaults() *fixture {
 	f.runtimes = append(f.runtimes, newRuntime("agent", 5, 3))
@@ -837,10 +857,7 @@ func TestSyncExpiry(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t)
-			f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
-			f.registries = append(f.registries, newRegistry("tools", ""))
-			f.classes = append(f.classes, newClass("codegen"))
+			f := newFixtureWithLimits(t, 1, 3)
 			f.claims = append(append(f.claims, tc.others...), tc.claim)
 			if tc.blocker {
 				b := bound("blocker", t0.Add(-time.Hour))
@@ -1247,34 +1264,14 @@ func TestSyncReapRequested(t *testing.T) {
 // it died), and the claim is looked at again shortly.
 func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
-	f.registries = append(f.registries, newRegistry("tools", ""))
-	f.classes = append(f.classes, newClass("codegen"))
+	f := newFixtureWithLimits(t, 1, 3)
 	younger := newClaim("c2", "s2", "", t0.Add(-time.Second))
 	f.claims = append(f.claims, younger)
 	c := f.newController(ctx)
 
 	// The API server has an older claim, already Binding, that the cache has not caught up with.
 	older := binding("c1", t0.Add(-time.Minute))
-	if err := f.airlockClient.Tracker().Add(older); err != nil {
-		t.Fatal(err)
-	}
-	f.log = nil
-
-	requeue, err := c.sync(ctx, keyOf(younger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
-	checkActions(t, f, nil)
-	var listed bool
-	for _, a := range f.log {
-		listed = listed || (a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims")
-	}
-	if !listed {
-		t.Error("the admission was not confirmed with a list from the API server")
-	}
+	checkUnconfirmed(ctx, t, f, c, younger, older)
 
 	// Once the API server agrees (the older claim is gone), the claim is admitted.
 	if err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
@@ -1289,15 +1286,32 @@ func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
 	}
 }
 
+// checkUnconfirmed puts apiOnly into the API server only (the cache has not caught up with it),
+// syncs claim, and checks that the cache's decision was checked against a fresh list, which did
+// not confirm it: nothing is written, and the claim is decided again shortly.
+func checkUnconfirmed(ctx context.Context, t *testing.T, f *fixture, c *Controller, claim, apiOnly *airlockv1alpha1.SandboxClaim) {
+	t.Helper()
+	if err := f.airlockClient.Tracker().Add(apiOnly); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
+	checkActions(t, f, nil)
+	if !f.listedClaims() {
+		t.Error("the cache's decision was not confirmed with a list from the API server")
+	}
+}
+
 // TestSyncRefusalsFirst: when the walk gives a claim the place of a Queued claim that it now
 // refuses (both created in the same second, sorted by name), the refusal is written first, so that
 // there is never one live claim too many; the displacing claim is decided again shortly.
 func TestSyncRefusalsFirst(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	f.runtimes = append(f.runtimes, newRuntime("agent", 5, 1))
-	f.registries = append(f.registries, newRegistry("tools", ""))
-	f.classes = append(f.classes, newClass("codegen"))
+	f := newFixtureWithLimits(t, 5, 1)
 	queued := newClaim("zzz", "s1", airlockv1alpha1.ClaimQueued, t0)
 	pending := newClaim("aaa", "s1", airlockv1alpha1.ClaimPending, t0)
 	f.claims = append(f.claims, queued, pending)
@@ -1332,10 +1346,7 @@ func TestSyncRefusalsFirst(t *testing.T) {
 // again shortly, and refused once the cache has caught up.
 func TestSyncQueueConfirmedAgainstAPIServer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 1))
-	f.registries = append(f.registries, newRegistry("tools", ""))
-	f.classes = append(f.classes, newClass("codegen"))
+	f := newFixtureWithLimits(t, 1, 1)
 	running := bound("c0", t0.Add(-time.Hour))
 	running.Spec.Session = "s0"
 	younger := newClaim("c2", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
@@ -1343,30 +1354,10 @@ func TestSyncQueueConfirmedAgainstAPIServer(t *testing.T) {
 	c := f.newController(ctx)
 
 	older := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute))
-	if err := f.airlockClient.Tracker().Add(older); err != nil {
-		t.Fatal(err)
-	}
-	f.log = nil
-
-	requeue, err := c.sync(ctx, keyOf(younger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
-	checkActions(t, f, nil)
-	var listed bool
-	for _, a := range f.log {
-		listed = listed || (a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims")
-	}
-	if !listed {
-		t.Error("the queue decision was not confirmed with a list from the API server")
-	}
+	checkUnconfirmed(ctx, t, f, c, younger, older)
 
 	// Once the cache has the older claim too, the younger one is refused, never queued.
-	f = newFixture(t)
-	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 1))
-	f.registries = append(f.registries, newRegistry("tools", ""))
-	f.classes = append(f.classes, newClass("codegen"))
+	f = newFixtureWithLimits(t, 1, 1)
 	f.claims = append(f.claims, running, older, younger)
 	c = f.newController(ctx)
 	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
@@ -1383,10 +1374,7 @@ func TestSyncQueueConfirmedAgainstAPIServer(t *testing.T) {
 // once it is released, the claim is queued.
 func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	f.runtimes = append(f.runtimes, newRuntime("agent", 1, 3))
-	f.registries = append(f.registries, newRegistry("tools", ""))
-	f.classes = append(f.classes, newClass("codegen"))
+	f := newFixtureWithLimits(t, 1, 3)
 	running := bound("c0", t0.Add(-time.Hour))
 	pending := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
 	f.claims = append(f.claims, running, pending)
