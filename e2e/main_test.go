@@ -124,12 +124,19 @@ func installManifests() error {
 // namespaces should, and deletes it when the test ends.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
+	return newNamespaceAt(t, prefix, "restricted")
+}
+
+// newNamespaceAt creates a namespace that enforces the Pod Security level given, and deletes it
+// when the test ends.
+func newNamespaceAt(t *testing.T, prefix, level string) string {
+	t.Helper()
 	ctx := context.Background()
 	ns, err := kubeClient.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: prefix + "-",
 			Labels: map[string]string{
-				"pod-security.kubernetes.io/enforce": "restricted",
+				"pod-security.kubernetes.io/enforce": level,
 				"airlock.dev/e2e":                    "true",
 			},
 		},

@@ -14,7 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -61,7 +61,7 @@ func realnodeSandboxImage() string {
 // ServiceAccount, classes, a registry and a runtime.
 type realnodeEnv struct {
 	ns      string
-	hostDir string // the content volume's directory on the node (this machine)
+	hostDir string // the content volume's directory on the node
 	classes []string
 }
 
@@ -103,14 +103,7 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 	// PVC. Its root is world-writable (1777), so that the subPath directories the kubelet creates
 	// for the sandboxes (with the root's mode, owned by root) are writable by uid 65532, and the
 	// sync-back Job (also 65532) can create the target (docs/decisions.md, "Real node").
-	e.hostDir = filepath.Join(os.TempDir(), "airlock-e2e-realnode", ns)
-	if err := os.MkdirAll(e.hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(e.hostDir, os.ModeSticky|0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(e.hostDir) })
+	e.hostDir = prepareNodeDir(t, ns)
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "content-" + ns, Labels: map[string]string{"airlock.dev/e2e": "true"}},
 		Spec: corev1.PersistentVolumeSpec{
@@ -284,24 +277,9 @@ func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeo
 	}
 	pod := restrictedPod(name, map[string]string{"app": "runtime"}, realnodeClientImage(), []string{mode, "-plan", string(b)})
 	pod.Spec.ServiceAccountName = "agent"
-	if _, err := kubeClient.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating runtime pod %s: %w", name, err)
-	}
-	var phase corev1.PodPhase
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		p, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
-	})
+	phase, logs, err := runPodToEnd(ctx, e.ns, pod, timeout)
 	if err != nil {
-		return fmt.Errorf("waiting for runtime pod %s to finish (phase %q): %w", name, phase, err)
-	}
-	logs, err := kubeClient.CoreV1().Pods(e.ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("logs of %s: %w", name, err)
+		return err
 	}
 	var result string
 	for _, line := range strings.Split(string(logs), "\n") {
@@ -316,6 +294,103 @@ func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeo
 		return fmt.Errorf("runtime pod %s printed %q: %w", name, result, err)
 	}
 	return nil
+}
+
+// runPodToEnd creates pod in namespace ns, waits until it has Succeeded or Failed, and returns its
+// phase and logs.
+func runPodToEnd(ctx context.Context, ns string, pod *corev1.Pod, timeout time.Duration) (corev1.PodPhase, []byte, error) {
+	name := pod.Name
+	if _, err := kubeClient.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", nil, fmt.Errorf("creating pod %s: %w", name, err)
+	}
+	var phase corev1.PodPhase
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := kubeClient.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		return phase, nil, fmt.Errorf("waiting for pod %s to finish (phase %q): %w", name, phase, err)
+	}
+	logs, err := kubeClient.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return phase, nil, fmt.Errorf("logs of %s: %w", name, err)
+	}
+	return phase, logs, nil
+}
+
+// nodeDirRoot is where the tests' content volumes live on the node.
+const nodeDirRoot = "/tmp/airlock-e2e-realnode"
+
+// prepareNodeDir makes the directory nodeDirRoot/name on the node, world-writable and sticky, and
+// removes it when the test ends. It works through a root pod in a privileged namespace of its
+// own, never through this machine's filesystem, so that the suite runs the same where the node is
+// not this machine (kind: the node is a container). The suite assumes one node.
+func prepareNodeDir(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespaceAt(t, "airlock-rn-nodedir", "privileged")
+	dir := path.Join(nodeDirRoot, name)
+	run := func(ctx context.Context, podName, script string) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name:            "main",
+					Image:           realnodeSandboxImage(),
+					ImagePullPolicy: corev1.PullIfNotPresent,
+					Command:         []string{"sh", "-c", script},
+					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false)},
+					VolumeMounts:    []corev1.VolumeMount{{Name: "root", MountPath: "/node"}},
+				}},
+				Volumes: []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{
+					HostPath: &corev1.HostPathVolumeSource{Path: nodeDirRoot, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
+				}}},
+			},
+		}
+		phase, logs, err := runPodToEnd(ctx, ns, pod, 2*time.Minute)
+		if err == nil && phase != corev1.PodSucceeded {
+			err = fmt.Errorf("pod %s ended %s: %s", podName, phase, logs)
+		}
+		return err
+	}
+	// mode 1777: the subPath directories the kubelet creates for the sandboxes (with the root's
+	// mode, owned by root) are then writable by uid 65532, and so is the sync-back Job's target
+	// (docs/decisions.md, "Real node").
+	if err := run(ctx, "mkdir", "mkdir -p /node/"+name+" && chmod 1777 /node/"+name); err != nil {
+		t.Fatalf("preparing %s on the node: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := run(context.Background(), "rmdir", "rm -rf /node/"+name); err != nil {
+			t.Errorf("removing %s from the node: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
+// of the namespace that mounts the workspace-content PVC read-only reads it.
+func (e *realnodeEnv) readContent(rel string) (string, error) {
+	ctx := context.Background()
+	name := fmt.Sprintf("read-%d", time.Now().UnixNano())
+	pod := restrictedPod(name, map[string]string{"app": "reader"}, realnodeSandboxImage(), nil)
+	pod.Spec.Containers[0].Command = []string{"cat", path.Join("/content", rel)}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "content", MountPath: "/content", ReadOnly: true}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content", ReadOnly: true},
+	}}}
+	phase, logs, err := runPodToEnd(ctx, e.ns, pod, 2*time.Minute)
+	if err != nil {
+		return "", err
+	}
+	if phase != corev1.PodSucceeded {
+		return "", fmt.Errorf("reading %s: pod %s ended %s: %s", rel, name, phase, logs)
+	}
+	return string(logs), nil
 }
 
 type rnCall struct {
@@ -573,8 +648,8 @@ func TestRealNodeSandbox(t *testing.T) {
 		return false, err
 	})
 	for file, want := range map[string]string{"src/hello.txt": "hello sandbox\nsecond line\n", "src/bash.txt": "made-by-bash\n"} {
-		got, err := os.ReadFile(filepath.Join(e.hostDir, "results/run1", file))
-		if err != nil || string(got) != want {
+		got, err := e.readContent(path.Join("results/run1", file))
+		if err != nil || got != want {
 			t.Errorf("synced-back %s: %q %v, want %q", file, got, err, want)
 		}
 	}
@@ -712,7 +787,7 @@ func TestRealNodeLeaderKill(t *testing.T) {
 		got, status, err := c.AcquireOnce(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: fmt.Sprintf("s-%02d", i), Handle: "codegen/default", WaitSeconds: waitSeconds(0)})
 		switch {
 		case err != nil:
-			results[i] = err.Error()
+			results[i] = fmt.Sprintf("%d %v", status, err)
 		default:
 			results[i] = fmt.Sprintf("%d %s", status, got.Phase)
 		}
@@ -733,6 +808,12 @@ func TestRealNodeLeaderKill(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("burst answers (leader %s killed mid-burst): %v", leaderPod, results)
+	// A replica that dies mid-request answers (if at all) with the retryable 503, never 500.
+	for i, r := range results {
+		if strings.HasPrefix(r, "500 ") {
+			t.Errorf("acquire %d answered %s; a request cut short by a dying replica must be a retryable 503", i, r)
+		}
+	}
 
 	eventually(t, 2*time.Minute, "a new leader", func(ctx context.Context) (bool, error) {
 		h, err := leaseHolder(ctx, operatorNamespace, "airlock-operator")

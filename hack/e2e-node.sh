@@ -13,7 +13,8 @@
 # Settings: AIRLOCK_E2E_NODE_KEEP=1 leaves the node up afterwards (then: hack/local-node.sh down);
 # a node that was already up (e.g. from `make run`) is used and left up.
 # With KUBECONFIG set and AIRLOCK_E2E_USE_KUBECONFIG=1 it runs against that cluster instead (pods
-# must really run there, e.g. kind, with the images loaded and airlock installed).
+# must really run there, e.g. kind, with the images loaded: hack/e2e-kind.sh); airlock is
+# installed there too.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,7 +51,8 @@ can_run_node() {
   fi
 }
 
-KUBECTL=$ROOT/bin/kubectl
+# kubectl: bin/kubectl (hack/build-cluster-bins.sh), unless KUBECTL names another.
+KUBECTL=${KUBECTL:-$ROOT/bin/kubectl}
 export KUBECTL
 
 if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
@@ -67,16 +69,23 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   hack/local-node.sh images operator sandbox e2e-client
   eval "$(hack/local-node.sh env)"
   log "node up and images imported in $((SECONDS - t0))s"
-
-  t1=$SECONDS
-  log "installing airlock: kubectl apply -k manifests/"
-  "$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
-  "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev \
-    crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
-  "$KUBECTL" apply --server-side --force-conflicts -k manifests/ >/dev/null
-  "$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
-  log "airlock installed, operator 2/2 available in $((SECONDS - t1))s"
+else
+  [[ -n ${KUBECONFIG:-} ]] || { log "error: AIRLOCK_E2E_USE_KUBECONFIG=1 needs KUBECONFIG"; exit 1; }
 fi
 export KUBECONFIG
+
+t1=$SECONDS
+log "installing airlock: kubectl apply -k manifests/"
+"$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
+"$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev \
+  crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
+installed=$("$KUBECTL" -n airlock-system get deployment/airlock-operator -o name 2>/dev/null || true)
+"$KUBECTL" apply --server-side --force-conflicts -k manifests/ >/dev/null
+if [[ -n $installed ]]; then
+  # The images were just rebuilt under the same tags: the running replicas must pick them up.
+  "$KUBECTL" -n airlock-system rollout restart deployment/airlock-operator >/dev/null
+fi
+"$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
+log "airlock installed, operator 2/2 available in $((SECONDS - t1))s"
 
 go test -tags 'e2e realnode' -count=1 -timeout 20m -v -run '^TestRealNode' "$@" ./e2e/
