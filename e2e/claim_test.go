@@ -58,35 +58,7 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 		_ = os.Chmod(hostDir, 0o777)
 		t.Cleanup(func() { _ = os.RemoveAll(hostDir) })
 	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "content-" + ns, Labels: map[string]string{"airlock.dev/e2e": "true"}},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              "",
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "workspace-content"},
-		},
-	}
-	if _, err := kubeClient.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating PV: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = kubeClient.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-	})
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "workspace-content", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			StorageClassName: ptr.To(""),
-			VolumeName:       pv.Name,
-		},
-	}
-	if _, err := kubeClient.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating PVC: %v", err)
-	}
+	createContentVolume(t, ns, hostDir, nil)
 
 	class := validClass(e.class)
 	class.Spec.Image = e2eImage()
