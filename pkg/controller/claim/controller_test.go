@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -293,6 +294,22 @@ func (f *fixture) written(resource, subresource string) runtime.Object {
 
 func (f *fixture) writtenClaim() *airlockv1alpha1.SandboxClaim {
 	return f.written("sandboxclaims", "status").(*airlockv1alpha1.SandboxClaim)
+}
+
+// writtenClaimNamed returns the last status written for the claim named name.
+func (f *fixture) writtenClaimNamed(name string) *airlockv1alpha1.SandboxClaim {
+	var got *airlockv1alpha1.SandboxClaim
+	for _, a := range f.log {
+		if u, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "sandboxclaims" && a.GetSubresource() == "status" {
+			if c := u.GetObject().(*airlockv1alpha1.SandboxClaim); c.Name == name {
+				got = c
+			}
+		}
+	}
+	if got == nil {
+		f.t.Fatalf("no status of claim %s was written", name)
+	}
+	return got
 }
 
 // events drains the recorded events.
@@ -707,6 +724,7 @@ func TestSyncAdmission(t *testing.T) {
 		wantReason                   string
 		wantRequeue                  *time.Duration
 		wantEvent                    string
+		otherEvents                  []string // events of other claims decided in the same pass, first
 	}{
 		"over maxConcurrent is queued": {
 			maxConcurrent: 1, maxPerSession: 3,
@@ -745,6 +763,8 @@ func TestSyncAdmission(t *testing.T) {
 			wantPhase:   airlockv1alpha1.ClaimQueued,
 			wantReason:  ReasonMaxConcurrent,
 			wantRequeue: ptr.To(30 * time.Minute),
+			// The older claim is decided in the same pass (one list for the namespace).
+			otherEvents: []string{"Normal Admitted " + MessageAdmitted},
 			wantEvent:   "Normal Queued " + MessageQueued,
 		},
 		"a Reaping claim whose pods are gone frees its slot": {
@@ -777,14 +797,15 @@ func TestSyncAdmission(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkRequeue(t, requeue, tc.wantRequeue)
-			got := f.writtenClaim()
+			got := f.writtenClaimNamed(tc.claim.Name)
 			if got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason {
 				t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, tc.wantReason)
 			}
 			if tc.wantPhase == airlockv1alpha1.ClaimQueued && (got.Status.QueuedAt == nil || !got.Status.QueuedAt.Time.Equal(t0)) {
 				t.Errorf("queuedAt %v, want %v", got.Status.QueuedAt, t0)
 			}
-			if diff := cmp.Diff([]string{tc.wantEvent}, f.events()); diff != "" {
+			// Decisions of one pass are written concurrently: their events come in any order.
+			if diff := cmp.Diff(append(tc.otherEvents, tc.wantEvent), f.events(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
@@ -1259,21 +1280,23 @@ func TestSyncReapRequested(t *testing.T) {
 	}
 }
 
-// TestSyncAdmitConfirmedAgainstAPIServer: a claim that the cache would admit is not admitted when
-// the API server has a claim the cache has not seen yet (one a previous leader admitted just before
-// it died), and the claim is looked at again shortly.
-func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
+// TestSyncDecidesOverAPIServerState: a claim that the cache would admit is queued instead when
+// the API server has an older claim, already Binding, that the cache has not seen yet (one a
+// previous leader admitted just before it died): admitting on the cache would run one claim too
+// many. Once the older claim is gone, the claim is admitted.
+func TestSyncDecidesOverAPIServerState(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixtureWithLimits(t, 1, 3)
 	younger := newClaim("c2", "s2", "", t0.Add(-time.Second))
 	f.claims = append(f.claims, younger)
 	c := f.newController(ctx)
 
-	// The API server has an older claim, already Binding, that the cache has not caught up with.
-	older := binding("c1", t0.Add(-time.Minute))
-	checkUnconfirmed(ctx, t, f, c, younger, older)
+	syncWithAPIOnly(ctx, t, f, c, younger, binding("c1", t0.Add(-time.Minute)))
+	checkActions(t, f, []string{"update sandboxclaims/status c2"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimQueued {
+		t.Errorf("phase %q with an older Binding claim on the API server, want Queued", got.Status.Phase)
+	}
 
-	// Once the API server agrees (the older claim is gone), the claim is admitted.
 	if err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -1282,14 +1305,34 @@ func TestSyncAdmitConfirmedAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimBinding {
-		t.Errorf("phase %q after the API server agreed, want Binding", got.Status.Phase)
+		t.Errorf("phase %q once the older claim is gone, want Binding", got.Status.Phase)
 	}
 }
 
-// checkUnconfirmed puts apiOnly into the API server only (the cache has not caught up with it),
-// syncs claim, and checks that the cache's decision was checked against a fresh list, which did
-// not confirm it: nothing is written, and the claim is decided again shortly.
-func checkUnconfirmed(ctx context.Context, t *testing.T, f *fixture, c *Controller, claim, apiOnly *airlockv1alpha1.SandboxClaim) {
+// TestSyncQueueDecidedOverAPIServerState: a claim that the cache would queue is refused instead
+// when the API server has an older live claim of its session that the cache has not seen yet (one
+// a previous leader queued just before it died): queuing it would make one live claim too many.
+func TestSyncQueueDecidedOverAPIServerState(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixtureWithLimits(t, 1, 1)
+	running := bound("c0", t0.Add(-time.Hour))
+	running.Spec.Session = "s0"
+	younger := newClaim("c2", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
+	f.claims = append(f.claims, running, younger)
+	c := f.newController(ctx)
+
+	requeue := syncWithAPIOnly(ctx, t, f, c, younger, newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute)))
+	checkRequeue(t, requeue, ptr.To(refusedTTL))
+	checkActions(t, f, []string{"update sandboxclaims/status c2"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != admission.ReasonMaxPerSession {
+		t.Errorf("younger claim %s/%s, want Refused/MaxPerSession", got.Status.Phase, got.Status.Reason)
+	}
+}
+
+// syncWithAPIOnly puts apiOnly into the API server only (the cache has not caught up with it),
+// syncs claim and returns when to look at it again, checking that the claims were listed from the
+// API server for the decision.
+func syncWithAPIOnly(ctx context.Context, t *testing.T, f *fixture, c *Controller, claim, apiOnly *airlockv1alpha1.SandboxClaim) *time.Duration {
 	t.Helper()
 	if err := f.airlockClient.Tracker().Add(apiOnly); err != nil {
 		t.Fatal(err)
@@ -1299,72 +1342,45 @@ func checkUnconfirmed(ctx context.Context, t *testing.T, f *fixture, c *Controll
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
-	checkActions(t, f, nil)
 	if !f.listedClaims() {
-		t.Error("the cache's decision was not confirmed with a list from the API server")
+		t.Error("the decision was not made over a list from the API server")
 	}
+	return requeue
 }
 
 // TestSyncRefusalsFirst: when the walk gives a claim the place of a Queued claim that it now
-// refuses (both created in the same second, sorted by name), the refusal is written first, so that
-// there is never one live claim too many; the displacing claim is decided again shortly.
+// refuses (both created in the same second, sorted by name), the refusal is written before the
+// decision that takes the place, so that there is never one live claim too many.
 func TestSyncRefusalsFirst(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixtureWithLimits(t, 5, 1)
 	queued := newClaim("zzz", "s1", airlockv1alpha1.ClaimQueued, t0)
 	pending := newClaim("aaa", "s1", airlockv1alpha1.ClaimPending, t0)
-	f.claims = append(f.claims, queued, pending)
+	running := newClaim("run", "s0", airlockv1alpha1.ClaimBound, t0.Add(-time.Hour))
+	f.claims = append(f.claims, queued, pending, running)
 	c := f.newController(ctx)
+	// Make aaa wait (Queue, not Admit): the runtime's one slot is taken.
+	c.decide = func(in admission.Input) map[string]admission.Decision {
+		d := admission.Decide(in)
+		if d["aaa"].Action == admission.Admit {
+			d["aaa"] = admission.Decision{Action: admission.Queue}
+		}
+		return d
+	}
 
-	requeue, err := c.sync(ctx, keyOf(pending))
-	if err != nil {
+	if _, err := c.sync(ctx, keyOf(pending)); err != nil {
 		t.Fatal(err)
 	}
-	checkRequeue(t, requeue, ptr.To(admitRecheckDelay))
-	checkActions(t, f, nil)
-	if c.queue.Len() != 1 {
-		t.Fatalf("queue holds %d keys, want the displaced Queued claim", c.queue.Len())
+	checkActions(t, f, []string{"update sandboxclaims/status zzz", "update sandboxclaims/status aaa"})
+	var phases []string
+	for _, a := range f.log {
+		if u, ok := a.(core.UpdateAction); ok {
+			got := u.GetObject().(*airlockv1alpha1.SandboxClaim)
+			phases = append(phases, got.Name+":"+string(got.Status.Phase)+"/"+got.Status.Reason)
+		}
 	}
-	key, _ := c.queue.Get()
-	c.queue.Done(key)
-	if key != keyOf(queued) {
-		t.Fatalf("enqueued %v, want %v", key, keyOf(queued))
-	}
-
-	if _, err := c.sync(ctx, keyOf(queued)); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.writtenClaim(); got.Name != "zzz" || got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != "MaxPerSession" {
-		t.Errorf("displaced claim %s: %s/%s, want Refused/MaxPerSession", got.Name, got.Status.Phase, got.Status.Reason)
-	}
-}
-
-// TestSyncQueueConfirmedAgainstAPIServer: a claim that the cache would queue is not queued when the
-// API server has an older live claim of its session that the cache has not seen yet (one a previous
-// leader queued just before it died): queuing it would make one live claim too many. It is decided
-// again shortly, and refused once the cache has caught up.
-func TestSyncQueueConfirmedAgainstAPIServer(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixtureWithLimits(t, 1, 1)
-	running := bound("c0", t0.Add(-time.Hour))
-	running.Spec.Session = "s0"
-	younger := newClaim("c2", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
-	f.claims = append(f.claims, running, younger)
-	c := f.newController(ctx)
-
-	older := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute))
-	checkUnconfirmed(ctx, t, f, c, younger, older)
-
-	// Once the cache has the older claim too, the younger one is refused, never queued.
-	f = newFixtureWithLimits(t, 1, 1)
-	f.claims = append(f.claims, running, older, younger)
-	c = f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != admission.ReasonMaxPerSession {
-		t.Errorf("younger claim %s/%s, want Refused/MaxPerSession", got.Status.Phase, got.Status.Reason)
+	if diff := cmp.Diff([]string{"zzz:Refused/MaxPerSession", "aaa:Queued/MaxConcurrent"}, phases); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 }
 

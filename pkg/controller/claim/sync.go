@@ -1,13 +1,17 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -43,9 +47,8 @@ const (
 	// recreateDelay is the wait before creating a child whose name is still taken by an object
 	// being deleted (a sync-back Job of an earlier attempt).
 	recreateDelay = time.Second
-	// admitRecheckDelay is the wait before deciding again on a claim that the cache would admit
-	// but a fresh list from the API server would not: the cache is behind, and catches up.
-	admitRecheckDelay = time.Second
+	// decisionWriters bounds the status writes of one namespace's decisions in flight at once.
+	decisionWriters = 8
 )
 
 // failingWaitingReasons are the container waiting reasons that fail a Binding claim at once.
@@ -153,74 +156,139 @@ func timeLeft(since time.Time, ttl time.Duration, now time.Time) (time.Duration,
 
 // syncUndecided decides a Pending or Queued claim: admission runs over the namespace's claims.
 //
-// A decision that takes a place (Pending to Queued, or Pending or Queued to Binding) is made
-// under the namespace's decision lock and confirmed over a fresh list from the API server before
-// it is written (see placeDecision), so that the count of live and running claims never goes over
-// a limit, even for a moment: not after a failover (the new leader's cache may miss what the old
-// one wrote), nor between two workers deciding claims of one namespace at once. A refusal only
-// frees a place, and a Queued claim that stays Queued takes none, so these are written from the
-// cache.
+// The cache's decision is acted on alone only when it takes no place: a refusal (it frees one) or
+// a Queued claim that stays Queued. Any other (Pending to Queued, Pending or Queued to Binding)
+// goes through decideNamespace, which decides the whole namespace again over a fresh list from the
+// API server under the namespace's decision lock, so that the count of live and running claims
+// never goes over a limit, even for a moment: not after a failover (the new leader's cache may
+// miss what the old one wrote), nor between two workers deciding claims of one namespace at once.
 func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
 	input, err := c.admissionInput(claim.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	decisions := c.decide(input)
-	decision, ok := decisions[claim.Name]
-	if !ok {
+	decision, ok := c.decide(input)[claim.Name]
+	switch {
+	case !ok:
 		klog.FromContext(ctx).V(2).Info("Admission made no decision for the claim", "claim", klog.KObj(claim))
 		return nil, nil
-	}
-	switch {
 	case decision.Action == admission.Refuse:
 		return c.writeRefused(ctx, claim, rt, decision.Reason)
-	case c.refusalsFirst(ctx, claim, input.Claims, decisions):
-		return ptr.To(admitRecheckDelay), nil
 	case decision.Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued:
 		return c.writeQueued(ctx, claim, rt)
 	case decision.Action != admission.Queue && decision.Action != admission.Admit:
 		return nil, fmt.Errorf("admission returned unknown action %q for claim %s", decision.Action, klog.KObj(claim))
 	}
-
-	written, requeue, err := c.placeDecision(ctx, claim, rt, input, decision.Action)
-	if err != nil || written == nil || decision.Action == admission.Queue {
+	admitted, requeue, err := c.decideNamespace(ctx, claim, input)
+	if err != nil || admitted == nil {
 		return requeue, err
 	}
 	// Admitted: the children are built outside the decision lock.
-	return c.syncBinding(ctx, written, rt)
+	return c.syncBinding(ctx, admitted, rt)
 }
 
-// placeDecision writes a decision that takes a place (want is Queue or Admit) under the
-// namespace's decision lock, once a fresh list from the API server confirms it. It returns the
-// written claim, or nil and when to decide again if the fresh list does not confirm it.
-func (c *Controller) placeDecision(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, cached admission.Input, want admission.Action) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
+// decideNamespace decides every undecided claim of claim's namespace over a fresh list of its
+// claims from the API server (a quorum read), under the namespace's decision lock, and writes the
+// decisions that change a phase: first every refusal (they free places), then the decisions that
+// take a place, oldest claim first. No other decision of the namespace is written between the
+// list and these writes, and each write carries the listed resourceVersion, so every decision is
+// made over the claims as they are. One list serves a whole burst: the claims decided here are
+// not listed again when their own syncs come (their update events bring them back).
+//
+// It returns claim as written if it was admitted (the caller builds its children), else when to
+// look at claim again.
+func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
 	unlock := c.decisionLocks.lock(claim.Namespace)
 	defer unlock()
 
-	confirmed, err := c.confirm(ctx, claim, cached, want)
-	if err != nil || !confirmed {
-		return nil, ptr.To(admitRecheckDelay), err
+	// Decided by another worker's batch while this one waited? Its update event brings it back.
+	if current, err := c.claimLister.SandboxClaims(claim.Namespace).Get(claim.Name); err != nil || current.ResourceVersion != claim.ResourceVersion {
+		return nil, nil, nil
 	}
-	now := c.clock.Now()
-	updated := claim.DeepCopy()
-	if want == admission.Queue {
-		left, ok := c.queuedStatus(claim, updated, rt, now)
-		if !ok {
-			return nil, nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonQueueTimeout)
-		}
-		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, nil, err
-		}
-		return nil, ptr.To(left), nil
-	}
-	setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
-	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
-	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
-	written, err := c.updateClaimStatus(ctx, claim, updated)
+	list, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
-	return written, nil, nil
+	input := cached
+	input.Claims = make([]*airlockv1alpha1.SandboxClaim, len(list.Items))
+	var undecided []*airlockv1alpha1.SandboxClaim
+	for i := range list.Items {
+		fresh := &list.Items[i]
+		input.Claims[i] = fresh
+		if _, closing := fresh.Annotations[airlockv1alpha1.AnnotationReapRequested]; isUndecided(fresh) && !closing {
+			// (A claim whose session was closed is deleted by its own sync: nothing to decide.)
+			undecided = append(undecided, fresh)
+		}
+	}
+	if input.PodGone, err = c.podGone(input.Claims); err != nil {
+		return nil, nil, err
+	}
+	decisions := c.decide(input)
+	slices.SortFunc(undecided, func(a, b *airlockv1alpha1.SandboxClaim) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	klog.FromContext(ctx).V(4).Info("Deciding the namespace's claims over a fresh list", "claim", klog.KObj(claim),
+		"claims", len(input.Claims), "undecided", len(undecided))
+
+	// Refusals first, then the decisions that take a place. Within each group the writes are
+	// independent: every one was decided over the same list, and any part of a valid assignment
+	// is valid, so they go out concurrently.
+	var (
+		admitted *airlockv1alpha1.SandboxClaim
+		requeue  *time.Duration
+		mu       sync.Mutex
+	)
+	for _, refusals := range []bool{true, false} {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(decisionWriters)
+		for _, fresh := range undecided {
+			d := decisions[fresh.Name]
+			if (d.Action == admission.Refuse) != refusals {
+				continue
+			}
+			if d.Action == admission.Queue && fresh.Status.Phase == airlockv1alpha1.ClaimQueued && fresh.Name != claim.Name {
+				continue // stays Queued; its own sync keeps its time in the queue
+			}
+			rt := input.Runtimes[fresh.Spec.RuntimeName]
+			g.Go(func() error {
+				var (
+					after   *time.Duration
+					written *airlockv1alpha1.SandboxClaim
+					err     error
+				)
+				switch d.Action {
+				case admission.Refuse:
+					after, err = c.writeRefused(gctx, fresh, rt, d.Reason)
+				case admission.Queue:
+					after, err = c.writeQueued(gctx, fresh, rt)
+				case admission.Admit:
+					written, err = c.writeAdmitted(gctx, fresh)
+				}
+				if err == nil && fresh.Name == claim.Name {
+					mu.Lock()
+					admitted, requeue = written, after
+					mu.Unlock()
+				}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			// Stop here: a decision that takes a place must not be written before a refusal
+			// that failed. The claim is decided again with backoff.
+			return nil, nil, err
+		}
+	}
+	return admitted, requeue, nil
+}
+
+// writeAdmitted writes Binding: the claim is admitted.
+func (c *Controller) writeAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
+	now := c.clock.Now()
+	updated := claim.DeepCopy()
+	setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
+	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
+	return c.updateClaimStatus(ctx, claim, updated)
 }
 
 // writeRefused writes a refusal.
@@ -243,7 +311,7 @@ func (c *Controller) writeQueued(ctx context.Context, claim *airlockv1alpha1.San
 	updated := claim.DeepCopy()
 	left, ok := c.queuedStatus(claim, updated, rt, c.clock.Now())
 	if !ok {
-		return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimQueued, ReasonQueueTimeout)
+		return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonQueueTimeout)
 	}
 	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
 		return nil, err
@@ -291,64 +359,6 @@ func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *air
 		return fmt.Sprintf("ToolRegistry %q has no sandbox %q", registry, claim.Spec.Sandbox), nil
 	}
 	return messageRefusedDetail, nil
-}
-
-// refusalsFirst makes the decisions that free a place land before those that take one. Decisions
-// are applied one claim at a time, so when the walk gives an older claim (seen late, or sorted
-// first by name within the same second) the place of a Queued claim that it now refuses, queuing or
-// admitting the older claim first would leave one live claim too many until the refusal is written.
-// It enqueues the Queued claims that the decisions refuse and says whether there were any; the
-// claim is then decided again shortly.
-func (c *Controller) refusalsFirst(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, claims []*airlockv1alpha1.SandboxClaim, decisions map[string]admission.Decision) bool {
-	pending := false
-	for _, other := range claims {
-		if other.Name == claim.Name || other.Status.Phase != airlockv1alpha1.ClaimQueued || other.DeletionTimestamp != nil {
-			continue
-		}
-		if decisions[other.Name].Action == admission.Refuse {
-			c.enqueueClaim(other)
-			pending = true
-		}
-	}
-	if pending {
-		klog.FromContext(ctx).V(4).Info("Refusing displaced Queued claims before this decision", "claim", klog.KObj(claim))
-	}
-	return pending
-}
-
-// confirm decides again on claim over a fresh list of the namespace's claims from the API server
-// (a quorum read), and says whether the decision is still want, with no displaced Queued claim
-// left to refuse first. The cache can miss a claim that another leader decided just before this
-// one took over, or a decision this leader wrote a moment ago that has not come back through the
-// watch yet; deciding on the cache alone could then let one claim too many be live or run. The
-// caller holds the namespace's decision lock, so no other decision of the namespace is written
-// between this list and the caller's write.
-func (c *Controller) confirm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input, want admission.Action) (bool, error) {
-	list, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false, err
-	}
-	fresh := make([]*airlockv1alpha1.SandboxClaim, len(list.Items))
-	current := false
-	for i := range list.Items {
-		fresh[i] = &list.Items[i]
-		// The claim itself must be as the cache has it: if the API server has a newer version,
-		// another decision of it was written, and this one is stale.
-		current = current || (fresh[i].Name == claim.Name && fresh[i].ResourceVersion == claim.ResourceVersion)
-	}
-	input := cached
-	input.Claims = fresh
-	if input.PodGone, err = c.podGone(fresh); err != nil {
-		return false, err
-	}
-	decisions := c.decide(input)
-	decision, ok := decisions[claim.Name]
-	if current && ok && decision.Action == want && !c.refusalsFirst(ctx, claim, fresh, decisions) {
-		return true, nil
-	}
-	klog.FromContext(ctx).V(2).Info("The API server's claims do not confirm the cache's decision; deciding again shortly",
-		"claim", klog.KObj(claim), "cached", want, "fresh", decision.Action, "reason", decision.Reason, "current", current)
-	return false, nil
 }
 
 // admissionInput gathers the namespace's claims, runtimes and registries from the caches.
