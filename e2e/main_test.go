@@ -165,8 +165,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 }
 
 // createContentVolume gives namespace ns its workspace-content PVC, pre-bound to a static hostPath
-// PersistentVolume at dir on the node (hostPath type typ; nil for none), and deletes the PV when
-// the test ends (the PVC goes with the namespace).
+// PersistentVolume at dir on the node (hostPath type typ; nil for none), waits until the two are
+// bound, and deletes the PV when the test ends (the PVC goes with the namespace).
 func createContentVolume(t *testing.T, ns, dir string, typ *corev1.HostPathType) {
 	t.Helper()
 	ctx := context.Background()
@@ -198,4 +198,10 @@ func createContentVolume(t *testing.T, ns, dir string, typ *corev1.HostPathType)
 	if _, err := kubeClient.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating PVC: %v", err)
 	}
+	// The PV controller binds the pair a moment later; until then the scheduler reports
+	// "unbound immediate PersistentVolumeClaims" for the sandboxes' pods, not their own reason.
+	eventually(t, time.Minute, "PVC "+ns+"/workspace-content to be Bound", func(ctx context.Context) (bool, error) {
+		got, err := kubeClient.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.ClaimBound, err
+	})
 }
