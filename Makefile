@@ -55,7 +55,7 @@ e2e-node-if-possible: ## e2e-node where this machine can run a real node (root, 
 	hack/e2e-node.sh --if-possible
 
 .PHONY: e2e-kind
-e2e-kind: ## The same e2e suite on a kind cluster (needs Docker and kind).
+e2e-kind: ## The real-pod e2e suite on a kind cluster, images built from the Dockerfiles (needs Docker and kind).
 	hack/e2e-kind.sh
 
 .PHONY: cluster-up cluster-down
@@ -70,8 +70,18 @@ bench-sandboxd: ## sandboxd tool-call round trips and throughput.
 
 .PHONY: help
 help:
-	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-20s %s\n", $$1, $$2}'
+
+# The images' tag is also the version built into them, so that the operator's default --sync-image
+# (ghcr.io/airlock-dev/airlock:<its version>) names the image it runs from.
+IMAGE_TAG ?= v0.1.0
 
 .PHONY: image
-image: ## Build the operator image with Docker (users with Docker; hack/ builds images without it).
-	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t ghcr.io/airlock-dev/airlock:v0.1.0 .
+image: ## Build the operator and sandbox images (-go too) with Docker (users with Docker; hack/ builds them without it).
+	docker build --build-arg VERSION=$(IMAGE_TAG) --build-arg COMMIT=$(COMMIT) -t ghcr.io/airlock-dev/airlock:$(IMAGE_TAG) .
+	docker build --build-arg VERSION=$(IMAGE_TAG) --build-arg COMMIT=$(COMMIT) -f Dockerfile.sandbox --target sandbox -t ghcr.io/airlock-dev/airlock-sandbox:$(IMAGE_TAG) .
+	docker build --build-arg VERSION=$(IMAGE_TAG) --build-arg COMMIT=$(COMMIT) -f Dockerfile.sandbox --target sandbox-go -t ghcr.io/airlock-dev/airlock-sandbox:$(IMAGE_TAG)-go .
+
+.PHONY: verify-dockerfiles
+verify-dockerfiles: ## As root, without Docker: build the Dockerfiles with buildah on local stand-in base images and run checks in the images (15-20 min, several GB in _output/).
+	hack/verify-dockerfiles.sh
