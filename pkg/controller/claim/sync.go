@@ -190,10 +190,11 @@ func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.S
 // decideNamespace decides every undecided claim of claim's namespace over a fresh list of its
 // claims from the API server (a quorum read), under the namespace's decision lock, and writes the
 // decisions that change a phase: first every refusal (they free places), then the decisions that
-// take a place, oldest claim first. No other decision of the namespace is written between the
-// list and these writes, and each write carries the listed resourceVersion, so every decision is
-// made over the claims as they are. One list serves a whole burst: the claims decided here are
-// not listed again when their own syncs come (their update events bring them back).
+// take a place, each group concurrently (started oldest claim first). No other decision of the
+// namespace is written between the list and these writes, and each write carries the listed
+// resourceVersion, so every decision is made over the claims as they are. One list serves a whole
+// burst: a claim decided here is not listed again by its own sync once the cache has its new
+// status (its update event brings it back).
 //
 // It returns claim as written if it was admitted (the caller builds its children), else when to
 // look at claim again.
@@ -201,7 +202,7 @@ func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1
 	unlock := c.decisionLocks.lock(claim.Namespace)
 	defer unlock()
 
-	// Decided by another worker's batch while this one waited? Its update event brings it back.
+	// Decided by another worker's pass while this one waited? Its update event brings it back.
 	if current, err := c.claimLister.SandboxClaims(claim.Namespace).Get(claim.Name); err != nil || current.ResourceVersion != claim.ResourceVersion {
 		return nil, nil, nil
 	}
