@@ -83,5 +83,5 @@ image: ## Build the operator and sandbox images (-go too) with Docker (users wit
 	docker build --build-arg VERSION=$(IMAGE_TAG) --build-arg COMMIT=$(COMMIT) -f Dockerfile.sandbox --target sandbox-go -t ghcr.io/airlock-dev/airlock-sandbox:$(IMAGE_TAG)-go .
 
 .PHONY: verify-dockerfiles
-verify-dockerfiles: ## As root, without Docker: build the Dockerfiles with buildah on local stand-in base images and run checks in the images (15-20 min, several GB in _output/).
-	hack/verify-dockerfiles.sh
+verify-dockerfiles: ## As root, without Docker: build the Dockerfiles with buildah on local stand-in base images and check the images by running them (10-23 min, up to ~14 GB in _output/dockerfiles; `hack/verify-dockerfiles.sh clean` frees it).
+	VERSION=$(IMAGE_TAG) COMMIT=$(COMMIT) hack/verify-dockerfiles.sh
