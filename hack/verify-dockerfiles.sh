@@ -122,46 +122,32 @@ fail() {
   local line
   [[ -z ${2:-} ]] || while IFS= read -r line; do echo "        | $line"; done < <(head -n 20 <<<"$2")
 }
-# check DESC WANT CMD...: CMD exits 0 and its output (stdout+stderr) matches the ERE WANT.
-check() {
-  local desc=$1 want=$2 out
-  shift 2
-  if out=$("$@" 2>&1) && grep -Eq -- "$want" <<<"$out"; then
+# expect MODE DESC WANT CMD...: CMD exits 0 and its output (stdout+stderr) matches WANT as MODE
+# says: ere (the extended regexp WANT), has (contains WANT), line (one line is exactly WANT) or eq
+# (is exactly WANT, trailing newline aside).
+expect() {
+  local mode=$1 desc=$2 want=$3 out ok=1
+  shift 3
+  if out=$("$@" 2>&1); then
+    case $mode in
+      ere) grep -Eq -- "$want" <<<"$out" || ok=0 ;;
+      has) grep -Fq -- "$want" <<<"$out" || ok=0 ;;
+      line) grep -Fxq -- "$want" <<<"$out" || ok=0 ;;
+      eq) [[ $out == "$want" ]] || ok=0 ;;
+    esac
+  else
+    ok=0
+  fi
+  if ((ok)); then
     pass "$desc"
   else
-    fail "$desc (want /$want/)" "$out"
+    fail "$desc (want $mode '$want')" "$out"
   fi
 }
-# check_has DESC STRING CMD...: CMD exits 0 and its output contains STRING.
-check_has() {
-  local desc=$1 want=$2 out
-  shift 2
-  if out=$("$@" 2>&1) && grep -Fq -- "$want" <<<"$out"; then
-    pass "$desc"
-  else
-    fail "$desc (want '$want')" "$out"
-  fi
-}
-# check_line DESC LINE CMD...: CMD exits 0 and one line of its output is exactly LINE.
-check_line() {
-  local desc=$1 want=$2 out
-  shift 2
-  if out=$("$@" 2>&1) && grep -Fxq -- "$want" <<<"$out"; then
-    pass "$desc"
-  else
-    fail "$desc (want a line '$want')" "$out"
-  fi
-}
-# check_eq DESC WANT CMD...: CMD exits 0 and prints exactly WANT (trailing newline aside).
-check_eq() {
-  local desc=$1 want=$2 out
-  shift 2
-  if out=$("$@" 2>&1) && [[ $out == "$want" ]]; then
-    pass "$desc"
-  else
-    fail "$desc (want '$want')" "$out"
-  fi
-}
+check() { expect ere "$@"; }
+check_has() { expect has "$@"; }
+check_line() { expect line "$@"; }
+check_eq() { expect eq "$@"; }
 
 # --- tools --------------------------------------------------------------------------------------
 phase_start "install tools"
