@@ -29,14 +29,18 @@ test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own
 	cd e2e/mcpclients && go test -count=1 ./...
 
 .PHONY: verify
-verify: ## Generated code and CRDs up to date, gofmt, go vet.
-	hack/verify-codegen.sh
+verify: ## Generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), gofmt, go vet.
+	hack/verify-codegen.sh --cold
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	go vet ./...
 	go vet -tags e2e ./e2e/...
 	go vet -tags 'e2e realnode' ./e2e/...
 	cd e2e/mcpclients && go vet ./...
+
+.PHONY: verify-codegen
+verify-codegen: ## Generated code and CRDs up to date, with this machine's module cache (quicker than verify's cold check).
+	hack/verify-codegen.sh
 
 .PHONY: codegen
 codegen: ## Regenerate clients, listers, informers, deepcopy, register code and CRDs.

@@ -10,6 +10,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${AIRLOCK_BIN_DIR:-$ROOT/bin}
 TOOLS=$ROOT/hack/tools
+# shellcheck source=hack/lib/gomod.sh
+source "$ROOT/hack/lib/gomod.sh"
 KUBE_VERSION=v1.36.3
 mkdir -p "$BIN"
 
@@ -41,9 +43,7 @@ kube_ldflags() {
 # with hack/tools/kube-network-policies/local.patch applied, built with its own go.mod.
 build_kube_network_policies() {
   local pin=$TOOLS/kube-network-policies src work
-  src=$(cd "$pin" && GOWORK=off go mod download -json sigs.k8s.io/kube-network-policies |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [[ -d $src ]] || { echo "kube-network-policies: module source not found" >&2; return 1; }
+  src=$(module_dir "$pin" sigs.k8s.io/kube-network-policies) || return 1
   work=$(mktemp -d)
   cp -r "$src/." "$work/"
   chmod -R u+w "$work"

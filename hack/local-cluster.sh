@@ -72,6 +72,8 @@ BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwo
 LOG_NAME=local-cluster
 # shellcheck source=hack/lib/cluster.sh
 source "$ROOT/hack/lib/cluster.sh"
+# shellcheck source=hack/lib/gomod.sh
+source "$ROOT/hack/lib/gomod.sh"
 
 # ---------------------------------------------------------------------------------------------
 # waiting (the generic helpers are in hack/lib/cluster.sh)
@@ -121,11 +123,7 @@ load_settings() {
 # hack/tools/kwok pins: no copy in this repo.
 kwok_stage_files() {
   local dir
-  dir=$(cd "$ROOT/hack/tools/kwok" && GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/kwok 2>/dev/null) || true
-  if [[ -z $dir || ! -d $dir ]]; then
-    (cd "$ROOT/hack/tools/kwok" && GOWORK=off go mod download sigs.k8s.io/kwok) >&2
-    dir=$(cd "$ROOT/hack/tools/kwok" && GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-  fi
+  dir=$(module_dir "$ROOT/hack/tools/kwok" sigs.k8s.io/kwok) || die "kwok module not found"
   local s=$dir/kustomize/stage files=()
   for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
     pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do

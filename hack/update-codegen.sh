@@ -11,11 +11,14 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MODULE=github.com/airlock-dev/airlock
 cd "$ROOT"
 
-# Generators are installed into bin/codegen of the real repository, never into GOPATH/bin.
-export GOBIN="$REPO/bin/codegen"
+# Generators are installed into bin/codegen of the real repository (or of $AIRLOCK_BIN_DIR), never
+# into GOPATH/bin.
+export GOBIN="${AIRLOCK_BIN_DIR:-$REPO/bin}/codegen"
 mkdir -p "$GOBIN"
 
-CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+# shellcheck source=hack/lib/gomod.sh
+source "$REPO/hack/lib/gomod.sh"
+CODEGEN_PKG=$(module_dir "$REPO" k8s.io/code-generator)
 # shellcheck source=/dev/null
 source "$CODEGEN_PKG/kube_codegen.sh"
 

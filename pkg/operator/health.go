@@ -37,6 +37,15 @@ type readiness struct {
 
 func (r *readiness) Name() string { return "informerSync" }
 
+// synced lists the HasSynced of every informer the check covers, for cache.WaitForCacheSync.
+func (r *readiness) synced() []cache.InformerSynced {
+	fns := make([]cache.InformerSynced, 0, len(r.informers))
+	for _, i := range r.informers {
+		fns = append(fns, i.informer.HasSynced)
+	}
+	return fns
+}
+
 func (r *readiness) Check(req *http.Request) error {
 	if r.shuttingDown.Load() {
 		return fmt.Errorf("shutting down")

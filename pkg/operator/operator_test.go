@@ -211,10 +211,9 @@ func TestReadyzFailsUntilInformersSync(t *testing.T) {
 	releaseList()
 	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer cancelSync()
-	for typ, synced := range o.airlockInformers.WaitForCacheSync(syncCtx.Done()) {
-		if !synced {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
+	// Wait for every informer the readiness check covers (the kube ones too), not only airlock's.
+	if !cache.WaitForCacheSync(syncCtx.Done(), o.readiness.synced()...) {
+		t.Fatal("the informers the readiness check covers did not sync")
 	}
 	if status, body := get(t, http.DefaultClient, probes+"/readyz"); status != http.StatusOK || body != "ok" {
 		t.Errorf("/readyz after the caches synced: %d %q, want 200 ok", status, body)
@@ -251,13 +250,9 @@ func TestReadinessHandler(t *testing.T) {
 
 	o.airlockInformers.Start(ctx.Done())
 	o.kubeInformers.Start(ctx.Done())
-	var synced []cache.InformerSynced
-	for _, i := range o.readiness.informers {
-		synced = append(synced, i.informer.HasSynced)
-	}
 	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer cancelSync()
-	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), o.readiness.synced()...) {
 		t.Fatal("informers did not sync")
 	}
 	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, "[+]informerSync ok") {
