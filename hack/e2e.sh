@@ -9,6 +9,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
+  # A throwaway cluster of its own: its own state dir (a cluster of `make cluster-up` stays up and
+  # untouched) and any free ports (a well-known port may be taken: by that cluster, by another run).
+  export AIRLOCK_CLUSTER_DIR=${AIRLOCK_CLUSTER_DIR:-$ROOT/_output/e2e-cluster}
+  for var in AIRLOCK_CLUSTER_{ETCD_PORT,ETCD_PEER_PORT,APISERVER_PORT,KCM_PORT,SCHEDULER_PORT}; do
+    export "$var=${!var:-0}"
+  done
   trap 'hack/local-cluster.sh down' EXIT
   hack/local-cluster.sh up
   eval "$(hack/local-cluster.sh env)"
