@@ -33,6 +33,10 @@ func install(t *testing.T) string {
 	t.Helper()
 	npm, err := harness.LookNPM()
 	if err != nil {
+		// CI (and .ci/run, which installs npm where it is missing) must run it: never a silent skip there.
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the MCP Inspector test needs npm: %v (CI is set; .ci/run installs Node.js and npm)", err)
+		}
 		t.Skipf("skipping the MCP Inspector test: %v (install Node.js and npm to run it)", err)
 	}
 	prefix := filepath.Join(harness.RepoRoot(t), "bin", "npm")
