@@ -51,8 +51,8 @@ can_run_node() {
   fi
 }
 
-# kubectl: bin/kubectl (hack/build-cluster-bins.sh), unless KUBECTL names another.
-KUBECTL=${KUBECTL:-$ROOT/bin/kubectl}
+# kubectl: bin/kubectl (or $AIRLOCK_BIN_DIR/kubectl; hack/build-cluster-bins.sh), unless KUBECTL names another.
+KUBECTL=${KUBECTL:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/kubectl}
 export KUBECTL
 
 if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then

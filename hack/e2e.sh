@@ -20,6 +20,6 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   eval "$(hack/local-cluster.sh env)"
 fi
 export KUBECONFIG
-export KUBECTL=${KUBECTL:-$ROOT/bin/kubectl}
+export KUBECTL=${KUBECTL:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/kubectl}
 
 go test -tags e2e -count=1 -timeout 20m -v "$@" ./e2e/...
