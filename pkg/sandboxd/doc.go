@@ -118,10 +118,24 @@
 //
 // /readyz is 200 while the workspace is a directory sandboxd can create a
 // file in (with --readonly, one it can still reach), and 503 once shutdown
-// has begun. /metrics has airlock_sandboxd_tool_calls_total and
-// airlock_sandboxd_tool_call_duration_seconds by tool and status (ok, error,
-// canceled, protocol_error), the open sessions and SSE streams, the running
-// background shells, and the Go and process collectors.
+// has begun. /metrics has airlock_sandboxd_tool_calls_total by tool and
+// result (ok, error, canceled, protocol_error),
+// airlock_sandboxd_tool_call_duration_seconds by tool,
+// airlock_sandboxd_secrets_scrubbed_total by kind, the open sessions and SSE
+// streams, the running background shells, and the Go and process
+// collectors. No label holds a session, a path or an argument: a call of a
+// tool that is not served counts as tool "unknown".
+//
+// # Output hygiene
+//
+// Every tool result passes one secret scrubber on its way out (scrub.go):
+// private key blocks, JWTs, passwords in URLs, bearer and basic
+// Authorization values, AWS, GitHub, GitLab, Slack, Google, Stripe, npm and
+// OpenAI/Anthropic-style keys are replaced by [REDACTED:<kind>] in the text
+// and the structured result, counted by kind, and never logged. The caps
+// keep their bounds and say what they elided; a cut never shows half of a
+// token (the token it would split goes with the elided part). Scrubbing is
+// hygiene, not a boundary.
 //
 // # Shutdown
 //

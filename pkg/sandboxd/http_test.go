@@ -197,11 +197,11 @@ func TestMetrics(t *testing.T) {
 	}
 	_, body := get(t, ts.url+"/metrics", nil)
 	for _, want := range []string{
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Read"} 2`,
-		`airlock_sandboxd_tool_calls_total{status="error",tool="Read"} 1`,
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Write"} 1`,
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Grep"} 0`,
-		`airlock_sandboxd_tool_call_duration_seconds_count{status="ok",tool="Read"} 2`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Read"} 2`,
+		`airlock_sandboxd_tool_calls_total{result="error",tool="Read"} 1`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Write"} 1`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Grep"} 0`,
+		`airlock_sandboxd_tool_call_duration_seconds_count{tool="Read"} 3`,
 		`airlock_sandboxd_sessions 1`,
 		`go_goroutines`,
 	} {

@@ -13,19 +13,25 @@ import (
 // The tool names, as agents already know them (SPEC section 6). They match
 // the enum of v1alpha1.ToolName.
 const (
-	ToolRead          = "Read"
-	ToolWrite         = "Write"
-	ToolEdit          = "Edit"
-	ToolGlob          = "Glob"
-	ToolGrep          = "Grep"
-	ToolBash          = "Bash"
-	ToolBashOutput    = "BashOutput"
-	ToolKillShell     = "KillShell"
-	ToolRunTests      = "run_tests"
-	ToolRunLint       = "run_lint"
-	ToolRunTypecheck  = "run_typecheck"
-	toolNameUnknown   = "unknown" // metrics label for calls of tools that are not served
-	toolNameMaxLength = 128
+	ToolRead            = "Read"
+	ToolWrite           = "Write"
+	ToolEdit            = "Edit"
+	ToolGlob            = "Glob"
+	ToolGrep            = "Grep"
+	ToolBash            = "Bash"
+	ToolBashOutput      = "BashOutput"
+	ToolKillShell       = "KillShell"
+	ToolRunTests        = "run_tests"
+	ToolRunLint         = "run_lint"
+	ToolRunTypecheck    = "run_typecheck"
+	ToolMultiEdit       = "MultiEdit"
+	ToolLS              = "LS"
+	ToolSnapshotCreate  = "snapshot_create"
+	ToolSnapshotList    = "snapshot_list"
+	ToolSnapshotRestore = "snapshot_restore"
+	ToolSnapshotDiff    = "snapshot_diff"
+	toolNameUnknown     = "unknown" // metrics label for calls of tools that are not served
+	toolNameMaxLength   = 128
 )
 
 // toolSpec describes one tool: its name, whether it may change anything
@@ -202,12 +208,14 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
 }
 
 // toolbox holds what the tool handlers share: the workspace, the read marks,
-// and the process groups and background shells they run.
+// the process groups and background shells they run, and the gate that
+// serialises snapshot_restore against the other calls.
 type toolbox struct {
 	ws     *resolver
 	reads  *readMarks
 	procs  *processGroups
 	shells *shellTable
+	gate   *callGate
 }
 
 // newToolbox opens the workspace dir for the tools.
@@ -216,7 +224,7 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable()}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate()}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)

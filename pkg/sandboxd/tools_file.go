@@ -232,8 +232,8 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 			break
 		}
 	}
-	if cut {
-		buf = bytes.ToValidUTF8(trimPartialRune(buf), nil)
+	if cut { // not in a rune, nor in a token (half a secret would not be recognised)
+		buf = bytes.ToValidUTF8(trimTokenEnd(trimPartialRune(buf)), nil)
 	}
 	return strings.TrimSuffix(string(buf), "\r"), cut, nil
 }
