@@ -298,7 +298,7 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 	o.Workspace = t.TempDir()
 	o.AllowedTools = []string{"Read", "WebFetch", "Task"}
 	errs := o.Validate()
-	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck)`
+	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck, MultiEdit, LS)`
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Errorf("errors %v, want exactly %q", errs, want)
 	}
@@ -307,7 +307,8 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 // TestToolNamesAreTheSpecs pins the names --allowed-tools accepts to SPEC section 6 (and the
 // v1alpha1.ToolName enum).
 func TestToolNamesAreTheSpecs(t *testing.T) {
-	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck"}
+	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck",
+		"MultiEdit", "LS"}
 	if diff := cmp.Diff(want, sandboxd.ToolNames()); diff != "" {
 		t.Errorf("sandboxd.ToolNames() (-SPEC +got):\n%s", diff)
 	}

@@ -93,10 +93,12 @@ func TestToolSelection(t *testing.T) {
 		allowed  []string
 		want     []string
 	}{
-		"all":                {want: ToolNames()},
-		"readonly":           {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep}},
-		"allowed":            {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
-		"allowed + readonly": {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
+		"all":                              {want: ToolNames()},
+		"readonly":                         {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS}},
+		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolLS}},
+		"allowed new tools":                {allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolMultiEdit, ToolLS}},
+		"allowed":                          {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
+		"allowed + readonly":               {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

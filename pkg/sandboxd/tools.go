@@ -37,7 +37,7 @@ const (
 // toolSpec describes one tool: its name, whether it may change anything
 // (runs commands, writes files, or, for BashOutput, only serves a tool that
 // does), and how it is added to an MCP server. Only the tools that are not
-// mutating (Read, Glob, Grep) are served with --readonly.
+// mutating (Read, Glob, Grep, LS) are served with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool
@@ -59,15 +59,17 @@ var toolSpecs = []toolSpec{
 	}},
 	{name: ToolWrite, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolWrite,
-			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it.",
+			Name: ToolWrite,
+			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it. " +
+				"A .go file that does not parse or is not gofmt-clean is reported in the result (lint); it is written all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.write)
 	}},
 	{name: ToolEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolEdit,
-			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error.",
+			Name: ToolEdit,
+			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error. " +
+				"A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.edit)
 	}},
@@ -128,6 +130,26 @@ var toolSpecs = []toolSpec{
 	{name: ToolRunTypecheck, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
 	}},
+
+	{name: ToolMultiEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolMultiEdit,
+			Description: "Make several edits to one file of the workspace, all or nothing: the edits (each an old_string, new_string and optional replace_all, as in Edit) apply in order, each to the result of the ones before, to a copy in memory; " +
+				"if any edit fails (no match, an ambiguous match) nothing is written and the error names the edit. The file must have been Read first. A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[MultiEditInput](func(s *jsonschema.Schema) {
+				s.Properties["edits"].MinItems = ptr(1)
+			}),
+		}, tb.multiEdit)
+	}},
+	{name: ToolLS, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolLS,
+			Description: "List the tree below a directory of the workspace (default the workspace itself): directories end in /, symlinks show their target and are not followed. Nearest levels first, at most 1000 entries. " +
+				"ignore takes glob patterns of entries to leave out and not descend into (matched against the name, or with a slash, the path below path). .git directories are listed but not descended into. Prefer Glob and Grep when you know what you look for.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.ls)
+	}},
 }
 
 // addCheckTool adds one of run_tests, run_lint and run_typecheck.
@@ -147,12 +169,13 @@ func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHa
 // ToolNames returns the names of every tool sandboxd can serve, in canonical
 // order. pkg/cmd validates --allowed-tools against it.
 func ToolNames() []string {
-	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck}
+	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck,
+		ToolMultiEdit, ToolLS}
 }
 
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
-func readOnlyToolNames() []string { return []string{ToolRead, ToolGlob, ToolGrep} }
+func readOnlyToolNames() []string { return []string{ToolRead, ToolGlob, ToolGrep, ToolLS} }
 
 // selectTools returns the names of the tools to serve: all of them, or those
 // in allowed (when it is not empty), less the mutating ones when readOnly is
