@@ -37,7 +37,8 @@ const (
 // toolSpec describes one tool: its name, whether it may change anything
 // (runs commands, writes files, or, for BashOutput, only serves a tool that
 // does), and how it is added to an MCP server. Only the tools that are not
-// mutating (Read, Glob, Grep, LS) are served with --readonly.
+// mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff) are served
+// with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool
@@ -150,6 +151,37 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.ls)
 	}},
+	{name: ToolSnapshotCreate, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolSnapshotCreate,
+			Description: "Take a snapshot (checkpoint) of the whole workspace, git repository or not, with an optional label; returns its id (s1, s2, ...). " +
+				"Snapshots are kept in a git store outside the workspace: the workspace's own .git (HEAD, index, branches) is never touched, and ignored files are included. Left out: .git directories and nested repositories (a subdirectory with its own .git). File modes other than executable are not kept. Snapshots last as long as the sandbox's state directory.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+		}, tb.snapshotCreate)
+	}},
+	{name: ToolSnapshotList, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolSnapshotList,
+			Description: "List the snapshots of the workspace, oldest first: id, time taken, label.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotList)
+	}},
+	{name: ToolSnapshotRestore, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolSnapshotRestore,
+			Description: "Restore the workspace to a snapshot: files created since are removed, modified and deleted ones come back as they were; nested repositories and the workspace's own .git are left alone. " +
+				"It runs alone: it waits for the tool calls in flight, and later calls wait for it, so none sees a half-restored workspace (background shells are not stopped: KillShell them first). " +
+				"The state just before is saved as a new snapshot, whose id the result gives, so a restore can be undone. Files must be Read again before Write or Edit.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotRestore)
+	}},
+	{name: ToolSnapshotDiff, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolSnapshotDiff,
+			Description: "Show what changed from a snapshot (id) to another (to_id) or, by default, to the workspace as it is now: the files (added, modified, deleted, type_changed) and a unified diff, capped at 100 KiB with the elision said.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotDiff)
+	}},
 }
 
 // addCheckTool adds one of run_tests, run_lint and run_typecheck.
@@ -170,12 +202,14 @@ func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHa
 // order. pkg/cmd validates --allowed-tools against it.
 func ToolNames() []string {
 	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck,
-		ToolMultiEdit, ToolLS}
+		ToolMultiEdit, ToolLS, ToolSnapshotCreate, ToolSnapshotList, ToolSnapshotRestore, ToolSnapshotDiff}
 }
 
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
-func readOnlyToolNames() []string { return []string{ToolRead, ToolGlob, ToolGrep, ToolLS} }
+func readOnlyToolNames() []string {
+	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff}
+}
 
 // selectTools returns the names of the tools to serve: all of them, or those
 // in allowed (when it is not empty), less the mutating ones when readOnly is
@@ -239,6 +273,7 @@ type toolbox struct {
 	procs  *processGroups
 	shells *shellTable
 	gate   *callGate
+	snaps  *snapshotStore // nil: no snapshots
 }
 
 // newToolbox opens the workspace dir for the tools.

@@ -220,7 +220,7 @@ const (
 )
 
 // ToolName is the name of one sandboxd tool.
-// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck;MultiEdit;LS
+// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck;MultiEdit;LS;snapshot_create;snapshot_list;snapshot_restore;snapshot_diff
 type ToolName string
 
 // +genclient
