@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
@@ -8,11 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 // treeState returns every entry below dir (not following links): a regular
@@ -346,5 +351,54 @@ func TestSnapshotRestoreIsAtomic(t *testing.T) {
 			all.Write(data)
 		}
 		uniform("the files after a write raced a restore", all.String())
+	}
+}
+
+// TestSnapshotCancelKillsGit runs a git that hangs with a child of its
+// own: cancelling the call kills git's whole process group, the child too.
+func TestSnapshotCancelKillsGit(t *testing.T) {
+	tb, _ := newTestToolbox(t)
+	bin := t.TempDir()
+	started := filepath.Join(bin, "started")
+	if err := syscall.Mkfifo(started, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf("#!/bin/sh\nsleep 600 &\necho $! > %s\nwait\n", started))
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":/usr/bin:/bin")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tb.snapshotCreate(ctx, SnapshotCreateInput{})
+		done <- err
+	}()
+	data, err := os.ReadFile(started) // blocks until the fake git has started its child
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	cancel()
+	select {
+	case err := <-done:
+		wantErrContaining(t, err, "cancelled")
+	case <-time.After(testTimeout):
+		t.Fatal("snapshot_create did not return after its context was cancelled")
+	}
+	// A pidfd turns readable when its process has ended.
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, int(testTimeout.Milliseconds())); err != nil || n != 1 {
+		t.Errorf("git's child %d did not end: poll = %d, %v", pid, n, err)
 	}
 }
