@@ -9,10 +9,11 @@ import (
 // gateWeight is the weight an exclusive call takes: all of it.
 const gateWeight = 1 << 30
 
-// callGate lets tool calls run side by side but for snapshot_restore, which
-// runs alone: it waits for the calls in flight to end, and the calls that
-// come after it wait for it, so that no Read, Write, Edit or Bash sees (or
-// makes) a half-restored workspace. Waiters are served in arrival order, so a
+// callGate lets tool calls run side by side but for snapshot_restore and
+// snapshot_create, which run alone: each waits for the calls in flight to
+// end, and the calls that come after it wait for it, so that no Read,
+// Write, Edit or Bash sees (or makes) a half-restored workspace, and a
+// snapshot holds the workspace as it was between two calls. Waiters are served in arrival order, so a
 // restore is not starved by a stream of calls. Background shells are not
 // tool calls: they run on, outside the gate.
 type callGate struct {

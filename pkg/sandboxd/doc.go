@@ -89,9 +89,10 @@
 // saves the current state as a new snapshot, then makes the workspace the
 // snapshot (git read-tree --reset -u): files created since are removed,
 // changed and deleted ones come back. The call gate (callgate.go) runs a
-// restore alone: it waits for the calls in flight, and the calls after it
-// wait for it, so no tool call sees a half-restored workspace (background
-// shells are not tool calls and run on). Every git process runs in a
+// restore, and a snapshot_create, alone: it waits for the calls in flight,
+// and the calls after it wait for it, so no tool call sees a half-restored
+// workspace and a snapshot holds the workspace between two calls
+// (background shells are not tool calls and run on). Every git process runs in a
 // process group of its own, killed whole when its call ends or after 10
 // minutes. Without git on PATH the snapshot tools answer a tool error.
 //

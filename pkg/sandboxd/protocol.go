@@ -61,8 +61,8 @@ func sdkLogger(logger klog.Logger) *slog.Logger {
 }
 
 // toolCallMiddleware is the one place every tools/call goes through. It
-// lets the call through the gate (snapshot_restore alone, the others side
-// by side), turns a panic in a tool into a tool error instead of a crash,
+// lets the call through the gate (snapshot_restore and snapshot_create
+// alone, the others side by side), turns a panic in a tool into a tool error instead of a crash,
 // scrubs secrets from the result, and counts, times and logs the call by
 // tool and result.
 func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog.Logger) mcp.Middleware {
@@ -97,10 +97,10 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			if tool == toolNameUnknown {
 				return next(ctx, method, req) // the SDK answers a protocol error
 			}
-			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore)
+			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore || tool == ToolSnapshotCreate)
 			if gerr != nil {
 				failed := &mcp.CallToolResult{}
-				failed.SetError(fmt.Errorf("cancelled while waiting for a snapshot_restore to finish: %v", gerr))
+				failed.SetError(fmt.Errorf("cancelled while waiting for the tool calls before it to finish (a snapshot runs alone): %v", gerr))
 				return failed, nil
 			}
 			defer release()

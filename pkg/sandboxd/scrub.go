@@ -71,7 +71,8 @@ var secretRules = []secretRule{
 	{kind: secretJWT, anchors: []string{"eyJ"},
 		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`)},
 	{kind: secretURLCredentials, anchors: []string{"://"},
-		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>]+)@`), group: 1},
+		// Not a placeholder (${TOKEN}, %s, {password}, <password>).
+		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>$%{][^\s@/'"<>]*)@`), group: 1},
 	{kind: secretBearerToken, anchors: []string{"earer", "EARER"},
 		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9\-._~+/]{16,}=*)`), group: 1},
 	{kind: secretBasicAuth, anchors: []string{"asic", "ASIC"},

@@ -96,8 +96,10 @@ func TestScrubText(t *testing.T) {
 		},
 		"ordinary code is left alone": {
 			in: "token := os.Getenv(\"GITHUB_TOKEN\")\nreq.Header.Set(\"Authorization\", \"Bearer \"+token)\n" +
-				"import sklearn # sk-learn\nhttps://example.com:8080/path?q=1\nAKIA is a prefix\nsecret = compute()\n",
-			want:      "token := os.Getenv(\"GITHUB_TOKEN\")\nreq.Header.Set(\"Authorization\", \"Bearer \"+token)\n" + "import sklearn # sk-learn\nhttps://example.com:8080/path?q=1\nAKIA is a prefix\nsecret = compute()\n",
+				"import sklearn # sk-learn\nhttps://example.com:8080/path?q=1\nAKIA is a prefix\nsecret = compute()\n" +
+				"git clone https://${USER}:${TOKEN}@example.com/x.git\nfmt.Sprintf(\"https://%s:%s@%s\", u, p, h)\n",
+			want: "token := os.Getenv(\"GITHUB_TOKEN\")\nreq.Header.Set(\"Authorization\", \"Bearer \"+token)\n" + "import sklearn # sk-learn\nhttps://example.com:8080/path?q=1\nAKIA is a prefix\nsecret = compute()\n" +
+				"git clone https://${USER}:${TOKEN}@example.com/x.git\nfmt.Sprintf(\"https://%s:%s@%s\", u, p, h)\n",
 			wantKinds: map[string]int{},
 		},
 	}

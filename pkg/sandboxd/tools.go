@@ -155,7 +155,7 @@ var toolSpecs = []toolSpec{
 		addTool(s, &mcp.Tool{
 			Name: ToolSnapshotCreate,
 			Description: "Take a snapshot (checkpoint) of the whole workspace, git repository or not, with an optional label; returns its id (s1, s2, ...). " +
-				"Snapshots are kept in a git store outside the workspace: the workspace's own .git (HEAD, index, branches) is never touched, and ignored files are included. Left out: .git directories and nested repositories (a subdirectory with its own .git). File modes other than executable are not kept. Snapshots last as long as the sandbox's state directory.",
+				"It runs alone (it waits for the tool calls in flight, later calls wait for it), so it holds the workspace as it was between two calls. Snapshots are kept in a git store outside the workspace: the workspace's own .git (HEAD, index, branches) is never touched, and ignored files are included. Left out: .git directories and nested repositories (a subdirectory with its own .git). File modes other than executable are not kept. Snapshots last as long as the sandbox's state directory.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 		}, tb.snapshotCreate)
 	}},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 )
 
@@ -351,6 +352,41 @@ func TestSnapshotRestoreIsAtomic(t *testing.T) {
 			all.Write(data)
 		}
 		uniform("the files after a write raced a restore", all.String())
+	}
+}
+
+// TestSnapshotCreateIsAtomic races snapshot_create with a Bash call that
+// rewrites every file, many times: the snapshot holds the files all before
+// or all after the command, never a mix.
+func TestSnapshotCreateIsAtomic(t *testing.T) {
+	cs, ws := newInMemory(t, false, nil, nil)
+	const files = 40
+	setAll := func(v string) string {
+		return fmt.Sprintf("for i in $(seq -w 1 %d); do echo %s > f$i.txt; done", files, v)
+	}
+	for range 10 {
+		callOK(t, cs, ToolBash, map[string]any{"command": setAll("v1")})
+		var wg sync.WaitGroup
+		var created *mcp.CallToolResult
+		wg.Go(func() { callOK(t, cs, ToolBash, map[string]any{"command": setAll("v2")}) })
+		wg.Go(func() { created = callTool(t, cs, ToolSnapshotCreate, map[string]any{}) })
+		wg.Wait()
+		if created.IsError {
+			t.Fatalf("snapshot_create: %s", contentText(created))
+		}
+		id := strings.Fields(contentText(created))[1] // "Snapshot <id> taken ..."
+		callOK(t, cs, ToolSnapshotRestore, map[string]any{"id": id})
+		seen := map[string]bool{}
+		for i := 1; i <= files; i++ {
+			data, err := os.ReadFile(filepath.Join(ws, fmt.Sprintf("f%02d.txt", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[string(data)] = true
+		}
+		if len(seen) != 1 {
+			t.Fatalf("snapshot %s holds a mix of states: %v", id, seen)
+		}
 	}
 }
 
