@@ -2,7 +2,7 @@
 // (`airlock sandboxd`): the codegen tools (Read, Write, Edit, Glob, Grep,
 // Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck,
 // MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore,
-// snapshot_diff) served over MCP on one HTTP listener, with /healthz,
+// snapshot_diff, run_failing_tests, last_test_failures) served over MCP on one HTTP listener, with /healthz,
 // /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
 // ToolNames lists the tools. docs/sandboxd-tools.md is the user's view.
 //
@@ -74,6 +74,12 @@
 // change is made all the same. LS lists the tree below a directory, nearest
 // levels first, at most 1000 entries, with ignore globs; it does not follow
 // symbolic links nor descend into .git.
+//
+// run_tests parses the failing tests out of the whole output as it streams
+// (testfailures.go: go test, cargo test and pytest; not node's runners):
+// package, test, file, line, message. The last test run is kept for
+// last_test_failures, and run_failing_tests runs only its failures again
+// (names that are not test names are refused, the others shell-quoted).
 //
 // # Snapshots
 //

@@ -243,9 +243,19 @@ type runResult struct {
 // on timeout or when ctx ends, the whole process group is killed. The
 // output (stdout and stderr, interleaved) is capped at foregroundOutputBytes.
 func runForeground(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration) (runResult, error) {
+	return runForegroundTee(ctx, groups, dir, command, timeout, nil)
+}
+
+// runForegroundTee is runForeground that also writes the whole output, as it
+// comes and before the cap, to tee (when it is not nil).
+func runForegroundTee(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration, tee io.Writer) (runResult, error) {
 	out := newCappedBuffer(foregroundOutputBytes)
+	var w io.Writer = out
+	if tee != nil {
+		w = io.MultiWriter(out, tee)
+	}
 	start := time.Now()
-	p, err := startGroup(groups, dir, command, out, out)
+	p, err := startGroup(groups, dir, command, w, w)
 	if err != nil {
 		return runResult{}, err
 	}

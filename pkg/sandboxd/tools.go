@@ -13,25 +13,27 @@ import (
 // The tool names, as agents already know them (SPEC section 6). They match
 // the enum of v1alpha1.ToolName.
 const (
-	ToolRead            = "Read"
-	ToolWrite           = "Write"
-	ToolEdit            = "Edit"
-	ToolGlob            = "Glob"
-	ToolGrep            = "Grep"
-	ToolBash            = "Bash"
-	ToolBashOutput      = "BashOutput"
-	ToolKillShell       = "KillShell"
-	ToolRunTests        = "run_tests"
-	ToolRunLint         = "run_lint"
-	ToolRunTypecheck    = "run_typecheck"
-	ToolMultiEdit       = "MultiEdit"
-	ToolLS              = "LS"
-	ToolSnapshotCreate  = "snapshot_create"
-	ToolSnapshotList    = "snapshot_list"
-	ToolSnapshotRestore = "snapshot_restore"
-	ToolSnapshotDiff    = "snapshot_diff"
-	toolNameUnknown     = "unknown" // metrics label for calls of tools that are not served
-	toolNameMaxLength   = 128
+	ToolRead             = "Read"
+	ToolWrite            = "Write"
+	ToolEdit             = "Edit"
+	ToolGlob             = "Glob"
+	ToolGrep             = "Grep"
+	ToolBash             = "Bash"
+	ToolBashOutput       = "BashOutput"
+	ToolKillShell        = "KillShell"
+	ToolRunTests         = "run_tests"
+	ToolRunLint          = "run_lint"
+	ToolRunTypecheck     = "run_typecheck"
+	ToolMultiEdit        = "MultiEdit"
+	ToolLS               = "LS"
+	ToolSnapshotCreate   = "snapshot_create"
+	ToolSnapshotList     = "snapshot_list"
+	ToolSnapshotRestore  = "snapshot_restore"
+	ToolSnapshotDiff     = "snapshot_diff"
+	ToolRunFailingTests  = "run_failing_tests"
+	ToolLastTestFailures = "last_test_failures"
+	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
+	toolNameMaxLength    = 128
 )
 
 // toolSpec describes one tool: its name, whether it may change anything
@@ -123,7 +125,8 @@ var toolSpecs = []toolSpec{
 		}, tb.killShell)
 	}},
 	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
-		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language.", tb.runTests)
+		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
+			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust and python, returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
 	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
@@ -182,6 +185,26 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotDiff)
 	}},
+	{name: ToolRunFailingTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolRunFailingTests,
+			Description: "Run again only the tests that failed in the last run_tests (or run_failing_tests): go test -run '^(TestA|TestB)$' on their packages (a package that did not build: all of it), cargo test -- --exact names, python3 -m pytest -q node ids. " +
+				"Not for node workspaces. It runs like run_tests (own process group, killed on timeout or cancellation, output capped at 100 KiB) and returns the same structure, failures included. Timeout in milliseconds: default 300000, maximum 600000.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+			InputSchema: schemaFor[RunFailingTestsInput](func(s *jsonschema.Schema) {
+				s.Properties["timeout"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Maximum = ptr(float64(checkMaxTimeout.Milliseconds()))
+			}),
+		}, tb.runFailingTests)
+	}},
+	{name: ToolLastTestFailures, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolLastTestFailures,
+			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust and python; at most 200). " +
+				"An error before any test run.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.lastTestFailures)
+	}},
 }
 
 // addCheckTool adds one of run_tests, run_lint and run_typecheck.
@@ -202,13 +225,14 @@ func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHa
 // order. pkg/cmd validates --allowed-tools against it.
 func ToolNames() []string {
 	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck,
-		ToolMultiEdit, ToolLS, ToolSnapshotCreate, ToolSnapshotList, ToolSnapshotRestore, ToolSnapshotDiff}
+		ToolMultiEdit, ToolLS, ToolSnapshotCreate, ToolSnapshotList, ToolSnapshotRestore, ToolSnapshotDiff,
+		ToolRunFailingTests, ToolLastTestFailures}
 }
 
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
 func readOnlyToolNames() []string {
-	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff}
+	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures}
 }
 
 // selectTools returns the names of the tools to serve: all of them, or those
@@ -274,6 +298,7 @@ type toolbox struct {
 	shells *shellTable
 	gate   *callGate
 	snaps  *snapshotStore // nil: no snapshots
+	tests  *testRecord
 }
 
 // newToolbox opens the workspace dir for the tools.
@@ -282,7 +307,7 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate()}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)
