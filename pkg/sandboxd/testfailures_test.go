@@ -243,3 +243,23 @@ func TestFailingTestsCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestFailuresBeyondTheCap checks that failures are parsed from the whole
+// output, not from what the cap keeps of it.
+func TestFailuresBeyondTheCap(t *testing.T) {
+	tb, _ := newTestToolbox(t)
+	cmd := `head -c 300000 /dev/zero | tr '\0' 'x'; echo
+printf -- '--- FAIL: TestLate (0.00s)\n    late_test.go:3: late\nFAIL\texample.com/m\t0.1s\n'
+head -c 300000 /dev/zero | tr '\0' 'y'; echo`
+	_, out, err := tb.runCommandCheck(t.Context(), checkTests, "go", cmd, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.Output, "TestLate") || !strings.Contains(out.Output, "bytes of output elided") {
+		t.Fatalf("the failure was not in the elided part of the output")
+	}
+	want := []TestFailure{{Package: "example.com/m", Test: "TestLate", File: "late_test.go", Line: 3, Message: "late"}}
+	if d := gocmp.Diff(want, out.Failures); d != "" {
+		t.Errorf("failures (-want +got):\n%s", d)
+	}
+}
