@@ -62,9 +62,9 @@ func sdkLogger(logger klog.Logger) *slog.Logger {
 
 // toolCallMiddleware is the one place every tools/call goes through. It
 // lets the call through the gate (snapshot_restore and snapshot_create
-// alone, the others side by side), turns a panic in a tool into a tool error instead of a crash,
-// scrubs secrets from the result, and counts, times and logs the call by
-// tool and result.
+// alone, the others side by side), turns a panic in a tool into a tool
+// error instead of a crash, scrubs secrets from the result, and counts,
+// times and logs the call by tool and result.
 func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog.Logger) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {

@@ -251,8 +251,8 @@ func (s *snapshotStore) stage(ctx context.Context) error {
 	return err
 }
 
-// snapshot is one snapshot as the tools report it.
-type snapshot struct {
+// Snapshot is one snapshot as the tools report it.
+type Snapshot struct {
 	ID      string `json:"id" jsonschema:"the snapshot's id, e.g. s3"`
 	Label   string `json:"label,omitempty" jsonschema:"the label it was given"`
 	Created string `json:"created" jsonschema:"when it was taken (RFC 3339)"`
@@ -260,28 +260,28 @@ type snapshot struct {
 }
 
 // create takes a snapshot of the workspace. s.lock is held.
-func (s *snapshotStore) create(ctx context.Context, label string) (snapshot, int, error) {
+func (s *snapshotStore) create(ctx context.Context, label string) (Snapshot, int, error) {
 	if err := s.init(ctx); err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	if err := s.stage(ctx); err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	tree, err := s.git(ctx, nil, nil, "write-tree")
 	if err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	files, err := s.git(ctx, nil, nil, "ls-files", "-z")
 	if err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	commit, err := s.git(ctx, []byte(label+"\n"), nil, "commit-tree", strings.TrimSpace(string(tree)))
 	if err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	all, err := s.list(ctx)
 	if err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
 	next := 1
 	if len(all) > 0 {
@@ -290,13 +290,13 @@ func (s *snapshotStore) create(ctx context.Context, label string) (snapshot, int
 	id := "s" + strconv.Itoa(next)
 	c := strings.TrimSpace(string(commit))
 	if _, err := s.git(ctx, nil, nil, "update-ref", snapshotRefs+id, c, ""); err != nil {
-		return snapshot{}, 0, err
+		return Snapshot{}, 0, err
 	}
-	return snapshot{ID: id, Label: label, Created: time.Now().UTC().Format(time.RFC3339), commit: c}, bytes.Count(files, []byte{0}), nil
+	return Snapshot{ID: id, Label: label, Created: time.Now().UTC().Format(time.RFC3339), commit: c}, bytes.Count(files, []byte{0}), nil
 }
 
 // list returns the snapshots, oldest first. s.lock is held.
-func (s *snapshotStore) list(ctx context.Context) ([]snapshot, error) {
+func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
 	if err := s.init(ctx); err != nil {
 		return nil, err
 	}
@@ -304,7 +304,7 @@ func (s *snapshotStore) list(ctx context.Context) ([]snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	var all []snapshot
+	var all []Snapshot
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.SplitN(line, "\x00", 4)
 		if len(f) != 4 || snapshotNumber(f[0]) == 0 {
@@ -314,20 +314,20 @@ func (s *snapshotStore) list(ctx context.Context) ([]snapshot, error) {
 		if t, err := time.Parse(time.RFC3339, created); err == nil {
 			created = t.UTC().Format(time.RFC3339)
 		}
-		all = append(all, snapshot{ID: f[0], commit: f[1], Created: created, Label: f[3]})
+		all = append(all, Snapshot{ID: f[0], commit: f[1], Created: created, Label: f[3]})
 	}
-	slices.SortFunc(all, func(a, b snapshot) int { return snapshotNumber(a.ID) - snapshotNumber(b.ID) })
+	slices.SortFunc(all, func(a, b Snapshot) int { return snapshotNumber(a.ID) - snapshotNumber(b.ID) })
 	return all, nil
 }
 
 // find returns the snapshot id. s.lock is held.
-func (s *snapshotStore) find(ctx context.Context, id string) (snapshot, error) {
+func (s *snapshotStore) find(ctx context.Context, id string) (Snapshot, error) {
 	if snapshotNumber(id) == 0 {
-		return snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... as snapshot_create and snapshot_list give them", id)
+		return Snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... as snapshot_create and snapshot_list give them", id)
 	}
 	all, err := s.list(ctx)
 	if err != nil {
-		return snapshot{}, err
+		return Snapshot{}, err
 	}
 	for _, sn := range all {
 		if sn.ID == id {
@@ -339,9 +339,9 @@ func (s *snapshotStore) find(ctx context.Context, id string) (snapshot, error) {
 		ids = append(ids, sn.ID)
 	}
 	if len(ids) == 0 {
-		return snapshot{}, fmt.Errorf("no snapshot %s: there are no snapshots yet (take one with snapshot_create)", id)
+		return Snapshot{}, fmt.Errorf("no snapshot %s: there are no snapshots yet (take one with snapshot_create)", id)
 	}
-	return snapshot{}, fmt.Errorf("no snapshot %s: the snapshots are %s", id, strings.Join(ids, ", "))
+	return Snapshot{}, fmt.Errorf("no snapshot %s: the snapshots are %s", id, strings.Join(ids, ", "))
 }
 
 // snapshotNumber returns n for an id "s<n>" (n ≥ 1), else 0.
@@ -360,15 +360,15 @@ func snapshotNumber(id string) int {
 	return n
 }
 
-// fileChange is one file a diff names.
-type fileChange struct {
+// FileChange is one file a diff names.
+type FileChange struct {
 	Path   string `json:"path" jsonschema:"path of the file, relative to the workspace"`
 	Status string `json:"status" jsonschema:"added, modified, deleted or type_changed"`
 }
 
 // changes lists the files that differ between two commits, or between a
 // commit and the index (to == "").
-func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]fileChange, error) {
+func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]FileChange, error) {
 	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-status", "-z"}
 	if to == "" {
 		args = append(args, "--cached", from)
@@ -380,13 +380,13 @@ func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]fileCha
 		return nil, err
 	}
 	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	var changes []fileChange
+	var changes []FileChange
 	for i := 0; i+1 < len(f); i += 2 {
 		status := map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}[f[i]]
 		if status == "" {
 			status = f[i]
 		}
-		changes = append(changes, fileChange{Path: f[i+1], Status: status})
+		changes = append(changes, FileChange{Path: f[i+1], Status: status})
 	}
 	return changes, nil
 }
@@ -406,7 +406,7 @@ func (s *snapshotStore) patch(ctx context.Context, from, to string, out io.Write
 // restore makes the workspace the snapshot target, which the index must
 // hold the current state beside (stage first): files the snapshot does not
 // have are removed, the others written as they were. s.lock is held.
-func (s *snapshotStore) restore(ctx context.Context, target snapshot) error {
+func (s *snapshotStore) restore(ctx context.Context, target Snapshot) error {
 	_, err := s.git(ctx, nil, nil, "read-tree", "--reset", "-u", target.commit)
 	return err
 }

@@ -20,7 +20,7 @@ type SnapshotCreateInput struct {
 
 // SnapshotCreateOutput is the structured result of the snapshot_create tool.
 type SnapshotCreateOutput struct {
-	snapshot
+	Snapshot
 	Files int `json:"files" jsonschema:"number of files in the snapshot"`
 }
 
@@ -29,7 +29,7 @@ type SnapshotListInput struct{}
 
 // SnapshotListOutput is the structured result of the snapshot_list tool.
 type SnapshotListOutput struct {
-	Snapshots []snapshot `json:"snapshots" jsonschema:"the snapshots, oldest first"`
+	Snapshots []Snapshot `json:"snapshots" jsonschema:"the snapshots, oldest first"`
 }
 
 // SnapshotRestoreInput is the input of the snapshot_restore tool.
@@ -41,7 +41,7 @@ type SnapshotRestoreInput struct {
 type SnapshotRestoreOutput struct {
 	ID      string       `json:"id" jsonschema:"the snapshot restored"`
 	Backup  string       `json:"backup" jsonschema:"id of the snapshot of the workspace as it was just before the restore (restore it to undo)"`
-	Changes []fileChange `json:"changes" jsonschema:"the files the restore changed: added (they come back), modified, deleted (created after the snapshot, now removed)"`
+	Changes []FileChange `json:"changes" jsonschema:"the files the restore changed: added (they come back), modified, deleted (created after the snapshot, now removed)"`
 }
 
 // SnapshotDiffInput is the input of the snapshot_diff tool.
@@ -54,7 +54,7 @@ type SnapshotDiffInput struct {
 type SnapshotDiffOutput struct {
 	From    string       `json:"from" jsonschema:"the snapshot compared from"`
 	To      string       `json:"to" jsonschema:"the snapshot compared to, or workspace"`
-	Changes []fileChange `json:"changes" jsonschema:"the files that differ"`
+	Changes []FileChange `json:"changes" jsonschema:"the files that differ"`
 	Patch   string       `json:"patch,omitempty" jsonschema:"the unified diff, capped at 100 KiB with the elision said"`
 }
 
@@ -85,7 +85,7 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 	var out SnapshotCreateOutput
 	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
 		sn, files, err := s.create(ctx, label)
-		out = SnapshotCreateOutput{snapshot: sn, Files: files}
+		out = SnapshotCreateOutput{Snapshot: sn, Files: files}
 		return err
 	})
 	if err != nil {
@@ -96,7 +96,7 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 
 // snapshotList is the snapshot_list tool.
 func (tb *toolbox) snapshotList(ctx context.Context, _ SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
-	out := SnapshotListOutput{Snapshots: []snapshot{}}
+	out := SnapshotListOutput{Snapshots: []Snapshot{}}
 	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
 		all, err := s.list(ctx)
 		out.Snapshots = append(out.Snapshots, all...)
@@ -137,7 +137,7 @@ func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput)
 		}
 		out = SnapshotRestoreOutput{ID: target.ID, Backup: backup.ID, Changes: changes}
 		if out.Changes == nil {
-			out.Changes = []fileChange{}
+			out.Changes = []FileChange{}
 		}
 		return nil
 	})
@@ -180,7 +180,7 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 		return nil, SnapshotDiffOutput{}, err
 	}
 	if out.Changes == nil {
-		out.Changes = []fileChange{}
+		out.Changes = []FileChange{}
 	}
 	out.Patch = patch.String()
 	if len(out.Changes) == 0 {

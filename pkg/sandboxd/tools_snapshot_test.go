@@ -110,7 +110,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantChanges := []fileChange{
+	wantChanges := []FileChange{
 		{Path: "a.txt", Status: "modified"}, {Path: "build.log", Status: "deleted"}, {Path: "dir/b.txt", Status: "deleted"},
 		{Path: "new.txt", Status: "added"}, {Path: "newdir/deep/x.txt", Status: "added"}, {Path: "run.sh", Status: "modified"},
 	}
