@@ -287,10 +287,19 @@ func TestSnapshotStoreOutOfReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSymlink(t, "../outside", filepath.Join(f.ws, "d"))
+	// And a file swapped for a hard link to a file outside: the restore
+	// replaces the link, it does not write through it.
+	if err := os.Remove(filepath.Join(f.ws, "inside.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(f.outside, "secret.txt"), filepath.Join(f.ws, "inside.txt")); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := f.tb.snapshotRestore(ctx, SnapshotRestoreInput{ID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	checkFile(t, filepath.Join(f.ws, "d", "f.txt"), "inside\n")
+	checkFile(t, filepath.Join(f.ws, "inside.txt"), "inside\n")
 	if fi, err := os.Lstat(filepath.Join(f.ws, "d")); err != nil || !fi.IsDir() {
 		t.Errorf("d after the restore: %v, %v", fi, err)
 	}
