@@ -257,22 +257,25 @@ func TestSandboxdValidate(t *testing.T) {
 		modify   func(o *SandboxdOptions)
 		wantFlag string
 	}{
-		"defaults with a workspace": {},
-		"every tool":                {modify: func(o *SandboxdOptions) { o.AllowedTools = sandboxd.ToolNames() }},
-		"some tools":                {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "Grep", "run_tests"} }},
-		"readonly":                  {modify: func(o *SandboxdOptions) { o.ReadOnly = true }},
-		"token file":                {modify: func(o *SandboxdOptions) { o.AuthTokenFile = tokenFile }},
-		"bad listen":                {modify: func(o *SandboxdOptions) { o.Listen = "8080" }, wantFlag: "listen"},
-		"missing workspace":         {modify: func(o *SandboxdOptions) { o.Workspace = "/nonexistent/workspace" }, wantFlag: "workspace"},
-		"workspace is a file":       {modify: func(o *SandboxdOptions) { o.Workspace = tokenFile }, wantFlag: "workspace"},
-		"empty workspace":           {modify: func(o *SandboxdOptions) { o.Workspace = "" }, wantFlag: "workspace"},
-		"unknown tool":              {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "WebFetch"} }, wantFlag: "allowed-tools"},
-		"several unknown tools":     {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"read", "WebFetch", "Task"} }, wantFlag: "allowed-tools"},
-		"empty tool name":           {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", ""} }, wantFlag: "allowed-tools"},
-		"missing token file":        {modify: func(o *SandboxdOptions) { o.AuthTokenFile = "/nonexistent/token" }, wantFlag: "auth-token-file"},
-		"token file is a directory": {modify: func(o *SandboxdOptions) { o.AuthTokenFile = workspace }, wantFlag: "auth-token-file"},
-		"zero shutdown grace":       {modify: func(o *SandboxdOptions) { o.ShutdownGrace = 0 }, wantFlag: "shutdown-grace"},
-		"negative shutdown grace":   {modify: func(o *SandboxdOptions) { o.ShutdownGrace = -time.Second }, wantFlag: "shutdown-grace"},
+		"defaults with a workspace":  {},
+		"every tool":                 {modify: func(o *SandboxdOptions) { o.AllowedTools = sandboxd.ToolNames() }},
+		"some tools":                 {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "Grep", "run_tests"} }},
+		"readonly":                   {modify: func(o *SandboxdOptions) { o.ReadOnly = true }},
+		"token file":                 {modify: func(o *SandboxdOptions) { o.AuthTokenFile = tokenFile }},
+		"bad listen":                 {modify: func(o *SandboxdOptions) { o.Listen = "8080" }, wantFlag: "listen"},
+		"missing workspace":          {modify: func(o *SandboxdOptions) { o.Workspace = "/nonexistent/workspace" }, wantFlag: "workspace"},
+		"workspace is a file":        {modify: func(o *SandboxdOptions) { o.Workspace = tokenFile }, wantFlag: "workspace"},
+		"empty workspace":            {modify: func(o *SandboxdOptions) { o.Workspace = "" }, wantFlag: "workspace"},
+		"unknown tool":               {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "WebFetch"} }, wantFlag: "allowed-tools"},
+		"several unknown tools":      {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"read", "WebFetch", "Task"} }, wantFlag: "allowed-tools"},
+		"empty tool name":            {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", ""} }, wantFlag: "allowed-tools"},
+		"missing token file":         {modify: func(o *SandboxdOptions) { o.AuthTokenFile = "/nonexistent/token" }, wantFlag: "auth-token-file"},
+		"token file is a directory":  {modify: func(o *SandboxdOptions) { o.AuthTokenFile = workspace }, wantFlag: "auth-token-file"},
+		"zero shutdown grace":        {modify: func(o *SandboxdOptions) { o.ShutdownGrace = 0 }, wantFlag: "shutdown-grace"},
+		"negative shutdown grace":    {modify: func(o *SandboxdOptions) { o.ShutdownGrace = -time.Second }, wantFlag: "shutdown-grace"},
+		"state dir beside":           {modify: func(o *SandboxdOptions) { o.StateDir = filepath.Join(filepath.Dir(workspace), "state") }},
+		"state dir in the workspace": {modify: func(o *SandboxdOptions) { o.StateDir = filepath.Join(workspace, "state") }, wantFlag: "state-dir"},
+		"state dir is the workspace": {modify: func(o *SandboxdOptions) { o.StateDir = workspace + "/." }, wantFlag: "state-dir"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -298,7 +301,7 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 	o.Workspace = t.TempDir()
 	o.AllowedTools = []string{"Read", "WebFetch", "Task"}
 	errs := o.Validate()
-	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck)`
+	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck, MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore, snapshot_diff, run_failing_tests, last_test_failures)`
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Errorf("errors %v, want exactly %q", errs, want)
 	}
@@ -307,7 +310,8 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 // TestToolNamesAreTheSpecs pins the names --allowed-tools accepts to SPEC section 6 (and the
 // v1alpha1.ToolName enum).
 func TestToolNamesAreTheSpecs(t *testing.T) {
-	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck"}
+	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck",
+		"MultiEdit", "LS", "snapshot_create", "snapshot_list", "snapshot_restore", "snapshot_diff", "run_failing_tests", "last_test_failures"}
 	if diff := cmp.Diff(want, sandboxd.ToolNames()); diff != "" {
 		t.Errorf("sandboxd.ToolNames() (-SPEC +got):\n%s", diff)
 	}
@@ -316,7 +320,7 @@ func TestToolNamesAreTheSpecs(t *testing.T) {
 func TestSandboxdConfig(t *testing.T) {
 	o := NewSandboxdOptions()
 	cmd := newSandboxdCommand(o)
-	if err := cmd.ParseFlags([]string{"--listen=127.0.0.1:9090", "--workspace=/ws", "--readonly", "--allowed-tools=Read,Grep", "--auth-token-file=/run/token", "--shutdown-grace=3s"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--listen=127.0.0.1:9090", "--workspace=/ws", "--readonly", "--allowed-tools=Read,Grep", "--auth-token-file=/run/token", "--state-dir=/sandbox-cache/state", "--shutdown-grace=3s"}); err != nil {
 		t.Fatal(err)
 	}
 	want := sandboxd.Config{
@@ -325,6 +329,7 @@ func TestSandboxdConfig(t *testing.T) {
 		ReadOnly:      true,
 		AllowedTools:  []string{"Read", "Grep"},
 		AuthTokenFile: "/run/token",
+		StateDir:      "/sandbox-cache/state",
 		ShutdownGrace: 3 * time.Second,
 	}
 	if diff := cmp.Diff(want, o.Config()); diff != "" {

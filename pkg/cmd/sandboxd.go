@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ type SandboxdOptions struct {
 	ReadOnly      bool
 	AllowedTools  []string
 	AuthTokenFile string
+	StateDir      string
 	ShutdownGrace time.Duration
 }
 
@@ -40,6 +42,7 @@ func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ReadOnly, "readonly", o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
 	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Empty: all of them. Others are neither listed nor callable.")
 	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory for sandboxd's own state (the snapshot store), outside the workspace. Empty: $XDG_CACHE_HOME or $HOME/.cache, + /airlock-sandboxd (else $TMPDIR/airlock-sandboxd-<uid>).")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
 }
 
@@ -65,6 +68,11 @@ func (o *SandboxdOptions) Validate() []error {
 			errs = append(errs, invalidFlag("auth-token-file", "%v", err))
 		}
 	}
+	if o.StateDir != "" && o.Workspace != "" {
+		if within(o.StateDir, o.Workspace) {
+			errs = append(errs, invalidFlag("state-dir", "%s is inside the workspace %s: the snapshot store must be out of the file tools' reach", o.StateDir, o.Workspace))
+		}
+	}
 	if o.ShutdownGrace <= 0 {
 		errs = append(errs, invalidFlag("shutdown-grace", "must be greater than zero"))
 	}
@@ -79,6 +87,7 @@ func (o *SandboxdOptions) Config() sandboxd.Config {
 		ReadOnly:      o.ReadOnly,
 		AllowedTools:  slices.Clone(o.AllowedTools),
 		AuthTokenFile: o.AuthTokenFile,
+		StateDir:      o.StateDir,
 		ShutdownGrace: o.ShutdownGrace,
 	}
 }
@@ -94,6 +103,18 @@ func unknownTools(names []string) []string {
 		}
 	}
 	return unknown
+}
+
+// within reports whether the path p is base or lies below it, lexically
+// (sandboxd also checks with symbolic links evaluated).
+func within(p, base string) bool {
+	ap, err1 := filepath.Abs(p)
+	ab, err2 := filepath.Abs(base)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(ab, ap)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 func plural(n int, one, many string) string {

@@ -114,6 +114,10 @@ func TestConfinementOfFileTools(t *testing.T) {
 			check("Write", "", err)
 			_, _, err = f.tb.edit(ctx, EditInput{FilePath: p, OldString: secret, NewString: "pwned"})
 			check("Edit", "", err)
+			_, _, err = f.tb.multiEdit(ctx, MultiEditInput{FilePath: p, Edits: []EditOperation{{OldString: secret, NewString: "pwned"}}})
+			check("MultiEdit", "", err)
+			_, lout, err := f.tb.ls(ctx, LSInput{Path: p})
+			check("LS", fmt.Sprint(lout.Entries), err)
 			_, gout, err := f.tb.grep(ctx, GrepInput{Pattern: "SECRET", Path: p, OutputMode: grepContent})
 			if err == nil && gout.NumLines > 0 {
 				t.Errorf("Grep(path %.80q) found the secret", p)
@@ -151,6 +155,19 @@ func TestConfinementOfSearch(t *testing.T) {
 	for _, p := range []string{"dir-link", "abs-dir-link", "a/b/up", "a/chain", "root-link/etc", "../outside", f.outside} {
 		if _, _, err := f.tb.glob(ctx, GlobInput{Pattern: "*", Path: p}); err == nil {
 			t.Errorf("Glob(path %q) succeeded", p)
+		}
+		if _, out, err := f.tb.ls(ctx, LSInput{Path: p}); err == nil {
+			t.Errorf("LS(path %q) succeeded: %v", p, out.Entries)
+		}
+	}
+	// LS of the workspace lists the links as links: it does not follow them.
+	_, ls, err := f.tb.ls(ctx, LSInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ls.Entries {
+		if strings.Contains(e.Path, "secret") || (strings.Contains(e.Path, "link") && e.Type != lsSymlink) {
+			t.Errorf("LS listed %+v", e)
 		}
 	}
 	for _, pattern := range []string{"../outside/*", f.outside + "/*", "dir-link/*", "a/b/up/*"} {
@@ -205,6 +222,14 @@ func TestConfinementRace(t *testing.T) {
 			writes.Add(1)
 		}
 		f.tb.edit(ctx, EditInput{FilePath: "d/f.txt", OldString: "TOP", NewString: "pwned"})
+		f.tb.multiEdit(ctx, MultiEditInput{FilePath: "d/f.txt", Edits: []EditOperation{{OldString: "TOP", NewString: "pwned"}}})
+		if _, l, err := f.tb.ls(ctx, LSInput{Path: "d"}); err == nil {
+			for _, e := range l.Entries {
+				if strings.HasSuffix(e.Path, "secret.txt") {
+					leaks.Add(1)
+				}
+			}
+		}
 		if _, g, err := f.tb.grep(ctx, GrepInput{Pattern: "SECRET", Path: "d"}); err == nil && g.NumLines > 0 {
 			leaks.Add(1)
 		}

@@ -62,7 +62,7 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 				t.Fatal("CallTool did not return")
 			}
 			waitDead(t, pids...)
-			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{status="canceled",tool="Bash"} %d`, i+1))
+			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{result="canceled",tool="Bash"} %d`, i+1))
 			// The session goes on.
 			callOK(t, cs, ToolBash, map[string]any{"command": "true"})
 		})
@@ -91,5 +91,5 @@ func TestClientVanishesMidCall(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices the disconnect asynchronously
 	}
-	waitMetric(t, ts.url, `airlock_sandboxd_tool_calls_total{status="canceled",tool="Bash"} 1`)
+	waitMetric(t, ts.url, `airlock_sandboxd_tool_calls_total{result="canceled",tool="Bash"} 1`)
 }

@@ -14,6 +14,12 @@ type Config struct {
 	AllowedTools []string
 	// AuthTokenFile holds the bearer token MCP requests must carry; empty accepts any request.
 	AuthTokenFile string
+	// StateDir holds sandboxd's own state, out of the file tools' reach: the
+	// snapshot store. Empty: the user's cache directory ($XDG_CACHE_HOME or
+	// $HOME/.cache) + /airlock-sandboxd, or, when that is inside the
+	// workspace or unknown, $TMPDIR/airlock-sandboxd-<uid>. It must not lie
+	// inside the workspace.
+	StateDir string
 	// ShutdownGrace bounds the time given to open streams and running tool calls on shutdown.
 	ShutdownGrace time.Duration
 }

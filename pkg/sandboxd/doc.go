@@ -1,8 +1,10 @@
 // Package sandboxd is the MCP server that runs inside a sandbox pod
 // (`airlock sandboxd`): the codegen tools (Read, Write, Edit, Glob, Grep,
-// Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck) served
-// over MCP on one HTTP listener, with /healthz, /readyz and /metrics beside
-// them. pkg/cmd calls Run with a Config; ToolNames lists the tools.
+// Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck,
+// MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore,
+// snapshot_diff, run_failing_tests, last_test_failures) served over MCP on one HTTP listener, with /healthz,
+// /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
+// ToolNames lists the tools. docs/sandboxd-tools.md is the user's view.
 //
 // # Transports
 //
@@ -65,6 +67,41 @@
 // or python (pyproject.toml, setup.py, setup.cfg, requirements.txt, tox.ini)
 // from the top of the workspace, in that order, unless language is given.
 //
+// MultiEdit applies its edits in order to a copy in memory and writes
+// nothing unless all apply; it needs a prior Read like Edit. After Write,
+// Edit and MultiEdit of a .go file, go/format checks it in process and the
+// result says (as lint) if it does not parse or is not gofmt-clean; the
+// change is made all the same. LS lists the tree below a directory, nearest
+// levels first, at most 1000 entries, with ignore globs; it does not follow
+// symbolic links nor descend into .git.
+//
+// run_tests parses the failing tests out of the whole output as it streams
+// (testfailures.go: go test, cargo test and pytest; not node's runners):
+// package, test, file, line, message. The last test run is kept for
+// last_test_failures, and run_failing_tests runs only its failures again
+// (names that are not test names are refused, the others shell-quoted).
+//
+// # Snapshots
+//
+// snapshot_create, snapshot_list, snapshot_restore and snapshot_diff keep
+// checkpoints of the whole workspace (git repository or not) in a git
+// directory under the state directory (Config.StateDir, --state-dir), which
+// must lie outside the workspace: git runs with --git-dir=<store>
+// --work-tree=<workspace>, its own index, no global or system
+// configuration, no hooks and no attribute conversions, so the workspace's
+// own .git (HEAD, index, refs) is never read or written and the file tools
+// cannot reach the store. Snapshots include ignored files and leave out
+// .git entries, nested repositories and empty directories. A restore first
+// saves the current state as a new snapshot, then makes the workspace the
+// snapshot (git read-tree --reset -u): files created since are removed,
+// changed and deleted ones come back. The call gate (callgate.go) runs a
+// restore, and a snapshot_create, alone: it waits for the calls in flight,
+// and the calls after it wait for it, so no tool call sees a half-restored
+// workspace and a snapshot holds the workspace between two calls
+// (background shells are not tool calls and run on). Every git process runs in a
+// process group of its own, killed whole when its call ends or after 10
+// minutes. Without git on PATH the snapshot tools answer a tool error.
+//
 // The read marks that Write and Edit require ("overwriting a file needs a
 // prior Read") belong to the sandboxd process, not to one MCP session: the
 // sandbox is one agent's, and an agent that reconnects keeps them. A mark
@@ -92,8 +129,8 @@
 //
 // # Confinement
 //
-// Every path a file tool receives goes through one resolver built on
-// os.Root: a relative path is taken from the workspace, an absolute one must
+// Every path a file tool (Read, Write, Edit, MultiEdit, Glob, Grep, LS)
+// receives goes through one resolver built on os.Root: a relative path is taken from the workspace, an absolute one must
 // lie inside it, and `..`, symbolic links (also symlinked parent
 // directories, also when one is swapped in while a tool runs) that lead out
 // of the tree, absolute symbolic links (even ones that point inside), and
@@ -118,10 +155,24 @@
 //
 // /readyz is 200 while the workspace is a directory sandboxd can create a
 // file in (with --readonly, one it can still reach), and 503 once shutdown
-// has begun. /metrics has airlock_sandboxd_tool_calls_total and
-// airlock_sandboxd_tool_call_duration_seconds by tool and status (ok, error,
-// canceled, protocol_error), the open sessions and SSE streams, the running
-// background shells, and the Go and process collectors.
+// has begun. /metrics has airlock_sandboxd_tool_calls_total by tool and
+// result (ok, error, canceled, protocol_error),
+// airlock_sandboxd_tool_call_duration_seconds by tool,
+// airlock_sandboxd_secrets_scrubbed_total by kind, the open sessions and SSE
+// streams, the running background shells, and the Go and process
+// collectors. No label holds a session, a path or an argument: a call of a
+// tool that is not served counts as tool "unknown".
+//
+// # Output hygiene
+//
+// Every tool result passes one secret scrubber on its way out (scrub.go):
+// private key blocks, JWTs, passwords in URLs, bearer and basic
+// Authorization values, AWS, GitHub, GitLab, Slack, Google, Stripe, npm and
+// OpenAI/Anthropic-style keys are replaced by [REDACTED:<kind>] in the text
+// and the structured result, counted by kind, and never logged. The caps
+// keep their bounds and say what they elided; a cut never shows half of a
+// token (the token it would split goes with the elided part). Scrubbing is
+// hygiene, not a boundary.
 //
 // # Shutdown
 //

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -195,13 +196,30 @@ func TestMetrics(t *testing.T) {
 	if res := callTool(t, cs, ToolRead, map[string]any{"file_path": "missing"}); !res.IsError {
 		t.Fatal("Read of a missing file succeeded")
 	}
+	// Tools that are not served count as "unknown": names never become
+	// labels, however many there are.
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: fmt.Sprintf("not-a-tool-%d", i), Arguments: map[string]any{}})
+		cancel()
+		if err == nil {
+			t.Fatal("a call of a tool that is not served succeeded")
+		}
+	}
+	callOK(t, cs, ToolBash, map[string]any{"command": "echo " + fakeGitHubPAT})
 	_, body := get(t, ts.url+"/metrics", nil)
+	if strings.Contains(body, "not-a-tool") || strings.Contains(body, "a.txt") {
+		t.Errorf("/metrics has a tool name or path as a label:\n%s", body)
+	}
 	for _, want := range []string{
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Read"} 2`,
-		`airlock_sandboxd_tool_calls_total{status="error",tool="Read"} 1`,
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Write"} 1`,
-		`airlock_sandboxd_tool_calls_total{status="ok",tool="Grep"} 0`,
-		`airlock_sandboxd_tool_call_duration_seconds_count{status="ok",tool="Read"} 2`,
+		`airlock_sandboxd_tool_calls_total{result="protocol_error",tool="unknown"} 3`,
+		`airlock_sandboxd_secrets_scrubbed_total{kind="github_token"} 1`,
+		`airlock_sandboxd_secrets_scrubbed_total{kind="private_key"} 0`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Read"} 2`,
+		`airlock_sandboxd_tool_calls_total{result="error",tool="Read"} 1`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Write"} 1`,
+		`airlock_sandboxd_tool_calls_total{result="ok",tool="Grep"} 0`,
+		`airlock_sandboxd_tool_call_duration_seconds_count{tool="Read"} 3`,
 		`airlock_sandboxd_sessions 1`,
 		`go_goroutines`,
 	} {

@@ -72,6 +72,28 @@ func mcpgoRoundTrip(t *testing.T, c *mcpgoclient.Client, ws, prefix string) {
 	if got := call(ToolBash, map[string]any{"command": "wc -l < " + file}); !strings.HasPrefix(got, "2\n") {
 		t.Errorf("Bash answered %q", got)
 	}
+	// Issue 15's tools.
+	call(ToolSnapshotCreate, map[string]any{"label": "mcp-go"})
+	got := call(ToolMultiEdit, map[string]any{"file_path": file, "edits": []any{
+		map[string]any{"old_string": "# Notes", "new_string": "# Log"},
+		map[string]any{"old_string": "sandbox", "new_string": "mcp-go again", "replace_all": true},
+	}})
+	if !strings.Contains(got, "2 edit(s), 2 replacement(s)") {
+		t.Errorf("MultiEdit answered %q", got)
+	}
+	if got := call(ToolLS, map[string]any{"path": prefix}); got != prefix+"/\n  - notes.md\n" {
+		t.Errorf("LS answered %q", got)
+	}
+	if got := call(ToolSnapshotDiff, map[string]any{"id": "s1"}); !strings.Contains(got, "-# Notes\n-airlock sandbox\n+# Log\n+airlock mcp-go again") {
+		t.Errorf("snapshot_diff answered %q", got)
+	}
+	call(ToolSnapshotRestore, map[string]any{"id": "s1"})
+	if got := call(ToolBash, map[string]any{"command": "cat " + file}); got != "# Notes\nairlock sandbox\n" {
+		t.Errorf("after snapshot_restore the file is %q", got)
+	}
+	if got := call(ToolSnapshotList, map[string]any{}); !strings.Contains(got, `"before restoring s1"`) {
+		t.Errorf("snapshot_list answered %q", got)
+	}
 }
 
 // TestMCPGoSSEClient: mark3labs/mcp-go's SSE client, the strictest about the

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Tool call statuses, the status label of the tool call metrics.
+// Tool call results, the result label of airlock_sandboxd_tool_calls_total.
 const (
 	statusOK            = "ok"             // the tool succeeded
 	statusError         = "error"          // the tool failed: an isError result the model reads
@@ -16,11 +16,14 @@ const (
 )
 
 // metrics are sandboxd's Prometheus metrics, in a registry of their own (so
-// that every server, in tests too, has its own).
+// that every server, in tests too, has its own). No label carries a session,
+// a path or an argument: tool is a served tool's name or "unknown", result
+// one of the four results, kind one of secretKinds.
 type metrics struct {
-	registry     *prometheus.Registry
-	toolCalls    *prometheus.CounterVec
-	toolDuration *prometheus.HistogramVec
+	registry        *prometheus.Registry
+	toolCalls       *prometheus.CounterVec
+	toolDuration    *prometheus.HistogramVec
+	secretsScrubbed *prometheus.CounterVec
 }
 
 // newMetrics registers the metrics. sessions and shells are read when
@@ -32,19 +35,26 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 			Namespace: "airlock",
 			Subsystem: "sandboxd",
 			Name:      "tool_calls_total",
-			Help:      "Tool calls, by tool and status (ok, error, canceled, protocol_error).",
-		}, []string{"tool", "status"}),
+			Help:      "Tool calls, by tool (\"unknown\" for a tool that is not served) and result (ok, error, canceled, protocol_error).",
+		}, []string{"tool", "result"}),
 		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "airlock",
 			Subsystem: "sandboxd",
 			Name:      "tool_call_duration_seconds",
-			Help:      "Duration of tool calls, by tool and status.",
+			Help:      "Duration of tool calls, by tool, from the request to the result (waiting for a snapshot_restore included).",
 			Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
-		}, []string{"tool", "status"}),
+		}, []string{"tool"}),
+		secretsScrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "airlock",
+			Subsystem: "sandboxd",
+			Name:      "secrets_scrubbed_total",
+			Help:      "Secrets redacted from tool results, by kind (each distinct secret counted once per result).",
+		}, []string{"kind"}),
 	}
 	m.registry.MustRegister(
 		m.toolCalls,
 		m.toolDuration,
+		m.secretsScrubbed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "airlock", Subsystem: "sandboxd", Name: "sse_streams",
 			Help: "Open HTTP+SSE streams (legacy transport sessions).",
@@ -63,15 +73,27 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 	// Start the served tools at zero, so that a dashboard sees them before
 	// their first call.
 	for _, tool := range served {
-		for _, status := range []string{statusOK, statusError} {
-			m.toolCalls.WithLabelValues(tool, status)
+		for _, result := range []string{statusOK, statusError} {
+			m.toolCalls.WithLabelValues(tool, result)
 		}
+		m.toolDuration.WithLabelValues(tool)
+	}
+	for _, kind := range secretKinds() {
+		m.secretsScrubbed.WithLabelValues(kind)
 	}
 	return m
 }
 
-// observe counts one tool call.
-func (m *metrics) observe(tool, status string, d time.Duration) {
-	m.toolCalls.WithLabelValues(tool, status).Inc()
-	m.toolDuration.WithLabelValues(tool, status).Observe(d.Seconds())
+// observe counts one tool call. tool must be a served tool or
+// toolNameUnknown, so that the label set stays bounded.
+func (m *metrics) observe(tool, result string, d time.Duration) {
+	m.toolCalls.WithLabelValues(tool, result).Inc()
+	m.toolDuration.WithLabelValues(tool).Observe(d.Seconds())
+}
+
+// scrubbed counts the secrets redacted from one result.
+func (m *metrics) scrubbed(found scrubbed) {
+	for kind, n := range found.counts() {
+		m.secretsScrubbed.WithLabelValues(kind).Add(float64(n))
+	}
 }

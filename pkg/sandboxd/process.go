@@ -243,9 +243,19 @@ type runResult struct {
 // on timeout or when ctx ends, the whole process group is killed. The
 // output (stdout and stderr, interleaved) is capped at foregroundOutputBytes.
 func runForeground(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration) (runResult, error) {
+	return runForegroundTee(ctx, groups, dir, command, timeout, nil)
+}
+
+// runForegroundTee is runForeground that also writes the whole output, as it
+// comes and before the cap, to tee (when it is not nil).
+func runForegroundTee(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration, tee io.Writer) (runResult, error) {
 	out := newCappedBuffer(foregroundOutputBytes)
+	var w io.Writer = out
+	if tee != nil {
+		w = io.MultiWriter(out, tee)
+	}
 	start := time.Now()
-	p, err := startGroup(groups, dir, command, out, out)
+	p, err := startGroup(groups, dir, command, w, w)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -282,6 +292,11 @@ type cappedBuffer struct {
 	full   bool   // tail has wrapped
 	total  int64
 	elided int64
+	// afterHead is the first byte that did not fit in head, and lastElided
+	// the newest byte elided (the one before the tail's oldest): they say
+	// whether a cut split a token.
+	afterHead, lastElided byte
+	hasAfterHead          bool
 }
 
 func newCappedBuffer(limit int) *cappedBuffer { return &cappedBuffer{limit: limit} }
@@ -298,6 +313,9 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 		p = p[k:]
 	}
 	tailCap := b.limit - headCap
+	if len(p) > 0 && !b.hasAfterHead {
+		b.afterHead, b.hasAfterHead = p[0], true
+	}
 	for len(p) > 0 {
 		if !b.full {
 			k := min(tailCap-len(b.tail), len(p))
@@ -311,6 +329,11 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 		}
 		if len(p) >= tailCap { // only the last tailCap bytes of p can stay
 			b.elided += int64(tailCap) + int64(len(p)-tailCap)
+			if len(p) > tailCap {
+				b.lastElided = p[len(p)-tailCap-1]
+			} else {
+				b.lastElided = b.tail[(b.pos+tailCap-1)%tailCap]
+			}
 			p = p[len(p)-tailCap:]
 			copy(b.tail, p)
 			b.pos = 0
@@ -319,6 +342,7 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 		}
 		k := min(tailCap-b.pos, len(p))
 		b.elided += int64(k)
+		b.lastElided = b.tail[b.pos+k-1]
 		copy(b.tail[b.pos:], p[:k])
 		b.pos = (b.pos + k) % tailCap
 		p = p[k:]
@@ -337,9 +361,21 @@ func (b *cappedBuffer) String() string {
 	if b.elided == 0 {
 		return string(b.head) + string(tail)
 	}
-	return string(trimPartialRune(b.head)) +
-		fmt.Sprintf("\n[... %d bytes of output elided: output is capped at %d KiB (first and last halves kept); redirect it to a file and Read or Grep that ...]\n", b.elided, b.limit>>10) +
-		string(skipPartialRune(tail))
+	// Neither half ends in a token the cut split: half a secret would be
+	// shown, and not be recognised as one.
+	head := trimPartialRune(b.head)
+	if isTokenByte(b.afterHead) {
+		head = trimTokenEnd(head)
+	}
+	kept := skipPartialRune(tail)
+	if isTokenByte(b.lastElided) {
+		kept = trimTokenStart(kept)
+	}
+	elided := b.elided + int64(len(b.head)-len(head)) + int64(len(tail)-len(kept))
+	tail = kept
+	return string(head) +
+		fmt.Sprintf("\n[... %d bytes of output elided: output is capped at %d KiB (first and last halves kept); redirect it to a file and Read or Grep that ...]\n", elided, b.limit>>10) +
+		string(tail)
 }
 
 // skipPartialRune drops UTF-8 continuation bytes at the start of b.

@@ -46,7 +46,7 @@ func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) 
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: protocolVersions,
 	})
-	s.AddReceivingMiddleware(toolCallMiddleware(served, m, logger))
+	s.AddReceivingMiddleware(toolCallMiddleware(tb.gate, served, m, logger))
 	for _, spec := range toolSpecs {
 		if slices.Contains(served, spec.name) {
 			spec.add(s, tb)
@@ -60,9 +60,12 @@ func sdkLogger(logger klog.Logger) *slog.Logger {
 	return slog.New(logr.ToSlogHandler(logger.WithName("mcp").V(4)))
 }
 
-// toolCallMiddleware counts and times every tools/call by tool and status,
-// logs it, and turns a panic in a tool into a tool error instead of a crash.
-func toolCallMiddleware(served []string, m *metrics, logger klog.Logger) mcp.Middleware {
+// toolCallMiddleware is the one place every tools/call goes through. It
+// lets the call through the gate (snapshot_restore and snapshot_create
+// alone, the others side by side), turns a panic in a tool into a tool
+// error instead of a crash, scrubs secrets from the result, and counts,
+// times and logs the call by tool and result.
+func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog.Logger) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 			if method != "tools/call" {
@@ -80,17 +83,33 @@ func toolCallMiddleware(served []string, m *metrics, logger klog.Logger) mcp.Mid
 					failed.SetError(fmt.Errorf("internal error in %s: %v (this is a sandboxd bug)", tool, r))
 					res, err = failed, nil
 				}
-				status := callStatus(ctx, res, err)
+				if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+					if found := scrubResult(r); len(found) > 0 {
+						m.scrubbed(found)
+						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.counts())
+					}
+				}
+				result := callStatus(ctx, res, err)
 				elapsed := time.Since(start)
-				m.observe(tool, status, elapsed)
-				logger.V(2).Info("Tool call", "tool", tool, "status", status, "elapsed", elapsed)
+				m.observe(tool, result, elapsed)
+				logger.V(2).Info("Tool call", "tool", tool, "result", result, "elapsed", elapsed)
 			}()
+			if tool == toolNameUnknown {
+				return next(ctx, method, req) // the SDK answers a protocol error
+			}
+			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore || tool == ToolSnapshotCreate)
+			if gerr != nil {
+				failed := &mcp.CallToolResult{}
+				failed.SetError(fmt.Errorf("cancelled while waiting for the tool calls before it to finish (a snapshot runs alone): %v", gerr))
+				return failed, nil
+			}
+			defer release()
 			return next(ctx, method, req)
 		}
 	}
 }
 
-// callStatus is the status label of a finished tool call.
+// callStatus is the result label of a finished tool call.
 func callStatus(ctx context.Context, res mcp.Result, err error) string {
 	switch {
 	case ctx.Err() != nil:

@@ -19,8 +19,24 @@ import (
 // SDK's in-memory transports.
 func newInMemory(t *testing.T, readOnly bool, allowed []string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, string) {
 	t.Helper()
-	logger, ctx := ktesting.NewTestContext(t)
 	tb, ws := newTestToolbox(t)
+	cs, _ := connectInMemory(t, tb, readOnly, allowed, opts)
+	return cs, ws
+}
+
+// newInMemoryWithMetrics is newInMemory that also returns the metrics.
+func newInMemoryWithMetrics(t *testing.T, readOnly bool, allowed []string) (*mcp.ClientSession, string, *metrics) {
+	t.Helper()
+	tb, ws := newTestToolbox(t)
+	cs, m := connectInMemory(t, tb, readOnly, allowed, nil)
+	return cs, ws, m
+}
+
+// connectInMemory serves tb's tools over the SDK's in-memory transports and
+// connects a client.
+func connectInMemory(t *testing.T, tb *toolbox, readOnly bool, allowed []string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, *metrics) {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
 	served, err := selectTools(allowed, readOnly)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +55,7 @@ func newInMemory(t *testing.T, readOnly bool, allowed []string, opts *mcp.Client
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs, ws
+	return cs, m
 }
 
 func TestProtocolVersionNegotiation(t *testing.T) {
@@ -77,10 +93,12 @@ func TestToolSelection(t *testing.T) {
 		allowed  []string
 		want     []string
 	}{
-		"all":                {want: ToolNames()},
-		"readonly":           {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep}},
-		"allowed":            {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
-		"allowed + readonly": {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
+		"all":                              {want: ToolNames()},
+		"readonly":                         {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures}},
+		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolLS}},
+		"allowed new tools":                {allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolMultiEdit, ToolLS}},
+		"allowed":                          {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
+		"allowed + readonly":               {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -186,7 +204,7 @@ func TestToolPanicIsAToolError(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	m := newMetrics([]string{"boom"}, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	server := mcp.NewServer(&mcp.Implementation{Name: "t"}, nil)
-	server.AddReceivingMiddleware(toolCallMiddleware([]string{"boom"}, m, logger))
+	server.AddReceivingMiddleware(toolCallMiddleware(newCallGate(), []string{"boom"}, m, logger))
 	addTool(server, &mcp.Tool{Name: "boom"}, func(context.Context, ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
 		panic("kaboom")
 	})

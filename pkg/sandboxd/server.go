@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -58,6 +60,10 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tb.snaps, err = newStateStore(cfg.StateDir, tb.ws, logger); err != nil {
+		tb.close()
+		return nil, err
+	}
 	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.open()) },
@@ -68,6 +74,32 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
 	return s, nil
+}
+
+// newStateStore returns the snapshot store under stateDir or, when it is
+// empty, under the first default state directory that is not inside the
+// workspace. A default that cannot serve leaves sandboxd without snapshots
+// (the snapshot tools say so); an explicit one is an error.
+func newStateStore(stateDir string, ws *resolver, logger klog.Logger) (*snapshotStore, error) {
+	if stateDir != "" {
+		return newSnapshotStore(stateDir, ws)
+	}
+	var candidates []string
+	if cache, err := os.UserCacheDir(); err == nil {
+		candidates = append(candidates, filepath.Join(cache, "airlock-sandboxd"))
+	}
+	candidates = append(candidates, filepath.Join(os.TempDir(), fmt.Sprintf("airlock-sandboxd-%d", os.Getuid())))
+	var errs []error
+	for _, dir := range candidates {
+		store, err := newSnapshotStore(dir, ws)
+		if err == nil {
+			logger.V(2).Info("Snapshot store", "dir", store.dir)
+			return store, nil
+		}
+		errs = append(errs, err)
+	}
+	logger.Info("No state directory for snapshots: the snapshot tools will refuse; pass --state-dir", "err", errors.Join(errs...))
+	return nil, nil
 }
 
 func countSessions(m *mcp.Server) int {

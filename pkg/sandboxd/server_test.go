@@ -39,6 +39,9 @@ func startServer(t testing.TB, cfg Config, opts options) *testServer {
 			t.Fatal(err)
 		}
 	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir() // not the user's cache directory
+	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}

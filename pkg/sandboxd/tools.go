@@ -13,25 +13,34 @@ import (
 // The tool names, as agents already know them (SPEC section 6). They match
 // the enum of v1alpha1.ToolName.
 const (
-	ToolRead          = "Read"
-	ToolWrite         = "Write"
-	ToolEdit          = "Edit"
-	ToolGlob          = "Glob"
-	ToolGrep          = "Grep"
-	ToolBash          = "Bash"
-	ToolBashOutput    = "BashOutput"
-	ToolKillShell     = "KillShell"
-	ToolRunTests      = "run_tests"
-	ToolRunLint       = "run_lint"
-	ToolRunTypecheck  = "run_typecheck"
-	toolNameUnknown   = "unknown" // metrics label for calls of tools that are not served
-	toolNameMaxLength = 128
+	ToolRead             = "Read"
+	ToolWrite            = "Write"
+	ToolEdit             = "Edit"
+	ToolGlob             = "Glob"
+	ToolGrep             = "Grep"
+	ToolBash             = "Bash"
+	ToolBashOutput       = "BashOutput"
+	ToolKillShell        = "KillShell"
+	ToolRunTests         = "run_tests"
+	ToolRunLint          = "run_lint"
+	ToolRunTypecheck     = "run_typecheck"
+	ToolMultiEdit        = "MultiEdit"
+	ToolLS               = "LS"
+	ToolSnapshotCreate   = "snapshot_create"
+	ToolSnapshotList     = "snapshot_list"
+	ToolSnapshotRestore  = "snapshot_restore"
+	ToolSnapshotDiff     = "snapshot_diff"
+	ToolRunFailingTests  = "run_failing_tests"
+	ToolLastTestFailures = "last_test_failures"
+	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
+	toolNameMaxLength    = 128
 )
 
 // toolSpec describes one tool: its name, whether it may change anything
 // (runs commands, writes files, or, for BashOutput, only serves a tool that
 // does), and how it is added to an MCP server. Only the tools that are not
-// mutating (Read, Glob, Grep) are served with --readonly.
+// mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff) are served
+// with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool
@@ -53,15 +62,17 @@ var toolSpecs = []toolSpec{
 	}},
 	{name: ToolWrite, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolWrite,
-			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it.",
+			Name: ToolWrite,
+			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it. " +
+				"A .go file that does not parse or is not gofmt-clean is reported in the result (lint); it is written all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.write)
 	}},
 	{name: ToolEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolEdit,
-			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error.",
+			Name: ToolEdit,
+			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error. " +
+				"A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.edit)
 	}},
@@ -114,13 +125,85 @@ var toolSpecs = []toolSpec{
 		}, tb.killShell)
 	}},
 	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
-		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language.", tb.runTests)
+		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
+			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust and python, returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
 	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
 	}},
 	{name: ToolRunTypecheck, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
+	}},
+
+	{name: ToolMultiEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolMultiEdit,
+			Description: "Make several edits to one file of the workspace, all or nothing: the edits (each an old_string, new_string and optional replace_all, as in Edit) apply in order, each to the result of the ones before, to a copy in memory; " +
+				"if any edit fails (no match, an ambiguous match) nothing is written and the error names the edit. The file must have been Read first. A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[MultiEditInput](func(s *jsonschema.Schema) {
+				s.Properties["edits"].MinItems = ptr(1)
+			}),
+		}, tb.multiEdit)
+	}},
+	{name: ToolLS, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolLS,
+			Description: "List the tree below a directory of the workspace (default the workspace itself): directories end in /, symlinks show their target and are not followed. Nearest levels first, at most 1000 entries. " +
+				"ignore takes glob patterns of entries to leave out and not descend into (matched against the name, or with a slash, the path below path). .git directories are listed but not descended into. Prefer Glob and Grep when you know what you look for.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.ls)
+	}},
+	{name: ToolSnapshotCreate, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolSnapshotCreate,
+			Description: "Take a snapshot (checkpoint) of the whole workspace, git repository or not, with an optional label; returns its id (s1, s2, ...). " +
+				"It runs alone (it waits for the tool calls in flight, later calls wait for it), so it holds the workspace as it was between two calls. Snapshots are kept in a git store outside the workspace: the workspace's own .git (HEAD, index, branches) is never touched, and ignored files are included. Left out: .git directories and nested repositories (a subdirectory with its own .git). File modes other than executable are not kept. Snapshots last as long as the sandbox's state directory.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+		}, tb.snapshotCreate)
+	}},
+	{name: ToolSnapshotList, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolSnapshotList,
+			Description: "List the snapshots of the workspace, oldest first: id, time taken, label.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotList)
+	}},
+	{name: ToolSnapshotRestore, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolSnapshotRestore,
+			Description: "Restore the workspace to a snapshot: files created since are removed, modified and deleted ones come back as they were; nested repositories and the workspace's own .git are left alone. " +
+				"It runs alone: it waits for the tool calls in flight, and later calls wait for it, so none sees a half-restored workspace (background shells are not stopped: KillShell them first). " +
+				"The state just before is saved as a new snapshot, whose id the result gives, so a restore can be undone. Files must be Read again before Write or Edit.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotRestore)
+	}},
+	{name: ToolSnapshotDiff, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name:        ToolSnapshotDiff,
+			Description: "Show what changed from a snapshot (id) to another (to_id) or, by default, to the workspace as it is now: the files (added, modified, deleted, type_changed) and a unified diff, capped at 100 KiB with the elision said.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.snapshotDiff)
+	}},
+	{name: ToolRunFailingTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolRunFailingTests,
+			Description: "Run again only the tests that failed in the last run_tests (or run_failing_tests): go test -run '^(TestA|TestB)$' on their packages (a package that did not build: all of it), cargo test -- --exact names, python3 -m pytest -q node ids. " +
+				"Not for node workspaces. It runs like run_tests (own process group, killed on timeout or cancellation, output capped at 100 KiB) and returns the same structure, failures included. Timeout in milliseconds: default 300000, maximum 600000.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+			InputSchema: schemaFor[RunFailingTestsInput](func(s *jsonschema.Schema) {
+				s.Properties["timeout"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Maximum = ptr(float64(checkMaxTimeout.Milliseconds()))
+			}),
+		}, tb.runFailingTests)
+	}},
+	{name: ToolLastTestFailures, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolLastTestFailures,
+			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust and python; at most 200). " +
+				"An error before any test run.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		}, tb.lastTestFailures)
 	}},
 }
 
@@ -141,12 +224,16 @@ func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHa
 // ToolNames returns the names of every tool sandboxd can serve, in canonical
 // order. pkg/cmd validates --allowed-tools against it.
 func ToolNames() []string {
-	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck}
+	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck,
+		ToolMultiEdit, ToolLS, ToolSnapshotCreate, ToolSnapshotList, ToolSnapshotRestore, ToolSnapshotDiff,
+		ToolRunFailingTests, ToolLastTestFailures}
 }
 
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
-func readOnlyToolNames() []string { return []string{ToolRead, ToolGlob, ToolGrep} }
+func readOnlyToolNames() []string {
+	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures}
+}
 
 // selectTools returns the names of the tools to serve: all of them, or those
 // in allowed (when it is not empty), less the mutating ones when readOnly is
@@ -202,12 +289,16 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
 }
 
 // toolbox holds what the tool handlers share: the workspace, the read marks,
-// and the process groups and background shells they run.
+// the process groups and background shells they run, and the gate that
+// serialises snapshot_restore against the other calls.
 type toolbox struct {
 	ws     *resolver
 	reads  *readMarks
 	procs  *processGroups
 	shells *shellTable
+	gate   *callGate
+	snaps  *snapshotStore // nil: no snapshots
+	tests  *testRecord
 }
 
 // newToolbox opens the workspace dir for the tools.
@@ -216,7 +307,7 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable()}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)

@@ -328,6 +328,8 @@ type streamBuffer struct {
 	limit   int
 	buf     []byte
 	dropped int64
+	// lastDropped is the newest byte dropped: whether the drop split a token.
+	lastDropped byte
 }
 
 func (b *streamBuffer) Write(p []byte) (int, error) {
@@ -335,12 +337,19 @@ func (b *streamBuffer) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	n := len(p)
 	if len(p) >= b.limit {
+		switch {
+		case len(p) > b.limit:
+			b.lastDropped = p[len(p)-b.limit-1]
+		case len(b.buf) > 0:
+			b.lastDropped = b.buf[len(b.buf)-1]
+		}
 		b.dropped += int64(len(b.buf) + len(p) - b.limit)
 		b.buf = append(b.buf[:0], p[len(p)-b.limit:]...)
 		return n, nil
 	}
 	if over := len(b.buf) + len(p) - b.limit; over > 0 {
 		b.dropped += int64(over)
+		b.lastDropped = b.buf[over-1]
 		b.buf = append(b.buf[:0], b.buf[over:]...)
 	}
 	b.buf = append(b.buf, p...)
@@ -351,10 +360,14 @@ func (b *streamBuffer) Write(p []byte) (int, error) {
 func (b *streamBuffer) take() (string, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, d := string(skipPartialRune(b.buf)), b.dropped
-	if d == 0 {
-		s = string(b.buf)
+	s, d := string(b.buf), b.dropped
+	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
+		kept := skipPartialRune(b.buf)
+		if isTokenByte(b.lastDropped) {
+			kept = trimTokenStart(kept)
+		}
+		s, d = string(kept), d+int64(len(b.buf)-len(kept))
 	}
-	b.buf, b.dropped = b.buf[:0], 0
+	b.buf, b.dropped, b.lastDropped = b.buf[:0], 0, 0
 	return s, d
 }

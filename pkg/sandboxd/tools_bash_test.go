@@ -230,9 +230,14 @@ func TestCappedBuffer(t *testing.T) {
 	}{
 		{name: "under the cap", writes: []string{"ab", "cd"}, want: "abcd"},
 		{name: "exactly the cap", writes: []string{"abcdefgh"}, want: "abcdefgh"},
-		{name: "one big write", writes: []string{"abcdefghijkl"}, want: "abcd|4|ijkl"},
-		{name: "many small writes", writes: strings.Split("abcdefghijklm", ""), want: "abcd|5|jklm"},
-		{name: "a write longer than the tail", writes: []string{"abcdef", "0123456789"}, want: "abcd|8|6789"},
+		{name: "one big write", writes: []string{"abc defghi jkl"}, want: "abc |6| jkl"},
+		{name: "many small writes", writes: strings.Split("abc de fghi jk", ""), want: "abc |7| jk"},
+		{name: "a write longer than the tail", writes: []string{"ab cdef", "0123 56789"}, want: "ab |14|"},
+		{name: "cuts between tokens", writes: []string{"abc d", "ef ", "ghi"}, want: "abc |3| ghi"},
+		// A token the cut splits is dropped whole, on either side: no half of
+		// a secret is shown.
+		{name: "a token across the head cut", writes: []string{"a ghp_0123456789 b"}, want: "a |14| b"},
+		{name: "a token across the tail cut", writes: []string{"a b ghp_0123456789"}, want: "a b |14|"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,16 +259,17 @@ func TestCappedBuffer(t *testing.T) {
 
 func TestStreamBuffer(t *testing.T) {
 	b := &streamBuffer{limit: 10}
-	b.Write([]byte("0123456"))
-	b.Write([]byte("789abc"))
+	b.Write([]byte("01 3456"))
+	b.Write([]byte("78 abc"))
 	got, dropped := b.take()
-	if got != "3456789abc" || dropped != 3 {
-		t.Errorf("take = %q, %d; want 3456789abc, 3", got, dropped)
+	if got != "345678 abc" || dropped != 3 {
+		t.Errorf("take = %q, %d; want \"345678 abc\", 3", got, dropped)
 	}
-	b.Write([]byte(strings.Repeat("z", 25)))
+	// The oldest output dropped cut a token: the rest of it goes too.
+	b.Write([]byte(strings.Repeat("z", 20) + " tail"))
 	got, dropped = b.take()
-	if got != strings.Repeat("z", 10) || dropped != 15 {
-		t.Errorf("take = %q, %d", got, dropped)
+	if got != " tail" || dropped != 20 {
+		t.Errorf("take = %q, %d; want \" tail\", 20", got, dropped)
 	}
 	if got, dropped = b.take(); got != "" || dropped != 0 {
 		t.Errorf("second take = %q, %d; want nothing", got, dropped)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strings"
@@ -96,6 +97,8 @@ type RunTestsOutput struct {
 	TimedOut   bool   `json:"timed_out,omitempty" jsonschema:"true when the timeout killed the command's process group"`
 	Output     string `json:"output,omitempty" jsonschema:"stdout and stderr, interleaved; capped at 100 KiB with the elision said"`
 	DurationMs int64  `json:"duration_ms" jsonschema:"how long the command ran, in milliseconds"`
+	// Failures is set by run_tests and run_failing_tests only.
+	Failures []TestFailure `json:"failures,omitempty" jsonschema:"run_tests: the failing tests (and build errors) as the runner reported them, parsed from the whole output (go, rust, python; at most 200)"`
 }
 
 // RunLintInput is the input of the run_lint tool.
@@ -140,8 +143,21 @@ func (tb *toolbox) runCheck(ctx context.Context, kind string, in RunTestsInput) 
 	if i < 0 {
 		return nil, RunTestsOutput{}, fmt.Errorf("language must be one of %s, got %q", strings.Join(languageNames(), ", "), lang)
 	}
-	command := languages[i].commands[kind]
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
+	return tb.runCommandCheck(ctx, kind, lang, languages[i].commands[kind], timeout)
+}
+
+// runCommandCheck runs command as the check kind of lang; a test run's
+// failures are parsed and kept for last_test_failures.
+func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command string, timeout time.Duration) (*mcp.CallToolResult, RunTestsOutput, error) {
+	var parser *failureParser
+	if kind == checkTests {
+		parser = newFailureParser(lang)
+	}
+	var tee io.Writer
+	if parser != nil {
+		tee = parser
+	}
+	res, err := runForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}
@@ -157,12 +173,21 @@ func (tb *toolbox) runCheck(ctx context.Context, kind string, in RunTestsInput) 
 		Output:     res.output,
 		DurationMs: res.elapsed.Milliseconds(),
 	}
+	if parser != nil {
+		out.Failures = parser.result()
+		if lang == "go" {
+			tb.localizeGoFailures(out.Failures)
+		}
+	}
+	if kind == checkTests {
+		tb.tests.record(out)
+	}
 	verdict := "passed"
 	if !out.Passed {
 		verdict = "FAILED"
 	}
 	result := commandResult(res, timeout)
-	text := fmt.Sprintf("$ %s\n%s\n%s %s (%s)", command, contentTextOf(result), lang, kind, verdict)
+	text := fmt.Sprintf("$ %s\n%s\n%s %s (%s)%s", command, contentTextOf(result), lang, kind, verdict, failureSummary(out.Failures))
 	return textResult(text), out, nil
 }
 

@@ -60,20 +60,7 @@ type WriteOutput struct {
 	FilePath string `json:"file_path" jsonschema:"the file written, relative to the workspace"`
 	Bytes    int    `json:"bytes" jsonschema:"number of bytes written"`
 	Created  bool   `json:"created,omitempty" jsonschema:"true when the file did not exist before"`
-}
-
-// EditInput is the input of the Edit tool.
-type EditInput struct {
-	FilePath   string `json:"file_path" jsonschema:"path of the file to edit: relative to the workspace, or absolute inside it; it must have been Read first"`
-	OldString  string `json:"old_string" jsonschema:"the exact text to replace; it must occur exactly once unless replace_all is set"`
-	NewString  string `json:"new_string" jsonschema:"the text to put in its place; must differ from old_string"`
-	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence of old_string; default false"`
-}
-
-// EditOutput is the structured result of the Edit tool.
-type EditOutput struct {
-	FilePath     string `json:"file_path" jsonschema:"the file edited, relative to the workspace"`
-	Replacements int    `json:"replacements" jsonschema:"number of occurrences replaced"`
+	Lint     string `json:"lint,omitempty" jsonschema:"what a check of the file written found (a .go file that does not parse or is not gofmt-clean); the write is done all the same"`
 }
 
 // fileStamp is what a read mark remembers of a file.
@@ -232,8 +219,8 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 			break
 		}
 	}
-	if cut {
-		buf = bytes.ToValidUTF8(trimPartialRune(buf), nil)
+	if cut { // not in a rune, nor in a token (half a secret would not be recognised)
+		buf = bytes.ToValidUTF8(trimTokenEnd(trimPartialRune(buf)), nil)
 	}
 	return strings.TrimSuffix(string(buf), "\r"), cut, nil
 }
@@ -301,65 +288,12 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 		return nil, WriteOutput{}, err
 	}
 	tb.reads.mark(rel, nfi)
-	out := WriteOutput{FilePath: rel, Bytes: len(in.Content), Created: created}
+	out := WriteOutput{FilePath: rel, Bytes: len(in.Content), Created: created, Lint: lintFeedback(rel, []byte(in.Content))}
 	verb := "Overwrote"
 	if created {
 		verb = "Created"
 	}
-	return textResult(fmt.Sprintf("%s %s (%d bytes)", verb, rel, out.Bytes)), out, nil
-}
-
-// edit is the Edit tool.
-func (tb *toolbox) edit(_ context.Context, in EditInput) (*mcp.CallToolResult, EditOutput, error) {
-	if in.OldString == "" {
-		return nil, EditOutput{}, errors.New("old_string is empty: to create a file or replace all of it, use Write")
-	}
-	if in.OldString == in.NewString {
-		return nil, EditOutput{}, errors.New("old_string and new_string are the same: nothing to change")
-	}
-	rel, err := tb.ws.rel(in.FilePath)
-	if err != nil {
-		return nil, EditOutput{}, err
-	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
-		return nil, EditOutput{}, err
-	}
-	f, fi, err := tb.ws.openRegular(rel)
-	if err != nil {
-		return nil, EditOutput{}, err
-	}
-	defer f.Close()
-	if err := tb.reads.requireRead(rel, fi, "edit"); err != nil {
-		return nil, EditOutput{}, err
-	}
-	if fi.Size() > editMaxFileBytes {
-		return nil, EditOutput{}, fmt.Errorf("%s is %d bytes, more than Edit handles (%d): use Bash (sed, patch) instead", rel, fi.Size(), editMaxFileBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, editMaxFileBytes+1))
-	if err != nil {
-		return nil, EditOutput{}, fmt.Errorf("reading %s: %v", rel, err)
-	}
-	content := string(data)
-	n := strings.Count(content, in.OldString)
-	switch {
-	case n == 0:
-		return nil, EditOutput{}, fmt.Errorf("old_string was not found in %s: Read the file and copy the text exactly, including whitespace", rel)
-	case n > 1 && !in.ReplaceAll:
-		return nil, EditOutput{}, fmt.Errorf("old_string occurs %d times in %s: give more surrounding text so that it is unique, or set replace_all", n, rel)
-	}
-	if in.ReplaceAll {
-		content = strings.ReplaceAll(content, in.OldString, in.NewString)
-	} else {
-		content = strings.Replace(content, in.OldString, in.NewString, 1)
-		n = 1
-	}
-	nfi, err := tb.ws.atomicWrite(rel, []byte(content), fi.Mode().Perm())
-	if err != nil {
-		return nil, EditOutput{}, err
-	}
-	tb.reads.mark(rel, nfi)
-	out := EditOutput{FilePath: rel, Replacements: n}
-	return textResult(fmt.Sprintf("Edited %s: %d replacement(s)", rel, n)), out, nil
+	return textResult(withLint(fmt.Sprintf("%s %s (%d bytes)", verb, rel, out.Bytes), out.Lint)), out, nil
 }
 
 // atomicWrite replaces rel with data: a temporary file in the same directory

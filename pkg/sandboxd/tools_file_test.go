@@ -25,6 +25,9 @@ func newTestToolbox(t *testing.T) (*toolbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tb.snaps, err = newSnapshotStore(filepath.Join(filepath.Dir(ws), "state"), tb.ws); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { tb.close() })
 	return tb, ws
 }

@@ -225,7 +225,11 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			count++
 			out.NumLines++
 			if mode == grepContent && !full {
-				shown := string(bytes.ToValidUTF8(line[:min(len(line), grepMaxShownBytes)], []byte("\uFFFD")))
+				shownBytes := line
+				if len(line) > grepMaxShownBytes { // cut, but not in a token (half a secret)
+					shownBytes = trimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
+				}
+				shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
 				if emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {
 					out.Matches = append(out.Matches, GrepMatch{File: rel, Line: n, Text: shown})
 				}

@@ -112,7 +112,8 @@ func TestInspectorCLI(t *testing.T) {
 				}
 			}
 			slices.Sort(names)
-			want := []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "Read", "Write", "run_lint", "run_tests", "run_typecheck"}
+			want := []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
+				"last_test_failures", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
 			if !slices.Equal(names, want) {
 				t.Errorf("tools/list = %v, want %v", names, want)
 			}
@@ -128,6 +129,29 @@ func TestInspectorCLI(t *testing.T) {
 			}
 			if got := callTool(t, cli, url, tc.transport, "Bash", map[string]string{"command": "tr a-z A-Z < " + file, "timeout": "10000"}); got != "HELLO FROM THE SANDBOX\n" {
 				t.Errorf("Bash answered %q", got)
+			}
+
+			// The tools of issue 15. The Inspector passes an argument that
+			// is JSON (edits, ignore) as JSON.
+			if got := callTool(t, cli, url, tc.transport, "snapshot_create", map[string]string{"label": "inspector"}); !strings.Contains(got, "taken") {
+				t.Errorf("snapshot_create answered %q", got)
+			}
+			got := callTool(t, cli, url, tc.transport, "MultiEdit", map[string]string{"file_path": file,
+				"edits": `[{"old_string":"hello","new_string":"goodbye"},{"old_string":"goodbye from","new_string":"bye from"}]`})
+			if !strings.Contains(got, "2 edit(s)") {
+				t.Errorf("MultiEdit answered %q", got)
+			}
+			if got := callTool(t, cli, url, tc.transport, "LS", map[string]string{"path": tc.transport, "ignore": `["*.md"]`}); got != tc.transport+"/\n  - greeting.txt\n" {
+				t.Errorf("LS answered %q", got)
+			}
+			snaps := strings.Split(strings.TrimSpace(callTool(t, cli, url, tc.transport, "snapshot_list", nil)), "\n")
+			id := strings.Fields(snaps[len(snaps)-1])[0] // the newest, just taken
+			if got := callTool(t, cli, url, tc.transport, "snapshot_diff", map[string]string{"id": id}); !strings.Contains(got, "+bye from the sandbox") {
+				t.Errorf("snapshot_diff answered %q", got)
+			}
+			callTool(t, cli, url, tc.transport, "snapshot_restore", map[string]string{"id": id})
+			if got := callTool(t, cli, url, tc.transport, "Read", map[string]string{"file_path": file}); got != "     1\thello from the sandbox\n" {
+				t.Errorf("after snapshot_restore, Read answered %q", got)
 			}
 		})
 	}

@@ -17,7 +17,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
-var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "Read", "Write", "run_lint", "run_tests", "run_typecheck"}
+var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
+	"last_test_failures", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
 
 func connect(t *testing.T, tr mcp.Transport) *mcp.ClientSession {
 	t.Helper()
@@ -92,6 +93,53 @@ func roundTrip(t *testing.T, cs *mcp.ClientSession, ws, dir string) {
 	}
 	if got := call(t, cs, "Bash", map[string]any{"command": "grep -c edited " + file}); got != "1\n" {
 		t.Errorf("Bash answered %q", got)
+	}
+
+	// The tools of issue 15: a checkpoint, MultiEdit with gofmt feedback,
+	// LS, the diff, a restore, and a secret scrubbed from a result.
+	if got := call(t, cs, "snapshot_create", map[string]any{"label": "before MultiEdit"}); !strings.Contains(got, "Snapshot s1 taken") {
+		t.Errorf("snapshot_create answered %q", got)
+	}
+	got := call(t, cs, "MultiEdit", map[string]any{"file_path": file, "edits": []map[string]any{
+		{"old_string": "func main()", "new_string": "func  main()"},
+		{"old_string": `"edited"`, "new_string": `"multi"`, "replace_all": true},
+	}})
+	if !strings.Contains(got, "2 edit(s), 2 replacement(s)") || !strings.Contains(got, "not gofmt-clean") {
+		t.Errorf("MultiEdit answered %q", got)
+	}
+	if got := call(t, cs, "LS", map[string]any{"path": dir, "ignore": []string{"*.txt"}}); got != dir+"/\n  - main.go\n" {
+		t.Errorf("LS answered %q", got)
+	}
+	if got := call(t, cs, "snapshot_diff", map[string]any{"id": "s1"}); !strings.Contains(got, "modified\t"+file) || !strings.Contains(got, `+func  main() { println("multi") }`) {
+		t.Errorf("snapshot_diff answered %q", got)
+	}
+	if got := call(t, cs, "snapshot_restore", map[string]any{"id": "s1"}); !strings.Contains(got, "snapshot s2") {
+		t.Errorf("snapshot_restore answered %q", got)
+	}
+	if got := call(t, cs, "Bash", map[string]any{"command": "cat " + file}); got != "package main\n\nfunc main() { println(\"edited\") }\n" {
+		t.Errorf("after the restore the file is %q", got)
+	}
+	if got := call(t, cs, "snapshot_list", map[string]any{}); !strings.Contains(got, "s1\t") || !strings.Contains(got, `"before restoring s1"`) {
+		t.Errorf("snapshot_list answered %q", got)
+	}
+	// The test loop: a failing Go test, its structured failure, and a run
+	// of only the failing tests.
+	call(t, cs, "Write", map[string]any{"file_path": "go.mod", "content": "module example.com/e2e\n\ngo 1.22\n"})
+	call(t, cs, "Write", map[string]any{"file_path": dir + "/x_test.go", "content": "package main\n\nimport \"testing\"\n\nfunc TestFails(t *testing.T) { t.Error(\"on purpose\") }\n"})
+	if got := call(t, cs, "run_tests", map[string]any{"timeout": 300000}); !strings.Contains(got, "go tests (FAILED)") {
+		t.Errorf("run_tests answered %q", got)
+	}
+	wantFailure := "example.com/e2e/" + dir + " TestFails (" + dir + "/x_test.go:5) on purpose"
+	if got := call(t, cs, "last_test_failures", map[string]any{}); !strings.Contains(got, wantFailure) {
+		t.Errorf("last_test_failures answered %q, want it to list %q", got, wantFailure)
+	}
+	if got := call(t, cs, "run_failing_tests", map[string]any{}); !strings.Contains(got, "$ go test -run '^(TestFails)$' 'example.com/e2e/"+dir+"'") || !strings.Contains(got, wantFailure) {
+		t.Errorf("run_failing_tests answered %q", got)
+	}
+
+	const token = "ghp_R2d2C3poLuke0Leia1Han2Chewie3Yoda4xy" // fake
+	if got := call(t, cs, "Bash", map[string]any{"command": "echo GH_TOKEN=" + token}); got != "GH_TOKEN=[REDACTED:github_token]\n" {
+		t.Errorf("a secret in Bash's output came back as %q", got)
 	}
 }
 

@@ -92,8 +92,8 @@ type Sandboxd struct {
 	Workspace string
 }
 
-// Start runs `airlock sandboxd` with a fresh workspace on a free loopback
-// port, waits until /readyz answers 200, and stops it when the test ends
+// Start runs `airlock sandboxd` with a fresh workspace (and state
+// directory beside it) on a free loopback port, waits until /readyz answers 200, and stops it when the test ends
 // (SIGTERM; it must exit 0 within its grace period).
 func Start(t testing.TB, args ...string) *Sandboxd {
 	t.Helper()
@@ -104,7 +104,8 @@ func Start(t testing.TB, args ...string) *Sandboxd {
 	}
 	addr := freeAddr(t)
 	logs := &lockedWriter{}
-	cmd := exec.Command(bin, append([]string{"sandboxd", "--listen", addr, "--workspace", ws, "--shutdown-grace", "5s"}, args...)...)
+	state := filepath.Join(filepath.Dir(ws), "state") // the snapshot store, beside the workspace
+	cmd := exec.Command(bin, append([]string{"sandboxd", "--listen", addr, "--workspace", ws, "--state-dir", state, "--shutdown-grace", "5s"}, args...)...)
 	cmd.Stdout = logs
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

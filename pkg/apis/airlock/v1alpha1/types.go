@@ -220,7 +220,7 @@ const (
 )
 
 // ToolName is the name of one sandboxd tool.
-// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck
+// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck;MultiEdit;LS;snapshot_create;snapshot_list;snapshot_restore;snapshot_diff;run_failing_tests;last_test_failures
 type ToolName string
 
 // +genclient

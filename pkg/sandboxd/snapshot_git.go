@@ -1,0 +1,412 @@
+package sandboxd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The snapshot store: a git directory outside the workspace, used with
+// --git-dir=<store> --work-tree=<workspace> and the store's own index, so
+// that the workspace's own repository (its .git, HEAD, index, refs and
+// config) is never read nor written, and the file tools, confined to the
+// workspace, cannot reach it. A snapshot is a commit of the whole workspace
+// (ignored files included) under refs/airlock/snapshots/<id>. Left out:
+// every .git entry, nested repositories (a directory below the top with a
+// .git of its own: restore leaves them as they are) and sandboxd's own
+// transient files (the /readyz probe, Write's temporary files).
+
+const (
+	// snapshotTimeout bounds one snapshot operation (all of its git runs).
+	snapshotTimeout = 10 * time.Minute
+	// snapshotRefs is where snapshots live in the store.
+	snapshotRefs = "refs/airlock/snapshots/"
+	// gitStderrBytes is how much of git's stderr an error quotes.
+	gitStderrBytes = 4 << 10
+	// snapshotLabelBytes bounds a snapshot's label.
+	snapshotLabelBytes = 200
+)
+
+// errNoGit is the tool error when git is not installed.
+var errNoGit = errors.New("snapshots need git, which is not installed in this sandbox (not on PATH); use Bash (cp -a, tar) to save a copy instead")
+
+// gitConfig is passed to every git run: no hooks, no line-ending or other
+// conversion, no background maintenance, paths printed as they are.
+var gitConfig = []string{
+	"core.autocrlf=false", "core.safecrlf=false", "core.symlinks=true", "core.filemode=true",
+	"core.quotepath=false", "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
+	"core.bare=false", "core.logAllRefUpdates=false", "gc.auto=0", "maintenance.auto=false",
+	"advice.addEmbeddedRepo=false", "advice.detachedHead=false",
+}
+
+// gitAttributes turns off, for every path, the attributes of the
+// workspace's .gitattributes that would make a snapshot differ from the
+// bytes on disk (end-of-line conversion, filters, ident, encodings).
+const gitAttributes = "* -text -eol -filter -ident -working-tree-encoding\n"
+
+// snapshotStore runs git on the store. One operation runs at a time.
+type snapshotStore struct {
+	dir      string // the store: a git directory
+	workTree string
+	root     *os.Root // the workspace, for the walk that finds nested repositories
+	lock     chan struct{}
+	ready    bool // the store exists; under lock
+}
+
+// newSnapshotStore returns the store of the workspace ws under stateDir,
+// which must not lie inside the workspace. Nothing is created until the
+// first snapshot.
+func newSnapshotStore(stateDir string, ws *resolver) (*snapshotStore, error) {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("state dir %q: %w", stateDir, err)
+	}
+	for _, base := range []string{ws.dir, ws.real} {
+		for _, p := range []string{abs, resolveExisting(abs)} {
+			if within(p, base) {
+				return nil, fmt.Errorf("state dir %s is inside the workspace %s: the snapshot store must be out of the file tools' reach", stateDir, ws.dir)
+			}
+		}
+	}
+	sum := sha256.Sum256([]byte(ws.real))
+	return &snapshotStore{
+		dir:      filepath.Join(abs, "snapshots-"+hex.EncodeToString(sum[:6])+".git"),
+		workTree: ws.dir,
+		root:     ws.root,
+		lock:     make(chan struct{}, 1),
+	}, nil
+}
+
+// within reports whether p is base or lies below it.
+func within(p, base string) bool {
+	rel, err := filepath.Rel(base, p)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// resolveExisting evaluates the symbolic links of the longest existing
+// prefix of the absolute path p.
+func resolveExisting(p string) string {
+	rest := ""
+	for cur := p; ; cur = filepath.Dir(cur) {
+		if real, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if cur == filepath.Dir(cur) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+	}
+}
+
+// acquire takes the store's lock, or gives up when ctx ends.
+func (s *snapshotStore) acquire(ctx context.Context) (func(), error) {
+	select {
+	case s.lock <- struct{}{}:
+		return func() { <-s.lock }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// init creates the store on first use. s.lock is held.
+func (s *snapshotStore) init(ctx context.Context) error {
+	if s.ready {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "HEAD")); err != nil {
+		if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
+			return fmt.Errorf("creating the snapshot store: %v", err)
+		}
+		if _, err := s.run(ctx, nil, nil, "init", "--quiet", "--bare", "--template=", s.dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "info"), 0o700); err != nil {
+		return fmt.Errorf("creating the snapshot store: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "info", "attributes"), []byte(gitAttributes), 0o600); err != nil {
+		return fmt.Errorf("creating the snapshot store: %v", err)
+	}
+	s.ready = true
+	return nil
+}
+
+// git runs git on the store and the workspace, with stdin, and returns its
+// stdout (or writes it to out, when out is not nil).
+func (s *snapshotStore) git(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
+	full := []string{"--git-dir=" + s.dir, "--work-tree=" + s.workTree}
+	for _, c := range gitConfig {
+		full = append(full, "-c", c)
+	}
+	return s.run(ctx, stdin, out, append(full, args...)...)
+}
+
+// run runs git with args in a process group of its own, killed whole when
+// ctx ends; the environment is sandboxd's PATH and nothing else of it, so
+// that no GIT_* variable, global or system configuration reaches git.
+func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
+	gitPath, err := exec.LookPath("git")
+	if err != nil {
+		return nil, errNoGit
+	}
+	cmd := exec.CommandContext(ctx, gitPath, args...)
+	cmd.Dir = filepath.Dir(s.dir)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + s.dir, "XDG_CONFIG_HOME=" + s.dir, "LANG=C", "LC_ALL=C",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_INDEX_FILE=" + filepath.Join(s.dir, "index"),
+		"GIT_AUTHOR_NAME=airlock-sandboxd", "GIT_AUTHOR_EMAIL=sandboxd@airlock.invalid",
+		"GIT_COMMITTER_NAME=airlock-sandboxd", "GIT_COMMITTER_EMAIL=sandboxd@airlock.invalid",
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { killGroup(cmd.Process.Pid); return nil }
+	cmd.WaitDelay = pipeDrainGrace
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout bytes.Buffer
+	if out != nil {
+		cmd.Stdout = out
+	} else {
+		cmd.Stdout = &stdout
+	}
+	stderr := newCappedBuffer(gitStderrBytes)
+	cmd.Stderr = stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("git %s: cancelled or timed out: %v", args[firstVerb(args)], ctx.Err())
+		}
+		return nil, fmt.Errorf("git %s failed (%v): %s", args[firstVerb(args)], err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// firstVerb returns the index of the git subcommand in args.
+func firstVerb(args []string) int {
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "-c":
+			i++
+		case strings.HasPrefix(args[i], "-"):
+		default:
+			return i
+		}
+	}
+	return 0
+}
+
+// pathspecs returns what `git add` takes from the workspace: all of it, but
+// nested repositories and sandboxd's transient files.
+func (s *snapshotStore) pathspecs(ctx context.Context) ([]byte, error) {
+	specs := []string{".", ":(exclude,glob)**/.airlock-readyz-*", ":(exclude,glob)**/.*.airlock-*.tmp"}
+	visited := 0
+	err := fs.WalkDir(s.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == "." {
+				return err
+			}
+			return nil
+		}
+		if !d.IsDir() || p == "." {
+			return nil
+		}
+		if visited++; visited%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if d.Name() == ".git" {
+			return fs.SkipDir
+		}
+		if _, err := s.root.Lstat(path.Join(p, ".git")); err == nil {
+			specs = append(specs, ":(exclude,literal)"+p)
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("walking the workspace: %v", err)
+	}
+	return []byte(strings.Join(specs, "\x00") + "\x00"), nil
+}
+
+// stage makes the store's index the workspace as it is now.
+func (s *snapshotStore) stage(ctx context.Context) error {
+	specs, err := s.pathspecs(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.git(ctx, specs, nil, "add", "--all", "--force", "--pathspec-from-file=-", "--pathspec-file-nul")
+	return err
+}
+
+// Snapshot is one snapshot as the tools report it.
+type Snapshot struct {
+	ID      string `json:"id" jsonschema:"the snapshot's id, e.g. s3"`
+	Label   string `json:"label,omitempty" jsonschema:"the label it was given"`
+	Created string `json:"created" jsonschema:"when it was taken (RFC 3339)"`
+	commit  string
+}
+
+// create takes a snapshot of the workspace. s.lock is held.
+func (s *snapshotStore) create(ctx context.Context, label string) (Snapshot, int, error) {
+	if err := s.init(ctx); err != nil {
+		return Snapshot{}, 0, err
+	}
+	if err := s.stage(ctx); err != nil {
+		return Snapshot{}, 0, err
+	}
+	tree, err := s.git(ctx, nil, nil, "write-tree")
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	files, err := s.git(ctx, nil, nil, "ls-files", "-z")
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	commit, err := s.git(ctx, []byte(label+"\n"), nil, "commit-tree", strings.TrimSpace(string(tree)))
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	all, err := s.list(ctx)
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	next := 1
+	if len(all) > 0 {
+		next = snapshotNumber(all[len(all)-1].ID) + 1
+	}
+	id := "s" + strconv.Itoa(next)
+	c := strings.TrimSpace(string(commit))
+	if _, err := s.git(ctx, nil, nil, "update-ref", snapshotRefs+id, c, ""); err != nil {
+		return Snapshot{}, 0, err
+	}
+	return Snapshot{ID: id, Label: label, Created: time.Now().UTC().Format(time.RFC3339), commit: c}, bytes.Count(files, []byte{0}), nil
+}
+
+// list returns the snapshots, oldest first. s.lock is held.
+func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
+	if err := s.init(ctx); err != nil {
+		return nil, err
+	}
+	out, err := s.git(ctx, nil, nil, "for-each-ref", "--format=%(refname:lstrip=3)%00%(objectname)%00%(committerdate:iso-strict)%00%(contents:subject)", snapshotRefs)
+	if err != nil {
+		return nil, err
+	}
+	var all []Snapshot
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.SplitN(line, "\x00", 4)
+		if len(f) != 4 || snapshotNumber(f[0]) == 0 {
+			continue
+		}
+		created := f[2]
+		if t, err := time.Parse(time.RFC3339, created); err == nil {
+			created = t.UTC().Format(time.RFC3339)
+		}
+		all = append(all, Snapshot{ID: f[0], commit: f[1], Created: created, Label: f[3]})
+	}
+	slices.SortFunc(all, func(a, b Snapshot) int { return snapshotNumber(a.ID) - snapshotNumber(b.ID) })
+	return all, nil
+}
+
+// find returns the snapshot id. s.lock is held.
+func (s *snapshotStore) find(ctx context.Context, id string) (Snapshot, error) {
+	if snapshotNumber(id) == 0 {
+		return Snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... as snapshot_create and snapshot_list give them", id)
+	}
+	all, err := s.list(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	for _, sn := range all {
+		if sn.ID == id {
+			return sn, nil
+		}
+	}
+	var ids []string
+	for _, sn := range all {
+		ids = append(ids, sn.ID)
+	}
+	if len(ids) == 0 {
+		return Snapshot{}, fmt.Errorf("no snapshot %s: there are no snapshots yet (take one with snapshot_create)", id)
+	}
+	return Snapshot{}, fmt.Errorf("no snapshot %s: the snapshots are %s", id, strings.Join(ids, ", "))
+}
+
+// snapshotNumber returns n for an id "s<n>" (n ≥ 1), else 0.
+func snapshotNumber(id string) int {
+	digits, ok := strings.CutPrefix(id, "s")
+	if !ok || digits == "" || len(digits) > 9 || digits[0] == '0' {
+		return 0
+	}
+	n := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// FileChange is one file a diff names.
+type FileChange struct {
+	Path   string `json:"path" jsonschema:"path of the file, relative to the workspace"`
+	Status string `json:"status" jsonschema:"added, modified, deleted or type_changed"`
+}
+
+// changes lists the files that differ between two commits, or between a
+// commit and the index (to == "").
+func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]FileChange, error) {
+	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-status", "-z"}
+	if to == "" {
+		args = append(args, "--cached", from)
+	} else {
+		args = append(args, from, to)
+	}
+	out, err := s.git(ctx, nil, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	var changes []FileChange
+	for i := 0; i+1 < len(f); i += 2 {
+		status := map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}[f[i]]
+		if status == "" {
+			status = f[i]
+		}
+		changes = append(changes, FileChange{Path: f[i+1], Status: status})
+	}
+	return changes, nil
+}
+
+// patch writes the patch between two commits, or a commit and the index.
+func (s *snapshotStore) patch(ctx context.Context, from, to string, out io.Writer) error {
+	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--no-color"}
+	if to == "" {
+		args = append(args, "--cached", from)
+	} else {
+		args = append(args, from, to)
+	}
+	_, err := s.git(ctx, nil, out, args...)
+	return err
+}
+
+// restore makes the workspace the snapshot target, which the index must
+// hold the current state beside (stage first): files the snapshot does not
+// have are removed, the others written as they were. s.lock is held.
+func (s *snapshotStore) restore(ctx context.Context, target Snapshot) error {
+	_, err := s.git(ctx, nil, nil, "read-tree", "--reset", "-u", target.commit)
+	return err
+}

@@ -1,0 +1,216 @@
+package sandboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// snapshotDiffBytes caps the patch snapshot_diff returns.
+const snapshotDiffBytes = foregroundOutputBytes
+
+// SnapshotCreateInput is the input of the snapshot_create tool.
+type SnapshotCreateInput struct {
+	Label string `json:"label,omitempty" jsonschema:"a few words on what state this is, e.g. before the refactor (one line, at most 200 bytes)"`
+}
+
+// SnapshotCreateOutput is the structured result of the snapshot_create tool.
+type SnapshotCreateOutput struct {
+	Snapshot
+	Files int `json:"files" jsonschema:"number of files in the snapshot"`
+}
+
+// SnapshotListInput is the input of the snapshot_list tool.
+type SnapshotListInput struct{}
+
+// SnapshotListOutput is the structured result of the snapshot_list tool.
+type SnapshotListOutput struct {
+	Snapshots []Snapshot `json:"snapshots" jsonschema:"the snapshots, oldest first"`
+}
+
+// SnapshotRestoreInput is the input of the snapshot_restore tool.
+type SnapshotRestoreInput struct {
+	ID string `json:"id" jsonschema:"id of the snapshot to restore, e.g. s3"`
+}
+
+// SnapshotRestoreOutput is the structured result of the snapshot_restore tool.
+type SnapshotRestoreOutput struct {
+	ID      string       `json:"id" jsonschema:"the snapshot restored"`
+	Backup  string       `json:"backup" jsonschema:"id of the snapshot of the workspace as it was just before the restore (restore it to undo)"`
+	Changes []FileChange `json:"changes" jsonschema:"the files the restore changed: added (they come back), modified, deleted (created after the snapshot, now removed)"`
+}
+
+// SnapshotDiffInput is the input of the snapshot_diff tool.
+type SnapshotDiffInput struct {
+	ID   string `json:"id" jsonschema:"id of the snapshot to compare from, e.g. s3"`
+	ToID string `json:"to_id,omitempty" jsonschema:"id of the snapshot to compare to; default the workspace as it is now"`
+}
+
+// SnapshotDiffOutput is the structured result of the snapshot_diff tool.
+type SnapshotDiffOutput struct {
+	From    string       `json:"from" jsonschema:"the snapshot compared from"`
+	To      string       `json:"to" jsonschema:"the snapshot compared to, or workspace"`
+	Changes []FileChange `json:"changes" jsonschema:"the files that differ"`
+	Patch   string       `json:"patch,omitempty" jsonschema:"the unified diff, capped at 100 KiB with the elision said"`
+}
+
+// errNoSnapshots is the tool error of a sandboxd without a snapshot store.
+var errNoSnapshots = errors.New("snapshots are not available in this sandbox (no state directory)")
+
+// snapshotCall runs f with the store's lock held and a bound on its time.
+func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *snapshotStore) error) error {
+	if tb.snaps == nil {
+		return errNoSnapshots
+	}
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	release, err := tb.snaps.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("cancelled while waiting for another snapshot operation: %v", err)
+	}
+	defer release()
+	return f(ctx, tb.snaps)
+}
+
+// snapshotCreate is the snapshot_create tool.
+func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (*mcp.CallToolResult, SnapshotCreateOutput, error) {
+	label, err := cleanLabel(in.Label)
+	if err != nil {
+		return nil, SnapshotCreateOutput{}, err
+	}
+	var out SnapshotCreateOutput
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		sn, files, err := s.create(ctx, label)
+		out = SnapshotCreateOutput{Snapshot: sn, Files: files}
+		return err
+	})
+	if err != nil {
+		return nil, SnapshotCreateOutput{}, err
+	}
+	return textResult(fmt.Sprintf("Snapshot %s taken (%d files)%s. Restore it with snapshot_restore, compare with snapshot_diff.", out.ID, out.Files, labelSuffix(label))), out, nil
+}
+
+// snapshotList is the snapshot_list tool.
+func (tb *toolbox) snapshotList(ctx context.Context, _ SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
+	out := SnapshotListOutput{Snapshots: []Snapshot{}}
+	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		all, err := s.list(ctx)
+		out.Snapshots = append(out.Snapshots, all...)
+		return err
+	})
+	if err != nil {
+		return nil, SnapshotListOutput{}, err
+	}
+	if len(out.Snapshots) == 0 {
+		return textResult("No snapshots yet: take one with snapshot_create."), out, nil
+	}
+	var b strings.Builder
+	for _, sn := range out.Snapshots {
+		fmt.Fprintf(&b, "%s\t%s%s\n", sn.ID, sn.Created, labelSuffix(sn.Label))
+	}
+	return textResult(b.String()), out, nil
+}
+
+// snapshotRestore is the snapshot_restore tool. The call gate runs it
+// alone: no other tool call is in flight while it works.
+func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput) (*mcp.CallToolResult, SnapshotRestoreOutput, error) {
+	var out SnapshotRestoreOutput
+	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		target, err := s.find(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		backup, _, err := s.create(ctx, "before restoring "+target.ID)
+		if err != nil {
+			return fmt.Errorf("saving the workspace before the restore: %v; nothing was restored", err)
+		}
+		changes, err := s.changes(ctx, backup.commit, target.commit)
+		if err != nil {
+			return err
+		}
+		if err := s.restore(ctx, target); err != nil {
+			return fmt.Errorf("%v (the workspace as it was before is snapshot %s)", err, backup.ID)
+		}
+		out = SnapshotRestoreOutput{ID: target.ID, Backup: backup.ID, Changes: changes}
+		if out.Changes == nil {
+			out.Changes = []FileChange{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, SnapshotRestoreOutput{}, err
+	}
+	count := map[string]int{}
+	for _, c := range out.Changes {
+		count[c.Status]++
+	}
+	return textResult(fmt.Sprintf("Restored snapshot %s: %d file(s) brought back, %d changed back, %d created since removed. The workspace as it was before is snapshot %s. Files must be Read again before Write or Edit.",
+		out.ID, count["added"], count["modified"]+count["type_changed"], count["deleted"], out.Backup)), out, nil
+}
+
+// snapshotDiff is the snapshot_diff tool.
+func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp.CallToolResult, SnapshotDiffOutput, error) {
+	out := SnapshotDiffOutput{From: in.ID, To: "workspace"}
+	patch := newCappedBuffer(snapshotDiffBytes)
+	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		from, err := s.find(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		to := ""
+		if in.ToID != "" {
+			sn, err := s.find(ctx, in.ToID)
+			if err != nil {
+				return err
+			}
+			to, out.To = sn.commit, sn.ID
+		} else if err := s.stage(ctx); err != nil {
+			return err
+		}
+		if out.Changes, err = s.changes(ctx, from.commit, to); err != nil {
+			return err
+		}
+		return s.patch(ctx, from.commit, to, patch)
+	})
+	if err != nil {
+		return nil, SnapshotDiffOutput{}, err
+	}
+	if out.Changes == nil {
+		out.Changes = []FileChange{}
+	}
+	out.Patch = patch.String()
+	if len(out.Changes) == 0 {
+		return textResult(fmt.Sprintf("No differences between %s and %s.", out.From, out.To)), out, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d file(s) differ from %s to %s:\n", len(out.Changes), out.From, out.To)
+	for _, c := range out.Changes {
+		fmt.Fprintf(&b, "  %s\t%s\n", c.Status, c.Path)
+	}
+	b.WriteString("\n")
+	b.WriteString(out.Patch)
+	return textResult(b.String()), out, nil
+}
+
+// cleanLabel checks a snapshot label: one line of printable text.
+func cleanLabel(label string) (string, error) {
+	label = strings.TrimSpace(label)
+	if len(label) > snapshotLabelBytes {
+		return "", fmt.Errorf("label is %d bytes, more than %d", len(label), snapshotLabelBytes)
+	}
+	if strings.IndexFunc(label, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return "", errors.New("label must be one line of printable text")
+	}
+	return label, nil
+}
+
+func labelSuffix(label string) string {
+	if label == "" {
+		return ""
+	}
+	return fmt.Sprintf(" %q", label)
+}
