@@ -19,7 +19,8 @@ import (
 )
 
 // What the operator builds for a claim (SPEC section 5). The builders are pure: they return the
-// desired object, and drift repair compares the live object with it.
+// desired object, and drift repair compares the live object with it. They read the claim and its
+// frozen record (status.frozen, freeze.go), never the live class or registry.
 //
 // The pod template spells out the API server's defaults for every field it sets (probe timings,
 // termination message path, image pull policy, secret volume mode, ...), so that a template read
@@ -69,14 +70,8 @@ var defaultArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace
 // defaultPorts are SandboxClass.spec.ports' default.
 var defaultPorts = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
 
-// classPorts returns the class's ports, defaulted.
-func classPorts(class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.SandboxPort {
-	if len(class.Spec.Ports) == 0 {
-		return defaultPorts
-	}
-	return class.Spec.Ports
-}
-
+// workspaceClaimName is the class's content PVC, defaulted: only for the sync-back of a claim
+// admitted before records existed (every other reader uses the record's).
 func workspaceClaimName(class *airlockv1alpha1.SandboxClass) string {
 	if class.Spec.WorkspaceClaimName == "" {
 		return defaultWorkspaceClaimName
@@ -132,20 +127,28 @@ func restrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
-// sandboxArgs are the class's args plus the per-claim switches of sandboxd.
-func sandboxArgs(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) []string {
-	args := append([]string(nil), class.Spec.Args...)
+// sandboxArgs are the record's args plus the per-claim switches of sandboxd: always an explicit
+// --allowed-tools list (a record's list is never empty: freeze writes every tool out, and the
+// CRD requires one at least), and the token file.
+func sandboxArgs(record *airlockv1alpha1.FrozenSandbox) []string {
+	args := append([]string(nil), record.Args...)
 	if len(args) == 0 {
 		args = append(args, defaultArgs...)
 	}
-	if entry != nil && len(entry.AllowedTools) > 0 {
-		tools := make([]string, len(entry.AllowedTools))
-		for i, t := range entry.AllowedTools {
-			tools[i] = string(t)
-		}
-		args = append(args, "--allowed-tools="+strings.Join(tools, ","))
+	tools := make([]string, len(record.AllowedTools))
+	for i, t := range record.AllowedTools {
+		tools[i] = string(t)
 	}
+	args = append(args, "--allowed-tools="+strings.Join(tools, ","))
 	return append(args, "--auth-token-file="+TokenFile)
+}
+
+// recordPorts returns the record's ports (defaulted, for a record that has none).
+func recordPorts(record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.SandboxPort {
+	if len(record.Ports) == 0 {
+		return defaultPorts
+	}
+	return record.Ports
 }
 
 // pullPolicy is the API server's default pull policy for image.
@@ -176,22 +179,22 @@ func defaultedResources(in corev1.ResourceRequirements) corev1.ResourceRequireme
 }
 
 // buildDeployment returns the claim's Deployment: one replica (replicas is 0 when the claim is
-// Reaping or Failed), Recreate, the class's pod under the restricted Pod Security level.
-func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox, replicas int32) *appsv1.Deployment {
-	ports := classPorts(class)
+// Reaping or Failed), Recreate, the recorded pod under the restricted Pod Security level.
+func buildDeployment(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) *appsv1.Deployment {
+	ports := recordPorts(record)
 	containerPorts := make([]corev1.ContainerPort, len(ports))
 	for i, p := range ports {
 		containerPorts[i] = corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: corev1.ProtocolTCP}
 	}
 	var (
-		volumes = make([]corev1.Volume, 0, len(class.Spec.Volumes)+1)
-		mounts  = make([]corev1.VolumeMount, 0, len(class.Spec.Volumes)+1)
+		volumes = make([]corev1.Volume, 0, len(record.Volumes)+1)
+		mounts  = make([]corev1.VolumeMount, 0, len(record.Volumes)+1)
 	)
-	for _, v := range class.Spec.Volumes {
+	for _, v := range record.Volumes {
 		switch {
 		case v.Workspace != nil:
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: record.WorkspaceClaimName},
 			}})
 			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: claim.Spec.WorkspaceDir})
 		case v.Scratch != nil:
@@ -214,11 +217,11 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 
 	container := corev1.Container{
 		Name:            ContainerName,
-		Image:           class.Spec.Image,
-		Args:            sandboxArgs(class, entry),
+		Image:           record.Image,
+		Args:            sandboxArgs(record),
 		Ports:           containerPorts,
-		Env:             append([]corev1.EnvVar(nil), class.Spec.Env...),
-		Resources:       defaultedResources(class.Spec.Resources),
+		Env:             append([]corev1.EnvVar(nil), record.Env...),
+		Resources:       defaultedResources(record.Resources),
 		VolumeMounts:    mounts,
 		SecurityContext: restrictedContainerSecurityContext(),
 		ReadinessProbe: &corev1.Probe{
@@ -234,10 +237,10 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 		},
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		ImagePullPolicy:          pullPolicy(class.Spec.Image),
+		ImagePullPolicy:          pullPolicy(record.Image),
 	}
 	meta := childMeta(claim, claim.Name)
-	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(class.Generation, 10)}
+	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(record.ClassGeneration, 10)}
 	d := &appsv1.Deployment{
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
@@ -256,7 +259,7 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 					SchedulerName:                 corev1.DefaultSchedulerName,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
-					RuntimeClassName:              class.Spec.RuntimeClassName,
+					RuntimeClassName:              record.RuntimeClassName,
 				},
 			},
 		},
@@ -264,9 +267,9 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 	return d
 }
 
-// buildService returns the claim's ClusterIP Service: one port per class port.
-func buildService(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) *corev1.Service {
-	ports := classPorts(class)
+// buildService returns the claim's ClusterIP Service: one port per recorded port.
+func buildService(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) *corev1.Service {
+	ports := recordPorts(record)
 	svcPorts := make([]corev1.ServicePort, len(ports))
 	for i, p := range ports {
 		svcPorts[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP}
@@ -281,9 +284,9 @@ func buildService(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sa
 	}
 }
 
-// addresses are the claim's addresses: one per class port, through its Service.
-func addresses(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.ClaimAddress {
-	ports := classPorts(class)
+// addresses are the claim's addresses: one per recorded port, through its Service.
+func addresses(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
+	ports := recordPorts(record)
 	out := make([]airlockv1alpha1.ClaimAddress, len(ports))
 	for i, p := range ports {
 		out[i] = airlockv1alpha1.ClaimAddress{
@@ -296,8 +299,8 @@ func addresses(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sandb
 
 // buildNetworkPolicy returns the claim's NetworkPolicy. Egress reaches nothing but the pods of
 // the allowed Services that exist (allowed), on their target ports, and then DNS; ingress is the
-// class ports from pods in the claim's namespace.
-func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+// recorded ports from pods in the claim's namespace.
+func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	var egress []networkingv1.NetworkPolicyEgressRule
 	for _, svc := range allowed {
@@ -334,7 +337,7 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alp
 		})
 	}
 	var ingressPorts []networkingv1.NetworkPolicyPort
-	for _, p := range classPorts(class) {
+	for _, p := range recordPorts(record) {
 		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(p.Port))})
 	}
 	return &networkingv1.NetworkPolicy{
@@ -379,7 +382,7 @@ func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
 // buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
 // airlock) copying workspaceDir into targetPath inside the content PVC. It does not retry by
 // itself (backoffLimit 0): the controller retries with its own backoff.
-func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, image string, attempt int) *batchv1.Job {
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int) *batchv1.Job {
 	meta := childMeta(claim, syncJobName(claim))
 	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
 	return &batchv1.Job{
@@ -407,7 +410,7 @@ func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sa
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 					}},
 					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
 					}}},
 				},
 			},

@@ -270,6 +270,11 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	defer c.queue.Done(key)
 
 	requeueAfter, err := c.syncHandler(ctx, key)
+	if err != nil && requeueAfter != nil {
+		// A deadline that must be kept whatever the backoff (a Binding claim's startupTimeout):
+		// looked at again then, and retried with backoff before.
+		c.queue.AddAfter(key, *requeueAfter)
+	}
 	switch {
 	case apierrors.IsConflict(err):
 		// A write raced with the cache (the claim changed since it was read): normal, retried.

@@ -26,6 +26,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -386,9 +387,15 @@ func newClaim(name, session string, phase airlockv1alpha1.ClaimPhase, created ti
 	}
 }
 
-// binding returns a claim that began Binding at began.
+// testRecord is what a claim admitted with the fixture's class and registry runs.
+func testRecord() *airlockv1alpha1.FrozenSandbox {
+	return freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
+}
+
+// binding returns a claim that began Binding at began, with the fixture's record.
 func binding(name string, began time.Time) *airlockv1alpha1.SandboxClaim {
 	c := newClaim(name, "s-"+name, airlockv1alpha1.ClaimBinding, began.Add(-time.Second))
+	c.Status.Frozen = testRecord()
 	setCondition(&c.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, began)
 	setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, began)
 	return c
@@ -403,13 +410,25 @@ func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	return c
 }
 
-// withChildren adds the children a sync would have built for claim.
+// failed returns a claim that failed at failedAt, replaced by replacedBy if set.
+func failed(name string, failedAt time.Time, replacedBy string) *airlockv1alpha1.SandboxClaim {
+	c := binding(name, failedAt.Add(-time.Minute))
+	setPhase(c, airlockv1alpha1.ClaimFailed, "ImagePullBackOff", "the detail")
+	setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, "ImagePullBackOff", "the detail", failedAt)
+	c.Status.ReplacedBy = replacedBy
+	return c
+}
+
+// withChildren adds the children a sync would have built for claim from its record (the
+// fixture's record for a claim that has none).
 func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
-	class := newClass("codegen")
-	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	f.deployments = append(f.deployments, buildDeployment(claim, class, entry, replicas))
-	f.services = append(f.services, buildService(claim, class))
-	f.netpols = append(f.netpols, buildNetworkPolicy(claim, class, nil))
+	record := claim.Status.Frozen
+	if record == nil {
+		record = testRecord()
+	}
+	f.deployments = append(f.deployments, buildDeployment(claim, record, replicas))
+	f.services = append(f.services, buildService(claim, record))
+	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
 	f.secrets = append(f.secrets, buildSecret(claim, "minted-earlier"))
 	return f
 }
@@ -708,8 +727,9 @@ func TestSyncClassNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRequeue(t, requeue, ptr.To(30*time.Minute))
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "update sandboxclaims/status c1"})
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound {
+	// Failed at admission, in one write: nothing is built without a record.
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound || got.Status.Frozen != nil {
 		t.Errorf("status %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, ReasonClassNotFound)
 	}
 }
@@ -1007,7 +1027,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		return c
 	}
 	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time) *batchv1.Job {
-		j := buildSyncJob(claim, newClass("codegen"), testSyncImage, attempt)
+		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt)
 		if cond != "" {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Message: "copy failed"}}
 		}
@@ -1162,7 +1182,7 @@ func TestHandlers(t *testing.T) {
 	}
 	// A sandbox pod enqueues its claim by label; a Job its controller.
 	c.handleObject(newPod(boundClaim, nil))
-	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, newClass("codegen"), testSyncImage, 1)})
+	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, "workspace-content", testSyncImage, 1)})
 	var keys []string
 	for c.queue.Len() > 0 {
 		key, _ := c.queue.Get()
@@ -1174,18 +1194,35 @@ func TestHandlers(t *testing.T) {
 	}
 }
 
+// afterRecordingQueue records the delays of AddAfter.
+type afterRecordingQueue struct {
+	workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	after []time.Duration
+}
+
+func (q *afterRecordingQueue) AddAfter(key cache.ObjectName, d time.Duration) {
+	q.after = append(q.after, d)
+	q.TypedRateLimitingInterface.AddAfter(key, d)
+}
+
 func TestProcessNextWorkItem(t *testing.T) {
 	tests := map[string]struct {
 		requeue      *time.Duration
 		err          error
 		wantRequeues int
+		wantAfter    []time.Duration
 	}{
 		"success forgets":               {},
-		"requeueAfter forgets":          {requeue: ptr.To(time.Minute)},
+		"requeueAfter forgets":          {requeue: ptr.To(time.Minute), wantAfter: []time.Duration{time.Minute}},
 		"error is retried rate-limited": {err: fmt.Errorf("boom"), wantRequeues: 1},
 		"conflict is retried rate-limited": {
 			err:          apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", fmt.Errorf("modified")),
 			wantRequeues: 1,
+		},
+		// A Binding claim whose children cannot be written: retried with backoff, and looked at
+		// again at its startupTimeout however long the backoff has grown.
+		"error with requeueAfter is retried and kept for the deadline": {
+			err: fmt.Errorf("boom"), requeue: ptr.To(4 * time.Minute), wantRequeues: 1, wantAfter: []time.Duration{4 * time.Minute},
 		},
 	}
 	for name, tc := range tests {
@@ -1193,6 +1230,8 @@ func TestProcessNextWorkItem(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t)
 			c := f.newController(ctx)
+			q := &afterRecordingQueue{TypedRateLimitingInterface: c.queue}
+			c.queue = q
 			defer c.queue.ShutDown()
 			key := cache.ObjectName{Namespace: testNamespace, Name: "c1"}
 			c.syncHandler = func(ctx context.Context, k cache.ObjectName) (*time.Duration, error) {
@@ -1208,6 +1247,9 @@ func TestProcessNextWorkItem(t *testing.T) {
 			if c.queue.Len() != 0 {
 				t.Errorf("key requeued at once")
 			}
+			if diff := cmp.Diff(tc.wantAfter, q.after); diff != "" {
+				t.Errorf("AddAfter delays (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
@@ -1219,6 +1261,7 @@ func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s)
 func TestSyncReapRequested(t *testing.T) {
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
+		others      []*airlockv1alpha1.SandboxClaim
 		runtimeGone bool
 		wantActions []string
 		wantPhase   airlockv1alpha1.ClaimPhase
@@ -1255,10 +1298,13 @@ func TestSyncReapRequested(t *testing.T) {
 			}
 			claim := tc.claim
 			claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
-			f.claims = append(f.claims, claim)
-			if claim.Status.Phase == airlockv1alpha1.ClaimBound || claim.Status.Phase == airlockv1alpha1.ClaimBinding {
+			f.claims = append(append(f.claims, claim), tc.others...)
+			switch claim.Status.Phase {
+			case airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimBinding:
 				f.withChildren(claim, 1)
 				f.pods = append(f.pods, newPod(claim, readyPod))
+			case airlockv1alpha1.ClaimFailed:
+				f.withChildren(claim, 1) // a Failed claim's Deployment, not yet at zero
 			}
 			c := f.newController(ctx)
 			requeue, err := c.sync(ctx, keyOf(claim))

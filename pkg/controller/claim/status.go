@@ -72,6 +72,7 @@ const (
 	messageSessionClosed  = "the runtime closed the session"
 	messageBinding        = "waiting for the sandbox pod to become ready"
 	messageStartupTimeout = "the sandbox pod was not ready within the class's startupTimeout %s"
+	messageChildrenFailed = "the sandbox's objects could not be written within the class's startupTimeout %s: %v"
 	messageClassNotFound  = "SandboxClass %q not found"
 	messageSyncBackOK     = "the workspace is saved in %s"
 )
