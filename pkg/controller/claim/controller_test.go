@@ -1284,6 +1284,17 @@ func TestSyncReapRequested(t *testing.T) {
 			claim:       newClaim("c1", "s1", "", t0.Add(-time.Second)),
 			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
+		// sessions/close ends a Failed claim too: a re-acquire of its handle would otherwise
+		// wait on it (202s) until it expires.
+		"failed: deleted, nothing ran to save": {
+			claim:       failed("c1", t0.Add(-time.Minute), ""),
+			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed and replaced, its replacement still there: deleted": {
+			claim:       failed("c1", t0.Add(-time.Minute), "c1-r1"),
+			others:      []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0.Add(-time.Second))},
+			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
 		"runtime gone: garbage collection's, no reaping": {
 			claim:       bound("c1", t0.Add(-time.Minute)),
 			runtimeGone: true,

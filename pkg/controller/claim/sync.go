@@ -80,6 +80,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
 		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
 			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
+		case airlockv1alpha1.ClaimFailed:
+			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
+			// save. Deleted now, so that a new acquire of the handle does not wait on it.
+			if err := c.scaleDown(ctx, claim); err != nil {
+				return nil, err
+			}
+			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)
 		}
 	}
 
