@@ -100,7 +100,8 @@ func connectionPath(rt *airlockv1alpha1.AgentRuntime, role string) string {
 
 // newClaim is the claim the API creates for session and handle under name. A replacement
 // (replaces not nil) keeps the replaced claim's mount role and workspace directory when it has a
-// mount role; otherwise, and for every other field, it takes the registry entry's current values.
+// mount role; otherwise, and for every other field, it takes the registry entry's current values
+// (with `workspace: session` that is the directory of the session and handle, its predecessor's).
 func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.SandboxClaim) *airlockv1alpha1.SandboxClaim {
 	rt, entry := t.runtime, t.entry
 	ns := rt.Namespace
@@ -132,7 +133,9 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 	case entry.MountRole != "":
 		c.Spec.WorkspaceDir = connectionPath(rt, entry.MountRole)
 	case entry.Workspace == airlockv1alpha1.WorkspaceSession:
-		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s-%s", ns, claimname.SessionHash(session), entry.Name)
+		// One directory per session and handle: shared by a claim and its replacement (same
+		// session, same handle), never by two handles of one session (two writers).
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(session, handle))
 	default:
 		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/%s", ns, name)
 	}

@@ -31,7 +31,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 		},
 		"session workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},
-			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.SessionHash(testSession) + "-codegen",
+			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle),
 		},
 		"mount role": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", MountRole: "repo"},
@@ -72,6 +72,48 @@ func TestAcquireCreatesClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcquireSessionWorkspace: with `workspace: session`, two handles of one session get two
+// directories (two live pods never write one tree), and the replacement of a Failed claim gets
+// its predecessor's directory (and so the session's files of that handle).
+func TestAcquireSessionWorkspace(t *testing.T) {
+	entry := airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession}
+
+	t.Run("two handles of one session", func(t *testing.T) {
+		f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen"))
+		dirs := map[string]string{}
+		for _, handle := range []string{"codegen/default", "codegen/second"} {
+			rec := f.do("/v1/sandboxes/acquire", tokenAgent, acquireBody(testSession, handle, 0))
+			if rec.Code != http.StatusAccepted {
+				t.Fatalf("acquire %s: status %d: %s", handle, rec.Code, rec.Body.String())
+			}
+			dirs[handle] = f.apiClaim(claimname.For(testRuntime, testSession, handle)).Spec.WorkspaceDir
+		}
+		if dirs["codegen/default"] == dirs["codegen/second"] {
+			t.Errorf("two handles of one session share the directory %q", dirs["codegen/default"])
+		}
+		for handle, dir := range dirs {
+			if want := testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, handle); dir != want {
+				t.Errorf("handle %s: directory %q, want %q", handle, dir, want)
+			}
+		}
+	})
+
+	t.Run("a replacement gets its predecessor's directory", func(t *testing.T) {
+		old := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimFailed)
+		old.Spec.WorkspaceDir = testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle)
+		old.Status.Reason = "ImagePullBackOff"
+		f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen"), old)
+		rec := f.acquire(0)
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		repl := f.apiClaim(claimname.Replacement(old.Name))
+		if repl.Spec.Replaces != old.Name || repl.Spec.WorkspaceDir != old.Spec.WorkspaceDir {
+			t.Errorf("replacement of %s: replaces %q directory %q, want its predecessor's %q", old.Name, repl.Spec.Replaces, repl.Spec.WorkspaceDir, old.Spec.WorkspaceDir)
+		}
+	})
 }
 
 // TestAcquireBound: a Bound claim with its token Secret answers 200 at once, with one address per
