@@ -136,7 +136,7 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 			continue
 		}
 		c = newClaim(t, base, req.Session, handle, nil)
-		if err := s.admit(c, nil, created); err != nil {
+		if err := s.admit(c, created); err != nil {
 			var apiErr *apiError
 			if errors.As(err, &apiErr) && apiErr.reason != "" {
 				resp.Claims = append(resp.Claims, client.SessionClaim{Handle: handle, Phase: string(airlockv1alpha1.ClaimRefused), Reason: apiErr.reason})

@@ -295,6 +295,10 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 func (c *Controller) addClaim(logger klog.Logger, obj any) {
 	claim := obj.(*airlockv1alpha1.SandboxClaim)
 	logger.V(4).Info("Claim added", "claim", klog.KObj(claim))
+	if claim.Spec.Replaces != "" {
+		// The claim it replaces is now replaced: the leader links the two (syncFailed).
+		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
+	}
 	if isUndecided(claim) {
 		// Batch a burst: an older claim seen a moment late still wins.
 		c.enqueueClaimAfter(claim, batchPeriod)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -887,11 +889,23 @@ func TestSyncExpiry(t *testing.T) {
 		},
 		"failed and replaced is kept while its replacement lives": {
 			claim:  failed("c1-r1"),
-			others: []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0)},
+			others: []*airlockv1alpha1.SandboxClaim{replacementOf("c1", bound("c1-r1", t0))},
 			step:   time.Hour,
 		},
-		"failed and replaced is deleted when its replacement is gone": {
+		"failed and replaced is deleted when its replacement is gone (asked of the API server)": {
 			claim:       failed("c1-r1"),
+			wantActions: []string{"get sandboxclaims c1-r1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed, replaced by a claim not linked yet: the leader links them, and keeps it": {
+			claim:       failed(""),
+			others:      []*airlockv1alpha1.SandboxClaim{replacementOf("c1", newClaim("c1-r1", "s-c1", airlockv1alpha1.ClaimPending, t0))},
+			step:        time.Hour,
+			wantActions: []string{"update sandboxclaims/status c1"},
+		},
+		"failed, its replacement refused: not replaced, expires": {
+			claim:       failed(""),
+			others:      []*airlockv1alpha1.SandboxClaim{replacementOf("c1", newClaim("c1-r1", "s-c1", airlockv1alpha1.ClaimRefused, t0))},
+			step:        30 * time.Minute,
 			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 	}
@@ -913,7 +927,47 @@ func TestSyncExpiry(t *testing.T) {
 			}
 			checkRequeue(t, requeue, tc.wantRequeue)
 			checkActions(t, f, tc.wantActions)
+			if slices.Contains(tc.wantActions, "update sandboxclaims/status c1") {
+				if got := f.writtenClaim(); got.Status.ReplacedBy != "c1-r1" || got.Status.Phase != airlockv1alpha1.ClaimFailed {
+					t.Errorf("status %s replacedBy %q, want Failed replacedBy c1-r1", got.Status.Phase, got.Status.ReplacedBy)
+				}
+			}
 		})
+	}
+}
+
+// replacementOf makes c the replacement of the claim named original.
+func replacementOf(original string, c *airlockv1alpha1.SandboxClaim) *airlockv1alpha1.SandboxClaim {
+	c.Spec.Replaces = original
+	return c
+}
+
+// TestSyncFailedReplacementNotCachedYet: the leader never deletes a Failed claim as
+// ReplacementGone while its replacement exists on the API server but not yet in its cache (the
+// Sandbox API marked it replaced and created the replacement a moment ago). Deleting it there
+// let an acquire that found neither claim in its cache create the handle's base claim again,
+// next to the replacement: two claims, two sandboxes, for one handle.
+func TestSyncFailedReplacementNotCachedYet(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixtureWithLimits(t, 1, 3)
+	original := failed("c1", t0.Add(-time.Minute), "c1-r1")
+	f.claims = append(f.claims, original)
+	c := f.newController(ctx)
+	if err := f.airlockClient.Tracker().Add(replacementOf("c1", newClaim("c1-r1", original.Spec.Session, "", t0))); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	requeue, err := c.sync(ctx, keyOf(original))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, nil)
+	checkActions(t, f, []string{"get sandboxclaims c1-r1"})
+
+	// The replacement's add event brings the original back.
+	c.addClaim(klog.FromContext(ctx), replacementOf("c1", newClaim("c1-r1", original.Spec.Session, "", t0)))
+	if got := c.queue.Len(); got != 1 {
+		t.Errorf("queue length %d after the replacement's add event, want 1 (the original)", got)
 	}
 }
 

@@ -659,29 +659,6 @@ func (c *Controller) syncRefused(ctx context.Context, claim *airlockv1alpha1.San
 	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimRefused, ReasonRefusedExpired)
 }
 
-// syncFailed keeps a Failed claim's Deployment at zero. A claim that was replaced is kept while
-// its replacement lives (the replacement's deletion enqueues it); one that was not is deleted
-// max(idleTimeout, 10m) after it failed.
-func (c *Controller) syncFailed(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if err := c.scaleDown(ctx, claim); err != nil {
-		return nil, err
-	}
-	if claim.Status.ReplacedBy != "" {
-		_, err := c.claimLister.SandboxClaims(claim.Namespace).Get(claim.Status.ReplacedBy)
-		if err == nil {
-			return nil, nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-		return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonReplacementGone)
-	}
-	if left, ok := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), waitingTTL(rt), c.clock.Now()); ok {
-		return ptr.To(left), nil
-	}
-	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonFailedExpired)
-}
-
 // removeClaimIfStill deletes the claim after an uncached GET confirms that it is still in phase,
 // with the fresh object's UID and resourceVersion as preconditions.
 func (c *Controller) removeClaimIfStill(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, phase airlockv1alpha1.ClaimPhase, reason string) error {
