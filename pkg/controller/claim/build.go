@@ -298,7 +298,8 @@ func addresses(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froz
 }
 
 // buildNetworkPolicy returns the claim's NetworkPolicy. Egress reaches nothing but the pods of
-// the allowed Services that exist (allowed), on their target ports, and then DNS; ingress is the
+// the allowed Services that exist (allowed), on their target ports, and DNS when the record
+// allows any Service; ingress is the
 // recorded ports from pods in the claim's namespace.
 func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
@@ -324,7 +325,9 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1al
 		}
 		egress = append(egress, rule)
 	}
-	if len(egress) > 0 {
+	if len(record.AllowedServices) > 0 {
+		// DNS whenever the record allows some Service (SPEC section 5), whether or not the
+		// Service exists yet or names pods: the sandbox reaches it by name.
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: metav1.NamespaceSystem}},

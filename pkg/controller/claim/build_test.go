@@ -165,6 +165,24 @@ func TestBuildNetworkPolicy(t *testing.T) {
 		}
 	})
 
+	dns := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{port(udp, intstr.FromInt32(53)), port(tcp, intstr.FromInt32(53))},
+	}
+	// SPEC section 5: DNS to kube-dns whenever some Service is allowed, even before it exists
+	// (or when it names no pods).
+	t.Run("an allowed Service that does not exist yet: DNS only", func(t *testing.T) {
+		withServices := record.DeepCopy()
+		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+		np := buildNetworkPolicy(claim, withServices, nil)
+		if diff := cmp.Diff([]networkingv1.NetworkPolicyEgressRule{dns}, np.Spec.Egress); diff != "" {
+			t.Errorf("egress (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("allowed Services and DNS", func(t *testing.T) {
 		allowed := []*corev1.Service{
 			{
@@ -177,7 +195,9 @@ func TestBuildNetworkPolicy(t *testing.T) {
 			},
 			{ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: "infra"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
 		}
-		np := buildNetworkPolicy(claim, record, allowed)
+		withServices := record.DeepCopy()
+		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}, {Namespace: "infra", Name: "external"}}
+		np := buildNetworkPolicy(claim, withServices, allowed)
 		want := []networkingv1.NetworkPolicyEgressRule{
 			{
 				To: []networkingv1.NetworkPolicyPeer{{
@@ -190,13 +210,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 					port(tcp, intstr.FromInt32(82)),
 				},
 			},
-			{
-				To: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{port(udp, intstr.FromInt32(53)), port(tcp, intstr.FromInt32(53))},
-			},
+			dns,
 		}
 		if diff := cmp.Diff(want, np.Spec.Egress); diff != "" {
 			t.Errorf("egress (-want +got):\n%s", diff)
