@@ -983,6 +983,7 @@ func TestSyncBoundIdle(t *testing.T) {
 	}{
 		"not idle yet": {
 			lastUsed:    ptr.To(t0.Add(-10 * time.Minute)),
+			pods:        true,
 			wantRequeue: ptr.To(20 * time.Minute),
 		},
 		"idle since boundAt": {

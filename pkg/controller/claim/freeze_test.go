@@ -167,6 +167,9 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 			}
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim, 1)
+			if claim.Status.Phase == airlockv1alpha1.ClaimBound {
+				f.pods = append(f.pods, newPod(claim, readyPod)) // the running sandbox
+			}
 			tc.mutate(f)
 			c := f.newController(ctx)
 			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
@@ -269,6 +272,7 @@ func TestSyncClaimsWithoutRecord(t *testing.T) {
 		f.claims = append(f.claims, claim)
 		f.registries[0].Spec.Sandboxes = nil
 		f.deployments[0].Spec.Template.Spec.Containers[0].Image = "example.com/edited:v1"
+		f.pods = append(f.pods, newPod(claim, readyPod))
 		c := f.newController(ctx)
 		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 			t.Fatal(err)

@@ -431,29 +431,6 @@ func (c *Controller) idleRequeue(claim *airlockv1alpha1.SandboxClaim, rt *airloc
 	return ptr.To(max(left, 0))
 }
 
-// syncBound repairs the Bound claim's children and reaps it when it has been idle too long.
-func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if runtimeGone(rt) {
-		return nil, nil
-	}
-	// Repaired from the frozen record only. A claim bound before records existed has none: its
-	// children are left exactly as they are until it is reaped (rebuilding them from the live
-	// class or registry could restart or widen the running sandbox).
-	if record := claim.Status.Frozen; record != nil {
-		if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
-			return nil, err
-		}
-	}
-	idle := idleTimeout(rt)
-	if left, ok := timeLeft(lastUsed(claim), idle, c.clock.Now()); ok {
-		return ptr.To(left), nil
-	}
-	return c.beginReaping(ctx, claim, rt, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle),
-		func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
-			return timeLeft(lastUsed(fresh), idle, c.clock.Now())
-		})
-}
-
 // beginReaping moves a Binding or Bound claim to Reaping and starts reaping it. It re-reads the
 // claim from the API server first, since the cache may miss a renewal or a phase change; notYet,
 // when set, is asked of that fresh object and may put the transition off by the time it returns.
