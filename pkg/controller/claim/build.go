@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -384,14 +385,16 @@ func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
 
 // buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
 // airlock) copying workspaceDir into targetPath inside the content PVC. It does not retry by
-// itself (backoffLimit 0): the controller retries with its own backoff.
+// itself (backoffLimit 0): the controller retries with its own backoff. An attempt ends by
+// syncDeadline (activeDeadlineSeconds) whatever happens to its pod.
 func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int) *batchv1.Job {
 	meta := childMeta(claim, syncJobName(claim))
 	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
 	return &batchv1.Job{
 		ObjectMeta: meta,
 		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](0),
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: claim.Name}},
 				Spec: corev1.PodSpec{

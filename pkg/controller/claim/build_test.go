@@ -244,6 +244,9 @@ func TestBuildSyncJob(t *testing.T) {
 	if *job.Spec.BackoffLimit != 0 || job.Spec.TTLSecondsAfterFinished != nil {
 		t.Errorf("backoffLimit %d ttl %v, want 0 and unset", *job.Spec.BackoffLimit, job.Spec.TTLSecondsAfterFinished)
 	}
+	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d != 1800 {
+		t.Errorf("activeDeadlineSeconds %v, want 1800: every attempt ends", d)
+	}
 	pod := job.Spec.Template.Spec
 	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {
 		t.Error("sync pods carry the claim label: the claim's Service and Deployment would select them")

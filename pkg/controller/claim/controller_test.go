@@ -1081,8 +1081,12 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		}
 		return c
 	}
-	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time) *batchv1.Job {
+	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time, age time.Duration, notReady bool) *batchv1.Job {
 		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt)
+		j.CreationTimestamp = metav1.NewTime(t0.Add(-age))
+		if !notReady {
+			j.Status.Ready = ptr.To[int32](1)
+		}
 		if cond != "" {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Message: "copy failed"}}
 		}
@@ -1092,6 +1096,8 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		failures    string
 		attempt     int
 		cond        batchv1.JobConditionType
+		age         time.Duration // of the Job at t0; a minute when zero
+		notReady    bool          // its pod has not become ready
 		pods        bool
 		step        time.Duration
 		wantRequeue *time.Duration
@@ -1103,6 +1109,22 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		},
 		"job running: wait": {
 			attempt: 1,
+		},
+		// Every attempt has an end: a pod that never starts (image, scheduling, volume) is a
+		// failed attempt syncStartTimeout after the Job's creation.
+		"job's pod not ready yet: looked at again when it should have started": {
+			attempt: 1, notReady: true,
+			wantRequeue: ptr.To(4 * time.Minute),
+		},
+		"job's pod not ready after the start timeout: counted, reported, backoff": {
+			attempt: 1, notReady: true, age: 5 * time.Minute,
+			wantRequeue: ptr.To(10 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
+		},
+		"job's pod never started, counted, backoff over: Job deleted": {
+			failures: "1", attempt: 1, notReady: true, age: 5 * time.Minute, step: 10 * time.Second,
+			wantActions: []string{"delete jobs c1-sync"},
 		},
 		"job succeeded: claim deleted": {
 			attempt:     1,
@@ -1156,7 +1178,11 @@ func TestSyncReapingSyncBack(t *testing.T) {
 				f.pods = append(f.pods, newPod(claim, nil))
 			}
 			if tc.attempt > 0 {
-				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0))
+				age := tc.age
+				if age == 0 {
+					age = time.Minute
+				}
+				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0, age, tc.notReady))
 			}
 			c := f.newController(ctx)
 			f.clock.Step(tc.step)
@@ -1169,7 +1195,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
-			if tc.cond == batchv1.JobFailed && len(tc.wantActions) == 2 {
+			if len(tc.wantActions) == 2 && tc.wantActions[0] == "update sandboxclaims c1" {
 				got := f.writtenClaim()
 				cond := findCondition(got, ConditionSyncBack)
 				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {

@@ -80,6 +80,7 @@ const (
 	messageChildrenFailed = "the sandbox's objects could not be written within the class's startupTimeout %s: %v"
 	messageClassNotFound  = "SandboxClass %q not found"
 	messageSyncBackOK     = "the workspace is saved in %s"
+	messageSyncNotStarted = "its pod did not become ready within %s (image, scheduling or volume)"
 )
 
 // setCondition sets a condition of the claim. lastTransitionTime moves to now when the status or

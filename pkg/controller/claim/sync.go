@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +38,11 @@ const (
 	// 10 s, doubling per failed attempt, at most 5 min.
 	syncBackoffBase = 10 * time.Second
 	syncBackoffMax  = 5 * time.Minute
+	// syncStartTimeout is how long a sync-back Job's pod may take to become ready (be pulled,
+	// scheduled, mounted) before the attempt counts as failed; syncDeadline bounds a whole
+	// attempt (the Job's activeDeadlineSeconds).
+	syncStartTimeout = 5 * time.Minute
+	syncDeadline     = 30 * time.Minute
 	// recreateDelay is the wait before creating a child whose name is still taken by an object
 	// being deleted (a sync-back Job of an earlier attempt).
 	recreateDelay = time.Second
@@ -491,141 +494,6 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 		return nil, c.removeClaim(ctx, claim, ReasonReaped)
 	}
 	return c.syncBack(ctx, claim)
-}
-
-// syncBack runs the claim's sync-back Job, retrying a failed one with backoff.
-func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
-	logger := klog.FromContext(ctx)
-	now := c.clock.Now()
-	failures := syncFailures(claim)
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
-	if apierrors.IsNotFound(err) {
-		pvc, err := c.contentClaimName(claim)
-		if err != nil {
-			return nil, err
-		}
-		if pvc == "" {
-			// A claim without a record and without its class: the content PVC is unknown; the
-			// class's creation enqueues nothing, so look again later.
-			logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
-			return ptr.To(syncBackoffMax), nil
-		}
-		attempt := failures + 1
-		job := buildSyncJob(claim, pvc, c.syncImage, attempt)
-		_, err = c.kubeClient.BatchV1().Jobs(claim.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
-		}
-		if err != nil {
-			return nil, err
-		}
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !metav1.IsControlledBy(job, claim) {
-		c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, "Job", job.Name)
-		return nil, fmt.Errorf(MessageResourceExists, "Job", job.Name)
-	}
-	if job.DeletionTimestamp != nil {
-		return nil, nil // its deletion enqueues the claim
-	}
-	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
-		syncBackResults.WithLabelValues("succeeded").Inc()
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncedBack, MessageSynced, job.Name, claim.Spec.TargetPath)
-		updated := claim.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionTrue, ReasonSyncedBack, fmt.Sprintf(messageSyncBackOK, claim.Spec.TargetPath), now)
-		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, err
-		}
-		return nil, c.removeClaim(ctx, claim, ReasonSyncedBack)
-	}
-	cond := jobCondition(job, batchv1.JobFailed)
-	if cond == nil {
-		return nil, nil // running; its completion enqueues the claim
-	}
-	attempt, _ := strconv.Atoi(job.Annotations[AnnotationSyncAttempt])
-	attempt = max(attempt, 1)
-	backoff := syncBackoff(attempt)
-	failedAt := cond.LastTransitionTime.Time
-	if failures < attempt {
-		// First look at this failure: count it on the claim (so the count survives the Job's
-		// deletion), report it, then wait out the backoff.
-		syncBackResults.WithLabelValues("failed").Inc()
-		counted := claim.DeepCopy()
-		if counted.Annotations == nil {
-			counted.Annotations = map[string]string{}
-		}
-		counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
-		written, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Update(ctx, counted, metav1.UpdateOptions{FieldManager: FieldManager})
-		if err != nil {
-			return nil, err
-		}
-		message := fmt.Sprintf(MessageSyncFailed, job.Name, attempt, backoff, cond.Message)
-		updated := written.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackFailed, message, now)
-		if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
-			return nil, err
-		}
-		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackFailed, message)
-	}
-	if left, ok := timeLeft(failedAt, backoff, now); ok {
-		return ptr.To(left), nil
-	}
-	logger.V(2).Info("Retrying sync-back", "claim", klog.KObj(claim), "job", klog.KObj(job), "attempt", attempt+1)
-	err = c.kubeClient.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &job.UID},
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	return nil, nil // the Job's deletion enqueues the claim, which then creates the next attempt
-}
-
-// contentClaimName is the content PVC that the claim's workspace is in: the record's, or for a
-// claim admitted before records existed its class's (empty when the class is gone).
-func (c *Controller) contentClaimName(claim *airlockv1alpha1.SandboxClaim) (string, error) {
-	if claim.Status.Frozen != nil {
-		return claim.Status.Frozen.WorkspaceClaimName, nil
-	}
-	class, err := c.classLister.Get(claim.Spec.ClassName)
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return workspaceClaimName(class), nil
-}
-
-// syncFailures is the number of failed sync-back attempts recorded on the claim.
-func syncFailures(claim *airlockv1alpha1.SandboxClaim) int {
-	n, err := strconv.Atoi(claim.Annotations[AnnotationSyncFailures])
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// syncBackoff is the wait after the given failed attempt: 10 s doubling, at most 5 min.
-func syncBackoff(attempt int) time.Duration {
-	d := syncBackoffBase
-	for i := 1; i < attempt && d < syncBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, syncBackoffMax)
-}
-
-func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
-	for i := range job.Status.Conditions {
-		if c := &job.Status.Conditions[i]; c.Type == condType && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
 }
 
 // syncRefused deletes a Refused claim refusedTTL after the refusal.
