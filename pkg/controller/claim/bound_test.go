@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/google/go-cmp/cmp"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
@@ -125,4 +128,103 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSyncBoundIdle(t *testing.T) {
+	tests := map[string]struct {
+		lastUsed    *time.Time
+		runtimeGone bool
+		pods        bool
+		targetPath  string
+		wantRequeue *time.Duration
+		wantActions []string
+		wantPhase   airlockv1alpha1.ClaimPhase
+	}{
+		"not idle yet": {
+			lastUsed:    ptr.To(t0.Add(-10 * time.Minute)),
+			pods:        true,
+			wantRequeue: ptr.To(20 * time.Minute),
+		},
+		"idle since boundAt": {
+			wantRequeue: nil,
+			pods:        true,
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"idle, pods gone, no targetPath: deleted": {
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "delete sandboxclaims c1"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"idle, pods gone, targetPath: sync-back Job": {
+			targetPath:  "projects/demo",
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
+			wantPhase:   airlockv1alpha1.ClaimReaping,
+		},
+		"runtime gone: garbage collection's, no reaping": {
+			runtimeGone: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			if tc.runtimeGone {
+				f.runtimes = nil
+			}
+			claim := bound("c1", t0.Add(-31*time.Minute))
+			claim.Spec.TargetPath = tc.targetPath
+			if tc.lastUsed != nil {
+				claim.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
+			}
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if tc.pods {
+				f.pods = append(f.pods, newPod(claim, readyPod))
+			}
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+			if tc.wantPhase != "" {
+				if got := f.writtenClaim(); got.Status.Phase != tc.wantPhase || got.Status.Reason != ReasonIdleTimeout {
+					t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, ReasonIdleTimeout)
+				}
+			}
+			if tc.targetPath != "" {
+				job := f.written("jobs", "").(*batchv1.Job)
+				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo"}
+				if diff := cmp.Diff(wantArgs, job.Spec.Template.Spec.Containers[0].Args); diff != "" {
+					t.Errorf("sync Job args (-want +got):\n%s", diff)
+				}
+				if job.Annotations[AnnotationSyncAttempt] != "1" || job.Spec.Template.Spec.Containers[0].Image != testSyncImage {
+					t.Errorf("sync Job attempt %q image %q", job.Annotations[AnnotationSyncAttempt], job.Spec.Template.Spec.Containers[0].Image)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-31*time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim, 1)
+	c := f.newController(ctx)
+	// The API server has a renewal the cache has not seen.
+	fresh := claim.DeepCopy()
+	fresh.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
+	if _, err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(29*time.Minute))
+	checkActions(t, f, []string{"get sandboxclaims c1"})
 }
