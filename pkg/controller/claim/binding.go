@@ -49,6 +49,10 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
 
 	if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
+		if inTime && onlyPredecessorChildren(err) {
+			// Waits for them to go: their deletion enqueues the claim; the deadline holds.
+			return ptr.To(left), nil
+		}
 		if inTime {
 			// Retried with backoff (the error), and looked at again at the deadline (the
 			// requeue) however long the backoff has grown.
@@ -93,6 +97,21 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	return c.fail(ctx, claim, rt, ReasonStartupTimeout, message)
 }
 
+// onlyPredecessorChildren says whether every error of err (ensureChildren joins them) is a child of
+// an earlier claim of the same name still being deleted.
+func onlyPredecessorChildren(err error) bool {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return errors.Is(err, errPredecessorChild)
+	}
+	for _, e := range joined.Unwrap() {
+		if !onlyPredecessorChildren(e) {
+			return false
+		}
+	}
+	return true
+}
+
 // childFailure is the reason and message of a claim whose children could not be written by its
 // startupTimeout: ErrResourceExists for an object of another owner holding a child's name, else
 // the API server's reason (Invalid, Forbidden, ...), else StartupTimeout.
@@ -125,8 +144,16 @@ func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxCla
 }
 
 // claimPods returns the claim's sandbox pods from the cache.
+//
+// A claim built from a frozen record labels its pods with its UID, and only those are its own: a
+// pod of an earlier claim of the same name (closed and acquired again) never makes it Bound nor
+// counts for it. A claim built before records existed is matched by name, as it was built.
 func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
-	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selectorLabels(claim)))
+	selector := selectorLabels(claim)
+	if claim.Status.Frozen != nil {
+		selector[LabelClaimUID] = string(claim.UID)
+	}
+	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
 }
 
 // podReady says whether a pod of the claim, not being deleted, is Ready.

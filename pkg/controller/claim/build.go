@@ -42,6 +42,8 @@ const (
 	// tokenBytes is the token's entropy.
 	tokenBytes = 32
 
+	// LabelClaimUID is on a claim's sandbox pods: the claim's UID.
+	LabelClaimUID = "airlock.dev/claim-uid"
 	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
 	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
 	LabelSyncOf = "airlock.dev/sync-of"
@@ -89,9 +91,19 @@ func childLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	}
 }
 
-// selectorLabels select the claim's sandbox pods.
+// selectorLabels select the claim's sandbox pods (the Deployment's, Service's and
+// NetworkPolicy's selector).
 func selectorLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	return map[string]string{LabelClaim: claim.Name}
+}
+
+// podLabels are the labels of the claim's sandbox pods: the child labels and the claim's UID, so
+// that a pod of an earlier claim of the same name (still terminating after a close and a new
+// acquire) is never taken for this claim's.
+func podLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
+	l := childLabels(claim)
+	l[LabelClaimUID] = string(claim.UID)
+	return l
 }
 
 // ownerReference makes the claim the controller of a child.
@@ -249,7 +261,7 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: childLabels(claim)},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(claim)},
 				Spec: corev1.PodSpec{
 					Containers:                    []corev1.Container{container},
 					Volumes:                       volumes,

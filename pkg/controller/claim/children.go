@@ -64,14 +64,35 @@ func (c *Controller) allowedServices(ctx context.Context, refs []airlockv1alpha1
 	return out, nil
 }
 
-// controlled checks that a child is controlled by the claim, and reports it when not.
-func (c *Controller) controlled(claim *airlockv1alpha1.SandboxClaim, child metav1.Object, kind string) error {
+// controlled checks that a child is controlled by the claim, and reports it when not. A child of
+// an earlier claim of the same name (garbage collection deletes children in the background, so a
+// claim closed and acquired again can meet its predecessor's) is never adopted: it is deleted, if
+// it is not being deleted already, and the claim waits for it to go (errPredecessorChild; its
+// deletion enqueues the claim, by the owner's name).
+func (c *Controller) controlled(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, child metav1.Object, kind string, remove func(context.Context, string, metav1.DeleteOptions) error) error {
 	if metav1.IsControlledBy(child, claim) {
 		return nil
+	}
+	if ref := metav1.GetControllerOf(child); ref != nil && ref.Kind == "SandboxClaim" && ref.Name == claim.Name {
+		if child.GetDeletionTimestamp() == nil {
+			klog.FromContext(ctx).V(2).Info("Deleting a child of an earlier claim of the same name", "claim", klog.KObj(claim), "kind", kind, "child", klog.KObj(child))
+			uid := child.GetUID()
+			err := remove(ctx, child.GetName(), metav1.DeleteOptions{
+				Preconditions:     &metav1.Preconditions{UID: &uid},
+				PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+			})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return err
+			}
+		}
+		return errPredecessorChild
 	}
 	c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, kind, child.GetName())
 	return &notControlledError{kind: kind, name: child.GetName()}
 }
+
+// errPredecessorChild says that a child of an earlier claim of the same name is still there.
+var errPredecessorChild = errors.New("a child of an earlier claim of the same name is still being deleted")
 
 // notControlledError says that an object the claim does not control holds a child's name.
 type notControlledError struct{ kind, name string }
@@ -112,7 +133,7 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(claim, secret, "Secret"); err != nil {
+	if err := c.controlled(ctx, claim, secret, "Secret", c.kubeClient.CoreV1().Secrets(claim.Namespace).Delete); err != nil {
 		return err
 	}
 	if l, changed := mergeLabels(secret.Labels, childLabels(claim)); changed {
@@ -136,7 +157,7 @@ func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(claim, live, "Deployment"); err != nil {
+	if err := c.controlled(ctx, claim, live, "Deployment", c.kubeClient.AppsV1().Deployments(claim.Namespace).Delete); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
@@ -188,7 +209,7 @@ func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.S
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(claim, live, "Service"); err != nil {
+	if err := c.controlled(ctx, claim, live, "Service", c.kubeClient.CoreV1().Services(claim.Namespace).Delete); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
@@ -232,7 +253,7 @@ func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1al
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(claim, live, "NetworkPolicy"); err != nil {
+	if err := c.controlled(ctx, claim, live, "NetworkPolicy", c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Delete); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)

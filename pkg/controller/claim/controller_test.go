@@ -427,7 +427,7 @@ func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int
 
 func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: childLabels(claim)},
+		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: podLabels(claim)},
 	}
 	if mutate != nil {
 		mutate(pod)
