@@ -16,7 +16,6 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
 // target is what a request names, resolved against the cache.
@@ -413,7 +412,7 @@ func (a *acquisition) bound(c *airlockv1alpha1.SandboxClaim) stepResult {
 	if err != nil {
 		return stepResult{done: true, err: err}
 	}
-	token := string(secret.Data[claim.TokenKey])
+	token := string(secret.Data[airlockv1alpha1.ClaimTokenKey])
 	if token == "" || !metav1.IsControlledBy(secret, c) {
 		return stepResult{} // not written yet, or a previous claim's of the same name
 	}

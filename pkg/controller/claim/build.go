@@ -32,7 +32,7 @@ const (
 	// ContainerName is the sandbox container's name.
 	ContainerName = "sandbox"
 	// TokenKey is the key of the bearer token in the claim's Secret.
-	TokenKey = "token"
+	TokenKey = airlockv1alpha1.ClaimTokenKey
 	// TokenMountPath is where the token Secret is mounted in the sandbox.
 	TokenMountPath = "/var/run/airlock/auth"
 	// TokenFile is the token's path in the sandbox, passed to sandboxd as --auth-token-file.
@@ -43,7 +43,7 @@ const (
 	tokenBytes = 32
 
 	// LabelClaimUID is on a claim's sandbox pods: the claim's UID.
-	LabelClaimUID = "airlock.dev/claim-uid"
+	LabelClaimUID = airlockv1alpha1.LabelClaimUID
 	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
 	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
 	LabelSyncOf = "airlock.dev/sync-of"

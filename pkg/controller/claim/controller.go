@@ -55,7 +55,7 @@ const FieldManager = ControllerName
 
 // LabelClaim is on every child of a claim and on the claim's sandbox pods; the operator's
 // informers for children are filtered on it.
-const LabelClaim = "airlock.dev/claim"
+const LabelClaim = airlockv1alpha1.LabelClaim
 
 // batchPeriod delays the first sync of a new claim, so that an older claim seen a moment late
 // still wins its place (SPEC section 3: the leader may batch a burst).

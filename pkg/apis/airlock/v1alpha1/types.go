@@ -16,6 +16,17 @@ const (
 	LabelSessionHash = "airlock.dev/session-hash"
 )
 
+// Well-known labels and keys of what the operator builds for a claim (SPEC section 5).
+const (
+	// LabelClaim is on every child of a claim and on its sandbox pods: the claim's name.
+	LabelClaim = "airlock.dev/claim"
+	// LabelClaimUID is on a claim's sandbox pods: the claim's UID, so that a pod of an earlier
+	// claim of the same name is never taken for this one's.
+	LabelClaimUID = "airlock.dev/claim-uid"
+	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
+	ClaimTokenKey = "token"
+)
+
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
 // timeout had passed; the Sandbox API's sessions/close sets it (value: the RFC 3339 time of the
 // request). A claim not yet Binding is deleted instead: it has no work to save.
