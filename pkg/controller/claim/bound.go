@@ -82,7 +82,8 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}
 	notReadyFor := func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
 		if cond := findCondition(fresh, ConditionReady); cond == nil || cond.Status != metav1.ConditionFalse {
-			return 0, false // as cached: the fresh claim is read again for the phase, not this
+			// Ready again (the cache had not seen it yet): not reaped; looked at again later.
+			return timeout, true
 		}
 		return timeLeft(conditionTime(fresh, ConditionReady, metav1.ConditionFalse), timeout, c.clock.Now())
 	}

@@ -228,3 +228,28 @@ func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
 	checkRequeue(t, requeue, ptr.To(29*time.Minute))
 	checkActions(t, f, []string{"get sandboxclaims c1"})
 }
+
+// TestSyncBoundPodRecoveredOnAPIServer: the cache says the pod has not been ready for the
+// startupTimeout, but the claim on the API server is Ready again (a write the cache has not
+// seen): it is not reaped.
+func TestSyncBoundPodRecoveredOnAPIServer(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-10*time.Minute))
+	setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, t0.Add(-5*time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim, 1)
+	c := f.newController(ctx)
+	recovered := claim.DeepCopy()
+	setCondition(&recovered.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, t0.Add(-time.Second))
+	if err := f.airlockClient.Tracker().Update(airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims"), recovered, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	f.log = nil
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(5*time.Minute))
+	checkActions(t, f, []string{"get sandboxclaims c1"})
+}
