@@ -105,11 +105,11 @@ type Input struct {
 // schema's minimum of 1 rejects, are treated as zero.
 const (
 	// DefaultMaxPerSession is spec.sandbox.maxPerSession's default on an AgentRuntime.
-	DefaultMaxPerSession int32 = 3
+	DefaultMaxPerSession = airlockv1alpha1.DefaultMaxPerSession
 	// DefaultMaxConcurrent is spec.sandbox.maxConcurrent's default on an AgentRuntime.
-	DefaultMaxConcurrent int32 = 5
+	DefaultMaxConcurrent = airlockv1alpha1.DefaultMaxConcurrent
 	// DefaultMaxInstances is maxInstances' default on a ToolRegistry sandbox entry.
-	DefaultMaxInstances int32 = 10
+	DefaultMaxInstances = airlockv1alpha1.DefaultMaxInstances
 )
 
 // MaxPerSession is the runtime's effective spec.sandbox.maxPerSession (the default for nil).

@@ -22,7 +22,7 @@ import (
 )
 
 // defaultIdleTimeout is spec.sandbox.idleTimeout's default.
-const defaultIdleTimeout = 30 * time.Minute
+const defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 
 // eagerInstance is the instance of an eager sandbox's handle: "<sandbox>/default".
 const eagerInstance = "default"

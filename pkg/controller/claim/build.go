@@ -64,7 +64,7 @@ const (
 	// sandboxUID is the uid and gid of sandbox and sync-back pods.
 	sandboxUID = 65532
 	// defaultWorkspaceClaimName is SandboxClass.spec.workspaceClaimName's default.
-	defaultWorkspaceClaimName = "workspace-content"
+	defaultWorkspaceClaimName = airlockv1alpha1.DefaultWorkspaceClaimName
 )
 
 // defaultArgs are SandboxClass.spec.args' default.

@@ -31,9 +31,9 @@ const (
 	// replaced is kept: max(idleTimeout, minWaitingTTL).
 	minWaitingTTL = 10 * time.Minute
 	// defaultIdleTimeout is AgentRuntime.spec.sandbox.idleTimeout's default.
-	defaultIdleTimeout = 30 * time.Minute
+	defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 	// defaultStartupTimeout is SandboxClass.spec.startupTimeout's default.
-	defaultStartupTimeout = 5 * time.Minute
+	defaultStartupTimeout = airlockv1alpha1.DefaultStartupTimeout
 	// syncBackoffBase and syncBackoffMax bound the wait before a failed sync-back is retried:
 	// 10 s, doubling per failed attempt, at most 5 min.
 	syncBackoffBase = 10 * time.Second

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,24 @@ const (
 	LabelClaimUID = "airlock.dev/claim-uid"
 	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
 	ClaimTokenKey = "token"
+)
+
+// The defaults of the CRD schema (the +kubebuilder:default markers below), in one place for the
+// code that reads objects which never went through an API server, or fields left unset; a test
+// pins them to manifests/crd.
+const (
+	// DefaultMaxPerSession is AgentRuntime spec.sandbox.maxPerSession's default.
+	DefaultMaxPerSession int32 = 3
+	// DefaultMaxConcurrent is AgentRuntime spec.sandbox.maxConcurrent's default.
+	DefaultMaxConcurrent int32 = 5
+	// DefaultIdleTimeout is AgentRuntime spec.sandbox.idleTimeout's default.
+	DefaultIdleTimeout = 30 * time.Minute
+	// DefaultMaxInstances is a ToolRegistry sandbox's maxInstances default.
+	DefaultMaxInstances int32 = 10
+	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
+	DefaultStartupTimeout = 5 * time.Minute
+	// DefaultWorkspaceClaimName is SandboxClass spec.workspaceClaimName's default.
+	DefaultWorkspaceClaimName = "workspace-content"
 )
 
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
