@@ -108,7 +108,25 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if err != nil {
 		return nil, nil, err
 	}
+	if message := classConflict(class); message != "" {
+		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
+	}
 	return freeze(class, entry), nil, nil
+}
+
+// classConflict says why the pod of class cannot be built, or "": a volume that takes the name or
+// the mount path of the claim's token volume (the API server would refuse the Deployment, and the
+// claim would wait for its startupTimeout to fail).
+func classConflict(class *airlockv1alpha1.SandboxClass) string {
+	for _, v := range class.Spec.Volumes {
+		switch {
+		case v.Name == tokenVolumeName:
+			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
+		case v.MountPath == TokenMountPath:
+			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
+		}
+	}
+	return ""
 }
 
 func findEntry(registry *airlockv1alpha1.ToolRegistry, sandbox string) *airlockv1alpha1.RegistrySandbox {

@@ -357,3 +357,30 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 }
 
 func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
+
+// TestSyncAdmitInvalidClass: a class whose volume takes the token volume's name or mount path
+// cannot be built (the API server would refuse the Deployment): the claim is Failed when it is
+// admitted, with a reason that says so, rather than after its startupTimeout.
+func TestSyncAdmitInvalidClass(t *testing.T) {
+	tests := map[string]airlockv1alpha1.SandboxVolume{
+		"volume named like the token volume": {Name: tokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume mounted at the token's path": {Name: "extra", MountPath: TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+	}
+	for name, volume := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.classes[0].Spec.Volumes = append(f.classes[0].Spec.Volumes, volume)
+			claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
+			f.claims = append(f.claims, claim)
+			c := f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, []string{"update sandboxclaims/status c1"})
+			if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonInvalidClass {
+				t.Errorf("status %s/%s %q, want Failed/%s", got.Status.Phase, got.Status.Reason, got.Status.Message, ReasonInvalidClass)
+			}
+		})
+	}
+}

@@ -52,6 +52,7 @@ const (
 	ReasonStartupTimeout    = "StartupTimeout"
 	ReasonUnschedulable     = "Unschedulable"
 	ReasonClassNotFound     = "ClassNotFound"
+	ReasonInvalidClass      = "InvalidClass"
 	ReasonMaxConcurrent     = "MaxConcurrent"
 	ReasonErrResourceExists = "ErrResourceExists"
 )
