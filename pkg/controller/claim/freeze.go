@@ -160,17 +160,13 @@ func (c *Controller) writeAdmitted(ctx context.Context, claim *airlockv1alpha1.S
 // gone. It returns the claim as written, or nil when it failed it.
 func (c *Controller) freezeLegacy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
 	klog.FromContext(ctx).V(2).Info("Recording what a claim admitted without a record runs", "claim", klog.KObj(claim))
+	entry, err := c.registryEntry(claim, rt)
+	if err != nil {
+		return nil, nil, err
+	}
 	registry := ""
-	var entry *airlockv1alpha1.RegistrySandbox
 	if rt != nil {
 		registry = rt.Spec.ToolRegistryRef.Name
-		r, err := c.registryLister.ToolRegistries(claim.Namespace).Get(registry)
-		switch {
-		case err == nil:
-			entry = findEntry(r, claim.Spec.Sandbox)
-		case !apierrors.IsNotFound(err):
-			return nil, nil, err
-		}
 	}
 	record, why, err := c.freezeFrom(claim, registry, entry)
 	if err != nil {
