@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -381,7 +382,8 @@ func TestClaimQueueAndPromote(t *testing.T) {
 }
 
 // TestClaimFailsUnschedulable: a claim whose pod cannot be scheduled is Failed with reason
-// Unschedulable when the class's startupTimeout passes, and its Deployment is scaled to zero.
+// Unschedulable when the class's startupTimeout passes, and its Deployment is scaled to zero;
+// closing its session deletes it.
 func TestClaimFailsUnschedulable(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-fail", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(context.Background(), e.class, metav1.GetOptions{})
@@ -403,6 +405,14 @@ func TestClaimFailsUnschedulable(t *testing.T) {
 		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
 		return err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0, err
 	})
+
+	// sessions/close marks it (as the Sandbox API does): a Failed claim is deleted, so that a
+	// re-acquire of its handle does not wait on it until it expires.
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, airlockv1alpha1.AnnotationReapRequested, time.Now().UTC().Format(time.RFC3339))
+	if _, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Patch(context.Background(), c.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, c.Name, 30*time.Second)
 }
 
 // TestClaimRefusedMaxPerSession: one claim more than maxPerSession is Refused, then deleted.

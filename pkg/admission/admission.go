@@ -20,7 +20,8 @@
 // Decisions are sticky, so Decide first counts the claims that hold their place whatever the limits
 // say now: Binding, Bound and Reaping claims (all three counters; Reaping only per session and
 // sandbox once its pod is gone) and Failed claims that have not been replaced (per session and
-// sandbox, never per runtime). Then it walks the undecided claims (phase "", Pending or Queued)
+// sandbox, never per runtime). A Failed claim is replaced when its status.replacedBy is set or
+// when another claim of the input replaces it (Replaced). Then it walks the undecided claims (phase "", Pending or Queued)
 // oldest first, by (creationTimestamp, name), and gives each the first of these that applies:
 //
 //  1. Refuse RuntimeNotFound: spec.runtimeName is not in Input.Runtimes;
@@ -104,11 +105,11 @@ type Input struct {
 // schema's minimum of 1 rejects, are treated as zero.
 const (
 	// DefaultMaxPerSession is spec.sandbox.maxPerSession's default on an AgentRuntime.
-	DefaultMaxPerSession int32 = 3
+	DefaultMaxPerSession = airlockv1alpha1.DefaultMaxPerSession
 	// DefaultMaxConcurrent is spec.sandbox.maxConcurrent's default on an AgentRuntime.
-	DefaultMaxConcurrent int32 = 5
+	DefaultMaxConcurrent = airlockv1alpha1.DefaultMaxConcurrent
 	// DefaultMaxInstances is maxInstances' default on a ToolRegistry sandbox entry.
-	DefaultMaxInstances int32 = 10
+	DefaultMaxInstances = airlockv1alpha1.DefaultMaxInstances
 )
 
 // MaxPerSession is the runtime's effective spec.sandbox.maxPerSession (the default for nil).
@@ -162,6 +163,23 @@ func IsLive(c *airlockv1alpha1.SandboxClaim) bool {
 	return true
 }
 
+// Replaced returns the names of the claims that another claim of claims replaces: one whose
+// spec.replaces names it and that is neither being deleted nor Refused (SPEC section 3, "Failure
+// and replacement, once"). A Failed claim so replaced is not live, whatever its status.replacedBy
+// says yet: whether a claim is replaced follows from the claims themselves, so no order of writes
+// between the replacement's creation and the replacedBy link matters, and a cache that has the
+// replacement never counts both.
+func Replaced(claims []*airlockv1alpha1.SandboxClaim) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range claims {
+		if c == nil || c.Spec.Replaces == "" || c.DeletionTimestamp != nil || c.Status.Phase == airlockv1alpha1.ClaimRefused {
+			continue
+		}
+		out[c.Spec.Replaces] = true
+	}
+	return out
+}
+
 // sessionKey identifies a session's claims: sessions are per runtime.
 type sessionKey struct{ runtime, session string }
 
@@ -197,6 +215,7 @@ func Decide(in Input) map[string]Decision {
 	}
 	out := make(map[string]Decision, len(in.Claims))
 	undecided := make([]*airlockv1alpha1.SandboxClaim, 0, len(in.Claims))
+	replaced := Replaced(in.Claims)
 
 	// Sticky claims first: they keep their place whatever their age.
 	for _, c := range in.Claims {
@@ -213,7 +232,7 @@ func Decide(in Input) map[string]Decision {
 		case airlockv1alpha1.ClaimReaping:
 			d.count(c, !in.PodGone[c.Name])
 		case airlockv1alpha1.ClaimFailed:
-			if IsLive(c) {
+			if IsLive(c) && !replaced[c.Name] {
 				d.count(c, false)
 			}
 		case airlockv1alpha1.ClaimRefused:

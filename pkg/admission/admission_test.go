@@ -27,6 +27,7 @@ type claimSpec struct {
 	reason     string
 	deleting   bool
 	replacedBy string
+	replaces   string
 }
 
 func (s claimSpec) build() *airlockv1alpha1.SandboxClaim {
@@ -40,6 +41,7 @@ func (s claimSpec) build() *airlockv1alpha1.SandboxClaim {
 			RuntimeName: orString(s.runtime, "r1"),
 			Session:     orString(s.session, "s1"),
 			Sandbox:     orString(s.sandbox, "box"),
+			Replaces:    s.replaces,
 		},
 		Status: airlockv1alpha1.SandboxClaimStatus{
 			Phase:      s.phase,
@@ -579,6 +581,33 @@ func TestDecide(t *testing.T) {
 			runtimes:   []runtimeSpec{{name: "r1", registry: "reg", maxConcurrent: 1, maxPerSession: 1}},
 			registries: []registrySpec{{name: "reg", sandboxes: map[string]int32{"box": 1}}},
 			want:       map[string]Decision{"f": admit, "f-r1": admit},
+		},
+		// Whether a claim is replaced follows from the claims: the replacement's spec.replaces,
+		// before (or without) any replacedBy on the Failed claim.
+		"a failed claim that a claim replaces counts for nothing, replacedBy or not": {
+			claims: []claimSpec{
+				{name: "f", at: 1, phase: failed},
+				{name: "f-r1", at: 2, phase: pending, replaces: "f"},
+			},
+			runtimes:   []runtimeSpec{{name: "r1", registry: "reg", maxConcurrent: 1, maxPerSession: 1}},
+			registries: []registrySpec{{name: "reg", sandboxes: map[string]int32{"box": 1}}},
+			want:       map[string]Decision{"f": admit, "f-r1": admit},
+		},
+		"a refused or deleting claim replaces nothing": {
+			claims: []claimSpec{
+				{name: "f", at: 1, phase: failed},
+				{name: "g", at: 1, session: "s2", phase: failed},
+				{name: "f-r1", at: 2, phase: refusedP, reason: ReasonMaxPerSession, replaces: "f"},
+				{name: "g-r1", at: 2, session: "s2", phase: binding, replaces: "g", deleting: true},
+				{name: "p", at: 3, phase: pending},
+				{name: "q", at: 3, session: "s2", phase: pending},
+			},
+			runtimes:   []runtimeSpec{{name: "r1", registry: "reg", maxConcurrent: 10, maxPerSession: 1}},
+			registries: []registrySpec{{name: "reg", sandboxes: map[string]int32{"box": 10}}},
+			want: map[string]Decision{
+				"f": admit, "g": admit, "f-r1": refused(ReasonMaxPerSession), "g-r1": admit,
+				"p": refused(ReasonMaxPerSession), "q": refused(ReasonMaxPerSession),
+			},
 		},
 
 		// Deleting claims.

@@ -48,3 +48,16 @@ func SessionHash(session string) string {
 	sum := sha256.Sum256([]byte(session))
 	return hex.EncodeToString(sum[:])[:hashLen]
 }
+
+// workspaceHashLen is the length of WorkspaceHash: 128 bits, since two sessions and handles
+// whose hashes collided would share a directory silently (a claim name collision is detected).
+const workspaceHashLen = 32
+
+// WorkspaceHash names the shared workspace directory of one session and handle (a registry
+// sandbox with `workspace: session`, SPEC section 5): the first 32 hex digits of
+// sha256(session NUL handle). A claim and its replacement have the same session and handle, so
+// they share the directory; two handles of one session never do (two pods writing one tree).
+func WorkspaceHash(session, handle string) string {
+	sum := sha256.Sum256([]byte(session + "\x00" + handle))
+	return hex.EncodeToString(sum[:])[:workspaceHashLen]
+}

@@ -51,3 +51,18 @@ func TestHashSeparatesSessionAndHandle(t *testing.T) {
 		t.Errorf("SessionHash length %d, want 10", got)
 	}
 }
+
+// TestWorkspaceHash: one directory per session and handle, never per session alone.
+func TestWorkspaceHash(t *testing.T) {
+	sum := sha256.Sum256([]byte("s1\x00codegen/default"))
+	if got, want := WorkspaceHash("s1", "codegen/default"), hex.EncodeToString(sum[:])[:32]; got != want {
+		t.Errorf("WorkspaceHash = %q, want %q", got, want)
+	}
+	if WorkspaceHash("s1", "codegen/default") == WorkspaceHash("s1", "codegen/second") {
+		t.Error("two handles of one session share a workspace")
+	}
+	// The separator keeps (session, handle) pairs apart that concatenate alike.
+	if WorkspaceHash("s1c", "odegen/default") == WorkspaceHash("s1", "codegen/default") {
+		t.Error("session and handle are not separated")
+	}
+}

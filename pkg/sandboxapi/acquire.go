@@ -2,7 +2,6 @@ package sandboxapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,14 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
 // target is what a request names, resolved against the cache.
@@ -100,7 +97,8 @@ func connectionPath(rt *airlockv1alpha1.AgentRuntime, role string) string {
 
 // newClaim is the claim the API creates for session and handle under name. A replacement
 // (replaces not nil) keeps the replaced claim's mount role and workspace directory when it has a
-// mount role; otherwise, and for every other field, it takes the registry entry's current values.
+// mount role; otherwise, and for every other field, it takes the registry entry's current values
+// (with `workspace: session` that is the directory of the session and handle, its predecessor's).
 func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.SandboxClaim) *airlockv1alpha1.SandboxClaim {
 	rt, entry := t.runtime, t.entry
 	ns := rt.Namespace
@@ -132,7 +130,9 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 	case entry.MountRole != "":
 		c.Spec.WorkspaceDir = connectionPath(rt, entry.MountRole)
 	case entry.Workspace == airlockv1alpha1.WorkspaceSession:
-		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s-%s", ns, claimname.SessionHash(session), entry.Name)
+		// One directory per session and handle: shared by a claim and its replacement (same
+		// session, same handle), never by two handles of one session (two writers).
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(session, handle))
 	default:
 		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/%s", ns, name)
 	}
@@ -145,9 +145,9 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 // admit runs the shared admission function over this replica's cache of the namespace, plus
 // extra claims this request just created, plus the prospective claim as if created now. It
 // refuses only what the leader would refuse for a limit: 429 with the reason, 409 for a disabled
-// runtime. replaced, if set, is a Failed claim that the prospective claim replaces: it is counted
-// as replaced.
-func (s *Server) admit(prospective, replaced *airlockv1alpha1.SandboxClaim, extra []*airlockv1alpha1.SandboxClaim) error {
+// runtime. A prospective replacement (spec.replaces set) makes the Failed claim it replaces count
+// as replaced, inside admission.Decide, as it does for the leader.
+func (s *Server) admit(prospective *airlockv1alpha1.SandboxClaim, extra []*airlockv1alpha1.SandboxClaim) error {
 	ns := prospective.Namespace
 	cached, err := s.claims.SandboxClaims(ns).List(labels.Everything())
 	if err != nil {
@@ -182,10 +182,6 @@ func (s *Server) admit(prospective, replaced *airlockv1alpha1.SandboxClaim, extr
 	for _, c := range cached {
 		if seen[c.Name] {
 			continue
-		}
-		if replaced != nil && c.Name == replaced.Name {
-			c = c.DeepCopy()
-			c.Status.ReplacedBy = prospective.Name
 		}
 		in.Claims = append(in.Claims, c)
 	}
@@ -342,8 +338,8 @@ func (a *acquisition) current() (*airlockv1alpha1.SandboxClaim, error) {
 	if base != nil && base.Status.Phase != airlockv1alpha1.ClaimFailed {
 		return base, nil
 	}
-	// Failed or missing: the replacement answers, if there is one (the cache may show it before
-	// it shows the Failed claim's replacedBy).
+	// Failed or missing: the replacement answers, if there is one (the leader links the two with
+	// the Failed claim's replacedBy after it has seen the replacement).
 	repl, err := get(a.replacement)
 	if err != nil || repl != nil {
 		return repl, err
@@ -395,15 +391,13 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 			e.reason = c.Status.Reason
 			return stepResult{done: true, err: e}
 		}
-		if c.Name != a.base {
+		if c.Name != a.base || (c.Status.ReplacedBy != "" && c.Status.ReplacedBy != a.replacement) {
 			return stepResult{} // not ours to replace
 		}
-		if c.Status.ReplacedBy != "" {
-			if c.Status.ReplacedBy != a.replacement || a.created == a.replacement {
-				return stepResult{} // wait for the replacement to show
-			}
-			// Replaced, but the replacement was never created (or is gone): create it.
+		if a.created == a.replacement {
+			return stepResult{} // created; wait for the cache to show it
 		}
+		// Not replaced, or replaced but the replacement is gone: create it.
 		return a.replace(ctx, c)
 	}
 	return stepResult{} // Pending, Queued, Binding, Reaping: wait
@@ -418,7 +412,7 @@ func (a *acquisition) bound(c *airlockv1alpha1.SandboxClaim) stepResult {
 	if err != nil {
 		return stepResult{done: true, err: err}
 	}
-	token := string(secret.Data[claim.TokenKey])
+	token := string(secret.Data[airlockv1alpha1.ClaimTokenKey])
 	if token == "" || !metav1.IsControlledBy(secret, c) {
 		return stepResult{} // not written yet, or a previous claim's of the same name
 	}
@@ -447,7 +441,7 @@ func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClai
 		return stepResult{done: true, err: err}
 	}
 	if !admitted {
-		if err := a.s.admit(c, nil, nil); err != nil {
+		if err := a.s.admit(c, nil); err != nil {
 			return stepResult{done: true, err: err}
 		}
 	}
@@ -464,43 +458,14 @@ func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClai
 	return stepResult{}
 }
 
-// replace creates the one replacement of the Failed claim old (SPEC section 3). It first records
-// status.replacedBy on old, so that the leader never counts both against the limits, then
-// creates the replacement; an acquire that finds old replaced but the replacement missing
-// creates it.
+// replace creates the one replacement of the Failed claim old (SPEC section 3). Nothing is written
+// on old: whether it is replaced follows from the replacement's spec.replaces (admission.Replaced,
+// for the leader and for this replica's fast check alike), and the leader writes old's
+// status.replacedBy once it has seen the replacement.
 func (a *acquisition) replace(ctx context.Context, old *airlockv1alpha1.SandboxClaim) stepResult {
 	repl := newClaim(a.t, a.replacement, a.session, a.handle, old)
-	if err := a.s.admit(repl, old, nil); err != nil {
+	if err := a.s.admit(repl, nil); err != nil {
 		return stepResult{done: true, err: err}
-	}
-	if old.Status.ReplacedBy == "" {
-		claims := a.s.airlockClient.AirlockV1alpha1().SandboxClaims(old.Namespace)
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			fresh, err := claims.Get(ctx, old.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if fresh.UID != old.UID || fresh.Status.Phase != airlockv1alpha1.ClaimFailed {
-				return errClaimChanged
-			}
-			if fresh.Status.ReplacedBy == repl.Name {
-				return nil
-			}
-			if fresh.Status.ReplacedBy != "" {
-				return errClaimChanged
-			}
-			fresh.Status.ReplacedBy = repl.Name
-			_, err = claims.UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: FieldManager})
-			return err
-		})
-		switch {
-		case errors.Is(err, errClaimChanged), apierrors.IsNotFound(err):
-			return stepResult{} // the cache is behind: wait for it
-		case err != nil:
-			return stepResult{done: true, err: fmt.Errorf("marking claim %s replaced: %w", old.Name, err)}
-		}
 	}
 	return a.create(ctx, repl, true)
 }
-
-var errClaimChanged = errors.New("the claim changed")

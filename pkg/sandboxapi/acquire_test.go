@@ -31,7 +31,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 		},
 		"session workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},
-			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.SessionHash(testSession) + "-codegen",
+			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle),
 		},
 		"mount role": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", MountRole: "repo"},
@@ -72,6 +72,48 @@ func TestAcquireCreatesClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcquireSessionWorkspace: with `workspace: session`, two handles of one session get two
+// directories (two live pods never write one tree), and the replacement of a Failed claim gets
+// its predecessor's directory (and so the session's files of that handle).
+func TestAcquireSessionWorkspace(t *testing.T) {
+	entry := airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession}
+
+	t.Run("two handles of one session", func(t *testing.T) {
+		f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen"))
+		dirs := map[string]string{}
+		for _, handle := range []string{"codegen/default", "codegen/second"} {
+			rec := f.do("/v1/sandboxes/acquire", tokenAgent, acquireBody(testSession, handle, 0))
+			if rec.Code != http.StatusAccepted {
+				t.Fatalf("acquire %s: status %d: %s", handle, rec.Code, rec.Body.String())
+			}
+			dirs[handle] = f.apiClaim(claimname.For(testRuntime, testSession, handle)).Spec.WorkspaceDir
+		}
+		if dirs["codegen/default"] == dirs["codegen/second"] {
+			t.Errorf("two handles of one session share the directory %q", dirs["codegen/default"])
+		}
+		for handle, dir := range dirs {
+			if want := testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, handle); dir != want {
+				t.Errorf("handle %s: directory %q, want %q", handle, dir, want)
+			}
+		}
+	})
+
+	t.Run("a replacement gets its predecessor's directory", func(t *testing.T) {
+		old := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimFailed)
+		old.Spec.WorkspaceDir = testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle)
+		old.Status.Reason = "ImagePullBackOff"
+		f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen"), old)
+		rec := f.acquire(0)
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		repl := f.apiClaim(claimname.Replacement(old.Name))
+		if repl.Spec.Replaces != old.Name || repl.Spec.WorkspaceDir != old.Spec.WorkspaceDir {
+			t.Errorf("replacement of %s: replaces %q directory %q, want its predecessor's %q", old.Name, repl.Spec.Replaces, repl.Spec.WorkspaceDir, old.Spec.WorkspaceDir)
+		}
+	})
 }
 
 // TestAcquireBound: a Bound claim with its token Secret answers 200 at once, with one address per
@@ -266,14 +308,17 @@ func TestAcquireNotFound(t *testing.T) {
 	}
 }
 
-// TestAcquireReplacesFailedClaim: a Failed claim gets one replacement, created after the Failed
-// claim is marked replacedBy; a replacement that fails too is 502 with its reason.
+// TestAcquireReplacesFailedClaim: a Failed claim gets one replacement, whose spec.replaces makes
+// the Failed claim replaced (the leader writes its replacedBy): the API writes nothing on the
+// Failed claim, and its fast check does not count both under maxPerSession (here 1). A
+// replacement that fails too is 502 with its reason.
 func TestAcquireReplacesFailedClaim(t *testing.T) {
 	entry := airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen-v2", TargetPath: "out/v2", MountRole: "repo"}
 	old := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimFailed)
 	old.Spec.MountRole, old.Spec.WorkspaceDir = "repo", "content/old-repo"
 	old.Status.Reason = "ImagePullBackOff"
-	f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen-v2"), old)
+	onePerSession := func(rt *airlockv1alpha1.AgentRuntime) { rt.Spec.Sandbox.MaxPerSession = 1 }
+	f := newFixture(t, newRuntime(onePerSession), newRegistry(entry), newClass("codegen-v2"), old)
 
 	rec := f.acquire(0)
 	if rec.Code != http.StatusAccepted {
@@ -283,9 +328,6 @@ func TestAcquireReplacesFailedClaim(t *testing.T) {
 	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != replName {
 		t.Errorf("answer names %q, want the replacement %q", got.Claim, replName)
 	}
-	if got := f.apiClaim(old.Name).Status.ReplacedBy; got != replName {
-		t.Errorf("old claim's replacedBy %q", got)
-	}
 	repl := f.apiClaim(replName)
 	wantSpec := airlockv1alpha1.SandboxClaimSpec{
 		RuntimeName: testRuntime, Session: testSession, Handle: testHandle, Sandbox: "codegen",
@@ -294,17 +336,28 @@ func TestAcquireReplacesFailedClaim(t *testing.T) {
 	if diff := cmp.Diff(wantSpec, repl.Spec); diff != "" {
 		t.Errorf("replacement spec (-want +got):\n%s", diff)
 	}
-	// The status write comes before the create, so the leader never counts both.
+	// One write: the replacement. Nothing on the Failed claim.
 	var order []string
 	for _, a := range writeActions(f.airlock.Actions()) {
 		order = append(order, a.GetVerb()+"/"+a.GetSubresource())
 	}
-	if diff := cmp.Diff([]string{"update/status", "create/"}, order); diff != "" {
+	if diff := cmp.Diff([]string{"create/"}, order); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 
-	// The cache catches up; the replacement fails too: 502 with the operator's reason.
-	f.setClaim(f.apiClaim(old.Name))
+	// An acquire before the cache has the replacement creates nothing more.
+	if rec := f.acquire(0); rec.Code != http.StatusAccepted {
+		t.Fatalf("second acquire: status %d: %s", rec.Code, rec.Body.String())
+	}
+	if n := len(f.createdClaims()); n != 2 {
+		t.Errorf("%d claims after a second acquire, want 2", n)
+	}
+
+	// The cache catches up (the leader linked the two); the replacement fails too: 502 with the
+	// operator's reason.
+	linked := f.apiClaim(old.Name)
+	linked.Status.ReplacedBy = replName
+	f.setClaim(linked)
 	repl.ResourceVersion = "1"
 	repl.Status.Phase, repl.Status.Reason, repl.Status.Message = airlockv1alpha1.ClaimFailed, "CrashLoopBackOff", "back-off restarting"
 	f.setClaim(repl)

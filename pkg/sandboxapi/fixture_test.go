@@ -29,7 +29,6 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
@@ -441,10 +440,10 @@ func tokenSecret(c *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: c.Name, Namespace: c.Namespace,
-			Labels:          map[string]string{claim.LabelClaim: c.Name},
+			Labels:          map[string]string{airlockv1alpha1.LabelClaim: c.Name},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(c, airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"))},
 		},
-		Data: map[string][]byte{claim.TokenKey: []byte(token)},
+		Data: map[string][]byte{airlockv1alpha1.ClaimTokenKey: []byte(token)},
 	}
 }
 

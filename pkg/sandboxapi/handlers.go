@@ -6,8 +6,9 @@
 //
 // Every request is authenticated with a TokenReview of its bearer token (auth.go) and authorized
 // against the named AgentRuntime's spec.serviceAccountName. Reads come from this replica's
-// informer caches; the only API writes are claim creation, a replaced claim's status.replacedBy,
-// renewals' status.lastUsedAt and sessions/close's reap-requested annotation.
+// informer caches; the only API writes are claim creation (a replacement too: the leader links it
+// to the claim it replaces), renewals' status.lastUsedAt and sessions/close's reap-requested
+// annotation.
 package sandboxapi
 
 import (

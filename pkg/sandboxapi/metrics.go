@@ -7,10 +7,9 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// The Sandbox API's metrics. Renewals and lastUsedAt writes are counted by
-// airlock_claim_renewals_total{written}, which claim.RenewLastUsed (the renewal that the API
-// calls) increments; this file adds the requests of every endpoint, the renewals' outcomes as the
-// API answered them, and acquire latency by result.
+// The Sandbox API's metrics: the requests of every endpoint, acquire latency by result, the
+// renewals' outcomes as the API answered them, and renewals by whether they wrote lastUsedAt
+// (airlock_claim_renewals_total{written}, the renewals vs lastUsedAt writes of SPEC section 7).
 var (
 	requests = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      "airlock",
@@ -32,11 +31,18 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	lastUsedWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "claim_renewals_total",
+		Help:           "Claim renewals, by whether they wrote lastUsedAt (written=true) or cost no write.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"written"})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, acquireDuration, renewals)
+		legacyregistry.MustRegister(requests, acquireDuration, renewals, lastUsedWrites)
 	})
 }

@@ -26,8 +26,13 @@ func TestMetrics(t *testing.T) {
 		v, _ := gathered(t, "airlock_sandboxapi_renewals_total", map[string]string{"result": result})
 		return v
 	}
+	lastUsed := func(written string) float64 {
+		v, _ := gathered(t, "airlock_claim_renewals_total", map[string]string{"written": written})
+		return v
+	}
 	ok, bound, denied := count("acquire", "200"), histogram("bound"), histogram("denied")
 	written, skipped := renewed("written"), renewed("skipped")
+	wroteLastUsed, noWrite := lastUsed("true"), lastUsed("false")
 
 	if rec := f.acquire(0); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
@@ -51,6 +56,10 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := renewed("skipped") - skipped; got != 1 {
 		t.Errorf("skipped renewals %v, want 1", got)
+	}
+	// Renewals vs lastUsedAt writes (SPEC section 7).
+	if got1, got2 := lastUsed("true")-wroteLastUsed, lastUsed("false")-noWrite; got1 != 1 || got2 != 1 {
+		t.Errorf("airlock_claim_renewals_total written=true %v, written=false %v; want 1 and 1", got1, got2)
 	}
 }
 

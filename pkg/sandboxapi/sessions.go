@@ -19,17 +19,16 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
 // defaultIdleTimeout is spec.sandbox.idleTimeout's default.
-const defaultIdleTimeout = 30 * time.Minute
+const defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 
 // eagerInstance is the instance of an eager sandbox's handle: "<sandbox>/default".
 const eagerInstance = "default"
 
 // renew pushes back the idle timeout of the Bound claim of a session and handle: 204. It writes
-// status.lastUsedAt at most once per half idle timeout (claim.RenewLastUsed). 404 when the
+// status.lastUsedAt at most once per half idle timeout (renewLastUsed). 404 when the
 // handle has no claim, 409 not_bound when its claim is not Bound.
 func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, any, error) {
 	req, aerr := decodeRenew(body)
@@ -57,9 +56,9 @@ func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, an
 	if d := rt.Spec.Sandbox.IdleTimeout; d != nil && d.Duration > 0 {
 		idle = d.Duration
 	}
-	written, err := claim.RenewLastUsed(ctx, s.airlockClient, c, idle, s.clock.Now())
+	written, err := renewLastUsed(ctx, s.airlockClient, c, idle, s.clock.Now())
 	switch {
-	case errors.Is(err, claim.ErrNotBound):
+	case errors.Is(err, errNotBound):
 		renewals.WithLabelValues("not_bound").Inc()
 		return 0, nil, notBound(c)
 	case apierrors.IsNotFound(err):
@@ -136,7 +135,7 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 			continue
 		}
 		c = newClaim(t, base, req.Session, handle, nil)
-		if err := s.admit(c, nil, created); err != nil {
+		if err := s.admit(c, created); err != nil {
 			var apiErr *apiError
 			if errors.As(err, &apiErr) && apiErr.reason != "" {
 				resp.Claims = append(resp.Claims, client.SessionClaim{Handle: handle, Phase: string(airlockv1alpha1.ClaimRefused), Reason: apiErr.reason})

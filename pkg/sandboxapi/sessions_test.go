@@ -2,6 +2,7 @@ package sandboxapi
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -175,32 +176,32 @@ func TestOpenSessionErrors(t *testing.T) {
 }
 
 // TestCloseSession: every live claim of the session, and only those, gets the reap-requested
-// annotation; 202.
+// annotation (a Failed one too: the leader deletes it, so that a re-acquire does not wait on
+// it); 202.
 func TestCloseSession(t *testing.T) {
 	bound := existingClaim(testSession, "codegen/a", airlockv1alpha1.ClaimBound)
 	queued := existingClaim(testSession, "codegen/b", airlockv1alpha1.ClaimQueued)
+	failed := existingClaim(testSession, "codegen/e", airlockv1alpha1.ClaimFailed)
 	refused := existingClaim(testSession, "codegen/c", airlockv1alpha1.ClaimRefused)
 	already := existingClaim(testSession, "codegen/d", airlockv1alpha1.ClaimBound)
 	already.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: "2026-01-01T00:00:00Z"}
 	other := existingClaim("other-session", "codegen/a", airlockv1alpha1.ClaimBound)
-	f := newFixture(t, append(baseObjects(), bound, queued, refused, already, other)...)
+	f := newFixture(t, append(baseObjects(), bound, queued, failed, refused, already, other)...)
 
 	rec := f.do("/v1/sessions/close", tokenAgent, sessionBody(testSession))
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 	}
 	got := decodeBody[client.SessionResponse](t, rec)
-	if len(got.Claims) != 3 {
-		t.Errorf("answer %+v, want the three live claims", got)
+	if len(got.Claims) != 4 {
+		t.Errorf("answer %+v, want the four live claims", got)
 	}
 	var patched []string
 	for _, a := range actionsOf(f.airlock.Actions(), "patch") {
 		patched = append(patched, a.(k8stesting.PatchAction).GetName())
 	}
-	wantPatched := []string{bound.Name, queued.Name}
-	if bound.Name > queued.Name {
-		wantPatched = []string{queued.Name, bound.Name}
-	}
+	wantPatched := []string{bound.Name, queued.Name, failed.Name}
+	slices.Sort(wantPatched)
 	if diff := cmp.Diff(wantPatched, patched); diff != "" {
 		t.Errorf("patched (-want +got):\n%s", diff)
 	}

@@ -8,30 +8,33 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
-// The tool names, as agents already know them (SPEC section 6). They match
-// the enum of v1alpha1.ToolName.
+// The tool names, as agents already know them (SPEC section 6), from the one
+// list shared with the claim controller (pkg/toolnames). They match the enum
+// of v1alpha1.ToolName.
 const (
-	ToolRead             = "Read"
-	ToolWrite            = "Write"
-	ToolEdit             = "Edit"
-	ToolGlob             = "Glob"
-	ToolGrep             = "Grep"
-	ToolBash             = "Bash"
-	ToolBashOutput       = "BashOutput"
-	ToolKillShell        = "KillShell"
-	ToolRunTests         = "run_tests"
-	ToolRunLint          = "run_lint"
-	ToolRunTypecheck     = "run_typecheck"
-	ToolMultiEdit        = "MultiEdit"
-	ToolLS               = "LS"
-	ToolSnapshotCreate   = "snapshot_create"
-	ToolSnapshotList     = "snapshot_list"
-	ToolSnapshotRestore  = "snapshot_restore"
-	ToolSnapshotDiff     = "snapshot_diff"
-	ToolRunFailingTests  = "run_failing_tests"
-	ToolLastTestFailures = "last_test_failures"
+	ToolRead             = toolnames.Read
+	ToolWrite            = toolnames.Write
+	ToolEdit             = toolnames.Edit
+	ToolGlob             = toolnames.Glob
+	ToolGrep             = toolnames.Grep
+	ToolBash             = toolnames.Bash
+	ToolBashOutput       = toolnames.BashOutput
+	ToolKillShell        = toolnames.KillShell
+	ToolRunTests         = toolnames.RunTests
+	ToolRunLint          = toolnames.RunLint
+	ToolRunTypecheck     = toolnames.RunTypecheck
+	ToolMultiEdit        = toolnames.MultiEdit
+	ToolLS               = toolnames.LS
+	ToolSnapshotCreate   = toolnames.SnapshotCreate
+	ToolSnapshotList     = toolnames.SnapshotList
+	ToolSnapshotRestore  = toolnames.SnapshotRestore
+	ToolSnapshotDiff     = toolnames.SnapshotDiff
+	ToolRunFailingTests  = toolnames.RunFailingTests
+	ToolLastTestFailures = toolnames.LastTestFailures
 	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
 	toolNameMaxLength    = 128
 )
@@ -222,11 +225,9 @@ func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHa
 }
 
 // ToolNames returns the names of every tool sandboxd can serve, in canonical
-// order. pkg/cmd validates --allowed-tools against it.
+// order (toolnames.All). pkg/cmd validates --allowed-tools against it.
 func ToolNames() []string {
-	return []string{ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep, ToolBash, ToolBashOutput, ToolKillShell, ToolRunTests, ToolRunLint, ToolRunTypecheck,
-		ToolMultiEdit, ToolLS, ToolSnapshotCreate, ToolSnapshotList, ToolSnapshotRestore, ToolSnapshotDiff,
-		ToolRunFailingTests, ToolLastTestFailures}
+	return toolnames.All()
 }
 
 // readOnlyToolNames returns the tools that change nothing: the only ones

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -19,7 +20,8 @@ import (
 )
 
 // What the operator builds for a claim (SPEC section 5). The builders are pure: they return the
-// desired object, and drift repair compares the live object with it.
+// desired object, and drift repair compares the live object with it. They read the claim and its
+// frozen record (status.frozen, freeze.go), never the live class or registry.
 //
 // The pod template spells out the API server's defaults for every field it sets (probe timings,
 // termination message path, image pull policy, secret volume mode, ...), so that a template read
@@ -30,7 +32,7 @@ const (
 	// ContainerName is the sandbox container's name.
 	ContainerName = "sandbox"
 	// TokenKey is the key of the bearer token in the claim's Secret.
-	TokenKey = "token"
+	TokenKey = airlockv1alpha1.ClaimTokenKey
 	// TokenMountPath is where the token Secret is mounted in the sandbox.
 	TokenMountPath = "/var/run/airlock/auth"
 	// TokenFile is the token's path in the sandbox, passed to sandboxd as --auth-token-file.
@@ -40,6 +42,8 @@ const (
 	// tokenBytes is the token's entropy.
 	tokenBytes = 32
 
+	// LabelClaimUID is on a claim's sandbox pods: the claim's UID.
+	LabelClaimUID = airlockv1alpha1.LabelClaimUID
 	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
 	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
 	LabelSyncOf = "airlock.dev/sync-of"
@@ -60,7 +64,7 @@ const (
 	// sandboxUID is the uid and gid of sandbox and sync-back pods.
 	sandboxUID = 65532
 	// defaultWorkspaceClaimName is SandboxClass.spec.workspaceClaimName's default.
-	defaultWorkspaceClaimName = "workspace-content"
+	defaultWorkspaceClaimName = airlockv1alpha1.DefaultWorkspaceClaimName
 )
 
 // defaultArgs are SandboxClass.spec.args' default.
@@ -69,14 +73,8 @@ var defaultArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace
 // defaultPorts are SandboxClass.spec.ports' default.
 var defaultPorts = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
 
-// classPorts returns the class's ports, defaulted.
-func classPorts(class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.SandboxPort {
-	if len(class.Spec.Ports) == 0 {
-		return defaultPorts
-	}
-	return class.Spec.Ports
-}
-
+// workspaceClaimName is the class's content PVC, defaulted: only for the sync-back of a claim
+// admitted before records existed (every other reader uses the record's).
 func workspaceClaimName(class *airlockv1alpha1.SandboxClass) string {
 	if class.Spec.WorkspaceClaimName == "" {
 		return defaultWorkspaceClaimName
@@ -93,9 +91,19 @@ func childLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	}
 }
 
-// selectorLabels select the claim's sandbox pods.
+// selectorLabels select the claim's sandbox pods (the Deployment's, Service's and
+// NetworkPolicy's selector).
 func selectorLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	return map[string]string{LabelClaim: claim.Name}
+}
+
+// podLabels are the labels of the claim's sandbox pods: the child labels and the claim's UID, so
+// that a pod of an earlier claim of the same name (still terminating after a close and a new
+// acquire) is never taken for this claim's.
+func podLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
+	l := childLabels(claim)
+	l[LabelClaimUID] = string(claim.UID)
+	return l
 }
 
 // ownerReference makes the claim the controller of a child.
@@ -132,20 +140,28 @@ func restrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
-// sandboxArgs are the class's args plus the per-claim switches of sandboxd.
-func sandboxArgs(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) []string {
-	args := append([]string(nil), class.Spec.Args...)
+// sandboxArgs are the record's args plus the per-claim switches of sandboxd: always an explicit
+// --allowed-tools list (a record's list is never empty: freeze writes every tool out, and the
+// CRD requires one at least), and the token file.
+func sandboxArgs(record *airlockv1alpha1.FrozenSandbox) []string {
+	args := append([]string(nil), record.Args...)
 	if len(args) == 0 {
 		args = append(args, defaultArgs...)
 	}
-	if entry != nil && len(entry.AllowedTools) > 0 {
-		tools := make([]string, len(entry.AllowedTools))
-		for i, t := range entry.AllowedTools {
-			tools[i] = string(t)
-		}
-		args = append(args, "--allowed-tools="+strings.Join(tools, ","))
+	tools := make([]string, len(record.AllowedTools))
+	for i, t := range record.AllowedTools {
+		tools[i] = string(t)
 	}
+	args = append(args, "--allowed-tools="+strings.Join(tools, ","))
 	return append(args, "--auth-token-file="+TokenFile)
+}
+
+// recordPorts returns the record's ports (defaulted, for a record that has none).
+func recordPorts(record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.SandboxPort {
+	if len(record.Ports) == 0 {
+		return defaultPorts
+	}
+	return record.Ports
 }
 
 // pullPolicy is the API server's default pull policy for image.
@@ -176,22 +192,22 @@ func defaultedResources(in corev1.ResourceRequirements) corev1.ResourceRequireme
 }
 
 // buildDeployment returns the claim's Deployment: one replica (replicas is 0 when the claim is
-// Reaping or Failed), Recreate, the class's pod under the restricted Pod Security level.
-func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox, replicas int32) *appsv1.Deployment {
-	ports := classPorts(class)
+// Reaping or Failed), Recreate, the recorded pod under the restricted Pod Security level.
+func buildDeployment(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) *appsv1.Deployment {
+	ports := recordPorts(record)
 	containerPorts := make([]corev1.ContainerPort, len(ports))
 	for i, p := range ports {
 		containerPorts[i] = corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: corev1.ProtocolTCP}
 	}
 	var (
-		volumes = make([]corev1.Volume, 0, len(class.Spec.Volumes)+1)
-		mounts  = make([]corev1.VolumeMount, 0, len(class.Spec.Volumes)+1)
+		volumes = make([]corev1.Volume, 0, len(record.Volumes)+1)
+		mounts  = make([]corev1.VolumeMount, 0, len(record.Volumes)+1)
 	)
-	for _, v := range class.Spec.Volumes {
+	for _, v := range record.Volumes {
 		switch {
 		case v.Workspace != nil:
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: record.WorkspaceClaimName},
 			}})
 			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: claim.Spec.WorkspaceDir})
 		case v.Scratch != nil:
@@ -214,11 +230,11 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 
 	container := corev1.Container{
 		Name:            ContainerName,
-		Image:           class.Spec.Image,
-		Args:            sandboxArgs(class, entry),
+		Image:           record.Image,
+		Args:            sandboxArgs(record),
 		Ports:           containerPorts,
-		Env:             append([]corev1.EnvVar(nil), class.Spec.Env...),
-		Resources:       defaultedResources(class.Spec.Resources),
+		Env:             append([]corev1.EnvVar(nil), record.Env...),
+		Resources:       defaultedResources(record.Resources),
 		VolumeMounts:    mounts,
 		SecurityContext: restrictedContainerSecurityContext(),
 		ReadinessProbe: &corev1.Probe{
@@ -234,10 +250,10 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 		},
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		ImagePullPolicy:          pullPolicy(class.Spec.Image),
+		ImagePullPolicy:          pullPolicy(record.Image),
 	}
 	meta := childMeta(claim, claim.Name)
-	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(class.Generation, 10)}
+	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(record.ClassGeneration, 10)}
 	d := &appsv1.Deployment{
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
@@ -245,7 +261,7 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: childLabels(claim)},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(claim)},
 				Spec: corev1.PodSpec{
 					Containers:                    []corev1.Container{container},
 					Volumes:                       volumes,
@@ -256,7 +272,7 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 					SchedulerName:                 corev1.DefaultSchedulerName,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
-					RuntimeClassName:              class.Spec.RuntimeClassName,
+					RuntimeClassName:              record.RuntimeClassName,
 				},
 			},
 		},
@@ -264,9 +280,9 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1
 	return d
 }
 
-// buildService returns the claim's ClusterIP Service: one port per class port.
-func buildService(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) *corev1.Service {
-	ports := classPorts(class)
+// buildService returns the claim's ClusterIP Service: one port per recorded port.
+func buildService(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) *corev1.Service {
+	ports := recordPorts(record)
 	svcPorts := make([]corev1.ServicePort, len(ports))
 	for i, p := range ports {
 		svcPorts[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP}
@@ -281,9 +297,9 @@ func buildService(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sa
 	}
 }
 
-// addresses are the claim's addresses: one per class port, through its Service.
-func addresses(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) []airlockv1alpha1.ClaimAddress {
-	ports := classPorts(class)
+// addresses are the claim's addresses: one per recorded port, through its Service.
+func addresses(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
+	ports := recordPorts(record)
 	out := make([]airlockv1alpha1.ClaimAddress, len(ports))
 	for i, p := range ports {
 		out[i] = airlockv1alpha1.ClaimAddress{
@@ -295,9 +311,10 @@ func addresses(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sandb
 }
 
 // buildNetworkPolicy returns the claim's NetworkPolicy. Egress reaches nothing but the pods of
-// the allowed Services that exist (allowed), on their target ports, and then DNS; ingress is the
-// class ports from pods in the claim's namespace.
-func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+// the allowed Services that exist (allowed), on their target ports, and DNS when the record
+// allows any Service; ingress is the
+// recorded ports from pods in the claim's namespace.
+func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	var egress []networkingv1.NetworkPolicyEgressRule
 	for _, svc := range allowed {
@@ -321,7 +338,9 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alp
 		}
 		egress = append(egress, rule)
 	}
-	if len(egress) > 0 {
+	if len(record.AllowedServices) > 0 {
+		// DNS whenever the record allows some Service (SPEC section 5), whether or not the
+		// Service exists yet or names pods: the sandbox reaches it by name.
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: metav1.NamespaceSystem}},
@@ -334,7 +353,7 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alp
 		})
 	}
 	var ingressPorts []networkingv1.NetworkPolicyPort
-	for _, p := range classPorts(class) {
+	for _, p := range recordPorts(record) {
 		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(p.Port))})
 	}
 	return &networkingv1.NetworkPolicy{
@@ -378,14 +397,16 @@ func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
 
 // buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
 // airlock) copying workspaceDir into targetPath inside the content PVC. It does not retry by
-// itself (backoffLimit 0): the controller retries with its own backoff.
-func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, image string, attempt int) *batchv1.Job {
+// itself (backoffLimit 0): the controller retries with its own backoff. An attempt ends by
+// syncDeadline (activeDeadlineSeconds) whatever happens to its pod.
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int) *batchv1.Job {
 	meta := childMeta(claim, syncJobName(claim))
 	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
 	return &batchv1.Job{
 		ObjectMeta: meta,
 		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](0),
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: claim.Name}},
 				Spec: corev1.PodSpec{
@@ -407,7 +428,7 @@ func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.Sa
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 					}},
 					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceClaimName(class)},
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
 					}}},
 				},
 			},

@@ -20,7 +20,7 @@ func TestBuildDeployment(t *testing.T) {
 	class := newClass("codegen")
 	class.Spec.RuntimeClassName = ptr.To("gvisor")
 	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	d := buildDeployment(claim, class, entry, 1)
+	d := buildDeployment(claim, freeze(class, entry), 1)
 
 	if !metav1.IsControlledBy(d, claim) || d.Name != "c1" || d.Labels[LabelClaim] != "c1" {
 		t.Errorf("deployment meta %+v", d.ObjectMeta)
@@ -77,15 +77,18 @@ func TestBuildDeployment(t *testing.T) {
 		t.Errorf("volumes (-want +got):\n%s", diff)
 	}
 
-	// No allowedTools: no --allowed-tools switch; scaled down: zero replicas.
+	// An entry that allows every tool: the full list, explicit (sandboxd reads no flag as "every
+	// tool", so a missing flag would be a policy nobody wrote); scaled down: zero replicas.
 	entry.AllowedTools = nil
-	d = buildDeployment(claim, class, entry, 0)
+	d = buildDeployment(claim, freeze(class, entry), 0)
 	if *d.Spec.Replicas != 0 {
 		t.Errorf("replicas %d, want 0", *d.Spec.Replicas)
 	}
-	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--auth-token-file=/var/run/airlock/auth/token"}
+	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace",
+		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures",
+		"--auth-token-file=/var/run/airlock/auth/token"}
 	if diff := cmp.Diff(wantArgs, d.Spec.Template.Spec.Containers[0].Args); diff != "" {
-		t.Errorf("args without allowedTools (-want +got):\n%s", diff)
+		t.Errorf("args of an entry that allows every tool (-want +got):\n%s", diff)
 	}
 }
 
@@ -113,7 +116,8 @@ func TestBuildServiceAndAddresses(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
 	class := newClass("codegen")
 	class.Spec.Ports = append(class.Spec.Ports, airlockv1alpha1.SandboxPort{Name: "preview", Port: 3000})
-	svc := buildService(claim, class)
+	record := freeze(class, &newRegistry("tools", "").Spec.Sandboxes[0])
+	svc := buildService(claim, record)
 	want := []corev1.ServicePort{
 		{Name: "mcp", Port: 8080, TargetPort: intstr.FromString("mcp"), Protocol: corev1.ProtocolTCP},
 		{Name: "preview", Port: 3000, TargetPort: intstr.FromString("preview"), Protocol: corev1.ProtocolTCP},
@@ -128,14 +132,14 @@ func TestBuildServiceAndAddresses(t *testing.T) {
 		{Name: "mcp", URL: "http://c1.team-a.svc:8080"},
 		{Name: "preview", URL: "http://c1.team-a.svc:3000"},
 	}
-	if diff := cmp.Diff(wantAddresses, addresses(claim, class)); diff != "" {
+	if diff := cmp.Diff(wantAddresses, addresses(claim, record)); diff != "" {
 		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
 }
 
 func TestBuildNetworkPolicy(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	class := newClass("codegen")
+	record := freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	port := func(p corev1.Protocol, v intstr.IntOrString) networkingv1.NetworkPolicyPort {
 		return networkingv1.NetworkPolicyPort{Protocol: ptr.To(p), Port: ptr.To(v)}
@@ -146,7 +150,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	}}
 
 	t.Run("no allowed Services reaches nothing, not even DNS", func(t *testing.T) {
-		np := buildNetworkPolicy(claim, class, nil)
+		np := buildNetworkPolicy(claim, record, nil)
 		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes); diff != "" {
 			t.Errorf("policyTypes (-want +got):\n%s", diff)
 		}
@@ -158,6 +162,24 @@ func TestBuildNetworkPolicy(t *testing.T) {
 		}
 		if np.Spec.PodSelector.MatchLabels[LabelClaim] != "c1" {
 			t.Errorf("podSelector %+v", np.Spec.PodSelector)
+		}
+	})
+
+	dns := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{port(udp, intstr.FromInt32(53)), port(tcp, intstr.FromInt32(53))},
+	}
+	// SPEC section 5: DNS to kube-dns whenever some Service is allowed, even before it exists
+	// (or when it names no pods).
+	t.Run("an allowed Service that does not exist yet: DNS only", func(t *testing.T) {
+		withServices := record.DeepCopy()
+		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+		np := buildNetworkPolicy(claim, withServices, nil)
+		if diff := cmp.Diff([]networkingv1.NetworkPolicyEgressRule{dns}, np.Spec.Egress); diff != "" {
+			t.Errorf("egress (-want +got):\n%s", diff)
 		}
 	})
 
@@ -173,7 +195,9 @@ func TestBuildNetworkPolicy(t *testing.T) {
 			},
 			{ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: "infra"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
 		}
-		np := buildNetworkPolicy(claim, class, allowed)
+		withServices := record.DeepCopy()
+		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}, {Namespace: "infra", Name: "external"}}
+		np := buildNetworkPolicy(claim, withServices, allowed)
 		want := []networkingv1.NetworkPolicyEgressRule{
 			{
 				To: []networkingv1.NetworkPolicyPeer{{
@@ -186,13 +210,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 					port(tcp, intstr.FromInt32(82)),
 				},
 			},
-			{
-				To: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{port(udp, intstr.FromInt32(53)), port(tcp, intstr.FromInt32(53))},
-			},
+			dns,
 		}
 		if diff := cmp.Diff(want, np.Spec.Egress); diff != "" {
 			t.Errorf("egress (-want +got):\n%s", diff)
@@ -219,12 +237,15 @@ func TestBuildSecretAndToken(t *testing.T) {
 func TestBuildSyncJob(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
 	claim.Spec.TargetPath = "projects/demo"
-	job := buildSyncJob(claim, newClass("codegen"), testSyncImage, 2)
+	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2)
 	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
 		t.Errorf("job meta %+v", job.ObjectMeta)
 	}
 	if *job.Spec.BackoffLimit != 0 || job.Spec.TTLSecondsAfterFinished != nil {
 		t.Errorf("backoffLimit %d ttl %v, want 0 and unset", *job.Spec.BackoffLimit, job.Spec.TTLSecondsAfterFinished)
+	}
+	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d != 1800 {
+		t.Errorf("activeDeadlineSeconds %v, want 1800: every attempt ends", d)
 	}
 	pod := job.Spec.Template.Spec
 	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {

@@ -55,7 +55,7 @@ const FieldManager = ControllerName
 
 // LabelClaim is on every child of a claim and on the claim's sandbox pods; the operator's
 // informers for children are filtered on it.
-const LabelClaim = "airlock.dev/claim"
+const LabelClaim = airlockv1alpha1.LabelClaim
 
 // batchPeriod delays the first sync of a new claim, so that an older claim seen a moment late
 // still wins its place (SPEC section 3: the leader may batch a burst).
@@ -270,6 +270,11 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	defer c.queue.Done(key)
 
 	requeueAfter, err := c.syncHandler(ctx, key)
+	if err != nil && requeueAfter != nil {
+		// A deadline that must be kept whatever the backoff (a Binding claim's startupTimeout):
+		// looked at again then, and retried with backoff before.
+		c.queue.AddAfter(key, *requeueAfter)
+	}
 	switch {
 	case apierrors.IsConflict(err):
 		// A write raced with the cache (the claim changed since it was read): normal, retried.
@@ -290,6 +295,10 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 func (c *Controller) addClaim(logger klog.Logger, obj any) {
 	claim := obj.(*airlockv1alpha1.SandboxClaim)
 	logger.V(4).Info("Claim added", "claim", klog.KObj(claim))
+	if claim.Spec.Replaces != "" {
+		// The claim it replaces is now replaced: the leader links the two (syncFailed).
+		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
+	}
 	if isUndecided(claim) {
 		// Batch a burst: an older claim seen a moment late still wins.
 		c.enqueueClaimAfter(claim, batchPeriod)

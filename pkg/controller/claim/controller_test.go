@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -386,9 +388,15 @@ func newClaim(name, session string, phase airlockv1alpha1.ClaimPhase, created ti
 	}
 }
 
-// binding returns a claim that began Binding at began.
+// testRecord is what a claim admitted with the fixture's class and registry runs.
+func testRecord() *airlockv1alpha1.FrozenSandbox {
+	return freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
+}
+
+// binding returns a claim that began Binding at began, with the fixture's record.
 func binding(name string, began time.Time) *airlockv1alpha1.SandboxClaim {
 	c := newClaim(name, "s-"+name, airlockv1alpha1.ClaimBinding, began.Add(-time.Second))
+	c.Status.Frozen = testRecord()
 	setCondition(&c.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, began)
 	setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, began)
 	return c
@@ -403,20 +411,23 @@ func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	return c
 }
 
-// withChildren adds the children a sync would have built for claim.
+// withChildren adds the children a sync would have built for claim from its record (the
+// fixture's record for a claim that has none).
 func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
-	class := newClass("codegen")
-	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	f.deployments = append(f.deployments, buildDeployment(claim, class, entry, replicas))
-	f.services = append(f.services, buildService(claim, class))
-	f.netpols = append(f.netpols, buildNetworkPolicy(claim, class, nil))
+	record := claim.Status.Frozen
+	if record == nil {
+		record = testRecord()
+	}
+	f.deployments = append(f.deployments, buildDeployment(claim, record, replicas))
+	f.services = append(f.services, buildService(claim, record))
+	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
 	f.secrets = append(f.secrets, buildSecret(claim, "minted-earlier"))
 	return f
 }
 
 func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: childLabels(claim)},
+		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: podLabels(claim)},
 	}
 	if mutate != nil {
 		mutate(pod)
@@ -558,144 +569,6 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 	}
 }
 
-func TestSyncChildNotControlled(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t).withDefaults()
-	claim := binding("c1", t0)
-	f.claims = append(f.claims, claim)
-	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
-	c := f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
-		t.Fatal("sync succeeded over a Secret the claim does not control")
-	}
-	// The other children do not depend on the Secret.
-	checkActions(t, f, []string{"create deployments c1", "create services c1", "create networkpolicies c1"})
-	if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
-		t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
-	}
-}
-
-func TestSyncBinding(t *testing.T) {
-	began := t0.Add(-time.Minute)
-	waiting := func(reason string) func(*corev1.Pod) {
-		return func(p *corev1.Pod) {
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
-				Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the detail"},
-			}}}
-		}
-	}
-	unschedulable := func(p *corev1.Pod) {
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/2 nodes are available"}}
-	}
-	tests := map[string]struct {
-		pod         func(*corev1.Pod) // nil: no pod
-		step        time.Duration
-		wantPhase   airlockv1alpha1.ClaimPhase // "" : no status write
-		wantReason  string
-		wantMessage string
-		wantRequeue *time.Duration
-		wantActions []string
-	}{
-		"ready pod binds": {
-			pod:         readyPod,
-			wantPhase:   airlockv1alpha1.ClaimBound,
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update sandboxclaims/status c1"},
-		},
-		"pod not ready yet waits for the startup timeout": {
-			pod:         func(*corev1.Pod) {},
-			wantRequeue: ptr.To(4 * time.Minute),
-		},
-		"image pull back-off fails at once": {
-			pod:         waiting("ImagePullBackOff"),
-			wantPhase:   airlockv1alpha1.ClaimFailed,
-			wantReason:  "ImagePullBackOff",
-			wantMessage: "the detail",
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
-		},
-		"crash loop fails at once": {
-			pod:         waiting("CrashLoopBackOff"),
-			wantPhase:   airlockv1alpha1.ClaimFailed,
-			wantReason:  "CrashLoopBackOff",
-			wantMessage: "the detail",
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
-		},
-		"container creating is not a failure": {
-			pod:         waiting("ContainerCreating"),
-			wantRequeue: ptr.To(4 * time.Minute),
-		},
-		"unschedulable before the timeout waits": {
-			pod:         unschedulable,
-			step:        3 * time.Minute,
-			wantRequeue: ptr.To(time.Minute),
-		},
-		"unschedulable at the timeout fails": {
-			pod:         unschedulable,
-			step:        4 * time.Minute,
-			wantPhase:   airlockv1alpha1.ClaimFailed,
-			wantReason:  ReasonUnschedulable,
-			wantMessage: "0/2 nodes are available",
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
-		},
-		"no pod at the timeout fails": {
-			step:        4*time.Minute + time.Second,
-			wantPhase:   airlockv1alpha1.ClaimFailed,
-			wantReason:  ReasonStartupTimeout,
-			wantMessage: "the sandbox pod was not ready within the class's startupTimeout 5m0s",
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t).withDefaults()
-			claim := binding("c1", began)
-			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
-			if tc.pod != nil {
-				f.pods = append(f.pods, newPod(claim, tc.pod))
-			}
-			c := f.newController(ctx)
-			f.clock.Step(tc.step)
-			requeue, err := c.sync(ctx, keyOf(claim))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkRequeue(t, requeue, tc.wantRequeue)
-			checkActions(t, f, tc.wantActions)
-			if tc.wantPhase == "" {
-				return
-			}
-			got := f.writtenClaim()
-			if got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason || (tc.wantMessage != "" && got.Status.Message != tc.wantMessage) {
-				t.Errorf("status %s/%s/%q, want %s/%s/%q", got.Status.Phase, got.Status.Reason, got.Status.Message, tc.wantPhase, tc.wantReason, tc.wantMessage)
-			}
-			switch tc.wantPhase {
-			case airlockv1alpha1.ClaimBound:
-				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://c1.team-a.svc:8080"}}
-				if diff := cmp.Diff(wantAddresses, got.Status.Addresses); diff != "" {
-					t.Errorf("addresses (-want +got):\n%s", diff)
-				}
-				if got.Status.BoundAt == nil || !got.Status.BoundAt.Time.Equal(f.clock.Now()) {
-					t.Errorf("boundAt %v, want %v", got.Status.BoundAt, f.clock.Now())
-				}
-			case airlockv1alpha1.ClaimFailed:
-				d := f.written("deployments", "").(*appsv1.Deployment)
-				if *d.Spec.Replicas != 0 {
-					t.Errorf("failed claim's Deployment has %d replicas, want 0", *d.Spec.Replicas)
-				}
-				if events := f.events(); len(events) != 1 || !strings.HasPrefix(events[0], "Warning Failed") {
-					t.Errorf("events %v, want one Warning Failed", events)
-				}
-			}
-		})
-	}
-}
-
 func TestSyncClassNotFound(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
@@ -708,8 +581,9 @@ func TestSyncClassNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRequeue(t, requeue, ptr.To(30*time.Minute))
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "update sandboxclaims/status c1"})
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound {
+	// Failed at admission, in one write: nothing is built without a record.
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound || got.Status.Frozen != nil {
 		t.Errorf("status %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, ReasonClassNotFound)
 	}
 }
@@ -867,11 +741,23 @@ func TestSyncExpiry(t *testing.T) {
 		},
 		"failed and replaced is kept while its replacement lives": {
 			claim:  failed("c1-r1"),
-			others: []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0)},
+			others: []*airlockv1alpha1.SandboxClaim{replacementOf("c1", bound("c1-r1", t0))},
 			step:   time.Hour,
 		},
-		"failed and replaced is deleted when its replacement is gone": {
+		"failed and replaced is deleted when its replacement is gone (asked of the API server)": {
 			claim:       failed("c1-r1"),
+			wantActions: []string{"get sandboxclaims c1-r1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed, replaced by a claim not linked yet: the leader links them, and keeps it": {
+			claim:       failed(""),
+			others:      []*airlockv1alpha1.SandboxClaim{replacementOf("c1", newClaim("c1-r1", "s-c1", airlockv1alpha1.ClaimPending, t0))},
+			step:        time.Hour,
+			wantActions: []string{"update sandboxclaims/status c1"},
+		},
+		"failed, its replacement refused: not replaced, expires": {
+			claim:       failed(""),
+			others:      []*airlockv1alpha1.SandboxClaim{replacementOf("c1", newClaim("c1-r1", "s-c1", airlockv1alpha1.ClaimRefused, t0))},
+			step:        30 * time.Minute,
 			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 	}
@@ -893,227 +779,12 @@ func TestSyncExpiry(t *testing.T) {
 			}
 			checkRequeue(t, requeue, tc.wantRequeue)
 			checkActions(t, f, tc.wantActions)
-		})
-	}
-}
-
-func TestSyncBoundIdle(t *testing.T) {
-	tests := map[string]struct {
-		lastUsed    *time.Time
-		runtimeGone bool
-		pods        bool
-		targetPath  string
-		wantRequeue *time.Duration
-		wantActions []string
-		wantPhase   airlockv1alpha1.ClaimPhase
-	}{
-		"not idle yet": {
-			lastUsed:    ptr.To(t0.Add(-10 * time.Minute)),
-			wantRequeue: ptr.To(20 * time.Minute),
-		},
-		"idle since boundAt": {
-			wantRequeue: nil,
-			pods:        true,
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
-			wantPhase:   airlockv1alpha1.ClaimReaping,
-		},
-		"idle, pods gone, no targetPath: deleted": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "delete sandboxclaims c1"},
-			wantPhase:   airlockv1alpha1.ClaimReaping,
-		},
-		"idle, pods gone, targetPath: sync-back Job": {
-			targetPath:  "projects/demo",
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
-			wantPhase:   airlockv1alpha1.ClaimReaping,
-		},
-		"runtime gone: garbage collection's, no reaping": {
-			runtimeGone: true,
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t).withDefaults()
-			if tc.runtimeGone {
-				f.runtimes = nil
-			}
-			claim := bound("c1", t0.Add(-31*time.Minute))
-			claim.Spec.TargetPath = tc.targetPath
-			if tc.lastUsed != nil {
-				claim.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
-			}
-			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
-			if tc.pods {
-				f.pods = append(f.pods, newPod(claim, readyPod))
-			}
-			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkRequeue(t, requeue, tc.wantRequeue)
-			checkActions(t, f, tc.wantActions)
-			if tc.wantPhase != "" {
-				if got := f.writtenClaim(); got.Status.Phase != tc.wantPhase || got.Status.Reason != ReasonIdleTimeout {
-					t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, ReasonIdleTimeout)
-				}
-			}
-			if tc.targetPath != "" {
-				job := f.written("jobs", "").(*batchv1.Job)
-				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo"}
-				if diff := cmp.Diff(wantArgs, job.Spec.Template.Spec.Containers[0].Args); diff != "" {
-					t.Errorf("sync Job args (-want +got):\n%s", diff)
-				}
-				if job.Annotations[AnnotationSyncAttempt] != "1" || job.Spec.Template.Spec.Containers[0].Image != testSyncImage {
-					t.Errorf("sync Job attempt %q image %q", job.Annotations[AnnotationSyncAttempt], job.Spec.Template.Spec.Containers[0].Image)
+			if slices.Contains(tc.wantActions, "update sandboxclaims/status c1") {
+				if got := f.writtenClaim(); got.Status.ReplacedBy != "c1-r1" || got.Status.Phase != airlockv1alpha1.ClaimFailed {
+					t.Errorf("status %s replacedBy %q, want Failed replacedBy c1-r1", got.Status.Phase, got.Status.ReplacedBy)
 				}
 			}
 		})
-	}
-}
-
-func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t).withDefaults()
-	claim := bound("c1", t0.Add(-31*time.Minute))
-	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 1)
-	c := f.newController(ctx)
-	// The API server has a renewal the cache has not seen.
-	fresh := claim.DeepCopy()
-	fresh.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
-	if _, err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.log = nil
-	requeue, err := c.sync(ctx, keyOf(claim))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRequeue(t, requeue, ptr.To(29*time.Minute))
-	checkActions(t, f, []string{"get sandboxclaims c1"})
-}
-
-func TestSyncReapingSyncBack(t *testing.T) {
-	reaping := func(failures string) *airlockv1alpha1.SandboxClaim {
-		c := bound("c1", t0.Add(-time.Hour))
-		c.Status.Phase = airlockv1alpha1.ClaimReaping
-		c.Status.Reason = ReasonIdleTimeout
-		c.Spec.TargetPath = "projects/demo"
-		if failures != "" {
-			c.Annotations = map[string]string{AnnotationSyncFailures: failures}
-		}
-		return c
-	}
-	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time) *batchv1.Job {
-		j := buildSyncJob(claim, newClass("codegen"), testSyncImage, attempt)
-		if cond != "" {
-			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Message: "copy failed"}}
-		}
-		return j
-	}
-	tests := map[string]struct {
-		failures    string
-		attempt     int
-		cond        batchv1.JobConditionType
-		pods        bool
-		step        time.Duration
-		wantRequeue *time.Duration
-		wantActions []string
-		wantEvents  []string
-	}{
-		"pods still there: wait": {
-			pods: true,
-		},
-		"job running: wait": {
-			attempt: 1,
-		},
-		"job succeeded: claim deleted": {
-			attempt:     1,
-			cond:        batchv1.JobComplete,
-			wantActions: []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"},
-			wantEvents:  []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo", "Normal SyncedBack Deleting the claim (SyncedBack)"},
-		},
-		"job failed the first time: counted, reported, backoff": {
-			attempt:     1,
-			cond:        batchv1.JobFailed,
-			wantRequeue: ptr.To(10 * time.Second),
-			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
-			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: copy failed"},
-		},
-		"job failed, counted, backoff not over: wait": {
-			failures:    "1",
-			attempt:     1,
-			cond:        batchv1.JobFailed,
-			step:        4 * time.Second,
-			wantRequeue: ptr.To(6 * time.Second),
-		},
-		"job failed, counted, backoff over: Job deleted": {
-			failures:    "1",
-			attempt:     1,
-			cond:        batchv1.JobFailed,
-			step:        10 * time.Second,
-			wantActions: []string{"delete jobs c1-sync"},
-		},
-		"third failure backs off 40s": {
-			failures:    "2",
-			attempt:     3,
-			cond:        batchv1.JobFailed,
-			wantRequeue: ptr.To(40 * time.Second),
-			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
-			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 3), retrying in 40s: copy failed"},
-		},
-		"job gone after failures: next attempt": {
-			failures:    "2",
-			wantActions: []string{"create jobs c1-sync"},
-			wantEvents:  []string{"Normal SyncBackStarted Started sync-back Job c1-sync (attempt 3)"},
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t).withDefaults()
-			claim := reaping(tc.failures)
-			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 0)
-			if tc.pods {
-				f.pods = append(f.pods, newPod(claim, nil))
-			}
-			if tc.attempt > 0 {
-				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0))
-			}
-			c := f.newController(ctx)
-			f.clock.Step(tc.step)
-			requeue, err := c.sync(ctx, keyOf(claim))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkRequeue(t, requeue, tc.wantRequeue)
-			checkActions(t, f, tc.wantActions)
-			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
-			if tc.cond == batchv1.JobFailed && len(tc.wantActions) == 2 {
-				got := f.writtenClaim()
-				cond := findCondition(got, ConditionSyncBack)
-				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {
-					t.Errorf("SyncBack condition %+v, want False/%s", cond, ReasonSyncBackFailed)
-				}
-				if got.Annotations[AnnotationSyncFailures] != fmt.Sprint(tc.attempt) {
-					t.Errorf("failures annotation %q, want %d", got.Annotations[AnnotationSyncFailures], tc.attempt)
-				}
-			}
-		})
-	}
-}
-
-func TestSyncBackoff(t *testing.T) {
-	want := map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 5: 160 * time.Second, 6: 5 * time.Minute, 20: 5 * time.Minute}
-	for attempt, d := range want {
-		if got := syncBackoff(attempt); got != d {
-			t.Errorf("syncBackoff(%d) = %s, want %s", attempt, got, d)
-		}
 	}
 }
 
@@ -1162,7 +833,7 @@ func TestHandlers(t *testing.T) {
 	}
 	// A sandbox pod enqueues its claim by label; a Job its controller.
 	c.handleObject(newPod(boundClaim, nil))
-	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, newClass("codegen"), testSyncImage, 1)})
+	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, "workspace-content", testSyncImage, 1)})
 	var keys []string
 	for c.queue.Len() > 0 {
 		key, _ := c.queue.Get()
@@ -1174,18 +845,35 @@ func TestHandlers(t *testing.T) {
 	}
 }
 
+// afterRecordingQueue records the delays of AddAfter.
+type afterRecordingQueue struct {
+	workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	after []time.Duration
+}
+
+func (q *afterRecordingQueue) AddAfter(key cache.ObjectName, d time.Duration) {
+	q.after = append(q.after, d)
+	q.TypedRateLimitingInterface.AddAfter(key, d)
+}
+
 func TestProcessNextWorkItem(t *testing.T) {
 	tests := map[string]struct {
 		requeue      *time.Duration
 		err          error
 		wantRequeues int
+		wantAfter    []time.Duration
 	}{
 		"success forgets":               {},
-		"requeueAfter forgets":          {requeue: ptr.To(time.Minute)},
+		"requeueAfter forgets":          {requeue: ptr.To(time.Minute), wantAfter: []time.Duration{time.Minute}},
 		"error is retried rate-limited": {err: fmt.Errorf("boom"), wantRequeues: 1},
 		"conflict is retried rate-limited": {
 			err:          apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", fmt.Errorf("modified")),
 			wantRequeues: 1,
+		},
+		// A Binding claim whose children cannot be written: retried with backoff, and looked at
+		// again at its startupTimeout however long the backoff has grown.
+		"error with requeueAfter is retried and kept for the deadline": {
+			err: fmt.Errorf("boom"), requeue: ptr.To(4 * time.Minute), wantRequeues: 1, wantAfter: []time.Duration{4 * time.Minute},
 		},
 	}
 	for name, tc := range tests {
@@ -1193,6 +881,8 @@ func TestProcessNextWorkItem(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t)
 			c := f.newController(ctx)
+			q := &afterRecordingQueue{TypedRateLimitingInterface: c.queue}
+			c.queue = q
 			defer c.queue.ShutDown()
 			key := cache.ObjectName{Namespace: testNamespace, Name: "c1"}
 			c.syncHandler = func(ctx context.Context, k cache.ObjectName) (*time.Duration, error) {
@@ -1208,6 +898,9 @@ func TestProcessNextWorkItem(t *testing.T) {
 			if c.queue.Len() != 0 {
 				t.Errorf("key requeued at once")
 			}
+			if diff := cmp.Diff(tc.wantAfter, q.after); diff != "" {
+				t.Errorf("AddAfter delays (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
@@ -1219,6 +912,7 @@ func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s)
 func TestSyncReapRequested(t *testing.T) {
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
+		others      []*airlockv1alpha1.SandboxClaim
 		runtimeGone bool
 		wantActions []string
 		wantPhase   airlockv1alpha1.ClaimPhase
@@ -1241,6 +935,17 @@ func TestSyncReapRequested(t *testing.T) {
 			claim:       newClaim("c1", "s1", "", t0.Add(-time.Second)),
 			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
+		// sessions/close ends a Failed claim too: a re-acquire of its handle would otherwise
+		// wait on it (202s) until it expires.
+		"failed: deleted, nothing ran to save": {
+			claim:       failed("c1", t0.Add(-time.Minute), ""),
+			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
+		"failed and replaced, its replacement still there: deleted": {
+			claim:       failed("c1", t0.Add(-time.Minute), "c1-r1"),
+			others:      []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0.Add(-time.Second))},
+			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+		},
 		"runtime gone: garbage collection's, no reaping": {
 			claim:       bound("c1", t0.Add(-time.Minute)),
 			runtimeGone: true,
@@ -1255,10 +960,13 @@ func TestSyncReapRequested(t *testing.T) {
 			}
 			claim := tc.claim
 			claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
-			f.claims = append(f.claims, claim)
-			if claim.Status.Phase == airlockv1alpha1.ClaimBound || claim.Status.Phase == airlockv1alpha1.ClaimBinding {
+			f.claims = append(append(f.claims, claim), tc.others...)
+			switch claim.Status.Phase {
+			case airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimBinding:
 				f.withChildren(claim, 1)
 				f.pods = append(f.pods, newPod(claim, readyPod))
+			case airlockv1alpha1.ClaimFailed:
+				f.withChildren(claim, 1) // a Failed claim's Deployment, not yet at zero
 			}
 			c := f.newController(ctx)
 			requeue, err := c.sync(ctx, keyOf(claim))

@@ -41,12 +41,6 @@ var (
 		Help:           "Finished sync-back Jobs, by result (succeeded, failed).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
-	renewals = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      metricsSubsystem,
-		Name:           "claim_renewals_total",
-		Help:           "Claim renewals, by whether they wrote lastUsedAt (written=true) or cost no write.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"written"})
 
 	claimsByPhaseDesc = metrics.NewDesc(metricsSubsystem+"_claims",
 		"Claims by namespace and phase, from the operator's cache.",
@@ -91,7 +85,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, admissionDecisions, reapedClaims, syncBackResults, renewals)
+		legacyregistry.MustRegister(bindDuration, admissionDecisions, reapedClaims, syncBackResults)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

@@ -47,9 +47,12 @@ const (
 	ReasonSyncBackFailed    = "SyncBackFailed"
 	ReasonSyncedBack        = "SyncedBack"
 	ReasonPodReady          = "PodReady"
+	ReasonPodNotReady       = "PodNotReady"
+	ReasonPodFailed         = "PodFailed"
 	ReasonStartupTimeout    = "StartupTimeout"
 	ReasonUnschedulable     = "Unschedulable"
 	ReasonClassNotFound     = "ClassNotFound"
+	ReasonInvalidClass      = "InvalidClass"
 	ReasonMaxConcurrent     = "MaxConcurrent"
 	ReasonErrResourceExists = "ErrResourceExists"
 )
@@ -67,13 +70,18 @@ const (
 	MessageSyncFailed     = "Sync-back Job %s failed (attempt %d), retrying in %s: %s"
 	MessageSynced         = "Sync-back Job %s saved the workspace to %s"
 	MessageResourceExists = "%s %q already exists and is not controlled by the claim"
+	MessagePodNotReady    = "The Bound sandbox's pod is not ready; reaped with sync-back if it is not ready again within %s: %s"
 	messageRefusedDetail  = "admission refused the claim"
 	messageIdleDetail     = "unused for longer than the runtime's idleTimeout %s"
 	messageSessionClosed  = "the runtime closed the session"
 	messageBinding        = "waiting for the sandbox pod to become ready"
 	messageStartupTimeout = "the sandbox pod was not ready within the class's startupTimeout %s"
+	messagePodNotReady    = "the sandbox pod is not ready"
+	messagePodFailed      = "the sandbox pod has not been ready for the class's startupTimeout %s (%s: %s)"
+	messageChildrenFailed = "the sandbox's objects could not be written within the class's startupTimeout %s: %v"
 	messageClassNotFound  = "SandboxClass %q not found"
 	messageSyncBackOK     = "the workspace is saved in %s"
+	messageSyncNotStarted = "its pod did not become ready within %s (image, scheduling or volume)"
 )
 
 // setCondition sets a condition of the claim. lastTransitionTime moves to now when the status or

@@ -3,20 +3,14 @@ package claim
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -37,28 +31,24 @@ const (
 	// replaced is kept: max(idleTimeout, minWaitingTTL).
 	minWaitingTTL = 10 * time.Minute
 	// defaultIdleTimeout is AgentRuntime.spec.sandbox.idleTimeout's default.
-	defaultIdleTimeout = 30 * time.Minute
+	defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 	// defaultStartupTimeout is SandboxClass.spec.startupTimeout's default.
-	defaultStartupTimeout = 5 * time.Minute
+	defaultStartupTimeout = airlockv1alpha1.DefaultStartupTimeout
 	// syncBackoffBase and syncBackoffMax bound the wait before a failed sync-back is retried:
 	// 10 s, doubling per failed attempt, at most 5 min.
 	syncBackoffBase = 10 * time.Second
 	syncBackoffMax  = 5 * time.Minute
+	// syncStartTimeout is how long a sync-back Job's pod may take to become ready (be pulled,
+	// scheduled, mounted) before the attempt counts as failed; syncDeadline bounds a whole
+	// attempt (the Job's activeDeadlineSeconds).
+	syncStartTimeout = 5 * time.Minute
+	syncDeadline     = 30 * time.Minute
 	// recreateDelay is the wait before creating a child whose name is still taken by an object
 	// being deleted (a sync-back Job of an earlier attempt).
 	recreateDelay = time.Second
 	// decisionWriters bounds the status writes of one namespace's decisions in flight at once.
 	decisionWriters = 8
 )
-
-// failingWaitingReasons are the container waiting reasons that fail a Binding claim at once.
-var failingWaitingReasons = map[string]bool{
-	"ImagePullBackOff":           true,
-	"ErrImagePull":               true,
-	"CrashLoopBackOff":           true,
-	"CreateContainerConfigError": true,
-	"InvalidImageName":           true,
-}
 
 // sync reconciles one claim. It returns when to look at the claim again (nil: when an event
 // says so), or an error to retry with backoff.
@@ -93,6 +83,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
 		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
 			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
+		case airlockv1alpha1.ClaimFailed:
+			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
+			// save. Deleted now, so that a new acquire of the handle does not wait on it.
+			if err := c.scaleDown(ctx, claim); err != nil {
+				return nil, err
+			}
+			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)
 		}
 	}
 
@@ -139,13 +136,6 @@ func idleTimeout(rt *airlockv1alpha1.AgentRuntime) time.Duration {
 // waitingTTL is how long a claim may stay Queued, and a Failed claim that was not replaced is kept.
 func waitingTTL(rt *airlockv1alpha1.AgentRuntime) time.Duration {
 	return max(idleTimeout(rt), minWaitingTTL)
-}
-
-func startupTimeout(class *airlockv1alpha1.SandboxClass) time.Duration {
-	if class == nil || class.Spec.StartupTimeout == nil || class.Spec.StartupTimeout.Duration <= 0 {
-		return defaultStartupTimeout
-	}
-	return class.Spec.StartupTimeout.Duration
 }
 
 // timeLeft returns how long from now until since+ttl, and whether that is still ahead.
@@ -263,7 +253,15 @@ func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1
 				case admission.Queue:
 					after, err = c.writeQueued(gctx, fresh, rt)
 				case admission.Admit:
-					written, err = c.writeAdmitted(gctx, fresh)
+					// What the claim runs is frozen now, in the same write (freeze.go).
+					record, why, ferr := c.freezeFor(fresh, input)
+					if ferr != nil {
+						return ferr
+					}
+					written, err = c.writeAdmitted(gctx, fresh, record, why)
+					if err == nil && written.Status.Phase != airlockv1alpha1.ClaimBinding {
+						written, after = nil, ptr.To(waitingTTL(rt)) // Failed: kept as fail keeps it
+					}
 				}
 				if err == nil && fresh.Name == claim.Name {
 					mu.Lock()
@@ -280,16 +278,6 @@ func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1
 		}
 	}
 	return admitted, requeue, nil
-}
-
-// writeAdmitted writes Binding: the claim is admitted.
-func (c *Controller) writeAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
-	now := c.clock.Now()
-	updated := claim.DeepCopy()
-	setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
-	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
-	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
-	return c.updateClaimStatus(ctx, claim, updated)
 }
 
 // writeRefused writes a refusal.
@@ -429,78 +417,6 @@ func (c *Controller) registryEntry(claim *airlockv1alpha1.SandboxClaim, rt *airl
 	return nil, nil
 }
 
-// syncBinding builds the claim's children and waits for its pod: Bound when it is ready, Failed
-// when it cannot start or the class's startupTimeout passes.
-func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	now := c.clock.Now()
-	class, err := c.classLister.Get(claim.Spec.ClassName)
-	if apierrors.IsNotFound(err) {
-		return c.fail(ctx, claim, rt, ReasonClassNotFound, fmt.Sprintf(messageClassNotFound, claim.Spec.ClassName))
-	}
-	if err != nil {
-		return nil, err
-	}
-	entry, err := c.registryEntry(claim, rt)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.ensureChildren(ctx, claim, class, entry, 1); err != nil {
-		return nil, err
-	}
-	pods, err := c.claimPods(claim)
-	if err != nil {
-		return nil, err
-	}
-	if podReady(pods) {
-		updated := claim.DeepCopy()
-		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
-		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-		updated.Status.Addresses = addresses(claim, class)
-		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
-		written, err := c.updateClaimStatus(ctx, claim, updated)
-		if err != nil {
-			return nil, err
-		}
-		return c.idleRequeue(written, rt), nil
-	}
-	if reason, message := podFailure(pods); reason != "" {
-		return c.fail(ctx, claim, rt, reason, message)
-	}
-	timeout := startupTimeout(class)
-	left, ok := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
-	if ok {
-		return ptr.To(left), nil
-	}
-	if message := podUnschedulable(pods); message != "" {
-		return c.fail(ctx, claim, rt, ReasonUnschedulable, message)
-	}
-	message := fmt.Sprintf(messageStartupTimeout, timeout)
-	if d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name); err == nil {
-		for _, cond := range d.Status.Conditions {
-			if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
-				message += ": " + cond.Message
-			}
-		}
-	}
-	return c.fail(ctx, claim, rt, ReasonStartupTimeout, message)
-}
-
-// fail moves the claim to Failed and scales its Deployment to zero.
-func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason, message string) (*time.Duration, error) {
-	if err := c.scaleDown(ctx, claim); err != nil {
-		return nil, err
-	}
-	updated := claim.DeepCopy()
-	setPhase(updated, airlockv1alpha1.ClaimFailed, reason, message)
-	updated.Status.Addresses = nil
-	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, reason, message, c.clock.Now())
-	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-		return nil, err
-	}
-	// A claim fails before it can be replaced: it is kept waitingTTL from now (syncFailed).
-	return ptr.To(waitingTTL(rt)), nil
-}
-
 // lastUsed is when the claim was last used: lastUsedAt, else boundAt, else its creation.
 func lastUsed(claim *airlockv1alpha1.SandboxClaim) time.Time {
 	switch {
@@ -516,36 +432,6 @@ func lastUsed(claim *airlockv1alpha1.SandboxClaim) time.Time {
 func (c *Controller) idleRequeue(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) *time.Duration {
 	left, _ := timeLeft(lastUsed(claim), idleTimeout(rt), c.clock.Now())
 	return ptr.To(max(left, 0))
-}
-
-// syncBound repairs the Bound claim's children and reaps it when it has been idle too long.
-func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if runtimeGone(rt) {
-		return nil, nil
-	}
-	class, err := c.classLister.Get(claim.Spec.ClassName)
-	switch {
-	case apierrors.IsNotFound(err):
-		// Nothing to repair from; the running sandbox keeps running until it is reaped.
-	case err != nil:
-		return nil, err
-	default:
-		entry, err := c.registryEntry(claim, rt)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.ensureChildren(ctx, claim, class, entry, 1); err != nil {
-			return nil, err
-		}
-	}
-	idle := idleTimeout(rt)
-	if left, ok := timeLeft(lastUsed(claim), idle, c.clock.Now()); ok {
-		return ptr.To(left), nil
-	}
-	return c.beginReaping(ctx, claim, rt, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle),
-		func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
-			return timeLeft(lastUsed(fresh), idle, c.clock.Now())
-		})
 }
 
 // beginReaping moves a Binding or Bound claim to Reaping and starts reaping it. It re-reads the
@@ -610,154 +496,12 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 	return c.syncBack(ctx, claim)
 }
 
-// syncBack runs the claim's sync-back Job, retrying a failed one with backoff.
-func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
-	logger := klog.FromContext(ctx)
-	now := c.clock.Now()
-	failures := syncFailures(claim)
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
-	if apierrors.IsNotFound(err) {
-		class, err := c.classLister.Get(claim.Spec.ClassName)
-		if apierrors.IsNotFound(err) {
-			// Without the class the content PVC is unknown; its creation enqueues nothing, so
-			// look again later.
-			logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
-			return ptr.To(syncBackoffMax), nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		attempt := failures + 1
-		job := buildSyncJob(claim, class, c.syncImage, attempt)
-		_, err = c.kubeClient.BatchV1().Jobs(claim.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
-		}
-		if err != nil {
-			return nil, err
-		}
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !metav1.IsControlledBy(job, claim) {
-		c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, "Job", job.Name)
-		return nil, fmt.Errorf(MessageResourceExists, "Job", job.Name)
-	}
-	if job.DeletionTimestamp != nil {
-		return nil, nil // its deletion enqueues the claim
-	}
-	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
-		syncBackResults.WithLabelValues("succeeded").Inc()
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncedBack, MessageSynced, job.Name, claim.Spec.TargetPath)
-		updated := claim.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionTrue, ReasonSyncedBack, fmt.Sprintf(messageSyncBackOK, claim.Spec.TargetPath), now)
-		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, err
-		}
-		return nil, c.removeClaim(ctx, claim, ReasonSyncedBack)
-	}
-	cond := jobCondition(job, batchv1.JobFailed)
-	if cond == nil {
-		return nil, nil // running; its completion enqueues the claim
-	}
-	attempt, _ := strconv.Atoi(job.Annotations[AnnotationSyncAttempt])
-	attempt = max(attempt, 1)
-	backoff := syncBackoff(attempt)
-	failedAt := cond.LastTransitionTime.Time
-	if failures < attempt {
-		// First look at this failure: count it on the claim (so the count survives the Job's
-		// deletion), report it, then wait out the backoff.
-		syncBackResults.WithLabelValues("failed").Inc()
-		counted := claim.DeepCopy()
-		if counted.Annotations == nil {
-			counted.Annotations = map[string]string{}
-		}
-		counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
-		written, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Update(ctx, counted, metav1.UpdateOptions{FieldManager: FieldManager})
-		if err != nil {
-			return nil, err
-		}
-		message := fmt.Sprintf(MessageSyncFailed, job.Name, attempt, backoff, cond.Message)
-		updated := written.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackFailed, message, now)
-		if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
-			return nil, err
-		}
-		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackFailed, message)
-	}
-	if left, ok := timeLeft(failedAt, backoff, now); ok {
-		return ptr.To(left), nil
-	}
-	logger.V(2).Info("Retrying sync-back", "claim", klog.KObj(claim), "job", klog.KObj(job), "attempt", attempt+1)
-	err = c.kubeClient.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &job.UID},
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	return nil, nil // the Job's deletion enqueues the claim, which then creates the next attempt
-}
-
-// syncFailures is the number of failed sync-back attempts recorded on the claim.
-func syncFailures(claim *airlockv1alpha1.SandboxClaim) int {
-	n, err := strconv.Atoi(claim.Annotations[AnnotationSyncFailures])
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// syncBackoff is the wait after the given failed attempt: 10 s doubling, at most 5 min.
-func syncBackoff(attempt int) time.Duration {
-	d := syncBackoffBase
-	for i := 1; i < attempt && d < syncBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, syncBackoffMax)
-}
-
-func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
-	for i := range job.Status.Conditions {
-		if c := &job.Status.Conditions[i]; c.Type == condType && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
 // syncRefused deletes a Refused claim refusedTTL after the refusal.
 func (c *Controller) syncRefused(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
 	if left, ok := timeLeft(conditionTime(claim, ConditionAdmitted, metav1.ConditionFalse), refusedTTL, c.clock.Now()); ok {
 		return ptr.To(left), nil
 	}
 	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimRefused, ReasonRefusedExpired)
-}
-
-// syncFailed keeps a Failed claim's Deployment at zero. A claim that was replaced is kept while
-// its replacement lives (the replacement's deletion enqueues it); one that was not is deleted
-// max(idleTimeout, 10m) after it failed.
-func (c *Controller) syncFailed(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if err := c.scaleDown(ctx, claim); err != nil {
-		return nil, err
-	}
-	if claim.Status.ReplacedBy != "" {
-		_, err := c.claimLister.SandboxClaims(claim.Namespace).Get(claim.Status.ReplacedBy)
-		if err == nil {
-			return nil, nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-		return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonReplacementGone)
-	}
-	if left, ok := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), waitingTTL(rt), c.clock.Now()); ok {
-		return ptr.To(left), nil
-	}
-	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonFailedExpired)
 }
 
 // removeClaimIfStill deletes the claim after an uncached GET confirms that it is still in phase,
@@ -802,278 +546,4 @@ func (c *Controller) delete(ctx context.Context, claim *airlockv1alpha1.SandboxC
 	}
 	c.recorder.Eventf(claim, corev1.EventTypeNormal, reason, MessageDeleted, reason)
 	return nil
-}
-
-// claimPods returns the claim's sandbox pods from the cache.
-func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
-	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selectorLabels(claim)))
-}
-
-// podReady says whether a pod of the claim, not being deleted, is Ready.
-func podReady(pods []*corev1.Pod) bool {
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// podFailure returns the reason and message of a container that cannot start.
-func podFailure(pods []*corev1.Pod) (string, string) {
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
-		for _, s := range statuses {
-			if w := s.State.Waiting; w != nil && failingWaitingReasons[w.Reason] {
-				message := w.Message
-				if message == "" {
-					message = fmt.Sprintf("container %s of pod %s: %s", s.Name, pod.Name, w.Reason)
-				}
-				return w.Reason, message
-			}
-		}
-	}
-	return "", ""
-}
-
-// podUnschedulable returns the scheduler's message when a pod of the claim is unschedulable.
-func podUnschedulable(pods []*corev1.Pod) string {
-	for _, pod := range pods {
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				if cond.Message != "" {
-					return cond.Message
-				}
-				return "the sandbox pod cannot be scheduled"
-			}
-		}
-	}
-	return ""
-}
-
-// ensureChildren creates the claim's Secret, Deployment, Service and NetworkPolicy, and repairs
-// the drift of what it set on them. The Secret's token is never changed once created. The four
-// are independent, so they are written concurrently: a new claim costs one round trip, not four.
-func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox, replicas int32) error {
-	allowed, err := c.allowedServices(ctx, class)
-	if err != nil {
-		return err
-	}
-	ensures := []func() error{
-		func() error { return c.ensureSecret(ctx, claim) },
-		func() error { return c.ensureDeployment(ctx, claim, buildDeployment(claim, class, entry, replicas)) },
-		func() error { return c.ensureService(ctx, claim, buildService(claim, class)) },
-		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, class, allowed)) },
-	}
-	errs := make([]error, len(ensures))
-	var wg sync.WaitGroup
-	for i, ensure := range ensures {
-		wg.Go(func() { errs[i] = ensure() })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// allowedServices GETs the class's allowed Services that exist. They are read on every sync of a
-// Binding or Bound claim (not cached: the operator caches only its own children).
-func (c *Controller) allowedServices(ctx context.Context, class *airlockv1alpha1.SandboxClass) ([]*corev1.Service, error) {
-	var out []*corev1.Service
-	for _, ref := range class.Spec.AllowedServices {
-		svc, err := c.kubeClient.CoreV1().Services(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading allowed Service %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		out = append(out, svc)
-	}
-	return out, nil
-}
-
-// controlled checks that a child is controlled by the claim, and reports it when not.
-func (c *Controller) controlled(claim *airlockv1alpha1.SandboxClaim, child metav1.Object, kind string) error {
-	if metav1.IsControlledBy(child, claim) {
-		return nil
-	}
-	c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, kind, child.GetName())
-	return fmt.Errorf(MessageResourceExists, kind, child.GetName())
-}
-
-// mergeLabels returns live with want's labels set, and whether that changed anything.
-func mergeLabels(live, want map[string]string) (map[string]string, bool) {
-	changed := false
-	out := make(map[string]string, len(live)+len(want))
-	for k, v := range live {
-		out[k] = v
-	}
-	for k, v := range want {
-		if out[k] != v {
-			out[k] = v
-			changed = true
-		}
-	}
-	return out, changed
-}
-
-func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	secret, err := c.secretLister.Secrets(claim.Namespace).Get(claim.Name)
-	if apierrors.IsNotFound(err) {
-		token, err := c.newToken()
-		if err != nil {
-			return fmt.Errorf("minting the claim's token: %w", err)
-		}
-		_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil // created by an earlier sync the cache has not seen yet; never minted twice
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := c.controlled(claim, secret, "Secret"); err != nil {
-		return err
-	}
-	if l, changed := mergeLabels(secret.Labels, childLabels(claim)); changed {
-		updated := secret.DeepCopy()
-		updated.Labels = l
-		_, err := c.kubeClient.CoreV1().Secrets(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-		return err
-	}
-	return nil
-}
-
-func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
-	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(want.Name)
-	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil // the cache will show it and enqueue the claim
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := c.controlled(claim, live, "Deployment"); err != nil {
-		return err
-	}
-	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	// A running sandbox keeps the pod its class described when it was built: after the class has
-	// changed, the template is left as it is (a replacement claim gets the current class), and
-	// only what does not restart the pod is repaired.
-	sameClass := live.Annotations[AnnotationClassGeneration] == want.Annotations[AnnotationClassGeneration]
-	if !labelsChanged &&
-		ptr.Deref(live.Spec.Replicas, 1) == *want.Spec.Replicas &&
-		live.Spec.Strategy.Type == want.Spec.Strategy.Type && live.Spec.Strategy.RollingUpdate == nil &&
-		(!sameClass || apiequality.Semantic.DeepEqual(live.Spec.Template, want.Spec.Template)) {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Labels = l
-	updated.Spec.Replicas = want.Spec.Replicas
-	updated.Spec.Strategy = want.Spec.Strategy
-	if sameClass {
-		updated.Spec.Template = want.Spec.Template
-	}
-	klog.FromContext(ctx).V(2).Info("Repairing the claim's Deployment", "claim", klog.KObj(claim))
-	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
-}
-
-// scaleDown sets the claim's Deployment, if it has one, to zero replicas.
-func (c *Controller) scaleDown(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !metav1.IsControlledBy(live, claim) || ptr.Deref(live.Spec.Replicas, 1) == 0 {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Spec.Replicas = ptr.To[int32](0)
-	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
-}
-
-func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Service) error {
-	live, err := c.serviceLister.Services(claim.Namespace).Get(want.Name)
-	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := c.controlled(claim, live, "Service"); err != nil {
-		return err
-	}
-	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	if !labelsChanged && live.Spec.Type == want.Spec.Type &&
-		apiequality.Semantic.DeepEqual(live.Spec.Selector, want.Spec.Selector) &&
-		servicePortsEqual(live.Spec.Ports, want.Spec.Ports) {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Labels = l
-	updated.Spec.Type = want.Spec.Type
-	updated.Spec.Selector = want.Spec.Selector
-	updated.Spec.Ports = want.Spec.Ports
-	_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
-}
-
-// servicePortsEqual compares the fields of Service ports that the controller sets.
-func servicePortsEqual(live, want []corev1.ServicePort) bool {
-	if len(live) != len(want) {
-		return false
-	}
-	for i := range want {
-		l, w := live[i], want[i]
-		if l.Name != w.Name || l.Port != w.Port || l.TargetPort != w.TargetPort || l.Protocol != w.Protocol {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
-	live, err := c.networkPolicyLister.NetworkPolicies(claim.Namespace).Get(want.Name)
-	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := c.controlled(claim, live, "NetworkPolicy"); err != nil {
-		return err
-	}
-	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	if !labelsChanged && apiequality.Semantic.DeepEqual(live.Spec, want.Spec) {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Labels = l
-	updated.Spec = want.Spec
-	_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
 }

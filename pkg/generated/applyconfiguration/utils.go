@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ClaimCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Connection"):
 		return &airlockv1alpha1.ConnectionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FrozenSandbox"):
+		return &airlockv1alpha1.FrozenSandboxApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &airlockv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandbox"):

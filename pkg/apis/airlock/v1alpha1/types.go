@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,35 @@ const (
 	LabelSandbox = "airlock.dev/sandbox"
 	// LabelSessionHash is a hash of the claim's session, which may not be a valid label value itself.
 	LabelSessionHash = "airlock.dev/session-hash"
+)
+
+// Well-known labels and keys of what the operator builds for a claim (SPEC section 5).
+const (
+	// LabelClaim is on every child of a claim and on its sandbox pods: the claim's name.
+	LabelClaim = "airlock.dev/claim"
+	// LabelClaimUID is on a claim's sandbox pods: the claim's UID, so that a pod of an earlier
+	// claim of the same name is never taken for this one's.
+	LabelClaimUID = "airlock.dev/claim-uid"
+	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
+	ClaimTokenKey = "token"
+)
+
+// The defaults of the CRD schema (the +kubebuilder:default markers below), in one place for the
+// code that reads objects which never went through an API server, or fields left unset; a test
+// pins them to manifests/crd.
+const (
+	// DefaultMaxPerSession is AgentRuntime spec.sandbox.maxPerSession's default.
+	DefaultMaxPerSession int32 = 3
+	// DefaultMaxConcurrent is AgentRuntime spec.sandbox.maxConcurrent's default.
+	DefaultMaxConcurrent int32 = 5
+	// DefaultIdleTimeout is AgentRuntime spec.sandbox.idleTimeout's default.
+	DefaultIdleTimeout = 30 * time.Minute
+	// DefaultMaxInstances is a ToolRegistry sandbox's maxInstances default.
+	DefaultMaxInstances int32 = 10
+	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
+	DefaultStartupTimeout = 5 * time.Minute
+	// DefaultWorkspaceClaimName is SandboxClass spec.workspaceClaimName's default.
+	DefaultWorkspaceClaimName = "workspace-content"
 )
 
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
@@ -623,6 +654,88 @@ type SandboxClaimStatus struct {
 	// ObservedGeneration is the generation the status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Frozen is what the claim runs, recorded by the operator when it admitted the claim
+	// (Binding): its class and registry entry as they were then, defaults spelled out. The
+	// claim's children are built and repaired from it only, so later edits of the class or the
+	// registry (or their deletion) never reach a running sandbox; a replacement gets its own.
+	// +optional
+	Frozen *FrozenSandbox `json:"frozen,omitempty"`
+}
+
+// FrozenSandbox is what a claim runs, as its class and registry entry said when it was
+// admitted. Every field is explicit: a default of the class or the entry is written out (the
+// full tool list when the entry allows every tool), so nothing here is read as "everything".
+type FrozenSandbox struct {
+	// ClassGeneration is the metadata.generation of the SandboxClass it was taken from.
+	// +required
+	ClassGeneration int64 `json:"classGeneration"`
+
+	// Image is the container image of the sandbox.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image"`
+
+	// Args are the class's container arguments (the per-claim switches of sandboxd are added
+	// when the pod is built).
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Args []string `json:"args"`
+
+	// Ports are the container ports; the claim's Service exposes each.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Ports []SandboxPort `json:"ports"`
+
+	// Env is the container's environment.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Resources are the container's compute resources.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// RuntimeClassName selects the pod's RuntimeClass.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// Volumes are the pod's workspace and scratch volumes.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Volumes []SandboxVolume `json:"volumes,omitempty"`
+
+	// WorkspaceClaimName is the content PVC the workspace volume and sync-back mount.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	WorkspaceClaimName string `json:"workspaceClaimName"`
+
+	// AllowedTools are the tools sandboxd lists and accepts, always explicit: every tool when
+	// the registry entry allowed all. Never empty.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	AllowedTools []ToolName `json:"allowedTools"`
+
+	// AllowedServices are the in-cluster Services the sandbox may reach; empty reaches nothing.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	AllowedServices []ServiceReference `json:"allowedServices,omitempty"`
+
+	// StartupTimeout is how long the claim may take to become Bound before it is Failed.
+	// +required
+	StartupTimeout metav1.Duration `json:"startupTimeout"`
 }
 
 // ClaimAddress is one reachable address of a sandbox.

@@ -49,6 +49,11 @@ type SandboxClaimStatusApplyConfiguration struct {
 	ReplacedBy *string `json:"replacedBy,omitempty"`
 	// ObservedGeneration is the generation the status was computed for.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// Frozen is what the claim runs, recorded by the operator when it admitted the claim
+	// (Binding): its class and registry entry as they were then, defaults spelled out. The
+	// claim's children are built and repaired from it only, so later edits of the class or the
+	// registry (or their deletion) never reach a running sandbox; a replacement gets its own.
+	Frozen *FrozenSandboxApplyConfiguration `json:"frozen,omitempty"`
 }
 
 // SandboxClaimStatusApplyConfiguration constructs a declarative configuration of the SandboxClaimStatus type for use with
@@ -144,5 +149,13 @@ func (b *SandboxClaimStatusApplyConfiguration) WithReplacedBy(value string) *San
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *SandboxClaimStatusApplyConfiguration) WithObservedGeneration(value int64) *SandboxClaimStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithFrozen sets the Frozen field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Frozen field is set to the value of the last call.
+func (b *SandboxClaimStatusApplyConfiguration) WithFrozen(value *FrozenSandboxApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
+	b.Frozen = value
 	return b
 }

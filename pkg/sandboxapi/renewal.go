@@ -1,4 +1,4 @@
-package claim
+package sandboxapi
 
 import (
 	"context"
@@ -13,22 +13,23 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 )
 
-// ErrNotBound is returned by RenewLastUsed for a claim that is not Bound: only a Bound claim's
+// errNotBound is returned by renewLastUsed for a claim that is not Bound: only a Bound claim's
 // idle timer can be pushed back (a Reaping claim is not revived).
-var ErrNotBound = errors.New("the claim is not Bound")
+var errNotBound = errors.New("the claim is not Bound")
 
-// NeedsRenewal says whether a renewal at now must write status.lastUsedAt: when it is unset or
+// needsRenewal says whether a renewal at now must write status.lastUsedAt: when it is unset or
 // older than half the idle timeout (SPEC section 3: at most one write per half idle timeout).
-func NeedsRenewal(claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) bool {
+func needsRenewal(claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) bool {
 	last := claim.Status.LastUsedAt
 	return last == nil || now.Sub(last.Time) >= idleTimeout/2
 }
 
-// RenewLastUsed renews a Bound claim at now: it writes status.lastUsedAt = now when NeedsRenewal
+// renewLastUsed renews a Bound claim at now: it writes status.lastUsedAt = now when needsRenewal
 // says so, and otherwise costs no API call. written says whether it wrote. On a conflict it reads
-// the claim again and decides again. It is what the Sandbox API's renew calls; idleTimeout is the
-// claim's runtime's spec.sandbox.idleTimeout.
-func RenewLastUsed(ctx context.Context, client airlockclientset.Interface, claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) (written bool, err error) {
+// the claim again and decides again. idleTimeout is the claim's runtime's
+// spec.sandbox.idleTimeout. (The claim controller only reads lastUsedAt: the API and the
+// controller meet in the claim's status, pkg/admission and pkg/operator, not in each other's code.)
+func renewLastUsed(ctx context.Context, client airlockclientset.Interface, claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) (written bool, err error) {
 	current := claim
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if current == nil {
@@ -39,9 +40,9 @@ func RenewLastUsed(ctx context.Context, client airlockclientset.Interface, claim
 			current = fresh
 		}
 		if current.Status.Phase != airlockv1alpha1.ClaimBound {
-			return ErrNotBound
+			return errNotBound
 		}
-		if !NeedsRenewal(current, idleTimeout, now) {
+		if !needsRenewal(current, idleTimeout, now) {
 			return nil
 		}
 		updated := current.DeepCopy()
@@ -57,7 +58,7 @@ func RenewLastUsed(ctx context.Context, client airlockclientset.Interface, claim
 		return err
 	})
 	if err == nil {
-		renewals.WithLabelValues(boolLabel(written)).Inc()
+		lastUsedWrites.WithLabelValues(boolLabel(written)).Inc()
 	}
 	return written, err
 }

@@ -1,4 +1,4 @@
-package claim
+package sandboxapi
 
 import (
 	"errors"
@@ -34,12 +34,12 @@ func TestNeedsRenewal(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			c := bound("c1", t0.Add(-time.Hour))
+			c := boundClaim(t0.Add(-time.Hour))
 			if tc.lastUsed != nil {
 				c.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
 			}
-			if got := NeedsRenewal(c, idle, tc.now); got != tc.want {
-				t.Errorf("NeedsRenewal = %v, want %v", got, tc.want)
+			if got := needsRenewal(c, idle, tc.now); got != tc.want {
+				t.Errorf("needsRenewal = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -51,16 +51,16 @@ func TestRenewLastUsed(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const idle = 10 * time.Minute
 	clock := clocktesting.NewFakeClock(t0)
-	claim := bound("c1", t0.Add(-time.Minute))
+	claim := boundClaim(t0.Add(-time.Minute))
 	client := airlockfake.NewClientset(claim)
 
 	var writes []time.Time
 	for range 12 { // one renewal a minute for 12 minutes
-		current, err := client.AirlockV1alpha1().SandboxClaims(testNamespace).Get(ctx, "c1", metav1.GetOptions{})
+		current, err := client.AirlockV1alpha1().SandboxClaims(testNS).Get(ctx, claim.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		written, err := RenewLastUsed(ctx, client, current, idle, clock.Now())
+		written, err := renewLastUsed(ctx, client, current, idle, clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestRenewLastUsed(t *testing.T) {
 	if diff := cmp.Diff(want, writes); diff != "" {
 		t.Errorf("lastUsedAt writes (-want +got):\n%s", diff)
 	}
-	got, _ := client.AirlockV1alpha1().SandboxClaims(testNamespace).Get(ctx, "c1", metav1.GetOptions{})
+	got, _ := client.AirlockV1alpha1().SandboxClaims(testNS).Get(ctx, claim.Name, metav1.GetOptions{})
 	if !got.Status.LastUsedAt.Time.Equal(t0.Add(10 * time.Minute)) {
 		t.Errorf("lastUsedAt %v, want %v", got.Status.LastUsedAt, t0.Add(10*time.Minute))
 	}
@@ -81,13 +81,13 @@ func TestRenewLastUsed(t *testing.T) {
 
 func TestRenewLastUsedNotBound(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	claim := bound("c1", t0)
+	claim := boundClaim(t0)
 	claim.Status.Phase = airlockv1alpha1.ClaimReaping
 	client := airlockfake.NewClientset(claim)
 	client.ClearActions()
-	written, err := RenewLastUsed(ctx, client, claim, time.Minute, t0.Add(time.Hour))
-	if !errors.Is(err, ErrNotBound) || written {
-		t.Errorf("RenewLastUsed on a Reaping claim = %v, %v; want false, ErrNotBound", written, err)
+	written, err := renewLastUsed(ctx, client, claim, time.Minute, t0.Add(time.Hour))
+	if !errors.Is(err, errNotBound) || written {
+		t.Errorf("renewLastUsed on a Reaping claim = %v, %v; want false, errNotBound", written, err)
 	}
 	if len(client.Actions()) != 0 {
 		t.Errorf("actions %v, want none", client.Actions())
@@ -96,12 +96,12 @@ func TestRenewLastUsedNotBound(t *testing.T) {
 
 func TestRenewLastUsedConflict(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	claim := bound("c1", t0)
+	claim := boundClaim(t0)
 	client := airlockfake.NewClientset(claim)
 	// Another replica renewed first: the first write conflicts, the fresh claim needs no write.
 	renewedElsewhere := claim.DeepCopy()
 	renewedElsewhere.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(time.Hour)))
-	if _, err := client.AirlockV1alpha1().SandboxClaims(testNamespace).UpdateStatus(ctx, renewedElsewhere, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.AirlockV1alpha1().SandboxClaims(testNS).UpdateStatus(ctx, renewedElsewhere, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	conflicts := 0
@@ -112,12 +112,19 @@ func TestRenewLastUsedConflict(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	written, err := RenewLastUsed(ctx, client, claim, time.Hour, t0.Add(time.Hour+time.Minute))
+	written, err := renewLastUsed(ctx, client, claim, time.Hour, t0.Add(time.Hour+time.Minute))
 	if err != nil || written {
-		t.Errorf("RenewLastUsed = %v, %v; want false, nil (the fresh claim was renewed a minute ago)", written, err)
+		t.Errorf("renewLastUsed = %v, %v; want false, nil (the fresh claim was renewed a minute ago)", written, err)
 	}
 }
 
 func conflictError() error {
 	return apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", errors.New("modified"))
+}
+
+// boundClaim is the test session's claim, Bound at boundAt.
+func boundClaim(boundAt time.Time) *airlockv1alpha1.SandboxClaim {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	c.Status.BoundAt = ptr.To(metav1.NewTime(boundAt))
+	return c
 }

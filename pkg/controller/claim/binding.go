@@ -1,0 +1,207 @@
+package claim
+
+// Binding (SPEC section 3): the children are built from the frozen record and the claim waits
+// for its pod; Bound when it is ready, Failed when it cannot start or when the record's
+// startupTimeout passes, whatever kept it from starting (a child that cannot be written too).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// failingWaitingReasons are the container waiting reasons that fail a Binding claim at once.
+var failingWaitingReasons = map[string]bool{
+	"ImagePullBackOff":           true,
+	"ErrImagePull":               true,
+	"CrashLoopBackOff":           true,
+	"CreateContainerConfigError": true,
+	"InvalidImageName":           true,
+}
+
+// syncBinding builds the claim's children from its frozen record and waits for its pod: Bound
+// when it is ready, Failed when it cannot start or when the record's startupTimeout has passed.
+// A child that cannot be written (the API server refuses it, or an object the claim does not
+// control holds its name) is retried with backoff and, whatever the backoff, looked at again at
+// the startupTimeout, when the claim fails with the write's reason: it never stays Binding, and
+// never keeps its maxConcurrent slot, forever.
+func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
+	if claim.Status.Frozen == nil {
+		written, requeue, err := c.freezeLegacy(ctx, claim, rt)
+		if err != nil || written == nil {
+			return requeue, err
+		}
+		claim = written
+	}
+	record := claim.Status.Frozen
+	now := c.clock.Now()
+	timeout := frozenStartupTimeout(record)
+	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
+
+	if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
+		if inTime && onlyPredecessorChildren(err) {
+			// Waits for them to go: their deletion enqueues the claim; the deadline holds.
+			return ptr.To(left), nil
+		}
+		if inTime {
+			// Retried with backoff (the error), and looked at again at the deadline (the
+			// requeue) however long the backoff has grown.
+			return ptr.To(left), err
+		}
+		reason, message := childFailure(err, timeout)
+		return c.fail(ctx, claim, rt, reason, message)
+	}
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return nil, err
+	}
+	if podReady(pods) {
+		updated := claim.DeepCopy()
+		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
+		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
+		updated.Status.Addresses = addresses(claim, record)
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
+		written, err := c.updateClaimStatus(ctx, claim, updated)
+		if err != nil {
+			return nil, err
+		}
+		return c.idleRequeue(written, rt), nil
+	}
+	if reason, message := podFailure(pods); reason != "" {
+		return c.fail(ctx, claim, rt, reason, message)
+	}
+	if inTime {
+		return ptr.To(left), nil
+	}
+	if message := podUnschedulable(pods); message != "" {
+		return c.fail(ctx, claim, rt, ReasonUnschedulable, message)
+	}
+	message := fmt.Sprintf(messageStartupTimeout, timeout)
+	if d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name); err == nil {
+		for _, cond := range d.Status.Conditions {
+			if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
+				message += ": " + cond.Message
+			}
+		}
+	}
+	return c.fail(ctx, claim, rt, ReasonStartupTimeout, message)
+}
+
+// onlyPredecessorChildren says whether every error of err (ensureChildren joins them) is a child of
+// an earlier claim of the same name still being deleted.
+func onlyPredecessorChildren(err error) bool {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return errors.Is(err, errPredecessorChild)
+	}
+	for _, e := range joined.Unwrap() {
+		if !onlyPredecessorChildren(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// childFailure is the reason and message of a claim whose children could not be written by its
+// startupTimeout: ErrResourceExists for an object of another owner holding a child's name, else
+// the API server's reason (Invalid, Forbidden, ...), else StartupTimeout.
+func childFailure(err error, timeout time.Duration) (string, string) {
+	message := fmt.Sprintf(messageChildrenFailed, timeout, err)
+	var notControlled *notControlledError
+	switch {
+	case errors.As(err, &notControlled):
+		return ReasonErrResourceExists, message
+	case apierrors.ReasonForError(err) != metav1.StatusReasonUnknown:
+		return string(apierrors.ReasonForError(err)), message
+	}
+	return ReasonStartupTimeout, message
+}
+
+// fail moves the claim to Failed and scales its Deployment to zero.
+func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason, message string) (*time.Duration, error) {
+	if err := c.scaleDown(ctx, claim); err != nil {
+		return nil, err
+	}
+	updated := claim.DeepCopy()
+	setPhase(updated, airlockv1alpha1.ClaimFailed, reason, message)
+	updated.Status.Addresses = nil
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, reason, message, c.clock.Now())
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return nil, err
+	}
+	// A claim fails before it can be replaced: it is kept waitingTTL from now (syncFailed).
+	return ptr.To(waitingTTL(rt)), nil
+}
+
+// claimPods returns the claim's sandbox pods from the cache.
+//
+// A claim built from a frozen record labels its pods with its UID, and only those are its own: a
+// pod of an earlier claim of the same name (closed and acquired again) never makes it Bound nor
+// counts for it. A claim built before records existed is matched by name, as it was built.
+func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
+	selector := selectorLabels(claim)
+	if claim.Status.Frozen != nil {
+		selector[LabelClaimUID] = string(claim.UID)
+	}
+	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
+}
+
+// podReady says whether a pod of the claim, not being deleted, is Ready.
+func podReady(pods []*corev1.Pod) bool {
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// podFailure returns the reason and message of a container that cannot start.
+func podFailure(pods []*corev1.Pod) (string, string) {
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+		for _, s := range statuses {
+			if w := s.State.Waiting; w != nil && failingWaitingReasons[w.Reason] {
+				message := w.Message
+				if message == "" {
+					message = fmt.Sprintf("container %s of pod %s: %s", s.Name, pod.Name, w.Reason)
+				}
+				return w.Reason, message
+			}
+		}
+	}
+	return "", ""
+}
+
+// podUnschedulable returns the scheduler's message when a pod of the claim is unschedulable.
+func podUnschedulable(pods []*corev1.Pod) string {
+	for _, pod := range pods {
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				if cond.Message != "" {
+					return cond.Message
+				}
+				return "the sandbox pod cannot be scheduled"
+			}
+		}
+	}
+	return ""
+}

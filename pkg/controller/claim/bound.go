@@ -1,0 +1,95 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// A Bound claim (SPEC section 3): its children are repaired from its frozen record, and it is
+// reaped, with sync-back, when it has been idle for the runtime's idleTimeout, or when its pod
+// has not been ready for the record's startupTimeout (a crash loop, an evicted pod that cannot be
+// scheduled again, ...): reason PodFailed, so that its work is saved and its slot freed rather
+// than held by a sandbox nobody can use until the idle timer runs out.
+//
+// The Ready condition says which: it turns False (with the pod's waiting reason, else
+// PodNotReady) when the Bound claim's pod is first seen not ready, and its lastTransitionTime
+// starts the startupTimeout; it turns True again if the pod recovers first.
+
+// syncBound repairs the Bound claim's children, watches its pod, and reaps it when it has been
+// idle too long or its pod has not been ready for the startupTimeout.
+func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
+	if runtimeGone(rt) {
+		return nil, nil
+	}
+	// Repaired from the frozen record only. A claim bound before records existed has none: its
+	// children are left exactly as they are until it is reaped (rebuilding them from the live
+	// class or registry could restart or widen the running sandbox).
+	record := claim.Status.Frozen
+	if record != nil {
+		if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
+			return nil, err
+		}
+	}
+	now := c.clock.Now()
+	idle := idleTimeout(rt)
+	idleLeft, notIdle := timeLeft(lastUsed(claim), idle, now)
+	if !notIdle {
+		return c.beginReaping(ctx, claim, rt, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle),
+			func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
+				return timeLeft(lastUsed(fresh), idle, c.clock.Now())
+			})
+	}
+
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return nil, err
+	}
+	timeout := defaultStartupTimeout
+	if record != nil {
+		timeout = frozenStartupTimeout(record)
+	}
+	ready := findCondition(claim, ConditionReady)
+	readyNow := podReady(pods)
+	switch {
+	case readyNow && (ready == nil || ready.Status != metav1.ConditionTrue):
+		// Recovered.
+		updated := claim.DeepCopy()
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
+		_, err := c.updateClaimStatus(ctx, claim, updated)
+		return ptr.To(idleLeft), err
+	case readyNow:
+		return ptr.To(idleLeft), nil
+	case ready == nil || ready.Status == metav1.ConditionTrue:
+		// First seen not ready: the startupTimeout starts now.
+		reason, message := podFailure(pods)
+		if reason == "" {
+			reason, message = ReasonPodNotReady, messagePodNotReady
+		}
+		updated := claim.DeepCopy()
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, reason, message, now)
+		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+			return nil, err
+		}
+		c.recorder.Eventf(claim, corev1.EventTypeWarning, reason, MessagePodNotReady, timeout, message)
+		return ptr.To(min(idleLeft, timeout)), nil
+	}
+	notReadyFor := func(fresh *airlockv1alpha1.SandboxClaim) (time.Duration, bool) {
+		if cond := findCondition(fresh, ConditionReady); cond == nil || cond.Status != metav1.ConditionFalse {
+			// Ready again (the cache had not seen it yet): not reaped; looked at again later.
+			return timeout, true
+		}
+		return timeLeft(conditionTime(fresh, ConditionReady, metav1.ConditionFalse), timeout, c.clock.Now())
+	}
+	if left, ok := notReadyFor(claim); ok {
+		return ptr.To(min(idleLeft, left)), nil
+	}
+	return c.beginReaping(ctx, claim, rt, ReasonPodFailed,
+		fmt.Sprintf(messagePodFailed, timeout, ready.Reason, ready.Message), notReadyFor)
+}

@@ -1,0 +1,268 @@
+package claim
+
+// The claim's children (SPEC section 5): created, and their drift repaired, from the claim's
+// frozen record. A child with the claim's name that the claim does not control is reported and
+// never touched.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// ensureChildren creates the claim's Secret, Deployment, Service and NetworkPolicy, and repairs
+// the drift of what it set on them. The Secret's token is never changed once created. The four
+// are independent, so they are written concurrently: a new claim costs one round trip, not four.
+//
+// Everything comes from the claim's frozen record: the live class and registry are not read.
+func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) error {
+	allowed, err := c.allowedServices(ctx, record.AllowedServices)
+	if err != nil {
+		return err
+	}
+	ensures := []func() error{
+		func() error { return c.ensureSecret(ctx, claim) },
+		func() error { return c.ensureDeployment(ctx, claim, buildDeployment(claim, record, replicas)) },
+		func() error { return c.ensureService(ctx, claim, buildService(claim, record)) },
+		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed)) },
+	}
+	errs := make([]error, len(ensures))
+	var wg sync.WaitGroup
+	for i, ensure := range ensures {
+		wg.Go(func() { errs[i] = ensure() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// allowedServices GETs the recorded allowed Services that exist. They are read on every sync of a
+// Binding or Bound claim (not cached: the operator caches only its own children).
+func (c *Controller) allowedServices(ctx context.Context, refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
+	var out []*corev1.Service
+	for _, ref := range refs {
+		svc, err := c.kubeClient.CoreV1().Services(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading allowed Service %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		out = append(out, svc)
+	}
+	return out, nil
+}
+
+// controlled checks that a child is controlled by the claim, and reports it when not. A child of
+// an earlier claim of the same name (garbage collection deletes children in the background, so a
+// claim closed and acquired again can meet its predecessor's) is never adopted: it is deleted, if
+// it is not being deleted already, and the claim waits for it to go (errPredecessorChild; its
+// deletion enqueues the claim, by the owner's name).
+func (c *Controller) controlled(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, child metav1.Object, kind string, remove func(context.Context, string, metav1.DeleteOptions) error) error {
+	if metav1.IsControlledBy(child, claim) {
+		return nil
+	}
+	if ref := metav1.GetControllerOf(child); ref != nil && ref.Kind == "SandboxClaim" && ref.Name == claim.Name {
+		if child.GetDeletionTimestamp() == nil {
+			klog.FromContext(ctx).V(2).Info("Deleting a child of an earlier claim of the same name", "claim", klog.KObj(claim), "kind", kind, "child", klog.KObj(child))
+			uid := child.GetUID()
+			err := remove(ctx, child.GetName(), metav1.DeleteOptions{
+				Preconditions:     &metav1.Preconditions{UID: &uid},
+				PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+			})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return err
+			}
+		}
+		return errPredecessorChild
+	}
+	c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, kind, child.GetName())
+	return &notControlledError{kind: kind, name: child.GetName()}
+}
+
+// errPredecessorChild says that a child of an earlier claim of the same name is still there.
+var errPredecessorChild = errors.New("a child of an earlier claim of the same name is still being deleted")
+
+// notControlledError says that an object the claim does not control holds a child's name.
+type notControlledError struct{ kind, name string }
+
+func (e *notControlledError) Error() string {
+	return fmt.Sprintf(MessageResourceExists, e.kind, e.name)
+}
+
+// mergeLabels returns live with want's labels set, and whether that changed anything.
+func mergeLabels(live, want map[string]string) (map[string]string, bool) {
+	changed := false
+	out := make(map[string]string, len(live)+len(want))
+	for k, v := range live {
+		out[k] = v
+	}
+	for k, v := range want {
+		if out[k] != v {
+			out[k] = v
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	secret, err := c.secretLister.Secrets(claim.Namespace).Get(claim.Name)
+	if apierrors.IsNotFound(err) {
+		token, err := c.newToken()
+		if err != nil {
+			return fmt.Errorf("minting the claim's token: %w", err)
+		}
+		_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // created by an earlier sync the cache has not seen yet; never minted twice
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.controlled(ctx, claim, secret, "Secret", c.kubeClient.CoreV1().Secrets(claim.Namespace).Delete); err != nil {
+		return err
+	}
+	if l, changed := mergeLabels(secret.Labels, childLabels(claim)); changed {
+		updated := secret.DeepCopy()
+		updated.Labels = l
+		_, err := c.kubeClient.CoreV1().Secrets(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	}
+	return nil
+}
+
+func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
+	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the cache will show it and enqueue the claim
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.controlled(ctx, claim, live, "Deployment", c.kubeClient.AppsV1().Deployments(claim.Namespace).Delete); err != nil {
+		return err
+	}
+	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
+	// want is built from the claim's frozen record, which never changes: a template that differs
+	// from it drifted (someone edited the Deployment), and is repaired.
+	if !labelsChanged &&
+		ptr.Deref(live.Spec.Replicas, 1) == *want.Spec.Replicas &&
+		live.Spec.Strategy.Type == want.Spec.Strategy.Type && live.Spec.Strategy.RollingUpdate == nil &&
+		apiequality.Semantic.DeepEqual(live.Spec.Template, want.Spec.Template) {
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Labels = l
+	updated.Spec.Replicas = want.Spec.Replicas
+	updated.Spec.Strategy = want.Spec.Strategy
+	updated.Spec.Template = want.Spec.Template
+	klog.FromContext(ctx).V(2).Info("Repairing the claim's Deployment", "claim", klog.KObj(claim))
+	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+// scaleDown sets the claim's Deployment, if it has one, to zero replicas.
+func (c *Controller) scaleDown(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(live, claim) || ptr.Deref(live.Spec.Replicas, 1) == 0 {
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Spec.Replicas = ptr.To[int32](0)
+	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Service) error {
+	live, err := c.serviceLister.Services(claim.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.controlled(ctx, claim, live, "Service", c.kubeClient.CoreV1().Services(claim.Namespace).Delete); err != nil {
+		return err
+	}
+	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
+	if !labelsChanged && live.Spec.Type == want.Spec.Type &&
+		apiequality.Semantic.DeepEqual(live.Spec.Selector, want.Spec.Selector) &&
+		servicePortsEqual(live.Spec.Ports, want.Spec.Ports) {
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Labels = l
+	updated.Spec.Type = want.Spec.Type
+	updated.Spec.Selector = want.Spec.Selector
+	updated.Spec.Ports = want.Spec.Ports
+	_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+// servicePortsEqual compares the fields of Service ports that the controller sets.
+func servicePortsEqual(live, want []corev1.ServicePort) bool {
+	if len(live) != len(want) {
+		return false
+	}
+	for i := range want {
+		l, w := live[i], want[i]
+		if l.Name != w.Name || l.Port != w.Port || l.TargetPort != w.TargetPort || l.Protocol != w.Protocol {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
+	live, err := c.networkPolicyLister.NetworkPolicies(claim.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.controlled(ctx, claim, live, "NetworkPolicy", c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Delete); err != nil {
+		return err
+	}
+	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
+	if !labelsChanged && apiequality.Semantic.DeepEqual(live.Spec, want.Spec) {
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Labels = l
+	updated.Spec = want.Spec
+	_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}

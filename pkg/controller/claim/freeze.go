@@ -1,0 +1,183 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/admission"
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
+)
+
+// What a claim runs is frozen at admission (SPEC section 3). When the leader moves a claim to
+// Binding it writes, in the same status update, status.frozen: the class and the registry entry
+// as they are at that moment, every default spelled out and the tool list always explicit. From
+// then on the claim's children are built and repaired from that record only; the live class and
+// registry are never read for a Binding, Bound or Reaping claim, so editing or deleting them
+// never changes (nor widens) a running sandbox. A replacement is a new claim, admitted and frozen
+// on its own: it gets the class and entry as they are when it is admitted.
+
+// freeze returns what a claim of the registry entry runs when built from class now.
+func freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) *airlockv1alpha1.FrozenSandbox {
+	spec := class.Spec.DeepCopy()
+	r := &airlockv1alpha1.FrozenSandbox{
+		ClassGeneration:    class.Generation,
+		Image:              spec.Image,
+		Args:               spec.Args,
+		Ports:              spec.Ports,
+		Env:                spec.Env,
+		Resources:          spec.Resources,
+		RuntimeClassName:   spec.RuntimeClassName,
+		Volumes:            spec.Volumes,
+		WorkspaceClaimName: spec.WorkspaceClaimName,
+		AllowedTools:       allowedTools(entry),
+		AllowedServices:    spec.AllowedServices,
+		StartupTimeout:     metav1.Duration{Duration: defaultStartupTimeout},
+	}
+	if len(r.Args) == 0 {
+		r.Args = append([]string(nil), defaultArgs...)
+	}
+	if len(r.Ports) == 0 {
+		r.Ports = append([]airlockv1alpha1.SandboxPort(nil), defaultPorts...)
+	}
+	if r.WorkspaceClaimName == "" {
+		r.WorkspaceClaimName = defaultWorkspaceClaimName
+	}
+	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
+		r.StartupTimeout = *d
+	}
+	return r
+}
+
+// allowedTools is the entry's tool list made explicit: every tool sandboxd has (toolnames.All)
+// when the entry lists none.
+func allowedTools(entry *airlockv1alpha1.RegistrySandbox) []airlockv1alpha1.ToolName {
+	if len(entry.AllowedTools) > 0 {
+		return append([]airlockv1alpha1.ToolName(nil), entry.AllowedTools...)
+	}
+	all := toolnames.All()
+	out := make([]airlockv1alpha1.ToolName, len(all))
+	for i, name := range all {
+		out[i] = airlockv1alpha1.ToolName(name)
+	}
+	return out
+}
+
+// frozenStartupTimeout is the record's startupTimeout, defaulted.
+func frozenStartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
+	if r.StartupTimeout.Duration <= 0 {
+		return defaultStartupTimeout
+	}
+	return r.StartupTimeout.Duration
+}
+
+// cannotFreeze says why a claim that admission let through cannot be built: its class or its
+// registry entry is missing.
+type cannotFreeze struct {
+	reason, message string
+}
+
+// freezeFor returns the record of claim from the class it names and the entry of its runtime's
+// registry in input (the registries admission just decided over), or why there is none.
+func (c *Controller) freezeFor(claim *airlockv1alpha1.SandboxClaim, input admission.Input) (*airlockv1alpha1.FrozenSandbox, *cannotFreeze, error) {
+	var entry *airlockv1alpha1.RegistrySandbox
+	registry := ""
+	if rt := input.Runtimes[claim.Spec.RuntimeName]; rt != nil {
+		registry = rt.Spec.ToolRegistryRef.Name
+		if r := input.Registries[registry]; r != nil {
+			entry = findEntry(r, claim.Spec.Sandbox)
+		}
+	}
+	return c.freezeFrom(claim, registry, entry)
+}
+
+// freezeFrom returns the record of claim built from the class it names and entry.
+func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry string, entry *airlockv1alpha1.RegistrySandbox) (*airlockv1alpha1.FrozenSandbox, *cannotFreeze, error) {
+	if entry == nil {
+		return nil, &cannotFreeze{admission.ReasonUnknownSandbox, fmt.Sprintf("ToolRegistry %q has no sandbox %q", registry, claim.Spec.Sandbox)}, nil
+	}
+	class, err := c.classLister.Get(claim.Spec.ClassName)
+	if apierrors.IsNotFound(err) {
+		return nil, &cannotFreeze{ReasonClassNotFound, fmt.Sprintf(messageClassNotFound, claim.Spec.ClassName)}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if message := classConflict(class); message != "" {
+		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
+	}
+	return freeze(class, entry), nil, nil
+}
+
+// classConflict says why the pod of class cannot be built, or "": a volume that takes the name or
+// the mount path of the claim's token volume (the API server would refuse the Deployment, and the
+// claim would wait for its startupTimeout to fail).
+func classConflict(class *airlockv1alpha1.SandboxClass) string {
+	for _, v := range class.Spec.Volumes {
+		switch {
+		case v.Name == tokenVolumeName:
+			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
+		case v.MountPath == TokenMountPath:
+			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
+		}
+	}
+	return ""
+}
+
+func findEntry(registry *airlockv1alpha1.ToolRegistry, sandbox string) *airlockv1alpha1.RegistrySandbox {
+	for i := range registry.Spec.Sandboxes {
+		if registry.Spec.Sandboxes[i].Name == sandbox {
+			return &registry.Spec.Sandboxes[i]
+		}
+	}
+	return nil
+}
+
+// writeAdmitted writes Binding with the claim's frozen record, or, when the claim cannot be built
+// (its class or entry is gone), Failed with the reason. It returns the claim as written.
+func (c *Controller) writeAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, why *cannotFreeze) (*airlockv1alpha1.SandboxClaim, error) {
+	now := c.clock.Now()
+	updated := claim.DeepCopy()
+	setCondition(&updated.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, now)
+	if why != nil {
+		setPhase(updated, airlockv1alpha1.ClaimFailed, why.reason, why.message)
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, why.reason, why.message, now)
+		return c.updateClaimStatus(ctx, claim, updated)
+	}
+	setPhase(updated, airlockv1alpha1.ClaimBinding, ReasonBinding, messageBinding)
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
+	updated.Status.Frozen = record
+	return c.updateClaimStatus(ctx, claim, updated)
+}
+
+// freezeLegacy records what a Binding claim runs when it has no record (an operator before
+// status.frozen admitted it): from the class and entry as they are now, or Failed when either is
+// gone. It returns the claim as written, or nil when it failed it.
+func (c *Controller) freezeLegacy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
+	klog.FromContext(ctx).V(2).Info("Recording what a claim admitted without a record runs", "claim", klog.KObj(claim))
+	entry, err := c.registryEntry(claim, rt)
+	if err != nil {
+		return nil, nil, err
+	}
+	registry := ""
+	if rt != nil {
+		registry = rt.Spec.ToolRegistryRef.Name
+	}
+	record, why, err := c.freezeFrom(claim, registry, entry)
+	if err != nil {
+		return nil, nil, err
+	}
+	if why != nil {
+		requeue, err := c.fail(ctx, claim, rt, why.reason, why.message)
+		return nil, requeue, err
+	}
+	updated := claim.DeepCopy()
+	updated.Status.Frozen = record
+	written, err := c.updateClaimStatus(ctx, claim, updated)
+	return written, nil, err
+}

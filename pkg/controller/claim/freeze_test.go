@@ -1,0 +1,386 @@
+package claim
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
+)
+
+// TestFreeze: the record spells out every default of the class and the entry; an entry that
+// allows every tool is written as the full list of sandboxd's tools.
+func TestFreeze(t *testing.T) {
+	class := &airlockv1alpha1.SandboxClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 7},
+		Spec:       airlockv1alpha1.SandboxClassSpec{Image: "example.com/sandbox:v1"},
+	}
+	entry := &airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "bare"}
+	got := freeze(class, entry)
+	var all []airlockv1alpha1.ToolName
+	for _, name := range toolnames.All() {
+		all = append(all, airlockv1alpha1.ToolName(name))
+	}
+	want := &airlockv1alpha1.FrozenSandbox{
+		ClassGeneration:    7,
+		Image:              "example.com/sandbox:v1",
+		Args:               []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
+		Ports:              []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
+		WorkspaceClaimName: "workspace-content",
+		AllowedTools:       all,
+		StartupTimeout:     metav1.Duration{Duration: 5 * time.Minute},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("record of a bare class and an entry allowing every tool (-want +got):\n%s", diff)
+	}
+
+	// The record shares nothing with the class or the entry: editing them later changes nothing.
+	full := newClass("codegen")
+	full.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+	fullEntry := &newRegistry("tools", "").Spec.Sandboxes[0]
+	record := freeze(full, fullEntry)
+	before := record.DeepCopy()
+	full.Spec.Args[0] = "edited"
+	full.Spec.Env[0].Value = "edited"
+	full.Spec.AllowedServices[0].Name = "edited"
+	fullEntry.AllowedTools[0] = "Write"
+	if diff := cmp.Diff(before, record); diff != "" {
+		t.Errorf("record changed with its class and entry (-before +after):\n%s", diff)
+	}
+}
+
+// TestSyncAdmitRecordsWhatItRuns: admission writes the record in the same status write as
+// Binding, and the Deployment is built from it.
+func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	f.classes[0].Generation = 3
+	f.registries[0].Spec.Sandboxes[0].AllowedTools = nil // every tool
+	claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.writtenClaim()
+	if got.Status.Phase != airlockv1alpha1.ClaimBinding || got.Status.Frozen == nil {
+		t.Fatalf("phase %s record %v, want Binding with a record", got.Status.Phase, got.Status.Frozen)
+	}
+	if diff := cmp.Diff(freeze(f.classes[0], &f.registries[0].Spec.Sandboxes[0]), got.Status.Frozen); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+	if got.Status.Frozen.ClassGeneration != 3 {
+		t.Errorf("class generation %d, want 3", got.Status.Frozen.ClassGeneration)
+	}
+	args := f.written("deployments", "").(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+	if !slicesContain(args, "--allowed-tools="+strings.Join(toolnames.All(), ",")) {
+		t.Errorf("sandbox args %q: want the explicit list of every tool", args)
+	}
+}
+
+// TestSyncRunningSandboxIsFrozen: once a claim is Binding or Bound, edits of its registry entry
+// or class (or their removal) never reach its children; drift is repaired to the record, never
+// to the live registry (a removed entry never drops --allowed-tools).
+func TestSyncRunningSandboxIsFrozen(t *testing.T) {
+	allowedProxy := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: "infra"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "proxy"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	tests := map[string]struct {
+		phase  airlockv1alpha1.ClaimPhase
+		mutate func(f *fixture)
+		// wantActions are the writes; a repaired Deployment must carry the recorded pod.
+		wantActions []string
+	}{
+		"entry's allowedTools widened after Bound": {
+			mutate: func(f *fixture) {
+				f.registries[0].Spec.Sandboxes[0].AllowedTools = []airlockv1alpha1.ToolName{"Read", "Bash", "Write", "Edit"}
+			},
+		},
+		"entry's allowedTools emptied (every tool) after Bound": {
+			mutate: func(f *fixture) { f.registries[0].Spec.Sandboxes[0].AllowedTools = nil },
+		},
+		"entry removed after Bound": {
+			mutate: func(f *fixture) { f.registries[0].Spec.Sandboxes = nil },
+		},
+		"registry deleted after Bound": {
+			mutate: func(f *fixture) { f.registries = nil },
+		},
+		"entry removed after Bound, and the Deployment drifted: repaired to the record": {
+			mutate: func(f *fixture) {
+				f.registries[0].Spec.Sandboxes = nil
+				f.deployments[0].Spec.Template.Spec.Containers[0].Args = []string{"sandboxd"}
+			},
+			wantActions: []string{"update deployments c1"},
+		},
+		"class edited after Bound: image, ports, env, allowed Services, startupTimeout": {
+			mutate: func(f *fixture) {
+				cl := f.classes[0]
+				cl.Generation = 2
+				cl.Spec.Image = "example.com/new:v2"
+				cl.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 9090}}
+				cl.Spec.Env = nil
+				cl.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+				cl.Spec.StartupTimeout = &metav1.Duration{Duration: time.Second}
+				f.kubeOnly = append(f.kubeOnly, allowedProxy)
+			},
+		},
+		"class deleted after Bound": {
+			mutate: func(f *fixture) { f.classes = nil },
+		},
+		"entry widened while Binding": {
+			phase: airlockv1alpha1.ClaimBinding,
+			mutate: func(f *fixture) {
+				f.registries[0].Spec.Sandboxes[0].AllowedTools = nil
+			},
+		},
+		"class edited while Binding": {
+			phase: airlockv1alpha1.ClaimBinding,
+			mutate: func(f *fixture) {
+				f.classes[0].Generation = 2
+				f.classes[0].Spec.Image = "example.com/new:v2"
+				f.classes[0].Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 9090}}
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := bound("c1", t0.Add(-time.Minute))
+			if tc.phase == airlockv1alpha1.ClaimBinding {
+				claim = binding("c1", t0.Add(-time.Minute))
+			}
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if claim.Status.Phase == airlockv1alpha1.ClaimBound {
+				f.pods = append(f.pods, newPod(claim, readyPod)) // the running sandbox
+			}
+			tc.mutate(f)
+			c := f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, tc.wantActions)
+			for _, a := range f.actions() {
+				if a != "update deployments c1" {
+					continue
+				}
+				want := buildDeployment(claim, testRecord(), 1)
+				got := f.written("deployments", "").(*appsv1.Deployment)
+				if diff := cmp.Diff(want.Spec.Template, got.Spec.Template); diff != "" {
+					t.Errorf("repaired template is not the recorded one (-record +written):\n%s", diff)
+				}
+				if args := got.Spec.Template.Spec.Containers[0].Args; !slicesContain(args, "--allowed-tools=Read,Bash") {
+					t.Errorf("repaired args %q lack the recorded --allowed-tools", args)
+				}
+			}
+		})
+	}
+}
+
+// TestSyncReplacementGetsCurrentEntryAndClass: a replacement is admitted and frozen on its own,
+// from the entry and class as they are now, not from its predecessor's record.
+func TestSyncReplacementGetsCurrentEntryAndClass(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	original := binding("c1", t0.Add(-10*time.Minute))
+	original.Status.Phase = airlockv1alpha1.ClaimFailed
+	original.Status.Reason = "ImagePullBackOff"
+	original.Status.ReplacedBy = "c1-r1"
+	// Since the original was admitted: the image was fixed and the tools narrowed.
+	f.classes[0].Generation = 2
+	f.classes[0].Spec.Image = "example.com/fixed:v2"
+	f.registries[0].Spec.Sandboxes[0].AllowedTools = []airlockv1alpha1.ToolName{"Read", "Grep"}
+	replacement := newClaim("c1-r1", original.Spec.Session, "", t0.Add(-time.Second))
+	replacement.Spec.Replaces = "c1"
+	f.claims = append(f.claims, original, replacement)
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(replacement)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.writtenClaimNamed("c1-r1")
+	if got.Status.Phase != airlockv1alpha1.ClaimBinding || got.Status.Frozen == nil {
+		t.Fatalf("replacement phase %s record %v, want Binding with a record", got.Status.Phase, got.Status.Frozen)
+	}
+	r := got.Status.Frozen
+	if r.Image != "example.com/fixed:v2" || r.ClassGeneration != 2 || !cmp.Equal(r.AllowedTools, []airlockv1alpha1.ToolName{"Read", "Grep"}) {
+		t.Errorf("replacement's record: image %s generation %d tools %v; want the current class and entry", r.Image, r.ClassGeneration, r.AllowedTools)
+	}
+	d := f.written("deployments", "").(*appsv1.Deployment)
+	ctr := d.Spec.Template.Spec.Containers[0]
+	if d.Name != "c1-r1" || ctr.Image != "example.com/fixed:v2" || !slicesContain(ctr.Args, "--allowed-tools=Read,Grep") {
+		t.Errorf("replacement's Deployment %s: image %s args %q", d.Name, ctr.Image, ctr.Args)
+	}
+}
+
+// TestSyncClaimsWithoutRecord: claims admitted by an operator before records existed. A Binding
+// one is recorded from the class and entry as they are now (its pod is not ready, nothing runs
+// yet); a Bound one is left exactly as it is, never rebuilt from the live class or registry.
+func TestSyncClaimsWithoutRecord(t *testing.T) {
+	t.Run("binding: recorded now", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		claim := binding("c1", t0.Add(-time.Minute))
+		claim.Status.Frozen = nil
+		f.claims = append(f.claims, claim)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		got := f.writtenClaim()
+		if diff := cmp.Diff(testRecord(), got.Status.Frozen); diff != "" || got.Status.Phase != airlockv1alpha1.ClaimBinding {
+			t.Errorf("phase %s; record (-want +got):\n%s", got.Status.Phase, diff)
+		}
+	})
+	t.Run("binding, entry gone: Failed, nothing built", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		f.registries[0].Spec.Sandboxes = nil
+		claim := binding("c1", t0.Add(-time.Minute))
+		claim.Status.Frozen = nil
+		f.claims = append(f.claims, claim)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, []string{"update sandboxclaims/status c1"})
+		if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != "UnknownSandbox" {
+			t.Errorf("status %s/%s, want Failed/UnknownSandbox", got.Status.Phase, got.Status.Reason)
+		}
+	})
+	t.Run("bound: left as it is", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		claim := bound("c1", t0.Add(-time.Minute))
+		f.withChildren(claim, 1)
+		claim.Status.Frozen = nil
+		f.claims = append(f.claims, claim)
+		f.registries[0].Spec.Sandboxes = nil
+		f.deployments[0].Spec.Template.Spec.Containers[0].Image = "example.com/edited:v1"
+		f.pods = append(f.pods, newPod(claim, readyPod))
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, nil)
+	})
+}
+
+// TestSyncBindingChildrenFailUntilStartupTimeout: a child that cannot be written (an object of
+// another owner holds its name; the API server refuses it) is retried, and the claim is looked at
+// again at its startupTimeout whatever the backoff, when it fails with the write's reason: it is
+// never Binding forever, holding its maxConcurrent slot.
+func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
+	began := t0.Add(-time.Minute)
+	tests := map[string]struct {
+		setup       func(f *fixture)
+		afterStart  func(f *fixture)
+		wantReason  string
+		wantMessage string
+	}{
+		"a foreign Service holds the claim's name": {
+			setup: func(f *fixture) {
+				f.services = append(f.services, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+			},
+			wantReason:  ReasonErrResourceExists,
+			wantMessage: `Service "c1" already exists and is not controlled by the claim`,
+		},
+		"the API server refuses the Deployment": {
+			afterStart: func(f *fixture) {
+				f.kubeClient.PrependReactor("create", "deployments", func(a core.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "c1",
+						field.ErrorList{field.Duplicate(field.NewPath("spec", "template", "spec", "volumes").Index(2).Child("name"), tokenVolumeName)})
+				})
+			},
+			wantReason:  "Invalid",
+			wantMessage: "Duplicate value",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := binding("c1", began)
+			f.claims = append(f.claims, claim)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			c := f.newController(ctx)
+			if tc.afterStart != nil {
+				tc.afterStart(f)
+			}
+
+			// Before the startupTimeout: an error (retried with backoff) and the time left.
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err == nil {
+				t.Fatal("sync succeeded with a child that cannot be written")
+			}
+			checkRequeue(t, requeue, ptr.To(4*time.Minute))
+			for _, a := range f.actions() {
+				if strings.Contains(a, "sandboxclaims/status") {
+					t.Errorf("status written before the startupTimeout: %v", f.actions())
+				}
+			}
+
+			// At the startupTimeout: Failed with the write's reason.
+			f.clock.Step(4 * time.Minute)
+			f.log = nil
+			requeue, err = c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, ptr.To(30*time.Minute))
+			got := f.writtenClaim()
+			if got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != tc.wantReason || !strings.Contains(got.Status.Message, tc.wantMessage) {
+				t.Errorf("status %s/%s/%q, want Failed/%s with %q", got.Status.Phase, got.Status.Reason, got.Status.Message, tc.wantReason, tc.wantMessage)
+			}
+			if cond := findCondition(got, ConditionReady); cond == nil || cond.Reason != tc.wantReason {
+				t.Errorf("Ready condition %+v, want reason %s", cond, tc.wantReason)
+			}
+		})
+	}
+}
+
+func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
+
+// TestSyncAdmitInvalidClass: a class whose volume takes the token volume's name or mount path
+// cannot be built (the API server would refuse the Deployment): the claim is Failed when it is
+// admitted, with a reason that says so, rather than after its startupTimeout.
+func TestSyncAdmitInvalidClass(t *testing.T) {
+	tests := map[string]airlockv1alpha1.SandboxVolume{
+		"volume named like the token volume": {Name: tokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume mounted at the token's path": {Name: "extra", MountPath: TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+	}
+	for name, volume := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.classes[0].Spec.Volumes = append(f.classes[0].Spec.Volumes, volume)
+			claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
+			f.claims = append(f.claims, claim)
+			c := f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, []string{"update sandboxclaims/status c1"})
+			if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonInvalidClass {
+				t.Errorf("status %s/%s %q, want Failed/%s", got.Status.Phase, got.Status.Reason, got.Status.Message, ReasonInvalidClass)
+			}
+		})
+	}
+}

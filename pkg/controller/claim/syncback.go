@@ -1,0 +1,188 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// Sync-back (SPEC section 3, "Reaping"): a Job copies the Reaping claim's workspace into its
+// targetPath; the claim is deleted only once the Job has succeeded. Every attempt has an end: the
+// Job has a deadline (activeDeadlineSeconds, syncDeadline), and a Job whose pod has not become
+// ready within syncStartTimeout of its creation (an image that cannot be pulled, a PVC that is not
+// bound, a pod the API server refuses) is a failed attempt too. A failed attempt is counted on the
+// claim, reported (condition SyncBack=False with the reason, a Warning event) and retried after a
+// backoff; the claim is never deleted while its work is unsaved.
+
+// syncBack runs the claim's sync-back Job, retrying a failed one with backoff.
+func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	now := c.clock.Now()
+	failures := syncFailures(claim)
+	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
+	if apierrors.IsNotFound(err) {
+		pvc, err := c.contentClaimName(claim)
+		if err != nil {
+			return nil, err
+		}
+		if pvc == "" {
+			// A claim without a record and without its class: the content PVC is unknown; the
+			// class's creation enqueues nothing, so look again later.
+			logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
+			return ptr.To(syncBackoffMax), nil
+		}
+		attempt := failures + 1
+		job := buildSyncJob(claim, pvc, c.syncImage, attempt)
+		_, err = c.kubeClient.BatchV1().Jobs(claim.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !metav1.IsControlledBy(job, claim) {
+		c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonErrResourceExists, MessageResourceExists, "Job", job.Name)
+		return nil, fmt.Errorf(MessageResourceExists, "Job", job.Name)
+	}
+	if job.DeletionTimestamp != nil {
+		return nil, nil // its deletion enqueues the claim
+	}
+	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
+		syncBackResults.WithLabelValues("succeeded").Inc()
+		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncedBack, MessageSynced, job.Name, claim.Spec.TargetPath)
+		updated := claim.DeepCopy()
+		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionTrue, ReasonSyncedBack, fmt.Sprintf(messageSyncBackOK, claim.Spec.TargetPath), now)
+		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+			return nil, err
+		}
+		return nil, c.removeClaim(ctx, claim, ReasonSyncedBack)
+	}
+	failedAt, why, failed := syncJobFailure(job, now)
+	if !failed {
+		if !syncJobStarted(job) {
+			// Looked at again when its pod should have started.
+			left, _ := timeLeft(job.CreationTimestamp.Time, syncStartTimeout, now)
+			return ptr.To(left), nil
+		}
+		return nil, nil // running; its completion (or its deadline) enqueues the claim
+	}
+	attempt, _ := strconv.Atoi(job.Annotations[AnnotationSyncAttempt])
+	attempt = max(attempt, 1)
+	backoff := syncBackoff(attempt)
+	if failures < attempt {
+		// First look at this failure: count it on the claim (so the count survives the Job's
+		// deletion), report it, then wait out the backoff.
+		syncBackResults.WithLabelValues("failed").Inc()
+		counted := claim.DeepCopy()
+		if counted.Annotations == nil {
+			counted.Annotations = map[string]string{}
+		}
+		counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
+		written, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Update(ctx, counted, metav1.UpdateOptions{FieldManager: FieldManager})
+		if err != nil {
+			return nil, err
+		}
+		message := fmt.Sprintf(MessageSyncFailed, job.Name, attempt, backoff, why)
+		updated := written.DeepCopy()
+		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackFailed, message, now)
+		if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
+			return nil, err
+		}
+		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackFailed, message)
+	}
+	if left, ok := timeLeft(failedAt, backoff, now); ok {
+		return ptr.To(left), nil
+	}
+	logger.V(2).Info("Retrying sync-back", "claim", klog.KObj(claim), "job", klog.KObj(job), "attempt", attempt+1)
+	err = c.kubeClient.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &job.UID},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	return nil, nil // the Job's deletion enqueues the claim, which then creates the next attempt
+}
+
+// syncJobFailure says whether the sync-back Job failed, when, and why: its Failed condition (its
+// pod failed, or its deadline passed), or its pod not ready syncStartTimeout after its creation.
+func syncJobFailure(job *batchv1.Job, now time.Time) (time.Time, string, bool) {
+	if cond := jobCondition(job, batchv1.JobFailed); cond != nil {
+		why := cond.Message
+		if cond.Reason != "" {
+			why = cond.Reason + ": " + cond.Message
+		}
+		return cond.LastTransitionTime.Time, why, true
+	}
+	if syncJobStarted(job) {
+		return time.Time{}, "", false
+	}
+	if _, ok := timeLeft(job.CreationTimestamp.Time, syncStartTimeout, now); ok {
+		return time.Time{}, "", false
+	}
+	return job.CreationTimestamp.Add(syncStartTimeout), fmt.Sprintf(messageSyncNotStarted, syncStartTimeout), true
+}
+
+// syncJobStarted says whether the Job's pod has become ready (or already finished).
+func syncJobStarted(job *batchv1.Job) bool {
+	return ptr.Deref(job.Status.Ready, 0) > 0 || job.Status.Succeeded > 0 || job.Status.Failed > 0
+}
+
+// contentClaimName is the content PVC that the claim's workspace is in: the record's, or for a
+// claim admitted before records existed its class's (empty when the class is gone).
+func (c *Controller) contentClaimName(claim *airlockv1alpha1.SandboxClaim) (string, error) {
+	if claim.Status.Frozen != nil {
+		return claim.Status.Frozen.WorkspaceClaimName, nil
+	}
+	class, err := c.classLister.Get(claim.Spec.ClassName)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return workspaceClaimName(class), nil
+}
+
+// syncFailures is the number of failed sync-back attempts recorded on the claim.
+func syncFailures(claim *airlockv1alpha1.SandboxClaim) int {
+	n, err := strconv.Atoi(claim.Annotations[AnnotationSyncFailures])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// syncBackoff is the wait after the given failed attempt: 10 s doubling, at most 5 min.
+func syncBackoff(attempt int) time.Duration {
+	d := syncBackoffBase
+	for i := 1; i < attempt && d < syncBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, syncBackoffMax)
+}
+
+func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range job.Status.Conditions {
+		if c := &job.Status.Conditions[i]; c.Type == condType && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package claim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+func TestSyncReapingSyncBack(t *testing.T) {
+	reaping := func(failures string) *airlockv1alpha1.SandboxClaim {
+		c := bound("c1", t0.Add(-time.Hour))
+		c.Status.Phase = airlockv1alpha1.ClaimReaping
+		c.Status.Reason = ReasonIdleTimeout
+		c.Spec.TargetPath = "projects/demo"
+		if failures != "" {
+			c.Annotations = map[string]string{AnnotationSyncFailures: failures}
+		}
+		return c
+	}
+	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time, age time.Duration, notReady bool) *batchv1.Job {
+		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt)
+		j.CreationTimestamp = metav1.NewTime(t0.Add(-age))
+		if !notReady {
+			j.Status.Ready = ptr.To[int32](1)
+		}
+		if cond != "" {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Message: "copy failed"}}
+		}
+		return j
+	}
+	tests := map[string]struct {
+		failures    string
+		attempt     int
+		cond        batchv1.JobConditionType
+		age         time.Duration // of the Job at t0; a minute when zero
+		notReady    bool          // its pod has not become ready
+		pods        bool
+		step        time.Duration
+		wantRequeue *time.Duration
+		wantActions []string
+		wantEvents  []string
+	}{
+		"pods still there: wait": {
+			pods: true,
+		},
+		"job running: wait": {
+			attempt: 1,
+		},
+		// Every attempt has an end: a pod that never starts (image, scheduling, volume) is a
+		// failed attempt syncStartTimeout after the Job's creation.
+		"job's pod not ready yet: looked at again when it should have started": {
+			attempt: 1, notReady: true,
+			wantRequeue: ptr.To(4 * time.Minute),
+		},
+		"job's pod not ready after the start timeout: counted, reported, backoff": {
+			attempt: 1, notReady: true, age: 5 * time.Minute,
+			wantRequeue: ptr.To(10 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
+		},
+		"job's pod never started, counted, backoff over: Job deleted": {
+			failures: "1", attempt: 1, notReady: true, age: 5 * time.Minute, step: 10 * time.Second,
+			wantActions: []string{"delete jobs c1-sync"},
+		},
+		"job succeeded: claim deleted": {
+			attempt:     1,
+			cond:        batchv1.JobComplete,
+			wantActions: []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"},
+			wantEvents:  []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo", "Normal SyncedBack Deleting the claim (SyncedBack)"},
+		},
+		"job failed the first time: counted, reported, backoff": {
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			wantRequeue: ptr.To(10 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: copy failed"},
+		},
+		"job failed, counted, backoff not over: wait": {
+			failures:    "1",
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			step:        4 * time.Second,
+			wantRequeue: ptr.To(6 * time.Second),
+		},
+		"job failed, counted, backoff over: Job deleted": {
+			failures:    "1",
+			attempt:     1,
+			cond:        batchv1.JobFailed,
+			step:        10 * time.Second,
+			wantActions: []string{"delete jobs c1-sync"},
+		},
+		"third failure backs off 40s": {
+			failures:    "2",
+			attempt:     3,
+			cond:        batchv1.JobFailed,
+			wantRequeue: ptr.To(40 * time.Second),
+			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
+			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 3), retrying in 40s: copy failed"},
+		},
+		"job gone after failures: next attempt": {
+			failures:    "2",
+			wantActions: []string{"create jobs c1-sync"},
+			wantEvents:  []string{"Normal SyncBackStarted Started sync-back Job c1-sync (attempt 3)"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := reaping(tc.failures)
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 0)
+			if tc.pods {
+				f.pods = append(f.pods, newPod(claim, nil))
+			}
+			if tc.attempt > 0 {
+				age := tc.age
+				if age == 0 {
+					age = time.Minute
+				}
+				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0, age, tc.notReady))
+			}
+			c := f.newController(ctx)
+			f.clock.Step(tc.step)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, tc.wantRequeue)
+			checkActions(t, f, tc.wantActions)
+			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if len(tc.wantActions) == 2 && tc.wantActions[0] == "update sandboxclaims c1" {
+				got := f.writtenClaim()
+				cond := findCondition(got, ConditionSyncBack)
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {
+					t.Errorf("SyncBack condition %+v, want False/%s", cond, ReasonSyncBackFailed)
+				}
+				if got.Annotations[AnnotationSyncFailures] != fmt.Sprint(tc.attempt) {
+					t.Errorf("failures annotation %q, want %d", got.Annotations[AnnotationSyncFailures], tc.attempt)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncBackoff(t *testing.T) {
+	want := map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 5: 160 * time.Second, 6: 5 * time.Minute, 20: 5 * time.Minute}
+	for attempt, d := range want {
+		if got := syncBackoff(attempt); got != d {
+			t.Errorf("syncBackoff(%d) = %s, want %s", attempt, got, d)
+		}
+	}
+}
