@@ -269,6 +269,7 @@ func TestSandboxdValidate(t *testing.T) {
 		"unknown tool":               {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "WebFetch"} }, wantFlag: "allowed-tools"},
 		"several unknown tools":      {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"read", "WebFetch", "Task"} }, wantFlag: "allowed-tools"},
 		"empty tool name":            {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", ""} }, wantFlag: "allowed-tools"},
+		"empty tool list":            {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{} }, wantFlag: "allowed-tools"},
 		"missing token file":         {modify: func(o *SandboxdOptions) { o.AuthTokenFile = "/nonexistent/token" }, wantFlag: "auth-token-file"},
 		"token file is a directory":  {modify: func(o *SandboxdOptions) { o.AuthTokenFile = workspace }, wantFlag: "auth-token-file"},
 		"zero shutdown grace":        {modify: func(o *SandboxdOptions) { o.ShutdownGrace = 0 }, wantFlag: "shutdown-grace"},
@@ -386,4 +387,16 @@ func TestSyncValidate(t *testing.T) {
 	if d := NewSyncOptions(); d.ContentRoot != "/content" || d.From != "" || d.To != "" {
 		t.Errorf("defaults: %+v", d)
 	}
+}
+
+// TestSandboxdEmptyAllowedToolsFlag: `--allowed-tools=` on the command line names no tool and is
+// refused; it never reads as "every tool", which is what omitting the flag means.
+func TestSandboxdEmptyAllowedToolsFlag(t *testing.T) {
+	o := NewSandboxdOptions()
+	o.Workspace = t.TempDir()
+	cmd := newSandboxdCommand(o)
+	if err := cmd.ParseFlags([]string{"--allowed-tools="}); err != nil {
+		t.Fatal(err)
+	}
+	checkOneErrorFor(t, o.Validate(), "allowed-tools")
 }

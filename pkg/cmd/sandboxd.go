@@ -40,7 +40,7 @@ func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of MCP (GET /sse, POST /message, POST /mcp), /healthz, /readyz and /metrics.")
 	fs.StringVar(&o.Workspace, "workspace", o.Workspace, "Directory the tools work in; every tool path is resolved inside it. Must exist.")
 	fs.BoolVar(&o.ReadOnly, "readonly", o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
-	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Empty: all of them. Others are neither listed nor callable.")
+	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
 	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory for sandboxd's own state (the snapshot store), outside the workspace. Empty: $XDG_CACHE_HOME or $HOME/.cache, + /airlock-sandboxd (else $TMPDIR/airlock-sandboxd-<uid>).")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
@@ -58,6 +58,11 @@ func (o *SandboxdOptions) Validate() []error {
 		errs = append(errs, invalidFlag("workspace", "%v", err))
 	} else if !fi.IsDir() {
 		errs = append(errs, invalidFlag("workspace", "%s is not a directory", o.Workspace))
+	}
+	// Omitted, the flag serves every tool (sandboxd run by hand); given, it must name some: an empty
+	// list (`--allowed-tools=`) is a mistake, and it must never widen to everything.
+	if o.AllowedTools != nil && len(o.AllowedTools) == 0 {
+		errs = append(errs, invalidFlag("allowed-tools", "names no tool; omit the flag to serve every tool"))
 	}
 	if unknown := unknownTools(o.AllowedTools); len(unknown) > 0 {
 		errs = append(errs, invalidFlag("allowed-tools", "unknown %s %s (known: %s)",
