@@ -850,3 +850,46 @@ func TestRealNodeLeaderKill(t *testing.T) {
 		return err == nil && d.Status.AvailableReplicas == 2, nil
 	})
 }
+
+// TestRealNodeReacquire: one session and handle, closed and acquired again 50 times in a row from
+// the runtime pod. Claim names are deterministic, so every round's claim has its predecessor's
+// name, and the predecessor's children and pod are deleted in the background: every answer must
+// still be a fresh, working sandbox, served by a pod no earlier round used (the marking call
+// answers NEW), and holding only its own token (the previous round's token gets 401).
+func TestRealNodeReacquire(t *testing.T) {
+	requireRealNode(t)
+	const rounds = 50
+	e := newRealnodeEnv(t, "airlock-rn-reacq", realnodeOptions{maxConcurrent: 2, maxPerSession: 1, maxInstances: 2})
+	var res struct {
+		Rounds []struct {
+			Claim           string  `json:"claim"`
+			AcquireMillis   float64 `json:"acquireMillis"`
+			Marker          string  `json:"marker"`
+			PrevTokenStatus int     `json:"prevTokenStatus"`
+		} `json:"rounds"`
+		Error string `json:"error"`
+	}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "again", "handle": "codegen/default", "sessions": rounds}
+	e.runClient(t, "reacquire", "reacquire", plan, 20*time.Minute, &res)
+	if res.Error != "" {
+		t.Errorf("after %d rounds: %s", len(res.Rounds), res.Error)
+	}
+	if len(res.Rounds) != rounds {
+		t.Fatalf("%d rounds, want %d", len(res.Rounds), rounds)
+	}
+	var acquire []float64
+	for i, r := range res.Rounds {
+		acquire = append(acquire, r.AcquireMillis)
+		if r.Claim != res.Rounds[0].Claim {
+			t.Errorf("round %d: claim %s, want the handle's one name %s", i, r.Claim, res.Rounds[0].Claim)
+		}
+		if r.Marker != "NEW" {
+			t.Errorf("round %d: the marking call answered %q, want NEW (a pod no earlier round used)", i, r.Marker)
+		}
+		if i > 0 && r.PrevTokenStatus != http.StatusUnauthorized {
+			t.Errorf("round %d: the previous round's token got %d, want 401", i, r.PrevTokenStatus)
+		}
+	}
+	t.Logf("close and re-acquire of one handle, %d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+		rounds, percentile(acquire, 0.5), percentile(acquire, 0.9), percentile(acquire, 1))
+}

@@ -8,6 +8,9 @@
 //	                                            is refused, call the plan's tools in order
 //	runtimeclient bench -plan '<JSON plan>'     N sessions one after another: acquire to Bound,
 //	                                            one tool call, close; plus R tool-call round trips
+//	runtimeclient reacquire -plan '<JSON plan>' N rounds of one session and handle: acquire, one
+//	                                            tool call that marks the pod, a request with the
+//	                                            previous round's token, close
 //	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
 //	                                            (a target for the NetworkPolicy checks)
 package main
@@ -94,9 +97,72 @@ type BenchResult struct {
 	Error           string    `json:"error,omitempty"`
 }
 
+// ReacquireRound is one round of `reacquire`.
+type ReacquireRound struct {
+	Claim         string  `json:"claim"`
+	AcquireMillis float64 `json:"acquireMillis"`
+	// Marker is what the marking call answered: NEW when the pod that served it had not been
+	// marked before (a fresh pod), OLD when an earlier round's pod served it.
+	Marker string `json:"marker"`
+	// PrevTokenStatus is the HTTP status of an MCP request carrying the previous round's token
+	// (0 in the first round).
+	PrevTokenStatus int `json:"prevTokenStatus"`
+}
+
+// ReacquireResult is the output of `reacquire`.
+type ReacquireResult struct {
+	Rounds []ReacquireRound `json:"rounds"`
+	Error  string           `json:"error,omitempty"`
+}
+
+// markerCommand marks the pod it runs in and says whether it had been marked before.
+const markerCommand = `if [ -e /tmp/airlock-e2e-marker ]; then echo OLD; else touch /tmp/airlock-e2e-marker && echo NEW; fi`
+
+// runReacquire acquires, uses and closes the same session and handle p.Sessions times in a row.
+func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
+	out := &ReacquireResult{Rounds: []ReacquireRound{}}
+	c := apiClient(p)
+	prevAuth := ""
+	for i := 0; i < p.Sessions; i++ {
+		got, d, err := acquire(ctx, c, p, p.Session)
+		if err != nil {
+			out.Error = fmt.Sprintf("round %d: acquire: %v", i, err)
+			return out
+		}
+		r := ReacquireRound{Claim: got.Claim, AcquireMillis: ms(d)}
+		if len(got.Addresses) == 0 {
+			out.Error = fmt.Sprintf("round %d: acquire answered %s and no address", i, got.Phase)
+			return out
+		}
+		url := got.Addresses[0].URL
+		sctx, cancel := context.WithCancel(ctx)
+		cs, _, err := connectRetry(sctx, url, got.Headers, p.Transport)
+		if err != nil {
+			cancel()
+			out.Error = fmt.Sprintf("round %d: connect %s: %v", i, url, err)
+			return out
+		}
+		m := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": markerCommand}})
+		r.Marker = strings.TrimSpace(m.Text + m.Err)
+		if prevAuth != "" {
+			r.PrevTokenStatus = rawStatus(ctx, url, prevAuth)
+		}
+		prevAuth = got.Headers["Authorization"]
+		cs.Close()
+		cancel()
+		out.Rounds = append(out.Rounds, r)
+		say("round %d: claim %s in %.0f ms, pod %s, previous token -> %d", i, r.Claim, r.AcquireMillis, r.Marker, r.PrevTokenStatus)
+		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+			out.Error = fmt.Sprintf("round %d: close: %v", i, err)
+			return out
+		}
+	}
+	return out
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|serve [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -108,7 +174,7 @@ func main() {
 	case "serve":
 		serve(*listen)
 		return
-	case "session", "bench":
+	case "session", "bench", "reacquire":
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -124,13 +190,16 @@ func main() {
 	if plan.WaitSeconds == 0 {
 		plan.WaitSeconds = 120
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var out any
-	if os.Args[1] == "session" {
+	switch os.Args[1] {
+	case "session":
 		out = runSession(ctx, plan)
-	} else {
+	case "bench":
 		out = runBench(ctx, plan)
+	case "reacquire":
+		out = runReacquire(ctx, plan)
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println("RESULT " + string(b))
