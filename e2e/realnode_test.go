@@ -243,12 +243,17 @@ func (e *realnodeEnv) runClient(t *testing.T, name, mode string, plan map[string
 // runClientErr is runClient for goroutines other than the test's: it returns the error.
 func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeout time.Duration, out any) error {
 	ctx := context.Background()
-	b, err := json.Marshal(plan)
+	withToken := map[string]any{"tokenFile": airlockTokenFile}
+	for k, v := range plan { // a copy: callers may share a plan between goroutines
+		withToken[k] = v
+	}
+	b, err := json.Marshal(withToken)
 	if err != nil {
 		return err
 	}
 	pod := restrictedPod(name, map[string]string{"app": "runtime"}, realnodeClientImage(), []string{mode, "-plan", string(b)})
 	pod.Spec.ServiceAccountName = "agent"
+	withAirlockToken(pod)
 	phase, logs, err := runPodToEnd(ctx, e.ns, pod, timeout)
 	if err != nil {
 		return err
@@ -266,6 +271,27 @@ func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeo
 		return fmt.Errorf("runtime pod %s printed %q: %w", name, result, err)
 	}
 	return nil
+}
+
+// airlockTokenDir and airlockTokenFile are where a runtime pod mounts its projected ServiceAccount
+// token for airlock's audience (README, "Calling the Sandbox API").
+const (
+	airlockTokenDir  = "/var/run/secrets/airlock"
+	airlockTokenFile = airlockTokenDir + "/token"
+)
+
+// withAirlockToken gives the pod's first container what a runtime needs to call the Sandbox API:
+// a projected ServiceAccount token with audience airlock (the kubelet rotates it), and no token
+// for the API server (the runtime stand-in never calls it).
+func withAirlockToken(pod *corev1.Pod) {
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "airlock-token", VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+			ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: airlockAudience, ExpirationSeconds: ptr.To[int64](3600), Path: "token"},
+		}}},
+	}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "airlock-token", MountPath: airlockTokenDir, ReadOnly: true})
 }
 
 // runPodToEnd creates pod in namespace ns, waits until it has Succeeded or Failed, and returns its

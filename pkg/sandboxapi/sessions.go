@@ -36,6 +36,7 @@ func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, an
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, req.Handle)
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err
@@ -94,6 +95,7 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, "")
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err
@@ -176,6 +178,7 @@ func (s *Server) closeSession(ctx context.Context, who caller, body io.Reader) (
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, "")
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err

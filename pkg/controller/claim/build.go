@@ -1,8 +1,6 @@
 package claim
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,8 +35,6 @@ const (
 	TokenFile = TokenMountPath + "/" + TokenKey
 	// tokenVolumeName is the token Secret's volume; class volumes may not use it.
 	tokenVolumeName = "airlock-auth-token"
-	// tokenBytes is the token's entropy.
-	tokenBytes = 32
 
 	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
 	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
@@ -351,15 +347,6 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alp
 			Egress: egress,
 		},
 	}
-}
-
-// newToken returns a fresh bearer token: 32 random bytes, base64url without padding.
-func newToken() (string, error) {
-	b := make([]byte, tokenBytes)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 // buildSecret returns the claim's token Secret.

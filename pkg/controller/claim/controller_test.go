@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"sort"
@@ -64,9 +65,12 @@ type fixture struct {
 	deployments []*appsv1.Deployment
 	services    []*corev1.Service
 	netpols     []*networkingv1.NetworkPolicy
-	secrets     []*corev1.Secret
-	jobs        []*batchv1.Job
-	pods        []*corev1.Pod
+	// secrets exist in the API server only: the controller has no Secret informer.
+	secrets []*corev1.Secret
+	// tokenErr, if set, is the error of the token source.
+	tokenErr error
+	jobs     []*batchv1.Job
+	pods     []*corev1.Pod
 	// kubeOnly are objects the kube client has but the caches do not (allowed Services).
 	kubeOnly []runtime.Object
 
@@ -162,7 +166,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		Deployments:     ki.Apps().V1().Deployments(),
 		Services:        ki.Core().V1().Services(),
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
-		Secrets:         ki.Core().V1().Secrets(),
 		Jobs:            ki.Batch().V1().Jobs(),
 		Pods:            ki.Core().V1().Pods(),
 	}, testSyncImage, f.clock)
@@ -171,10 +174,15 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
 	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
-	c.secretsSynced, c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady, alwaysReady
+	c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady
 	f.recorder = record.NewFakeRecorder(100)
 	c.recorder = f.recorder
-	c.newToken = func() (string, error) { return testToken, nil }
+	c.newToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		if f.tokenErr != nil {
+			return "", f.tokenErr
+		}
+		return testToken, nil
+	}
 
 	add := func(informer cache.SharedIndexInformer, obj any) {
 		if err := informer.GetIndexer().Add(obj); err != nil {
@@ -201,9 +209,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	for _, o := range f.netpols {
 		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
-	}
-	for _, o := range f.secrets {
-		add(ki.Core().V1().Secrets().Informer(), o)
 	}
 	for _, o := range f.jobs {
 		add(ki.Batch().V1().Jobs().Informer(), o)
@@ -410,7 +415,7 @@ func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int
 	f.deployments = append(f.deployments, buildDeployment(claim, class, entry, replicas))
 	f.services = append(f.services, buildService(claim, class))
 	f.netpols = append(f.netpols, buildNetworkPolicy(claim, class, nil))
-	f.secrets = append(f.secrets, buildSecret(claim, "minted-earlier"))
+	f.secrets = append(f.secrets, buildSecret(claim, "derived-earlier"))
 	return f
 }
 
@@ -522,9 +527,13 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			},
 			wantActions: []string{"update networkpolicies c1"},
 		},
-		"secret with another token is left alone": {
+		"secret with another token is left alone (never read)": {
 			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
 			wantActions: nil,
+		},
+		"deployment gone: the secret is created again first, AlreadyExists is done": {
+			mutate:      func(f *fixture) { f.deployments = nil },
+			wantActions: []string{"create secrets c1", "create deployments c1"},
 		},
 		"children gone are created again": {
 			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
@@ -558,21 +567,40 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 	}
 }
 
-func TestSyncChildNotControlled(t *testing.T) {
+// TestSyncSecretCreateOnly: the operator may not read Secrets outside its namespace, so the
+// claim's Secret is only ever created: a Secret that exists already (an earlier sync's, whose
+// Deployment create failed) is AlreadyExists and counts as done, and nothing reads or updates it.
+func TestSyncSecretCreateOnly(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
 	claim := binding("c1", t0)
 	f.claims = append(f.claims, claim)
-	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+	f.secrets = append(f.secrets, buildSecret(claim, "derived-earlier"))
 	c := f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
-		t.Fatal("sync succeeded over a Secret the claim does not control")
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
 	}
-	// The other children do not depend on the Secret.
-	checkActions(t, f, []string{"create deployments c1", "create services c1", "create networkpolicies c1"})
-	if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
-		t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
+	checkActions(t, f, []string{"create secrets c1", "create deployments c1", "create services c1", "create networkpolicies c1"})
+	for _, a := range f.log {
+		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
+			t.Errorf("%s secrets: the controller may only create Secrets", a.GetVerb())
+		}
 	}
+}
+
+// TestSyncWithoutTokenFailsClosed: without the key (no token), no Secret and no Deployment is
+// created, and the sync fails so that it is retried.
+func TestSyncWithoutTokenFailsClosed(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.tokenErr = errors.New("the claim token key is not available")
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil || !strings.Contains(err.Error(), "key is not available") {
+		t.Fatalf("sync error %v, want the key's error", err)
+	}
+	checkActions(t, f, nil)
 }
 
 func TestSyncBinding(t *testing.T) {

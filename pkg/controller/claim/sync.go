@@ -860,15 +860,17 @@ func podUnschedulable(pods []*corev1.Pod) string {
 }
 
 // ensureChildren creates the claim's Secret, Deployment, Service and NetworkPolicy, and repairs
-// the drift of what it set on them. The Secret's token is never changed once created. The four
-// are independent, so they are written concurrently: a new claim costs one round trip, not four.
+// the drift of what it set on the last three. The Secret is created first, since the sandbox pod
+// mounts it; the other three are independent, so they are written concurrently.
 func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox, replicas int32) error {
 	allowed, err := c.allowedServices(ctx, class)
 	if err != nil {
 		return err
 	}
+	if err := c.ensureSecret(ctx, claim); err != nil {
+		return err
+	}
 	ensures := []func() error{
-		func() error { return c.ensureSecret(ctx, claim) },
 		func() error { return c.ensureDeployment(ctx, claim, buildDeployment(claim, class, entry, replicas)) },
 		func() error { return c.ensureService(ctx, claim, buildService(claim, class)) },
 		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, class, allowed)) },
@@ -924,32 +926,31 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 	return out, changed
 }
 
+// ensureSecret creates the claim's token Secret, holding the token derived from the operator's
+// key. The operator may create Secrets outside its own namespace but not read them, so the
+// Secret is created, never read or repaired: only while the claim's Deployment is not in the
+// cache (the Deployment is created after the Secret, so once it exists the Secret was created),
+// and AlreadyExists counts as done (an earlier sync created it). A Secret of the claim's name
+// that someone else created first cannot be told apart from it (docs/decisions.md, "Least
+// privilege"). Without a token (the key is unavailable) nothing is created.
 func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	secret, err := c.secretLister.Secrets(claim.Namespace).Get(claim.Name)
-	if apierrors.IsNotFound(err) {
-		token, err := c.newToken()
-		if err != nil {
-			return fmt.Errorf("minting the claim's token: %w", err)
-		}
-		_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil // created by an earlier sync the cache has not seen yet; never minted twice
-		}
+	if _, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
+	token, err := c.newToken(ctx, claim)
 	if err != nil {
-		return err
+		return fmt.Errorf("deriving the claim's token: %w", err)
 	}
-	if err := c.controlled(claim, secret, "Secret"); err != nil {
-		return err
+	if token == "" {
+		return errors.New("deriving the claim's token: empty token")
 	}
-	if l, changed := mergeLabels(secret.Labels, childLabels(claim)); changed {
-		updated := secret.DeepCopy()
-		updated.Labels = l
-		_, err := c.kubeClient.CoreV1().Secrets(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-		return err
+	_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
