@@ -116,10 +116,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	name := claimname.For("agent", "session-1", "codegen/default")
-	secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the claim's Secret: %v", err)
-	}
+	secret := claimSecret(t, ctx, e.ns, name)
 	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
 		t.Errorf("acquire answer %+v: want claim %s with the token its sandbox mounts", got, name)
 	}

@@ -109,10 +109,7 @@ func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 	if got.Claim != name || got.Phase != "Bound" || len(got.Addresses) != 1 || got.Addresses[0].URL != wantURL {
 		t.Errorf("acquire answer %+v, want claim %s Bound at %s", got, name, wantURL)
 	}
-	secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the claim's Secret: %v", err)
-	}
+	secret := claimSecret(t, ctx, e.ns, name)
 	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Headers["Authorization"] != want || len(want) < 20 {
 		t.Errorf("Authorization header is not the claim's token")
 	}

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -36,6 +37,8 @@ const (
 
 	// domain separates this derivation from any other use of the key.
 	domain = "airlock.dev/claim-token/v1"
+	// secretNameDomain separates the Secret's name from any other hash of the token.
+	secretNameDomain = "airlock.dev/claim-token-secret-name/v1"
 )
 
 // ErrNoKey is the error of a Source whose key could not be read or created.
@@ -58,6 +61,17 @@ func Derive(key []byte, uid types.UID, namespace, name string) (string, error) {
 	mac.Write([]byte{0})
 	mac.Write([]byte(namespace + "/" + name))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// ClaimSecretName is the name of the Secret that holds a claim's token: the claim's name, "-token-"
+// and 12 hex digits of sha256 of the token. Nobody without the key can compute it, so nobody can
+// create a Secret of that name before the operator does: a Secret of that name that exists is
+// the operator's own, although the operator, which may create Secrets outside its namespace but
+// not read them, never reads it back. It is a function of the token, so every sync and every
+// replica computes the same name without recording it anywhere.
+func ClaimSecretName(claimName, token string) string {
+	sum := sha256.Sum256([]byte(secretNameDomain + "\x00" + token))
+	return claimName + "-token-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // Source holds the key: read from the Secret namespace/SecretName, or created there when it does

@@ -3,6 +3,7 @@ package claimtoken
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -171,5 +172,20 @@ func TestSourceFailsClosed(t *testing.T) {
 				t.Errorf("%d reads, want 2 (a failure is not cached)", gets)
 			}
 		})
+	}
+}
+
+func TestClaimSecretName(t *testing.T) {
+	a, _ := Derive(testKey, "uid-1", "team-a", "agent-0123456789")
+	b, _ := Derive(testKey, "uid-2", "team-a", "agent-0123456789")
+	na, nb := ClaimSecretName("agent-0123456789", a), ClaimSecretName("agent-0123456789", b)
+	if na != ClaimSecretName("agent-0123456789", a) {
+		t.Error("the name is not deterministic")
+	}
+	if na == nb || len(na) != len("agent-0123456789-token-")+12 || !strings.HasPrefix(na, "agent-0123456789-token-") {
+		t.Errorf("names %q and %q: want distinct <claim>-token-<12 hex>", na, nb)
+	}
+	if strings.Contains(na, a[:8]) {
+		t.Error("the name shows part of the token")
 	}
 }

@@ -349,13 +349,32 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alp
 	}
 }
 
-// buildSecret returns the claim's token Secret.
-func buildSecret(claim *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
+// buildSecret returns the claim's token Secret, named name (claimtoken.ClaimSecretName).
+func buildSecret(claim *airlockv1alpha1.SandboxClaim, name, token string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: childMeta(claim, claim.Name),
+		ObjectMeta: childMeta(claim, name),
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{TokenKey: []byte(token)},
 	}
+}
+
+// useTokenSecret points the Deployment's token volume at the Secret name.
+func useTokenSecret(d *appsv1.Deployment, name string) {
+	for i := range d.Spec.Template.Spec.Volumes {
+		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == tokenVolumeName && v.Secret != nil {
+			v.Secret.SecretName = name
+		}
+	}
+}
+
+// tokenSecretOf returns the Secret the Deployment's token volume names.
+func tokenSecretOf(d *appsv1.Deployment) string {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == tokenVolumeName && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
 }
 
 // syncJobName is the name of the claim's sync-back Job.

@@ -200,11 +200,23 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	})
 }
 
+func TestUseTokenSecret(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	d := buildDeployment(claim, newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0], 1)
+	if got := tokenSecretOf(d); got != "c1" {
+		t.Fatalf("token volume names %q before, want c1", got)
+	}
+	useTokenSecret(d, "c1-token-0123456789ab")
+	if got := tokenSecretOf(d); got != "c1-token-0123456789ab" {
+		t.Errorf("token volume names %q, want c1-token-0123456789ab", got)
+	}
+}
+
 func TestBuildSecret(t *testing.T) {
 	a := "a-derived-token"
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	s := buildSecret(claim, a)
-	if s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
+	s := buildSecret(claim, "c1-token-0123456789ab", a)
+	if s.Name != "c1-token-0123456789ab" || s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
 		t.Errorf("secret %+v", s)
 	}
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
@@ -412,11 +413,18 @@ func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
 	class := newClass("codegen")
 	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	f.deployments = append(f.deployments, buildDeployment(claim, class, entry, replicas))
+	d := buildDeployment(claim, class, entry, replicas)
+	useTokenSecret(d, tokenSecretName(claim))
+	f.deployments = append(f.deployments, d)
 	f.services = append(f.services, buildService(claim, class))
 	f.netpols = append(f.netpols, buildNetworkPolicy(claim, class, nil))
-	f.secrets = append(f.secrets, buildSecret(claim, "derived-earlier"))
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
 	return f
+}
+
+// tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
+func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
+	return claimtoken.ClaimSecretName(claim.Name, testToken)
 }
 
 func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
@@ -465,7 +473,7 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	checkRequeue(t, requeue, ptr.To(5*time.Minute))
 	checkActions(t, f, []string{
 		"update sandboxclaims/status c1",
-		"create secrets c1",
+		"create secrets " + tokenSecretName(claim),
 		"create deployments c1",
 		"create services c1",
 		"create networkpolicies c1",
@@ -480,6 +488,9 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	secret := f.written("secrets", "").(*corev1.Secret)
 	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
 		t.Errorf("secret %+v is not the claim's token", secret)
+	}
+	if d := f.written("deployments", "").(*appsv1.Deployment); tokenSecretOf(d) != secret.Name {
+		t.Errorf("the Deployment mounts Secret %q, want the created %q", tokenSecretOf(d), secret.Name)
 	}
 	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -533,7 +544,11 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 		},
 		"deployment gone: the secret is created again first, AlreadyExists is done": {
 			mutate:      func(f *fixture) { f.deployments = nil },
-			wantActions: []string{"create secrets c1", "create deployments c1"},
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create deployments c1"},
+		},
+		"token volume pointed at a planted Secret: ours is ensured and the volume repaired": {
+			mutate:      func(f *fixture) { useTokenSecret(f.deployments[0], "planted") },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "update deployments c1"},
 		},
 		"children gone are created again": {
 			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
@@ -575,12 +590,12 @@ func TestSyncSecretCreateOnly(t *testing.T) {
 	f := newFixture(t).withDefaults()
 	claim := binding("c1", t0)
 	f.claims = append(f.claims, claim)
-	f.secrets = append(f.secrets, buildSecret(claim, "derived-earlier"))
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
 	c := f.newController(ctx)
 	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"create secrets c1", "create deployments c1", "create services c1", "create networkpolicies c1"})
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create services c1", "create networkpolicies c1"})
 	for _, a := range f.log {
 		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
 			t.Errorf("%s secrets: the controller may only create Secrets", a.GetVerb())
@@ -1456,3 +1471,4 @@ func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
 		t.Errorf("%d decision locks left after the sync", n)
 	}
 }
+

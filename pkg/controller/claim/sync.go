@@ -26,6 +26,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 )
 
 // Timers of the lifecycle (SPEC section 3; docs/decisions.md "Claim controller").
@@ -867,11 +868,21 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if err != nil {
 		return err
 	}
-	if err := c.ensureSecret(ctx, claim); err != nil {
+	token, err := c.newToken(ctx, claim)
+	if err != nil {
+		return fmt.Errorf("deriving the claim's token: %w", err)
+	}
+	if token == "" {
+		return errors.New("deriving the claim's token: empty token")
+	}
+	secretName := claimtoken.ClaimSecretName(claim.Name, token)
+	if err := c.ensureSecret(ctx, claim, secretName, token); err != nil {
 		return err
 	}
+	deployment := buildDeployment(claim, class, entry, replicas)
+	useTokenSecret(deployment, secretName)
 	ensures := []func() error{
-		func() error { return c.ensureDeployment(ctx, claim, buildDeployment(claim, class, entry, replicas)) },
+		func() error { return c.ensureDeployment(ctx, claim, deployment) },
 		func() error { return c.ensureService(ctx, claim, buildService(claim, class)) },
 		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, class, allowed)) },
 	}
@@ -926,27 +937,22 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 	return out, changed
 }
 
-// ensureSecret creates the claim's token Secret, holding the token derived from the operator's
-// key. The operator may create Secrets outside its own namespace but not read them, so the
-// Secret is created, never read or repaired: only while the claim's Deployment is not in the
-// cache (the Deployment is created after the Secret, so once it exists the Secret was created),
-// and AlreadyExists counts as done (an earlier sync created it). A Secret of the claim's name
-// that someone else created first cannot be told apart from it (docs/decisions.md, "Least
-// privilege"). Without a token (the key is unavailable) nothing is created.
-func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	if _, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name); err == nil {
+// ensureSecret creates the claim's token Secret, name (claimtoken.ClaimSecretName), holding the
+// token derived from the operator's key. The operator may create Secrets outside its own
+// namespace but not read them, so the Secret is created, never read or repaired: only while the
+// claim's Deployment (in the cache) does not mount it yet (the Deployment is written after the
+// Secret, so once it mounts it the Secret was created), and AlreadyExists counts as done: the
+// name is a hash of the token, which nobody can compute without the key, so a Secret of that name
+// is one an earlier sync created (docs/decisions.md, "Least privilege").
+func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, name, token string) error {
+	d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
+	switch {
+	case err == nil && metav1.IsControlledBy(d, claim) && tokenSecretOf(d) == name:
 		return nil
-	} else if !apierrors.IsNotFound(err) {
+	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	token, err := c.newToken(ctx, claim)
-	if err != nil {
-		return fmt.Errorf("deriving the claim's token: %w", err)
-	}
-	if token == "" {
-		return errors.New("deriving the claim's token: empty token")
-	}
-	_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, name, token), metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
