@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -144,10 +145,14 @@ func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 
 func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, clk clock.WithTicker) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	// Events reference claims: the scheme must know the airlock kinds.
-	utilruntime.Must(airlockscheme.AddToScheme(scheme.Scheme))
+	// Events reference claims: the scheme must know the airlock kinds. A scheme of its own: adding
+	// them to client-go's global scheme here raced with the lease renewals that decode with it
+	// (the controller is built once the lease is held): "concurrent map read and map write".
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(airlockscheme.AddToScheme(eventScheme))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: ControllerName})
 
 	ratelimiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 1000*time.Second),

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -1472,3 +1473,13 @@ func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
 	}
 }
 
+// TestNewControllerLeavesGlobalSchemeAlone: building the controller (which happens once the lease
+// is held, while lease renewals decode with client-go's global scheme) does not write to that
+// scheme: a write there raced with the renewals and crashed the operator.
+func TestNewControllerLeavesGlobalSchemeAlone(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	newFixture(t).withDefaults().newController(ctx)
+	if kubescheme.Scheme.Recognizes(airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim")) {
+		t.Error("client-go's global scheme knows SandboxClaim: something added the airlock kinds to it")
+	}
+}
