@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -97,7 +98,8 @@ func operatorKubeconfig(t *testing.T) string {
 // TestOperatorRunsWithItsRBAC: an operator that runs as its ServiceAccount, with exactly the
 // rights the manifests give it, serves a whole sandbox lifecycle: the key Secret, a claim, its
 // children (the token Secret created, never read), Bound, the derived Authorization header (equal
-// to what the sandbox mounts), renew, close, reaping with sync-back, deletion.
+// to what the sandbox mounts, whatever Secret somebody planted under the claim's name), renew,
+// close, reaping with sync-back, deletion.
 func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	e := newClaimEnv(t, "airlock-rbac-run", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, targetPath: "projects/rbac"})
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -110,15 +112,29 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
+	// Somebody who can create Secrets in the namespace plants one under the claim's predictable
+	// name, with a token they know. The operator, which cannot read it, must not use it.
+	name := claimname.For("agent", "session-1", "codegen/default")
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{claim.TokenKey: "planted-token"}}
+	if _, err := kubeClient.CoreV1().Secrets(e.ns).Create(ctx, planted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	req := client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1", Handle: "codegen/default", WaitSeconds: waitSeconds(90)}
 	got, err := c.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
-	name := claimname.For("agent", "session-1", "codegen/default")
 	secret := claimSecret(t, ctx, e.ns, name)
 	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
 		t.Errorf("acquire answer %+v: want claim %s with the token its sandbox mounts", got, name)
+	}
+	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mounted := tokenVolumeSecret(d); mounted != secret.Name || mounted == planted.Name {
+		t.Errorf("the sandbox mounts Secret %q, want the operator's %q (not the planted %q)", mounted, secret.Name, planted.Name)
 	}
 	if _, err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Get(ctx, claimtoken.SecretName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the key Secret: %v", err)
