@@ -105,8 +105,9 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	// The Lease in the operator's namespace (its Role grants Leases there only), under a name of
 	// this test's own; the last --kubeconfig wins.
+	kubeconfig := operatorKubeconfig(t)
 	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
-		"--sync-image="+e2eImage(), "--api-bind-address="+addr, "--kubeconfig="+operatorKubeconfig(t))
+		"--sync-image="+e2eImage(), "--api-bind-address="+addr, "--kubeconfig="+kubeconfig)
 	op.waitReady(t)
 	c := client.New("http://"+addr, staticToken(serviceAccountToken(t, e.ns, "agent")), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -147,10 +148,13 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	}
 	e.waitGone(t, name, 120*time.Second)
 
-	// Nothing the operator did was refused by RBAC.
+	// It ran as its ServiceAccount (the last --kubeconfig won), and nothing it did was refused.
 	b, err := os.ReadFile(op.log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("FLAG: --kubeconfig=%q", kubeconfig); !strings.Contains(string(b), want) {
+		t.Errorf("the operator's log has no %s: it did not run with the ServiceAccount's kubeconfig", want)
 	}
 	if strings.Contains(string(b), "forbidden") {
 		t.Errorf("the operator's log shows a request RBAC refused:\n%s", grepLines(string(b), "forbidden"))
