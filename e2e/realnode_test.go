@@ -242,6 +242,11 @@ func (e *realnodeEnv) runClient(t *testing.T, name, mode string, plan map[string
 
 // runClientErr is runClient for goroutines other than the test's: it returns the error.
 func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeout time.Duration, out any) error {
+	return e.runClientWith(name, mode, plan, timeout, out, nil)
+}
+
+// runClientWith is runClientErr with a last change to the pod (mutate, if not nil).
+func (e *realnodeEnv) runClientWith(name, mode string, plan map[string]any, timeout time.Duration, out any, mutate func(*corev1.Pod)) error {
 	ctx := context.Background()
 	withToken := map[string]any{"tokenFile": airlockTokenFile}
 	for k, v := range plan { // a copy: callers may share a plan between goroutines
@@ -254,6 +259,9 @@ func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeo
 	pod := restrictedPod(name, map[string]string{"app": "runtime"}, realnodeClientImage(), []string{mode, "-plan", string(b)})
 	pod.Spec.ServiceAccountName = "agent"
 	withAirlockToken(pod)
+	if mutate != nil {
+		mutate(pod)
+	}
 	phase, logs, err := runPodToEnd(ctx, e.ns, pod, timeout)
 	if err != nil {
 		return err
@@ -659,6 +667,40 @@ func TestRealNodeSandbox(t *testing.T) {
 		}
 		return false, err
 	})
+}
+
+// TestRealNodeAPIServerAudienceRefused: a runtime pod that sends its default ServiceAccount
+// token, whose audience is the API server (what a sniffer of the pod network would capture, and
+// could replay against the API server), is refused with 401, told how to mount a projected
+// token, and creates nothing.
+func TestRealNodeAPIServerAudienceRefused(t *testing.T) {
+	requireRealNode(t)
+	e := newRealnodeEnv(t, "airlock-rn-aud", realnodeOptions{maxConcurrent: 1, maxPerSession: 1, maxInstances: 1})
+	var res struct {
+		Error string `json:"error"`
+	}
+	plan := map[string]any{"api": apiURL(), "tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+		"namespace": e.ns, "runtime": "agent", "session": "sniffed", "handle": "codegen/default", "waitSeconds": 5}
+	withDefaultToken := func(pod *corev1.Pod) { pod.Spec.AutomountServiceAccountToken = ptr.To(true) }
+	if err := e.runClientWith("sniffed", "session", plan, 3*time.Minute, &res, withDefaultToken); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"401", "projected", "audience: airlock"} {
+		if !strings.Contains(res.Error, want) {
+			t.Errorf("the runtime's error %q does not say %q", res.Error, want)
+		}
+	}
+	claims, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(claims.Items) != 0 {
+		t.Errorf("claims after a refused token: %v %v, want none", claims, err)
+	}
+}
+
+// TestRealNodeOperatorCannotReadSecrets: on the real node too, the installed operator's
+// ServiceAccount can create Secrets in a namespace of the cluster but not read them.
+func TestRealNodeOperatorCannotReadSecrets(t *testing.T) {
+	requireRealNode(t)
+	checkOperatorCannotReadSecrets(t)
 }
 
 func percentile(xs []float64, p float64) float64 {
