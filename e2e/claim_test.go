@@ -251,11 +251,11 @@ func TestClaimBinds(t *testing.T) {
 	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Egress) != 0 || len(np.Spec.Ingress) != 1 {
 		t.Errorf("networkpolicy spec %+v", np.Spec)
 	}
-	secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("secret: %v", err)
-	}
+	secret := claimSecret(t, ctx, e.ns, c.Name)
 	checkOwned(t, "Secret", secret.ObjectMeta, c)
+	if mounted := tokenVolumeSecret(d); mounted != secret.Name {
+		t.Errorf("the Deployment mounts Secret %q, want the claim's %q", mounted, secret.Name)
+	}
 	if len(secret.Data[claim.TokenKey]) < 40 {
 		t.Errorf("token of %d bytes", len(secret.Data[claim.TokenKey]))
 	}
@@ -310,10 +310,40 @@ func TestClaimBinds(t *testing.T) {
 		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
 		return err == nil && d.Spec.Template.Spec.Containers[0].Image == pod.Containers[0].Image, err
 	})
-	secret2, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-	if err != nil || string(secret2.Data[claim.TokenKey]) != string(secret.Data[claim.TokenKey]) {
-		t.Errorf("token changed (%v)", err)
+	secret2 := claimSecret(t, ctx, e.ns, c.Name)
+	if secret2.Name != secret.Name || string(secret2.Data[claim.TokenKey]) != string(secret.Data[claim.TokenKey]) {
+		t.Errorf("token changed")
 	}
+}
+
+// claimSecret returns the claim's one token Secret (named <claim>-token-<hash of the token>),
+// found by its label.
+func claimSecret(t *testing.T, ctx context.Context, ns, claimName string) *corev1.Secret {
+	t.Helper()
+	list, err := kubeClient.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim + "=" + claimName})
+	if err != nil {
+		t.Fatalf("the claim's Secret: %v", err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d Secrets labelled %s=%s, want 1", len(list.Items), claim.LabelClaim, claimName)
+	}
+	return &list.Items[0]
+}
+
+// tokenVolumeSecret returns the Secret that a claim's Deployment mounts at claim.TokenMountPath.
+func tokenVolumeSecret(d *appsv1.Deployment) string {
+	pod := d.Spec.Template.Spec
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.MountPath != claim.TokenMountPath {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				return v.Secret.SecretName
+			}
+		}
+	}
+	return ""
 }
 
 func checkOwned(t *testing.T, kind string, meta metav1.ObjectMeta, c *airlockv1alpha1.SandboxClaim) {

@@ -242,13 +242,26 @@ func (e *realnodeEnv) runClient(t *testing.T, name, mode string, plan map[string
 
 // runClientErr is runClient for goroutines other than the test's: it returns the error.
 func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeout time.Duration, out any) error {
+	return e.runClientWith(name, mode, plan, timeout, out, nil)
+}
+
+// runClientWith is runClientErr with a last change to the pod (mutate, if not nil).
+func (e *realnodeEnv) runClientWith(name, mode string, plan map[string]any, timeout time.Duration, out any, mutate func(*corev1.Pod)) error {
 	ctx := context.Background()
-	b, err := json.Marshal(plan)
+	withToken := map[string]any{"tokenFile": airlockTokenFile}
+	for k, v := range plan { // a copy: callers may share a plan between goroutines
+		withToken[k] = v
+	}
+	b, err := json.Marshal(withToken)
 	if err != nil {
 		return err
 	}
 	pod := restrictedPod(name, map[string]string{"app": "runtime"}, realnodeClientImage(), []string{mode, "-plan", string(b)})
 	pod.Spec.ServiceAccountName = "agent"
+	withAirlockToken(pod)
+	if mutate != nil {
+		mutate(pod)
+	}
 	phase, logs, err := runPodToEnd(ctx, e.ns, pod, timeout)
 	if err != nil {
 		return err
@@ -266,6 +279,27 @@ func (e *realnodeEnv) runClientErr(name, mode string, plan map[string]any, timeo
 		return fmt.Errorf("runtime pod %s printed %q: %w", name, result, err)
 	}
 	return nil
+}
+
+// airlockTokenDir and airlockTokenFile are where a runtime pod mounts its projected ServiceAccount
+// token for airlock's audience (README, "Calling the Sandbox API").
+const (
+	airlockTokenDir  = "/var/run/secrets/airlock"
+	airlockTokenFile = airlockTokenDir + "/token"
+)
+
+// withAirlockToken gives the pod's first container what a runtime needs to call the Sandbox API:
+// a projected ServiceAccount token with audience airlock (the kubelet rotates it), and no token
+// for the API server (the runtime stand-in never calls it).
+func withAirlockToken(pod *corev1.Pod) {
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "airlock-token", VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+			ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: airlockAudience, ExpirationSeconds: ptr.To[int64](3600), Path: "token"},
+		}}},
+	}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "airlock-token", MountPath: airlockTokenDir, ReadOnly: true})
 }
 
 // runPodToEnd creates pod in namespace ns, waits until it has Succeeded or Failed, and returns its
@@ -633,6 +667,40 @@ func TestRealNodeSandbox(t *testing.T) {
 		}
 		return false, err
 	})
+}
+
+// TestRealNodeAPIServerAudienceRefused: a runtime pod that sends its default ServiceAccount
+// token, whose audience is the API server (what a sniffer of the pod network would capture, and
+// could replay against the API server), is refused with 401, told how to mount a projected
+// token, and creates nothing.
+func TestRealNodeAPIServerAudienceRefused(t *testing.T) {
+	requireRealNode(t)
+	e := newRealnodeEnv(t, "airlock-rn-aud", realnodeOptions{maxConcurrent: 1, maxPerSession: 1, maxInstances: 1})
+	var res struct {
+		Error string `json:"error"`
+	}
+	plan := map[string]any{"api": apiURL(), "tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+		"namespace": e.ns, "runtime": "agent", "session": "sniffed", "handle": "codegen/default", "waitSeconds": 5}
+	withDefaultToken := func(pod *corev1.Pod) { pod.Spec.AutomountServiceAccountToken = ptr.To(true) }
+	if err := e.runClientWith("sniffed", "session", plan, 3*time.Minute, &res, withDefaultToken); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"401", "projected", "audience: airlock"} {
+		if !strings.Contains(res.Error, want) {
+			t.Errorf("the runtime's error %q does not say %q", res.Error, want)
+		}
+	}
+	claims, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(claims.Items) != 0 {
+		t.Errorf("claims after a refused token: %v %v, want none", claims, err)
+	}
+}
+
+// TestRealNodeOperatorCannotReadSecrets: on the real node too, the installed operator's
+// ServiceAccount can create Secrets in a namespace of the cluster but not read them.
+func TestRealNodeOperatorCannotReadSecrets(t *testing.T) {
+	requireRealNode(t)
+	checkOperatorCannotReadSecrets(t)
 }
 
 func percentile(xs []float64, p float64) float64 {

@@ -39,9 +39,20 @@ func startAPIOperator(t *testing.T, ns string) *apiOperator {
 	return &apiOperator{operatorProcess: p, apiURL: "http://" + addr}
 }
 
-// serviceAccountToken creates a ServiceAccount (if needed) and a real token for it through the
-// TokenRequest API.
+// airlockAudience is the audience the operator requires by default (--token-audiences): a
+// runtime mounts a projected ServiceAccount token with it.
+const airlockAudience = "airlock"
+
+// serviceAccountToken creates a ServiceAccount (if needed) and a real token for it with airlock's
+// audience through the TokenRequest API, as the kubelet does for a projected token volume.
 func serviceAccountToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	return requestToken(t, ns, name, []string{airlockAudience})
+}
+
+// requestToken creates a ServiceAccount (if needed) and a token for it with audiences; none
+// means the API server's own, as in a pod's default token.
+func requestToken(t *testing.T, ns, name string, audiences []string) string {
 	t.Helper()
 	ctx := context.Background()
 	_, err := kubeClient.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -49,7 +60,7 @@ func serviceAccountToken(t *testing.T, ns, name string) string {
 		t.Fatalf("creating ServiceAccount %s/%s: %v", ns, name, err)
 	}
 	tr, err := kubeClient.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrInt64(3600)},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrInt64(3600), Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating a token for %s/%s: %v", ns, name, err)
@@ -98,10 +109,7 @@ func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 	if got.Claim != name || got.Phase != "Bound" || len(got.Addresses) != 1 || got.Addresses[0].URL != wantURL {
 		t.Errorf("acquire answer %+v, want claim %s Bound at %s", got, name, wantURL)
 	}
-	secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the claim's Secret: %v", err)
-	}
+	secret := claimSecret(t, ctx, e.ns, name)
 	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Headers["Authorization"] != want || len(want) < 20 {
 		t.Errorf("Authorization header is not the claim's token")
 	}
@@ -194,6 +202,7 @@ func TestSandboxAPIRefusals(t *testing.T) {
 	serviceAccountToken(t, e.ns, "agent")
 	tr, err := kubeClient.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, "agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptrInt64(3600),
+		Audiences:         []string{airlockAudience},
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: revokedSecret.Name, UID: revokedSecret.UID},
 	}}, metav1.CreateOptions{})
 	if err != nil {
@@ -214,6 +223,15 @@ func TestSandboxAPIRefusals(t *testing.T) {
 	wantAPIError(t, "no token", acquire("", e.ns, "agent", "codegen/default"), http.StatusUnauthorized, client.CodeUnauthorized)
 	wantAPIError(t, "forged token", acquire("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", e.ns, "agent", "codegen/default"), http.StatusUnauthorized, client.CodeUnauthorized)
 	wantAPIError(t, "revoked token", acquire(tr.Status.Token, e.ns, "agent", "codegen/default"), http.StatusUnauthorized, client.CodeUnauthorized)
+	// The runtime's own ServiceAccount, but a token for the API server's audience (what a pod's
+	// default token is, and what a sniffer could replay against the API server): 401, and the
+	// message says how to mount a projected token for airlock.
+	sniffed := wantAPIError(t, "API server audience", acquire(requestToken(t, e.ns, "agent", nil), e.ns, "agent", "codegen/default"), http.StatusUnauthorized, client.CodeUnauthorized)
+	for _, want := range []string{"projected", "serviceAccountToken", "audience: airlock"} {
+		if !strings.Contains(sniffed.Message, want) {
+			t.Errorf("401 message %q does not say %q", sniffed.Message, want)
+		}
+	}
 	wantAPIError(t, "another ServiceAccount", acquire(serviceAccountToken(t, e.ns, "intruder"), e.ns, "agent", "codegen/default"), http.StatusForbidden, client.CodeForbidden)
 	strangerToken := serviceAccountToken(t, other, "agent")
 	wantAPIError(t, "another namespace's ServiceAccount", acquire(strangerToken, e.ns, "agent", "codegen/default"), http.StatusForbidden, client.CodeForbidden)

@@ -74,7 +74,7 @@ CONTENT=/var/lib/airlock-demo/content
 
 demo_plan() {
   cat <<EOF
-{"api": "http://airlock-sandbox-api.airlock-system.svc:8443", "namespace": "$DEMO_NS",
+{"api": "http://airlock-sandbox-api.airlock-system.svc:8443", "tokenFile": "/var/run/secrets/airlock/token", "namespace": "$DEMO_NS",
  "runtime": "agent", "session": "demo-$(date +%H%M%S)", "handle": "codegen/default", "close": true,
  "steps": [
   {"name": "write", "tool": "Write", "args": {"file_path": "hello/README.md", "content": "# hello\n\nwritten by an agent in an airlock sandbox\n"}},
@@ -87,7 +87,9 @@ EOF
 }
 
 # demo_pod: the runtime stand-in (e2e/realnode/runtimeclient) as the agent's ServiceAccount, under
-# the restricted Pod Security level; the plan goes in as a YAML block scalar.
+# the restricted Pod Security level; the plan goes in as a YAML block scalar. It calls the Sandbox
+# API with a projected ServiceAccount token for airlock's audience (the default token, for the API
+# server's audience, is refused), and has no API server token at all.
 demo_pod() {
   cat <<EOF
 apiVersion: v1
@@ -97,11 +99,20 @@ metadata:
   namespace: $DEMO_NS
 spec:
   serviceAccountName: agent
+  automountServiceAccountToken: false
   restartPolicy: Never
   securityContext:
     runAsNonRoot: true
     runAsUser: 65532
     seccompProfile: {type: RuntimeDefault}
+  volumes:
+  - name: airlock-token
+    projected:
+      sources:
+      - serviceAccountToken:
+          audience: airlock
+          expirationSeconds: 3600
+          path: token
   containers:
   - name: runtime
     image: localhost/airlock-e2e/runtimeclient:v0.1.0
@@ -109,6 +120,10 @@ spec:
     securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
+    volumeMounts:
+    - name: airlock-token
+      mountPath: /var/run/secrets/airlock
+      readOnly: true
     args:
     - session
     - -plan

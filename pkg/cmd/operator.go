@@ -35,10 +35,16 @@ const (
 	shutdownTimeout = 15 * time.Second
 	// apiServerTimeout bounds the wait at start for the API server and the airlock CRDs.
 	apiServerTimeout = 10 * time.Second
+	// defaultTokenAudience is the audience a runtime's token must carry by default (SPEC section 4).
+	defaultTokenAudience = "airlock"
 )
 
 // OperatorOptions are the flags of `airlock operator`.
 type OperatorOptions struct {
+	// namespace is the operator's own ($POD_NAMESPACE, else airlock-system), where its claim
+	// token key Secret lives.
+	namespace string
+
 	KubeClient     *KubeClientOptions
 	LeaderElection *LeaderElectionOptions
 	SandboxAPI     *SandboxAPIOptions
@@ -57,6 +63,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 		leaseNamespace = ns
 	}
 	return &OperatorOptions{
+		namespace:  leaseNamespace,
 		KubeClient: &KubeClientOptions{QPS: 50, Burst: 100},
 		LeaderElection: &LeaderElectionOptions{LeaderElectionConfiguration: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
@@ -67,7 +74,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			ResourceName:      operator.ComponentName,
 			ResourceNamespace: leaseNamespace,
 		}},
-		SandboxAPI: &SandboxAPIOptions{BindAddress: ":8443"},
+		SandboxAPI: &SandboxAPIOptions{BindAddress: ":8443", TokenAudiences: []string{defaultTokenAudience}},
 		Serving: &ServingOptions{
 			MetricsBindAddress:     ":8080",
 			HealthProbeBindAddress: ":8081",
@@ -144,6 +151,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		LeaderElectionClient:   leClient,
 		LeaderElection:         o.LeaderElection.LeaderElectionConfiguration,
 		Identity:               hostname + "_" + uuid.NewString(),
+		Namespace:              o.namespace,
 		APIBindAddress:         o.SandboxAPI.BindAddress,
 		TLSCertFile:            o.SandboxAPI.TLSCertFile,
 		TLSKeyFile:             o.SandboxAPI.TLSKeyFile,
@@ -293,7 +301,7 @@ func (o *SandboxAPIOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "api-bind-address", o.BindAddress, "Address (host:port) the Sandbox API listens on.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM certificate (chain) of the Sandbox API. With --tls-key-file, the API serves HTTPS; without both, plain HTTP.")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM private key matching --tls-cert-file.")
-	fs.StringSliceVar(&o.TokenAudiences, "token-audiences", o.TokenAudiences, "Audiences a runtime's ServiceAccount token must carry (comma list). Empty: the API server's default audiences.")
+	fs.StringSliceVar(&o.TokenAudiences, "token-audiences", o.TokenAudiences, "Audiences a runtime's ServiceAccount token must carry (comma list): runtimes mount a projected ServiceAccount token with one of them. Tokens for the Kubernetes API server's audience are refused unless its audience is listed here.")
 }
 
 func (o *SandboxAPIOptions) Validate() []error {

@@ -60,8 +60,8 @@ func TestOperatorDefaults(t *testing.T) {
 		t.Errorf("leader election defaults (-want +got):\n%s", diff)
 	}
 	got := []any{o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress, o.Serving.HealthProbeBindAddress,
-		o.Controllers.Workers, o.Controllers.SyncImage, o.KubeClient.QPS, o.KubeClient.Burst, o.KubeClient.Kubeconfig, len(o.SandboxAPI.TokenAudiences)}
-	wantRest := []any{":8443", ":8080", ":8081", 4, "ghcr.io/airlock-dev/airlock:dev", float32(50), 100, "", 0}
+		o.Controllers.Workers, o.Controllers.SyncImage, o.KubeClient.QPS, o.KubeClient.Burst, o.KubeClient.Kubeconfig, o.SandboxAPI.TokenAudiences, o.namespace}
+	wantRest := []any{":8443", ":8080", ":8081", 4, "ghcr.io/airlock-dev/airlock:dev", float32(50), 100, "", []string{"airlock"}, "airlock-system"}
 	if diff := cmp.Diff(wantRest, got); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
@@ -72,6 +72,9 @@ func TestOperatorDefaults(t *testing.T) {
 		}
 		return ""
 	})
+	if inPod.namespace != "team-a" {
+		t.Errorf("the operator's namespace in a pod is %q, want $POD_NAMESPACE", inPod.namespace)
+	}
 	if ns := inPod.LeaderElection.ResourceNamespace; ns != "team-a" {
 		t.Errorf("lease namespace with POD_NAMESPACE=team-a: %q", ns)
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
 	// Identity is this replica's name as a lease holder: hostname + "_" + a UUID.
 	Identity string
+	// Namespace is the operator's own namespace ($POD_NAMESPACE, else airlock-system): the claim
+	// token key Secret lives there.
+	Namespace string
 
 	// APIBindAddress is where the Sandbox API listens (host:port).
 	APIBindAddress string
@@ -48,8 +51,8 @@ type Config struct {
 
 	// Workers is the number of workers each controller runs.
 	Workers int
-	// TokenAudiences are the audiences the Sandbox API asks TokenReview for; empty means the API
-	// server's own.
+	// TokenAudiences are the audiences the Sandbox API asks TokenReview for (--token-audiences,
+	// default "airlock"); empty means the API server's own.
 	TokenAudiences []string
 	// SyncImage is the image of sync-back Jobs.
 	SyncImage string

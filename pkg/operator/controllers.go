@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -33,6 +34,8 @@ type ControllerContext struct {
 	Workers int
 	// SyncImage is the image of sync-back Jobs (--sync-image).
 	SyncImage string
+	// Tokens derives the claims' tokens from the operator's key.
+	Tokens *claimtoken.Source
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -78,10 +81,9 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Deployments:     cc.KubeInformers.Apps().V1().Deployments(),
 		Services:        cc.KubeInformers.Core().V1().Services(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
-		Secrets:         cc.KubeInformers.Core().V1().Secrets(),
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
-	}, cc.SyncImage)
+	}, cc.SyncImage, cc.Tokens)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -61,6 +62,21 @@ func (r *readiness) Check(req *http.Request) error {
 		return fmt.Errorf("informers not synced: %s", strings.Join(unsynced, ", "))
 	}
 	return nil
+}
+
+// tokenKeyCheck passes once the claim token key has been read (or created): until then the
+// Sandbox API cannot hand out a Bound claim's token, so the replica is not ready.
+type tokenKeyCheck struct {
+	tokens interface {
+		Key(ctx context.Context) ([]byte, error)
+	}
+}
+
+func (tokenKeyCheck) Name() string { return "tokenKey" }
+
+func (c tokenKeyCheck) Check(req *http.Request) error {
+	_, err := c.tokens.Key(req.Context())
+	return err
 }
 
 // checkHandler runs every check and answers 200 "ok" when all pass, else failStatus with one line

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
@@ -54,8 +55,10 @@ type operator struct {
 	airlockInformers airlockinformers.SharedInformerFactory
 	kubeInformers    kubeinformers.SharedInformerFactory
 	readiness        *readiness
-	watchdog         *leaderelection.HealthzAdaptor
-	servers          []*httpServer
+	// tokens holds the claim token key (a Secret in the operator's namespace).
+	tokens   *claimtoken.Source
+	watchdog *leaderelection.HealthzAdaptor
+	servers  []*httpServer
 	// stopServing ends the context of the requests in flight when shutdown begins.
 	stopServing context.CancelFunc
 	// controllers are what the leader runs: a test seam, newControllerDescriptors() otherwise.
@@ -71,6 +74,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim })),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
 		controllers: newControllerDescriptors(),
+		tokens:      claimtoken.NewSource(cfg.KubeClient, cfg.Namespace),
 	}
 
 	// Every replica keeps these caches: the Sandbox API answers from them, and the leader's
@@ -82,18 +86,17 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
 		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
 	}}
-	api, secrets, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.kubeInformers)
+	api, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.tokens)
 	if err != nil {
 		return nil, err
 	}
-	o.readiness.informers = append(o.readiness.informers, secrets)
 
 	healthChecks := []checker{pingCheck{}}
 	if cfg.LeaderElection.LeaderElect {
 		healthChecks = append(healthChecks, o.watchdog)
 	}
 	healthz := checkHandler("healthz", http.StatusInternalServerError, healthChecks...)
-	readyz := checkHandler("readyz", http.StatusServiceUnavailable, o.readiness)
+	readyz := checkHandler("readyz", http.StatusServiceUnavailable, o.readiness, tokenKeyCheck{o.tokens})
 	var metrics http.Handler
 	if cfg.MetricsBindAddress != DisabledBindAddress {
 		metrics = legacyregistry.Handler()
@@ -115,7 +118,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	probes.Handle("GET /readyz", readyz)
 	o.servers = append(o.servers,
 		newHTTPServer("health probes", "--health-probe-bind-address", cfg.HealthProbeBindAddress, probes, nil, servingCtx),
-		newHTTPServer("Sandbox API", "--api-bind-address", cfg.APIBindAddress, newAPIHandler(healthz, readyz, metrics, api), apiTLS, servingCtx),
+		newHTTPServer("Sandbox API", "--api-bind-address", cfg.APIBindAddress, newAPIHandler(healthz, readyz, api), apiTLS, servingCtx),
 	)
 	if metrics != nil {
 		mux := http.NewServeMux()
@@ -142,6 +145,9 @@ func (o *operator) listen() error {
 func (o *operator) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting airlock operator", "version", version.Get().String(), "identity", o.cfg.Identity)
+	if len(o.cfg.TokenAudiences) == 0 {
+		logger.Info("Warning: --token-audiences is empty, so the Sandbox API accepts tokens for the Kubernetes API server's audience: whoever sees one can replay it against the API server")
+	}
 
 	// The broadcaster outlives ctx: the lease's "stopped leading" event is recorded after it ends.
 	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
@@ -208,7 +214,10 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		return err
 	}
 	o.airlockInformers.Start(informersDone)
-	o.kubeInformers.Start(informersDone) // the Sandbox API's Secrets, on every replica
+	// The key, before the controllers need it; a failure is retried by readyz and every use.
+	if _, err := o.tokens.Key(ctx); err != nil {
+		logger.Error(err, "Cannot read or create the claim token key yet: the Sandbox API answers 503 until it can", "secret", klog.KRef(o.cfg.Namespace, claimtoken.SecretName))
+	}
 
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,
@@ -218,6 +227,7 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		EventRecorder:    recorder,
 		Workers:          o.cfg.Workers,
 		SyncImage:        o.cfg.SyncImage,
+		Tokens:           o.tokens,
 	}
 	lead := func(ctx context.Context) error {
 		return runControllers(ctx, o.controllers, cc, informersDone)

@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -29,6 +31,7 @@ import (
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 )
 
@@ -60,6 +63,7 @@ func newTestConfig(kube *k8sfake.Clientset, airlock *airlockfake.Clientset) *Con
 			ResourceNamespace: testLeaseNamespace,
 		},
 		Identity:               testIdentity,
+		Namespace:              testLeaseNamespace,
 		APIBindAddress:         "127.0.0.1:0",
 		MetricsBindAddress:     "127.0.0.1:0",
 		HealthProbeBindAddress: "127.0.0.1:0",
@@ -244,8 +248,9 @@ func TestReadinessHandler(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, sandboxclaims, sandboxclasses, secrets, toolregistries") {
-		t.Errorf("before the informers start: %d %q, want 503 listing all five informers", code, body)
+	// No Secret informer: the operator may not list Secrets outside its namespace.
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: agentruntimes, sandboxclaims, sandboxclasses, toolregistries\n") {
+		t.Errorf("before the informers start: %d %q, want 503 listing the four airlock informers and no other", code, body)
 	}
 
 	o.airlockInformers.Start(ctx.Done())
@@ -466,7 +471,7 @@ func TestMetricsCanBeDisabled(t *testing.T) {
 
 func TestAPIPlaceholderAnswersJSONNotFound(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	handler := newAPIHandler(ok, ok, ok, nil)
+	handler := newAPIHandler(ok, ok, nil)
 	tests := map[string]struct {
 		method, path string
 		wantStatus   int
@@ -477,7 +482,8 @@ func TestAPIPlaceholderAnswersJSONNotFound(t *testing.T) {
 		"root":         {method: "GET", path: "/", wantStatus: http.StatusNotFound, wantError: "not_found"},
 		"healthz":      {method: "GET", path: "/healthz", wantStatus: http.StatusOK},
 		"readyz":       {method: "GET", path: "/readyz", wantStatus: http.StatusOK},
-		"metrics":      {method: "GET", path: "/metrics", wantStatus: http.StatusOK},
+		// Only on the metrics port, which the NetworkPolicy opens to monitoring alone.
+		"metrics": {method: "GET", path: "/metrics", wantStatus: http.StatusNotFound, wantError: "not_found"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -557,5 +563,40 @@ func TestBadCertificateFailsStart(t *testing.T) {
 	err := Run(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "loading the Sandbox API's certificate") {
 		t.Fatalf("Run with a bad certificate: %v, want a certificate error", err)
+	}
+}
+
+// TestReadinessWaitsForTokenKey: readyz fails while the claim token key cannot be read (here,
+// RBAC forbids it), and passes once it can; the key Secret is created in the operator's namespace.
+func TestReadinessWaitsForTokenKey(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube, airlock := newFakes()
+	forbidden := true
+	kube.PrependReactor("get", "secrets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if forbidden {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, claimtoken.SecretName, errors.New("RBAC"))
+		}
+		return false, nil, nil
+	})
+	cfg := newTestConfig(kube, airlock)
+	o, err := newOperator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := checkHandler("readyz", http.StatusServiceUnavailable, tokenKeyCheck{o.tokens})
+	readyz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz?verbose", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "[-]tokenKey failed") {
+		t.Errorf("without the key: %d %q, want 503 with tokenKey failed", code, body)
+	}
+	forbidden = false
+	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, "[+]tokenKey ok") {
+		t.Errorf("with the key: %d %q, want 200", code, body)
+	}
+	if _, err := kube.CoreV1().Secrets(cfg.Namespace).Get(ctx, claimtoken.SecretName, metav1.GetOptions{}); err != nil {
+		t.Errorf("the key Secret in %s: %v", cfg.Namespace, err)
 	}
 }

@@ -91,16 +91,14 @@ func writeAPIError(w http.ResponseWriter, status int, code, message string) {
 	_ = json.NewEncoder(w).Encode(apiError{Error: code, Message: message})
 }
 
-// newAPIHandler serves the Sandbox API: api (pkg/sandboxapi) under /v1/, the health and
-// metrics endpoints that SPEC section 4 lists with it, and a JSON 404 for everything else.
-// metrics and api may be nil.
-func newAPIHandler(healthz, readyz, metrics, api http.Handler) http.Handler {
+// newAPIHandler serves the Sandbox API: api (pkg/sandboxapi) under /v1/, /healthz and /readyz,
+// and a JSON 404 for everything else. /metrics is not served here, only on
+// --metrics-bind-address: the API port is open to every pod of the cluster, the metrics port only
+// to monitoring (manifests/operator/network_policy.yaml). api may be nil.
+func newAPIHandler(healthz, readyz, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readyz)
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
-	}
 	if api != nil {
 		mux.Handle("/v1/", api)
 	}

@@ -260,6 +260,7 @@ func (s *Server) acquire(ctx context.Context, who caller, body io.Reader) (int, 
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, req.Handle)
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err
@@ -382,7 +383,7 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 
 	switch c.Status.Phase {
 	case airlockv1alpha1.ClaimBound:
-		return a.bound(c)
+		return a.bound(ctx, c)
 	case airlockv1alpha1.ClaimRefused:
 		return stepResult{done: true, err: refusal(c.Status.Reason, "claim "+c.Name)}
 	case airlockv1alpha1.ClaimFailed:
@@ -403,18 +404,16 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 	return stepResult{} // Pending, Queued, Binding, Reaping: wait
 }
 
-// bound answers 200 once the claim's token Secret is in the cache.
-func (a *acquisition) bound(c *airlockv1alpha1.SandboxClaim) stepResult {
-	secret, err := a.s.secrets.Secrets(c.Namespace).Get(c.Name)
-	if apierrors.IsNotFound(err) {
-		return stepResult{} // wait for it like for the claim
-	}
-	if err != nil {
-		return stepResult{done: true, err: err}
-	}
-	token := string(secret.Data[airlockv1alpha1.ClaimTokenKey])
-	if token == "" || !metav1.IsControlledBy(secret, c) {
-		return stepResult{} // not written yet, or a previous claim's of the same name
+// bound answers 200 with the claim's addresses and its bearer token, derived from the operator's
+// key and the claim's UID, namespace and name, as the controller derived it for the claim's
+// Secret. A Bound claim's pod is Ready, so its Secret exists: the API never reads it. Without the
+// key the answer is 503, never a missing or empty token.
+func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim) stepResult {
+	token, err := a.s.tokens.Token(ctx, c.UID, c.Namespace, c.Name)
+	if err != nil || token == "" {
+		klog.FromContext(ctx).Error(err, "Cannot derive the claim's token", "claim", klog.KObj(c))
+		return stepResult{done: true, err: errorf(http.StatusServiceUnavailable, client.CodeUnavailable,
+			"the operator cannot compute the sandbox's token now (its key is unavailable): try again")}
 	}
 	resp := client.AcquireResponse{
 		Claim:     c.Name,

@@ -3,6 +3,7 @@ package sandboxapi
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
@@ -116,11 +118,11 @@ func TestAcquireSessionWorkspace(t *testing.T) {
 	})
 }
 
-// TestAcquireBound: a Bound claim with its token Secret answers 200 at once, with one address per
-// class port and the per-claim Authorization header; nothing is written.
+// TestAcquireBound: a Bound claim answers 200 at once, with one address per class port and the
+// per-claim Authorization header derived from the key; nothing is written or read but the cache.
 func TestAcquireBound(t *testing.T) {
 	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
-	f := newFixture(t, append(baseObjects(), c, tokenSecret(c, "claim-token"))...)
+	f := newFixture(t, append(baseObjects(), c)...)
 	rec := f.acquire(30)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
@@ -128,7 +130,7 @@ func TestAcquireBound(t *testing.T) {
 	want := client.AcquireResponse{
 		Claim: c.Name, Phase: "Bound",
 		Addresses: []client.Address{{Name: "mcp", URL: c.Status.Addresses[0].URL}, {Name: "debug", URL: c.Status.Addresses[1].URL}},
-		Headers:   map[string]string{"Authorization": "Bearer claim-token"},
+		Headers:   map[string]string{"Authorization": "Bearer " + claimToken(t, c)},
 	}
 	if diff := cmp.Diff(want, decodeBody[client.AcquireResponse](t, rec)); diff != "" {
 		t.Errorf("answer (-want +got):\n%s", diff)
@@ -138,8 +140,8 @@ func TestAcquireBound(t *testing.T) {
 	}
 }
 
-// TestAcquireWaitsForBind: the acquire waits, woken by informer events only, through Pending,
-// Binding, and a Bound claim whose Secret is not cached yet, until it can answer 200.
+// TestAcquireWaitsForBind: the acquire waits, woken by informer events only, through Pending and
+// Binding, until the claim is Bound and it can answer 200.
 func TestAcquireWaitsForBind(t *testing.T) {
 	f := newFixture(t, baseObjects()...)
 	done := make(chan *httptest.ResponseRecorder)
@@ -158,13 +160,6 @@ func TestAcquireWaitsForBind(t *testing.T) {
 		c.Status.Addresses = []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://x:8080"}}
 	})
 	f.setClaim(bound)
-	f.awaitWaiting() // Bound, but no Secret yet
-	select {
-	case rec := <-done:
-		t.Fatalf("answered before the Secret was cached: %d %s", rec.Code, rec.Body.String())
-	default:
-	}
-	f.setSecret(tokenSecret(bound, "tok"))
 
 	select {
 	case rec := <-done:
@@ -172,7 +167,7 @@ func TestAcquireWaitsForBind(t *testing.T) {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 		}
 		got := decodeBody[client.AcquireResponse](t, rec)
-		if got.Headers["Authorization"] != "Bearer tok" || len(got.Addresses) != 1 {
+		if got.Headers["Authorization"] != "Bearer "+claimToken(t, bound) || len(got.Addresses) != 1 {
 			t.Errorf("answer %+v", got)
 		}
 	case <-time.After(30 * time.Second):
@@ -384,26 +379,42 @@ func TestAcquireFailedWhileWaiting(t *testing.T) {
 	repl.ResourceVersion = "1"
 	repl.Status.Phase = airlockv1alpha1.ClaimBound
 	f.setClaim(repl)
-	f.setSecret(tokenSecret(repl, "tok-r1"))
 	rec := f.result(done)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 	}
-	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != repl.Name || got.Headers["Authorization"] != "Bearer tok-r1" {
+	if got := decodeBody[client.AcquireResponse](t, rec); got.Claim != repl.Name || got.Headers["Authorization"] != "Bearer "+claimToken(t, repl) {
 		t.Errorf("answer %+v", got)
 	}
 }
 
-// TestAcquireStaleSecret: a Secret of the same name that another claim (a previous one of the
-// same name) owns is not handed out.
-func TestAcquireStaleSecret(t *testing.T) {
+// TestAcquireTokenIsPerClaim: a claim created again under the same name (another UID) gets
+// another token, and the replacement's differs from the base claim's.
+func TestAcquireTokenIsPerClaim(t *testing.T) {
 	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
-	previous := c.DeepCopy()
-	previous.UID = "previous-uid"
-	f := newFixture(t, append(baseObjects(), c, tokenSecret(previous, "old-token"))...)
-	rec := f.acquire(0)
-	if rec.Code != http.StatusAccepted {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	f := newFixture(t, append(baseObjects(), c)...)
+	first := decodeBody[client.AcquireResponse](t, f.acquire(0)).Headers["Authorization"]
+	again := bumped(c, func(c *airlockv1alpha1.SandboxClaim) { c.UID = "another-uid" })
+	f.setClaim(again)
+	second := decodeBody[client.AcquireResponse](t, f.acquire(0)).Headers["Authorization"]
+	if first == "" || second == "" || first == second {
+		t.Errorf("tokens %q and %q: want two distinct tokens", first, second)
+	}
+	if second != "Bearer "+claimToken(t, again) {
+		t.Errorf("token %q is not the new claim's", second)
+	}
+}
+
+// TestAcquireWithoutKeyFailsClosed: when the key cannot be read, a Bound claim's acquire is 503,
+// with no Authorization header: never an empty or made-up token.
+func TestAcquireWithoutKeyFailsClosed(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	f := newFixture(t, append(baseObjects(), c)...)
+	f.tokens.err = claimtoken.ErrNoKey
+	rec := f.acquire(30)
+	wantError(t, rec, http.StatusServiceUnavailable, client.CodeUnavailable, "")
+	if strings.Contains(rec.Body.String(), "Bearer") || strings.Contains(rec.Body.String(), "headers") {
+		t.Errorf("answer %s carries a token", rec.Body.String())
 	}
 }
 
@@ -501,7 +512,6 @@ func TestAcquireConcurrentInformer(t *testing.T) {
 	if _, err := f.airlock.AirlockV1alpha1().SandboxClaims(testNS).UpdateStatus(f.ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.setSecret(tokenSecret(c, "tok"))
 	for range n {
 		rec := f.result(done)
 		if rec.Code != http.StatusOK {

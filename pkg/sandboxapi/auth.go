@@ -79,7 +79,7 @@ func (a *authenticator) review(ctx context.Context, token string) (caller, error
 	r, hit := a.cache[key]
 	a.mu.Unlock()
 	if hit && now.Before(r.expires) {
-		return r.result()
+		return a.result(r)
 	}
 
 	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
@@ -101,7 +101,7 @@ func (a *authenticator) review(ctx context.Context, token string) (caller, error
 		// Log the token's hash prefix, never the token, so that repeated failures can be told apart.
 		klog.FromContext(ctx).V(2).Info("Token rejected", "tokenHash", fmt.Sprintf("%x", key[:6]), "error", review.Status.Error)
 	}
-	return r.result()
+	return a.result(r)
 }
 
 // judge turns a TokenReview's answer into a result: authenticated, for one of the audiences
@@ -121,12 +121,25 @@ func (a *authenticator) judge(review *authenticationv1.TokenReview) reviewResult
 	return reviewResult{ok: true, who: caller{namespace: ns, serviceAccount: name}}
 }
 
-func (r reviewResult) result() (caller, error) {
-	if !r.ok {
+// result is the review's answer: the caller, or 401. With audiences configured (the default,
+// "airlock"), the 401 says how to mount a token for them: the usual mistake is sending the
+// pod's default token, whose audience is the Kubernetes API server.
+func (a *authenticator) result(r reviewResult) (caller, error) {
+	if r.ok {
+		return r.who, nil
+	}
+	if len(a.audiences) == 0 {
 		return caller{}, errorf(http.StatusUnauthorized, client.CodeUnauthorized, "the token is not a valid ServiceAccount token for this API")
 	}
-	return r.who, nil
+	return caller{}, errorf(http.StatusUnauthorized, client.CodeUnauthorized, audienceHint, strings.Join(a.audiences, ", "), a.audiences[0])
 }
+
+// audienceHint is the 401 message when audiences are configured.
+const audienceHint = "the token is not a valid ServiceAccount token with audience %s: " +
+	"the pod's default token (/var/run/secrets/kubernetes.io/serviceaccount/token) is for the Kubernetes API server and is refused. " +
+	"Mount a projected ServiceAccount token for airlock in the runtime's pod: a projected volume with a serviceAccountToken source " +
+	"(audience: %s, expirationSeconds: 3600, path: token), e.g. at /var/run/secrets/airlock, " +
+	"and send it as `Authorization: Bearer <token>`; the kubelet rotates it, so read the file again before each call"
 
 // store caches a result, first dropping expired entries when the cache is full.
 func (a *authenticator) store(key [sha256.Size]byte, r reviewResult, now time.Time) {

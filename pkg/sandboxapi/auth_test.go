@@ -2,9 +2,18 @@ package sandboxapi
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
@@ -68,13 +77,67 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
-// TestAuthenticationAudiences: with audiences configured, a token reviewed for another audience
-// is 401.
+// TestAuthenticationAudiences: the API asks TokenReview for its own audience ("airlock" by
+// default). A token for another audience is 401 with a message that says how to mount a projected
+// token for airlock; a token for airlock is admitted.
 func TestAuthenticationAudiences(t *testing.T) {
-	f := newFixtureWithOptions(t, fixtureOptions{audiences: []string{"airlock"}}, baseObjects()...)
-	wantError(t, f.do("/v1/sandboxes/acquire", tokenWrongAudience, acquireBody(testSession, testHandle, 0)), http.StatusUnauthorized, client.CodeUnauthorized, "")
-	if rec := f.acquire(0); rec.Code != http.StatusAccepted {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	tests := map[string]struct {
+		token      string
+		wantStatus int
+	}{
+		"a token for airlock":                          {token: tokenAgent, wantStatus: http.StatusAccepted},
+		"a reviewer that answers another audience":     {token: tokenWrongAudience, wantStatus: http.StatusUnauthorized},
+		"the runtime's own default (API server) token": {token: tokenAPIServer, wantStatus: http.StatusUnauthorized},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, baseObjects()...)
+			rec := f.do("/v1/sandboxes/acquire", tc.token, acquireBody(testSession, testHandle, 0))
+			if tc.wantStatus != http.StatusUnauthorized {
+				if rec.Code != tc.wantStatus {
+					t.Fatalf("status %d, want %d: %s", rec.Code, tc.wantStatus, rec.Body.String())
+				}
+				return
+			}
+			e := wantError(t, rec, http.StatusUnauthorized, client.CodeUnauthorized, "")
+			for _, want := range []string{"projected", "serviceAccountToken", "audience: airlock", "audience airlock"} {
+				if !strings.Contains(e.Message, want) {
+					t.Errorf("message %q does not say %q", e.Message, want)
+				}
+			}
+			if len(f.createdClaims()) != 0 {
+				t.Error("a refused token created a claim")
+			}
+		})
+	}
+}
+
+// TestAPIServerAudienceTokenRefused is adversarial: a token sniffed from the runtime's pod, of the
+// very ServiceAccount the runtime names but issued for the API server, is refused on every
+// endpoint, and the review asked for airlock's audience, not the API server's.
+func TestAPIServerAudienceTokenRefused(t *testing.T) {
+	bodies := map[string]any{
+		"/v1/sandboxes/acquire": acquireBody(testSession, testHandle, 0),
+		"/v1/sandboxes/renew":   renewBody(testSession, testHandle),
+		"/v1/sessions/open":     sessionBody(testSession),
+		"/v1/sessions/close":    sessionBody(testSession),
+	}
+	for path, body := range bodies {
+		t.Run(path, func(t *testing.T) {
+			f := newFixture(t, baseObjects()...)
+			var asked [][]string
+			f.kube.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				asked = append(asked, action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).Spec.Audiences)
+				return false, nil, nil
+			})
+			wantError(t, f.do(path, tokenAPIServer, body), http.StatusUnauthorized, client.CodeUnauthorized, "")
+			if len(asked) != 1 || !slices.Equal(asked[0], []string{"airlock"}) {
+				t.Errorf("reviews asked for audiences %v, want [[airlock]]", asked)
+			}
+			if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
+				t.Errorf("writes: %v", writes)
+			}
+		})
 	}
 }
 
@@ -163,6 +226,77 @@ func TestEveryEndpointAuthorizes(t *testing.T) {
 			wantError(t, f.do(path, tokenOtherNS, body), http.StatusForbidden, client.CodeForbidden, "")
 			if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
 				t.Errorf("writes: %v", writes)
+			}
+		})
+	}
+}
+
+// TestAuditLine: every request is one audit line with the ServiceAccount, namespace, runtime,
+// session hash, handle and status; the session itself is never logged.
+func TestAuditLine(t *testing.T) {
+	const secretSession = "session-that-must-not-be-logged"
+	c := existingClaim(secretSession, testHandle, "Bound")
+	tests := map[string]struct {
+		path      string
+		token     string
+		body      any
+		wantEntry map[string]any
+	}{
+		"acquire": {
+			path: "/v1/sandboxes/acquire", token: tokenAgent, body: acquireBody(secretSession, testHandle, 0),
+			wantEntry: map[string]any{"endpoint": "acquire", "serviceAccount": testNS + "/" + testSA, "namespace": testNS, "runtime": testRuntime,
+				"sessionHash": claimname.SessionHash(secretSession), "handle": testHandle, "status": http.StatusOK},
+		},
+		"renew": {
+			path: "/v1/sandboxes/renew", token: tokenAgent, body: renewBody(secretSession, testHandle),
+			wantEntry: map[string]any{"endpoint": "renew", "serviceAccount": testNS + "/" + testSA, "namespace": testNS, "runtime": testRuntime,
+				"sessionHash": claimname.SessionHash(secretSession), "handle": testHandle, "status": http.StatusNoContent},
+		},
+		"close": {
+			path: "/v1/sessions/close", token: tokenAgent, body: sessionBody(secretSession),
+			wantEntry: map[string]any{"endpoint": "closeSession", "serviceAccount": testNS + "/" + testSA, "namespace": testNS, "runtime": testRuntime,
+				"sessionHash": claimname.SessionHash(secretSession), "handle": "", "status": http.StatusAccepted},
+		},
+		"refused token": {
+			path: "/v1/sandboxes/acquire", token: tokenAPIServer, body: acquireBody(secretSession, testHandle, 0),
+			wantEntry: map[string]any{"endpoint": "acquire", "serviceAccount": "", "namespace": "", "runtime": "",
+				"sessionHash": "", "handle": "", "status": http.StatusUnauthorized},
+		},
+		"another ServiceAccount": {
+			path: "/v1/sandboxes/renew", token: tokenOtherSA, body: renewBody(secretSession, testHandle),
+			wantEntry: map[string]any{"endpoint": "renew", "serviceAccount": testNS + "/someone-else", "namespace": testNS, "runtime": testRuntime,
+				"sessionHash": claimname.SessionHash(secretSession), "handle": testHandle, "status": http.StatusForbidden},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, append(baseObjects(), c)...)
+			rec := f.do(tc.path, tc.token, tc.body)
+			if rec.Code != tc.wantEntry["status"] {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+			}
+			var audits []map[string]any
+			for _, e := range f.logs.Data() {
+				if e.Message != auditMessage {
+					continue
+				}
+				kv := map[string]any{}
+				for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
+					kv[e.ParameterKVList[i].(string)] = e.ParameterKVList[i+1]
+				}
+				if e.Verbosity != 0 || e.Prefix != "sandboxapi/audit" {
+					t.Errorf("audit line at V(%d) under %q, want V(0) under sandboxapi/audit", e.Verbosity, e.Prefix)
+				}
+				audits = append(audits, kv)
+			}
+			if len(audits) != 1 {
+				t.Fatalf("%d audit lines, want 1: %v", len(audits), audits)
+			}
+			if diff := cmp.Diff(tc.wantEntry, audits[0]); diff != "" {
+				t.Errorf("audit line (-want +got):\n%s", diff)
+			}
+			if strings.Contains(f.logs.String(), secretSession) {
+				t.Error("the session was logged")
 			}
 		})
 	}

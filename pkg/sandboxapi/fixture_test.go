@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,14 +21,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
@@ -46,7 +48,10 @@ const (
 	tokenOtherSA       = "token-other-sa"  // system:serviceaccount:team-a:someone-else
 	tokenOtherNS       = "token-other-ns"  // system:serviceaccount:team-b:agent-sa
 	tokenUser          = "token-user"      // a user, not a ServiceAccount
-	tokenWrongAudience = "token-wrong-aud" // authenticated for another audience
+	tokenWrongAudience = "token-wrong-aud" // a reviewer that authenticates it for another audience
+	// tokenAPIServer is the runtime's own ServiceAccount's default token: its audience is the
+	// API server's, as in every pod's /var/run/secrets/kubernetes.io/serviceaccount/token.
+	tokenAPIServer = "token-api-server-audience"
 )
 
 var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -88,8 +93,11 @@ type fixture struct {
 	airlock *airlockfake.Clientset
 	clock   *clocktesting.FakeClock
 
-	runtimes, registries, classes, claims, secrets cache.Indexer
-	claimEvents, secretEvents                      *fakeEvents
+	runtimes, registries, classes, claims cache.Indexer
+	claimEvents                           *fakeEvents
+	tokens                                *fakeTokens
+	// logs holds what the server logged (the audit lines among it).
+	logs ktesting.Buffer
 
 	server *Server
 	// waiting receives a value each time an acquire starts waiting.
@@ -102,8 +110,43 @@ type fixture struct {
 type fixtureOptions struct {
 	// informer makes the claims' lister and events a real informer over the fake clientset,
 	// started and synced before newFixture returns.
-	informer  bool
+	informer bool
+	// audiences are the server's; nil means the operator's default, "airlock".
 	audiences []string
+}
+
+// testAudience is the operator's default --token-audiences.
+const testAudience = "airlock"
+
+// apiServerAudience is what the API server puts into a pod's default token.
+const apiServerAudience = "https://kubernetes.default.svc.cluster.local"
+
+// testKey is the operator's claim token key in these tests.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// fakeTokens derives tokens with testKey, or fails with err.
+type fakeTokens struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *fakeTokens) Token(_ context.Context, uid types.UID, namespace, name string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return "", f.err
+	}
+	return claimtoken.Derive(testKey, uid, namespace, name)
+}
+
+// claimToken is the token the API hands out for c.
+func claimToken(t *testing.T, c *airlockv1alpha1.SandboxClaim) string {
+	t.Helper()
+	tok, err := claimtoken.Derive(testKey, c.UID, c.Namespace, c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
@@ -112,20 +155,24 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 
 func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Object) *fixture {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	if o.audiences == nil {
+		o.audiences = []string{testAudience}
+	}
 	f := &fixture{
-		t:            t,
-		ctx:          ctx,
-		kube:         k8sfake.NewClientset(),
-		clock:        clocktesting.NewFakeClock(t0),
-		runtimes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		registries:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		classes:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
-		claims:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		secrets:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		claimEvents:  &fakeEvents{},
-		secretEvents: &fakeEvents{},
-		waiting:      make(chan struct{}, 1000),
+		t:           t,
+		ctx:         ctx,
+		kube:        k8sfake.NewClientset(),
+		clock:       clocktesting.NewFakeClock(t0),
+		runtimes:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		registries:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		classes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		claims:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		claimEvents: &fakeEvents{},
+		tokens:      &fakeTokens{},
+		logs:        logger.GetSink().(ktesting.Underlier).GetBuffer(),
+		waiting:     make(chan struct{}, 1000),
 	}
 	var airlockObjects []runtime.Object
 	for _, obj := range objects {
@@ -138,9 +185,6 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 			mustAdd(t, f.classes, obj)
 		case *airlockv1alpha1.SandboxClaim:
 			mustAdd(t, f.claims, obj)
-		case *corev1.Secret:
-			mustAdd(t, f.secrets, obj)
-			continue
 		}
 		airlockObjects = append(airlockObjects, obj)
 	}
@@ -148,6 +192,13 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 	// (the applyconfigurations are generated without OpenAPI), so it cannot create them.
 	f.airlock = airlockfake.NewSimpleClientset(airlockObjects...) //nolint:staticcheck
 	f.kube.PrependReactor("create", "tokenreviews", f.reviewToken)
+	// The API server gives every object a UID (the fake tracker does not): tokens are derived from it.
+	f.airlock.PrependReactor("create", "sandboxclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if obj, ok := action.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && obj.GetUID() == "" {
+			obj.SetUID(types.UID("uid-" + obj.GetName()))
+		}
+		return false, nil, nil
+	})
 
 	claimLister := airlocklisters.NewSandboxClaimLister(f.claims)
 	var claimEvents EventSource = f.claimEvents
@@ -176,9 +227,8 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 		Registries:    airlocklisters.NewToolRegistryLister(f.registries),
 		Classes:       airlocklisters.NewSandboxClassLister(f.classes),
 		Claims:        claimLister,
-		Secrets:       corelisters.NewSecretLister(f.secrets),
 		ClaimEvents:   claimEvents,
-		SecretEvents:  f.secretEvents,
+		Tokens:        f.tokens,
 		Clock:         f.clock,
 		Audiences:     o.audiences,
 	})
@@ -219,21 +269,43 @@ func (f *fixture) reviewToken(action k8stesting.Action) (bool, runtime.Object, e
 	f.reviews++
 	f.mu.Unlock()
 	users := map[string]string{
+		tokenAPIServer:     "system:serviceaccount:" + testNS + ":" + testSA,
 		tokenAgent:         "system:serviceaccount:" + testNS + ":" + testSA,
 		tokenOtherSA:       "system:serviceaccount:" + testNS + ":someone-else",
 		tokenOtherNS:       "system:serviceaccount:team-b:" + testSA,
 		tokenUser:          "alice",
 		tokenWrongAudience: "system:serviceaccount:" + testNS + ":" + testSA,
 	}
-	if user, ok := users[review.Spec.Token]; ok {
+	// As the API server: a token is valid for the audiences it was issued for; a review that asks
+	// for none asks for the API server's own; no audience in common is not authenticated.
+	tokenAudiences := []string{testAudience}
+	if review.Spec.Token == tokenAPIServer {
+		tokenAudiences = []string{apiServerAudience}
+	}
+	wanted := review.Spec.Audiences
+	if len(wanted) == 0 {
+		wanted = []string{apiServerAudience}
+	}
+	var common []string
+	for _, a := range tokenAudiences {
+		if slices.Contains(wanted, a) {
+			common = append(common, a)
+		}
+	}
+	user, ok := users[review.Spec.Token]
+	switch {
+	case !ok:
+		review.Status.Error = "invalid bearer token"
+	case review.Spec.Token == tokenWrongAudience:
 		review.Status.Authenticated = true
 		review.Status.User.Username = user
-		review.Status.Audiences = review.Spec.Audiences
-		if review.Spec.Token == tokenWrongAudience {
-			review.Status.Audiences = []string{"elsewhere"}
-		}
-	} else {
-		review.Status.Error = "invalid bearer token"
+		review.Status.Audiences = []string{"elsewhere"}
+	case len(common) == 0:
+		review.Status.Error = fmt.Sprintf("token audiences %q is invalid for the target audiences %q", tokenAudiences, wanted)
+	default:
+		review.Status.Authenticated = true
+		review.Status.User.Username = user
+		review.Status.Audiences = common
 	}
 	return true, review, nil
 }
@@ -306,14 +378,6 @@ func (f *fixture) setClaim(c *airlockv1alpha1.SandboxClaim) {
 	} else {
 		f.claimEvents.fire(nil, c)
 	}
-}
-
-func (f *fixture) setSecret(s *corev1.Secret) {
-	f.t.Helper()
-	if err := f.secrets.Add(s); err != nil {
-		f.t.Fatal(err)
-	}
-	f.secretEvents.fire(nil, s)
 }
 
 // createdClaims returns the claims in the fake API server.
@@ -433,18 +497,6 @@ func existingClaim(session, handle string, phase airlockv1alpha1.ClaimPhase) *ai
 		c.Status.BoundAt = &metav1.Time{Time: t0.Add(-time.Hour)}
 	}
 	return c
-}
-
-// tokenSecret is the claim's token Secret, as the claim controller builds it.
-func tokenSecret(c *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: c.Name, Namespace: c.Namespace,
-			Labels:          map[string]string{airlockv1alpha1.LabelClaim: c.Name},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(c, airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"))},
-		},
-		Data: map[string][]byte{airlockv1alpha1.ClaimTokenKey: []byte(token)},
-	}
 }
 
 // bumped returns a copy of c with a new resourceVersion, for an update event.

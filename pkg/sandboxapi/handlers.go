@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -53,21 +53,27 @@ type Config struct {
 	Registries airlocklisters.ToolRegistryLister
 	Classes    airlocklisters.SandboxClassLister
 	Claims     airlocklisters.SandboxClaimLister
-	// Secrets lists the claims' token Secrets (the operator's label-filtered Secret informer).
-	Secrets corelisters.SecretLister
 
-	// ClaimEvents and SecretEvents are the informers behind Claims and Secrets: their events wake
-	// the acquires waiting for a claim to bind and for its token Secret.
-	ClaimEvents  EventSource
-	SecretEvents EventSource
+	// ClaimEvents is the informer behind Claims: its events wake the acquires waiting for a claim
+	// to bind.
+	ClaimEvents EventSource
+	// Tokens derives a Bound claim's bearer token from the operator's key (*claimtoken.Source):
+	// the API never reads the claim's Secret. A token it cannot derive is 503, never an answer.
+	Tokens TokenSource
 	// Synced are the informers' HasSynced: until all are true the API answers 503, since a cold
 	// cache would wrongly answer 404 or let a claim past the limits. Nil entries are ignored.
 	Synced []cache.InformerSynced
 
 	// Clock is the time of waits, admission and renewals; nil is the real clock.
 	Clock clock.Clock
-	// Audiences are the audiences asked of TokenReview; empty means the API server's own.
+	// Audiences are the audiences asked of TokenReview; empty means the API server's own (the
+	// operator's --token-audiences defaults to "airlock").
 	Audiences []string
+}
+
+// TokenSource derives the bearer token of a claim; *claimtoken.Source is one.
+type TokenSource interface {
+	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 }
 
 // Server is the Sandbox API: an http.Handler.
@@ -79,7 +85,7 @@ type Server struct {
 	registries airlocklisters.ToolRegistryLister
 	classes    airlocklisters.SandboxClassLister
 	claims     airlocklisters.SandboxClaimLister
-	secrets    corelisters.SecretLister
+	tokens     TokenSource
 	synced     []cache.InformerSynced
 
 	clock   clock.Clock
@@ -91,8 +97,7 @@ type Server struct {
 	onWait func()
 }
 
-// NewServer builds the Sandbox API and registers its event handlers on the claim and Secret
-// informers. ctx's logger is the base of request logs.
+// NewServer builds the Sandbox API and registers its event handler on the claim informer. ctx's logger is the base of request logs.
 func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -104,19 +109,20 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		registries:    cfg.Registries,
 		classes:       cfg.Classes,
 		claims:        cfg.Claims,
-		secrets:       cfg.Secrets,
+		tokens:        cfg.Tokens,
 		synced:        cfg.Synced,
 		clock:         cfg.Clock,
 		authn:         newAuthenticator(cfg.KubeClient, cfg.Audiences, cfg.Clock),
 		waiters:       newWaiters(),
 	}
-	for name, src := range map[string]EventSource{"sandboxclaims": cfg.ClaimEvents, "secrets": cfg.SecretEvents} {
-		if src == nil {
-			return nil, fmt.Errorf("the Sandbox API needs the %s informer", name)
-		}
-		if _, err := src.AddEventHandler(s.waiters.eventHandler()); err != nil {
-			return nil, fmt.Errorf("adding the Sandbox API's %s event handler: %w", name, err)
-		}
+	if cfg.Tokens == nil {
+		return nil, errors.New("the Sandbox API needs a token source")
+	}
+	if cfg.ClaimEvents == nil {
+		return nil, errors.New("the Sandbox API needs the sandboxclaims informer")
+	}
+	if _, err := cfg.ClaimEvents.AddEventHandler(s.waiters.eventHandler()); err != nil {
+		return nil, fmt.Errorf("adding the Sandbox API's sandboxclaims event handler: %w", err)
 	}
 	registerMetrics()
 
@@ -160,7 +166,8 @@ func (s *Server) endpoint(base klog.Logger, name string, h handlerFunc) http.Han
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		start := s.clock.Now()
 		logger := klog.LoggerWithValues(base, "endpoint", name)
-		ctx := klog.NewContext(req.Context(), logger)
+		audit := &auditRecord{}
+		ctx := context.WithValue(klog.NewContext(req.Context(), logger), auditKey{}, audit)
 
 		status, out, err := s.serve(ctx, w, req, h)
 		if err != nil {
@@ -183,6 +190,7 @@ func (s *Server) endpoint(base klog.Logger, name string, h handlerFunc) http.Han
 			writeJSON(w, status, out)
 		}
 		elapsed := s.clock.Since(start)
+		audit.log(base, name, status)
 		requests.WithLabelValues(name, fmt.Sprint(status)).Inc()
 		if name == "acquire" {
 			acquireDuration.WithLabelValues(acquireResult(status)).Observe(elapsed.Seconds())
@@ -200,6 +208,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, req *http.Req
 	who, err := s.authenticate(ctx, req)
 	if err != nil {
 		return 0, nil, err
+	}
+	if a, ok := ctx.Value(auditKey{}).(*auditRecord); ok {
+		a.who = who
 	}
 	body := http.MaxBytesReader(w, req.Body, client.MaxBodyBytes)
 	return h(ctx, who, body)

@@ -12,7 +12,7 @@ import (
 // TestMetrics: requests by endpoint and code, acquire latency by result, renewals by result.
 func TestMetrics(t *testing.T) {
 	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
-	f := newFixture(t, append(baseObjects(), c, tokenSecret(c, "tok"))...)
+	f := newFixture(t, append(baseObjects(), c)...)
 
 	count := func(endpoint, code string) float64 {
 		v, _ := gathered(t, "airlock_sandboxapi_requests_total", map[string]string{"endpoint": endpoint, "code": code})

@@ -35,6 +35,7 @@ func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, an
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, req.Handle)
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err
@@ -93,6 +94,7 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, "")
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err
@@ -175,6 +177,7 @@ func (s *Server) closeSession(ctx context.Context, who caller, body io.Reader) (
 	if aerr != nil {
 		return 0, nil, aerr
 	}
+	noteAudit(ctx, req.Namespace, req.Runtime, req.Session, "")
 	rt, err := s.authorize(who, req.Namespace, req.Runtime)
 	if err != nil {
 		return 0, nil, err

@@ -6,9 +6,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// waiters wakes the acquires that wait for a claim to change. The claim and Secret informers'
-// event handlers only notify it; a woken acquire reads the listers again. A claim's token Secret
-// has the claim's name, so one key, "<namespace>/<name>", stands for both.
+// waiters wakes the acquires that wait for a claim to change. The claim informer's event handler
+// only notifies it; a woken acquire reads the listers again. Keys are "<namespace>/<name>".
 type waiters struct {
 	mu    sync.Mutex
 	byKey map[string]map[*waiter]struct{}

@@ -185,7 +185,9 @@ func main() {
 		os.Exit(2)
 	}
 	if plan.TokenFile == "" {
-		plan.TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		// A projected ServiceAccount token with audience airlock (the pod's default token, for
+		// the API server's audience, is refused by the Sandbox API).
+		plan.TokenFile = "/var/run/secrets/airlock/token"
 	}
 	if plan.WaitSeconds == 0 {
 		plan.WaitSeconds = 120

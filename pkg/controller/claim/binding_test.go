@@ -15,18 +15,20 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
+// TestSyncChildNotControlled: a Service of the claim's name that nobody owns is foreign: the sync
+// fails with an event, and builds the other children, which do not depend on it. (The token
+// Secret cannot be met this way: its name is a hash of the claim's token.)
 func TestSyncChildNotControlled(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
 	claim := binding("c1", t0)
 	f.claims = append(f.claims, claim)
-	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+	f.services = append(f.services, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
 	c := f.newController(ctx)
 	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
-		t.Fatal("sync succeeded over a Secret the claim does not control")
+		t.Fatal("sync succeeded over a Service the claim does not control")
 	}
-	// The other children do not depend on the Secret.
-	checkActions(t, f, []string{"create deployments c1", "create services c1", "create networkpolicies c1"})
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create networkpolicies c1"})
 	if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
 		t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
 	}

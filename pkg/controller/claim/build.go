@@ -1,8 +1,6 @@
 package claim
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -39,8 +37,6 @@ const (
 	TokenFile = TokenMountPath + "/" + TokenKey
 	// tokenVolumeName is the token Secret's volume; class volumes may not use it.
 	tokenVolumeName = "airlock-auth-token"
-	// tokenBytes is the token's entropy.
-	tokenBytes = 32
 
 	// LabelClaimUID is on a claim's sandbox pods: the claim's UID.
 	LabelClaimUID = airlockv1alpha1.LabelClaimUID
@@ -372,22 +368,32 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1al
 	}
 }
 
-// newToken returns a fresh bearer token: 32 random bytes, base64url without padding.
-func newToken() (string, error) {
-	b := make([]byte, tokenBytes)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-// buildSecret returns the claim's token Secret.
-func buildSecret(claim *airlockv1alpha1.SandboxClaim, token string) *corev1.Secret {
+// buildSecret returns the claim's token Secret, named name (claimtoken.ClaimSecretName).
+func buildSecret(claim *airlockv1alpha1.SandboxClaim, name, token string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: childMeta(claim, claim.Name),
+		ObjectMeta: childMeta(claim, name),
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{TokenKey: []byte(token)},
 	}
+}
+
+// useTokenSecret points the Deployment's token volume at the Secret name.
+func useTokenSecret(d *appsv1.Deployment, name string) {
+	for i := range d.Spec.Template.Spec.Volumes {
+		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == tokenVolumeName && v.Secret != nil {
+			v.Secret.SecretName = name
+		}
+	}
+}
+
+// tokenSecretOf returns the Secret the Deployment's token volume names.
+func tokenSecretOf(d *appsv1.Deployment) string {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == tokenVolumeName && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
 }
 
 // syncJobName is the name of the claim's sync-back Job.

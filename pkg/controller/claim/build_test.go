@@ -218,18 +218,23 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	})
 }
 
-func TestBuildSecretAndToken(t *testing.T) {
-	a, err := newToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := newToken()
-	if len(a) != 43 || a == b {
-		t.Errorf("tokens %q and %q: want 43 base64url characters, distinct", a, b)
-	}
+func TestUseTokenSecret(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	s := buildSecret(claim, a)
-	if s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
+	d := buildDeployment(claim, testRecord(), 1)
+	if got := tokenSecretOf(d); got != "c1" {
+		t.Fatalf("token volume names %q before, want c1", got)
+	}
+	useTokenSecret(d, "c1-token-0123456789ab")
+	if got := tokenSecretOf(d); got != "c1-token-0123456789ab" {
+		t.Errorf("token volume names %q, want c1-token-0123456789ab", got)
+	}
+}
+
+func TestBuildSecret(t *testing.T) {
+	a := "a-derived-token"
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+	s := buildSecret(claim, "c1-token-0123456789ab", a)
+	if s.Name != "c1-token-0123456789ab" || s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
 		t.Errorf("secret %+v", s)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 )
 
 // ensureChildren creates the claim's Secret, Deployment, Service and NetworkPolicy, and repairs
@@ -32,9 +33,23 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if err != nil {
 		return err
 	}
+	token, err := c.newToken(ctx, claim)
+	if err != nil {
+		return fmt.Errorf("deriving the claim's token: %w", err)
+	}
+	if token == "" {
+		return errors.New("deriving the claim's token: empty token")
+	}
+	// The Secret first: the sandbox pod mounts it. The other three are independent, so they are
+	// written concurrently.
+	secretName := claimtoken.ClaimSecretName(claim.Name, token)
+	if err := c.ensureSecret(ctx, claim, secretName, token); err != nil {
+		return err
+	}
+	deployment := buildDeployment(claim, record, replicas)
+	useTokenSecret(deployment, secretName)
 	ensures := []func() error{
-		func() error { return c.ensureSecret(ctx, claim) },
-		func() error { return c.ensureDeployment(ctx, claim, buildDeployment(claim, record, replicas)) },
+		func() error { return c.ensureDeployment(ctx, claim, deployment) },
 		func() error { return c.ensureService(ctx, claim, buildService(claim, record)) },
 		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed)) },
 	}
@@ -117,32 +132,28 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 	return out, changed
 }
 
-func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	secret, err := c.secretLister.Secrets(claim.Namespace).Get(claim.Name)
-	if apierrors.IsNotFound(err) {
-		token, err := c.newToken()
-		if err != nil {
-			return fmt.Errorf("minting the claim's token: %w", err)
-		}
-		_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, token), metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil // created by an earlier sync the cache has not seen yet; never minted twice
-		}
+// ensureSecret creates the claim's token Secret, name (claimtoken.ClaimSecretName), holding the
+// token derived from the operator's key. The operator may create Secrets outside its own
+// namespace but not read them, so the Secret is created, never read or repaired: only while the
+// claim's Deployment (in the cache) does not mount it yet (the Deployment is written after the
+// Secret, so once it mounts it the Secret was created), and AlreadyExists counts as done: the
+// name is a hash of the token, which nobody can compute without the key, so a Secret of that name
+// is one an earlier sync created (docs/decisions.md, "Least privilege"). The token is derived from
+// the claim's UID, so an earlier claim of the same name had another token and another Secret: a
+// predecessor's Secret is never taken for this claim's.
+func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, name, token string) error {
+	d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
+	switch {
+	case err == nil && metav1.IsControlledBy(d, claim) && tokenSecretOf(d) == name:
+		return nil
+	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	if err != nil {
-		return err
+	_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, name, token), metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
 	}
-	if err := c.controlled(ctx, claim, secret, "Secret", c.kubeClient.CoreV1().Secrets(claim.Namespace).Delete); err != nil {
-		return err
-	}
-	if l, changed := mergeLabels(secret.Labels, childLabels(claim)); changed {
-		updated := secret.DeepCopy()
-		updated.Labels = l
-		_, err := c.kubeClient.CoreV1().Secrets(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-		return err
-	}
-	return nil
+	return err
 }
 
 func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {

@@ -12,6 +12,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -81,8 +84,6 @@ type Controller struct {
 	servicesSynced      cache.InformerSynced
 	networkPolicyLister networkinglisters.NetworkPolicyLister
 	networkPolicySynced cache.InformerSynced
-	secretLister        corelisters.SecretLister
-	secretsSynced       cache.InformerSynced
 	jobLister           batchlisters.JobLister
 	jobsSynced          cache.InformerSynced
 	podLister           corelisters.PodLister
@@ -100,8 +101,8 @@ type Controller struct {
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
 
-	// newToken mints claim tokens; a seam for tests.
-	newToken func() (string, error)
+	// newToken returns a claim's bearer token (derived from the operator's key); a seam for tests.
+	newToken func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
 	// decide is admission.Decide; a seam for tests.
 	decide func(admission.Input) map[string]admission.Decision
 	// syncHandler is sync; a seam for tests of the worker loop.
@@ -109,7 +110,9 @@ type Controller struct {
 }
 
 // Informers are the informers the controller reads. The kube informers must be filtered on the
-// LabelClaim label (the operator caches only the claims' children).
+// LabelClaim label (the operator caches only the claims' children). There is no Secret informer:
+// the operator may create Secrets outside its namespace but not read them (docs/decisions.md,
+// "Least privilege").
 type Informers struct {
 	Claims          airlockinformers.SandboxClaimInformer
 	Runtimes        airlockinformers.AgentRuntimeInformer
@@ -118,22 +121,38 @@ type Informers struct {
 	Deployments     appsinformers.DeploymentInformer
 	Services        coreinformers.ServiceInformer
 	NetworkPolicies networkinginformers.NetworkPolicyInformer
-	Secrets         coreinformers.SecretInformer
 	Jobs            batchinformers.JobInformer
 	Pods            coreinformers.PodInformer
 }
 
-// NewController returns a SandboxClaim controller on the given informers.
-func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string) (*Controller, error) {
-	return newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
+// TokenSource derives a claim's bearer token; *claimtoken.Source is one.
+type TokenSource interface {
+	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+}
+
+// NewController returns a SandboxClaim controller on the given informers. tokens derives the
+// token written into each claim's Secret.
+func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource) (*Controller, error) {
+	c, err := newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
+	if err != nil {
+		return nil, err
+	}
+	c.newToken = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		return tokens.Token(ctx, claim.UID, claim.Namespace, claim.Name)
+	}
+	return c, nil
 }
 
 func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, clk clock.WithTicker) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	// Events reference claims: the scheme must know the airlock kinds.
-	utilruntime.Must(airlockscheme.AddToScheme(scheme.Scheme))
+	// Events reference claims: the scheme must know the airlock kinds. A scheme of its own: adding
+	// them to client-go's global scheme here raced with the lease renewals that decode with it
+	// (the controller is built once the lease is held): "concurrent map read and map write".
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(airlockscheme.AddToScheme(eventScheme))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: ControllerName})
 
 	ratelimiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 1000*time.Second),
@@ -156,8 +175,6 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		servicesSynced:      informers.Services.Informer().HasSynced,
 		networkPolicyLister: informers.NetworkPolicies.Lister(),
 		networkPolicySynced: informers.NetworkPolicies.Informer().HasSynced,
-		secretLister:        informers.Secrets.Lister(),
-		secretsSynced:       informers.Secrets.Informer().HasSynced,
 		jobLister:           informers.Jobs.Lister(),
 		jobsSynced:          informers.Jobs.Informer().HasSynced,
 		podLister:           informers.Pods.Lister(),
@@ -170,8 +187,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		recorder:    recorder,
 		clock:       clk,
 		syncImage:   syncImage,
-		newToken:    newToken,
-		decide:      admission.Decide,
+		newToken: func(context.Context, *airlockv1alpha1.SandboxClaim) (string, error) {
+			return "", errors.New("no token source") // NewController sets it: fail closed
+		},
+		decide: admission.Decide,
 	}
 	c.syncHandler = c.sync
 
@@ -214,7 +233,6 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		"deployment":    informers.Deployments.Informer(),
 		"service":       informers.Services.Informer(),
 		"networkpolicy": informers.NetworkPolicies.Informer(),
-		"secret":        informers.Secrets.Informer(),
 		"job":           informers.Jobs.Informer(),
 		"pod":           informers.Pods.Informer(),
 	} {
@@ -241,7 +259,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced,
-		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.secretsSynced, c.jobsSynced, c.podsSynced) {
+		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.jobsSynced, c.podsSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -34,6 +36,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
@@ -66,9 +69,12 @@ type fixture struct {
 	deployments []*appsv1.Deployment
 	services    []*corev1.Service
 	netpols     []*networkingv1.NetworkPolicy
-	secrets     []*corev1.Secret
-	jobs        []*batchv1.Job
-	pods        []*corev1.Pod
+	// secrets exist in the API server only: the controller has no Secret informer.
+	secrets []*corev1.Secret
+	// tokenErr, if set, is the error of the token source.
+	tokenErr error
+	jobs     []*batchv1.Job
+	pods     []*corev1.Pod
 	// kubeOnly are objects the kube client has but the caches do not (allowed Services).
 	kubeOnly []runtime.Object
 
@@ -164,7 +170,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		Deployments:     ki.Apps().V1().Deployments(),
 		Services:        ki.Core().V1().Services(),
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
-		Secrets:         ki.Core().V1().Secrets(),
 		Jobs:            ki.Batch().V1().Jobs(),
 		Pods:            ki.Core().V1().Pods(),
 	}, testSyncImage, f.clock)
@@ -173,10 +178,15 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
 	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
-	c.secretsSynced, c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady, alwaysReady
+	c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady
 	f.recorder = record.NewFakeRecorder(100)
 	c.recorder = f.recorder
-	c.newToken = func() (string, error) { return testToken, nil }
+	c.newToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		if f.tokenErr != nil {
+			return "", f.tokenErr
+		}
+		return testToken, nil
+	}
 
 	add := func(informer cache.SharedIndexInformer, obj any) {
 		if err := informer.GetIndexer().Add(obj); err != nil {
@@ -203,9 +213,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	for _, o := range f.netpols {
 		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
-	}
-	for _, o := range f.secrets {
-		add(ki.Core().V1().Secrets().Informer(), o)
 	}
 	for _, o := range f.jobs {
 		add(ki.Batch().V1().Jobs().Informer(), o)
@@ -418,11 +425,18 @@ func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int
 	if record == nil {
 		record = testRecord()
 	}
-	f.deployments = append(f.deployments, buildDeployment(claim, record, replicas))
+	d := buildDeployment(claim, record, replicas)
+	useTokenSecret(d, tokenSecretName(claim))
+	f.deployments = append(f.deployments, d)
 	f.services = append(f.services, buildService(claim, record))
 	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
-	f.secrets = append(f.secrets, buildSecret(claim, "minted-earlier"))
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
 	return f
+}
+
+// tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
+func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
+	return claimtoken.ClaimSecretName(claim.Name, testToken)
 }
 
 func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
@@ -471,7 +485,7 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	checkRequeue(t, requeue, ptr.To(5*time.Minute))
 	checkActions(t, f, []string{
 		"update sandboxclaims/status c1",
-		"create secrets c1",
+		"create secrets " + tokenSecretName(claim),
 		"create deployments c1",
 		"create services c1",
 		"create networkpolicies c1",
@@ -486,6 +500,9 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	secret := f.written("secrets", "").(*corev1.Secret)
 	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
 		t.Errorf("secret %+v is not the claim's token", secret)
+	}
+	if d := f.written("deployments", "").(*appsv1.Deployment); tokenSecretOf(d) != secret.Name {
+		t.Errorf("the Deployment mounts Secret %q, want the created %q", tokenSecretOf(d), secret.Name)
 	}
 	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -533,9 +550,17 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			},
 			wantActions: []string{"update networkpolicies c1"},
 		},
-		"secret with another token is left alone": {
+		"secret with another token is left alone (never read)": {
 			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
 			wantActions: nil,
+		},
+		"deployment gone: the secret is created again first, AlreadyExists is done": {
+			mutate:      func(f *fixture) { f.deployments = nil },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create deployments c1"},
+		},
+		"token volume pointed at a planted Secret: ours is ensured and the volume repaired": {
+			mutate:      func(f *fixture) { useTokenSecret(f.deployments[0], "planted") },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "update deployments c1"},
 		},
 		"children gone are created again": {
 			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
@@ -567,6 +592,42 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncSecretCreateOnly: the operator may not read Secrets outside its namespace, so the
+// claim's Secret is only ever created: a Secret that exists already (an earlier sync's, whose
+// Deployment create failed) is AlreadyExists and counts as done, and nothing reads or updates it.
+func TestSyncSecretCreateOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create services c1", "create networkpolicies c1"})
+	for _, a := range f.log {
+		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
+			t.Errorf("%s secrets: the controller may only create Secrets", a.GetVerb())
+		}
+	}
+}
+
+// TestSyncWithoutTokenFailsClosed: without the key (no token), no Secret and no Deployment is
+// created, and the sync fails so that it is retried.
+func TestSyncWithoutTokenFailsClosed(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.tokenErr = errors.New("the claim token key is not available")
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil || !strings.Contains(err.Error(), "key is not available") {
+		t.Fatalf("sync error %v, want the key's error", err)
+	}
+	checkActions(t, f, nil)
 }
 
 func TestSyncClassNotFound(t *testing.T) {
@@ -1134,5 +1195,16 @@ func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
 	}
 	if n := c.decisionLocks.len(); n != 0 {
 		t.Errorf("%d decision locks left after the sync", n)
+	}
+}
+
+// TestNewControllerLeavesGlobalSchemeAlone: building the controller (which happens once the lease
+// is held, while lease renewals decode with client-go's global scheme) does not write to that
+// scheme: a write there raced with the renewals and crashed the operator.
+func TestNewControllerLeavesGlobalSchemeAlone(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	newFixture(t).withDefaults().newController(ctx)
+	if kubescheme.Scheme.Recognizes(airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim")) {
+		t.Error("client-go's global scheme knows SandboxClaim: something added the airlock kinds to it")
 	}
 }

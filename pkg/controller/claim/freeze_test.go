@@ -181,6 +181,7 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 					continue
 				}
 				want := buildDeployment(claim, testRecord(), 1)
+				useTokenSecret(want, tokenSecretName(claim))
 				got := f.written("deployments", "").(*appsv1.Deployment)
 				if diff := cmp.Diff(want.Spec.Template, got.Spec.Template); diff != "" {
 					t.Errorf("repaired template is not the recorded one (-record +written):\n%s", diff)

@@ -1,0 +1,191 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
+)
+
+const (
+	operatorNamespaceName  = "airlock-system"
+	operatorServiceAccount = "airlock-operator"
+)
+
+// canI asks the API server, as kubectl auth can-i does, whether the operator's ServiceAccount
+// may verb resource in ns, and returns kubectl's answer ("yes" or "no").
+func canI(t *testing.T, ctx context.Context, verb, resource, ns string) string {
+	t.Helper()
+	out, err := kubectl(ctx, "auth", "can-i", verb, resource, "-n", ns,
+		"--as=system:serviceaccount:"+operatorNamespaceName+":"+operatorServiceAccount)
+	answer := strings.TrimSpace(out)
+	// can-i exits 1 for "no".
+	if err != nil && answer != "no" {
+		t.Fatalf("kubectl auth can-i %s %s -n %s: %v", verb, resource, ns, err)
+	}
+	return answer
+}
+
+// TestOperatorCannotReadSecrets: as installed by the manifests, the operator's ServiceAccount can
+// create Secrets in any namespace (each claim's token) but not get, list, watch, update, patch or
+// delete them; in its own namespace it can get its key Secret, and no other.
+func TestOperatorCannotReadSecrets(t *testing.T) {
+	checkOperatorCannotReadSecrets(t)
+}
+
+// checkOperatorCannotReadSecrets is TestOperatorCannotReadSecrets, for the real node's suite too.
+func checkOperatorCannotReadSecrets(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := newNamespace(t, "airlock-rbac")
+	for _, verb := range []string{"get", "list", "watch", "update", "patch", "delete", "deletecollection"} {
+		if got := canI(t, ctx, verb, "secrets", other); got != "no" {
+			t.Errorf("can-i %s secrets -n %s: %q, want no", verb, other, got)
+		}
+	}
+	if got := canI(t, ctx, "create", "secrets", other); got != "yes" {
+		t.Errorf("can-i create secrets -n %s: %q, want yes", other, got)
+	}
+	if got := canI(t, ctx, "get", "secrets/"+claimtoken.SecretName, operatorNamespaceName); got != "yes" {
+		t.Errorf("can-i get its key Secret: %q, want yes", got)
+	}
+	for _, res := range []string{"secrets/another-secret", "secrets"} {
+		if got := canI(t, ctx, "get", res, operatorNamespaceName); got != "no" {
+			t.Errorf("can-i get %s -n %s: %q, want no", res, operatorNamespaceName, got)
+		}
+	}
+	if got := canI(t, ctx, "list", "secrets", operatorNamespaceName); got != "no" {
+		t.Errorf("can-i list secrets -n %s: %q, want no", operatorNamespaceName, got)
+	}
+}
+
+// operatorKubeconfig writes a kubeconfig that authenticates as the operator's ServiceAccount
+// (a token from the TokenRequest API), for the suite's cluster.
+func operatorKubeconfig(t *testing.T) string {
+	t.Helper()
+	tr, err := kubeClient.CoreV1().ServiceAccounts(operatorNamespaceName).CreateToken(context.Background(), operatorServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrInt64(3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token for the operator's ServiceAccount: %v", err)
+	}
+	cluster := &clientcmdapi.Cluster{Server: restConfig.Host, CertificateAuthority: restConfig.CAFile, CertificateAuthorityData: restConfig.CAData}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = cluster
+	cfg.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["operator"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "operator"}
+	cfg.CurrentContext = "operator"
+	path := filepath.Join(t.TempDir(), "operator.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestOperatorRunsWithItsRBAC: an operator that runs as its ServiceAccount, with exactly the
+// rights the manifests give it, serves a whole sandbox lifecycle: the key Secret, a claim, its
+// children (the token Secret created, never read), Bound, the derived Authorization header (equal
+// to what the sandbox mounts, whatever Secret somebody planted under the claim's name), renew,
+// close, reaping with sync-back, deletion.
+func TestOperatorRunsWithItsRBAC(t *testing.T) {
+	e := newClaimEnv(t, "airlock-rbac-run", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, targetPath: "projects/rbac"})
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	// The Lease in the operator's namespace (its Role grants Leases there only), under a name of
+	// this test's own; the last --kubeconfig wins.
+	kubeconfig := operatorKubeconfig(t)
+	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
+		"--sync-image="+e2eImage(), "--api-bind-address="+addr, "--kubeconfig="+kubeconfig)
+	op.waitReady(t)
+	c := client.New("http://"+addr, staticToken(serviceAccountToken(t, e.ns, "agent")), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// Somebody who can create Secrets in the namespace plants one under the claim's predictable
+	// name, with a token they know. The operator, which cannot read it, must not use it.
+	name := claimname.For("agent", "session-1", "codegen/default")
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{claim.TokenKey: "planted-token"}}
+	if _, err := kubeClient.CoreV1().Secrets(e.ns).Create(ctx, planted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1", Handle: "codegen/default", WaitSeconds: waitSeconds(90)}
+	got, err := c.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	secret := claimSecret(t, ctx, e.ns, name)
+	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
+		t.Errorf("acquire answer %+v: want claim %s with the token its sandbox mounts", got, name)
+	}
+	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mounted := tokenVolumeSecret(d); mounted != secret.Name || mounted == planted.Name {
+		t.Errorf("the sandbox mounts Secret %q, want the operator's %q (not the planted %q)", mounted, secret.Name, planted.Name)
+	}
+	if _, err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Get(ctx, claimtoken.SecretName, metav1.GetOptions{}); err != nil {
+		t.Errorf("the key Secret: %v", err)
+	}
+	if err := c.Renew(ctx, client.RenewRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1", Handle: "codegen/default"}); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1"}); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	e.waitGone(t, name, 120*time.Second)
+
+	// It ran as its ServiceAccount (the last --kubeconfig won), and nothing it did was refused.
+	b, err := os.ReadFile(op.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("FLAG: --kubeconfig=%q", kubeconfig); !strings.Contains(string(b), want) {
+		t.Errorf("the operator's log has no %s: it did not run with the ServiceAccount's kubeconfig", want)
+	}
+	if strings.Contains(string(b), "forbidden") {
+		t.Errorf("the operator's log shows a request RBAC refused:\n%s", grepLines(string(b), "forbidden"))
+	}
+	// The acquire, renew and close were audited, without the session.
+	audit := grepLines(string(b), `"Sandbox API audit"`)
+	for _, endpoint := range []string{"acquire", "renew", "closeSession"} {
+		want := fmt.Sprintf(`endpoint="%s" serviceAccount="%s/agent" namespace="%s" runtime="agent" sessionHash="%s"`,
+			endpoint, e.ns, e.ns, claimname.SessionHash("session-1"))
+		if !strings.Contains(audit, want) {
+			t.Errorf("no audit line with %s in the operator's log; audit lines:\n%s", want, audit)
+		}
+	}
+	if strings.Contains(string(b), "session-1") {
+		t.Errorf("the operator logged the session:\n%s", grepLines(string(b), "session-1"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
