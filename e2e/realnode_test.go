@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
@@ -68,6 +69,8 @@ type realnodeOptions struct {
 	maxConcurrent, maxPerSession, maxInstances int32
 	idleTimeout                                time.Duration
 	targetPath                                 string
+	codegenArgs                                []string                           // the codegen class's args (default: the class default)
+	startupTimeout                             time.Duration                      // the classes' startupTimeout (default: the class default)
 	allowedServices                            []airlockv1alpha1.ServiceReference // of the "net" sandbox
 }
 
@@ -113,6 +116,12 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 		class.Spec.Image = realnodeSandboxImage()
 		class.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
 		class.Spec.Env = []corev1.EnvVar{{Name: "HOME", Value: "/cache/home"}}
+		if name == "codegen" {
+			class.Spec.Args = o.codegenArgs
+		}
+		if o.startupTimeout > 0 {
+			class.Spec.StartupTimeout = &metav1.Duration{Duration: o.startupTimeout}
+		}
 		for _, ref := range allowed {
 			if ref.Namespace == "" { // the test's namespace, known only here
 				ref.Namespace = ns
@@ -338,9 +347,38 @@ const nodeDirRoot = "/tmp/airlock-e2e-realnode"
 func prepareNodeDir(t *testing.T, name string) string {
 	t.Helper()
 	ctx := context.Background()
-	ns := newNamespaceAt(t, "airlock-rn-nodedir", "privileged")
+	run := nodeShell(t)
 	dir := path.Join(nodeDirRoot, name)
-	run := func(ctx context.Context, podName, script string) error {
+	// mode 1777: the subPath directories the kubelet creates for the sandboxes (with the root's
+	// mode, owned by root) are then writable by uid 65532, and so is the sync-back Job's target
+	// (docs/decisions.md, "Real node").
+	if err := run(ctx, "mkdir", "mkdir -p /node/"+name+" && chmod 1777 /node/"+name); err != nil {
+		t.Fatalf("preparing %s on the node: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := run(context.Background(), "rmdir", "rm -rf /node/"+name); err != nil {
+			t.Errorf("removing %s from the node: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// mkdirContent makes the directory rel (slash-separated, below the content volume's root) on the
+// node, writable by the sandboxes' uid.
+func (e *realnodeEnv) mkdirContent(t *testing.T, rel string) {
+	t.Helper()
+	dir := path.Join("/node", path.Base(e.hostDir), rel)
+	if err := nodeShell(t)(context.Background(), "mkdir-content", "mkdir -p "+dir+" && chmod 1777 "+dir); err != nil {
+		t.Fatalf("making %s on the node: %v", dir, err)
+	}
+}
+
+// nodeShell returns a function that runs a shell script as root in a pod that mounts nodeDirRoot
+// at /node, in a privileged namespace of its own (removed when the test ends), and waits for it.
+func nodeShell(t *testing.T) func(ctx context.Context, podName, script string) error {
+	t.Helper()
+	ns := newNamespaceAt(t, "airlock-rn-nodedir", "privileged")
+	return func(ctx context.Context, podName, script string) error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: podName},
 			Spec: corev1.PodSpec{
@@ -364,18 +402,6 @@ func prepareNodeDir(t *testing.T, name string) string {
 		}
 		return err
 	}
-	// mode 1777: the subPath directories the kubelet creates for the sandboxes (with the root's
-	// mode, owned by root) are then writable by uid 65532, and so is the sync-back Job's target
-	// (docs/decisions.md, "Real node").
-	if err := run(ctx, "mkdir", "mkdir -p /node/"+name+" && chmod 1777 /node/"+name); err != nil {
-		t.Fatalf("preparing %s on the node: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := run(context.Background(), "rmdir", "rm -rf /node/"+name); err != nil {
-			t.Errorf("removing %s from the node: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 // readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
@@ -960,4 +986,76 @@ func TestRealNodeReacquire(t *testing.T) {
 	}
 	t.Logf("close and re-acquire of one handle, %d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		rounds, percentile(acquire, 0.5), percentile(acquire, 0.9), percentile(acquire, 1))
+}
+
+// TestRealNodeCrashLoop: a Bound claim whose sandbox then crash-loops is reaped with sync-back,
+// reason PodFailed, once its pod has not been ready for the class's startupTimeout: its work is
+// saved and its slot freed, where it used to stay Bound until the idle timeout. The agent makes
+// the crash loop itself: sandboxd serves a directory below the workspace volume, and the agent
+// removes it and stops sandboxd, so every restart fails on the missing --workspace.
+func TestRealNodeCrashLoop(t *testing.T) {
+	requireRealNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const session, handle = "crash", "codegen/default"
+	e := newRealnodeEnv(t, "airlock-rn-crash", realnodeOptions{
+		maxConcurrent: 1, maxPerSession: 1, maxInstances: 1,
+		targetPath: "results/crash", startupTimeout: 30 * time.Second,
+		codegenArgs: []string{"sandboxd", "--listen=:8080", "--workspace=/workspace/ws"},
+	})
+	claim := claimname.For("agent", session, handle)
+	e.mkdirContent(t, path.Join(e.ns, "sandboxes", claim, "ws"))
+
+	// Every phase and reason the claim goes through, until it is deleted.
+	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + claim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := make(chan []string, 1)
+	go func() {
+		var phases []string
+		defer func() { seen <- phases }()
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				phases = append(phases, "deleted")
+				return
+			}
+			p := string(c.Status.Phase) + "/" + c.Status.Reason
+			if len(phases) == 0 || phases[len(phases)-1] != p {
+				phases = append(phases, p)
+			}
+		}
+	}()
+
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": session, "handle": handle, "steps": []map[string]any{
+		step("save", "Bash", map[string]any{"command": "echo the agent's work > ../saved.txt && cat ../saved.txt"}),
+		step("crash", "Bash", map[string]any{"command": "rm -rf /workspace/ws && kill 1"}),
+	}}
+	var res rnSession
+	e.runClient(t, "runtime-crash", "session", plan, 4*time.Minute, &res)
+	if res.Error != "" || res.Phase != "Bound" {
+		t.Fatalf("runtime: %s %s", res.Phase, res.Error)
+	}
+	if c := res.call(t, "save"); c.Err != "" || c.IsError || strings.TrimSpace(c.Text) != "the agent's work" {
+		t.Fatalf("save: err %q isError %v: %q", c.Err, c.IsError, c.Text)
+	}
+
+	var phases []string
+	select {
+	case phases = <-seen:
+	case <-ctx.Done():
+		t.Fatalf("the crash-looping claim %s was not reaped and deleted", claim)
+	}
+	t.Logf("claim %s: %s", claim, strings.Join(phases, " → "))
+	if !slices.Contains(phases, string(airlockv1alpha1.ClaimReaping)+"/PodFailed") {
+		t.Errorf("phases %v: the claim was never Reaping with reason PodFailed", phases)
+	}
+	if got, err := e.readContent("results/crash/saved.txt"); err != nil || got != "the agent's work\n" {
+		t.Errorf("synced-back saved.txt: %q %v, want the agent's work", got, err)
+	}
 }
