@@ -211,7 +211,11 @@ func TestClaimBinds(t *testing.T) {
 	if bound.Status.BoundAt == nil {
 		t.Error("Bound claim has no boundAt")
 	}
-	wantURL := fmt.Sprintf("http://%s.%s.svc:8080", c.Name, e.ns)
+	svc, err := kubeClient.CoreV1().Services(e.ns).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's Service: %v", err)
+	}
+	wantURL := fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP) // its ClusterIP: docs/decisions.md
 	if len(bound.Status.Addresses) != 1 || bound.Status.Addresses[0].URL != wantURL || bound.Status.Addresses[0].Name != "mcp" {
 		t.Errorf("addresses %+v, want [{mcp %s}]", bound.Status.Addresses, wantURL)
 	}
@@ -234,10 +238,6 @@ func TestClaimBinds(t *testing.T) {
 		if !strings.Contains(args, want) {
 			t.Errorf("sandbox args %q lack %q", args, want)
 		}
-	}
-	svc, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("service: %v", err)
 	}
 	checkOwned(t, "Service", svc.ObjectMeta, c)
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {

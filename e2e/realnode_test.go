@@ -603,7 +603,7 @@ func TestRealNodeSandbox(t *testing.T) {
 	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session through the Service: %.0f ms; MCP protocol %s", res.AcquireMillis, res.Reachable, res.Protocol)
 
 	// MCP through the Service, with and without the header.
-	if res.Phase != "Bound" || !strings.HasPrefix(res.URL, "http://"+res.Claim+"."+e.ns+".svc") {
+	if res.Phase != "Bound" || res.URL != "http://"+serviceIP(t, e.ns, res.Claim)+":8080" {
 		t.Errorf("acquire answered %s at %s", res.Phase, res.URL)
 	}
 	if res.NoHeader != http.StatusUnauthorized || res.BadHeader != http.StatusUnauthorized {
@@ -1033,7 +1033,7 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	}()
 
 	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": session, "handle": handle, "steps": []map[string]any{
-		step("save", "Bash", map[string]any{"command": "echo the agent's work > ../saved.txt && cat ../saved.txt"}),
+		step("save", "Bash", map[string]any{"command": "echo the agents work > ../saved.txt && cat ../saved.txt"}),
 		step("crash", "Bash", map[string]any{"command": "rm -rf /workspace/ws && kill 1"}),
 	}}
 	var res rnSession
@@ -1041,7 +1041,7 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	if res.Error != "" || res.Phase != "Bound" {
 		t.Fatalf("runtime: %s %s", res.Phase, res.Error)
 	}
-	if c := res.call(t, "save"); c.Err != "" || c.IsError || strings.TrimSpace(c.Text) != "the agent's work" {
+	if c := res.call(t, "save"); c.Err != "" || c.IsError || strings.TrimSpace(c.Text) != "the agents work" {
 		t.Fatalf("save: err %q isError %v: %q", c.Err, c.IsError, c.Text)
 	}
 
@@ -1055,7 +1055,7 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	if !slices.Contains(phases, string(airlockv1alpha1.ClaimReaping)+"/PodFailed") {
 		t.Errorf("phases %v: the claim was never Reaping with reason PodFailed", phases)
 	}
-	if got, err := e.readContent("results/crash/saved.txt"); err != nil || got != "the agent's work\n" {
+	if got, err := e.readContent("results/crash/saved.txt"); err != nil || got != "the agents work\n" {
 		t.Errorf("synced-back saved.txt: %q %v, want the agent's work", got, err)
 	}
 }

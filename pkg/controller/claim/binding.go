@@ -65,11 +65,12 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	if err != nil {
 		return nil, err
 	}
-	if podReady(pods) {
+	clusterIP := c.serviceClusterIP(claim)
+	if podReady(pods) && clusterIP != "" {
 		updated := claim.DeepCopy()
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-		updated.Status.Addresses = addresses(claim, record)
+		updated.Status.Addresses = addresses(clusterIP, record)
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
 		written, err := c.updateClaimStatus(ctx, claim, updated)
 		if err != nil {
@@ -204,4 +205,14 @@ func podUnschedulable(pods []*corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// serviceClusterIP returns the ClusterIP of the claim's own Service in the cache, or "" while
+// there is none (not created or not seen yet: its event enqueues the claim).
+func (c *Controller) serviceClusterIP(claim *airlockv1alpha1.SandboxClaim) string {
+	svc, err := c.serviceLister.Services(claim.Namespace).Get(claim.Name)
+	if err != nil || !metav1.IsControlledBy(svc, claim) || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return ""
+	}
+	return svc.Spec.ClusterIP
 }

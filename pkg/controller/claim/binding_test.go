@@ -135,7 +135,7 @@ func TestSyncBinding(t *testing.T) {
 			}
 			switch tc.wantPhase {
 			case airlockv1alpha1.ClaimBound:
-				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://c1.team-a.svc:8080"}}
+				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://" + testClusterIP + ":8080"}}
 				if diff := cmp.Diff(wantAddresses, got.Status.Addresses); diff != "" {
 					t.Errorf("addresses (-want +got):\n%s", diff)
 				}
@@ -153,4 +153,24 @@ func TestSyncBinding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncBindsOnlyWithAClusterIP: a claim is Bound with its Service's ClusterIP as its address, so
+// it waits, with its pod Ready, until the Service in the cache has one (its update event enqueues
+// the claim), and never answers with a name that DNS may still resolve to a predecessor's Service.
+func TestSyncBindsOnlyWithAClusterIP(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim, 1)
+	f.services[0].Spec.ClusterIP = "" // created, not yet seen with its ClusterIP
+	f.pods = append(f.pods, newPod(claim, readyPod))
+	c := f.newController(ctx)
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(4*time.Minute))
+	checkActions(t, f, nil) // no Bound without an address ("ready pod binds" in TestSyncBinding: with it)
 }

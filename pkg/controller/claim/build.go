@@ -1,7 +1,7 @@
 package claim
 
 import (
-	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -293,14 +293,18 @@ func buildService(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.F
 	}
 }
 
-// addresses are the claim's addresses: one per recorded port, through its Service.
-func addresses(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
+// addresses are the claim's addresses: one per recorded port, through its Service, by the
+// Service's ClusterIP rather than its DNS name. A claim's name is deterministic, so a handle closed
+// and acquired again gets a new Service of the same name with another ClusterIP, and DNS answers
+// are cached (CoreDNS's usual ttl and cache are 30 s): by name, the new claim's address would
+// lead to its predecessor's dead ClusterIP for up to half a minute (docs/decisions.md).
+func addresses(clusterIP string, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
 	ports := recordPorts(record)
 	out := make([]airlockv1alpha1.ClaimAddress, len(ports))
 	for i, p := range ports {
 		out[i] = airlockv1alpha1.ClaimAddress{
 			Name: p.Name,
-			URL:  fmt.Sprintf("http://%s.%s.svc:%d", claim.Name, claim.Namespace, p.Port),
+			URL:  "http://" + net.JoinHostPort(clusterIP, strconv.Itoa(int(p.Port))),
 		}
 	}
 	return out

@@ -129,11 +129,14 @@ func TestBuildServiceAndAddresses(t *testing.T) {
 		t.Errorf("service spec %+v", svc.Spec)
 	}
 	wantAddresses := []airlockv1alpha1.ClaimAddress{
-		{Name: "mcp", URL: "http://c1.team-a.svc:8080"},
-		{Name: "preview", URL: "http://c1.team-a.svc:3000"},
+		{Name: "mcp", URL: "http://10.96.0.17:8080"},
+		{Name: "preview", URL: "http://10.96.0.17:3000"},
 	}
-	if diff := cmp.Diff(wantAddresses, addresses(claim, record)); diff != "" {
+	if diff := cmp.Diff(wantAddresses, addresses("10.96.0.17", record)); diff != "" {
 		t.Errorf("addresses (-want +got):\n%s", diff)
+	}
+	if got := addresses("fd00:10:96::17", record)[0].URL; got != "http://[fd00:10:96::17]:8080" {
+		t.Errorf("IPv6 address %q, want http://[fd00:10:96::17]:8080", got)
 	}
 }
 

@@ -428,11 +428,16 @@ func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int
 	d := buildDeployment(claim, record, replicas)
 	useTokenSecret(d, tokenSecretName(claim))
 	f.deployments = append(f.deployments, d)
-	f.services = append(f.services, buildService(claim, record))
+	svc := buildService(claim, record)
+	svc.Spec.ClusterIP = testClusterIP // as the API server allocates it
+	f.services = append(f.services, svc)
 	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
 	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
 	return f
 }
+
+// testClusterIP is the ClusterIP of the claims' Services in these tests.
+const testClusterIP = "10.96.0.17"
 
 // tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
 func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
