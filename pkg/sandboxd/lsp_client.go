@@ -105,6 +105,7 @@ func (c *lspConn) call(ctx context.Context, method string, params, result any) e
 		}
 		return nil
 	case <-ctx.Done():
+		_ = c.notify("$/cancelRequest", map[string]any{"id": id})
 		return ctx.Err()
 	}
 }

@@ -166,12 +166,18 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		s.idle.Reset(l.opts.idleTimeout)
 		return fmt.Errorf("%s: %v", spec.name, le.Message)
 	}
+	if ctx.Err() != nil && s.killedFor() == "" && s.alive() {
+		// Cancelled by the client: the request was cancelled ($/cancelRequest),
+		// the server is kept.
+		s.idle.Reset(l.opts.idleTimeout)
+		return fmt.Errorf("cancelled: %v", ctx.Err())
+	}
 	l.forget(s)
 	switch {
 	case s.killedFor() != "":
 		err = fmt.Errorf("%s was stopped: %s", spec.name, s.killedFor())
 	case ctx.Err() != nil:
-		err = fmt.Errorf("cancelled: %v (%s was stopped)", ctx.Err(), spec.name)
+		err = fmt.Errorf("cancelled: %v (%s had failed: it was stopped)", ctx.Err(), spec.name)
 	case rctx.Err() != nil:
 		err = fmt.Errorf("%s did not answer within %s: it was stopped", spec.name, l.opts.requestTimeout)
 	default:
@@ -379,6 +385,16 @@ func (s *langServer) kill(reason string) {
 	case <-s.exited: // reaped: the group id may belong to someone else now
 	default:
 		killGroup(s.pgid)
+	}
+}
+
+// alive reports whether the server's output is still open.
+func (s *langServer) alive() bool {
+	select {
+	case <-s.conn.closed():
+		return false
+	default:
+		return true
 	}
 }
 

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 // navWorkspace writes files into a fresh workspace.
@@ -249,4 +251,50 @@ func TestNavServerIdleAndShutdown(t *testing.T) {
 	waitGone(t, c2)
 	_, _, err := tb.findDefinition(t.Context(), FindDefinitionInput{at(5, 20)})
 	wantErrContaining(t, err, "shutting down")
+}
+
+// TestNavCancelKeepsTheServer: a call cancelled by the client cancels its
+// request and leaves the server running for the next call.
+func TestNavCancelKeepsTheServer(t *testing.T) {
+	tb, _ := navWorkspace(t, map[string]string{"main.go": navMain})
+	fake := useFakeLSP(t, tb, "hang", nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tb.findDefinition(ctx, FindDefinitionInput{at(5, 20)})
+		done <- err
+	}()
+	waitForMethod(t, fake, "textDocument/definition")
+	cancel()
+	wantErrContaining(t, <-done, "cancelled: context canceled")
+	waitForMethod(t, fake, "$/cancelRequest")
+	leader, _ := fake.processes(t)
+	if !running(leader) || tb.nav.count() != 1 {
+		t.Errorf("the server was stopped by a cancelled call")
+	}
+}
+
+// waitForMethod waits until the fake has received method, watching its
+// log's directory with inotify.
+func waitForMethod(t *testing.T, fake *fakeLSP, method string) {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, filepath.Dir(fake.log), unix.IN_CREATE|unix.IN_MODIFY); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for !slices.Contains(fake.methods(), method) {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(time.Minute.Milliseconds()))
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("the server never received %s: %v", method, fake.methods())
+		}
+		_, _ = unix.Read(fd, buf) // drain
+	}
 }
