@@ -498,7 +498,8 @@ func (s *langServer) syncFiles(ws *resolver) error {
 }
 
 // scanWatched walks the workspace (not following symbolic links, skipping
-// .git and node_modules) for the files a server watches.
+// .git and node_modules) for the files a server watches, links to files
+// included.
 func scanWatched(ws *resolver, watched func(string) bool) map[string]fileStamp {
 	files := map[string]fileStamp{}
 	seen := 0
@@ -515,7 +516,9 @@ func scanWatched(ws *resolver, watched func(string) bool) map[string]fileStamp {
 			}
 			return nil
 		}
-		if d.Type().IsRegular() && watched(d.Name()) {
+		// Symbolic links too: the server may read a file linked in (and a
+		// rename must then be refused, not miss it).
+		if (d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0) && watched(d.Name()) {
 			if fi, err := d.Info(); err == nil {
 				files[p] = stampOf(fi)
 			}
