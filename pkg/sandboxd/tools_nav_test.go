@@ -298,3 +298,29 @@ func waitForMethod(t *testing.T, fake *fakeLSP, method string) {
 		_, _ = unix.Read(fd, buf) // drain
 	}
 }
+
+// TestNavToolsOverMCP: through the protocol layer, a failing server is a
+// tool error the model reads (never a protocol error), bad positions are
+// refused by the schema as tool errors, and the lines shown pass the
+// secret scrubber.
+func TestNavToolsOverMCP(t *testing.T) {
+	const token = "ghp_R2d2C3poLuke0Leia1Han2Chewie3Yoda4xy" // fake
+	tb, _ := navWorkspace(t, map[string]string{"main.go": "package main\n\nvar key = \"" + token + "\"\n"})
+	fake := useFakeLSP(t, tb, "ok", map[string]string{"textDocument/references": `[{"uri": "$ROOT/main.go", "range": {"start": {"line": 2, "character": 4}, "end": {"line": 2, "character": 7}}}]`})
+	cs, _ := connectInMemory(t, tb, false, nil, nil)
+
+	got := callOK(t, cs, ToolFindReferences, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key"})
+	if want := "main.go:3:5: var key = \"[REDACTED:github_token]\"\n"; got != want {
+		t.Errorf("find_references answered %q, want %q", got, want)
+	}
+	res := callTool(t, cs, ToolFindDefinition, map[string]any{"file_path": "main.go", "line": 0, "column": 1})
+	if !res.IsError || !strings.Contains(contentText(res), "line") {
+		t.Errorf("line 0: %v %q, want a tool error", res.IsError, contentText(res))
+	}
+	fake.setMode(tb, "crash")
+	tb.nav.forget(tb.nav.running["go"]) // the next call starts a crashing one
+	res = callTool(t, cs, ToolRenameSymbol, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key", "new_name": "k"})
+	if text := contentText(res); !res.IsError || !strings.Contains(text, "gopls exited unexpectedly") || !strings.Contains(text, "nothing was written") {
+		t.Errorf("rename with a crashing server: %v %q, want a tool error", res.IsError, text)
+	}
+}
