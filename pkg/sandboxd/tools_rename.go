@@ -112,7 +112,6 @@ func (tb *toolbox) prepareRename(edits map[string][]lspTextEdit) ([]*renamedFile
 		return nil, fmt.Errorf("the rename would change %d files, more than %d", len(edits), renameMaxFiles)
 	}
 	var files []*renamedFile
-	seen := map[string]*renamedFile{}
 	outside := 0
 	for uri := range edits {
 		p := uriPath(uri)
@@ -134,23 +133,24 @@ func (tb *toolbox) prepareRename(edits map[string][]lspTextEdit) ([]*renamedFile
 			}
 		}
 	})
+	byFile := map[string][]lspTextEdit{} // one file may be named by several URIs
 	for _, uri := range uris {
 		rel, _ := tb.ws.rel(uriPath(uri))
 		rel, err := tb.ws.resolveFinal(rel)
 		if err != nil {
 			return nil, err
 		}
-		f := seen[rel]
-		if f == nil {
+		if _, ok := byFile[rel]; !ok {
 			content, fi, err := tb.readConfined(rel)
 			if err != nil {
 				return nil, err
 			}
-			f = &renamedFile{rel: rel, before: fi, orig: content, content: content}
-			seen[rel] = f
-			files = append(files, f)
+			files = append(files, &renamedFile{rel: rel, before: fi, orig: content, content: content})
 		}
-		if err := f.apply(edits[uri]); err != nil {
+		byFile[rel] = append(byFile[rel], edits[uri]...)
+	}
+	for _, f := range files {
+		if err := f.apply(byFile[f.rel]); err != nil {
 			return nil, err
 		}
 	}
@@ -158,7 +158,8 @@ func (tb *toolbox) prepareRename(edits map[string][]lspTextEdit) ([]*renamedFile
 	return files, nil
 }
 
-// apply makes the edits, which must not overlap, on the file's content.
+// apply makes the edits, which must not overlap, on the file's content
+// (all of them at once: their positions are in the content as read).
 func (f *renamedFile) apply(edits []lspTextEdit) error {
 	type span struct {
 		start, end int

@@ -58,6 +58,12 @@ func TestRenameSymbol(t *testing.T) {
 			answer:  `{"changes": {"$ROOT/main.go": [` + renameEdit(2, 5, 11, "assist") + `], "$ROOT/out/target.go": [` + renameEdit(0, 0, 1, "x") + `]}}`,
 			wantErr: "leads outside the workspace",
 		},
+		"one file named by two URIs: all edits apply to it as read": {
+			answer:    `{"changes": {"$ROOT/./main.go": [` + renameEdit(4, 5, 9, "mainly") + `], "$ROOT/main.go": [` + renameEdit(4, 18, 24, "assistant") + `]}}`,
+			wantMain:  "package main\n\nfunc helper() int { return 1 }\n\nfunc mainly() { _ = assistant() }\n",
+			wantOther: other,
+			wantOut:   RenameSymbolOutput{NewName: "assist", Files: []RenamedFile{{FilePath: "main.go", Edits: 2}}, Edits: 2},
+		},
 		"a file operation writes nothing": {
 			answer:  `{"documentChanges": [{"textDocument": {"uri": "$ROOT/main.go", "version": 1}, "edits": [` + renameEdit(2, 5, 11, "assist") + `]}, {"kind": "rename", "oldUri": "$ROOT/b.go", "newUri": "$ROOT/c.go"}]}`,
 			wantErr: "the rename would rename a file, which rename_symbol does not do",
