@@ -24,6 +24,7 @@ import (
 //	crash  exits 3 at the first request after initialize
 //	hang   never answers a request after initialize
 //	mute   never answers any request, initialize included
+//	deaf   stops reading its input at the first message after initialize
 //
 // It writes its pid and that of a child it starts in its process group (a
 // sleep) to AIRLOCK_FAKE_LSP_PIDS, and every method it receives to
@@ -64,6 +65,9 @@ func runFakeLSP(mode string) int {
 		}
 		if logf != nil {
 			fmt.Fprintln(logf, msg.Method)
+		}
+		if mode == "deaf" && root != "" {
+			time.Sleep(time.Hour) // stops reading its input (killed long before)
 		}
 		if len(msg.ID) == 0 {
 			if msg.Method == "exit" {

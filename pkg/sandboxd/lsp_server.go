@@ -148,6 +148,12 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 	s, err := l.get(rctx, spec)
 	if err == nil {
 		s.idle.Stop()
+		// A server that stops reading would block a write (a large didOpen)
+		// past the timeout: writes share the call's deadline.
+		if d, ok := rctx.Deadline(); ok {
+			_ = s.stdin.SetWriteDeadline(d)
+			defer s.stdin.SetWriteDeadline(time.Time{})
+		}
 		if err = s.checkMemory(l.opts.memoryLimit); err == nil {
 			if err = s.syncFiles(l.ws); err == nil {
 				err = f(rctx, s)
@@ -330,6 +336,7 @@ func (l *langServers) stopIdle(s *langServer) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lspStopGrace)
 	defer cancel()
+	_ = s.stdin.SetWriteDeadline(time.Now().Add(lspStopGrace))
 	if s.conn.call(ctx, "shutdown", nil, nil) == nil {
 		_ = s.conn.notify("exit", nil)
 	}

@@ -145,14 +145,20 @@ func TestFindReferencesListsUsesInOrder(t *testing.T) {
 func TestNavServerFailures(t *testing.T) {
 	tests := map[string]struct {
 		mode    string
+		big     bool // the file is larger than a pipe's buffer
 		wantErr string
 	}{
 		"a server that crashes": {mode: "crash", wantErr: "exited unexpectedly (exit status 3): fake: crashing on textDocument/definition; it is started again on the next call"},
 		"a server that hangs":   {mode: "hang", wantErr: "did not answer within 200ms: it was stopped; it is started again on the next call"},
+		"a server that stops reading (a write of a large file would block)": {mode: "deaf", big: true, wantErr: "did not answer within 200ms: it was stopped; it is started again on the next call"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			tb, _ := navWorkspace(t, map[string]string{"main.go": navMain})
+			content := navMain
+			if tc.big {
+				content += "// " + strings.Repeat("x", 1<<20) + "\n"
+			}
+			tb, _ := navWorkspace(t, map[string]string{"main.go": content})
 			fake := useFakeLSP(t, tb, tc.mode, map[string]string{"textDocument/definition": `{"uri": "$ROOT/main.go", "range": {"start": {"line": 2, "character": 5}, "end": {"line": 2, "character": 11}}}`})
 			tb.nav.opts.requestTimeout = 200 * time.Millisecond
 			_, _, err := tb.findDefinition(t.Context(), FindDefinitionInput{at(5, 20)})
