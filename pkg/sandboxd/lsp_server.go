@@ -165,6 +165,9 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		return nil
 	}
 	if s == nil {
+		if ctx.Err() != nil && !errors.Is(err, errStopped) {
+			return fmt.Errorf("cancelled while %s started: %v; it is started again on the next call", spec.name, ctx.Err())
+		}
 		return err
 	}
 	var le *lspError

@@ -280,6 +280,27 @@ func TestNavCancelKeepsTheServer(t *testing.T) {
 	}
 }
 
+// TestNavCancelWhileStarting: a call cancelled while its server starts
+// says so, and the server is not left behind.
+func TestNavCancelWhileStarting(t *testing.T) {
+	tb, _ := navWorkspace(t, map[string]string{"main.go": navMain})
+	fake := useFakeLSP(t, tb, "mute", nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tb.findDefinition(ctx, FindDefinitionInput{at(5, 20)})
+		done <- err
+	}()
+	waitForMethod(t, fake, "initialize")
+	cancel()
+	wantErrContaining(t, <-done, "cancelled while gopls started: context canceled; it is started again on the next call")
+	leader, child := fake.processes(t)
+	if running(leader) || tb.nav.count() != 0 {
+		t.Errorf("the server (pid %d) was left behind", leader)
+	}
+	waitGone(t, child)
+}
+
 // waitForMethod waits until the fake has received method, watching its
 // log's directory with inotify.
 func waitForMethod(t *testing.T, fake *fakeLSP, method string) {
