@@ -19,7 +19,7 @@
 #           rules exist and it listens on that queue) and CoreDNS is Ready; then import the
 #           airlock images already built (see `images`). Fails, tearing down what it started, if
 #           any of that does not happen. About 10-15 s from built binaries (+15-20 s to import
-#           the three airlock images, sandbox-go being 313 MiB).
+#           the three airlock images, sandbox-go being 343 MiB with gopls).
 #           Idempotent like hack/local-cluster.sh: fully up -> exit 0; partly up -> restart.
 #   down    stop what `up` started, by PID (TERM, bounded wait, KILL), after deleting all pods so
 #           that containerd tears down their networks; then remove what is left on the host: runc

@@ -34,7 +34,7 @@
 #               bash, git (init + commit), busybox work; /workspace owned by 65532 and writable,
 #               /tmp 1777; CA bundle present; apt lists removed; `/airlock version`; and
 #               `airlock sandboxd` really serves: /readyz, MCP initialize, tools/call Bash
-#   sandbox-go  the same, plus `go version` as 65532, GOTOOLCHAIN=local, CGO_ENABLED=0,
+#   sandbox-go  the same, plus `gopls version`, `go version` as 65532, GOTOOLCHAIN=local, CGO_ENABLED=0,
 #               `go build`/`go vet`/`go test` of dependency-free modules in /tmp, and MCP
 #               run_tests passing on a Go workspace
 # All checks run with no network (a fresh network namespace; for sandboxd, loopback only).
@@ -520,6 +520,7 @@ if built sandbox; then
   check_sandbox_common sandbox "$SANDBOX_IMAGE" "$c"
   check_sandboxd sandbox "$c"
   check_eq "sandbox: no Go toolchain (that is sandbox-go)" ok sh_in "$c" '! command -v go >/dev/null && test ! -e /usr/local/go && echo ok'
+  check_eq "sandbox: no gopls (that is sandbox-go)" ok sh_in "$c" '! command -v gopls >/dev/null && echo ok'
 else
   fail "sandbox: checks skipped (image not built)"
 fi
@@ -535,6 +536,7 @@ if built sandbox-go; then
   check_eq "$n: config Env GOTOOLCHAIN=local, CGO_ENABLED=0 (go env)" "local 0" \
     sh_in "$c" 'echo "$(go env GOTOOLCHAIN) $(go env CGO_ENABLED)"'
   check_eq "$n: /usr/local/go/bin is first on PATH" /usr/local/go/bin/go sh_in "$c" 'command -v go'
+  check "$n: gopls on PATH (code navigation)" '^golang.org/x/tools/gopls v' run "$c" gopls version
   check_eq "$n: go build + run of a hello module in /tmp as $NONROOT, no network (GOPROXY=off)" \
     "hello from sandbox-go" sh_in "$c" '
     set -e; export GOPROXY=off GOSUMDB=off; d=$(mktemp -d /tmp/hello.XXXXXX); cd "$d"

@@ -12,7 +12,8 @@
 #                from this Debian host) + CA certificates; /workspace and /home/nonroot owned by
 #                65532, /tmp 1777; ENTRYPOINT ["/airlock"], USER 65532
 #   sandbox-go   sandbox + the Go toolchain at /usr/local/go (this host's), so run_tests works
-#                for Go workspaces; tagged <sandbox tag>-go
+#                for Go workspaces, and gopls at /usr/local/bin/gopls (static, built from the
+#                pin in hack/tools/gopls), for the code navigation tools; tagged <sandbox tag>-go
 #   pause        the pod sandbox image containerd's config names (a tiny static Go program)
 #   coredns      bin/coredns (hack/build-cluster-bins.sh coredns) at /coredns
 #   e2e-client   the real-node e2e suite's runtime stand-in (e2e/realnode/runtimeclient, static)
@@ -132,6 +133,16 @@ copy_elf() {
   done
 }
 
+# gopls_binary: a static gopls from the pin in hack/tools/gopls, built once per run.
+gopls_binary() {
+  if [[ ! -x $WORK/gopls ]]; then
+    log "building gopls (hack/tools/gopls)"
+    (cd "$ROOT/hack/tools/gopls" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+      -o "$WORK/gopls" golang.org/x/tools/gopls)
+  fi
+  echo "$WORK/gopls"
+}
+
 # need_host_packages: the Debian packages the sandbox image copies binaries from.
 need_host_packages() {
   local missing=()
@@ -191,6 +202,8 @@ build() {
       sandbox_fs "$fs"
       mkdir -p "$fs/usr/local"
       cp -a /usr/local/go "$fs/usr/local/go"
+      mkdir -p "$fs/usr/local/bin"
+      cp "$(gopls_binary)" "$fs/usr/local/bin/gopls"
       # GOTOOLCHAIN=local: never download another toolchain; CGO off: there is no C compiler.
       imagebuild -rootfs "$fs" -tag "$SANDBOX_IMAGE-go" -o "$OUT/sandbox-go.tar" "${common[@]}" \
         -env HOME=/home/nonroot -workdir /workspace \

@@ -2,7 +2,8 @@
 // (`airlock sandboxd`): the codegen tools (Read, Write, Edit, Glob, Grep,
 // Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck,
 // MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore,
-// snapshot_diff, run_failing_tests, last_test_failures) served over MCP on one HTTP listener, with /healthz,
+// snapshot_diff, run_failing_tests, last_test_failures, find_definition,
+// find_references, rename_symbol) served over MCP on one HTTP listener, with /healthz,
 // /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
 // ToolNames lists the tools. docs/sandboxd-tools.md is the user's view.
 //
@@ -80,6 +81,19 @@
 // package, test, file, line, message. The last test run is kept for
 // last_test_failures, and run_failing_tests runs only its failures again
 // (names that are not test names are refused, the others shell-quoted).
+//
+// # Code navigation
+//
+// find_definition, find_references and rename_symbol ask a language server
+// (gopls for Go) spoken to over stdio by a small LSP client (lsp_client.go).
+// lsp_server.go runs it: started on the first call, reused, one call at a
+// time, each bounded by a timeout; stopped when idle, killed (its whole
+// process group) past a memory bound, on a timeout, and at shutdown; a
+// server that crashed or was killed is started again by the next call.
+// Before each call the server is told which Go files changed on disk.
+// Locations outside the workspace are counted, never shown; a rename is
+// written to every file or to none (tools_rename.go), through the same
+// confinement and atomic writes as Edit.
 //
 // # Snapshots
 //

@@ -94,7 +94,7 @@ func TestToolSelection(t *testing.T) {
 		want     []string
 	}{
 		"all":                              {want: ToolNames()},
-		"readonly":                         {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures}},
+		"readonly":                         {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences}},
 		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolLS}},
 		"allowed new tools":                {allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolMultiEdit, ToolLS}},
 		"allowed":                          {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,6 +36,9 @@ const (
 	ToolSnapshotDiff     = toolnames.SnapshotDiff
 	ToolRunFailingTests  = toolnames.RunFailingTests
 	ToolLastTestFailures = toolnames.LastTestFailures
+	ToolFindDefinition   = toolnames.FindDefinition
+	ToolFindReferences   = toolnames.FindReferences
+	ToolRenameSymbol     = toolnames.RenameSymbol
 	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
 	toolNameMaxLength    = 128
 )
@@ -42,8 +46,8 @@ const (
 // toolSpec describes one tool: its name, whether it may change anything
 // (runs commands, writes files, or, for BashOutput, only serves a tool that
 // does), and how it is added to an MCP server. Only the tools that are not
-// mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff) are served
-// with --readonly.
+// mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff, last_test_failures,
+// find_definition, find_references) are served with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool
@@ -208,6 +212,43 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.lastTestFailures)
 	}},
+	{name: ToolFindDefinition, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolFindDefinition,
+			Description: "Find where a symbol is defined, through the language server (Go: gopls; started on first use, so the first call can take a while). " + navPositionHelp +
+				" Definitions outside the workspace (the standard library, dependencies) are counted, not shown.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[FindDefinitionInput](navSchema),
+		}, tb.findDefinition)
+	}},
+	{name: ToolFindReferences, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolFindReferences,
+			Description: "Find every use of a symbol in the workspace, through the language server (Go: gopls; started on first use). " + navPositionHelp +
+				" Returns file:line:column and the line, at most 500; uses outside the workspace are counted, not shown. include_declaration (default true) lists the declaration too.",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[FindReferencesInput](navSchema),
+		}, tb.findReferences)
+	}},
+	{name: ToolRenameSymbol, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolRenameSymbol,
+			Description: "Rename a symbol everywhere it is used, through the language server (Go: gopls), as a refactoring that keeps the code compiling. " + navPositionHelp +
+				" The edits are applied to every file or to none (written atomically like Edit, no prior Read needed); a rename that would change a file outside the workspace, follow a symbolic link out of it, or create, move or delete files is refused and nothing is written. Files that were Read stay read.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[RenameSymbolInput](navSchema),
+		}, tb.renameSymbol)
+	}},
+}
+
+// navPositionHelp says how the navigation tools take a position.
+const navPositionHelp = "The symbol is given by file_path and line (1-based, as Read numbers lines) and either column (1-based, in characters of the line; a tab is one) or symbol (its name as written on the line; with column too, the occurrence nearest it). " +
+	"Without a language server for the file's language, or when it fails (crashes, does not answer within 60 s), the call is an error that says so; a failed server is started again on the next call."
+
+// navSchema bounds the position fields of the navigation tools.
+func navSchema(s *jsonschema.Schema) {
+	s.Properties["line"].Minimum = ptr(1.0)
+	s.Properties["column"].Minimum = ptr(0.0)
 }
 
 // addCheckTool adds one of run_tests, run_lint and run_typecheck.
@@ -233,7 +274,7 @@ func ToolNames() []string {
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
 func readOnlyToolNames() []string {
-	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures}
+	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences}
 }
 
 // selectTools returns the names of the tools to serve: all of them, or those
@@ -300,6 +341,7 @@ type toolbox struct {
 	gate   *callGate
 	snaps  *snapshotStore // nil: no snapshots
 	tests  *testRecord
+	nav    *langServers
 }
 
 // newToolbox opens the workspace dir for the tools.
@@ -308,7 +350,7 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)
@@ -316,11 +358,13 @@ func newToolbox(dir string) (*toolbox, error) {
 // shells to be reaped.
 func (tb *toolbox) stop(ctx context.Context) error {
 	tb.procs.killAll()
-	return tb.shells.waitAll(ctx)
+	return errors.Join(tb.nav.close(ctx), tb.shells.waitAll(ctx))
 }
 
 // close kills what still runs and releases the workspace.
 func (tb *toolbox) close() error {
 	tb.procs.killAll()
-	return tb.ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), lspStopGrace)
+	defer cancel()
+	return errors.Join(tb.nav.close(ctx), tb.ws.Close())
 }

@@ -28,10 +28,14 @@ const (
 	SnapshotDiff     = "snapshot_diff"
 	RunFailingTests  = "run_failing_tests"
 	LastTestFailures = "last_test_failures"
+	FindDefinition   = "find_definition"
+	FindReferences   = "find_references"
+	RenameSymbol     = "rename_symbol"
 )
 
 // All returns every tool name, in canonical order (a fresh slice each call).
 func All() []string {
 	return []string{Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, RunTests, RunLint, RunTypecheck,
-		MultiEdit, LS, SnapshotCreate, SnapshotList, SnapshotRestore, SnapshotDiff, RunFailingTests, LastTestFailures}
+		MultiEdit, LS, SnapshotCreate, SnapshotList, SnapshotRestore, SnapshotDiff, RunFailingTests, LastTestFailures,
+		FindDefinition, FindReferences, RenameSymbol}
 }

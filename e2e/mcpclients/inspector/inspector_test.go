@@ -113,7 +113,7 @@ func TestInspectorCLI(t *testing.T) {
 			}
 			slices.Sort(names)
 			want := []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
-				"last_test_failures", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
+				"find_definition", "find_references", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
 			if !slices.Equal(names, want) {
 				t.Errorf("tools/list = %v, want %v", names, want)
 			}

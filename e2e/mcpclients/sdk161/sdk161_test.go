@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
-	"last_test_failures", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
+	"find_definition", "find_references", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
 
 func connect(t *testing.T, tr mcp.Transport) *mcp.ClientSession {
 	t.Helper()

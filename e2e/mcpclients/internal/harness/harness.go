@@ -34,8 +34,10 @@ var (
 // Main runs the package's tests and removes the binary built for them.
 func Main(m *testing.M) int {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, dir := range []string{buildDir, goplsDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	return code
 }
@@ -86,6 +88,36 @@ func Binary(t testing.TB) string {
 	return binary
 }
 
+var (
+	goplsOnce sync.Once
+	goplsDir  string
+	goplsErr  error
+)
+
+// GoplsDir returns a directory that holds gopls, built once per test
+// process from the pin in hack/tools/gopls (the version the sandbox-go image
+// has), with the default Go caches: minutes the first time on a cold build
+// cache, seconds after. Main removes it.
+func GoplsDir(t testing.TB) string {
+	t.Helper()
+	root := RepoRoot(t)
+	goplsOnce.Do(func() {
+		if goplsDir, goplsErr = os.MkdirTemp("", "airlock-e2e-gopls-"); goplsErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(goplsDir, "gopls"), "golang.org/x/tools/gopls")
+		cmd.Dir = filepath.Join(root, "hack", "tools", "gopls")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			goplsErr = fmt.Errorf("go build of gopls in %s: %v\n%s", cmd.Dir, err, out)
+		}
+	})
+	if goplsErr != nil {
+		t.Fatal(goplsErr)
+	}
+	return goplsDir
+}
+
 // Sandboxd is a running `airlock sandboxd`.
 type Sandboxd struct {
 	URL       string // http://127.0.0.1:port
@@ -96,6 +128,13 @@ type Sandboxd struct {
 // directory beside it) on a free loopback port, waits until /readyz answers 200, and stops it when the test ends
 // (SIGTERM; it must exit 0 within its grace period).
 func Start(t testing.TB, args ...string) *Sandboxd {
+	t.Helper()
+	return StartEnv(t, nil, args...)
+}
+
+// StartEnv is Start with env added to sandboxd's environment (a later
+// entry of a name wins).
+func StartEnv(t testing.TB, env []string, args ...string) *Sandboxd {
 	t.Helper()
 	bin := Binary(t)
 	ws := filepath.Join(t.TempDir(), "workspace")
@@ -108,6 +147,7 @@ func Start(t testing.TB, args ...string) *Sandboxd {
 	cmd := exec.Command(bin, append([]string{"sandboxd", "--listen", addr, "--workspace", ws, "--state-dir", state, "--shutdown-grace", "5s"}, args...)...)
 	cmd.Stdout = logs
 	cmd.Stderr = logs
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
