@@ -364,12 +364,16 @@ func prepareNodeDir(t *testing.T, name string) string {
 }
 
 // mkdirContent makes the directory rel (slash-separated, below the content volume's root) on the
-// node, writable by the sandboxes' uid.
+// node, and every directory on the way, mode 1777 as the volume's root (the mode the kubelet gives
+// the subPath directories it creates), so that the sandboxes' uid can write in each.
 func (e *realnodeEnv) mkdirContent(t *testing.T, rel string) {
 	t.Helper()
-	dir := path.Join("/node", path.Base(e.hostDir), rel)
-	if err := nodeShell(t)(context.Background(), "mkdir-content", "mkdir -p "+dir+" && chmod 1777 "+dir); err != nil {
-		t.Fatalf("making %s on the node: %v", dir, err)
+	script := "set -e; cd /node/" + path.Base(e.hostDir)
+	for _, elem := range strings.Split(rel, "/") {
+		script += " && mkdir -p " + elem + " && chmod 1777 " + elem + " && cd " + elem
+	}
+	if err := nodeShell(t)(context.Background(), "mkdir-content", script); err != nil {
+		t.Fatalf("making %s on the node: %v", rel, err)
 	}
 }
 

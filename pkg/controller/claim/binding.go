@@ -151,8 +151,8 @@ func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxCla
 // counts for it. A claim built before records existed is matched by name, as it was built.
 func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
 	selector := selectorLabels(claim)
-	if claim.Status.Frozen != nil {
-		selector[LabelClaimUID] = string(claim.UID)
+	if claim.Status.Frozen == nil {
+		selector = policySelector(claim) // by name
 	}
 	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
 }

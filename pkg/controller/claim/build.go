@@ -87,9 +87,19 @@ func childLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	}
 }
 
-// selectorLabels select the claim's sandbox pods (the Deployment's, Service's and
-// NetworkPolicy's selector).
+// selectorLabels select the claim's own sandbox pods, by its name and UID: the Deployment's and
+// the Service's selector. A pod of an earlier claim of the same name (closed and acquired again;
+// its pod terminates in the background, Ready until it does) is never one of the new Service's
+// endpoints: by name alone, the new claim's address reached the old sandbox, which answered to
+// the old token (seen by TestRealNodeReacquire).
 func selectorLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
+	return map[string]string{LabelClaim: claim.Name, LabelClaimUID: string(claim.UID)}
+}
+
+// policySelector selects the pods the claim's NetworkPolicy confines: every pod of the claim's
+// name, an earlier claim's still terminating among them, so that no pod bearing the name is
+// ever left without a policy while its own is deleted with its claim.
+func policySelector(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	return map[string]string{LabelClaim: claim.Name}
 }
 
@@ -359,7 +369,7 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1al
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: childMeta(claim, claim.Name),
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
+			PodSelector: metav1.LabelSelector{MatchLabels: policySelector(claim)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
 				From: []networkingv1.NetworkPolicyPeer{{

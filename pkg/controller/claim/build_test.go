@@ -28,7 +28,7 @@ func TestBuildDeployment(t *testing.T) {
 	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("replicas %d strategy %s, want 1 Recreate", *d.Spec.Replicas, d.Spec.Strategy.Type)
 	}
-	if diff := cmp.Diff(map[string]string{LabelClaim: "c1"}, d.Spec.Selector.MatchLabels); diff != "" {
+	if diff := cmp.Diff(map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1"}, d.Spec.Selector.MatchLabels); diff != "" {
 		t.Errorf("selector (-want +got):\n%s", diff)
 	}
 	pod := d.Spec.Template.Spec
@@ -125,8 +125,12 @@ func TestBuildServiceAndAddresses(t *testing.T) {
 	if diff := cmp.Diff(want, svc.Spec.Ports); diff != "" {
 		t.Errorf("ports (-want +got):\n%s", diff)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Selector[LabelClaim] != "c1" {
-		t.Errorf("service spec %+v", svc.Spec)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("service type %s, want ClusterIP", svc.Spec.Type)
+	}
+	// By UID too: a terminating pod of an earlier claim of the same name is never an endpoint.
+	if diff := cmp.Diff(map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1"}, svc.Spec.Selector); diff != "" {
+		t.Errorf("service selector (-want +got):\n%s", diff)
 	}
 	wantAddresses := []airlockv1alpha1.ClaimAddress{
 		{Name: "mcp", URL: "http://10.96.0.17:8080"},
@@ -163,8 +167,9 @@ func TestBuildNetworkPolicy(t *testing.T) {
 		if diff := cmp.Diff(wantIngress, np.Spec.Ingress); diff != "" {
 			t.Errorf("ingress (-want +got):\n%s", diff)
 		}
-		if np.Spec.PodSelector.MatchLabels[LabelClaim] != "c1" {
-			t.Errorf("podSelector %+v", np.Spec.PodSelector)
+		// By name only: every pod of the claim's name, an earlier claim's still terminating too.
+		if diff := cmp.Diff(map[string]string{LabelClaim: "c1"}, np.Spec.PodSelector.MatchLabels); diff != "" {
+			t.Errorf("podSelector (-want +got):\n%s", diff)
 		}
 	})
 
