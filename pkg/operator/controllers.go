@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -27,7 +28,10 @@ type ControllerContext struct {
 	AirlockClient    airlockclientset.Interface
 	KubeInformers    kubeinformers.SharedInformerFactory
 	AirlockInformers airlockinformers.SharedInformerFactory
-	EventRecorder    record.EventRecorder
+	// AllowedServices caches every Service, stripped to what a NetworkPolicy needs
+	// (claim.StripService); it runs on every replica.
+	AllowedServices coreinformers.ServiceInformer
+	EventRecorder   record.EventRecorder
 
 	// Workers is the number of workers each controller runs (--workers).
 	Workers int
@@ -81,6 +85,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Secrets:         cc.KubeInformers.Core().V1().Secrets(),
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
+		AllowedServices: cc.AllowedServices,
 	}, cc.SyncImage)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,9 @@ type operator struct {
 
 	airlockInformers airlockinformers.SharedInformerFactory
 	kubeInformers    kubeinformers.SharedInformerFactory
+	// serviceInformers caches every Service of the cluster, stripped to selector and ports
+	// (claim.StripService): the claim controller opens NetworkPolicies to the allowed ones.
+	serviceInformers kubeinformers.SharedInformerFactory
 	readiness        *readiness
 	watchdog         *leaderelection.HealthzAdaptor
 	servers          []*httpServer
@@ -69,6 +72,8 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
 		kubeInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim })),
+		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
+			kubeinformers.WithTransform(claim.StripService)),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
 		controllers: newControllerDescriptors(),
 	}
@@ -81,6 +86,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		{name: "toolregistries", informer: airlock.ToolRegistries().Informer()},
 		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
 		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
+		{name: "allowedservices", informer: o.serviceInformers.Core().V1().Services().Informer()},
 	}}
 	api, secrets, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.kubeInformers)
 	if err != nil {
@@ -190,6 +196,7 @@ func (o *operator) run(ctx context.Context) error {
 	stopInformers()
 	o.airlockInformers.Shutdown()
 	o.kubeInformers.Shutdown()
+	o.serviceInformers.Shutdown()
 	logger.Info("Stopped airlock operator")
 
 	mu.Lock()
@@ -208,13 +215,15 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		return err
 	}
 	o.airlockInformers.Start(informersDone)
-	o.kubeInformers.Start(informersDone) // the Sandbox API's Secrets, on every replica
+	o.kubeInformers.Start(informersDone)    // the Sandbox API's Secrets, on every replica
+	o.serviceInformers.Start(informersDone) // allowed Services: ready on every replica, for the next leader
 
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,
 		AirlockClient:    o.cfg.AirlockClient,
 		KubeInformers:    o.kubeInformers,
 		AirlockInformers: o.airlockInformers,
+		AllowedServices:  o.serviceInformers.Core().V1().Services(),
 		EventRecorder:    recorder,
 		Workers:          o.cfg.Workers,
 		SyncImage:        o.cfg.SyncImage,

@@ -244,14 +244,27 @@ func TestReadinessHandler(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, sandboxclaims, sandboxclasses, secrets, toolregistries") {
-		t.Errorf("before the informers start: %d %q, want 503 listing all five informers", code, body)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "agentruntimes, allowedservices, sandboxclaims, sandboxclasses, secrets, toolregistries") {
+		t.Errorf("before the informers start: %d %q, want 503 listing all six informers", code, body)
 	}
 
 	o.airlockInformers.Start(ctx.Done())
 	o.kubeInformers.Start(ctx.Done())
 	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer cancelSync()
+	var others []cache.InformerSynced
+	for _, i := range o.readiness.informers {
+		if i.name != "allowedservices" {
+			others = append(others, i.informer.HasSynced)
+		}
+	}
+	if !cache.WaitForCacheSync(syncCtx.Done(), others...) {
+		t.Fatal("informers did not sync")
+	}
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: allowedservices\n") {
+		t.Errorf("with every informer but the allowed Services' started: %d %q, want 503 naming allowedservices", code, body)
+	}
+	o.serviceInformers.Start(ctx.Done())
 	if !cache.WaitForCacheSync(syncCtx.Done(), o.readiness.synced()...) {
 		t.Fatal("informers did not sync")
 	}

@@ -88,6 +88,12 @@ type Controller struct {
 	podLister           corelisters.PodLister
 	podsSynced          cache.InformerSynced
 
+	// allowedServiceLister reads the Services that claims' records allow (a cluster-wide,
+	// stripped cache: StripService); claimIndexer finds the claims that allow one.
+	allowedServiceLister  corelisters.ServiceLister
+	allowedServicesSynced cache.InformerSynced
+	claimIndexer          cache.Indexer
+
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -121,6 +127,10 @@ type Informers struct {
 	Secrets         coreinformers.SecretInformer
 	Jobs            batchinformers.JobInformer
 	Pods            coreinformers.PodInformer
+	// AllowedServices is an informer of every Service, not filtered on LabelClaim, whose objects
+	// should be stripped with StripService: the Services that claims' records allow are read
+	// from it.
+	AllowedServices coreinformers.ServiceInformer
 }
 
 // NewController returns a SandboxClaim controller on the given informers.
@@ -162,6 +172,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		jobsSynced:          informers.Jobs.Informer().HasSynced,
 		podLister:           informers.Pods.Lister(),
 		podsSynced:          informers.Pods.Informer().HasSynced,
+
+		allowedServiceLister:  informers.AllowedServices.Lister(),
+		allowedServicesSynced: informers.AllowedServices.Informer().HasSynced,
+		claimIndexer:          informers.Claims.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(ratelimiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 			Name:  ControllerName,
 			Clock: clk,
@@ -175,6 +189,9 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	}
 	c.syncHandler = c.sync
 
+	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
+		return nil, err
+	}
 	if _, err := informers.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
 		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
@@ -222,6 +239,13 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
 		}
 	}
+	if _, err := informers.AllowedServices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addAllowedService,
+		UpdateFunc: c.updateAllowedService,
+		DeleteFunc: c.deleteAllowedService,
+	}); err != nil {
+		return nil, fmt.Errorf("adding the allowed-Service event handler: %w", err)
+	}
 	registerMetrics(c.claimLister)
 	return c, nil
 }
@@ -241,7 +265,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced,
-		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.secretsSynced, c.jobsSynced, c.podsSynced) {
+		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.secretsSynced, c.jobsSynced, c.podsSynced,
+		c.allowedServicesSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 
