@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -341,43 +340,6 @@ func TestLeaderElectionReleasesLeaseAfterControllersStop(t *testing.T) {
 	}
 	if holder, found := getLease(t, kube); !found || holder != "" {
 		t.Errorf("lease holder after shutdown = %q (found %v), want released (empty)", holder, found)
-	}
-}
-
-func TestLeaderElectionLostStopsOperator(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	kube, airlock := newFakes()
-	cfg := newTestConfig(kube, airlock)
-	cfg.LeaderElection.LeaderElect = true
-	// Short terms, so that a failed renewal is noticed quickly.
-	cfg.LeaderElection.LeaseDuration.Duration = 600 * time.Millisecond
-	cfg.LeaderElection.RenewDeadline.Duration = 400 * time.Millisecond
-	cfg.LeaderElection.RetryPeriod.Duration = 100 * time.Millisecond
-
-	var refuseUpdates atomic.Bool
-	kube.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if !refuseUpdates.Load() {
-			return false, nil, nil
-		}
-		return true, nil, errors.New("injected: the API server refuses lease updates")
-	})
-
-	controller := newTestController()
-	_, done := startOperator(t, ctx, cfg, controller.descriptor())
-	waitFor(t, controller.started, "the controller to start leading")
-	// From now on the lease cannot be renewed.
-	refuseUpdates.Store(true)
-
-	err := waitForResult(t, done)
-	if !errors.Is(err, errLeaderElectionLost) {
-		t.Fatalf("run after losing the lease: %v, want %v", err, errLeaderElectionLost)
-	}
-	select {
-	case <-controller.stopped:
-	default:
-		t.Error("run returned before the controller stopped")
 	}
 }
 

@@ -94,6 +94,9 @@ type Controller struct {
 	allowedServicesSynced cache.InformerSynced
 	claimIndexer          cache.Indexer
 
+	// registrations are the event handlers the controller added to shared informers.
+	registrations []registration
+
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -192,7 +195,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
 		return nil, err
 	}
-	if _, err := informers.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := c.addEventHandler(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
 		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
 		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
@@ -210,10 +213,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		},
 		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
 	}
-	if _, err := informers.Runtimes.Informer().AddEventHandler(namespaceHandler); err != nil {
+	if err := c.addEventHandler(informers.Runtimes.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
 	}
-	if _, err := informers.Registries.Informer().AddEventHandler(namespaceHandler); err != nil {
+	if err := c.addEventHandler(informers.Registries.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	// Children, including pods: enqueue the claim they belong to.
@@ -235,11 +238,11 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		"job":           informers.Jobs.Informer(),
 		"pod":           informers.Pods.Informer(),
 	} {
-		if _, err := informer.AddEventHandler(childHandler); err != nil {
+		if err := c.addEventHandler(informer, childHandler); err != nil {
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
 		}
 	}
-	if _, err := informers.AllowedServices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := c.addEventHandler(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
 		UpdateFunc: c.updateAllowedService,
 		DeleteFunc: c.deleteAllowedService,
@@ -250,10 +253,40 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	return c, nil
 }
 
+// addEventHandler adds handler to informer, and remembers it so that Run removes it when it
+// returns: the informers are shared and outlive the controller (a replica that lost the lease
+// builds a new controller on them when it leads again), and a stopped controller's handlers must
+// not go on being called.
+func (c *Controller) addEventHandler(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler) error {
+	reg, err := informer.AddEventHandler(handler)
+	if err != nil {
+		return err
+	}
+	c.registrations = append(c.registrations, registration{informer: informer, reg: reg})
+	return nil
+}
+
+// removeEventHandlers removes the handlers addEventHandler added.
+func (c *Controller) removeEventHandlers() {
+	for _, r := range c.registrations {
+		if err := r.informer.RemoveEventHandler(r.reg); err != nil {
+			utilruntime.HandleError(fmt.Errorf("removing an event handler: %w", err))
+		}
+	}
+	c.registrations = nil
+}
+
+// registration is an event handler added to a shared informer.
+type registration struct {
+	informer cache.SharedIndexInformer
+	reg      cache.ResourceEventHandlerRegistration
+}
+
 // Run starts the event broadcaster and workers, and blocks until ctx is done and every worker
 // has returned, so that the lease is released only after the controller has stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.removeEventHandlers()
 
 	c.broadcaster.StartStructuredLogging(3)
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
