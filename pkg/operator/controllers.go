@@ -22,12 +22,16 @@ import (
 // every controller (and, for airlock, by the Sandbox API): ask them for informers in a
 // controllerInitFunc, and runControllers starts them. KubeInformers lists and watches only
 // objects labelled claim.LabelClaim (the claims' children and sandbox pods), so that the
-// operator does not cache the cluster's other objects.
+// operator does not cache the cluster's other objects; it is the leader's alone, made anew for
+// each term and stopped when the term ends. AirlockInformers, Secrets and AllowedServices run on
+// every replica, for as long as the process.
 type ControllerContext struct {
 	KubeClient       kubernetes.Interface
 	AirlockClient    airlockclientset.Interface
 	KubeInformers    kubeinformers.SharedInformerFactory
 	AirlockInformers airlockinformers.SharedInformerFactory
+	// Secrets are the claims' Secrets (label-filtered), which the Sandbox API reads too.
+	Secrets coreinformers.SecretInformer
 	// AllowedServices caches every Service, stripped to what a NetworkPolicy needs
 	// (claim.StripService); it runs on every replica.
 	AllowedServices coreinformers.ServiceInformer
@@ -82,7 +86,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Deployments:     cc.KubeInformers.Apps().V1().Deployments(),
 		Services:        cc.KubeInformers.Core().V1().Services(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
-		Secrets:         cc.KubeInformers.Core().V1().Secrets(),
+		Secrets:         cc.Secrets,
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		AllowedServices: cc.AllowedServices,
@@ -94,9 +98,10 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 }
 
 // runControllers builds and runs the controllers until ctx is done, then waits for them all to
-// return. informersDone stops the informers that the controllers asked for; it outlives ctx, so
-// that controllers still read a live cache while they stop.
-func runControllers(ctx context.Context, controllers []controllerDescriptor, cc ControllerContext, informersDone <-chan struct{}) error {
+// return. termDone stops the term's informers the controllers asked for (cc.KubeInformers),
+// informersDone the airlock informers; both outlive ctx, so that controllers still read a live
+// cache while they stop.
+func runControllers(ctx context.Context, controllers []controllerDescriptor, cc ControllerContext, termDone, informersDone <-chan struct{}) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -114,7 +119,7 @@ func runControllers(ctx context.Context, controllers []controllerDescriptor, cc 
 		runnables = append(runnables, runnable{name: c.name, run: run})
 	}
 	// Start only what the controllers asked for and is not running yet.
-	cc.KubeInformers.Start(informersDone)
+	cc.KubeInformers.Start(termDone)
 	cc.AirlockInformers.Start(informersDone)
 	logger.Info("Starting controllers", "count", len(runnables))
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -22,6 +23,8 @@ type termController struct {
 	returned []chan struct{}
 	running  atomic.Int32
 	overlaps atomic.Int32
+	// informers are each term's informer of the claims' Deployments.
+	informers []cache.SharedIndexInformer
 }
 
 func newTermController(terms int) *termController {
@@ -30,6 +33,7 @@ func newTermController(terms int) *termController {
 		c.started = append(c.started, make(chan struct{}))
 		c.returned = append(c.returned, make(chan struct{}))
 	}
+	c.informers = make([]cache.SharedIndexInformer, terms)
 	return c
 }
 
@@ -40,6 +44,7 @@ func (c *termController) descriptor() controllerDescriptor {
 		if term >= len(c.started) {
 			return nil, fmt.Errorf("term %d: more terms than the test expects", term+1)
 		}
+		c.informers[term] = cc.KubeInformers.Apps().V1().Deployments().Informer()
 		return func(ctx context.Context) error {
 			if c.running.Add(1) > 1 {
 				c.overlaps.Add(1)
@@ -120,6 +125,10 @@ func TestLeaderElectionLostCampaignsAgain(t *testing.T) {
 	}
 	if n := controller.overlaps.Load(); n != 0 {
 		t.Errorf("%d terms started while an earlier one still ran", n)
+	}
+	// The leader's caches are the term's: the first term's were stopped before the second began.
+	if first, second := controller.informers[0], controller.informers[1]; first == second || !first.IsStopped() || second.IsStopped() {
+		t.Errorf("term informers: the same %v, first stopped %v, second stopped %v; want a new one per term, the first stopped", first == second, first.IsStopped(), second.IsStopped())
 	}
 
 	cancel()

@@ -52,7 +52,9 @@ type operator struct {
 	cfg *Config
 
 	airlockInformers airlockinformers.SharedInformerFactory
-	kubeInformers    kubeinformers.SharedInformerFactory
+	// kubeInformers caches the claims' Secrets for the Sandbox API on every replica; the leader's
+	// caches of the claims' children are a factory of each term's own (newChildInformers).
+	kubeInformers kubeinformers.SharedInformerFactory
 	// serviceInformers caches every Service of the cluster, stripped to selector and ports
 	// (claim.StripService): the claim controller opens NetworkPolicies to the allowed ones.
 	serviceInformers kubeinformers.SharedInformerFactory
@@ -70,8 +72,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	o := &operator{
 		cfg:              cfg,
 		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
-		kubeInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
-			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim })),
+		kubeInformers:    newChildInformers(cfg.KubeClient),
 		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 			kubeinformers.WithTransform(claim.StripService)),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
@@ -221,21 +222,36 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,
 		AirlockClient:    o.cfg.AirlockClient,
-		KubeInformers:    o.kubeInformers,
 		AirlockInformers: o.airlockInformers,
+		Secrets:          o.kubeInformers.Core().V1().Secrets(),
 		AllowedServices:  o.serviceInformers.Core().V1().Services(),
 		EventRecorder:    recorder,
 		Workers:          o.cfg.Workers,
 		SyncImage:        o.cfg.SyncImage,
 	}
+	// Each term caches the claims' children in informers of its own, stopped (after the
+	// controllers have returned) when the term ends: a replica that lost the lease keeps no
+	// leader-only cache, and the next term starts from a fresh list.
 	lead := func(ctx context.Context) error {
-		return runControllers(ctx, o.controllers, cc, informersDone)
+		term := cc
+		term.KubeInformers = newChildInformers(o.cfg.KubeClient)
+		termDone := make(chan struct{})
+		defer term.KubeInformers.Shutdown()
+		defer close(termDone)
+		return runControllers(ctx, o.controllers, term, termDone, informersDone)
 	}
 	if !o.cfg.LeaderElection.LeaderElect {
 		logger.Info("Warning: leader election is disabled (--leader-elect=false), so every replica of the operator runs the controllers: run a single replica")
 		return lead(ctx)
 	}
 	return runWithLeaderElection(ctx, o.cfg, o.watchdog, recorder, lead)
+}
+
+// newChildInformers returns an informer factory that lists and watches only the objects labelled
+// claim.LabelClaim: the claims' children and sandbox pods.
+func newChildInformers(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
+	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }))
 }
 
 // waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a
