@@ -18,6 +18,9 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   trap 'hack/local-cluster.sh down' EXIT
   hack/local-cluster.sh up
   eval "$(hack/local-cluster.sh env)"
+  # The cluster is this run's own: tests may stop and resume its processes (its pid files).
+  AIRLOCK_E2E_CLUSTER_DIR=$(cd "$AIRLOCK_CLUSTER_DIR" && pwd)
+  export AIRLOCK_E2E_CLUSTER_DIR
 fi
 export KUBECONFIG
 export KUBECTL=${KUBECTL:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/kubectl}

@@ -15,7 +15,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"time"
+)
+
+// defaultRetryAfter is how long Acquire waits before calling again after a 503 without a
+// Retry-After; maxRetryAfter caps a Retry-After it is told.
+const (
+	defaultRetryAfter = time.Second
+	maxRetryAfter     = 30 * time.Second
 )
 
 // APIError is a non-success answer of the Sandbox API.
@@ -29,6 +38,9 @@ type APIError struct {
 	Reason string
 	// Message is the body's human-readable "message".
 	Message string
+	// RetryAfter is, for a 503, when to call again: the answer's Retry-After (at most 30 s), else
+	// 1 s. It is zero for other answers.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -94,10 +106,19 @@ func (c *Client) AcquireOnce(ctx context.Context, req AcquireRequest) (*AcquireR
 
 // Acquire asks for the sandbox of req's session and handle and calls again on each 202 (acquire
 // is idempotent) until the sandbox is Bound, the API answers an error, or ctx is done; ctx bounds
-// the whole wait, req.WaitSeconds each call.
+// the whole wait, req.WaitSeconds each call. A 503 (the operator cannot reach the Kubernetes API
+// server now, or its caches are not synced yet) is called again too, after the answer's
+// Retry-After (1 s without one, at most 30 s).
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*AcquireResponse, error) {
 	for {
 		resp, status, err := c.AcquireOnce(ctx, req)
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && apiErr.Status == http.StatusServiceUnavailable {
+			if err := waitToRetry(ctx, apiErr.RetryAfter); err != nil {
+				return nil, fmt.Errorf("%w (the last answer: %w)", err, apiErr)
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -111,6 +132,18 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*AcquireRespo
 			// An immediate answer was asked for: calling again at once would spin.
 			return resp, nil
 		}
+	}
+}
+
+// waitToRetry waits d, or until ctx is done.
+func waitToRetry(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -170,6 +203,12 @@ func (c *Client) do(ctx context.Context, path string, in, out any) (int, error) 
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		apiErr := &APIError{Status: resp.StatusCode}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			apiErr.RetryAfter = defaultRetryAfter
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
+				apiErr.RetryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
+			}
+		}
 		var e ErrorResponse
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
 			apiErr.Code, apiErr.Reason, apiErr.Message = e.Error, e.Reason, e.Message

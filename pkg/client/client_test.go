@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeAPI answers acquires: 202 for the first `pending` calls, then 200.
@@ -85,6 +86,48 @@ func TestAcquireStopsWithContext(t *testing.T) {
 	_, err := c.Acquire(ctx, AcquireRequest{Handle: "codegen/default"})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want context.Canceled", err)
+	}
+}
+
+// TestAcquireCallsAgainOn503: a 503 (the operator cannot reach the API server now) is called
+// again after its Retry-After until the answer is 200; the wait ends with ctx.
+func TestAcquireCallsAgainOn503(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if calls.Add(1) <= 2 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(ErrorResponse{Error: CodeUnavailable, Message: "cannot review the token now"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(AcquireResponse{Claim: "c", Phase: "Bound"})
+	}))
+	defer srv.Close()
+	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil)
+	resp, err := c.Acquire(context.Background(), AcquireRequest{Handle: "codegen/default"})
+	if err != nil || resp.Phase != "Bound" || calls.Load() != 3 {
+		t.Errorf("answer %+v %v after %d calls, want Bound after 3", resp, err, calls.Load())
+	}
+	_, status, err := c.AcquireOnce(context.Background(), AcquireRequest{Handle: "codegen/default"})
+	if err != nil || status != http.StatusOK {
+		t.Errorf("AcquireOnce: %d %v", status, err)
+	}
+
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // no Retry-After: 1 s
+	}))
+	defer unavailable.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	c = New(unavailable.URL, func() (string, error) { return "sa-token", nil }, &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		cancel() // done while it waits to call again
+		return resp, err
+	})})
+	_, err = c.Acquire(ctx, AcquireRequest{Handle: "codegen/default"})
+	var apiErr *APIError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second {
+		t.Errorf("error %v, want context.Canceled with the last 503 (Retry-After 1 s)", err)
 	}
 }
 

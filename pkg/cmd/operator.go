@@ -136,6 +136,9 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	// the controllers' requests.
 	leConfig := rest.CopyConfig(restConfig)
 	leConfig.UserAgent = userAgent + "/leader-election"
+	// As kube-controller-manager does: no lease request outlives half the renew deadline, so
+	// that a campaign against an API server that does not answer retries rather than hangs.
+	leConfig.Timeout = o.LeaderElection.RenewDeadline.Duration / 2
 	leClient, err := kubernetes.NewForConfig(leConfig)
 	if err != nil {
 		return nil, fmt.Errorf("building the leader election client: %w", err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -22,13 +23,18 @@ import (
 // every controller (and, for airlock, by the Sandbox API): ask them for informers in a
 // controllerInitFunc, and runControllers starts them. KubeInformers lists and watches only
 // objects labelled claim.LabelClaim (the claims' children and sandbox pods), so that the
-// operator does not cache the cluster's other objects.
+// operator does not cache the cluster's other objects; it is the leader's alone, made anew for
+// each term and stopped when the term ends. AirlockInformers and AllowedServices run on every
+// replica, for as long as the process.
 type ControllerContext struct {
 	KubeClient       kubernetes.Interface
 	AirlockClient    airlockclientset.Interface
 	KubeInformers    kubeinformers.SharedInformerFactory
 	AirlockInformers airlockinformers.SharedInformerFactory
-	EventRecorder    record.EventRecorder
+	// AllowedServices caches every Service, stripped to what a NetworkPolicy needs
+	// (claim.StripService); it runs on every replica.
+	AllowedServices coreinformers.ServiceInformer
+	EventRecorder   record.EventRecorder
 
 	// Workers is the number of workers each controller runs (--workers).
 	Workers int
@@ -83,6 +89,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
+		AllowedServices: cc.AllowedServices,
 	}, cc.SyncImage, cc.Tokens)
 	if err != nil {
 		return nil, err
@@ -91,9 +98,10 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 }
 
 // runControllers builds and runs the controllers until ctx is done, then waits for them all to
-// return. informersDone stops the informers that the controllers asked for; it outlives ctx, so
-// that controllers still read a live cache while they stop.
-func runControllers(ctx context.Context, controllers []controllerDescriptor, cc ControllerContext, informersDone <-chan struct{}) error {
+// return. termDone stops the term's informers the controllers asked for (cc.KubeInformers),
+// informersDone the airlock informers; both outlive ctx, so that controllers still read a live
+// cache while they stop.
+func runControllers(ctx context.Context, controllers []controllerDescriptor, cc ControllerContext, termDone, informersDone <-chan struct{}) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -111,7 +119,7 @@ func runControllers(ctx context.Context, controllers []controllerDescriptor, cc 
 		runnables = append(runnables, runnable{name: c.name, run: run})
 	}
 	// Start only what the controllers asked for and is not running yet.
-	cc.KubeInformers.Start(informersDone)
+	cc.KubeInformers.Start(termDone)
 	cc.AirlockInformers.Start(informersDone)
 	logger.Info("Starting controllers", "count", len(runnables))
 

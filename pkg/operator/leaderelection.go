@@ -15,19 +15,41 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// errLeaderElectionLost ends the operator when it stops holding the lease without being asked to:
-// it exits and is restarted rather than carry on beside the replica that may now lead.
+// errLeaderElectionLost ends a campaign that lost the lease it held without being asked to (its
+// renewals failed for the renew deadline: the API server was away, or refused them). The leading
+// work has stopped and been joined by then; runWithLeaderElection campaigns again.
 var errLeaderElectionLost = errors.New("leader election lost")
 
 // leaderHealthzTimeout is how long past its lease's expiry a leader that failed to renew still
 // passes /healthz (as in kube-controller-manager).
 const leaderHealthzTimeout = 20 * time.Second
 
-// runWithLeaderElection runs lead while this replica holds the lease. It returns nil once ctx is
-// done and the lease has been released, errLeaderElectionLost if the lease was lost, or lead's
-// error if lead failed. In every case lead's context is cancelled and lead has returned before the
-// lease is released.
+// runWithLeaderElection runs lead whenever this replica holds the lease, until ctx is done (it
+// returns nil) or lead fails (it returns lead's error). A lost lease does not end it: the term's
+// work is stopped and joined, and the replica campaigns again with a fresh elector, so one
+// process never runs two terms' work at once, and what else it serves (the Sandbox API, the
+// probes) carries on through an API server outage. In every case lead's context is cancelled and
+// lead has returned before the lease is released or campaigned for again.
 func runWithLeaderElection(ctx context.Context, cfg *Config, watchdog *leaderelection.HealthzAdaptor, recorder record.EventRecorder, lead func(ctx context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	lease := klog.KRef(cfg.LeaderElection.ResourceNamespace, cfg.LeaderElection.ResourceName)
+	for term := 1; ; term++ {
+		err := campaign(ctx, cfg, watchdog, recorder, lead)
+		if !errors.Is(err, errLeaderElectionLost) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil // lost as shutdown began: nothing left to lead
+		}
+		logger.Info("Lost the lease; the leading work has stopped, campaigning again", "lease", lease, "identity", cfg.Identity, "campaign", term+1)
+	}
+}
+
+// campaign runs one elector: it campaigns for the lease and runs lead while holding it. It returns
+// nil once ctx is done and the lease has been released, errLeaderElectionLost if the lease was
+// lost, or lead's error if lead failed. In every case lead's context is cancelled and lead has
+// returned before campaign returns or the lease is released.
+func campaign(ctx context.Context, cfg *Config, watchdog *leaderelection.HealthzAdaptor, recorder record.EventRecorder, lead func(ctx context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	lease := klog.KRef(cfg.LeaderElection.ResourceNamespace, cfg.LeaderElection.ResourceName)
 

@@ -53,7 +53,9 @@ type operator struct {
 	cfg *Config
 
 	airlockInformers airlockinformers.SharedInformerFactory
-	kubeInformers    kubeinformers.SharedInformerFactory
+	// serviceInformers caches every Service of the cluster, stripped to selector and ports
+	// (claim.StripService): the claim controller opens NetworkPolicies to the allowed ones.
+	serviceInformers kubeinformers.SharedInformerFactory
 	readiness        *readiness
 	// tokens holds the claim token key (a Secret in the operator's namespace).
 	tokens   *claimtoken.Source
@@ -70,8 +72,8 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	o := &operator{
 		cfg:              cfg,
 		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
-		kubeInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
-			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim })),
+		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
+			kubeinformers.WithTransform(claim.StripService)),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
 		controllers: newControllerDescriptors(),
 		tokens:      claimtoken.NewSource(cfg.KubeClient, cfg.Namespace),
@@ -85,6 +87,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		{name: "toolregistries", informer: airlock.ToolRegistries().Informer()},
 		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
 		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
+		{name: "allowedservices", informer: o.serviceInformers.Core().V1().Services().Informer()},
 	}}
 	api, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.tokens)
 	if err != nil {
@@ -195,7 +198,7 @@ func (o *operator) run(ctx context.Context) error {
 	serving.Wait()
 	stopInformers()
 	o.airlockInformers.Shutdown()
-	o.kubeInformers.Shutdown()
+	o.serviceInformers.Shutdown()
 	logger.Info("Stopped airlock operator")
 
 	mu.Lock()
@@ -218,25 +221,41 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 	if _, err := o.tokens.Key(ctx); err != nil {
 		logger.Error(err, "Cannot read or create the claim token key yet: the Sandbox API answers 503 until it can", "secret", klog.KRef(o.cfg.Namespace, claimtoken.SecretName))
 	}
+	o.serviceInformers.Start(informersDone) // allowed Services: ready on every replica, for the next leader
 
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,
 		AirlockClient:    o.cfg.AirlockClient,
-		KubeInformers:    o.kubeInformers,
 		AirlockInformers: o.airlockInformers,
+		AllowedServices:  o.serviceInformers.Core().V1().Services(),
 		EventRecorder:    recorder,
 		Workers:          o.cfg.Workers,
 		SyncImage:        o.cfg.SyncImage,
 		Tokens:           o.tokens,
 	}
+	// Each term caches the claims' children in informers of its own, stopped (after the
+	// controllers have returned) when the term ends: a replica that lost the lease keeps no
+	// leader-only cache, and the next term starts from a fresh list.
 	lead := func(ctx context.Context) error {
-		return runControllers(ctx, o.controllers, cc, informersDone)
+		term := cc
+		term.KubeInformers = newChildInformers(o.cfg.KubeClient)
+		termDone := make(chan struct{})
+		defer term.KubeInformers.Shutdown()
+		defer close(termDone)
+		return runControllers(ctx, o.controllers, term, termDone, informersDone)
 	}
 	if !o.cfg.LeaderElection.LeaderElect {
 		logger.Info("Warning: leader election is disabled (--leader-elect=false), so every replica of the operator runs the controllers: run a single replica")
 		return lead(ctx)
 	}
 	return runWithLeaderElection(ctx, o.cfg, o.watchdog, recorder, lead)
+}
+
+// newChildInformers returns an informer factory that lists and watches only the objects labelled
+// claim.LabelClaim: the claims' children and sandbox pods.
+func newChildInformers(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
+	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }))
 }
 
 // waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a

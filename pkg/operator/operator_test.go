@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,14 +248,26 @@ func TestReadinessHandler(t *testing.T) {
 	}
 
 	// No Secret informer: the operator may not list Secrets outside its namespace.
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: agentruntimes, sandboxclaims, sandboxclasses, toolregistries\n") {
-		t.Errorf("before the informers start: %d %q, want 503 listing the four airlock informers and no other", code, body)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: agentruntimes, allowedservices, sandboxclaims, sandboxclasses, toolregistries\n") {
+		t.Errorf("before the informers start: %d %q, want 503 listing the five informers (no Secrets)", code, body)
 	}
 
 	o.airlockInformers.Start(ctx.Done())
-	o.kubeInformers.Start(ctx.Done())
 	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer cancelSync()
+	var others []cache.InformerSynced
+	for _, i := range o.readiness.informers {
+		if i.name != "allowedservices" {
+			others = append(others, i.informer.HasSynced)
+		}
+	}
+	if !cache.WaitForCacheSync(syncCtx.Done(), others...) {
+		t.Fatal("informers did not sync")
+	}
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: allowedservices\n") {
+		t.Errorf("with every informer but the allowed Services' started: %d %q, want 503 naming allowedservices", code, body)
+	}
+	o.serviceInformers.Start(ctx.Done())
 	if !cache.WaitForCacheSync(syncCtx.Done(), o.readiness.synced()...) {
 		t.Fatal("informers did not sync")
 	}
@@ -270,7 +281,7 @@ func TestReadinessHandler(t *testing.T) {
 	}
 	cancel()
 	o.airlockInformers.Shutdown()
-	o.kubeInformers.Shutdown()
+	o.serviceInformers.Shutdown()
 }
 
 func TestRunWithoutLeaderElection(t *testing.T) {
@@ -333,43 +344,6 @@ func TestLeaderElectionReleasesLeaseAfterControllersStop(t *testing.T) {
 	}
 	if holder, found := getLease(t, kube); !found || holder != "" {
 		t.Errorf("lease holder after shutdown = %q (found %v), want released (empty)", holder, found)
-	}
-}
-
-func TestLeaderElectionLostStopsOperator(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	kube, airlock := newFakes()
-	cfg := newTestConfig(kube, airlock)
-	cfg.LeaderElection.LeaderElect = true
-	// Short terms, so that a failed renewal is noticed quickly.
-	cfg.LeaderElection.LeaseDuration.Duration = 600 * time.Millisecond
-	cfg.LeaderElection.RenewDeadline.Duration = 400 * time.Millisecond
-	cfg.LeaderElection.RetryPeriod.Duration = 100 * time.Millisecond
-
-	var refuseUpdates atomic.Bool
-	kube.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if !refuseUpdates.Load() {
-			return false, nil, nil
-		}
-		return true, nil, errors.New("injected: the API server refuses lease updates")
-	})
-
-	controller := newTestController()
-	_, done := startOperator(t, ctx, cfg, controller.descriptor())
-	waitFor(t, controller.started, "the controller to start leading")
-	// From now on the lease cannot be renewed.
-	refuseUpdates.Store(true)
-
-	err := waitForResult(t, done)
-	if !errors.Is(err, errLeaderElectionLost) {
-		t.Fatalf("run after losing the lease: %v, want %v", err, errLeaderElectionLost)
-	}
-	select {
-	case <-controller.stopped:
-	default:
-		t.Error("run returned before the controller stopped")
 	}
 }
 

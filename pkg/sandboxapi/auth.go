@@ -26,6 +26,8 @@ import (
 const (
 	positiveTTL = 10 * time.Second
 	negativeTTL = 2 * time.Second
+	// reviewTimeout bounds a TokenReview: an API server that does not answer is a 503.
+	reviewTimeout = 5 * time.Second
 	// maxCacheEntries bounds the cache; when it is full of live entries, results are not cached.
 	maxCacheEntries = 4096
 )
@@ -82,7 +84,11 @@ func (a *authenticator) review(ctx context.Context, token string) (caller, error
 		return a.result(r)
 	}
 
-	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+	// Bounded: while the API server is away the caller gets a 503 it can retry, not a request
+	// that hangs until the API server returns.
+	reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(reviewCtx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {

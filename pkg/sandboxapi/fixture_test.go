@@ -432,6 +432,9 @@ func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, r
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
+	if ra := rec.Header().Get("Retry-After"); status == http.StatusServiceUnavailable && ra != retryAfterSeconds {
+		t.Errorf("a 503 with Retry-After %q, want %q", ra, retryAfterSeconds)
+	}
 	return e
 }
 

@@ -254,9 +254,16 @@ func invalidf(format string, args ...any) *apiError {
 	return errorf(http.StatusBadRequest, client.CodeInvalid, format, args...)
 }
 
+// retryAfterSeconds is the Retry-After of every 503: the API server is away, or the caches are
+// not synced yet; pkg/client's Acquire calls again after it.
+const retryAfterSeconds = "1"
+
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.status == http.StatusUnauthorized {
+	switch e.status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeJSON(w, e.status, client.ErrorResponse{Error: e.code, Message: e.message, Reason: e.reason})
 }

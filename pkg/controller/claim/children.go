@@ -28,8 +28,9 @@ import (
 // are independent, so they are written concurrently: a new claim costs one round trip, not four.
 //
 // Everything comes from the claim's frozen record: the live class and registry are not read.
+// The allowed Services it names are read from the allowed-Service informer's cache.
 func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) error {
-	allowed, err := c.allowedServices(ctx, record.AllowedServices)
+	allowed, err := c.allowedServices(record.AllowedServices)
 	if err != nil {
 		return err
 	}
@@ -60,23 +61,6 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// allowedServices GETs the recorded allowed Services that exist. They are read on every sync of a
-// Binding or Bound claim (not cached: the operator caches only its own children).
-func (c *Controller) allowedServices(ctx context.Context, refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
-	var out []*corev1.Service
-	for _, ref := range refs {
-		svc, err := c.kubeClient.CoreV1().Services(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading allowed Service %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		out = append(out, svc)
-	}
-	return out, nil
 }
 
 // controlled checks that a child is controlled by the claim, and reports it when not. A child of

@@ -89,6 +89,15 @@ type Controller struct {
 	podLister           corelisters.PodLister
 	podsSynced          cache.InformerSynced
 
+	// allowedServiceLister reads the Services that claims' records allow (a cluster-wide,
+	// stripped cache: StripService); claimIndexer finds the claims that allow one.
+	allowedServiceLister  corelisters.ServiceLister
+	allowedServicesSynced cache.InformerSynced
+	claimIndexer          cache.Indexer
+
+	// registrations are the event handlers the controller added to shared informers.
+	registrations []registration
+
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -123,6 +132,10 @@ type Informers struct {
 	NetworkPolicies networkinginformers.NetworkPolicyInformer
 	Jobs            batchinformers.JobInformer
 	Pods            coreinformers.PodInformer
+	// AllowedServices is an informer of every Service, not filtered on LabelClaim, whose objects
+	// should be stripped with StripService: the Services that claims' records allow are read
+	// from it.
+	AllowedServices coreinformers.ServiceInformer
 }
 
 // TokenSource derives a claim's bearer token; *claimtoken.Source is one.
@@ -179,6 +192,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		jobsSynced:          informers.Jobs.Informer().HasSynced,
 		podLister:           informers.Pods.Lister(),
 		podsSynced:          informers.Pods.Informer().HasSynced,
+
+		allowedServiceLister:  informers.AllowedServices.Lister(),
+		allowedServicesSynced: informers.AllowedServices.Informer().HasSynced,
+		claimIndexer:          informers.Claims.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(ratelimiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 			Name:  ControllerName,
 			Clock: clk,
@@ -194,7 +211,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	}
 	c.syncHandler = c.sync
 
-	if _, err := informers.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
+		return nil, err
+	}
+	if err := c.addEventHandler(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
 		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
 		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
@@ -212,10 +232,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		},
 		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
 	}
-	if _, err := informers.Runtimes.Informer().AddEventHandler(namespaceHandler); err != nil {
+	if err := c.addEventHandler(informers.Runtimes.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
 	}
-	if _, err := informers.Registries.Informer().AddEventHandler(namespaceHandler); err != nil {
+	if err := c.addEventHandler(informers.Registries.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	// Children, including pods: enqueue the claim they belong to.
@@ -236,18 +256,55 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		"job":           informers.Jobs.Informer(),
 		"pod":           informers.Pods.Informer(),
 	} {
-		if _, err := informer.AddEventHandler(childHandler); err != nil {
+		if err := c.addEventHandler(informer, childHandler); err != nil {
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
 		}
 	}
+	if err := c.addEventHandler(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addAllowedService,
+		UpdateFunc: c.updateAllowedService,
+		DeleteFunc: c.deleteAllowedService,
+	}); err != nil {
+		return nil, fmt.Errorf("adding the allowed-Service event handler: %w", err)
+	}
 	registerMetrics(c.claimLister)
 	return c, nil
+}
+
+// addEventHandler adds handler to informer, and remembers it so that Run removes it when it
+// returns: the informers are shared and outlive the controller (a replica that lost the lease
+// builds a new controller on them when it leads again), and a stopped controller's handlers must
+// not go on being called.
+func (c *Controller) addEventHandler(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler) error {
+	reg, err := informer.AddEventHandler(handler)
+	if err != nil {
+		return err
+	}
+	c.registrations = append(c.registrations, registration{informer: informer, reg: reg})
+	return nil
+}
+
+// removeEventHandlers removes the handlers addEventHandler added.
+func (c *Controller) removeEventHandlers() {
+	for _, r := range c.registrations {
+		if err := r.informer.RemoveEventHandler(r.reg); err != nil {
+			utilruntime.HandleError(fmt.Errorf("removing an event handler: %w", err))
+		}
+	}
+	c.registrations = nil
+}
+
+// registration is an event handler added to a shared informer.
+type registration struct {
+	informer cache.SharedIndexInformer
+	reg      cache.ResourceEventHandlerRegistration
 }
 
 // Run starts the event broadcaster and workers, and blocks until ctx is done and every worker
 // has returned, so that the lease is released only after the controller has stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.removeEventHandlers()
 
 	c.broadcaster.StartStructuredLogging(3)
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
@@ -259,7 +316,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced,
-		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.jobsSynced, c.podsSynced) {
+		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.jobsSynced, c.podsSynced,
+		c.allowedServicesSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 

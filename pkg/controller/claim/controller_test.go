@@ -75,8 +75,12 @@ type fixture struct {
 	tokenErr error
 	jobs     []*batchv1.Job
 	pods     []*corev1.Pod
-	// kubeOnly are objects the kube client has but the caches do not (allowed Services).
-	kubeOnly []runtime.Object
+	// allowedServices are Services of the cluster (not children): the kube client has them, and
+	// the allowed-Service informer's cache, stripped.
+	allowedServices []*corev1.Service
+	// allowedServiceInformer is the controller's allowed-Service informer; the tests that start
+	// it (startAllowedServices) see Services' events reach the controller.
+	allowedServiceInformer cache.SharedIndexInformer
 
 	// log is both clients' actions, in order.
 	log []core.Action
@@ -147,7 +151,9 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	for _, o := range f.pods {
 		kubeObjects = append(kubeObjects, o)
 	}
-	kubeObjects = append(kubeObjects, f.kubeOnly...)
+	for _, o := range f.allowedServices {
+		kubeObjects = append(kubeObjects, o)
+	}
 	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
 	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
 	// Record the actions of both clients in one sequence.
@@ -161,6 +167,8 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 
 	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(StripService))
+	f.allowedServiceInformer = si.Core().V1().Services().Informer()
 	airlock := ai.Airlock().V1alpha1()
 	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
 		Claims:          airlock.SandboxClaims(),
@@ -172,6 +180,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
 		Jobs:            ki.Batch().V1().Jobs(),
 		Pods:            ki.Core().V1().Pods(),
+		AllowedServices: si.Core().V1().Services(),
 	}, testSyncImage, f.clock)
 	if err != nil {
 		f.t.Fatal(err)
@@ -179,6 +188,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
 	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
 	c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady
+	c.allowedServicesSynced = alwaysReady
 	f.recorder = record.NewFakeRecorder(100)
 	c.recorder = f.recorder
 	c.newToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
@@ -219,6 +229,10 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	for _, o := range f.pods {
 		add(ki.Core().V1().Pods().Informer(), o)
+	}
+	for _, o := range f.allowedServices {
+		stripped, _ := StripService(o)
+		add(f.allowedServiceInformer, stripped)
 	}
 	return c
 }

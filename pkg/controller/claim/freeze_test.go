@@ -136,7 +136,7 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 				cl.Spec.Env = nil
 				cl.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
 				cl.Spec.StartupTimeout = &metav1.Duration{Duration: time.Second}
-				f.kubeOnly = append(f.kubeOnly, allowedProxy)
+				f.allowedServices = append(f.allowedServices, allowedProxy)
 			},
 		},
 		"class deleted after Bound": {
