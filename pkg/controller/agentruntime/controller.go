@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
@@ -45,8 +46,9 @@ type Controller struct {
 	claimLister    airlocklisters.SandboxClaimLister
 	claimsSynced   cache.InformerSynced
 
-	// registrations are the event handlers the controller added to shared informers.
-	registrations []registration
+	// handlers are the event handlers the controller added to shared informers, removed when Run
+	// returns.
+	handlers handlers.Registrations
 
 	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	clock clock.Clock
@@ -72,7 +74,7 @@ func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
 		clock: clk,
 	}
-	if err := c.addEventHandler(runtimes.Informer(), cache.ResourceEventHandlerFuncs{
+	if err := c.handlers.Add(runtimes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueRuntime,
 		UpdateFunc: func(old, cur any) {
 			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
@@ -82,13 +84,13 @@ func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.
 	}); err != nil {
 		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
 	}
-	if err := c.addEventHandler(registries.Informer(), resourceHandler(c.enqueueRuntimesOfRegistry)); err != nil {
+	if err := c.handlers.Add(registries.Informer(), resourceHandler(c.enqueueRuntimesOfRegistry)); err != nil {
 		return nil, fmt.Errorf("adding the registry event handler: %w", err)
 	}
-	if err := c.addEventHandler(classes.Informer(), resourceHandler(func(any) { c.enqueueAllRuntimes() })); err != nil {
+	if err := c.handlers.Add(classes.Informer(), resourceHandler(func(any) { c.enqueueAllRuntimes() })); err != nil {
 		return nil, fmt.Errorf("adding the class event handler: %w", err)
 	}
-	if err := c.addEventHandler(claims.Informer(), resourceHandler(c.enqueueRuntimeOfClaim)); err != nil {
+	if err := c.handlers.Add(claims.Informer(), resourceHandler(c.enqueueRuntimeOfClaim)); err != nil {
 		return nil, fmt.Errorf("adding the claim event handler: %w", err)
 	}
 	return c, nil
@@ -112,39 +114,10 @@ func resourceHandler(f func(obj any)) cache.ResourceEventHandlerFuncs {
 	}
 }
 
-// addEventHandler adds handler to informer, and remembers it so that Run removes it when it
-// returns: the informers are shared and outlive the controller (a replica that lost the lease
-// builds a new controller on them when it leads again), and a stopped controller's handlers must
-// not go on being called.
-func (c *Controller) addEventHandler(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler) error {
-	reg, err := informer.AddEventHandler(handler)
-	if err != nil {
-		return err
-	}
-	c.registrations = append(c.registrations, registration{informer: informer, reg: reg})
-	return nil
-}
-
-// removeEventHandlers removes the handlers addEventHandler added.
-func (c *Controller) removeEventHandlers() {
-	for _, r := range c.registrations {
-		if err := r.informer.RemoveEventHandler(r.reg); err != nil {
-			utilruntime.HandleError(fmt.Errorf("removing an event handler: %w", err))
-		}
-	}
-	c.registrations = nil
-}
-
-// registration is an event handler added to a shared informer.
-type registration struct {
-	informer cache.SharedIndexInformer
-	reg      cache.ResourceEventHandlerRegistration
-}
-
 // Run runs the workers until ctx is done, and returns once they all have.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
-	defer c.removeEventHandlers()
+	defer c.handlers.RemoveAll()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)

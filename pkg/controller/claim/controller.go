@@ -44,6 +44,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
@@ -95,8 +96,9 @@ type Controller struct {
 	allowedServicesSynced cache.InformerSynced
 	claimIndexer          cache.Indexer
 
-	// registrations are the event handlers the controller added to shared informers.
-	registrations []registration
+	// handlers are the event handlers the controller added to shared informers, removed when Run
+	// returns.
+	handlers handlers.Registrations
 
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	broadcaster record.EventBroadcaster
@@ -214,7 +216,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
 		return nil, err
 	}
-	if err := c.addEventHandler(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
+	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
 		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
 		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
@@ -232,10 +234,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		},
 		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
 	}
-	if err := c.addEventHandler(informers.Runtimes.Informer(), namespaceHandler); err != nil {
+	if err := c.handlers.Add(informers.Runtimes.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
 	}
-	if err := c.addEventHandler(informers.Registries.Informer(), namespaceHandler); err != nil {
+	if err := c.handlers.Add(informers.Registries.Informer(), namespaceHandler); err != nil {
 		return nil, fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	// Children, including pods: enqueue the claim they belong to.
@@ -256,11 +258,11 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		"job":           informers.Jobs.Informer(),
 		"pod":           informers.Pods.Informer(),
 	} {
-		if err := c.addEventHandler(informer, childHandler); err != nil {
+		if err := c.handlers.Add(informer, childHandler); err != nil {
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
 		}
 	}
-	if err := c.addEventHandler(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
+	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
 		UpdateFunc: c.updateAllowedService,
 		DeleteFunc: c.deleteAllowedService,
@@ -271,40 +273,11 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	return c, nil
 }
 
-// addEventHandler adds handler to informer, and remembers it so that Run removes it when it
-// returns: the informers are shared and outlive the controller (a replica that lost the lease
-// builds a new controller on them when it leads again), and a stopped controller's handlers must
-// not go on being called.
-func (c *Controller) addEventHandler(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler) error {
-	reg, err := informer.AddEventHandler(handler)
-	if err != nil {
-		return err
-	}
-	c.registrations = append(c.registrations, registration{informer: informer, reg: reg})
-	return nil
-}
-
-// removeEventHandlers removes the handlers addEventHandler added.
-func (c *Controller) removeEventHandlers() {
-	for _, r := range c.registrations {
-		if err := r.informer.RemoveEventHandler(r.reg); err != nil {
-			utilruntime.HandleError(fmt.Errorf("removing an event handler: %w", err))
-		}
-	}
-	c.registrations = nil
-}
-
-// registration is an event handler added to a shared informer.
-type registration struct {
-	informer cache.SharedIndexInformer
-	reg      cache.ResourceEventHandlerRegistration
-}
-
 // Run starts the event broadcaster and workers, and blocks until ctx is done and every worker
 // has returned, so that the lease is released only after the controller has stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
-	defer c.removeEventHandlers()
+	defer c.handlers.RemoveAll()
 
 	c.broadcaster.StartStructuredLogging(3)
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
