@@ -409,6 +409,24 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 // Secret. A Bound claim's pod is Ready, so its Secret exists: the API never reads it. Without the
 // key the answer is 503, never a missing or empty token.
 func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim) stepResult {
+	// The cache may not show a close yet: sessions/close answered by another replica (or by this
+	// one) a moment ago marks the claim on the API server, and until this replica's informer has
+	// the mark, the claim looks Bound here. Answering from the cache then hands out a sandbox that
+	// is being reaped (seen on the real node: a re-acquire after a close got the old pod, in 7 of
+	// 50 rounds). So a Bound claim is answered only when the API server agrees; otherwise this
+	// waits for the claim's next event, as for any claim going away.
+	fresh, err := a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return stepResult{}
+	}
+	if err != nil {
+		return stepResult{done: true, err: errorf(http.StatusServiceUnavailable, client.CodeUnavailable,
+			"reading claim %s: %v; try again", c.Name, err)}
+	}
+	if _, reapRequested := fresh.Annotations[airlockv1alpha1.AnnotationReapRequested]; fresh.UID != c.UID ||
+		fresh.DeletionTimestamp != nil || reapRequested || fresh.Status.Phase != airlockv1alpha1.ClaimBound {
+		return stepResult{}
+	}
 	token, err := a.s.tokens.Token(ctx, c.UID, c.Namespace, c.Name)
 	if err != nil || token == "" {
 		klog.FromContext(ctx).Error(err, "Cannot derive the claim's token", "claim", klog.KObj(c))

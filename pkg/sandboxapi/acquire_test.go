@@ -549,3 +549,20 @@ func TestAcquireRuntimeDeleted(t *testing.T) {
 		t.Errorf("created %v", creates)
 	}
 }
+
+// TestAcquireBoundClaimClosedOnTheAPIServer: the cache still shows the claim Bound, but a close
+// (answered by another replica a moment ago) has marked it on the API server: the acquire does
+// not hand out that sandbox, which is being reaped; it waits (here: 202 at once, waitSeconds 0).
+func TestAcquireBoundClaimClosedOnTheAPIServer(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	f := newFixture(t, append(baseObjects(), c)...)
+	closed := c.DeepCopy()
+	closed.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: "2026-12-01T07:00:00Z"}
+	f.airlock.PrependReactor("get", "sandboxclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, closed, nil
+	})
+	rec := f.acquire(0)
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s; want 202: a sandbox its close has ended is never answered", rec.Code, rec.Body.String())
+	}
+}
