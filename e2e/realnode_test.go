@@ -365,13 +365,15 @@ func prepareNodeDir(t *testing.T, name string) string {
 
 // mkdirContent makes the directory rel (slash-separated, below the content volume's root) on the
 // node, and every directory on the way, mode 1777 as the volume's root (the mode the kubelet gives
-// the subPath directories it creates), so that the sandboxes' uid can write in each.
+// the subPath directories it creates), so that the sandboxes' uid can write in each; the last one
+// is the sandboxes' uid's own, so that a sandbox may also remove it (the parents are sticky).
 func (e *realnodeEnv) mkdirContent(t *testing.T, rel string) {
 	t.Helper()
 	script := "set -e; cd /node/" + path.Base(e.hostDir)
 	for _, elem := range strings.Split(rel, "/") {
 		script += " && mkdir -p " + elem + " && chmod 1777 " + elem + " && cd " + elem
 	}
+	script += fmt.Sprintf(" && chown %d:%d .", sandboxUID, sandboxUID)
 	if err := nodeShell(t)(context.Background(), "mkdir-content", script); err != nil {
 		t.Fatalf("making %s on the node: %v", rel, err)
 	}
