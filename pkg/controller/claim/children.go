@@ -68,18 +68,14 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 // claim closed and acquired again can meet its predecessor's) is never adopted: it is deleted, if
 // it is not being deleted already, and the claim waits for it to go (errPredecessorChild; its
 // deletion enqueues the claim, by the owner's name).
-func (c *Controller) controlled(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, child metav1.Object, kind string, remove func(context.Context, string, metav1.DeleteOptions) error) error {
+func controlled[T metav1.Object](ctx context.Context, c *Controller, claim *airlockv1alpha1.SandboxClaim, child T, kind string, writer objectControl[T]) error {
 	if metav1.IsControlledBy(child, claim) {
 		return nil
 	}
 	if ref := metav1.GetControllerOf(child); ref != nil && ref.Kind == "SandboxClaim" && ref.Name == claim.Name {
 		if child.GetDeletionTimestamp() == nil {
 			klog.FromContext(ctx).V(2).Info("Deleting a child of an earlier claim of the same name", "claim", klog.KObj(claim), "kind", kind, "child", klog.KObj(child))
-			uid := child.GetUID()
-			err := remove(ctx, child.GetName(), metav1.DeleteOptions{
-				Preconditions:     &metav1.Preconditions{UID: &uid},
-				PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-			})
+			err := writer.Delete(ctx, child.GetNamespace(), child.GetName(), child.GetUID())
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return err
 			}
@@ -133,7 +129,7 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	_, err = c.kubeClient.CoreV1().Secrets(claim.Namespace).Create(ctx, buildSecret(claim, name, token), metav1.CreateOptions{FieldManager: FieldManager})
+	err = c.children.secrets.Create(ctx, buildSecret(claim, name, token))
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -143,7 +139,7 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
 	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		err = c.children.deployments.Create(ctx, want)
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache will show it and enqueue the claim
 		}
@@ -152,7 +148,7 @@ func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(ctx, claim, live, "Deployment", c.kubeClient.AppsV1().Deployments(claim.Namespace).Delete); err != nil {
+	if err := controlled(ctx, c, claim, live, "Deployment", c.children.deployments); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
@@ -170,7 +166,7 @@ func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha
 	updated.Spec.Strategy = want.Spec.Strategy
 	updated.Spec.Template = want.Spec.Template
 	klog.FromContext(ctx).V(2).Info("Repairing the claim's Deployment", "claim", klog.KObj(claim))
-	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	err = c.children.deployments.Update(ctx, updated)
 	return err
 }
 
@@ -188,14 +184,14 @@ func (c *Controller) scaleDown(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}
 	updated := live.DeepCopy()
 	updated.Spec.Replicas = ptr.To[int32](0)
-	_, err = c.kubeClient.AppsV1().Deployments(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	err = c.children.deployments.Update(ctx, updated)
 	return err
 }
 
 func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Service) error {
 	live, err := c.serviceLister.Services(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		err = c.children.services.Create(ctx, want)
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
@@ -204,7 +200,7 @@ func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.S
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(ctx, claim, live, "Service", c.kubeClient.CoreV1().Services(claim.Namespace).Delete); err != nil {
+	if err := controlled(ctx, c, claim, live, "Service", c.children.services); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
@@ -218,7 +214,7 @@ func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.S
 	updated.Spec.Type = want.Spec.Type
 	updated.Spec.Selector = want.Spec.Selector
 	updated.Spec.Ports = want.Spec.Ports
-	_, err = c.kubeClient.CoreV1().Services(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	err = c.children.services.Update(ctx, updated)
 	return err
 }
 
@@ -239,7 +235,7 @@ func servicePortsEqual(live, want []corev1.ServicePort) bool {
 func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
 	live, err := c.networkPolicyLister.NetworkPolicies(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		err = c.children.networkPolicies.Create(ctx, want)
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
@@ -248,7 +244,7 @@ func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1al
 	if err != nil {
 		return err
 	}
-	if err := c.controlled(ctx, claim, live, "NetworkPolicy", c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Delete); err != nil {
+	if err := controlled(ctx, c, claim, live, "NetworkPolicy", c.children.networkPolicies); err != nil {
 		return err
 	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
@@ -258,6 +254,6 @@ func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1al
 	updated := live.DeepCopy()
 	updated.Labels = l
 	updated.Spec = want.Spec
-	_, err = c.kubeClient.NetworkingV1().NetworkPolicies(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	err = c.children.networkPolicies.Update(ctx, updated)
 	return err
 }

@@ -1,18 +1,23 @@
 package claim
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 )
 
 // TestSyncPredecessorChildrenNeverAdopted: a claim closed and acquired again gets the same name;
@@ -99,4 +104,182 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 			t.Errorf("phase %s with its own Ready pod, want Bound", got.Status.Phase)
 		}
 	})
+}
+
+func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(5*time.Minute))
+	checkActions(t, f, []string{
+		"update sandboxclaims/status c1",
+		"create secrets " + tokenSecretName(claim),
+		"create deployments c1",
+		"create services c1",
+		"create networkpolicies c1",
+	})
+	got := f.writtenClaim()
+	if got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Errorf("phase %q, want Binding", got.Status.Phase)
+	}
+	if cond := findCondition(got, ConditionReady); cond == nil || cond.Reason != ReasonBinding || !cond.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("Ready condition %+v, want False/Binding at t0", cond)
+	}
+	secret := f.written("secrets", "").(*corev1.Secret)
+	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
+		t.Errorf("secret %+v is not the claim's token", secret)
+	}
+	if d := f.written("deployments", "").(*appsv1.Deployment); tokenSecretOf(d) != secret.Name {
+		t.Errorf("the Deployment mounts Secret %q, want the created %q", tokenSecretOf(d), secret.Name)
+	}
+	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
+	began := t0.Add(-time.Minute)
+	tests := map[string]struct {
+		mutate      func(f *fixture)
+		wantActions []string
+	}{
+		"nothing to do": {
+			wantActions: nil,
+		},
+		"deployment scaled and image changed": {
+			mutate: func(f *fixture) {
+				f.deployments[0].Spec.Replicas = ptr.To[int32](3)
+				f.deployments[0].Spec.Template.Spec.Containers[0].Image = "evil:latest"
+			},
+			wantActions: []string{"update deployments c1"},
+		},
+		"class changed since the pod was built: the template is kept": {
+			mutate: func(f *fixture) {
+				f.classes[0].Generation = 2
+				f.classes[0].Spec.Image = "example.com/new:v2"
+			},
+			wantActions: nil,
+		},
+		"class changed and scaled: replicas repaired, template kept": {
+			mutate: func(f *fixture) {
+				f.classes[0].Generation = 2
+				f.classes[0].Spec.Image = "example.com/new:v2"
+				f.deployments[0].Spec.Replicas = ptr.To[int32](2)
+			},
+			wantActions: []string{"update deployments c1"},
+		},
+		"service port changed": {
+			mutate:      func(f *fixture) { f.services[0].Spec.Ports[0].Port = 9999 },
+			wantActions: []string{"update services c1"},
+		},
+		"network policy opened": {
+			mutate: func(f *fixture) {
+				f.netpols[0].Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+			},
+			wantActions: []string{"update networkpolicies c1"},
+		},
+		"secret with another token is left alone (never read)": {
+			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
+			wantActions: nil,
+		},
+		"deployment gone: the secret is created again first, AlreadyExists is done": {
+			mutate:      func(f *fixture) { f.deployments = nil },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create deployments c1"},
+		},
+		"token volume pointed at a planted Secret: ours is ensured and the volume repaired": {
+			mutate:      func(f *fixture) { useTokenSecret(f.deployments[0], "planted") },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "update deployments c1"},
+		},
+		"children gone are created again": {
+			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
+			wantActions: []string{"create services c1", "create networkpolicies c1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := binding("c1", began)
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			if tc.mutate != nil {
+				tc.mutate(f)
+			}
+			c := f.newController(ctx)
+			requeue, err := c.sync(ctx, keyOf(claim))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRequeue(t, requeue, ptr.To(4*time.Minute))
+			checkActions(t, f, tc.wantActions)
+			if len(tc.wantActions) == 1 && tc.wantActions[0] == "update deployments c1" {
+				d := f.written("deployments", "").(*appsv1.Deployment)
+				if *d.Spec.Replicas != 1 || d.Spec.Template.Spec.Containers[0].Image != newClass("codegen").Spec.Image {
+					t.Errorf("repaired deployment: replicas %d image %s", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Image)
+				}
+			}
+		})
+	}
+}
+
+// TestSyncSecretCreateOnly: the operator may not read Secrets outside its namespace, so the
+// claim's Secret is only ever created: a Secret that exists already (an earlier sync's, whose
+// Deployment create failed) is AlreadyExists and counts as done, and nothing reads or updates it.
+func TestSyncSecretCreateOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create services c1", "create networkpolicies c1"})
+	for _, a := range f.log {
+		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
+			t.Errorf("%s secrets: the controller may only create Secrets", a.GetVerb())
+		}
+	}
+}
+
+// TestSyncWithoutTokenFailsClosed: without the key (no token), no Secret and no Deployment is
+// created, and the sync fails so that it is retried.
+func TestSyncWithoutTokenFailsClosed(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	f.tokenErr = errors.New("the claim token key is not available")
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil || !strings.Contains(err.Error(), "key is not available") {
+		t.Fatalf("sync error %v, want the key's error", err)
+	}
+	checkActions(t, f, nil)
+}
+
+func TestSyncClassNotFound(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	f.classes = nil
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	requeue, err := c.sync(ctx, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRequeue(t, requeue, ptr.To(30*time.Minute))
+	// Failed at admission, in one write: nothing is built without a record.
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound || got.Status.Frozen != nil {
+		t.Errorf("status %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, ReasonClassNotFound)
+	}
 }

@@ -67,8 +67,10 @@ const batchPeriod = 50 * time.Millisecond
 
 // Controller is the SandboxClaim controller.
 type Controller struct {
-	kubeClient    kubernetes.Interface
-	airlockClient airlockclientset.Interface
+	// kubeClient is the events' sink; every other API call goes through claims and children.
+	kubeClient kubernetes.Interface
+	claims     claimControl
+	children   childControls
 
 	claimLister    airlocklisters.SandboxClaimLister
 	claimsSynced   cache.InformerSynced
@@ -175,7 +177,8 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	)
 	c := &Controller{
 		kubeClient:          kubeClient,
-		airlockClient:       airlockClient,
+		claims:              realClaimControl{client: airlockClient},
+		children:            realChildControls(kubeClient),
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
 		runtimeLister:       informers.Runtimes.Lister(),

@@ -74,7 +74,7 @@ func (c *Controller) cachedReplacement(claim *airlockv1alpha1.SandboxClaim) (str
 // the cache, once the API server confirms that it is gone: a replacement created a moment ago
 // (by an operator that wrote replacedBy before creating it) may not be in the cache yet.
 func (c *Controller) removeIfReplacementGone(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	fresh, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Get(ctx, claim.Status.ReplacedBy, metav1.GetOptions{})
+	fresh, err := c.claims.Get(ctx, claim.Namespace, claim.Status.ReplacedBy)
 	switch {
 	case err == nil && fresh.Spec.Replaces == claim.Name && fresh.DeletionTimestamp == nil:
 		klog.FromContext(ctx).V(4).Info("The replacement of a Failed claim is not in the cache yet; keeping the claim",

@@ -11,10 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -290,7 +288,7 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 	began := t0.Add(-time.Minute)
 	tests := map[string]struct {
 		setup       func(f *fixture)
-		afterStart  func(f *fixture)
+		afterStart  func(c *Controller)
 		wantReason  string
 		wantMessage string
 	}{
@@ -302,11 +300,12 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 			wantMessage: `Service "c1" already exists and is not controlled by the claim`,
 		},
 		"the API server refuses the Deployment": {
-			afterStart: func(f *fixture) {
-				f.kubeClient.PrependReactor("create", "deployments", func(a core.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "c1",
-						field.ErrorList{field.Duplicate(field.NewPath("spec", "template", "spec", "volumes").Index(2).Child("name"), tokenVolumeName)})
-				})
+			afterStart: func(c *Controller) {
+				c.children.deployments = &fakeObjectControl[*appsv1.Deployment]{
+					next: c.children.deployments,
+					createErr: apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "c1",
+						field.ErrorList{field.Duplicate(field.NewPath("spec", "template", "spec", "volumes").Index(2).Child("name"), tokenVolumeName)}),
+				}
 			},
 			wantReason:  "Invalid",
 			wantMessage: "Duplicate value",
@@ -323,7 +322,7 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 			}
 			c := f.newController(ctx)
 			if tc.afterStart != nil {
-				tc.afterStart(f)
+				tc.afterStart(c)
 			}
 
 			// Before the startupTimeout: an error (retried with backoff) and the time left.

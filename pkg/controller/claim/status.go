@@ -139,7 +139,7 @@ func (c *Controller) updateClaimStatus(ctx context.Context, old, updated *airloc
 	if apiequality.Semantic.DeepEqual(old.Status, updated.Status) {
 		return updated, nil
 	}
-	written, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(updated.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	written, err := c.claims.UpdateStatus(ctx, updated)
 	if err != nil {
 		return nil, err
 	}

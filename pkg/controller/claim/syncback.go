@@ -43,7 +43,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		}
 		attempt := failures + 1
 		job := buildSyncJob(claim, pvc, c.syncImage, attempt)
-		_, err = c.kubeClient.BatchV1().Jobs(claim.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+		err = c.children.jobs.Create(ctx, job)
 		if apierrors.IsAlreadyExists(err) {
 			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
 		}
@@ -94,7 +94,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 			counted.Annotations = map[string]string{}
 		}
 		counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
-		written, err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Update(ctx, counted, metav1.UpdateOptions{FieldManager: FieldManager})
+		written, err := c.claims.Update(ctx, counted)
 		if err != nil {
 			return nil, err
 		}
@@ -110,10 +110,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		return ptr.To(left), nil
 	}
 	logger.V(2).Info("Retrying sync-back", "claim", klog.KObj(claim), "job", klog.KObj(job), "attempt", attempt+1)
-	err = c.kubeClient.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &job.UID},
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-	})
+	err = c.children.jobs.Delete(ctx, job.Namespace, job.Name, job.UID)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}

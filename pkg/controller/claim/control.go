@@ -1,0 +1,137 @@
+package claim
+
+// The controller's API calls that do not go through its informers' caches, behind small
+// interfaces (as kube-controller-manager's cronjob controller does in injection.go), so that tests
+// can fake the API server's answers: the writes to claims and to their children, and the few
+// uncached reads of claims that guard a decision or a deletion.
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+)
+
+// claimControl is what the controller asks of the API server about claims themselves.
+type claimControl interface {
+	// Get reads a claim from the API server (not the cache).
+	Get(ctx context.Context, namespace, name string) (*airlockv1alpha1.SandboxClaim, error)
+	// List reads a namespace's claims from the API server, as of now (a quorum read).
+	List(ctx context.Context, namespace string) ([]airlockv1alpha1.SandboxClaim, error)
+	// Update writes a claim's metadata and spec; UpdateStatus writes its status.
+	Update(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error)
+	UpdateStatus(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error)
+	// Delete deletes a claim under preconditions; its children go in the background.
+	Delete(ctx context.Context, namespace, name string, preconditions *metav1.Preconditions) error
+}
+
+// objectControl writes one kind of a claim's children. Delete is always conditional on the
+// object's UID and leaves the object's own children to garbage collection in the background.
+type objectControl[T metav1.Object] interface {
+	Create(ctx context.Context, obj T) error
+	Update(ctx context.Context, obj T) error
+	Delete(ctx context.Context, namespace, name string, uid types.UID) error
+}
+
+// childControls are the writers of each kind of child.
+type childControls struct {
+	secrets         objectControl[*corev1.Secret]
+	deployments     objectControl[*appsv1.Deployment]
+	services        objectControl[*corev1.Service]
+	networkPolicies objectControl[*networkingv1.NetworkPolicy]
+	jobs            objectControl[*batchv1.Job]
+}
+
+// realClaimControl is claimControl on an airlock clientset.
+type realClaimControl struct {
+	client airlockclientset.Interface
+}
+
+var _ claimControl = realClaimControl{}
+
+func (r realClaimControl) Get(ctx context.Context, namespace, name string) (*airlockv1alpha1.SandboxClaim, error) {
+	return r.client.AirlockV1alpha1().SandboxClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r realClaimControl) List(ctx context.Context, namespace string) ([]airlockv1alpha1.SandboxClaim, error) {
+	list, err := r.client.AirlockV1alpha1().SandboxClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func (r realClaimControl) Update(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
+	return r.client.AirlockV1alpha1().SandboxClaims(claim.Namespace).Update(ctx, claim, metav1.UpdateOptions{FieldManager: FieldManager})
+}
+
+func (r realClaimControl) UpdateStatus(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
+	return r.client.AirlockV1alpha1().SandboxClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: FieldManager})
+}
+
+func (r realClaimControl) Delete(ctx context.Context, namespace, name string, preconditions *metav1.Preconditions) error {
+	return r.client.AirlockV1alpha1().SandboxClaims(namespace).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions:     preconditions,
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+}
+
+// typedClient is the part of a client-go typed client (one kind, one namespace) that
+// realObjectControl uses.
+type typedClient[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// realObjectControl is objectControl on a client-go typed client.
+type realObjectControl[T metav1.Object] struct {
+	client func(namespace string) typedClient[T]
+}
+
+func (r realObjectControl[T]) Create(ctx context.Context, obj T) error {
+	_, err := r.client(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (r realObjectControl[T]) Update(ctx context.Context, obj T) error {
+	_, err := r.client(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (r realObjectControl[T]) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
+	return r.client(namespace).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &uid},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+}
+
+// realChildControls are the child writers on a kube clientset.
+func realChildControls(client kubernetes.Interface) childControls {
+	return childControls{
+		secrets: realObjectControl[*corev1.Secret]{client: func(ns string) typedClient[*corev1.Secret] {
+			return client.CoreV1().Secrets(ns)
+		}},
+		deployments: realObjectControl[*appsv1.Deployment]{client: func(ns string) typedClient[*appsv1.Deployment] {
+			return client.AppsV1().Deployments(ns)
+		}},
+		services: realObjectControl[*corev1.Service]{client: func(ns string) typedClient[*corev1.Service] {
+			return client.CoreV1().Services(ns)
+		}},
+		networkPolicies: realObjectControl[*networkingv1.NetworkPolicy]{client: func(ns string) typedClient[*networkingv1.NetworkPolicy] {
+			return client.NetworkingV1().NetworkPolicies(ns)
+		}},
+		jobs: realObjectControl[*batchv1.Job]{client: func(ns string) typedClient[*batchv1.Job] {
+			return client.BatchV1().Jobs(ns)
+		}},
+	}
+}

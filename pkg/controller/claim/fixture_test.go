@@ -1,0 +1,479 @@
+package claim
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+)
+
+const (
+	testNamespace = "team-a"
+	testToken     = "test-token"
+	testSyncImage = "ghcr.io/airlock-dev/airlock:test"
+)
+
+var (
+	alwaysReady = func() bool { return true }
+	// t0 is the fixed start of every test's fake clock.
+	t0 = time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+)
+
+// fixture holds the fake clients, the objects the caches and clients start with, and the clock.
+type fixture struct {
+	t *testing.T
+
+	kubeClient    *k8sfake.Clientset
+	airlockClient *airlockfake.Clientset
+	clock         *clocktesting.FakeClock
+	recorder      *record.FakeRecorder
+
+	claims      []*airlockv1alpha1.SandboxClaim
+	runtimes    []*airlockv1alpha1.AgentRuntime
+	registries  []*airlockv1alpha1.ToolRegistry
+	classes     []*airlockv1alpha1.SandboxClass
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	netpols     []*networkingv1.NetworkPolicy
+	// secrets exist in the API server only: the controller has no Secret informer.
+	secrets []*corev1.Secret
+	// tokenErr, if set, is the error of the token source.
+	tokenErr error
+	jobs     []*batchv1.Job
+	pods     []*corev1.Pod
+	// allowedServices are Services of the cluster (not children): the kube client has them, and
+	// the allowed-Service informer's cache, stripped.
+	allowedServices []*corev1.Service
+	// allowedServiceInformer is the controller's allowed-Service informer; the tests that start
+	// it (startAllowedServices) see Services' events reach the controller.
+	allowedServiceInformer cache.SharedIndexInformer
+
+	// log is both clients' actions, in order.
+	log []core.Action
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{t: t, clock: clocktesting.NewFakeClock(t0)}
+}
+
+// newFixtureWithLimits is a fixture whose runtime "agent" has the given limits, with its registry
+// and the class.
+func newFixtureWithLimits(t *testing.T, maxConcurrent, maxPerSession int32) *fixture {
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", maxConcurrent, maxPerSession))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	return f
+}
+
+// listedClaims says whether the clients listed SandboxClaims (from the API server, not the cache).
+func (f *fixture) listedClaims() bool {
+	for _, a := range f.log {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "sandboxclaims" {
+			return true
+		}
+	}
+	return false
+}
+
+// withDefaults adds an enabled runtime, its registry and the class.
+func (f *fixture) withDefaults() *fixture {
+	f.runtimes = append(f.runtimes, newRuntime("agent", 5, 3))
+	f.registries = append(f.registries, newRegistry("tools", ""))
+	f.classes = append(f.classes, newClass("codegen"))
+	return f
+}
+
+func (f *fixture) newController(ctx context.Context) *Controller {
+	f.t.Helper()
+	var kubeObjects, airlockObjects []runtime.Object
+	for _, o := range f.claims {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.runtimes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.registries {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.classes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.deployments {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.services {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.netpols {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.secrets {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.jobs {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.pods {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.allowedServices {
+		kubeObjects = append(kubeObjects, o)
+	}
+	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
+	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
+	// Record the actions of both clients in one sequence.
+	f.log = nil
+	recordAction := func(a core.Action) (bool, runtime.Object, error) {
+		f.log = append(f.log, a)
+		return false, nil, nil
+	}
+	f.kubeClient.PrependReactor("*", "*", recordAction)
+	f.airlockClient.PrependReactor("*", "*", recordAction)
+
+	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
+	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(StripService))
+	f.allowedServiceInformer = si.Core().V1().Services().Informer()
+	airlock := ai.Airlock().V1alpha1()
+	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
+		Claims:          airlock.SandboxClaims(),
+		Runtimes:        airlock.AgentRuntimes(),
+		Registries:      airlock.ToolRegistries(),
+		Classes:         airlock.SandboxClasses(),
+		Deployments:     ki.Apps().V1().Deployments(),
+		Services:        ki.Core().V1().Services(),
+		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
+		Jobs:            ki.Batch().V1().Jobs(),
+		Pods:            ki.Core().V1().Pods(),
+		AllowedServices: si.Core().V1().Services(),
+	}, testSyncImage, f.clock)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
+	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
+	c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady
+	c.allowedServicesSynced = alwaysReady
+	f.recorder = record.NewFakeRecorder(100)
+	c.recorder = f.recorder
+	c.newToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		if f.tokenErr != nil {
+			return "", f.tokenErr
+		}
+		return testToken, nil
+	}
+
+	add := func(informer cache.SharedIndexInformer, obj any) {
+		if err := informer.GetIndexer().Add(obj); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	for _, o := range f.claims {
+		add(airlock.SandboxClaims().Informer(), o)
+	}
+	for _, o := range f.runtimes {
+		add(airlock.AgentRuntimes().Informer(), o)
+	}
+	for _, o := range f.registries {
+		add(airlock.ToolRegistries().Informer(), o)
+	}
+	for _, o := range f.classes {
+		add(airlock.SandboxClasses().Informer(), o)
+	}
+	for _, o := range f.deployments {
+		add(ki.Apps().V1().Deployments().Informer(), o)
+	}
+	for _, o := range f.services {
+		add(ki.Core().V1().Services().Informer(), o)
+	}
+	for _, o := range f.netpols {
+		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
+	}
+	for _, o := range f.jobs {
+		add(ki.Batch().V1().Jobs().Informer(), o)
+	}
+	for _, o := range f.pods {
+		add(ki.Core().V1().Pods().Informer(), o)
+	}
+	for _, o := range f.allowedServices {
+		stripped, _ := StripService(o)
+		add(f.allowedServiceInformer, stripped)
+	}
+	return c
+}
+
+// actions returns the clients' actions, without list and watch, as "verb resource[/sub] name".
+func (f *fixture) actions() []string {
+	var out []string
+	for _, a := range f.log {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
+		}
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		name := ""
+		switch a := a.(type) {
+		case core.CreateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case core.UpdateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case core.GetAction:
+			name = a.GetName()
+		case core.DeleteAction:
+			name = a.GetName()
+		}
+		out = append(out, a.GetVerb()+" "+res+" "+name)
+	}
+	// The children are written concurrently: order each run of child writes.
+	child := func(s string) bool {
+		for _, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+			if strings.Contains(s, r) && !strings.HasPrefix(s, "delete") {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(out); {
+		j := i
+		for j < len(out) && child(out[j]) {
+			j++
+		}
+		if j > i {
+			sort.Slice(out[i:j], func(a, b int) bool { return childOrder(out[i+a]) < childOrder(out[i+b]) })
+			i = j
+		} else {
+			i++
+		}
+	}
+	return out
+}
+
+// childOrder orders child writes as ensureChildren lists them.
+func childOrder(s string) int {
+	for i, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+		if strings.Contains(s, r) {
+			return i
+		}
+	}
+	return 99
+}
+
+// written returns the last object the clients created or updated with the given resource.
+func (f *fixture) written(resource, subresource string) runtime.Object {
+	var obj runtime.Object
+	for _, a := range f.log {
+		if a.GetResource().Resource != resource || a.GetSubresource() != subresource {
+			continue
+		}
+		switch a := a.(type) {
+		case core.CreateAction:
+			obj = a.GetObject()
+		case core.UpdateAction:
+			obj = a.GetObject()
+		}
+	}
+	if obj == nil {
+		f.t.Fatalf("no %s/%s was written", resource, subresource)
+	}
+	return obj
+}
+
+func (f *fixture) writtenClaim() *airlockv1alpha1.SandboxClaim {
+	return f.written("sandboxclaims", "status").(*airlockv1alpha1.SandboxClaim)
+}
+
+// writtenClaimNamed returns the last status written for the claim named name.
+func (f *fixture) writtenClaimNamed(name string) *airlockv1alpha1.SandboxClaim {
+	var got *airlockv1alpha1.SandboxClaim
+	for _, a := range f.log {
+		if u, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "sandboxclaims" && a.GetSubresource() == "status" {
+			if c := u.GetObject().(*airlockv1alpha1.SandboxClaim); c.Name == name {
+				got = c
+			}
+		}
+	}
+	if got == nil {
+		f.t.Fatalf("no status of claim %s was written", name)
+	}
+	return got
+}
+
+// events drains the recorded events.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func newRuntime(name string, maxConcurrent, maxPerSession int32) *airlockv1alpha1.AgentRuntime {
+	return &airlockv1alpha1.AgentRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, UID: types.UID("uid-rt-" + name)},
+		Spec: airlockv1alpha1.AgentRuntimeSpec{
+			ServiceAccountName: name,
+			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
+			Sandbox: airlockv1alpha1.SandboxPolicy{
+				Enabled:       true,
+				MaxConcurrent: maxConcurrent,
+				MaxPerSession: maxPerSession,
+				IdleTimeout:   &metav1.Duration{Duration: 30 * time.Minute},
+			},
+		},
+	}
+}
+
+func newRegistry(name, targetPath string) *airlockv1alpha1.ToolRegistry {
+	return &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
+		Spec: airlockv1alpha1.ToolRegistrySpec{Sandboxes: []airlockv1alpha1.RegistrySandbox{{
+			Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: targetPath,
+			AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"},
+		}}},
+	}
+}
+
+func newClass(name string) *airlockv1alpha1.SandboxClass {
+	size := resourceQuantity("4Gi")
+	return &airlockv1alpha1.SandboxClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: airlockv1alpha1.SandboxClassSpec{
+			Image: "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0",
+			Args:  []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
+			Ports: []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
+			Env:   []corev1.EnvVar{{Name: "HOME", Value: "/sandbox-cache/home"}},
+			Volumes: []airlockv1alpha1.SandboxVolume{
+				{Name: "workspace", MountPath: "/workspace", Workspace: &airlockv1alpha1.WorkspaceVolumeSource{}},
+				{Name: "cache", MountPath: "/sandbox-cache", Scratch: &airlockv1alpha1.ScratchVolumeSource{SizeLimit: &size}},
+			},
+			WorkspaceClaimName: "workspace-content",
+			StartupTimeout:     &metav1.Duration{Duration: 5 * time.Minute},
+		},
+	}
+}
+
+// newClaim returns a claim of runtime "agent" created at created.
+func newClaim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
+	return &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: testNamespace, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(created),
+			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen"},
+		},
+		Spec: airlockv1alpha1.SandboxClaimSpec{
+			RuntimeName: "agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
+			ClassName: "codegen", WorkspaceDir: testNamespace + "/sandboxes/" + name,
+		},
+		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},
+	}
+}
+
+// testRecord is what a claim admitted with the fixture's class and registry runs.
+func testRecord() *airlockv1alpha1.FrozenSandbox {
+	return freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
+}
+
+// binding returns a claim that began Binding at began, with the fixture's record.
+func binding(name string, began time.Time) *airlockv1alpha1.SandboxClaim {
+	c := newClaim(name, "s-"+name, airlockv1alpha1.ClaimBinding, began.Add(-time.Second))
+	c.Status.Frozen = testRecord()
+	setCondition(&c.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, began)
+	setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, began)
+	return c
+}
+
+// bound returns a claim Bound at boundAt.
+func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
+	c := binding(name, boundAt.Add(-time.Second))
+	c.Status.Phase = airlockv1alpha1.ClaimBound
+	c.Status.BoundAt = ptr.To(metav1.NewTime(boundAt))
+	setCondition(&c.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, boundAt)
+	return c
+}
+
+// withChildren adds the children a sync would have built for claim from its record (the
+// fixture's record for a claim that has none).
+func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
+	record := claim.Status.Frozen
+	if record == nil {
+		record = testRecord()
+	}
+	d := buildDeployment(claim, record, replicas)
+	useTokenSecret(d, tokenSecretName(claim))
+	f.deployments = append(f.deployments, d)
+	svc := buildService(claim, record)
+	svc.Spec.ClusterIP = testClusterIP // as the API server allocates it
+	f.services = append(f.services, svc)
+	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
+	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
+	return f
+}
+
+// testClusterIP is the ClusterIP of the claims' Services in these tests.
+const testClusterIP = "10.96.0.17"
+
+// tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
+func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
+	return claimtoken.ClaimSecretName(claim.Name, testToken)
+}
+
+func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: podLabels(claim)},
+	}
+	if mutate != nil {
+		mutate(pod)
+	}
+	return pod
+}
+
+func readyPod(pod *corev1.Pod) {
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+}
+
+func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName {
+	return cache.MetaObjectToName(claim)
+}
+
+func checkRequeue(t *testing.T, got *time.Duration, want *time.Duration) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requeueAfter (-want +got):\n%s", diff)
+	}
+}
+
+func checkActions(t *testing.T, f *fixture, want []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, f.actions()); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+}
