@@ -39,17 +39,11 @@ const (
 	tokenVolumeName = "airlock-auth-token"
 
 	// LabelClaimUID is on a claim's sandbox pods: the claim's UID.
-	LabelClaimUID = airlockv1alpha1.LabelClaimUID
-	// LabelSyncOf is on sync-back pods: the claim whose workspace they copy. They do not carry
-	// LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
-	LabelSyncOf = "airlock.dev/sync-of"
-	// AnnotationSyncAttempt numbers a sync-back Job's attempt (1, 2, ...).
-	AnnotationSyncAttempt = "airlock.dev/sync-attempt"
-	// AnnotationClassGeneration on a claim's Deployment is the generation of the SandboxClass its
-	// pod template was built from.
-	AnnotationClassGeneration = "airlock.dev/class-generation"
-	// AnnotationSyncFailures on a claim counts its failed sync-back attempts.
-	AnnotationSyncFailures = "airlock.dev/sync-failures"
+	LabelClaimUID             = airlockv1alpha1.LabelClaimUID
+	LabelSyncOf               = airlockv1alpha1.LabelSyncOf
+	AnnotationSyncAttempt     = airlockv1alpha1.AnnotationSyncAttempt
+	AnnotationClassGeneration = airlockv1alpha1.AnnotationClassGeneration
+	AnnotationSyncFailures    = airlockv1alpha1.AnnotationSyncFailures
 	// syncContainerName is the sync-back container's name.
 	syncContainerName = "sync"
 	// contentMountPath is where sync-back Jobs mount the content PVC.

@@ -27,6 +27,16 @@ const (
 	LabelClaimUID = "airlock.dev/claim-uid"
 	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
 	ClaimTokenKey = "token"
+	// LabelSyncOf is on sync-back Jobs and their pods: the claim whose workspace they copy. They do
+	// not carry LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
+	LabelSyncOf = "airlock.dev/sync-of"
+	// AnnotationSyncAttempt numbers a sync-back Job's attempt (1, 2, ...).
+	AnnotationSyncAttempt = "airlock.dev/sync-attempt"
+	// AnnotationSyncFailures on a claim counts its failed sync-back attempts.
+	AnnotationSyncFailures = "airlock.dev/sync-failures"
+	// AnnotationClassGeneration on a claim's Deployment is the generation of the SandboxClass its
+	// pod template was built from.
+	AnnotationClassGeneration = "airlock.dev/class-generation"
 )
 
 // The defaults of the CRD schema (the +kubebuilder:default markers below), in one place for the
