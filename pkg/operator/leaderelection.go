@@ -132,6 +132,7 @@ func campaign(ctx context.Context, cfg *Config, watchdog *leaderelection.Healthz
 				case giveUp.Load():
 					logger.Info("Stopped leading", "lease", lease)
 				default:
+					leadershipLost.Inc()
 					logger.Error(nil, "Leader election lost", "lease", lease)
 				}
 			},

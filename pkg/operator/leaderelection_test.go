@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -87,6 +88,7 @@ func TestLeaderElectionLostCampaignsAgain(t *testing.T) {
 		return true, nil, errors.New("injected: the API server does not answer lease updates")
 	})
 
+	lostBefore := leadershipLostCount(t)
 	controller := newTermController(2)
 	o, done := startOperator(t, ctx, cfg, controller.descriptor())
 	api := serverURL(t, o, "Sandbox API")
@@ -123,6 +125,10 @@ func TestLeaderElectionLostCampaignsAgain(t *testing.T) {
 	if holder, _ := getLease(t, kube); holder != testIdentity {
 		t.Errorf("lease holder in the second term = %q, want %q", holder, testIdentity)
 	}
+	// The first term's elector run ended (and counted the loss) before the second campaign began.
+	if lost := leadershipLostCount(t); lost-lostBefore != 1 {
+		t.Errorf("airlock_operator_leadership_lost_total went up by %v, want 1", lost-lostBefore)
+	}
 	if n := controller.overlaps.Load(); n != 0 {
 		t.Errorf("%d terms started while an earlier one still ran", n)
 	}
@@ -136,4 +142,19 @@ func TestLeaderElectionLostCampaignsAgain(t *testing.T) {
 		t.Errorf("run after cancel: %v, want nil", err)
 	}
 	waitFor(t, controller.returned[1], "the second term to stop on shutdown")
+}
+
+// leadershipLostCount reads airlock_operator_leadership_lost_total from the registry /metrics serves.
+func leadershipLostCount(t *testing.T) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "airlock_operator_leadership_lost_total" {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0 // not reported until it is first counted
 }
