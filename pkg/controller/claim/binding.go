@@ -172,8 +172,12 @@ func podReady(pods []*corev1.Pod) bool {
 	return false
 }
 
-// podFailure returns the reason and message of a container that cannot start.
+// podFailure returns the reason and message of a container that cannot start, or of a pod the
+// kubelet evicted.
 func podFailure(pods []*corev1.Pod) (string, string) {
+	if pod := evictedPod(pods); pod != nil {
+		return ReasonEvicted, fmt.Sprintf(messageEvicted, pod.Name, pod.Status.Message)
+	}
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil {
 			continue
@@ -190,6 +194,21 @@ func podFailure(pods []*corev1.Pod) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// evictedPod returns the newest of the pods that the kubelet evicted (phase Failed, reason
+// Evicted: its ephemeral-storage limit passed, or the node ran short), or nil.
+func evictedPod(pods []*corev1.Pod) *corev1.Pod {
+	var newest *corev1.Pod
+	for _, pod := range pods {
+		if pod.Status.Phase != corev1.PodFailed || pod.Status.Reason != ReasonEvicted {
+			continue
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&pod.CreationTimestamp) {
+			newest = pod
+		}
+	}
+	return newest
 }
 
 // podUnschedulable returns the scheduler's message when a pod of the claim is unschedulable.

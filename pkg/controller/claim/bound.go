@@ -55,6 +55,10 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if record != nil {
 		timeout = frozenStartupTimeout(record)
 	}
+	claim, err = c.reportEviction(ctx, claim, pods)
+	if err != nil {
+		return nil, err
+	}
 	ready := findCondition(claim, ConditionReady)
 	readyNow := podReady(pods)
 	switch {
@@ -92,4 +96,28 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}
 	return c.beginReaping(ctx, claim, rt, ReasonPodFailed,
 		fmt.Sprintf(messagePodFailed, timeout, ready.Reason, ready.Message), notReadyFor)
+}
+
+// reportEviction records, once per evicted pod, that a pod of the Bound claim was evicted: the
+// Evicted condition (its message names the pod) and a Warning event. The Deployment has already
+// started another pod on the same workspace; the agent's writable layer is what was lost.
+func (c *Controller) reportEviction(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+	pod := evictedPod(pods)
+	if pod == nil {
+		return claim, nil
+	}
+	message := fmt.Sprintf(messageEvicted, pod.Name, pod.Status.Message)
+	if cond := findCondition(claim, ConditionEvicted); cond != nil && cond.Message == message {
+		return claim, nil
+	}
+	updated := claim.DeepCopy()
+	now := c.clock.Now()
+	setCondition(&updated.Status, ConditionEvicted, metav1.ConditionTrue, ReasonEvicted, message, now)
+	findCondition(updated, ConditionEvicted).LastTransitionTime = metav1.NewTime(now) // this eviction's time
+	written, err := c.updateClaimStatus(ctx, claim, updated)
+	if err != nil {
+		return nil, err
+	}
+	c.recorder.Event(claim, corev1.EventTypeWarning, ReasonEvicted, message)
+	return written, nil
 }

@@ -253,3 +253,83 @@ func TestSyncBoundPodRecoveredOnAPIServer(t *testing.T) {
 	checkRequeue(t, requeue, ptr.To(5*time.Minute))
 	checkActions(t, f, []string{"get sandboxclaims c1"})
 }
+
+// TestSyncBoundPodEvicted: a Bound claim whose pod the kubelet evicted (past its ephemeral-storage
+// limit) says so: the Evicted condition names the pod and the kubelet's message, and a Warning
+// event is recorded, once per evicted pod, even when the Deployment's next pod is already Ready.
+// Until then the Ready condition carries the eviction as the pod's failure.
+func TestSyncBoundPodEvicted(t *testing.T) {
+	const kubeletMessage = "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. "
+	evicted := func(name string, created time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Name = name
+			p.CreationTimestamp = metav1.NewTime(created)
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason = "Evicted"
+			p.Status.Message = kubeletMessage
+		}
+	}
+	t.Run("no new pod ready yet", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		claim := bound("c1", t0.Add(-time.Minute))
+		f.claims = append(f.claims, claim)
+		f.withChildren(claim, 1)
+		f.pods = append(f.pods, newPod(claim, evicted("c1-aaa11", t0.Add(-time.Minute))))
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		got := f.writtenClaim()
+		ev := findCondition(got, ConditionEvicted)
+		if ev == nil || ev.Status != metav1.ConditionTrue || ev.Reason != ReasonEvicted || !strings.Contains(ev.Message, "c1-aaa11") || !strings.Contains(ev.Message, "ephemeral local storage") {
+			t.Errorf("Evicted condition %+v, want True/Evicted naming the pod and the kubelet's message", ev)
+		}
+		if ready := findCondition(got, ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != ReasonEvicted {
+			t.Errorf("Ready condition %+v, want False/Evicted", ready)
+		}
+		if got.Status.Phase != airlockv1alpha1.ClaimBound {
+			t.Errorf("phase %s, want Bound: the Deployment starts another pod on the workspace", got.Status.Phase)
+		}
+		events := strings.Join(f.events(), "\n")
+		if !strings.Contains(events, "Warning Evicted pod c1-aaa11 was evicted") {
+			t.Errorf("events %q, want a Warning Evicted event naming the pod", events)
+		}
+	})
+	t.Run("the next pod is ready: reported once", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		claim := bound("c1", t0.Add(-time.Minute))
+		f.claims = append(f.claims, claim)
+		f.withChildren(claim, 1)
+		f.pods = append(f.pods,
+			newPod(claim, evicted("c1-old11", t0.Add(-time.Hour))),
+			newPod(claim, evicted("c1-aaa11", t0.Add(-time.Minute))),
+			newPod(claim, func(p *corev1.Pod) { p.Name = "c1-bbb22"; readyPod(p) }))
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		got := f.writtenClaim()
+		if ev := findCondition(got, ConditionEvicted); ev == nil || !strings.Contains(ev.Message, "c1-aaa11") {
+			t.Errorf("Evicted condition %+v, want the newest evicted pod c1-aaa11", ev)
+		}
+		if ready := findCondition(got, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+			t.Errorf("Ready condition %+v, want True: the next pod is ready", ready)
+		}
+		if n := len(f.events()); n != 1 {
+			t.Errorf("%d events, want 1", n)
+		}
+
+		// Looked at again with the condition written: nothing more is written or recorded.
+		f.claims = []*airlockv1alpha1.SandboxClaim{got}
+		c = f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(got)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, nil)
+		if events := f.events(); len(events) != 0 {
+			t.Errorf("events %q, want none for an eviction already reported", events)
+		}
+	})
+}

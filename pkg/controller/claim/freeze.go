@@ -31,7 +31,7 @@ func freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 		Args:               spec.Args,
 		Ports:              spec.Ports,
 		Env:                spec.Env,
-		Resources:          spec.Resources,
+		Resources:          boundedResources(spec.Resources),
 		RuntimeClassName:   spec.RuntimeClassName,
 		Volumes:            spec.Volumes,
 		WorkspaceClaimName: spec.WorkspaceClaimName,

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -41,8 +42,13 @@ func TestFreeze(t *testing.T) {
 		WorkspaceClaimName: "workspace-content",
 		AllowedTools:       all,
 		StartupTimeout:     metav1.Duration{Duration: 5 * time.Minute},
+		// A class without resources is bounded by the defaults (resources.go).
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{"cpu": resource.MustParse("100m"), "memory": resource.MustParse("256Mi"), "ephemeral-storage": resource.MustParse("512Mi")},
+			Limits:   corev1.ResourceList{"cpu": resource.MustParse("2"), "memory": resource.MustParse("4Gi"), "ephemeral-storage": resource.MustParse("10Gi")},
+		},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, quantityEqual); diff != "" {
 		t.Errorf("record of a bare class and an entry allowing every tool (-want +got):\n%s", diff)
 	}
 

@@ -25,6 +25,11 @@ const (
 	// ConditionSyncBack reports the sync-back of a Reaping claim: False with the Job's failure
 	// while it is retried, True once the workspace is saved.
 	ConditionSyncBack = "SyncBack"
+	// ConditionEvicted reports the last eviction of one of the claim's pods (its ephemeral-storage
+	// limit passed, or node pressure): True, reason Evicted, with the kubelet's message and the
+	// pod's name. The Deployment starts a new pod on the same workspace; the condition stays as
+	// the claim's record of why its sandbox restarted.
+	ConditionEvicted = "Evicted"
 )
 
 // Event reasons (and the condition reasons that are not pod or admission reasons).
@@ -55,6 +60,7 @@ const (
 	ReasonInvalidClass      = "InvalidClass"
 	ReasonMaxConcurrent     = "MaxConcurrent"
 	ReasonErrResourceExists = "ErrResourceExists"
+	ReasonEvicted           = "Evicted"
 )
 
 // Event messages.
@@ -82,6 +88,7 @@ const (
 	messageClassNotFound  = "SandboxClass %q not found"
 	messageSyncBackOK     = "the workspace is saved in %s"
 	messageSyncNotStarted = "its pod did not become ready within %s (image, scheduling or volume)"
+	messageEvicted        = "pod %s was evicted: %s"
 )
 
 // setCondition sets a condition of the claim. lastTransitionTime moves to now when the status or
