@@ -24,6 +24,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -72,6 +73,7 @@ type realnodeOptions struct {
 	codegenArgs                                []string                           // the codegen class's args (default: the class default)
 	startupTimeout                             time.Duration                      // the classes' startupTimeout (default: the class default)
 	allowedServices                            []airlockv1alpha1.ServiceReference // of the "net" sandbox
+	codegenResources                           *corev1.ResourceRequirements       // the codegen class's resources (default: none, so the operator's defaults)
 }
 
 func requireRealNode(t *testing.T) {
@@ -118,6 +120,9 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 		class.Spec.Env = []corev1.EnvVar{{Name: "HOME", Value: "/cache/home"}}
 		if name == "codegen" {
 			class.Spec.Args = o.codegenArgs
+			if o.codegenResources != nil {
+				class.Spec.Resources = *o.codegenResources
+			}
 		}
 		if o.startupTimeout > 0 {
 			class.Spec.StartupTimeout = &metav1.Duration{Duration: o.startupTimeout}
@@ -1063,5 +1068,79 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	}
 	if got, err := e.readContent("results/crash/saved.txt"); err != nil || got != "the agents work\n" {
 		t.Errorf("synced-back saved.txt: %q %v, want the agent's work", got, err)
+	}
+}
+
+// TestRealNodeEphemeralEviction: a sandbox that writes past its ephemeral-storage limit is evicted
+// by the kubelet, alone, and its claim says why (the Evicted condition names the pod and the
+// kubelet's message, a Warning event): a runaway build does not fill the node's disk. The class
+// limits ephemeral storage to 64Mi; the agent writes 256 MiB into the container's writable layer.
+// The Deployment then starts another pod on the same workspace, and the claim stays usable.
+func TestRealNodeEphemeralEviction(t *testing.T) {
+	requireRealNode(t)
+	const session, handle = "evict", "codegen/default"
+	e := newRealnodeEnv(t, "airlock-rn-evict", realnodeOptions{
+		maxConcurrent: 1, maxPerSession: 1, maxInstances: 1,
+		codegenResources: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("64Mi")}},
+	})
+	claim := claimname.For("agent", session, handle)
+
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": session, "handle": handle, "steps": []map[string]any{
+		step("keep", "Write", map[string]any{"file_path": "kept.txt", "content": "on the workspace volume\n"}),
+		step("fill", "Bash", map[string]any{"command": "dd if=/dev/zero of=/tmp/fill bs=1M count=256 2>&1 | tail -1"}),
+	}}
+	var res rnSession
+	e.runClient(t, "runtime-evict", "session", plan, 4*time.Minute, &res)
+	if res.Error != "" || res.Phase != "Bound" {
+		t.Fatalf("runtime: %s %s", res.Phase, res.Error)
+	}
+	c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(context.Background(), claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Status.Frozen.Resources.Limits[corev1.ResourceEphemeralStorage]; got.Cmp(resource.MustParse("64Mi")) != 0 {
+		t.Fatalf("frozen ephemeral-storage limit %s, want the class's 64Mi", got.String())
+	}
+	if got := c.Status.Frozen.Resources.Limits[corev1.ResourceMemory]; got.Cmp(resource.MustParse("4Gi")) != 0 {
+		t.Errorf("frozen memory limit %s, want the default 4Gi (the class sets none)", got.String())
+	}
+
+	var evicted *metav1.Condition
+	eventually(t, 3*time.Minute, "the claim to report its pod's eviction", func(ctx context.Context) (bool, error) {
+		c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range c.Status.Conditions {
+			if c.Status.Conditions[i].Type == "Evicted" && c.Status.Conditions[i].Status == metav1.ConditionTrue {
+				evicted = &c.Status.Conditions[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	t.Logf("claim %s: Evicted condition: %s", claim, evicted.Message)
+	if !strings.Contains(evicted.Message, "ephemeral") {
+		t.Errorf("Evicted message %q does not say the ephemeral-storage limit passed", evicted.Message)
+	}
+	events, err := kubeClient.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=Evicted"})
+	if err != nil || len(events.Items) == 0 || events.Items[0].Type != corev1.EventTypeWarning {
+		t.Errorf("Warning Evicted events of the claim: %v %v", events, err)
+	}
+	// The next pod serves the same workspace: the claim becomes Ready again.
+	eventually(t, 3*time.Minute, "the claim's next pod to be ready", func(ctx context.Context) (bool, error) {
+		c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == "Ready" {
+				return c.Status.Phase == airlockv1alpha1.ClaimBound && cond.Status == metav1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	if got, err := e.readContent(path.Join(e.ns, "sandboxes", claim, "kept.txt")); err != nil || got != "on the workspace volume\n" {
+		t.Errorf("the workspace after the eviction: kept.txt %q %v", got, err)
 	}
 }
