@@ -30,7 +30,8 @@
 #   AIRLOCK_CLUSTER_SCHEDULER_PORT  kube-scheduler healthz/metrics port          (default 20259)
 #                                   any port set to 0 is replaced by a free port at `up`
 #   AIRLOCK_CLUSTER_NODES           number of fake Nodes (default 2)
-#   AIRLOCK_CLUSTER_NODE_CPU / _NODE_MEMORY / _NODE_PODS   per fake Node (default 32, 256Gi, 1000)
+#   AIRLOCK_CLUSTER_NODE_CPU / _NODE_MEMORY / _NODE_EPHEMERAL_STORAGE / _NODE_PODS
+#                                   per fake Node (default 32, 256Gi, 1Ti, 1000)
 #   AIRLOCK_CLUSTER_SERVICE_CIDR    (default 10.96.0.0/16)
 #   AIRLOCK_CLUSTER_POD_CIDR        pod IPs kwok hands out (default 10.128.0.0/16)
 #   AIRLOCK_CLUSTER_TIMEOUT         seconds each readiness wait may take (default 60)
@@ -60,6 +61,7 @@ SCHEDULER_PORT=${AIRLOCK_CLUSTER_SCHEDULER_PORT:-20259}
 NODES=${AIRLOCK_CLUSTER_NODES:-2}
 NODE_CPU=${AIRLOCK_CLUSTER_NODE_CPU:-32}
 NODE_MEMORY=${AIRLOCK_CLUSTER_NODE_MEMORY:-256Gi}
+NODE_EPHEMERAL_STORAGE=${AIRLOCK_CLUSTER_NODE_EPHEMERAL_STORAGE:-1Ti}
 NODE_PODS=${AIRLOCK_CLUSTER_NODE_PODS:-1000}
 SERVICE_CIDR=${AIRLOCK_CLUSTER_SERVICE_CIDR:-10.96.0.0/16}
 POD_CIDR=${AIRLOCK_CLUSTER_POD_CIDR:-10.128.0.0/16}
@@ -137,7 +139,7 @@ fake_nodes() {
   local i
   for ((i = 0; i < NODES; i++)); do
     [[ $i -eq 0 ]] || echo "---"
-    sed -e "s|@NAME@|kwok-node-$i|g" -e "s|@CPU@|$NODE_CPU|g" -e "s|@MEMORY@|$NODE_MEMORY|g" \
+    sed -e "s|@NAME@|kwok-node-$i|g" -e "s|@CPU@|$NODE_CPU|g" -e "s|@MEMORY@|$NODE_MEMORY|g" -e "s|@EPHEMERAL_STORAGE@|$NODE_EPHEMERAL_STORAGE|g" \
       -e "s|@PODS@|$NODE_PODS|g" "$TEMPLATES/fake-node.yaml"
   done
 }
