@@ -22,128 +22,92 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
-// syncUndecided decides a Pending or Queued claim: admission runs over the namespace's claims.
-//
-// The cache's decision is acted on alone only when it takes no place: a refusal (it frees one) or
-// a Queued claim that stays Queued. Any other (Pending to Queued, Pending or Queued to Binding)
-// goes through decideNamespace, which decides the whole namespace again over a fresh list from the
-// API server under the namespace's decision lock, so that the count of live and running claims
-// never goes over a limit, even for a moment: not after a failover (the new leader's cache may
-// miss what the old one wrote), nor between two workers deciding claims of one namespace at once.
+// syncUndecided looks after a Pending or Queued claim between admission passes: it makes sure
+// its namespace is decided (the admission queue), and deletes a Queued claim that has waited its
+// time. Admission itself is admitNamespace, one pass per namespace at a time.
 func (c *Controller) syncUndecided(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	input, err := c.admissionInput(claim.Namespace)
-	if err != nil {
-		return nil, err
-	}
-	decision, ok := c.decide(input)[claim.Name]
-	switch {
-	case !ok:
-		klog.FromContext(ctx).V(2).Info("Admission made no decision for the claim", "claim", klog.KObj(claim))
+	c.enqueueAdmission(claim.Namespace)
+	if claim.Status.Phase != airlockv1alpha1.ClaimQueued {
 		return nil, nil
-	case decision.Action == admission.Refuse:
-		return c.writeRefused(ctx, claim, rt, decision.Reason)
-	case decision.Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued:
-		return c.writeQueued(ctx, claim, rt)
-	case decision.Action != admission.Queue && decision.Action != admission.Admit:
-		return nil, fmt.Errorf("admission returned unknown action %q for claim %s", decision.Action, klog.KObj(claim))
 	}
-	admitted, requeue, err := c.decideNamespace(ctx, claim, input)
-	if err != nil || admitted == nil {
-		return requeue, err
+	queuedAt := claim.CreationTimestamp.Time
+	if claim.Status.QueuedAt != nil {
+		queuedAt = claim.Status.QueuedAt.Time
 	}
-	// Admitted: the children are built outside the decision lock.
-	return c.syncBinding(ctx, admitted, rt)
+	if left, ok := timeLeft(queuedAt, waitingTTL(rt), c.clock.Now()); ok {
+		return ptr.To(left), nil
+	}
+	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimQueued, ReasonQueueTimeout)
 }
 
-// decideNamespace decides every undecided claim of claim's namespace over a fresh list of its
-// claims from the API server (a quorum read), under the namespace's decision lock, and writes the
-// decisions that change a phase: first every refusal (they free places), then the decisions that
-// take a place, each group concurrently (started oldest claim first). No other decision of the
-// namespace is written between the list and these writes, and each write carries the listed
-// resourceVersion, so every decision is made over the claims as they are. One list serves a whole
-// burst: a claim decided here is not listed again by its own sync once the cache has its new
-// status (its update event brings it back).
+// admitNamespace is one admission pass (SPEC section 3): it decides every undecided claim of the
+// namespace over the claim cache, writes the decisions that change a phase (first every refusal,
+// as they free places, then the decisions that take one, each group concurrently, started oldest
+// claim first), and builds the children of every claim it admitted, all at once.
 //
-// It returns claim as written if it was admitted (the caller builds its children), else when to
-// look at claim again.
-func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, cached admission.Input) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
-	unlock := c.decisionLocks.lock(claim.Namespace)
-	defer unlock()
-
-	// Decided by another worker's pass while this one waited? Its update event brings it back.
-	if current, err := c.claimLister.SandboxClaims(claim.Namespace).Get(claim.Name); err != nil || current.ResourceVersion != claim.ResourceVersion {
-		return nil, nil, nil
+// The admission queue is keyed by namespace, so one pass of a namespace runs at a time while
+// other namespaces are decided in parallel, and claims that arrive during a pass are decided
+// together by the next: a lone claim is decided as soon as it is seen, a burst in as few passes
+// as it takes. The pass runs only when the cache shows every write the leader made and, in a new
+// term, everything the previous leader wrote (expectations.go): the cache then holds every claim
+// created before the ones it decides, so the count of live and running claims never goes over a
+// limit, even for a moment. Each write carries the cached resourceVersion: a claim changed since
+// (a close, by the Sandbox API) fails its write with a conflict and the namespace is decided again.
+func (c *Controller) admitNamespace(ctx context.Context, namespace string) error {
+	logger := klog.FromContext(ctx)
+	if err := c.raiseFence(ctx); err != nil {
+		return err
 	}
-	list, err := c.claims.List(ctx, claim.Namespace)
+	if !c.expectations.satisfied(logger, namespace, c.cachedClaim(namespace)) {
+		logger.V(4).Info("Admission waits for the cache to show earlier writes", "namespace", namespace, "pending", c.expectations.pending(namespace))
+		return nil // the claim events that meet them enqueue the namespace
+	}
+	input, err := c.admissionInput(namespace)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	input := cached
-	input.Claims = make([]*airlockv1alpha1.SandboxClaim, len(list))
 	var undecided []*airlockv1alpha1.SandboxClaim
-	for i := range list {
-		fresh := &list[i]
-		input.Claims[i] = fresh
-		if _, closing := fresh.Annotations[airlockv1alpha1.AnnotationReapRequested]; isUndecided(fresh) && !closing {
+	for _, claim := range input.Claims {
+		if _, closing := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; isUndecided(claim) && !closing {
 			// (A claim whose session was closed is deleted by its own sync: nothing to decide.)
-			undecided = append(undecided, fresh)
+			undecided = append(undecided, claim)
 		}
 	}
-	if input.PodGone, err = c.podGone(input.Claims); err != nil {
-		return nil, nil, err
+	if len(undecided) == 0 {
+		return nil
 	}
+	start := c.clock.Now()
 	decisions := c.decide(input)
+	decisionPassDuration.Observe(c.clock.Since(start).Seconds())
 	slices.SortFunc(undecided, func(a, b *airlockv1alpha1.SandboxClaim) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
-	klog.FromContext(ctx).V(4).Info("Deciding the namespace's claims over a fresh list", "claim", klog.KObj(claim),
-		"claims", len(input.Claims), "undecided", len(undecided))
+	logger.V(4).Info("Deciding the namespace's claims", "namespace", namespace, "claims", len(input.Claims), "undecided", len(undecided))
 
 	// Refusals first, then the decisions that take a place. Within each group the writes are
-	// independent: every one was decided over the same list, and any part of a valid assignment
-	// is valid, so they go out concurrently.
+	// independent: every one was decided over the same claims, and any part of a valid
+	// assignment is valid, so they go out concurrently.
 	var (
-		admitted *airlockv1alpha1.SandboxClaim
-		requeue  *time.Duration
+		admitted []*airlockv1alpha1.SandboxClaim
 		mu       sync.Mutex
 	)
 	for _, refusals := range []bool{true, false} {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(decisionWriters)
-		for _, fresh := range undecided {
-			d := decisions[fresh.Name]
+		for _, claim := range undecided {
+			d := decisions[claim.Name]
 			if (d.Action == admission.Refuse) != refusals {
 				continue
 			}
-			if d.Action == admission.Queue && fresh.Status.Phase == airlockv1alpha1.ClaimQueued && fresh.Name != claim.Name {
+			if d.Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued {
 				continue // stays Queued; its own sync keeps its time in the queue
 			}
-			rt := input.Runtimes[fresh.Spec.RuntimeName]
+			rt := input.Runtimes[claim.Spec.RuntimeName]
 			g.Go(func() error {
-				var (
-					after   *time.Duration
-					written *airlockv1alpha1.SandboxClaim
-					err     error
-				)
-				switch d.Action {
-				case admission.Refuse:
-					after, err = c.writeRefused(gctx, fresh, rt, d.Reason)
-				case admission.Queue:
-					after, err = c.writeQueued(gctx, fresh, rt)
-				case admission.Admit:
-					// What the claim runs is frozen now, in the same write (freeze.go).
-					record, why, ferr := c.freezeFor(fresh, input)
-					if ferr != nil {
-						return ferr
-					}
-					written, err = c.writeAdmitted(gctx, fresh, record, why)
-					if err == nil && written.Status.Phase != airlockv1alpha1.ClaimBinding {
-						written, after = nil, ptr.To(waitingTTL(rt)) // Failed: kept as fail keeps it
-					}
-				}
-				if err == nil && fresh.Name == claim.Name {
+				written, err := c.writeDecision(gctx, claim, rt, d, input)
+				if err == nil && written != nil {
 					mu.Lock()
-					admitted, requeue = written, after
+					admitted = append(admitted, written)
 					mu.Unlock()
 				}
 				return err
@@ -151,11 +115,83 @@ func (c *Controller) decideNamespace(ctx context.Context, claim *airlockv1alpha1
 		}
 		if err := g.Wait(); err != nil {
 			// Stop here: a decision that takes a place must not be written before a refusal
-			// that failed. The claim is decided again with backoff.
-			return nil, nil, err
+			// that failed. The namespace is decided again with backoff.
+			return err
 		}
 	}
-	return admitted, requeue, nil
+	c.buildAdmitted(ctx, admitted)
+	return nil
+}
+
+// writeDecision writes one claim's decision, expecting the write in the cache before the next
+// pass. It returns the claim as written when it was admitted and is Binding.
+func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, d admission.Decision, input admission.Input) (*airlockv1alpha1.SandboxClaim, error) {
+	c.expectations.expectWrite(claim.Namespace, claim.Name, claim.ResourceVersion)
+	var (
+		written *airlockv1alpha1.SandboxClaim
+		err     error
+	)
+	switch d.Action {
+	case admission.Refuse:
+		_, err = c.writeRefused(ctx, claim, rt, d.Reason)
+	case admission.Queue:
+		_, err = c.writeQueued(ctx, claim, rt)
+	case admission.Admit:
+		// What the claim runs is frozen now, in the same write (freeze.go).
+		record, why, ferr := c.freezeFor(claim, input)
+		if ferr != nil {
+			err = ferr
+			break
+		}
+		// Held until buildAdmitted has built it: the claim's own sync, which its Binding brings
+		// on, leaves the children to this pass.
+		c.childExpect.raise(claim.UID, 1)
+		written, err = c.writeAdmitted(ctx, claim, record, why)
+		if err != nil || written.Status.Phase != airlockv1alpha1.ClaimBinding {
+			c.childExpect.lower(claim.UID)
+			if err == nil {
+				written = nil // Failed (its class cannot be built): kept as fail keeps it
+			}
+		}
+	default:
+		err = fmt.Errorf("admission returned unknown action %q for claim %s", d.Action, klog.KObj(claim))
+	}
+	if err != nil {
+		c.expectations.forgetWrite(claim.Namespace, claim.Name, claim.ResourceVersion)
+		return nil, err
+	}
+	return written, nil
+}
+
+// buildAdmitted builds the children of the claims a pass admitted, all at once. A claim whose
+// children could not all be written is enqueued: its own sync retries them and fails it at its
+// startupTimeout.
+func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) {
+	var wg sync.WaitGroup
+	for _, claim := range admitted {
+		wg.Go(func() {
+			err := c.ensureChildren(ctx, claim, claim.Status.Frozen, 1)
+			if c.childExpect.lower(claim.UID) || err != nil { // the hold
+				// Nothing left to wait for (or a write failed): the claim's sync goes on.
+				if err != nil {
+					klog.FromContext(ctx).V(2).Info("Building an admitted claim's children failed; its sync retries", "claim", klog.KObj(claim), "err", err)
+				}
+				c.enqueueClaim(claim)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// cachedClaim returns a lookup of the namespace's claims in the cache (nil when absent).
+func (c *Controller) cachedClaim(namespace string) func(name string) *airlockv1alpha1.SandboxClaim {
+	return func(name string) *airlockv1alpha1.SandboxClaim {
+		claim, err := c.claimLister.SandboxClaims(namespace).Get(name)
+		if err != nil {
+			return nil
+		}
+		return claim
+	}
 }
 
 // writeRefused writes a refusal.

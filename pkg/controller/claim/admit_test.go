@@ -1,8 +1,7 @@
 package claim
 
 import (
-	"context"
-	goruntime "runtime"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -26,18 +25,16 @@ func TestSyncAdmission(t *testing.T) {
 		claim                        *airlockv1alpha1.SandboxClaim
 		wantPhase                    airlockv1alpha1.ClaimPhase
 		wantReason                   string
-		wantRequeue                  *time.Duration
 		wantEvent                    string
 		otherEvents                  []string // events of other claims decided in the same pass, first
 	}{
 		"over maxConcurrent is queued": {
 			maxConcurrent: 1, maxPerSession: 3,
-			others:      []*airlockv1alpha1.SandboxClaim{bound("old", t0.Add(-time.Minute))},
-			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
-			wantPhase:   airlockv1alpha1.ClaimQueued,
-			wantReason:  ReasonMaxConcurrent,
-			wantRequeue: ptr.To(30 * time.Minute),
-			wantEvent:   "Normal Queued " + MessageQueued,
+			others:     []*airlockv1alpha1.SandboxClaim{bound("old", t0.Add(-time.Minute))},
+			claim:      newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:  airlockv1alpha1.ClaimQueued,
+			wantReason: ReasonMaxConcurrent,
+			wantEvent:  "Normal Queued " + MessageQueued,
 		},
 		"over maxPerSession is refused": {
 			maxConcurrent: 5, maxPerSession: 1,
@@ -46,28 +43,25 @@ func TestSyncAdmission(t *testing.T) {
 				c.Spec.Session = "s1"
 				return c
 			}()},
-			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
-			wantPhase:   airlockv1alpha1.ClaimRefused,
-			wantReason:  "MaxPerSession",
-			wantRequeue: ptr.To(refusedTTL),
-			wantEvent:   `Warning Refused Refused (MaxPerSession): session "s1" of runtime "agent" already holds maxPerSession (1) live claims`,
+			claim:      newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:  airlockv1alpha1.ClaimRefused,
+			wantReason: "MaxPerSession",
+			wantEvent:  `Warning Refused Refused (MaxPerSession): session "s1" of runtime "agent" already holds maxPerSession (1) live claims`,
 		},
 		"a disabled runtime refuses": {
 			maxConcurrent: 5, maxPerSession: 3, disabled: true,
-			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
-			wantPhase:   airlockv1alpha1.ClaimRefused,
-			wantReason:  "Disabled",
-			wantRequeue: ptr.To(refusedTTL),
-			wantEvent:   `Warning Refused Refused (Disabled): AgentRuntime "agent" may hold no sandbox (spec.sandbox.enabled is false)`,
+			claim:      newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:  airlockv1alpha1.ClaimRefused,
+			wantReason: "Disabled",
+			wantEvent:  `Warning Refused Refused (Disabled): AgentRuntime "agent" may hold no sandbox (spec.sandbox.enabled is false)`,
 		},
 		"the oldest undecided claim wins, whatever the sync order": {
 			maxConcurrent: 1, maxPerSession: 3,
-			others:      []*airlockv1alpha1.SandboxClaim{newClaim("older", "s0", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))},
-			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
-			wantPhase:   airlockv1alpha1.ClaimQueued,
-			wantReason:  ReasonMaxConcurrent,
-			wantRequeue: ptr.To(30 * time.Minute),
-			// The older claim is decided in the same pass (one list for the namespace).
+			others:     []*airlockv1alpha1.SandboxClaim{newClaim("older", "s0", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))},
+			claim:      newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0),
+			wantPhase:  airlockv1alpha1.ClaimQueued,
+			wantReason: ReasonMaxConcurrent,
+			// The older claim is decided in the same pass.
 			otherEvents: []string{"Normal Admitted " + MessageAdmitted},
 			wantEvent:   "Normal Queued " + MessageQueued,
 		},
@@ -78,11 +72,10 @@ func TestSyncAdmission(t *testing.T) {
 				c.Status.Phase = airlockv1alpha1.ClaimReaping
 				return c
 			}()},
-			claim:       newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0),
-			wantPhase:   airlockv1alpha1.ClaimBinding,
-			wantReason:  ReasonBinding,
-			wantRequeue: ptr.To(5 * time.Minute),
-			wantEvent:   "Normal Admitted " + MessageAdmitted,
+			claim:      newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0),
+			wantPhase:  airlockv1alpha1.ClaimBinding,
+			wantReason: ReasonBinding,
+			wantEvent:  "Normal Admitted " + MessageAdmitted,
 		},
 	}
 	for name, tc := range tests {
@@ -96,11 +89,9 @@ func TestSyncAdmission(t *testing.T) {
 			f.classes = append(f.classes, newClass("codegen"))
 			f.claims = append(append(f.claims, tc.others...), tc.claim)
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(tc.claim))
-			if err != nil {
+			if err := c.admitNamespace(ctx, testNamespace); err != nil {
 				t.Fatal(err)
 			}
-			checkRequeue(t, requeue, tc.wantRequeue)
 			got := f.writtenClaimNamed(tc.claim.Name)
 			if got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason {
 				t.Errorf("status %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, tc.wantReason)
@@ -218,72 +209,173 @@ func TestSyncExpiry(t *testing.T) {
 	}
 }
 
-// TestSyncDecidesOverAPIServerState: a claim that the cache would admit is queued instead when
-// the API server has an older claim, already Binding, that the cache has not seen yet (one a
-// previous leader admitted just before it died): admitting on the cache would run one claim too
-// many. Once the older claim is gone, the claim is admitted.
-func TestSyncDecidesOverAPIServerState(t *testing.T) {
+// TestAdmissionFence: after a failover, the cache may lack what the previous leader wrote just
+// before it died. The first pass of a term lists the claims from the API server and decides
+// nothing until the cache has caught up with that list: an older claim already Binding (the
+// younger would be admitted one too many) or Queued in the younger's session (it would be queued
+// one live claim too many) is waited for, then counted.
+func TestAdmissionFence(t *testing.T) {
+	for name, tc := range map[string]struct {
+		maxConcurrent, maxPerSession int32
+		others                       []*airlockv1alpha1.SandboxClaim
+		apiOnly                      *airlockv1alpha1.SandboxClaim
+		wantPhase                    airlockv1alpha1.ClaimPhase
+		wantReason                   string
+	}{
+		"an older Binding claim takes the only slot": {
+			maxConcurrent: 1, maxPerSession: 3,
+			apiOnly:   binding("c1", t0.Add(-time.Minute)),
+			wantPhase: airlockv1alpha1.ClaimQueued, wantReason: ReasonMaxConcurrent,
+		},
+		"an older Queued claim of the session takes its only place": {
+			maxConcurrent: 1, maxPerSession: 1,
+			others: []*airlockv1alpha1.SandboxClaim{func() *airlockv1alpha1.SandboxClaim {
+				c := bound("c0", t0.Add(-time.Hour))
+				c.Spec.Session = "s0"
+				return c
+			}()},
+			apiOnly:   newClaim("c1", "s2", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute)),
+			wantPhase: airlockv1alpha1.ClaimRefused, wantReason: admission.ReasonMaxPerSession,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixtureWithLimits(t, tc.maxConcurrent, tc.maxPerSession)
+			younger := newClaim("c2", "s2", "", t0.Add(-time.Second))
+			younger.ResourceVersion = "5"
+			f.claims = append(append(f.claims, tc.others...), younger)
+			c := f.newController(ctx)
+			apiOnly := tc.apiOnly.DeepCopy()
+			apiOnly.ResourceVersion = "7"
+			if err := f.airlockClient.Tracker().Add(apiOnly); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+				t.Fatal(err)
+			}
+			if !f.listedClaims() {
+				t.Error("the first pass of the term did not list the claims from the API server")
+			}
+			checkActions(t, f, nil)
+
+			// The cache catches up: the namespace is asked for again, and decided.
+			f.log = nil
+			f.cacheClaim(t, c, apiOnly)
+			if c.admitQueue.Len() != 1 {
+				t.Fatalf("admission queue length %d once the cache caught up, want 1", c.admitQueue.Len())
+			}
+			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+				t.Fatal(err)
+			}
+			if f.listedClaims() {
+				t.Error("a later pass listed the claims again")
+			}
+			checkActions(t, f, []string{"update sandboxclaims/status c2"})
+			if got := f.writtenClaim(); got.Status.Phase != tc.wantPhase || got.Status.Reason != tc.wantReason {
+				t.Errorf("younger claim %s/%s, want %s/%s", got.Status.Phase, got.Status.Reason, tc.wantPhase, tc.wantReason)
+			}
+		})
+	}
+}
+
+// TestAdmissionWaitsForItsOwnWrites: a pass decides nothing while the cache lacks a decision the
+// leader wrote (here the admission of the runtime's only slot): over the stale cache, a claim
+// created since would be admitted too. Once the cache shows the write, the namespace is decided
+// again, and the new claim queued.
+func TestAdmissionWaitsForItsOwnWrites(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixtureWithLimits(t, 1, 3)
-	younger := newClaim("c2", "s2", "", t0.Add(-time.Second))
-	f.claims = append(f.claims, younger)
+	first := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
+	first.ResourceVersion = "3"
+	f.claims = append(f.claims, first)
 	c := f.newController(ctx)
-
-	syncWithAPIOnly(ctx, t, f, c, younger, binding("c1", t0.Add(-time.Minute)))
-	checkActions(t, f, []string{"update sandboxclaims/status c2"})
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimQueued {
-		t.Errorf("phase %q with an older Binding claim on the API server, want Queued", got.Status.Phase)
-	}
-
-	if err := f.airlockClient.AirlockV1alpha1().SandboxClaims(testNamespace).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
+	admitted := f.writtenClaimNamed("c1")
+	if admitted.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Fatalf("c1 %s, want Binding", admitted.Status.Phase)
+	}
+
+	// A second claim arrives before the cache has c1's Binding.
+	second := newClaim("c2", "s2", airlockv1alpha1.ClaimPending, t0)
+	second.ResourceVersion = "9"
+	if err := f.airlockClient.Tracker().Add(second); err != nil {
+		t.Fatal(err)
+	}
+	f.cacheClaim(t, c, second)
 	f.log = nil
-	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimBinding {
-		t.Errorf("phase %q once the older claim is gone, want Binding", got.Status.Phase)
+	checkActions(t, f, nil)
+	if n := c.expectations.pending(testNamespace); n != 1 {
+		t.Errorf("%d expectations, want the one write", n)
+	}
+
+	// The cache shows the write (the API server gave it a new resourceVersion): decided again,
+	// and c2 is queued.
+	for c.admitQueue.Len() > 0 {
+		ns, _ := c.admitQueue.Get()
+		c.admitQueue.Done(ns)
+	}
+	admitted.ResourceVersion = "4"
+	f.cacheClaim(t, c, admitted)
+	if c.admitQueue.Len() != 1 {
+		t.Fatalf("admission queue length %d once the write was seen, want 1", c.admitQueue.Len())
+	}
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c2"})
+	if got := f.writtenClaimNamed("c2"); got.Status.Phase != airlockv1alpha1.ClaimQueued {
+		t.Errorf("c2 %s, want Queued: the runtime's only slot is c1's", got.Status.Phase)
 	}
 }
 
-// TestSyncQueueDecidedOverAPIServerState: a claim that the cache would queue is refused instead
-// when the API server has an older live claim of its session that the cache has not seen yet (one
-// a previous leader queued just before it died): queuing it would make one live claim too many.
-func TestSyncQueueDecidedOverAPIServerState(t *testing.T) {
+// TestAdmissionBuildsAdmittedChildrenOnce: the pass that admits a claim builds its children; the
+// claim's own sync, which its Binding event brings on before the children are in the cache,
+// writes none of them again (no AlreadyExists on the happy path). Once the cache shows them,
+// the sync is free to repair them.
+func TestAdmissionBuildsAdmittedChildrenOnce(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixtureWithLimits(t, 1, 1)
-	running := bound("c0", t0.Add(-time.Hour))
-	running.Spec.Session = "s0"
-	younger := newClaim("c2", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
-	f.claims = append(f.claims, running, younger)
+	f := newFixtureWithLimits(t, 5, 3)
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	claim.UID = "uid-c1"
+	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
-
-	requeue := syncWithAPIOnly(ctx, t, f, c, younger, newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0.Add(-time.Minute)))
-	checkRequeue(t, requeue, ptr.To(refusedTTL))
-	checkActions(t, f, []string{"update sandboxclaims/status c2"})
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimRefused || got.Status.Reason != admission.ReasonMaxPerSession {
-		t.Errorf("younger claim %s/%s, want Refused/MaxPerSession", got.Status.Phase, got.Status.Reason)
-	}
-}
-
-// syncWithAPIOnly puts apiOnly into the API server only (the cache has not caught up with it),
-// syncs claim and returns when to look at it again, checking that the claims were listed from the
-// API server for the decision.
-func syncWithAPIOnly(ctx context.Context, t *testing.T, f *fixture, c *Controller, claim, apiOnly *airlockv1alpha1.SandboxClaim) *time.Duration {
-	t.Helper()
-	if err := f.airlockClient.Tracker().Add(apiOnly); err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
+	got := f.actions()
+	slices.Sort(got)
+	want := []string{"create deployments c1", "create networkpolicies c1", "create secrets " + tokenSecretName(claim), "create services c1", "update sandboxclaims/status c1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the pass's writes (-want +got):\n%s", diff)
+	}
+
+	children := f.createdChildren(t)
+	if len(children) != 3 {
+		t.Fatalf("%d children created, want 3", len(children))
+	}
+
+	// The claim's Binding reaches the cache before its children do.
+	written := f.writtenClaimNamed("c1")
+	f.cacheClaim(t, c, written)
 	f.log = nil
-	requeue, err := c.sync(ctx, keyOf(claim))
-	if err != nil {
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
 		t.Fatal(err)
 	}
-	if !f.listedClaims() {
-		t.Error("the decision was not made over a list from the API server")
+	checkActions(t, f, nil)
+
+	// The children reach the cache: their adds meet the expectations, and the sync may write.
+	for _, obj := range children {
+		c.addChild(obj)
 	}
-	return requeue
+	if !c.childExpect.satisfied(written.UID) {
+		t.Error("the claim still expects children the cache has shown")
+	}
 }
 
 // TestSyncRefusalsFirst: when the walk gives a claim the place of a Queued claim that it now
@@ -306,7 +398,7 @@ func TestSyncRefusalsFirst(t *testing.T) {
 		return d
 	}
 
-	if _, err := c.sync(ctx, keyOf(pending)); err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status zzz", "update sandboxclaims/status aaa"})
@@ -322,47 +414,22 @@ func TestSyncRefusalsFirst(t *testing.T) {
 	}
 }
 
-// TestSyncPlaceDecisionsSerialisedPerNamespace: a decision that takes a place is confirmed and
-// written under the namespace's decision lock, so that two workers never confirm two decisions
-// of one namespace over the same list. While the lock is held elsewhere, the sync writes nothing;
-// once it is released, the claim is queued.
-func TestSyncPlaceDecisionsSerialisedPerNamespace(t *testing.T) {
+// TestAdmissionQueueByNamespace: undecided claims ask for a pass over their namespace, not one
+// decision each: a burst of claims is one queue item (decided together by one pass), and two
+// namespaces are two (decided in parallel).
+func TestAdmissionQueueByNamespace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newFixtureWithLimits(t, 1, 3)
-	running := bound("c0", t0.Add(-time.Hour))
-	pending := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0.Add(-time.Second))
-	f.claims = append(f.claims, running, pending)
+	f := newFixtureWithLimits(t, 5, 3)
 	c := f.newController(ctx)
-
-	unlock := c.decisionLocks.lock(testNamespace)
-	done := make(chan error)
-	go func() {
-		_, err := c.sync(ctx, keyOf(pending))
-		done <- err
-	}()
-	// Wait until the sync waits for the lock: it then has the cache's decision in hand.
-	for c.decisionLocks.users(testNamespace) < 2 {
-		select {
-		case err := <-done:
-			t.Fatalf("the sync finished while another worker held the namespace's decision lock (err %v)", err)
-		default:
-			goruntime.Gosched()
-		}
+	logger, _ := ktesting.NewTestContext(t)
+	for i := range 5 {
+		c.addClaim(logger, newClaim(fmt.Sprintf("c%d", i), "s1", "", t0))
 	}
-	checkActions(t, f, nil)
-	for _, a := range f.log {
-		if a.GetVerb() == "list" {
-			t.Errorf("the sync listed claims while another worker held the decision lock: %v", a)
-		}
-	}
-	unlock()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimQueued {
-		t.Errorf("phase %q after the lock was released, want Queued", got.Status.Phase)
-	}
-	if n := c.decisionLocks.len(); n != 0 {
-		t.Errorf("%d decision locks left after the sync", n)
+	other := newClaim("x1", "s1", "", t0)
+	other.Namespace = "team-b"
+	c.addClaim(logger, other)
+	c.addClaim(logger, bound("b1", t0)) // decided: no pass
+	if n := c.admitQueue.Len(); n != 2 {
+		t.Errorf("admission queue length %d, want 2 (one per namespace)", n)
 	}
 }

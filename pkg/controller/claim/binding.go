@@ -48,7 +48,8 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	timeout := frozenStartupTimeout(record)
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
 
-	if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
+	// While children the leader created are not in the cache yet, they are left alone.
+	if err := c.ensureChildrenIfSeen(ctx, claim, record, 1); err != nil {
 		if inTime && onlyPredecessorChildren(err) {
 			// Waits for them to go: their deletion enqueues the claim; the deadline holds.
 			return ptr.To(left), nil

@@ -33,7 +33,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	// class or registry could restart or widen the running sandbox).
 	record := claim.Status.Frozen
 	if record != nil {
-		if err := c.ensureChildren(ctx, claim, record, 1); err != nil {
+		if err := c.ensureChildrenIfSeen(ctx, claim, record, 1); err != nil {
 			return nil, err
 		}
 	}

@@ -63,6 +63,16 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	return errors.Join(errs...)
 }
 
+// ensureChildrenIfSeen is ensureChildren once the cache shows every child the leader created for
+// the claim (childExpectations); until then it writes nothing.
+func (c *Controller) ensureChildrenIfSeen(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) error {
+	if !c.childExpect.satisfied(claim.UID) {
+		klog.FromContext(ctx).V(4).Info("Children created and not in the cache yet; leaving them alone", "claim", klog.KObj(claim))
+		return nil
+	}
+	return c.ensureChildren(ctx, claim, record, replicas)
+}
+
 // controlled checks that a child is controlled by the claim, and reports it when not. A child of
 // an earlier claim of the same name (garbage collection deletes children in the background, so a
 // claim closed and acquired again can meet its predecessor's) is never adopted: it is deleted, if
@@ -139,7 +149,11 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
 	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
+		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
 		err = c.children.deployments.Create(ctx, want)
+		if err != nil {
+			c.childExpect.lower(claim.UID)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache will show it and enqueue the claim
 		}
@@ -191,7 +205,11 @@ func (c *Controller) scaleDown(ctx context.Context, claim *airlockv1alpha1.Sandb
 func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Service) error {
 	live, err := c.serviceLister.Services(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
+		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
 		err = c.children.services.Create(ctx, want)
+		if err != nil {
+			c.childExpect.lower(claim.UID)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
@@ -235,7 +253,11 @@ func servicePortsEqual(live, want []corev1.ServicePort) bool {
 func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
 	live, err := c.networkPolicyLister.NetworkPolicies(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
+		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
 		err = c.children.networkPolicies.Create(ctx, want)
+		if err != nil {
+			c.childExpect.lower(claim.UID)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}

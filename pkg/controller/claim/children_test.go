@@ -113,11 +113,9 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
 
-	requeue, err := c.sync(ctx, keyOf(claim))
-	if err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	checkRequeue(t, requeue, ptr.To(5*time.Minute))
 	checkActions(t, f, []string{
 		"update sandboxclaims/status c1",
 		"create secrets " + tokenSecretName(claim),
@@ -272,11 +270,9 @@ func TestSyncClassNotFound(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
-	requeue, err := c.sync(ctx, keyOf(claim))
-	if err != nil {
+	if err := c.admitNamespace(ctx, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	checkRequeue(t, requeue, ptr.To(30*time.Minute))
 	// Failed at admission, in one write: nothing is built without a record.
 	checkActions(t, f, []string{"update sandboxclaims/status c1"})
 	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound || got.Status.Frozen != nil {

@@ -160,7 +160,7 @@ func TestStatusWriteRefused(t *testing.T) {
 	deployments := &fakeObjectControl[*appsv1.Deployment]{next: c.children.deployments}
 	c.children.deployments = deployments
 
-	if _, err := c.sync(ctx, keyOf(claim)); !apierrors.IsConflict(err) {
+	if err := c.admitNamespace(ctx, testNamespace); !apierrors.IsConflict(err) {
 		t.Fatalf("sync error %v, want the conflict", err)
 	}
 	if len(claims.statues) == 0 || claims.statues[0].Status.Phase != airlockv1alpha1.ClaimBinding {

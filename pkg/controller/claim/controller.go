@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -61,10 +63,6 @@ const FieldManager = ControllerName
 // informers for children are filtered on it.
 const LabelClaim = airlockv1alpha1.LabelClaim
 
-// batchPeriod delays the first sync of a new claim, so that an older claim seen a moment late
-// still wins its place (SPEC section 3: the leader may batch a burst).
-const batchPeriod = 50 * time.Millisecond
-
 // Controller is the SandboxClaim controller.
 type Controller struct {
 	// kubeClient is the events' sink; every other API call goes through claims and children.
@@ -102,14 +100,22 @@ type Controller struct {
 	// returns.
 	handlers handlers.Registrations
 
-	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// admitQueue holds the namespaces that have undecided claims: one admission pass per
+	// namespace at a time (admitNamespace).
+	admitQueue workqueue.TypedRateLimitingInterface[string]
+	// expectations are the claim writes (and, after a failover, the claims) the cache must show
+	// before a namespace is decided; childExpect the children it must show before a claim's
+	// sync writes them again.
+	expectations *claimExpectations
+	childExpect  *childExpectations
+	// fenced is set once the term's fence is raised (fence.go).
+	fenced  atomic.Bool
+	fenceMu sync.Mutex
+
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	clock       clock.WithTicker
-
-	// decisionLocks serialises the decisions that take a place under a limit, per namespace:
-	// each is confirmed over a fresh list and written before the next is confirmed.
-	decisionLocks keyedLocks
 
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
@@ -205,10 +211,15 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 			Name:  ControllerName,
 			Clock: clk,
 		}),
-		broadcaster: broadcaster,
-		recorder:    recorder,
-		clock:       clk,
-		syncImage:   syncImage,
+		admitQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-admission", Clock: clk}),
+		expectations: newClaimExpectations(clk),
+		childExpect:  newChildExpectations(clk),
+		broadcaster:  broadcaster,
+		recorder:     recorder,
+		clock:        clk,
+		syncImage:    syncImage,
 		newToken: func(context.Context, *airlockv1alpha1.SandboxClaim) (string, error) {
 			return "", errors.New("no token source") // NewController sets it: fail closed
 		},
@@ -228,10 +239,11 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	}
 	// A runtime's or registry's change can change admission and idle timers: look at the
 	// namespace's claims again.
+	// Status-only changes (a runtime's claim counts) change nothing here and are ignored.
 	namespaceHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
 		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+			if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
 				c.enqueueNamespaceOf(cur)
 			}
 		},
@@ -254,12 +266,21 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		},
 		DeleteFunc: c.handleObject,
 	}
+	// The children a pass builds: their adds meet the claim's child expectations.
+	builtHandler := childHandler
+	builtHandler.AddFunc = c.addChild
 	for name, informer := range map[string]cache.SharedIndexInformer{
 		"deployment":    informers.Deployments.Informer(),
 		"service":       informers.Services.Informer(),
 		"networkpolicy": informers.NetworkPolicies.Informer(),
-		"job":           informers.Jobs.Informer(),
-		"pod":           informers.Pods.Informer(),
+	} {
+		if err := c.handlers.Add(informer, builtHandler); err != nil {
+			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
+		}
+	}
+	for name, informer := range map[string]cache.SharedIndexInformer{
+		"job": informers.Jobs.Informer(),
+		"pod": informers.Pods.Informer(),
 	} {
 		if err := c.handlers.Add(informer, childHandler); err != nil {
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
@@ -286,6 +307,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
 	defer c.broadcaster.Shutdown()
 	defer c.queue.ShutDown()
+	defer c.admitQueue.ShutDown()
 
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
@@ -302,9 +324,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		wg.StartWithContext(ctx, func(ctx context.Context) {
 			wait.UntilWithContext(ctx, c.runWorker, time.Second)
 		})
+		wg.StartWithContext(ctx, func(ctx context.Context) {
+			wait.UntilWithContext(ctx, c.runAdmissionWorker, time.Second)
+		})
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
+	c.admitQueue.ShutDown()
 	wg.Wait()
 	return nil
 }
@@ -344,6 +370,36 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	return true
 }
 
+func (c *Controller) runAdmissionWorker(ctx context.Context) {
+	for c.processNextAdmission(ctx) {
+	}
+}
+
+func (c *Controller) processNextAdmission(ctx context.Context) bool {
+	namespace, shutdown := c.admitQueue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.admitQueue.Done(namespace)
+	err := c.admitNamespace(ctx, namespace)
+	switch {
+	case apierrors.IsConflict(err):
+		klog.FromContext(ctx).V(4).Info("Conflict deciding a namespace; deciding it again", "namespace", namespace, "err", err)
+		c.admitQueue.AddRateLimited(namespace)
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Error deciding the namespace's claims", "namespace", namespace)
+		c.admitQueue.AddRateLimited(namespace)
+	default:
+		c.admitQueue.Forget(namespace)
+	}
+	return true
+}
+
+// enqueueAdmission asks for an admission pass over the namespace.
+func (c *Controller) enqueueAdmission(namespace string) {
+	c.admitQueue.Add(namespace)
+}
+
 func (c *Controller) addClaim(logger klog.Logger, obj any) {
 	claim := obj.(*airlockv1alpha1.SandboxClaim)
 	logger.V(4).Info("Claim added", "claim", klog.KObj(claim))
@@ -351,10 +407,8 @@ func (c *Controller) addClaim(logger klog.Logger, obj any) {
 		// The claim it replaces is now replaced: the leader links the two (syncFailed).
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
-	if isUndecided(claim) {
-		// Batch a burst: an older claim seen a moment late still wins.
-		c.enqueueClaimAfter(claim, batchPeriod)
-		return
+	if c.expectations.observe(claim.Namespace, claim.Name, claim) || isUndecided(claim) {
+		c.enqueueAdmission(claim.Namespace)
 	}
 	c.enqueueClaim(claim)
 }
@@ -365,6 +419,9 @@ func (c *Controller) updateClaim(logger klog.Logger, old, cur any) {
 		return // a periodic resync
 	}
 	c.enqueueClaim(curClaim)
+	if c.expectations.observe(curClaim.Namespace, curClaim.Name, curClaim) || isUndecided(curClaim) {
+		c.enqueueAdmission(curClaim.Namespace)
+	}
 	if holdsSlot(oldClaim) && !holdsSlot(curClaim) {
 		logger.V(4).Info("Claim freed a slot", "claim", klog.KObj(curClaim), "phase", curClaim.Status.Phase)
 		c.enqueueWaiting(curClaim.Namespace)
@@ -386,11 +443,24 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 		}
 	}
 	logger.V(4).Info("Claim deleted", "claim", klog.KObj(claim))
+	c.expectations.observe(claim.Namespace, claim.Name, nil)
+	c.childExpect.forget(claim.UID)
 	c.enqueueWaiting(claim.Namespace)
 	// A Failed claim is kept while its replacement lives.
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
+}
+
+// addChild meets the child expectations of the claim that controls a new Deployment, Service or
+// NetworkPolicy, and enqueues the claim.
+func (c *Controller) addChild(obj any) {
+	if object, ok := obj.(metav1.Object); ok {
+		if ref := metav1.GetControllerOf(object); ref != nil && ref.Kind == "SandboxClaim" {
+			c.childExpect.lower(ref.UID)
+		}
+	}
+	c.handleObject(obj)
 }
 
 // handleObject enqueues the claim that controls obj (a child, or a sandbox pod by its label).
@@ -422,22 +492,9 @@ func (c *Controller) enqueueClaim(claim *airlockv1alpha1.SandboxClaim) {
 	c.queue.Add(cache.MetaObjectToName(claim))
 }
 
-func (c *Controller) enqueueClaimAfter(claim *airlockv1alpha1.SandboxClaim, d time.Duration) {
-	c.queue.AddAfter(cache.MetaObjectToName(claim), d)
-}
-
-// enqueueWaiting enqueues the namespace's undecided claims: a slot may have freed.
+// enqueueWaiting asks for an admission pass over the namespace: a slot may have freed.
 func (c *Controller) enqueueWaiting(namespace string) {
-	claims, err := c.claimLister.SandboxClaims(namespace).List(labels.Everything())
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	for _, claim := range claims {
-		if isUndecided(claim) {
-			c.enqueueClaim(claim)
-		}
-	}
+	c.enqueueAdmission(namespace)
 }
 
 // enqueueNamespaceOf enqueues every claim of obj's namespace.

@@ -44,13 +44,17 @@ func TestHandlers(t *testing.T) {
 	c := f.newController(ctx)
 	logger, _ := ktesting.NewTestContext(t)
 
-	// A claim leaving Bound frees a slot: the waiting claims are enqueued.
+	// A claim leaving Bound frees a slot: the claim is enqueued, and its namespace for an
+	// admission pass.
 	failed := boundClaim.DeepCopy()
 	failed.ResourceVersion = "2"
 	failed.Status.Phase = airlockv1alpha1.ClaimFailed
 	c.updateClaim(logger, boundClaim, failed)
-	if got, want := c.queue.Len(), 2; got != want {
+	if got, want := c.queue.Len(), 1; got != want {
 		t.Errorf("queue length %d after a claim left Bound, want %d", got, want)
+	}
+	if got, want := c.admitQueue.Len(), 1; got != want {
+		t.Errorf("admission queue length %d after a claim left Bound, want %d", got, want)
 	}
 	// A resync (same resourceVersion) enqueues nothing.
 	for c.queue.Len() > 0 {

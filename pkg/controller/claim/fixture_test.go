@@ -20,6 +20,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -70,8 +71,49 @@ type fixture struct {
 	// it (startAllowedServices) see Services' events reach the controller.
 	allowedServiceInformer cache.SharedIndexInformer
 
+	// claimInformer is the controller's claim informer (cacheClaim updates its store).
+	claimInformer cache.SharedIndexInformer
+
 	// log is both clients' actions, in order.
 	log []core.Action
+}
+
+// cacheClaim puts claim in the controller's claim cache, as a watch event would, and runs the
+// controller's claim handler for it.
+func (f *fixture) cacheClaim(t *testing.T, c *Controller, claim *airlockv1alpha1.SandboxClaim) {
+	t.Helper()
+	logger, _ := ktesting.NewTestContext(t)
+	store := f.claimInformer.GetIndexer()
+	old, exists, err := store.Get(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		if err := store.Update(claim); err != nil {
+			t.Fatal(err)
+		}
+		c.updateClaim(logger, old, claim)
+		return
+	}
+	if err := store.Add(claim); err != nil {
+		t.Fatal(err)
+	}
+	c.addClaim(logger, claim)
+}
+
+// createdChildren returns the Deployments, Services and NetworkPolicies the controller created.
+func (f *fixture) createdChildren(t *testing.T) []any {
+	t.Helper()
+	var out []any
+	for _, a := range f.log {
+		if create, ok := a.(core.CreateAction); ok {
+			switch create.GetResource().Resource {
+			case "deployments", "services", "networkpolicies":
+				out = append(out, create.GetObject())
+			}
+		}
+	}
+	return out
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -158,6 +200,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(StripService))
 	f.allowedServiceInformer = si.Core().V1().Services().Informer()
 	airlock := ai.Airlock().V1alpha1()
+	f.claimInformer = airlock.SandboxClaims().Informer()
 	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
 		Claims:          airlock.SandboxClaims(),
 		Runtimes:        airlock.AgentRuntimes(),

@@ -29,6 +29,13 @@ var (
 		Help:           "Admission decisions applied to claims by the leader, by action and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"action", "reason"})
+	decisionPassDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "admission_pass_duration_seconds",
+		Help:           "Time the admission function takes to decide one namespace's claims (one pass, without its writes).",
+		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	})
 	reapedClaims = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claims_reaped_total",
@@ -85,7 +92,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, admissionDecisions, reapedClaims, syncBackResults)
+		legacyregistry.MustRegister(bindDuration, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

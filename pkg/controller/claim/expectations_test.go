@@ -1,0 +1,128 @@
+package claim
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+func claimAt(name, rv string) *airlockv1alpha1.SandboxClaim {
+	c := newClaim(name, "s1", airlockv1alpha1.ClaimPending, t0)
+	c.ResourceVersion = rv
+	return c
+}
+
+// TestClaimExpectations: what meets each kind of expectation, as the handlers see events and as
+// a pass looks at the cache.
+func TestClaimExpectations(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	tests := map[string]struct {
+		expect func(x *claimExpectations)
+		cache  *airlockv1alpha1.SandboxClaim // what the pass finds; nil: not in the cache
+		want   bool
+	}{
+		"a write, the cache still at its base": {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "5"), want: false},
+		"a write, the cache moved on":          {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "6"), want: true},
+		"a write, the claim deleted since":     {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, want: true},
+		"listed, the cache behind":             {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "8"), want: false},
+		"listed, the cache there":              {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "9"), want: true},
+		"listed, the cache past it":            {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "12"), want: true},
+		"listed, not in the cache yet":         {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, want: false},
+		"unlisted, still in the cache":         {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, cache: claimAt("c1", "3"), want: false},
+		"unlisted, gone from the cache":        {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, want: true},
+		"a failed write is forgotten": {expect: func(x *claimExpectations) {
+			x.expectWrite(testNamespace, "c1", "5")
+			x.forgetWrite(testNamespace, "c1", "5")
+		}, cache: claimAt("c1", "5"), want: true},
+		"another namespace's expectation": {expect: func(x *claimExpectations) { x.expectWrite("team-b", "c1", "5") }, cache: claimAt("c1", "5"), want: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
+			tc.expect(x)
+			get := func(string) *airlockv1alpha1.SandboxClaim { return tc.cache }
+			if got := x.satisfied(logger, testNamespace, get); got != tc.want {
+				t.Errorf("satisfied = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestClaimExpectationsObserve: the claim handlers' events meet expectations and say when a
+// namespace has none left (so that it is decided again); a deletion meets any.
+func TestClaimExpectationsObserve(t *testing.T) {
+	x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
+	x.expectWrite(testNamespace, "c1", "5")
+	x.expectAtLeast(testNamespace, "c2", 9)
+	if x.observe(testNamespace, "c1", claimAt("c1", "5")) {
+		t.Error("an event at the write's base met it")
+	}
+	if x.observe(testNamespace, "c1", claimAt("c1", "6")) {
+		t.Error("the namespace reported free with c2 still expected")
+	}
+	if x.observe(testNamespace, "c3", claimAt("c3", "1")) {
+		t.Error("an unexpected claim's event reported the namespace free")
+	}
+	if !x.observe(testNamespace, "c2", nil) {
+		t.Error("c2's deletion did not leave the namespace free")
+	}
+	if n := x.pending(testNamespace); n != 0 {
+		t.Errorf("%d expectations left", n)
+	}
+}
+
+// TestClaimExpectationsTimeout: an expectation never met is dropped after expectationsTimeout,
+// so that a namespace is never stalled for good.
+func TestClaimExpectationsTimeout(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	x := newClaimExpectations(clk)
+	x.expectAtLeast(testNamespace, "c1", 9)
+	get := func(string) *airlockv1alpha1.SandboxClaim { return nil }
+	clk.SetTime(t0.Add(expectationsTimeout))
+	if x.satisfied(logger, testNamespace, get) {
+		t.Error("satisfied at the timeout")
+	}
+	clk.SetTime(t0.Add(expectationsTimeout + time.Second))
+	if !x.satisfied(logger, testNamespace, get) {
+		t.Error("not satisfied after the timeout")
+	}
+}
+
+// TestChildExpectations: a hold and the creates keep a claim's sync from writing its children
+// until the creates are answered or seen; the timeout frees it.
+func TestChildExpectations(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	x := newChildExpectations(clk)
+	uid := types.UID("u1")
+	x.raise(uid, 1) // the pass's hold
+	x.raise(uid, 1) // a create
+	x.raise(uid, 1) // another
+	if x.satisfied(uid) {
+		t.Fatal("satisfied while held")
+	}
+	if x.lower(uid) || x.lower(uid) {
+		t.Fatal("free with one left")
+	}
+	if !x.lower(uid) {
+		t.Fatal("not free once all were lowered")
+	}
+	if !x.satisfied(uid) {
+		t.Error("not satisfied once free")
+	}
+	x.raise(uid, 1)
+	clk.SetTime(t0.Add(childExpectationsTimeout + time.Second))
+	if !x.satisfied(uid) {
+		t.Error("not satisfied after the timeout")
+	}
+	x.raise("u2", 1)
+	x.forget("u2")
+	if !x.satisfied("u2") {
+		t.Error("not satisfied once forgotten")
+	}
+}

@@ -1,0 +1,57 @@
+package claim
+
+// The fence (expectations.go): when a term starts, the leader's caches were filled from the API
+// server's watch cache, which may lag what the previous leader wrote a moment before it lost the
+// lease. Before the first admission pass, the claims are listed once from the API server (a
+// quorum read) and the cache is expected to catch up with that list: each listed claim at its
+// listed resourceVersion or later, each cached claim the list lacks gone. Namespaces are decided
+// as soon as their claims have caught up.
+
+import (
+	"context"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// raiseFence lists the claims once per term (the controller is built per term); an error is
+// retried by the admission queue's backoff.
+func (c *Controller) raiseFence(ctx context.Context) error {
+	if c.fenced.Load() {
+		return nil
+	}
+	c.fenceMu.Lock()
+	defer c.fenceMu.Unlock()
+	if c.fenced.Load() {
+		return nil
+	}
+	listed, err := c.claims.List(ctx, metav1.NamespaceAll)
+	if err != nil {
+		return err
+	}
+	seen := make(map[cache.ObjectName]bool, len(listed))
+	for i := range listed {
+		claim := &listed[i]
+		seen[cache.MetaObjectToName(claim)] = true
+		rv, err := strconv.ParseUint(claim.ResourceVersion, 10, 64)
+		if err != nil {
+			continue // not an etcd revision: nothing to compare with
+		}
+		c.expectations.expectAtLeast(claim.Namespace, claim.Name, rv)
+	}
+	cached, err := c.claimLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, claim := range cached {
+		if !seen[cache.MetaObjectToName(claim)] {
+			c.expectations.expectGone(claim.Namespace, claim.Name)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Admission fence raised", "claims", len(listed))
+	c.fenced.Store(true)
+	return nil
+}
