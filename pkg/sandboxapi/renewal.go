@@ -17,10 +17,15 @@ import (
 // idle timer can be pushed back (a Reaping claim is not revived).
 var errNotBound = errors.New("the claim is not Bound")
 
-// needsRenewal says whether a renewal at now must write status.lastUsedAt: when it is unset or
-// older than half the idle timeout (SPEC section 3: at most one write per half idle timeout).
+// needsRenewal says whether a renewal at now must write status.lastUsedAt: when the claim's last
+// use (lastUsedAt, else boundAt: the idle timer starts at Bound) is at least half the idle timeout
+// old (SPEC section 3: at most one write per half idle timeout). The first renewals after Bound
+// cost no write.
 func needsRenewal(claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) bool {
 	last := claim.Status.LastUsedAt
+	if last == nil {
+		last = claim.Status.BoundAt
+	}
 	return last == nil || now.Sub(last.Time) >= idleTimeout/2
 }
 

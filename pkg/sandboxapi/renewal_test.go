@@ -23,18 +23,24 @@ func TestNeedsRenewal(t *testing.T) {
 	const idle = 30 * time.Minute
 	tests := map[string]struct {
 		lastUsed *time.Time
+		boundAt  *time.Time // default: an hour before t0
 		now      time.Time
 		want     bool
 	}{
-		"never renewed":           {now: t0, want: true},
-		"just renewed":            {lastUsed: ptr.To(t0), now: t0.Add(time.Second), want: false},
-		"just under half":         {lastUsed: ptr.To(t0), now: t0.Add(idle/2 - time.Second), want: false},
-		"half the idle timeout":   {lastUsed: ptr.To(t0), now: t0.Add(idle / 2), want: true},
-		"older than idle timeout": {lastUsed: ptr.To(t0), now: t0.Add(idle), want: true},
+		"never renewed, bound long ago":         {now: t0, want: true},
+		"never renewed, just bound":             {boundAt: ptr.To(t0), now: t0.Add(time.Second), want: false},
+		"never renewed, bound half an idle ago": {boundAt: ptr.To(t0), now: t0.Add(idle / 2), want: true},
+		"just renewed":                          {lastUsed: ptr.To(t0), now: t0.Add(time.Second), want: false},
+		"just under half":                       {lastUsed: ptr.To(t0), now: t0.Add(idle/2 - time.Second), want: false},
+		"half the idle timeout":                 {lastUsed: ptr.To(t0), now: t0.Add(idle / 2), want: true},
+		"older than idle timeout":               {lastUsed: ptr.To(t0), now: t0.Add(idle), want: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c := boundClaim(t0.Add(-time.Hour))
+			if tc.boundAt != nil {
+				c.Status.BoundAt = ptr.To(metav1.NewTime(*tc.boundAt))
+			}
 			if tc.lastUsed != nil {
 				c.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
 			}
@@ -46,7 +52,8 @@ func TestNeedsRenewal(t *testing.T) {
 }
 
 // TestRenewLastUsed renews on every "tool call" of a fake clock and checks that lastUsedAt is
-// written only once per half idle timeout.
+// written only once per half idle timeout, counted from boundAt until the first write (the first
+// renewals after Bound cost no write).
 func TestRenewLastUsed(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const idle = 10 * time.Minute
@@ -69,13 +76,14 @@ func TestRenewLastUsed(t *testing.T) {
 		}
 		clock.Step(time.Minute)
 	}
-	want := []time.Time{t0, t0.Add(5 * time.Minute), t0.Add(10 * time.Minute)}
+	// Bound a minute before t0: half the idle timeout has passed at t0+4m, then at t0+9m.
+	want := []time.Time{t0.Add(4 * time.Minute), t0.Add(9 * time.Minute)}
 	if diff := cmp.Diff(want, writes); diff != "" {
 		t.Errorf("lastUsedAt writes (-want +got):\n%s", diff)
 	}
 	got, _ := client.AirlockV1alpha1().SandboxClaims(testNS).Get(ctx, claim.Name, metav1.GetOptions{})
-	if !got.Status.LastUsedAt.Time.Equal(t0.Add(10 * time.Minute)) {
-		t.Errorf("lastUsedAt %v, want %v", got.Status.LastUsedAt, t0.Add(10*time.Minute))
+	if !got.Status.LastUsedAt.Time.Equal(t0.Add(9 * time.Minute)) {
+		t.Errorf("lastUsedAt %v, want %v", got.Status.LastUsedAt, t0.Add(9*time.Minute))
 	}
 }
 
