@@ -131,8 +131,10 @@ func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 	}
 	// Just Bound: the idle timer counts from boundAt, and a renewal within half the idle timeout
 	// of it costs no write (the renewal writes before it answers, so a GET now would see one).
-	if cl, err := e.getClaim(ctx, name); err != nil || cl.Status.LastUsedAt != nil {
-		t.Errorf("lastUsedAt after a renewal just after Bound: %v (%v), want unset", cl.Status.LastUsedAt, err)
+	if cl, err := e.getClaim(ctx, name); err != nil {
+		t.Error(err)
+	} else if cl.Status.LastUsedAt != nil {
+		t.Errorf("lastUsedAt %v after a renewal just after Bound, want unset", cl.Status.LastUsedAt)
 	}
 
 	// An eager sandbox: sessions/open creates its claim without waiting; acquire finds it.
