@@ -126,6 +126,13 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
+	// Events get a client, and so a rate limiter, of their own.
+	eventConfig := rest.CopyConfig(kubeConfig)
+	eventConfig.UserAgent = userAgent + "/events"
+	eventClient, err := kubernetes.NewForConfig(eventConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the event client: %w", err)
+	}
 	airlockConfig := rest.CopyConfig(restConfig)
 	airlockConfig.UserAgent = userAgent
 	airlockClient, err := airlockclientset.NewForConfig(airlockConfig)
@@ -150,6 +157,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 
 	return &operator.Config{
 		KubeClient:             kubeClient,
+		EventClient:            eventClient,
 		AirlockClient:          airlockClient,
 		LeaderElectionClient:   leClient,
 		LeaderElection:         o.LeaderElection.LeaderElectionConfiguration,

@@ -404,3 +404,35 @@ func TestSandboxdEmptyAllowedToolsFlag(t *testing.T) {
 	}
 	checkOneErrorFor(t, o.Validate(), "allowed-tools")
 }
+
+// TestOperatorConfigClients: the controllers, the events and the lease each get a client with a
+// rate limiter of its own, so that none queues behind another's requests; the event client has
+// the controllers' QPS and burst.
+func TestOperatorConfigClients(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := newOperatorOptions(func(string) string { return "" })
+	o.KubeClient.Kubeconfig = kubeconfig
+	o.KubeClient.QPS, o.KubeClient.Burst = 7, 9
+	cfg, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := cfg.KubeClient.CoreV1().RESTClient().GetRateLimiter()
+	events := cfg.EventClient.CoreV1().RESTClient().GetRateLimiter()
+	lease := cfg.LeaderElectionClient.CoreV1().RESTClient().GetRateLimiter()
+	if kube == events || kube == lease || events == lease {
+		t.Errorf("rate limiters shared: kube==events %v, kube==lease %v, events==lease %v", kube == events, kube == lease, events == lease)
+	}
+	if kube.QPS() != 7 || events.QPS() != 7 {
+		t.Errorf("QPS kube %v events %v, want --kube-api-qps for both", kube.QPS(), events.QPS())
+	}
+}

@@ -23,6 +23,10 @@ type Config struct {
 	KubeClient kubernetes.Interface
 	// AirlockClient talks to the airlock.dev APIs.
 	AirlockClient airlockclientset.Interface
+	// EventClient records events, with a rate limiter of its own (the same QPS and burst as
+	// KubeClient's): a burst of events never queues the controllers' writes, nor the other way
+	// round. Nil: KubeClient.
+	EventClient kubernetes.Interface
 	// LeaderElectionClient renews the lease. It has a rate limiter of its own, so that a busy
 	// controller cannot starve the renewals.
 	LeaderElectionClient kubernetes.Interface

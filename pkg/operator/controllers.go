@@ -28,6 +28,7 @@ import (
 // replica, for as long as the process.
 type ControllerContext struct {
 	KubeClient       kubernetes.Interface
+	EventClient      kubernetes.Interface // events: a rate limiter of their own
 	AirlockClient    airlockclientset.Interface
 	KubeInformers    kubeinformers.SharedInformerFactory
 	AirlockInformers airlockinformers.SharedInformerFactory
@@ -79,7 +80,7 @@ func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx
 // startClaimController builds the SandboxClaim controller.
 func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
 	airlock := cc.AirlockInformers.Airlock().V1alpha1()
-	c, err := claim.NewController(ctx, cc.KubeClient, cc.AirlockClient, claim.Informers{
+	c, err := claim.NewController(ctx, cc.KubeClient, cc.EventClient, cc.AirlockClient, claim.Informers{
 		Claims:          airlock.SandboxClaims(),
 		Runtimes:        airlock.AgentRuntimes(),
 		Registries:      airlock.ToolRegistries(),

@@ -155,7 +155,7 @@ func (o *operator) run(ctx context.Context) error {
 	// The broadcaster outlives ctx: the lease's "stopped leading" event is recorded after it ends.
 	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.cfg.KubeClient.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.eventClient().CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(newScheme(), corev1.EventSource{Component: ComponentName})
 
@@ -225,6 +225,7 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 
 	cc := ControllerContext{
 		KubeClient:       o.cfg.KubeClient,
+		EventClient:      o.eventClient(),
 		AirlockClient:    o.cfg.AirlockClient,
 		AirlockInformers: o.airlockInformers,
 		AllowedServices:  o.serviceInformers.Core().V1().Services(),
@@ -329,4 +330,12 @@ func newScheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(airlockscheme.AddToScheme(scheme))
 	return scheme
+}
+
+// eventClient is the client events are recorded with: Config.EventClient, else KubeClient.
+func (o *operator) eventClient() kubernetes.Interface {
+	if o.cfg.EventClient != nil {
+		return o.cfg.EventClient
+	}
+	return o.cfg.KubeClient
 }

@@ -65,8 +65,9 @@ const LabelClaim = airlockv1alpha1.LabelClaim
 
 // Controller is the SandboxClaim controller.
 type Controller struct {
-	// kubeClient is the events' sink; every other API call goes through claims and children.
-	kubeClient kubernetes.Interface
+	// eventClient is the events' sink (a rate limiter of its own); every other API call goes
+	// through claims and children.
+	eventClient kubernetes.Interface
 	claims     claimControl
 	children   childControls
 
@@ -153,12 +154,15 @@ type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 }
 
-// NewController returns a SandboxClaim controller on the given informers. tokens derives the
-// token written into each claim's Secret.
-func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource) (*Controller, error) {
+// NewController returns a SandboxClaim controller on the given informers. Events are recorded
+// with eventClient (nil: kubeClient). tokens derives the token written into each claim's Secret.
+func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource) (*Controller, error) {
 	c, err := newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
 	if err != nil {
 		return nil, err
+	}
+	if eventClient != nil {
+		c.eventClient = eventClient
 	}
 	c.newToken = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
 		return tokens.Token(ctx, claim.UID, claim.Namespace, claim.Name)
@@ -182,7 +186,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 	)
 	c := &Controller{
-		kubeClient:          kubeClient,
+		eventClient:         kubeClient,
 		claims:              realClaimControl{client: airlockClient},
 		children:            realChildControls(kubeClient),
 		claimLister:         informers.Claims.Lister(),
@@ -304,7 +308,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.handlers.RemoveAll()
 
 	c.broadcaster.StartStructuredLogging(3)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kubeClient.CoreV1().Events("")})
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.eventClient.CoreV1().Events("")})
 	defer c.broadcaster.Shutdown()
 	defer c.queue.ShutDown()
 	defer c.admitQueue.ShutDown()
