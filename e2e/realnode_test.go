@@ -1089,11 +1089,25 @@ func TestRealNodeEphemeralEviction(t *testing.T) {
 		step("keep", "Write", map[string]any{"file_path": "kept.txt", "content": "on the workspace volume\n"}),
 		step("fill", "Bash", map[string]any{"command": "dd if=/dev/zero of=/tmp/fill bs=1M count=256 2>&1 | tail -1"}),
 	}}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		pods, _ := kubeClient.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{})
+		for _, p := range pods.Items {
+			t.Logf("pod %s: %s %s %q", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		if c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(context.Background(), claim, metav1.GetOptions{}); err == nil {
+			t.Logf("claim %s: %s %s; conditions %+v", claim, c.Status.Phase, c.Status.Reason, c.Status.Conditions)
+		}
+	})
 	var res rnSession
 	e.runClient(t, "runtime-evict", "session", plan, 4*time.Minute, &res)
 	if res.Error != "" || res.Phase != "Bound" {
 		t.Fatalf("runtime: %s %s", res.Phase, res.Error)
 	}
+	fill := res.call(t, "fill")
+	t.Logf("fill: err %q isError %v: %q", fill.Err, fill.IsError, fill.Text)
 	c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(context.Background(), claim, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
