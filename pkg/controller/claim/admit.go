@@ -119,7 +119,11 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 			return err
 		}
 	}
-	c.buildAdmitted(ctx, admitted)
+	// Built beside the next passes: a pass needs the cache to show this one's status writes, not
+	// its children. Run joins the builds before it returns.
+	if len(admitted) > 0 {
+		c.builds.Go(func() { c.buildAdmitted(ctx, admitted) })
+	}
 	return nil
 }
 
@@ -163,7 +167,8 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 	return written, nil
 }
 
-// buildAdmitted builds the children of the claims a pass admitted, all at once. A claim whose
+// buildAdmitted builds the children of the claims a pass admitted, all at once (the client's rate
+// limiter paces them). A claim whose
 // children could not all be written is enqueued: its own sync retries them and fails it at its
 // startupTimeout.
 func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) {

@@ -89,7 +89,7 @@ func TestSyncAdmission(t *testing.T) {
 			f.classes = append(f.classes, newClass("codegen"))
 			f.claims = append(append(f.claims, tc.others...), tc.claim)
 			c := f.newController(ctx)
-			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+			if err := admitAndBuild(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			got := f.writtenClaimNamed(tc.claim.Name)
@@ -251,7 +251,7 @@ func TestAdmissionFence(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+			if err := admitAndBuild(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			if !f.listedClaims() {
@@ -265,7 +265,7 @@ func TestAdmissionFence(t *testing.T) {
 			if c.admitQueue.Len() != 1 {
 				t.Fatalf("admission queue length %d once the cache caught up, want 1", c.admitQueue.Len())
 			}
-			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+			if err := admitAndBuild(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			if f.listedClaims() {
@@ -290,7 +290,7 @@ func TestAdmissionWaitsForItsOwnWrites(t *testing.T) {
 	first.ResourceVersion = "3"
 	f.claims = append(f.claims, first)
 	c := f.newController(ctx)
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	admitted := f.writtenClaimNamed("c1")
@@ -306,7 +306,7 @@ func TestAdmissionWaitsForItsOwnWrites(t *testing.T) {
 	}
 	f.cacheClaim(t, c, second)
 	f.log = nil
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, nil)
@@ -325,7 +325,7 @@ func TestAdmissionWaitsForItsOwnWrites(t *testing.T) {
 	if c.admitQueue.Len() != 1 {
 		t.Fatalf("admission queue length %d once the write was seen, want 1", c.admitQueue.Len())
 	}
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status c2"})
@@ -345,7 +345,7 @@ func TestAdmissionBuildsAdmittedChildrenOnce(t *testing.T) {
 	claim.UID = "uid-c1"
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	got := f.actions()
@@ -398,7 +398,7 @@ func TestSyncRefusalsFirst(t *testing.T) {
 		return d
 	}
 
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status zzz", "update sandboxclaims/status aaa"})
@@ -431,5 +431,39 @@ func TestAdmissionQueueByNamespace(t *testing.T) {
 	c.addClaim(logger, bound("b1", t0)) // decided: no pass
 	if n := c.admitQueue.Len(); n != 2 {
 		t.Errorf("admission queue length %d, want 2 (one per namespace)", n)
+	}
+}
+
+// TestAdmissionFenceUnlistedClaims: a cached claim that the fence's list lacks was deleted if the
+// cache had it before the list was taken (older than the list's resourceVersion): the namespace
+// waits for its deletion. One newer than the list was created since: nothing to wait for (waiting
+// would stall admission of every claim created during a failover).
+func TestAdmissionFenceUnlistedClaims(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rv        string
+		wantWrite bool
+	}{
+		"created after the list":  {rv: "20", wantWrite: true},
+		"deleted before the list": {rv: "10", wantWrite: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixtureWithLimits(t, 5, 3)
+			claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+			claim.ResourceVersion = tc.rv
+			f.claims = append(f.claims, claim)
+			c := f.newController(ctx)
+			c.claims = &fakeClaimControl{next: c.claims, list: &airlockv1alpha1.SandboxClaimList{ListMeta: metav1.ListMeta{ResourceVersion: "15"}}}
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			wrote := false
+			for _, a := range f.actions() {
+				wrote = wrote || a == "update sandboxclaims/status c1"
+			}
+			if wrote != tc.wantWrite {
+				t.Errorf("claim decided: %v, want %v (actions %v)", wrote, tc.wantWrite, f.actions())
+			}
+		})
 	}
 }

@@ -113,7 +113,7 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
 
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{
@@ -270,7 +270,7 @@ func TestSyncClassNotFound(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	// Failed at admission, in one write: nothing is built without a record.

@@ -25,8 +25,9 @@ import (
 type claimControl interface {
 	// Get reads a claim from the API server (not the cache).
 	Get(ctx context.Context, namespace, name string) (*airlockv1alpha1.SandboxClaim, error)
-	// List reads a namespace's claims from the API server, as of now (a quorum read).
-	List(ctx context.Context, namespace string) ([]airlockv1alpha1.SandboxClaim, error)
+	// List reads a namespace's claims (every namespace's for metav1.NamespaceAll) from the API
+	// server, as of now (a quorum read).
+	List(ctx context.Context, namespace string) (*airlockv1alpha1.SandboxClaimList, error)
 	// Update writes a claim's metadata and spec; UpdateStatus writes its status.
 	Update(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error)
 	UpdateStatus(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error)
@@ -62,12 +63,8 @@ func (r realClaimControl) Get(ctx context.Context, namespace, name string) (*air
 	return r.client.AirlockV1alpha1().SandboxClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (r realClaimControl) List(ctx context.Context, namespace string) ([]airlockv1alpha1.SandboxClaim, error) {
-	list, err := r.client.AirlockV1alpha1().SandboxClaims(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
+func (r realClaimControl) List(ctx context.Context, namespace string) (*airlockv1alpha1.SandboxClaimList, error) {
+	return r.client.AirlockV1alpha1().SandboxClaims(namespace).List(ctx, metav1.ListOptions{})
 }
 
 func (r realClaimControl) Update(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {

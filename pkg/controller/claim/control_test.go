@@ -64,6 +64,8 @@ func (f *fakeObjectControl[T]) Delete(ctx context.Context, namespace, name strin
 type fakeClaimControl struct {
 	next                       claimControl
 	updateStatusErr, deleteErr error
+	// list, if set, is what List answers.
+	list *airlockv1alpha1.SandboxClaimList
 
 	mu      sync.Mutex
 	deletes []metav1.Preconditions
@@ -74,7 +76,10 @@ func (f *fakeClaimControl) Get(ctx context.Context, namespace, name string) (*ai
 	return f.next.Get(ctx, namespace, name)
 }
 
-func (f *fakeClaimControl) List(ctx context.Context, namespace string) ([]airlockv1alpha1.SandboxClaim, error) {
+func (f *fakeClaimControl) List(ctx context.Context, namespace string) (*airlockv1alpha1.SandboxClaimList, error) {
+	if f.list != nil {
+		return f.list.DeepCopy(), nil
+	}
 	return f.next.List(ctx, namespace)
 }
 
@@ -160,7 +165,7 @@ func TestStatusWriteRefused(t *testing.T) {
 	deployments := &fakeObjectControl[*appsv1.Deployment]{next: c.children.deployments}
 	c.children.deployments = deployments
 
-	if err := c.admitNamespace(ctx, testNamespace); !apierrors.IsConflict(err) {
+	if err := admitAndBuild(ctx, c); !apierrors.IsConflict(err) {
 		t.Fatalf("sync error %v, want the conflict", err)
 	}
 	if len(claims.statues) == 0 || claims.statues[0].Status.Phase != airlockv1alpha1.ClaimBinding {

@@ -110,6 +110,8 @@ type Controller struct {
 	// sync writes them again.
 	expectations *claimExpectations
 	childExpect  *childExpectations
+	// builds are the children builds of admission passes in flight; Run waits for them.
+	builds sync.WaitGroup
 	// fenced is set once the term's fence is raised (fence.go).
 	fenced  atomic.Bool
 	fenceMu sync.Mutex
@@ -336,6 +338,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.queue.ShutDown()
 	c.admitQueue.ShutDown()
 	wg.Wait()
+	c.builds.Wait()
 	return nil
 }
 

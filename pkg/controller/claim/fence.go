@@ -4,8 +4,10 @@ package claim
 // server's watch cache, which may lag what the previous leader wrote a moment before it lost the
 // lease. Before the first admission pass, the claims are listed once from the API server (a
 // quorum read) and the cache is expected to catch up with that list: each listed claim at its
-// listed resourceVersion or later, each cached claim the list lacks gone. Namespaces are decided
-// as soon as their claims have caught up.
+// listed resourceVersion or later, and each cached claim the list lacks, if the cache had it
+// before the list was taken (its resourceVersion is older than the list's), gone: a claim created
+// since is simply newer than the list. Namespaces are decided as soon as their claims have caught
+// up.
 
 import (
 	"context"
@@ -28,13 +30,14 @@ func (c *Controller) raiseFence(ctx context.Context) error {
 	if c.fenced.Load() {
 		return nil
 	}
-	listed, err := c.claims.List(ctx, metav1.NamespaceAll)
+	list, err := c.claims.List(ctx, metav1.NamespaceAll)
 	if err != nil {
 		return err
 	}
-	seen := make(map[cache.ObjectName]bool, len(listed))
-	for i := range listed {
-		claim := &listed[i]
+	listRV, listRVErr := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	seen := make(map[cache.ObjectName]bool, len(list.Items))
+	for i := range list.Items {
+		claim := &list.Items[i]
 		seen[cache.MetaObjectToName(claim)] = true
 		rv, err := strconv.ParseUint(claim.ResourceVersion, 10, 64)
 		if err != nil {
@@ -47,11 +50,14 @@ func (c *Controller) raiseFence(ctx context.Context) error {
 		return err
 	}
 	for _, claim := range cached {
-		if !seen[cache.MetaObjectToName(claim)] {
-			c.expectations.expectGone(claim.Namespace, claim.Name)
+		if seen[cache.MetaObjectToName(claim)] || listRVErr != nil {
+			continue
+		}
+		if rv, err := strconv.ParseUint(claim.ResourceVersion, 10, 64); err == nil && rv <= listRV {
+			c.expectations.expectGone(claim.Namespace, claim.Name) // deleted before the list
 		}
 	}
-	klog.FromContext(ctx).V(2).Info("Admission fence raised", "claims", len(listed))
+	klog.FromContext(ctx).V(2).Info("Admission fence raised", "claims", len(list.Items), "resourceVersion", list.ResourceVersion)
 	c.fenced.Store(true)
 	return nil
 }

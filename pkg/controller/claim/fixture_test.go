@@ -520,3 +520,11 @@ func checkActions(t *testing.T, f *fixture, want []string) {
 		t.Errorf("actions (-want +got):\n%s", diff)
 	}
 }
+
+// admitAndBuild runs one admission pass over the test namespace and waits for the children builds
+// it started.
+func admitAndBuild(ctx context.Context, c *Controller) error {
+	err := c.admitNamespace(ctx, testNamespace)
+	c.builds.Wait()
+	return err
+}

@@ -77,7 +77,7 @@ func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
 	claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	got := f.writtenClaim()
@@ -215,7 +215,7 @@ func TestSyncReplacementGetsCurrentEntryAndClass(t *testing.T) {
 	replacement.Spec.Replaces = "c1"
 	f.claims = append(f.claims, original, replacement)
 	c := f.newController(ctx)
-	if err := c.admitNamespace(ctx, testNamespace); err != nil {
+	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	got := f.writtenClaimNamed("c1-r1")
@@ -380,7 +380,7 @@ func TestSyncAdmitInvalidClass(t *testing.T) {
 			claim := newClaim("c1", "s1", "", t0.Add(-time.Second))
 			f.claims = append(f.claims, claim)
 			c := f.newController(ctx)
-			if err := c.admitNamespace(ctx, testNamespace); err != nil {
+			if err := admitAndBuild(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			checkActions(t, f, []string{"update sandboxclaims/status c1"})
