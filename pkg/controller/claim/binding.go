@@ -197,12 +197,21 @@ func podFailure(pods []*corev1.Pod) (string, string) {
 	return "", ""
 }
 
-// evictedPod returns the newest of the pods that the kubelet evicted (phase Failed, reason
-// Evicted: its ephemeral-storage limit passed, or the node ran short), or nil.
+// evictedPod returns the newest of the pods that the kubelet evicted and says so in their status
+// (phase Failed, reason Evicted), or nil.
 func evictedPod(pods []*corev1.Pod) *corev1.Pod {
+	if pod := terminatedPod(pods); pod != nil && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == ReasonEvicted {
+		return pod
+	}
+	return nil
+}
+
+// terminatedPod returns the newest of the claim's pods that ended (Succeeded or Failed: a sandbox
+// pod only ends when something stopped it, an eviction above all), or nil.
+func terminatedPod(pods []*corev1.Pod) *corev1.Pod {
 	var newest *corev1.Pod
 	for _, pod := range pods {
-		if pod.Status.Phase != corev1.PodFailed || pod.Status.Reason != ReasonEvicted {
+		if pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
 			continue
 		}
 		if newest == nil || newest.CreationTimestamp.Before(&pod.CreationTimestamp) {

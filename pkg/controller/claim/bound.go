@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,16 +101,34 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 
 // reportEviction records, once per evicted pod, that a pod of the Bound claim was evicted: the
 // Evicted condition (its message names the pod) and a Warning event. The Deployment has already
-// started another pod on the same workspace; the agent's writable layer is what was lost.
+// started another pod on the same workspace; the agent's writable layer is what was lost. The
+// eviction is read from the pod's status when it says so, else from the kubelet's Evicted event
+// (one LIST per ended pod; a pod whose events say nothing is not looked up again).
 func (c *Controller) reportEviction(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
-	pod := evictedPod(pods)
+	pod := terminatedPod(pods)
 	if pod == nil {
 		return claim, nil
 	}
-	message := fmt.Sprintf(messageEvicted, pod.Name, pod.Status.Message)
-	if cond := findCondition(claim, ConditionEvicted); cond != nil && cond.Message == message {
+	if cond := findCondition(claim, ConditionEvicted); cond != nil && strings.HasPrefix(cond.Message, fmt.Sprintf(messageEvicted, pod.Name, "")) {
+		return claim, nil // reported
+	}
+	if _, checked := c.podsChecked.Load(pod.UID); checked {
 		return claim, nil
 	}
+	why := ""
+	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == ReasonEvicted {
+		why = pod.Status.Message
+	} else {
+		var err error
+		if why, err = c.podEvents.EvictionMessage(ctx, pod); err != nil {
+			return nil, err
+		}
+		if why == "" {
+			c.podsChecked.Store(pod.UID, struct{}{})
+			return claim, nil
+		}
+	}
+	message := fmt.Sprintf(messageEvicted, pod.Name, why)
 	updated := claim.DeepCopy()
 	now := c.clock.Now()
 	setCondition(&updated.Status, ConditionEvicted, metav1.ConditionTrue, ReasonEvicted, message, now)

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -332,4 +334,78 @@ func TestSyncBoundPodEvicted(t *testing.T) {
 			t.Errorf("events %q, want none for an eviction already reported", events)
 		}
 	})
+}
+
+// fakePodEvents answers EvictionMessage from a map by pod name, and counts the lookups.
+type fakePodEvents struct {
+	messages map[string]string
+	lookups  int
+}
+
+func (f *fakePodEvents) EvictionMessage(_ context.Context, pod *corev1.Pod) (string, error) {
+	f.lookups++
+	return f.messages[pod.Name], nil
+}
+
+// TestSyncBoundPodEvictedSucceeded: a Deployment's evicted pod ends Succeeded (its container
+// exits 0 on SIGTERM) and its status says nothing of the eviction, as seen on the real node; the
+// kubelet's Evicted event says it. The claim reports it from the event, looked up once per ended
+// pod; a pod that ended for another reason is looked up once and not reported.
+func TestSyncBoundPodEvictedSucceeded(t *testing.T) {
+	const kubeletMessage = "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. "
+	ended := func(name string, created time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Name, p.UID = name, types.UID("uid-"+name)
+			p.CreationTimestamp = metav1.NewTime(created)
+			p.Status.Phase = corev1.PodSucceeded
+		}
+	}
+	for name, tc := range map[string]struct {
+		events     map[string]string
+		wantReport bool
+	}{
+		"evicted":            {events: map[string]string{"c1-aaa11": kubeletMessage}, wantReport: true},
+		"ended, not evicted": {events: map[string]string{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := bound("c1", t0.Add(-time.Minute))
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim, 1)
+			f.pods = append(f.pods,
+				newPod(claim, ended("c1-aaa11", t0.Add(-time.Minute))),
+				newPod(claim, func(p *corev1.Pod) { p.Name = "c1-bbb22"; readyPod(p) }))
+			c := f.newController(ctx)
+			events := &fakePodEvents{messages: tc.events}
+			c.podEvents = events
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantReport {
+				got := f.writtenClaim()
+				if ev := findCondition(got, ConditionEvicted); ev == nil || !strings.Contains(ev.Message, "c1-aaa11") || !strings.Contains(ev.Message, "ephemeral local storage") {
+					t.Errorf("Evicted condition %+v, want the pod and the kubelet's message", ev)
+				}
+				claim = got
+			} else {
+				checkActions(t, f, nil)
+			}
+			if n := len(f.events()); (n == 1) != tc.wantReport {
+				t.Errorf("%d events, want a report: %v", n, tc.wantReport)
+			}
+			// Looked at again: no second lookup, no second report.
+			f.log = nil
+			if err := f.claimInformer.GetIndexer().Update(claim); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, nil)
+			if events.lookups != 1 {
+				t.Errorf("%d event lookups, want 1", events.lookups)
+			}
+		})
+	}
 }

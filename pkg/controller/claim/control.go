@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -50,6 +51,34 @@ type childControls struct {
 	services        objectControl[*corev1.Service]
 	networkPolicies objectControl[*networkingv1.NetworkPolicy]
 	jobs            objectControl[*batchv1.Job]
+}
+
+// podEvents reads what the kubelet reported about a pod: an evicted pod of a Deployment ends
+// Succeeded (its container exits 0 on SIGTERM), its status says nothing of the eviction, and only
+// the kubelet's Evicted event does.
+type podEvents interface {
+	// EvictionMessage returns the message of the kubelet's Evicted event of the pod, or "".
+	EvictionMessage(ctx context.Context, pod *corev1.Pod) (string, error)
+}
+
+// realPodEvents is podEvents on a kube clientset (a LIST of the pod's events by field selector).
+type realPodEvents struct {
+	client kubernetes.Interface
+}
+
+func (r realPodEvents) EvictionMessage(ctx context.Context, pod *corev1.Pod) (string, error) {
+	events, err := r.client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID), "reason": ReasonEvicted}.AsSelector().String(),
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, e := range events.Items {
+		if e.Source.Component == "kubelet" || e.ReportingController == "kubelet" {
+			return e.Message, nil
+		}
+	}
+	return "", nil
 }
 
 // realClaimControl is claimControl on an airlock clientset.

@@ -68,8 +68,11 @@ type Controller struct {
 	// eventClient is the events' sink (a rate limiter of its own); every other API call goes
 	// through claims and children.
 	eventClient kubernetes.Interface
-	claims     claimControl
-	children   childControls
+	claims      claimControl
+	children    childControls
+	podEvents   podEvents
+	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
+	podsChecked sync.Map
 
 	claimLister    airlocklisters.SandboxClaimLister
 	claimsSynced   cache.InformerSynced
@@ -191,6 +194,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		eventClient:         kubeClient,
 		claims:              realClaimControl{client: airlockClient},
 		children:            realChildControls(kubeClient),
+		podEvents:           realPodEvents{client: kubeClient},
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
 		runtimeLister:       informers.Runtimes.Lister(),
@@ -284,13 +288,21 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
 		}
 	}
-	for name, informer := range map[string]cache.SharedIndexInformer{
-		"job": informers.Jobs.Informer(),
-		"pod": informers.Pods.Informer(),
-	} {
-		if err := c.handlers.Add(informer, childHandler); err != nil {
-			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
+	if err := c.handlers.Add(informers.Jobs.Informer(), childHandler); err != nil {
+		return nil, fmt.Errorf("adding the job event handler: %w", err)
+	}
+	podHandler := childHandler
+	podHandler.DeleteFunc = func(obj any) {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
 		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			c.podsChecked.Delete(pod.UID)
+		}
+		c.handleObject(obj)
+	}
+	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
+		return nil, fmt.Errorf("adding the pod event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
