@@ -524,7 +524,9 @@ func TestClaimRuntimeDeletion(t *testing.T) {
 }
 
 // TestClaimLeaderFailover: with two operators, killing the leader in the middle of a burst of
-// claims leaves the invariants intact, and the other operator finishes the work.
+// claims leaves the invariants intact at every change a watch sees (the new leader decides only
+// once its cache has caught up with what the old one wrote: the fence), and the other operator
+// finishes the work.
 func TestClaimLeaderFailover(t *testing.T) {
 	const maxConcurrent, claims = 4, 12
 	e := newClaimEnv(t, "airlock-claim-failover", claimEnvOptions{maxConcurrent: maxConcurrent, maxPerSession: 1, maxInstances: 100})
@@ -537,30 +539,56 @@ func TestClaimLeaderFailover(t *testing.T) {
 	})
 	b := startClaimOperator(t, e.ns)
 
-	// Watch the invariant throughout.
-	stop := make(chan struct{})
+	// Watch the invariants throughout, on every change the API server reports (a watch sees every
+	// state a poll could miss): never more Binding+Bound than maxConcurrent, never more admitted
+	// live claims of a session than maxPerSession.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(watchCtx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var (
 		mu         sync.Mutex
 		violations []string
+		events     int
 	)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			p, _, err := e.phases(context.Background())
-			if err != nil {
+		current := map[string]*airlockv1alpha1.SandboxClaim{}
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
+			if !ok {
 				continue
 			}
-			if n := p[airlockv1alpha1.ClaimBinding] + p[airlockv1alpha1.ClaimBound]; n > maxConcurrent {
-				mu.Lock()
-				violations = append(violations, fmt.Sprintf("%d Binding+Bound > %d: %v", n, maxConcurrent, p))
-				mu.Unlock()
+			if ev.Type == watch.Deleted {
+				delete(current, c.Name)
+			} else {
+				current[c.Name] = c
 			}
+			running, perSession := 0, map[string]int{}
+			for _, c := range current {
+				switch c.Status.Phase {
+				case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
+					running++
+				}
+				switch c.Status.Phase { // admitted and live (Pending claims are the runtimes' asks)
+				case airlockv1alpha1.ClaimQueued, airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimReaping:
+					perSession[c.Spec.Session]++
+				}
+			}
+			mu.Lock()
+			events++
+			if running > maxConcurrent {
+				violations = append(violations, fmt.Sprintf("%d Binding+Bound > %d after %s %s", running, maxConcurrent, ev.Type, c.Name))
+			}
+			for s, n := range perSession {
+				if n > 1 {
+					violations = append(violations, fmt.Sprintf("session %s has %d live claims > maxPerSession 1 after %s %s", s, n, ev.Type, c.Name))
+				}
+			}
+			mu.Unlock()
 		}
 	}()
 
@@ -603,7 +631,7 @@ func TestClaimLeaderFailover(t *testing.T) {
 		return p[""]+p[airlockv1alpha1.ClaimPending]+p[airlockv1alpha1.ClaimBinding] == 0 &&
 			p[airlockv1alpha1.ClaimBound] == maxConcurrent && live == claims, nil
 	})
-	close(stop)
+	stopWatch()
 	<-done
 	_, items, err := e.phases(context.Background())
 	if err != nil {
@@ -622,6 +650,7 @@ func TestClaimLeaderFailover(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	t.Logf("watched %d claim events", events)
 	for _, v := range violations {
 		t.Error(v)
 	}
