@@ -64,7 +64,10 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 	}
 	return &OperatorOptions{
 		namespace:  leaseNamespace,
-		KubeClient: &KubeClientOptions{QPS: 50, Burst: 100},
+		// Each claim costs the kube client four creates (Secret, Deployment, Service,
+		// NetworkPolicy) and the airlock client two status writes: 40 claims a second need 160
+		// requests a second of one limiter (docs/decisions.md, "Client rate limits").
+		KubeClient: &KubeClientOptions{QPS: 200, Burst: 400},
 		LeaderElection: &LeaderElectionOptions{LeaderElectionConfiguration: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},

@@ -61,7 +61,7 @@ func TestOperatorDefaults(t *testing.T) {
 	}
 	got := []any{o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress, o.Serving.HealthProbeBindAddress,
 		o.Controllers.Workers, o.Controllers.SyncImage, o.KubeClient.QPS, o.KubeClient.Burst, o.KubeClient.Kubeconfig, o.SandboxAPI.TokenAudiences, o.namespace}
-	wantRest := []any{":8443", ":8080", ":8081", 4, "ghcr.io/airlock-dev/airlock:dev", float32(50), 100, "", []string{"airlock"}, "airlock-system"}
+	wantRest := []any{":8443", ":8080", ":8081", 4, "ghcr.io/airlock-dev/airlock:dev", float32(200), 400, "", []string{"airlock"}, "airlock-system"}
 	if diff := cmp.Diff(wantRest, got); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
