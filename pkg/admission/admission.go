@@ -100,6 +100,23 @@ type Input struct {
 	PodGone map[string]bool
 }
 
+// NewInput returns an Input of claims, with the runtimes and registries indexed by name (PodGone
+// empty).
+func NewInput(claims []*airlockv1alpha1.SandboxClaim, runtimes []*airlockv1alpha1.AgentRuntime, registries []*airlockv1alpha1.ToolRegistry) Input {
+	in := Input{
+		Claims:     claims,
+		Runtimes:   make(map[string]*airlockv1alpha1.AgentRuntime, len(runtimes)),
+		Registries: make(map[string]*airlockv1alpha1.ToolRegistry, len(registries)),
+	}
+	for _, rt := range runtimes {
+		in.Runtimes[rt.Name] = rt
+	}
+	for _, r := range registries {
+		in.Registries[r.Name] = r
+	}
+	return in
+}
+
 // The defaults of the CRD schema (manifests/crd), used when a limit is zero, as it is on objects
 // that were built in code rather than served by an API server. Non-positive values, which the
 // schema's minimum of 1 rejects, are treated as zero.

@@ -837,3 +837,17 @@ func orString(s, def string) string {
 	}
 	return s
 }
+
+// TestNewInput: runtimes and registries are indexed by name; the claims are kept as given.
+func TestNewInput(t *testing.T) {
+	claims := []*airlockv1alpha1.SandboxClaim{{ObjectMeta: metav1.ObjectMeta{Name: "c1"}}}
+	in := NewInput(claims,
+		[]*airlockv1alpha1.AgentRuntime{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, {ObjectMeta: metav1.ObjectMeta{Name: "b"}}},
+		[]*airlockv1alpha1.ToolRegistry{{ObjectMeta: metav1.ObjectMeta{Name: "tools"}}})
+	if len(in.Claims) != 1 || in.Claims[0] != claims[0] {
+		t.Errorf("claims %v, want the given ones", in.Claims)
+	}
+	if in.Runtimes["a"] == nil || in.Runtimes["b"] == nil || len(in.Runtimes) != 2 || in.Registries["tools"] == nil || len(in.Registries) != 1 {
+		t.Errorf("runtimes %v registries %v, want them by name", in.Runtimes, in.Registries)
+	}
+}

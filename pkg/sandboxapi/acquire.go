@@ -161,17 +161,7 @@ func (s *Server) admit(prospective *airlockv1alpha1.SandboxClaim, extra []*airlo
 	if err != nil {
 		return err
 	}
-	in := admission.Input{
-		Claims:     make([]*airlockv1alpha1.SandboxClaim, 0, len(cached)+len(extra)+1),
-		Runtimes:   make(map[string]*airlockv1alpha1.AgentRuntime, len(runtimes)),
-		Registries: make(map[string]*airlockv1alpha1.ToolRegistry, len(registries)),
-	}
-	for _, rt := range runtimes {
-		in.Runtimes[rt.Name] = rt
-	}
-	for _, r := range registries {
-		in.Registries[r.Name] = r
-	}
+	in := admission.NewInput(make([]*airlockv1alpha1.SandboxClaim, 0, len(cached)+len(extra)+1), runtimes, registries)
 	seen := map[string]bool{prospective.Name: true}
 	for _, c := range extra {
 		if !seen[c.Name] {

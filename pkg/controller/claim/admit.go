@@ -283,17 +283,7 @@ func (c *Controller) admissionInput(namespace string) (admission.Input, error) {
 	if err != nil {
 		return admission.Input{}, err
 	}
-	input := admission.Input{
-		Claims:     claims,
-		Runtimes:   make(map[string]*airlockv1alpha1.AgentRuntime, len(runtimes)),
-		Registries: make(map[string]*airlockv1alpha1.ToolRegistry, len(registries)),
-	}
-	for _, rt := range runtimes {
-		input.Runtimes[rt.Name] = rt
-	}
-	for _, r := range registries {
-		input.Registries[r.Name] = r
-	}
+	input := admission.NewInput(claims, runtimes, registries)
 	if input.PodGone, err = c.podGone(claims); err != nil {
 		return admission.Input{}, err
 	}
