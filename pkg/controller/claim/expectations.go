@@ -110,7 +110,9 @@ func (x *claimExpectations) expectGone(namespace, name string) {
 }
 
 // observe checks the expectation of the claim against what the cache now holds (nil: the cache
-// has just seen it deleted), and says whether its namespace has no expectation left because of it.
+// has just seen it deleted), and says whether it met one: the namespace should then be looked at
+// again, as the others may be met already (satisfied checks them against the cache; a stall when
+// the last one to be seen is not the last one left was found by TestClaimLeaderFailover).
 func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -122,9 +124,8 @@ func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alp
 	delete(m, name)
 	if len(m) == 0 {
 		delete(x.byNS, namespace)
-		return true
 	}
-	return false
+	return true
 }
 
 // satisfied says whether the namespace may be decided: every expectation is met, given the

@@ -53,8 +53,8 @@ func TestClaimExpectations(t *testing.T) {
 	}
 }
 
-// TestClaimExpectationsObserve: the claim handlers' events meet expectations and say when a
-// namespace has none left (so that it is decided again); a deletion meets any.
+// TestClaimExpectationsObserve: the claim handlers' events meet expectations and say so, so that
+// the namespace is looked at again; a deletion meets any.
 func TestClaimExpectationsObserve(t *testing.T) {
 	x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
 	x.expectWrite(testNamespace, "c1", "5")
@@ -62,14 +62,14 @@ func TestClaimExpectationsObserve(t *testing.T) {
 	if x.observe(testNamespace, "c1", claimAt("c1", "5")) {
 		t.Error("an event at the write's base met it")
 	}
-	if x.observe(testNamespace, "c1", claimAt("c1", "6")) {
-		t.Error("the namespace reported free with c2 still expected")
+	if !x.observe(testNamespace, "c1", claimAt("c1", "6")) {
+		t.Error("meeting c1's expectation did not ask for the namespace again (c2's may be met in the cache already)")
 	}
 	if x.observe(testNamespace, "c3", claimAt("c3", "1")) {
 		t.Error("an unexpected claim's event reported the namespace free")
 	}
 	if !x.observe(testNamespace, "c2", nil) {
-		t.Error("c2's deletion did not leave the namespace free")
+		t.Error("c2's deletion did not ask for the namespace again")
 	}
 	if n := x.pending(testNamespace); n != 0 {
 		t.Errorf("%d expectations left", n)
