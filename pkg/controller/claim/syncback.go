@@ -157,10 +157,14 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		if err != nil || why != "" {
 			return why, err
 		}
+		// Counted as running from before its creation, so that the Job informer's add event,
+		// which may come before Create returns, is what clears it.
+		key := cache.MetaObjectToName(job)
+		c.syncJobsStarted.add(key)
 		if err := c.children.jobs.Create(ctx, job); err != nil {
+			c.syncJobsStarted.observed(key)
 			return "", err
 		}
-		c.syncJobsStarted.add(cache.MetaObjectToName(job))
 		return "", nil
 	}()
 	if apierrors.IsAlreadyExists(err) {

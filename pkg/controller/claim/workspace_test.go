@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"errors"
 	"sort"
 	"strings"
 	"testing"
@@ -601,4 +602,26 @@ func drainQueue(c *Controller) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestSyncBackJobNotCreatedNotCounted: a sync-back Job whose creation failed does not count as
+// running: nobody waits for a Job that does not exist.
+func TestSyncBackJobNotCreatedNotCounted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim, 0)
+	c := f.newController(ctx)
+	jobs := &fakeObjectControl[*batchv1.Job]{next: c.children.jobs, createErr: errors.New("the API server is away")}
+	c.children.jobs = jobs
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
+		t.Fatal("sync succeeded though the Job was not created")
+	}
+	if len(jobs.calls) != 1 {
+		t.Fatalf("Job calls %q, want one create", jobs.calls)
+	}
+	if c.syncJobsStarted.has(cache.ObjectName{Namespace: testNamespace, Name: "c1-sync"}) {
+		t.Error("a Job that was not created counts as running")
+	}
 }
