@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -463,8 +464,8 @@ func TestClaimRefusedMaxPerSession(t *testing.T) {
 }
 
 // TestClaimIdleReaped: a claim idle past a short idleTimeout is Reaping, its Deployment is scaled
-// to zero, its sync-back Job runs `airlock sync`, and the claim is deleted when the Job succeeds
-// (kwok completes Job pods).
+// to zero, its sync-back Job runs `airlock sync` (which removes the workspace once it is copied),
+// and the claim is deleted when the Job succeeds (kwok completes Job pods).
 func TestClaimIdleReaped(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-reap", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second, targetPath: "projects/demo"})
 	startClaimOperator(t, e.ns)
@@ -477,7 +478,8 @@ func TestClaimIdleReaped(t *testing.T) {
 		if err == nil && !jobSeen {
 			jobSeen = true
 			args := job.Spec.Template.Spec.Containers[0].Args
-			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo"}
+			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo",
+				"--remove-source", "--sandboxes-dir=" + e.ns + "/sandboxes"}
 			if !slices.Equal(args, want) {
 				t.Errorf("sync Job args %q, want %q", args, want)
 			}
@@ -493,6 +495,101 @@ func TestClaimIdleReaped(t *testing.T) {
 	})
 	if !jobSeen {
 		t.Error("the claim was deleted without a sync-back Job being seen")
+	}
+}
+
+// TestClaimCleanupWithoutTargetPath: a reaped claim with nothing to save is deleted only after
+// its cleanup Job (`airlock sync --remove-only`) has removed its workspace.
+func TestClaimCleanupWithoutTargetPath(t *testing.T) {
+	e := newClaimEnv(t, "airlock-claim-cleanup", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
+	startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "")
+	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+
+	var jobSeen bool
+	eventually(t, 90*time.Second, "the cleanup Job and the claim's deletion", func(ctx context.Context) (bool, error) {
+		job, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, c.Name+"-sync", metav1.GetOptions{})
+		if err == nil && !jobSeen {
+			jobSeen = true
+			args := job.Spec.Template.Spec.Containers[0].Args
+			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--remove-only", "--sandboxes-dir=" + e.ns + "/sandboxes"}
+			if !slices.Equal(args, want) {
+				t.Errorf("cleanup Job args %q, want %q", args, want)
+			}
+		}
+		_, err = e.getClaim(ctx, c.Name)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if !jobSeen {
+		t.Error("the claim was deleted without a cleanup Job being seen")
+	}
+}
+
+// TestClaimSyncBackOneAtATime: claims reaped together that sync back into one targetPath run
+// their sync-back Jobs one at a time (a watch on the namespace's Jobs never sees two unfinished
+// at once), and every one of them is saved and deleted: nothing waits forever.
+func TestClaimSyncBackOneAtATime(t *testing.T) {
+	const claims = 3
+	e := newClaimEnv(t, "airlock-claim-serial", claimEnvOptions{maxConcurrent: claims, maxPerSession: 3, maxInstances: claims, idleTimeout: 5 * time.Second, targetPath: "projects/shared"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w, err := kubeClient.BatchV1().Jobs(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	type result struct {
+		maxUnfinished int
+		started       []string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { done <- r }()
+		unfinished := map[string]bool{}
+		for ev := range w.ResultChan() {
+			job, ok := ev.Object.(*batchv1.Job)
+			if !ok {
+				continue
+			}
+			finished := false
+			for _, c := range job.Status.Conditions {
+				if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+					finished = true
+				}
+			}
+			if ev.Type == watch.Added {
+				r.started = append(r.started, job.Name)
+			}
+			if ev.Type == watch.Deleted || finished {
+				delete(unfinished, job.Name)
+			} else {
+				unfinished[job.Name] = true
+			}
+			r.maxUnfinished = max(r.maxUnfinished, len(unfinished))
+		}
+	}()
+
+	startClaimOperator(t, e.ns)
+	var names []string
+	for i := range claims {
+		c := e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", "projects/shared")
+		names = append(names, c.Name)
+	}
+	for _, n := range names {
+		e.waitGone(t, n, 120*time.Second)
+	}
+	cancel()
+	r := <-done
+	t.Logf("sync-back Jobs in the order they started: %v", r.started)
+	if r.maxUnfinished != 1 {
+		t.Errorf("at most %d sync-back Jobs into one target were unfinished at once, want 1", r.maxUnfinished)
+	}
+	if len(r.started) < claims {
+		t.Errorf("%d sync-back Jobs seen, want at least %d (one per claim)", len(r.started), claims)
 	}
 }
 

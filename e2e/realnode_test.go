@@ -104,9 +104,10 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 	e := &realnodeEnv{ns: ns}
 
 	// The content volume: a static hostPath PV, pre-bound to the namespace's workspace-content
-	// PVC. Its root is world-writable (1777), so that the subPath directories the kubelet creates
+	// PVC. Its root is world-writable (0777), so that the subPath directories the kubelet creates
 	// for the sandboxes (with the root's mode, owned by root) are writable by uid 65532, and the
-	// sync-back Job (also 65532) can create the target (docs/decisions.md, "Real node").
+	// sync-back Job (also 65532) can create the target and remove the workspaces: not sticky, or
+	// 65532 could not remove the directories the kubelet made (docs/decisions.md, "Real node").
 	e.hostDir = prepareNodeDir(t, ns)
 	createContentVolume(t, ns, e.hostDir, ptr.To(corev1.HostPathDirectory))
 	if _, err := kubeClient.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
@@ -345,7 +346,7 @@ func runPodToEnd(ctx context.Context, ns string, pod *corev1.Pod, timeout time.D
 // nodeDirRoot is where the tests' content volumes live on the node.
 const nodeDirRoot = "/tmp/airlock-e2e-realnode"
 
-// prepareNodeDir makes the directory nodeDirRoot/name on the node, world-writable and sticky, and
+// prepareNodeDir makes the directory nodeDirRoot/name on the node, world-writable (not sticky), and
 // removes it when the test ends. It works through a root pod in a privileged namespace of its
 // own, never through this machine's filesystem, so that the suite runs the same where the node is
 // not this machine (kind: the node is a container). The suite assumes one node.
@@ -354,10 +355,11 @@ func prepareNodeDir(t *testing.T, name string) string {
 	ctx := context.Background()
 	run := nodeShell(t)
 	dir := path.Join(nodeDirRoot, name)
-	// mode 1777: the subPath directories the kubelet creates for the sandboxes (with the root's
-	// mode, owned by root) are then writable by uid 65532, and so is the sync-back Job's target
-	// (docs/decisions.md, "Real node").
-	if err := run(ctx, "mkdir", "mkdir -p /node/"+name+" && chmod 1777 /node/"+name); err != nil {
+	// mode 0777: the subPath directories the kubelet creates for the sandboxes (with the root's
+	// mode, owned by root) are then writable by uid 65532, and so is the sync-back Job's target;
+	// not sticky, so that the sync-back Job (65532) may remove a workspace directory the kubelet
+	// made (docs/decisions.md, "Real node").
+	if err := run(ctx, "mkdir", "mkdir -p /node/"+name+" && chmod 0777 /node/"+name); err != nil {
 		t.Fatalf("preparing %s on the node: %v", dir, err)
 	}
 	t.Cleanup(func() {
@@ -369,14 +371,14 @@ func prepareNodeDir(t *testing.T, name string) string {
 }
 
 // mkdirContent makes the directory rel (slash-separated, below the content volume's root) on the
-// node, and every directory on the way, mode 1777 as the volume's root (the mode the kubelet gives
-// the subPath directories it creates), so that the sandboxes' uid can write in each; the last one
-// is the sandboxes' uid's own, so that a sandbox may also remove it (the parents are sticky).
+// node, and every directory on the way, mode 0777 as the volume's root (the mode the kubelet gives
+// the subPath directories it creates), so that the sandboxes' uid can write in each, and the
+// sync-back Job remove a workspace among them; the last one is the sandboxes' uid's own.
 func (e *realnodeEnv) mkdirContent(t *testing.T, rel string) {
 	t.Helper()
 	script := "set -e; cd /node/" + path.Base(e.hostDir)
 	for _, elem := range strings.Split(rel, "/") {
-		script += " && mkdir -p " + elem + " && chmod 1777 " + elem + " && cd " + elem
+		script += " && mkdir -p " + elem + " && chmod 0777 " + elem + " && cd " + elem
 	}
 	script += fmt.Sprintf(" && chown %d:%d .", sandboxUID, sandboxUID)
 	if err := nodeShell(t)(context.Background(), "mkdir-content", script); err != nil {
@@ -434,6 +436,27 @@ func (e *realnodeEnv) readContent(rel string) (string, error) {
 		return "", fmt.Errorf("reading %s: pod %s ended %s: %s", rel, name, phase, logs)
 	}
 	return string(logs), nil
+}
+
+// listContent returns the names in the directory rel (slash-separated, below the content volume's
+// root), as a pod that mounts the PVC read-only sees them.
+func (e *realnodeEnv) listContent(rel string) ([]string, error) {
+	ctx := context.Background()
+	name := fmt.Sprintf("ls-%d", time.Now().UnixNano())
+	pod := restrictedPod(name, map[string]string{"app": "reader"}, realnodeSandboxImage(), nil)
+	pod.Spec.Containers[0].Command = []string{"ls", "-A1", path.Join("/content", rel)}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "content", MountPath: "/content", ReadOnly: true}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content", ReadOnly: true},
+	}}}
+	phase, logs, err := runPodToEnd(ctx, e.ns, pod, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	if phase != corev1.PodSucceeded {
+		return nil, fmt.Errorf("listing %s: pod %s ended %s: %s", rel, name, phase, logs)
+	}
+	return strings.Fields(string(logs)), nil
 }
 
 type rnCall struct {
@@ -704,6 +727,62 @@ func TestRealNodeSandbox(t *testing.T) {
 		}
 		return false, err
 	})
+}
+
+// TestRealNodeWorkspaceCollected: once a reaped claim's work is saved its workspace directory is
+// gone from the content volume: a claim with a targetPath (its sync-back Job copies, then removes
+// the workspace) and one without (its cleanup Job removes it); nothing half-removed is left in
+// <ns>/sandboxes, and the saved copy is in the target.
+func TestRealNodeWorkspaceCollected(t *testing.T) {
+	requireRealNode(t)
+	e := newRealnodeEnv(t, "airlock-rn-ws", realnodeOptions{
+		maxConcurrent: 2, maxPerSession: 2, maxInstances: 2, targetPath: "results/ws",
+		allowedServices: []airlockv1alpha1.ServiceReference{}, // a "net" sandbox, without targetPath
+	})
+	work := func(handle string) map[string]any {
+		session := "collected-" + strings.SplitN(handle, "/", 2)[0]
+		return map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": session, "handle": handle, "close": true,
+			"steps": []map[string]any{step("write", "Write", map[string]any{"file_path": "src/out.txt", "content": "saved by " + handle + "\n"})}}
+	}
+	var saved, nothing rnSession
+	e.runClient(t, "runtime-saved", "session", work("codegen/default"), 4*time.Minute, &saved)
+	e.runClient(t, "runtime-nothing", "session", work("net/default"), 4*time.Minute, &nothing)
+	for _, r := range []*rnSession{&saved, &nothing} {
+		if r.Error != "" || r.Phase != "Bound" {
+			t.Fatalf("runtime: %s %s", r.Phase, r.Error)
+		}
+		if c := r.call(t, "write"); c.Err != "" || c.IsError {
+			t.Fatalf("%s: write: err %q isError %v: %s", r.Claim, c.Err, c.IsError, c.Text)
+		}
+	}
+	// Closed: each is reaped, its Job runs, and it is deleted once the Job has succeeded.
+	for _, claim := range []string{saved.Claim, nothing.Claim} {
+		eventually(t, 3*time.Minute, "claim "+claim+" to be reaped and deleted", func(ctx context.Context) (bool, error) {
+			_, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+	}
+	if got, err := e.readContent("results/ws/src/out.txt"); err != nil || got != "saved by codegen/default\n" {
+		t.Errorf("synced-back src/out.txt: %q %v, want the agent's work", got, err)
+	}
+	entries, err := e.listContent(path.Join(e.ns, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/sandboxes after both claims went: %q", e.ns, entries)
+	for _, name := range entries {
+		switch {
+		case name == saved.Claim:
+			t.Errorf("the workspace of %s (sync-back) is still there", name)
+		case name == nothing.Claim:
+			t.Errorf("the workspace of %s (no targetPath) is still there", name)
+		case strings.Contains(name, ".airlock-"):
+			t.Errorf("left behind in %s/sandboxes: %s", e.ns, name)
+		}
+	}
 }
 
 // TestRealNodeAPIServerAudienceRefused: a runtime pod that sends its default ServiceAccount

@@ -179,7 +179,8 @@ func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 			t.Errorf("the closed session's claim %s has no %s annotation", n, airlockv1alpha1.AnnotationReapRequested)
 		}
 	}
-	// The leader reaps them now (no targetPath here, so no sync-back), and renew says so.
+	// The leader reaps them now (no targetPath here, so no sync-back: a cleanup Job removes the
+	// workspaces), and renew says so.
 	for _, n := range []string{name, lint} {
 		e.waitGone(t, n, 90*time.Second)
 	}

@@ -157,7 +157,11 @@ run_node() {
 
   say "a demo namespace: content volume (hostPath PV), an agent runtime with its own ServiceAccount"
   mkdir -p "$CONTENT"
-  chmod 1777 "$CONTENT"
+  # World-writable, not sticky: the sync-back Job (uid 65532) removes workspace directories that
+  # the kubelet made (root's); a sticky parent would forbid it. Directories an older run made
+  # sticky are made plain too (docs/decisions.md, "Real node").
+  chmod 0777 "$CONTENT"
+  find "$CONTENT" -mindepth 1 -maxdepth 3 -type d -perm -1000 -exec chmod -t {} + || true
   "$KUBECTL" apply --server-side --force-conflicts -k hack/local-node/demo
   "$KUBECTL" get sbc,tr,ar -A
 

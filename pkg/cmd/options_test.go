@@ -388,8 +388,52 @@ func TestSyncValidate(t *testing.T) {
 			checkOneErrorFor(t, errs, tc.wantFlag)
 		})
 	}
-	if d := NewSyncOptions(); d.ContentRoot != "/content" || d.From != "" || d.To != "" {
+	if d := NewSyncOptions(); d.ContentRoot != "/content" || d.From != "" || d.To != "" || d.RemoveSource || d.RemoveOnly || d.SandboxesDir != "" {
 		t.Errorf("defaults: %+v", d)
+	}
+}
+
+// TestSyncValidateRemoval: --remove-source and --remove-only remove only a workspace of
+// --sandboxes-dir (<ns>/sandboxes/<name> or <ns>/sandboxes/sessions/<name>), and say so.
+func TestSyncValidateRemoval(t *testing.T) {
+	root := t.TempDir()
+	removeSource := func(o *SyncOptions) { o.RemoveSource, o.SandboxesDir = true, "ns/sandboxes" }
+	removeOnly := func(o *SyncOptions) { o.RemoveOnly, o.SandboxesDir, o.To = true, "ns/sandboxes", "" }
+	tests := map[string]struct {
+		modify   func(o *SyncOptions)
+		wantFlag string
+	}{
+		"remove-source":                       {modify: removeSource},
+		"remove-only":                         {modify: removeOnly},
+		"remove-only, a session's workspace":  {modify: func(o *SyncOptions) { removeOnly(o); o.From = "ns/sandboxes/sessions/ab12" }},
+		"remove-source without sandboxes-dir": {modify: func(o *SyncOptions) { removeSource(o); o.SandboxesDir = "" }, wantFlag: "sandboxes-dir"},
+		"remove-only without sandboxes-dir":   {modify: func(o *SyncOptions) { removeOnly(o); o.SandboxesDir = "" }, wantFlag: "sandboxes-dir"},
+		"sandboxes-dir without a removal":     {modify: func(o *SyncOptions) { o.SandboxesDir = "ns/sandboxes" }, wantFlag: "sandboxes-dir"},
+		"sandboxes-dir not .../sandboxes":     {modify: func(o *SyncOptions) { removeSource(o); o.SandboxesDir = "ns" }, wantFlag: "sandboxes-dir"},
+		"sandboxes-dir absolute":              {modify: func(o *SyncOptions) { removeSource(o); o.SandboxesDir = "/ns/sandboxes" }, wantFlag: "sandboxes-dir"},
+		"from outside sandboxes-dir":          {modify: func(o *SyncOptions) { removeOnly(o); o.From = "ns/projects/web" }, wantFlag: "from"},
+		"from in another namespace":           {modify: func(o *SyncOptions) { removeSource(o); o.From = "other/sandboxes/c1" }, wantFlag: "from"},
+		"from is sandboxes-dir":               {modify: func(o *SyncOptions) { removeOnly(o); o.From = "ns/sandboxes" }, wantFlag: "from"},
+		"from is the sessions directory":      {modify: func(o *SyncOptions) { removeOnly(o); o.From = "ns/sandboxes/sessions" }, wantFlag: "from"},
+		"from inside a workspace":             {modify: func(o *SyncOptions) { removeOnly(o); o.From = "ns/sandboxes/c1/src" }, wantFlag: "from"},
+		"remove-only with to":                 {modify: func(o *SyncOptions) { removeOnly(o); o.To = "ns/projects/web" }, wantFlag: "to"},
+		"remove-only and remove-source":       {modify: func(o *SyncOptions) { removeOnly(o); o.RemoveSource = true }, wantFlag: "remove-only"},
+		"remove-source without to":            {modify: func(o *SyncOptions) { removeSource(o); o.To = "" }, wantFlag: "to"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := NewSyncOptions()
+			o.ContentRoot, o.From, o.To = root, "ns/sandboxes/c1", "ns/projects/web"
+			tc.modify(o)
+			errs := o.Validate()
+			if tc.wantFlag == "" {
+				if len(errs) != 0 {
+					t.Fatalf("valid options rejected: %v", errs)
+				}
+				return
+			}
+			checkOneErrorFor(t, errs, tc.wantFlag)
+		})
 	}
 }
 

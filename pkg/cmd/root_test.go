@@ -164,3 +164,61 @@ func TestSyncCommandRejectsEscapingPaths(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and:\n%s", code, stderr, want)
 	}
 }
+
+// TestSyncCommandRemoves: with --remove-source the workspace is gone and its
+// copy in place; with --remove-only it is gone and nothing is copied.
+func TestSyncCommandRemoves(t *testing.T) {
+	root := t.TempDir()
+	for _, ws := range []string{"c1", "c2"} {
+		if err := os.MkdirAll(filepath.Join(root, "ns", "sandboxes", ws), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "ns", "sandboxes", ws, "main.go"), []byte("package "+ws+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, stderr := runAirlock(t, "sync", "--content-root="+root, "--from=ns/sandboxes/c1", "--to=ns/projects/web",
+		"--remove-source", "--sandboxes-dir=ns/sandboxes")
+	if code != 0 {
+		t.Fatalf("--remove-source: exit %d, stderr:\n%s", code, stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "ns", "projects", "web", "main.go")); err != nil || string(got) != "package c1\n" {
+		t.Errorf("copied file: %q, %v", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "ns", "sandboxes", "c1")); !os.IsNotExist(err) {
+		t.Errorf("the workspace is still there after --remove-source: %v", err)
+	}
+
+	code, _, stderr = runAirlock(t, "sync", "--content-root="+root, "--from=ns/sandboxes/c2", "--remove-only", "--sandboxes-dir=ns/sandboxes")
+	if code != 0 {
+		t.Fatalf("--remove-only: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "ns", "sandboxes", "c2")); !os.IsNotExist(err) {
+		t.Errorf("the workspace is still there after --remove-only: %v", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "ns", "sandboxes"))
+	if err != nil || len(entries) != 0 {
+		t.Errorf("ns/sandboxes holds %v (%v), want nothing", entries, err)
+	}
+}
+
+// TestSyncCommandRefusesToRemoveOutsideSandboxes: a project (or a mount role's directory) is never
+// removed, and the refusal is one clear line before anything is touched.
+func TestSyncCommandRefusesToRemoveOutsideSandboxes(t *testing.T) {
+	root := t.TempDir()
+	keep := filepath.Join(root, "ns", "projects", "web", "keep.txt")
+	if err := os.MkdirAll(filepath.Dir(keep), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keep, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runAirlock(t, "sync", "--content-root="+root, "--from=ns/projects/web", "--remove-only", "--sandboxes-dir=ns/sandboxes")
+	want := "Error: invalid value for --from: cannot be removed: \"ns/projects/web\" is not inside \"ns/sandboxes\": only a workspace the operator made may be removed\n"
+	if code != 1 || stderr != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and:\n%s", code, stderr, want)
+	}
+	if got, err := os.ReadFile(keep); err != nil || string(got) != "keep\n" {
+		t.Errorf("the project changed: %q, %v", got, err)
+	}
+}

@@ -153,8 +153,8 @@ func TestSyncBoundIdle(t *testing.T) {
 			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
-		"idle, pods gone, no targetPath: deleted": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "delete sandboxclaims c1"},
+		"idle, pods gone, no targetPath: cleanup Job": {
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, targetPath: sync-back Job": {
@@ -197,7 +197,8 @@ func TestSyncBoundIdle(t *testing.T) {
 			}
 			if tc.targetPath != "" {
 				job := f.written("jobs", "").(*batchv1.Job)
-				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo"}
+				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo",
+					"--remove-source", "--sandboxes-dir=team-a/sandboxes"}
 				if diff := cmp.Diff(wantArgs, job.Spec.Template.Spec.Containers[0].Args); diff != "" {
 					t.Errorf("sync Job args (-want +got):\n%s", diff)
 				}

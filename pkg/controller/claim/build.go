@@ -410,10 +410,11 @@ func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
 }
 
 // buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
-// airlock) copying workspaceDir into targetPath inside the content PVC. It does not retry by
+// airlock) copying workspaceDir into targetPath inside the content PVC, and removing the
+// workspace afterwards when removeWorkspace is set (syncJobArgs). It does not retry by
 // itself (backoffLimit 0): the controller retries with its own backoff. An attempt ends by
 // syncDeadline (activeDeadlineSeconds) whatever happens to its pod.
-func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int) *batchv1.Job {
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool) *batchv1.Job {
 	meta := childMeta(claim, syncJobName(claim))
 	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
 	return &batchv1.Job{
@@ -431,12 +432,8 @@ func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image s
 					Containers: []corev1.Container{{
 						Name:  syncContainerName,
 						Image: image,
-						Args: []string{
-							"sync",
-							"--content-root=" + contentMountPath,
-							"--from=" + claim.Spec.WorkspaceDir,
-							"--to=" + claim.Spec.TargetPath,
-						},
+						Args:  syncJobArgs(claim, removeWorkspace),
+
 						VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
 						SecurityContext:          restrictedContainerSecurityContext(),
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

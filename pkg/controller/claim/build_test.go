@@ -250,7 +250,7 @@ func TestBuildSecret(t *testing.T) {
 func TestBuildSyncJob(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
 	claim.Spec.TargetPath = "projects/demo"
-	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2)
+	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2, false)
 	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
 		t.Errorf("job meta %+v", job.ObjectMeta)
 	}

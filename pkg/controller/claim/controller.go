@@ -123,6 +123,12 @@ type Controller struct {
 	recorder    record.EventRecorder
 	clock       clock.WithTicker
 
+	// syncLocks serialises, per namespace, the check that it is a claim's turn to sync back into
+	// its targetPath with the creation of its Job; syncJobsStarted are the Jobs so created that
+	// the cache may not show yet (workspace.go).
+	syncLocks       keyedLocks
+	syncJobsStarted syncJobsStarted
+
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
 
@@ -304,6 +310,9 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
 		return nil, fmt.Errorf("adding the pod event handler: %w", err)
 	}
+	if err := c.handlers.Add(informers.Jobs.Informer(), c.syncJobHandler()); err != nil {
+		return nil, fmt.Errorf("adding the sync-back Job event handler: %w", err)
+	}
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
 		UpdateFunc: c.updateAllowedService,
@@ -445,6 +454,9 @@ func (c *Controller) updateClaim(logger klog.Logger, old, cur any) {
 		logger.V(4).Info("Claim freed a slot", "claim", klog.KObj(curClaim), "phase", curClaim.Status.Phase)
 		c.enqueueWaiting(curClaim.Namespace)
 	}
+	if leftSyncLine(oldClaim, curClaim) {
+		c.enqueueSyncWaiters(curClaim.Namespace, oldClaim.Spec.TargetPath)
+	}
 }
 
 func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
@@ -465,6 +477,10 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	c.expectations.observe(claim.Namespace, claim.Name, nil)
 	c.childExpect.forget(claim.UID)
 	c.enqueueWaiting(claim.Namespace)
+	c.syncJobsStarted.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
+	if leftSyncLine(claim, nil) {
+		c.enqueueSyncWaiters(claim.Namespace, claim.Spec.TargetPath)
+	}
 	// A Failed claim is kept while its replacement lives.
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})

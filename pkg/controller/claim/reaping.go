@@ -53,7 +53,8 @@ func (c *Controller) beginReaping(ctx context.Context, claim *airlockv1alpha1.Sa
 }
 
 // syncReaping scales the claim's Deployment to zero, waits for its pods to go, runs the
-// sync-back Job when the claim has a targetPath, and deletes the claim when its work is saved.
+// sync-back Job when the claim has a targetPath (or the cleanup Job that removes its workspace
+// when it has none: workspace.go), and deletes the claim when its work is saved.
 func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
 	if runtimeGone(rt) {
 		return nil, nil // garbage collection deletes the claim, without sync-back
@@ -70,9 +71,6 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 	}
 	// The pod is gone: the claim no longer holds a slot.
 	c.enqueueWaiting(claim.Namespace)
-	if claim.Spec.TargetPath == "" {
-		return nil, c.removeClaim(ctx, claim, ReasonReaped)
-	}
 	return c.syncBack(ctx, claim)
 }
 

@@ -22,7 +22,8 @@ const (
 	// binding begins (its lastTransitionTime starts the class's startupTimeout) and False with the
 	// failure's reason when the claim fails (its lastTransitionTime is then the failure's time).
 	ConditionReady = "Ready"
-	// ConditionSyncBack reports the sync-back of a Reaping claim: False with the Job's failure
+	// ConditionSyncBack reports the sync-back of a Reaping claim (and the removal of its
+	// workspace): Unknown while it waits its turn (workspace.go), False with the Job's failure
 	// while it is retried, True once the workspace is saved.
 	ConditionSyncBack = "SyncBack"
 	// ConditionEvicted reports the last eviction of one of the claim's pods (its ephemeral-storage

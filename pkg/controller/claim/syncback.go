@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -24,34 +25,17 @@ import (
 // claim, reported (condition SyncBack=False with the reason, a Warning event) and retried after a
 // backoff; the claim is never deleted while its work is unsaved.
 
-// syncBack runs the claim's sync-back Job, retrying a failed one with backoff.
+// syncBack runs the claim's sync-back Job (or, for a claim without a targetPath, its workspace
+// cleanup Job: workspace.go), retrying a failed one with backoff, and deletes the claim once the
+// Job has succeeded.
 func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
 	failures := syncFailures(claim)
+	saves := claim.Spec.TargetPath != ""
 	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
 	if apierrors.IsNotFound(err) {
-		pvc, err := c.contentClaimName(claim)
-		if err != nil {
-			return nil, err
-		}
-		if pvc == "" {
-			// A claim without a record and without its class: the content PVC is unknown; the
-			// class's creation enqueues nothing, so look again later.
-			logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
-			return ptr.To(syncBackoffMax), nil
-		}
-		attempt := failures + 1
-		job := buildSyncJob(claim, pvc, c.syncImage, attempt)
-		err = c.children.jobs.Create(ctx, job)
-		if apierrors.IsAlreadyExists(err) {
-			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
-		}
-		if err != nil {
-			return nil, err
-		}
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
-		return nil, nil
+		return c.startSyncJob(ctx, claim, failures+1)
 	}
 	if err != nil {
 		return nil, err
@@ -64,6 +48,10 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		return nil, nil // its deletion enqueues the claim
 	}
 	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
+		if !saves {
+			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, claim.Spec.WorkspaceDir)
+			return nil, c.removeClaim(ctx, claim, ReasonReaped)
+		}
 		syncBackResults.WithLabelValues("succeeded").Inc()
 		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncedBack, MessageSynced, job.Name, claim.Spec.TargetPath)
 		updated := claim.DeepCopy()
@@ -88,7 +76,12 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	if failures < attempt {
 		// First look at this failure: count it on the claim (so the count survives the Job's
 		// deletion), report it, then wait out the backoff.
-		syncBackResults.WithLabelValues("failed").Inc()
+		reason, format := ReasonSyncBackFailed, MessageSyncFailed
+		if saves {
+			syncBackResults.WithLabelValues("failed").Inc()
+		} else {
+			reason, format = ReasonCleanupFailed, MessageCleanupFailed
+		}
 		counted := claim.DeepCopy()
 		if counted.Annotations == nil {
 			counted.Annotations = map[string]string{}
@@ -98,13 +91,13 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		if err != nil {
 			return nil, err
 		}
-		message := fmt.Sprintf(MessageSyncFailed, job.Name, attempt, backoff, why)
+		message := fmt.Sprintf(format, job.Name, attempt, backoff, why)
 		updated := written.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackFailed, message, now)
+		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, reason, message, now)
 		if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
 			return nil, err
 		}
-		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackFailed, message)
+		c.recorder.Event(claim, corev1.EventTypeWarning, reason, message)
 	}
 	if left, ok := timeLeft(failedAt, backoff, now); ok {
 		return ptr.To(left), nil
@@ -115,6 +108,85 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		return nil, err
 	}
 	return nil, nil // the Job's deletion enqueues the claim, which then creates the next attempt
+}
+
+// startSyncJob creates the claim's sync-back (or cleanup) Job for the given attempt, when it is the
+// claim's turn; a claim with nothing to save and no workspace to remove is deleted now.
+func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, attempt int) (*time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	saves := claim.Spec.TargetPath != ""
+	remove, err := c.removesWorkspace(ctx, claim)
+	if err != nil {
+		return nil, err
+	}
+	if !saves && !remove {
+		return nil, c.removeClaim(ctx, claim, ReasonReaped) // nothing to save, nothing to remove
+	}
+	pvc, err := c.contentClaimName(claim)
+	if err != nil {
+		return nil, err
+	}
+	if pvc == "" {
+		// A claim without a record and without its class: the content PVC is unknown.
+		if !saves {
+			logger.Info("Cannot remove the workspace: the class is gone; deleting the claim, which has nothing to save",
+				"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", claim.Spec.WorkspaceDir)
+			return nil, c.removeClaim(ctx, claim, ReasonReaped)
+		}
+		// The class's creation enqueues nothing, so look again later.
+		logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
+		return ptr.To(syncBackoffMax), nil
+	}
+	job := buildSyncJob(claim, pvc, c.syncImage, attempt, remove)
+	if !saves {
+		if err := c.children.jobs.Create(ctx, job); apierrors.IsAlreadyExists(err) {
+			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
+		} else if err != nil {
+			return nil, err
+		}
+		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonCleanupStarted, MessageCleanupStarted, job.Name, attempt)
+		return nil, nil
+	}
+
+	// One sync-back at a time into a target: the turn is checked and taken under the
+	// namespace's lock.
+	why, err := func() (string, error) {
+		unlock := c.syncLocks.lock(claim.Namespace)
+		defer unlock()
+		why, err := c.syncAhead(claim)
+		if err != nil || why != "" {
+			return why, err
+		}
+		// Counted as running from before its creation, so that the Job informer's add event,
+		// which may come before Create returns, is what clears it.
+		key := cache.MetaObjectToName(job)
+		c.syncJobsStarted.add(key)
+		if err := c.children.jobs.Create(ctx, job); err != nil {
+			c.syncJobsStarted.observed(key)
+			return "", err
+		}
+		return "", nil
+	}()
+	if apierrors.IsAlreadyExists(err) {
+		return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
+	}
+	if err != nil {
+		return nil, err
+	}
+	if why != "" {
+		return nil, c.waitForSyncTurn(ctx, claim, why)
+	}
+	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
+	if cond := findCondition(claim, ConditionSyncBack); cond != nil && cond.Reason == ReasonSyncBackWaiting {
+		// Its turn came: the condition says so rather than that it waits.
+		updated := claim.DeepCopy()
+		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionUnknown, ReasonSyncBackStarted,
+			fmt.Sprintf(MessageSyncStarted, job.Name, attempt), c.clock.Now())
+		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
 // syncJobFailure says whether the sync-back Job failed, when, and why: its Failed condition (its

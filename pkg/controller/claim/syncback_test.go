@@ -27,7 +27,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		return c
 	}
 	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time, age time.Duration, notReady bool) *batchv1.Job {
-		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt)
+		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt, true)
 		j.CreationTimestamp = metav1.NewTime(t0.Add(-age))
 		if !notReady {
 			j.Status.Ready = ptr.To[int32](1)

@@ -1,0 +1,301 @@
+package claim
+
+// Workspaces are collected, and sync-backs into one target run one at a time (issue 13;
+// docs/decisions.md, "Workspaces are collected").
+//
+// Removal. Once a Reaping claim's work is saved, its workspace directory is removed by the same
+// Job that saves it: `airlock sync --remove-source` removes the workspace after its copy is in
+// place, and a claim with nothing to save (no targetPath) gets a cleanup Job (`airlock sync
+// --remove-only`) before it is deleted. Both are the claim's "-sync" Job, so a failed removal is
+// retried with backoff and reported as a failed sync-back is, and the claim is deleted only once
+// the Job has succeeded. Not removed: a mount role's directory (the runtime's, never the
+// operator's), anything not of the shape the operator gives workspaces
+// (<ns>/sandboxes/<name>, <ns>/sandboxes/sessions/<name>), and a workspace that another live claim
+// uses (a session's, shared by a claim and its replacement): the last claim to go removes it.
+//
+// Serialization. Sync-backs whose targetPaths overlap (one is the other or lies inside it), in one
+// namespace, run one at a time, oldest claim first: a Reaping claim creates its Job only when no
+// other claim's sync-back Job into an overlapping target is unfinished and no older Reaping claim
+// (creationTimestamp, then name) waits for an overlapping target. A waiting claim says why in its
+// SyncBack condition (Unknown, SyncBackWaiting) and is enqueued again when a sync-back Job
+// finishes or is deleted, or when a Reaping claim with a targetPath is deleted: a claim ahead that
+// goes away frees the way. The check and the Job's creation are made under a per-namespace lock,
+// and Jobs created but not yet in the cache count as unfinished (syncJobsStarted), so that two
+// workers cannot both start a Job on caches that do not show each other's.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/admission"
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/syncback"
+)
+
+// Event and condition reasons, and messages, of workspace removal and sync-back turns.
+const (
+	ReasonSyncBackWaiting  = "SyncBackWaiting"
+	ReasonCleanupStarted   = "WorkspaceCleanupStarted"
+	ReasonCleanupFailed    = "WorkspaceCleanupFailed"
+	ReasonWorkspaceRemoved = "WorkspaceRemoved"
+
+	MessageCleanupStarted = "Started workspace cleanup Job %s (attempt %d)"
+	MessageCleanupFailed  = "Workspace cleanup Job %s failed (attempt %d), retrying in %s: %s"
+	MessageRemoved        = "Workspace cleanup Job %s removed the workspace %s"
+
+	messageSyncWaiting     = "waiting to sync back into %s: %s"
+	messageSyncWaitRunning = "sync-back Job %s of claim %s is running into %s"
+	messageSyncWaitOlder   = "claim %s, older, syncs back into %s first"
+)
+
+// sandboxesDir is the directory of a namespace's workspaces inside the content volume.
+func sandboxesDir(namespace string) string {
+	return namespace + "/sandboxes"
+}
+
+// syncJobArgs are the arguments of the claim's sync-back Job: copy the workspace into the
+// targetPath and, with removeWorkspace, remove it once the copy is in place; for a claim without a
+// targetPath (then always with removeWorkspace) only remove it.
+func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []string {
+	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + claim.Spec.WorkspaceDir}
+	switch {
+	case claim.Spec.TargetPath == "":
+		return append(args, "--remove-only", "--sandboxes-dir="+sandboxesDir(claim.Namespace))
+	case removeWorkspace:
+		return append(args, "--to="+claim.Spec.TargetPath, "--remove-source", "--sandboxes-dir="+sandboxesDir(claim.Namespace))
+	}
+	return append(args, "--to="+claim.Spec.TargetPath)
+}
+
+// workspaceRemovable says whether the claim's workspace is one the operator made and may remove:
+// no mount role, and a workspaceDir of the shape the operator gives workspaces.
+func workspaceRemovable(claim *airlockv1alpha1.SandboxClaim) bool {
+	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(claim.Spec.WorkspaceDir, sandboxesDir(claim.Namespace)) == nil
+}
+
+// workspaceUser returns another live claim in the cache whose workspace is the claim's, lies
+// inside it or contains it, or "" when there is none. Live as SPEC section 3 says: not Refused,
+// not being deleted, and not a Failed claim that has been replaced.
+func (c *Controller) workspaceUser(claim *airlockv1alpha1.SandboxClaim) (string, error) {
+	claims, err := c.claimLister.SandboxClaims(claim.Namespace).List(labels.Everything())
+	if err != nil {
+		return "", err
+	}
+	replaced := admission.Replaced(claims)
+	for _, other := range claims {
+		switch {
+		case other.UID == claim.UID, other.DeletionTimestamp != nil, other.Status.Phase == airlockv1alpha1.ClaimRefused,
+			other.Status.Phase == airlockv1alpha1.ClaimFailed && replaced[other.Name]:
+			continue
+		}
+		if syncback.Overlaps(other.Spec.WorkspaceDir, claim.Spec.WorkspaceDir) {
+			return other.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// removesWorkspace says whether the claim's Job, created now, should remove its workspace, and
+// logs why not when it should not.
+func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (bool, error) {
+	logger := klog.FromContext(ctx)
+	if !workspaceRemovable(claim) {
+		logger.V(4).Info("The claim's workspace is not the operator's to remove", "claim", klog.KObj(claim),
+			"workspaceDir", claim.Spec.WorkspaceDir, "mountRole", claim.Spec.MountRole)
+		return false, nil
+	}
+	user, err := c.workspaceUser(claim)
+	if err != nil {
+		return false, err
+	}
+	if user != "" {
+		logger.V(2).Info("Keeping the claim's workspace: another live claim uses it", "claim", klog.KObj(claim),
+			"workspaceDir", claim.Spec.WorkspaceDir, "user", klog.KRef(claim.Namespace, user))
+		return false, nil
+	}
+	return true, nil
+}
+
+// syncJobsStarted are the sync-back Jobs this controller created that its cache may not show yet:
+// until the Job informer has them, they count as unfinished when a claim asks for its turn.
+type syncJobsStarted struct {
+	mu   sync.Mutex
+	jobs map[cache.ObjectName]bool
+}
+
+func (s *syncJobsStarted) add(job cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobs == nil {
+		s.jobs = map[cache.ObjectName]bool{}
+	}
+	s.jobs[job] = true
+}
+
+// observed forgets a Job that the cache has now (or that is gone).
+func (s *syncJobsStarted) observed(job cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.jobs, job)
+}
+
+func (s *syncJobsStarted) has(job cache.ObjectName) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs[job]
+}
+
+// syncAhead returns why the claim must wait before its sync-back Job is created, or "" when it is
+// its turn: another claim's unfinished sync-back Job into an overlapping target, or an older
+// Reaping claim waiting for one.
+func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, error) {
+	claims, err := c.claimLister.SandboxClaims(claim.Namespace).List(labels.Everything())
+	if err != nil {
+		return "", err
+	}
+	var older *airlockv1alpha1.SandboxClaim
+	for _, other := range claims {
+		if other.UID == claim.UID || other.DeletionTimestamp != nil || other.Spec.TargetPath == "" ||
+			!syncback.Overlaps(other.Spec.TargetPath, claim.Spec.TargetPath) {
+			continue
+		}
+		running, err := c.syncJobRunning(other)
+		if err != nil {
+			return "", err
+		}
+		if running {
+			return fmt.Sprintf(messageSyncWaitRunning, syncJobName(other), other.Name, other.Spec.TargetPath), nil
+		}
+		if other.Status.Phase != airlockv1alpha1.ClaimReaping || !claimBefore(other, claim) {
+			continue
+		}
+		if rt, err := c.runtime(other); err != nil {
+			return "", err
+		} else if runtimeGone(rt) {
+			continue // garbage collection deletes it without sync-back
+		}
+		if older == nil || claimBefore(other, older) {
+			older = other
+		}
+	}
+	if older != nil {
+		return fmt.Sprintf(messageSyncWaitOlder, older.Name, older.Spec.TargetPath), nil
+	}
+	return "", nil
+}
+
+// syncJobRunning says whether the claim has a sync-back Job that has not finished: in the cache
+// and neither complete nor failed, or created by this controller and not yet in the cache.
+func (c *Controller) syncJobRunning(claim *airlockv1alpha1.SandboxClaim) (bool, error) {
+	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
+	if apierrors.IsNotFound(err) {
+		return c.syncJobsStarted.has(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)}), nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !metav1.IsControlledBy(job, claim) {
+		return false, nil
+	}
+	return !jobFinished(job), nil
+}
+
+// claimBefore orders claims oldest first: by creationTimestamp, then name.
+func claimBefore(a, b *airlockv1alpha1.SandboxClaim) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// waitForSyncTurn records on the claim why its sync-back waits (condition SyncBack Unknown with
+// reason SyncBackWaiting, and an event when it starts waiting). It is enqueued again by the
+// events that may give it its turn (enqueueSyncWaiters).
+func (c *Controller) waitForSyncTurn(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, why string) error {
+	klog.FromContext(ctx).V(2).Info("Sync-back waits for its turn", "claim", klog.KObj(claim), "targetPath", claim.Spec.TargetPath, "why", why)
+	message := fmt.Sprintf(messageSyncWaiting, claim.Spec.TargetPath, why)
+	cond := findCondition(claim, ConditionSyncBack)
+	if cond != nil && cond.Reason == ReasonSyncBackWaiting && cond.Message == message {
+		return nil
+	}
+	updated := claim.DeepCopy()
+	setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionUnknown, ReasonSyncBackWaiting, message, c.clock.Now())
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return err
+	}
+	if cond == nil || cond.Reason != ReasonSyncBackWaiting {
+		c.recorder.Event(claim, corev1.EventTypeNormal, ReasonSyncBackWaiting, message)
+	}
+	return nil
+}
+
+// enqueueSyncWaiters enqueues the namespace's Reaping claims that have a targetPath overlapping
+// targetPath (every one when targetPath is empty): one of them may now have its turn.
+func (c *Controller) enqueueSyncWaiters(namespace, targetPath string) {
+	claims, err := c.claimLister.SandboxClaims(namespace).List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, claim := range claims {
+		if claim.Status.Phase != airlockv1alpha1.ClaimReaping || claim.DeletionTimestamp != nil || claim.Spec.TargetPath == "" {
+			continue
+		}
+		if targetPath == "" || syncback.Overlaps(targetPath, claim.Spec.TargetPath) {
+			c.enqueueClaim(claim)
+		}
+	}
+}
+
+// leftSyncLine says whether a claim change may give another claim its sync-back turn: a Reaping
+// claim with a targetPath that is now being deleted or gone.
+func leftSyncLine(old, cur *airlockv1alpha1.SandboxClaim) bool {
+	return old.Status.Phase == airlockv1alpha1.ClaimReaping && old.Spec.TargetPath != "" &&
+		(cur == nil || (old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil))
+}
+
+// syncJobHandler is the Job informer's handler for sync-back turns: a Job that appears is observed
+// (syncJobsStarted); a sync-back Job that finishes or goes may give a waiting claim its turn.
+func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if job, ok := obj.(*batchv1.Job); ok {
+				c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			oldJob, ok1 := old.(*batchv1.Job)
+			job, ok2 := cur.(*batchv1.Job)
+			if !ok1 || !ok2 || oldJob.ResourceVersion == job.ResourceVersion {
+				return
+			}
+			c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+			if !jobFinished(oldJob) && jobFinished(job) {
+				c.enqueueSyncWaiters(job.Namespace, "")
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if job, ok := obj.(*batchv1.Job); ok {
+				c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+				c.enqueueSyncWaiters(job.Namespace, "")
+			}
+		},
+	}
+}
+
+func jobFinished(job *batchv1.Job) bool {
+	return jobCondition(job, batchv1.JobComplete) != nil || jobCondition(job, batchv1.JobFailed) != nil
+}
