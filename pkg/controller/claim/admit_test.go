@@ -3,11 +3,15 @@ package claim
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -465,5 +469,83 @@ func TestAdmissionFenceUnlistedClaims(t *testing.T) {
 				t.Errorf("claim decided: %v, want %v (actions %v)", wrote, tc.wantWrite, f.actions())
 			}
 		})
+	}
+}
+
+// TestWritesBudgetHappyPath: from creation to Bound, the operator writes six objects (Binding,
+// the four children, Bound) and records two events (Admitted, Bound), with no write answered
+// AlreadyExists or Conflict, even though the claim's own sync runs between the pass and the
+// children reaching the cache (issue 12's writes budget). The fence's one LIST per term is the
+// only other call.
+func TestWritesBudgetHappyPath(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixtureWithLimits(t, 5, 3)
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	claim.UID, claim.ResourceVersion = "uid-c1", "1"
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	children := f.createdChildren(t)
+	written := f.writtenClaimNamed("c1")
+	written.ResourceVersion = "2"
+
+	// The Binding event brings the claim's sync on before the children are in the cache.
+	f.cacheClaim(t, c, written)
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
+		t.Fatal(err)
+	}
+	// The children and the pod reach the cache; the sync binds.
+	for _, obj := range children {
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			if err := f.deploymentInformer.GetIndexer().Add(o); err != nil {
+				t.Fatal(err)
+			}
+		case *corev1.Service:
+			o.Spec.ClusterIP = testClusterIP
+			if err := f.serviceInformer.GetIndexer().Add(o); err != nil {
+				t.Fatal(err)
+			}
+		case *networkingv1.NetworkPolicy:
+			if err := f.netpolInformer.GetIndexer().Add(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.addChild(obj)
+	}
+	if err := f.podInformer.GetIndexer().Add(newPod(written, readyPod)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
+		t.Fatal(err)
+	}
+	bound := f.writtenClaimNamed("c1")
+	if bound.Status.Phase != airlockv1alpha1.ClaimBound {
+		t.Fatalf("phase %s, want Bound", bound.Status.Phase)
+	}
+	// Looked at again once Bound: nothing to write.
+	bound.ResourceVersion = "3"
+	f.cacheClaim(t, c, bound)
+	if _, err := c.sync(ctx, keyOf(bound)); err != nil {
+		t.Fatal(err)
+	}
+
+	var writes []string
+	for _, a := range f.actions() {
+		if !strings.HasPrefix(a, "get ") {
+			writes = append(writes, a)
+		}
+	}
+	slices.Sort(writes)
+	want := []string{"create deployments c1", "create networkpolicies c1", "create secrets " + tokenSecretName(claim), "create services c1",
+		"update sandboxclaims/status c1", "update sandboxclaims/status c1"}
+	if diff := cmp.Diff(want, writes); diff != "" {
+		t.Errorf("writes from creation to Bound (-want +got):\n%s", diff)
+	}
+	events := f.events()
+	if len(events) != 2 {
+		t.Errorf("events %q, want Admitted and Bound", events)
 	}
 }

@@ -71,8 +71,10 @@ type fixture struct {
 	// it (startAllowedServices) see Services' events reach the controller.
 	allowedServiceInformer cache.SharedIndexInformer
 
-	// claimInformer is the controller's claim informer (cacheClaim updates its store).
-	claimInformer cache.SharedIndexInformer
+	// claimInformer is the controller's claim informer (cacheClaim updates its store); the
+	// others are its child and pod informers, for tests that fill their stores as events would.
+	claimInformer                                                    cache.SharedIndexInformer
+	deploymentInformer, serviceInformer, netpolInformer, podInformer cache.SharedIndexInformer
 
 	// log is both clients' actions, in order.
 	log []core.Action
@@ -201,6 +203,10 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	f.allowedServiceInformer = si.Core().V1().Services().Informer()
 	airlock := ai.Airlock().V1alpha1()
 	f.claimInformer = airlock.SandboxClaims().Informer()
+	f.deploymentInformer = ki.Apps().V1().Deployments().Informer()
+	f.serviceInformer = ki.Core().V1().Services().Informer()
+	f.netpolInformer = ki.Networking().V1().NetworkPolicies().Informer()
+	f.podInformer = ki.Core().V1().Pods().Informer()
 	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
 		Claims:          airlock.SandboxClaims(),
 		Runtimes:        airlock.AgentRuntimes(),
