@@ -74,6 +74,7 @@ type realnodeOptions struct {
 	startupTimeout                             time.Duration                      // the classes' startupTimeout (default: the class default)
 	allowedServices                            []airlockv1alpha1.ServiceReference // of the "net" sandbox
 	codegenResources                           *corev1.ResourceRequirements       // the codegen class's resources (default: none, so the operator's defaults)
+	codegenImage                               string                             // the codegen class's image (default: realnodeSandboxImage)
 }
 
 func requireRealNode(t *testing.T) {
@@ -121,6 +122,9 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 		class.Spec.Env = []corev1.EnvVar{{Name: "HOME", Value: "/cache/home"}}
 		if name == "codegen" {
 			class.Spec.Args = o.codegenArgs
+			if o.codegenImage != "" {
+				class.Spec.Image = o.codegenImage
+			}
 			if o.codegenResources != nil {
 				class.Spec.Resources = *o.codegenResources
 			}
@@ -1235,5 +1239,57 @@ func TestRealNodeEphemeralEviction(t *testing.T) {
 	})
 	if got, err := e.readContent(path.Join(e.ns, "sandboxes", claim, "kept.txt")); err != nil || got != "on the workspace volume\n" {
 		t.Errorf("the workspace after the eviction: kept.txt %q %v", got, err)
+	}
+}
+
+// realnodeSandboxGoImage is the -go sandbox image (the Go toolchain and gopls).
+func realnodeSandboxGoImage() string {
+	if image := os.Getenv("AIRLOCK_E2E_SANDBOX_GO_IMAGE"); image != "" {
+		return image
+	}
+	return realnodeSandboxImage() + "-go"
+}
+
+// TestRealNodeSandboxTools: the tools beyond SPEC section 6 work in the images as they run on a
+// node, as uid 65532 under the restricted pod baseline (issue 15): checkpoints through the git
+// store outside the workspace (the image's git), and code navigation through the -go image's
+// gopls. The workspace is not a git repository and stays one that is not.
+func TestRealNodeSandboxTools(t *testing.T) {
+	requireRealNode(t)
+	e := newRealnodeEnv(t, "airlock-rn-tools", realnodeOptions{
+		maxConcurrent: 1, maxPerSession: 1, maxInstances: 1, codegenImage: realnodeSandboxGoImage(),
+	})
+	const mainGo = "package main\n\nimport \"fmt\"\n\nfunc greet(name string) string { return \"hello \" + name }\n\nfunc main() { fmt.Println(greet(\"agent\")) }\n"
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "tools", "handle": "codegen/default", "steps": []map[string]any{
+		step("gomod", "Write", map[string]any{"file_path": "go.mod", "content": "module example.com/hello\n\ngo 1.24\n"}),
+		step("main", "Write", map[string]any{"file_path": "main.go", "content": mainGo}),
+		step("snapshot", "snapshot_create", map[string]any{"label": "before"}),
+		step("change", "Bash", map[string]any{"command": "sed -i 's/hello /bye /' main.go && grep -c bye main.go"}),
+		step("diff", "snapshot_diff", map[string]any{"id": "s1"}),
+		step("restore", "snapshot_restore", map[string]any{"id": "s1"}),
+		step("restored", "Bash", map[string]any{"command": "grep -c 'hello ' main.go; test -e .git && echo git || echo no-git; id -u"}),
+		step("definition", "find_definition", map[string]any{"file_path": "main.go", "line": 7, "symbol": "greet"}),
+		step("references", "find_references", map[string]any{"file_path": "main.go", "line": 5, "symbol": "greet", "include_declaration": true}),
+	}}
+	var res rnSession
+	e.runClient(t, "runtime-tools", "session", plan, 6*time.Minute, &res)
+	if res.Error != "" || res.Phase != "Bound" {
+		t.Fatalf("runtime: %s %s", res.Phase, res.Error)
+	}
+	for _, tc := range []struct{ name, want string }{
+		{"gomod", ""}, {"main", ""},
+		{"snapshot", "Snapshot s1 taken"},
+		{"change", "1"},
+		{"diff", "bye"},
+		{"restore", "s1"},
+		{"restored", "1\nno-git\n65532"},
+		{"definition", "main.go:5:6"},
+		{"references", "main.go:7:"},
+	} {
+		c := res.call(t, tc.name)
+		t.Logf("%s (%s, %.0f ms): %q", tc.name, c.Tool, c.Millis, c.Text)
+		if c.Err != "" || c.IsError || !strings.Contains(c.Text, tc.want) {
+			t.Errorf("%s: err %q isError %v: %q, want %q in it", tc.name, c.Err, c.IsError, c.Text, tc.want)
+		}
 	}
 }
