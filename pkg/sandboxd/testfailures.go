@@ -105,8 +105,8 @@ func (p *failureParser) result() []TestFailure {
 		p.parse(string(p.pending))
 		p.pending = nil
 	}
-	if p.node != nil && p.node.yaml >= 0 { // output cut inside a failure's block
-		p.nodeCommit()
+	if p.node != nil {
+		p.nodeEnd()
 	}
 	return p.failures
 }

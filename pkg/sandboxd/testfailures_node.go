@@ -142,6 +142,17 @@ func (p *failureParser) nodeCommit() {
 	s.yaml, s.pending, s.skip, s.haveStak, s.inError, s.inStack = -1, TestFailure{}, false, false, false, false
 }
 
+// nodeEnd finishes a node run's failures: one cut inside its YAML block
+// (a killed run) is kept, and messages lose the blank lines at their end.
+func (p *failureParser) nodeEnd() {
+	if p.node.yaml >= 0 {
+		p.nodeCommit()
+	}
+	for i := range p.failures {
+		p.failures[i].Message = strings.TrimRight(p.failures[i].Message, "\n ")
+	}
+}
+
 // nodeSpecLine parses the spec reporter's summary of failing tests:
 //
 //	test at test/math.test.js:8:1
