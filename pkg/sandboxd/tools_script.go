@@ -229,10 +229,10 @@ func (tb *toolbox) readTopFile(name string) ([]byte, error) {
 var (
 	// makeRule is a rule line: targets, then a colon that is not part of
 	// an assignment (:=, ::=, :::=).
-	makeRule = regexp.MustCompile(`^([^\s:#=][^:#=]*?)\s*::?(?:[^=]|$)`)
+	makeRule = regexp.MustCompile(`^([^\s:#=][^:#=]*?)\s*::?(?:[^:=]|$)`)
 	// justRecipe is a recipe line: an optional @, the name, parameters,
 	// a colon that is not :=.
-	justRecipe = regexp.MustCompile(`^@?([A-Za-z_][A-Za-z0-9_-]*)(?:\s+[^:=]*)?\s*:(?:[^=]|$)`)
+	justRecipe = regexp.MustCompile(`^@?([A-Za-z_][A-Za-z0-9_-]*)(?:\s+[^:]*)?\s*:(?:[^=]|$)`)
 )
 
 // makeTargets returns the explicit targets of a Makefile's rules: not
