@@ -155,7 +155,9 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "pkg.test")
-	build := fmt.Sprintf("go test -c -cover -covermode=set -o %s ./%s", shellQuote(bin), shellQuote(dir))
+	// Built in the package's directory, so that a package of a module nested
+	// in the workspace builds in its own module.
+	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
 	res, err := runForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
 	if err != nil {
 		return nil, TestsCoveringOutput{}, err
