@@ -69,11 +69,12 @@ func TestRunScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Source != "make" || out.Command != "make 'greet'" || !out.Passed || out.Output != "hello-from-make in "+ws+"\n" {
+	// (Under make, as make test-unit runs it, the output also says which directory make entered.)
+	if out.Source != "make" || out.Command != "make 'greet'" || !out.Passed || !strings.Contains(out.Output, "hello-from-make in "+ws+"\n") {
 		t.Errorf("make greet: %+v", out)
 	}
 	_, out, err = tb.runScript(t.Context(), RunScriptInput{Name: "both", Source: "make"})
-	if err != nil || out.Output != "make-both\n" {
+	if err != nil || !strings.Contains(out.Output, "make-both\n") || strings.Contains(out.Output, "npm-both") {
 		t.Errorf("make both: %+v, %v", out, err)
 	}
 	if _, err := exec.LookPath("npm"); err != nil {
