@@ -280,7 +280,7 @@ func (tb *toolbox) changeFunctionSignature(_ context.Context, in ChangeFunctionS
 		return nil, ASTEditOutput{}, fmt.Errorf("new_signature would turn %s %s into a %s: keep it a %s (or add the new declaration with Edit); nothing was written", kindOf(fd), qualifiedName(fd), kindOf(nfd), kindOf(fd))
 	}
 	start, end := g.offset(fd.Pos()), g.offset(fd.Body.Lbrace)
-	out, err := tb.spliceAndSave(g, mode, start, end, sig+" ", idx, "new_signature")
+	out, err := tb.spliceAndSave(g, mode, start, end, sig+" ", idx, qualifiedName(nfd), "new_signature")
 	if err != nil {
 		return nil, ASTEditOutput{}, err
 	}
@@ -329,7 +329,7 @@ func (tb *toolbox) editFunctionBody(_ context.Context, in EditFunctionBodyInput)
 	if strings.TrimSpace(in.NewBody) == "" {
 		body = "{\n}"
 	}
-	out, err := tb.spliceAndSave(g, mode, start, end, body, idx, "new_body")
+	out, err := tb.spliceAndSave(g, mode, start, end, body, idx, qualifiedName(fd), "new_body")
 	if err != nil {
 		return nil, ASTEditOutput{}, err
 	}
@@ -385,7 +385,7 @@ func (tb *toolbox) insertAfterMethod(_ context.Context, in InsertAfterMethodInpu
 	}
 	// After the anchor's line (a comment that ends it stays with it).
 	at, text := g.offset(anchor.End()), "\n\n"+src+"\n"
-	if nl := bytes.IndexByte(g.src[at:], '\n'); nl >= 0 {
+	if nl := bytes.IndexByte(g.src[at:], '\n'); nl >= 0 && !g.inside(at+nl+1) {
 		at, text = at+nl+1, "\n"+src+"\n"
 	}
 	newIdx := 0
@@ -394,7 +394,7 @@ func (tb *toolbox) insertAfterMethod(_ context.Context, in InsertAfterMethodInpu
 			newIdx++
 		}
 	}
-	out, err := tb.spliceAndSave(g, mode, at, at, text, newIdx, "new_method")
+	out, err := tb.spliceAndSave(g, mode, at, at, text, newIdx, qualifiedName(nfd), "new_method")
 	if err != nil {
 		return nil, ASTEditOutput{}, err
 	}
@@ -408,10 +408,28 @@ type astSaved struct {
 	shown string
 }
 
-// spliceAndSave replaces src[start:end] with text, gofmt's the file, finds
-// the declaration that is now Decls[idx], and writes the file atomically.
-// Nothing is written when the result does not parse or format.
-func (tb *toolbox) spliceAndSave(g *goFile, mode fs.FileMode, start, end int, text string, idx int, what string) (astSaved, error) {
+// inside reports whether the byte offset off falls strictly inside a
+// declaration or a comment of the file (code that shares the anchor's last
+// line and goes on below it).
+func (g *goFile) inside(off int) bool {
+	for _, d := range g.file.Decls {
+		if g.offset(d.Pos()) < off && off < g.offset(d.End()) {
+			return true
+		}
+	}
+	for _, c := range g.file.Comments {
+		if g.offset(c.Pos()) < off && off < g.offset(c.End()) {
+			return true
+		}
+	}
+	return false
+}
+
+// spliceAndSave replaces src[start:end] with text, gofmt's the file, checks
+// that the declaration that is now Decls[idx] is the function want, and
+// writes the file atomically. Nothing is written when the result does not
+// parse, or the declaration is not where it should be.
+func (tb *toolbox) spliceAndSave(g *goFile, mode fs.FileMode, start, end int, text string, idx int, want, what string) (astSaved, error) {
 	var b bytes.Buffer
 	b.Grow(len(g.src) + len(text))
 	b.Write(g.src[:start])
@@ -430,8 +448,8 @@ func (tb *toolbox) spliceAndSave(g *goFile, mode fs.FileMode, start, end int, te
 		return astSaved{}, fmt.Errorf("%s with the %s spliced in does not parse as Go: %v; nothing was written", g.rel, what, err)
 	}
 	fd, ok := nf.Decls[idx].(*ast.FuncDecl)
-	if !ok {
-		return astSaved{}, fmt.Errorf("internal error: the edited declaration of %s was not found after formatting; nothing was written", g.rel)
+	if !ok || qualifiedName(fd) != want {
+		return astSaved{}, fmt.Errorf("%s with the %s spliced in does not have %s where it was put (the code around it would change meaning): use Edit; nothing was written", g.rel, what, want)
 	}
 	startPos := fd.Pos()
 	if fd.Doc != nil {

@@ -311,3 +311,27 @@ func readString(t *testing.T, name string) string {
 	}
 	return string(b)
 }
+
+// TestInsertAfterMethodOddLines: an anchor whose last line goes on with a
+// comment or a declaration spanning more lines: the new method never lands
+// inside them; where it cannot go cleanly, nothing is written.
+func TestInsertAfterMethodOddLines(t *testing.T) {
+	const src = "package p\n\ntype T struct{}\n\nfunc (T) A() {} /* a comment\nthat goes on */\n\nfunc (T) B() {}; var x = func() int {\n\treturn 1\n}()\n"
+	tb, ws := newTestToolbox(t)
+	writeFile(t, filepath.Join(ws, "p.go"), src)
+	if _, _, err := tb.read(t.Context(), ReadInput{FilePath: "p.go"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := tb.insertAfterMethod(t.Context(), InsertAfterMethodInput{FilePath: "p.go", ReceiverType: "T", MethodName: "B", NewMethod: "func (T) C() {}"})
+	wantErrContaining(t, err, "nothing was written")
+	checkFile(t, filepath.Join(ws, "p.go"), src)
+
+	_, out, err := tb.insertAfterMethod(t.Context(), InsertAfterMethodInput{FilePath: "p.go", ReceiverType: "T", MethodName: "A", NewMethod: "func (T) C() {}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readString(t, filepath.Join(ws, "p.go"))
+	if !strings.Contains(got, "func (T) A() {}\n\nfunc (T) C() {}\n") || !strings.Contains(got, "/* a comment\nthat goes on */") || out.Function != "(T).C" {
+		t.Errorf("after inserting C after A (%+v):\n%s", out, got)
+	}
+}
