@@ -80,7 +80,7 @@
 //
 // run_tests parses the failing tests out of the whole output as it streams
 // (testfailures.go: go test, cargo test, pytest, and node --test's TAP and
-// spec reporters in testfailures_node.go; not jest, vitest or mocha):
+// spec reporters and jest's in testfailures_node.go; not vitest or mocha):
 // package, test, file, line, message. The last test run is kept for
 // last_test_failures, and run_failing_tests runs only its failures again
 // (names that are not test names are refused, the others shell-quoted).

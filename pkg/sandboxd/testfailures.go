@@ -13,9 +13,9 @@ import (
 
 // Test failures, parsed from a test runner's output as it streams (before
 // the output cap), for run_tests, run_failing_tests and last_test_failures.
-// Go (go test), Rust (cargo test), Python (pytest) and Node (node --test,
-// testfailures_node.go) report failures in a form parsed here; other node
-// runners (jest, vitest, mocha) give no structured failures.
+// Go (go test), Rust (cargo test), Python (pytest) and Node (node --test
+// and jest, testfailures_node.go) report failures in a form parsed here;
+// other node runners (vitest, mocha) give no structured failures.
 
 const (
 	// maxTestFailures bounds the failures kept from one run.

@@ -11,7 +11,8 @@ import (
 // not a terminal, as under run_tests) and spec (the default on a terminal,
 // and from node 23 on), of which the "failing tests" summary at its end is
 // read. Other runners (jest, vitest, mocha) print neither and give no
-// structured failures.
+// structured failures, except jest, whose default reporter is parsed too
+// (jestLine).
 
 // nodeState is the node parser's state.
 type nodeState struct {
@@ -31,6 +32,11 @@ type nodeState struct {
 	specSummary bool
 	specAt      TestFailure
 	specHasAt   bool
+	// jest: its default reporter, the file of the suite being read, and
+	// whether the failure's details have reached its code frame or stack.
+	jest     bool
+	jestFile string
+	jestDone bool
 }
 
 var (
@@ -45,9 +51,14 @@ var (
 	nodeSpecFail = regexp.MustCompile(`^✖ (.*?)(?: \([0-9.]+m?s\))?$`)
 )
 
-// nodeLine parses node --test output.
+// nodeLine parses node --test output, or jest's.
 func (p *failureParser) nodeLine(line string) {
 	s := p.node
+	if s.jest || (s.yaml < 0 && !s.specSummary && jestSuite.MatchString(line)) {
+		s.jest = true
+		p.jestLine(line)
+		return
+	}
 	if s.specSummary {
 		p.nodeSpecLine(line)
 		return
@@ -197,7 +208,7 @@ func (p *failureParser) nodeSpecLine(line string) {
 // nodeUserFile reports whether a stack frame's file is the project's, not
 // node's own or a dependency's.
 func nodeUserFile(file string) bool {
-	return !strings.HasPrefix(file, "node:") && !strings.Contains(file, "/node_modules/") && !strings.HasPrefix(file, "internal/")
+	return !strings.HasPrefix(file, "node:") && !strings.Contains(file, "/node_modules/") && !strings.HasPrefix(file, "node_modules/") && !strings.HasPrefix(file, "internal/")
 }
 
 // unquoteYAML undoes YAML's single quotes around a flow scalar.
@@ -227,5 +238,69 @@ func (tb *toolbox) localizeNodeFailures(failures []TestFailure) {
 		if f.File != "" {
 			f.Package = path.Dir(f.File)
 		}
+	}
+}
+
+var (
+	jestSuite     = regexp.MustCompile(`^(FAIL|PASS) (\S+)`)
+	jestTest      = regexp.MustCompile(`^  ● (.+)$`)
+	jestCodeFrame = regexp.MustCompile(`^\s*(?:>\s*)?\d+ \||^\s+\|`)
+)
+
+// jestLine parses jest's default reporter: for each failing suite "FAIL
+// file", then for each failing test "  ● describe › test", its message,
+// a code frame and the stack:
+//
+//	FAIL test/math.test.js
+//	  ● math › subtracts wrong
+//
+//	    expect(received).toBe(expected) // Object.is equality
+//	    ...
+//	    >  9 |     expect(3 - 1).toBe(1);
+//	    ...
+//	      at Object.toBe (test/math.test.js:9:19)
+//
+// A suite that did not load is "● Test suite failed to run": a failure of
+// its file with no test, like a build error.
+func (p *failureParser) jestLine(line string) {
+	s := p.node
+	if s.jestDone {
+		return
+	}
+	if line == "Summary of all failing tests" { // the same failures again
+		s.jestDone = true
+		return
+	}
+	if m := jestSuite.FindStringSubmatch(line); m != nil {
+		s.jestFile, p.current = m[2], -1
+		return
+	}
+	if m := jestTest.FindStringSubmatch(line); m != nil && s.jestFile != "" {
+		f := TestFailure{Package: path.Dir(s.jestFile), Test: m[1], File: s.jestFile}
+		if m[1] == "Test suite failed to run" {
+			f.Test = ""
+		}
+		p.add(f)
+		s.inStack, s.haveStak = false, false
+		return
+	}
+	if p.current < 0 {
+		return
+	}
+	body := strings.TrimSpace(line)
+	switch {
+	case strings.HasPrefix(body, "at "):
+		if !s.haveStak {
+			if m := nodeFrame.FindStringSubmatch(body); m != nil && nodeUserFile(m[1]) {
+				f := &p.failures[p.current]
+				f.File, f.Line, s.haveStak = strings.TrimPrefix(m[1], "file://"), atoi(m[2]), true
+			}
+		}
+		s.inStack = true
+	case jestCodeFrame.MatchString(line):
+		s.inStack = true
+	case s.inStack:
+	default:
+		p.note(strings.TrimPrefix(line, "    "))
 	}
 }

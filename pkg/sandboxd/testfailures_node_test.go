@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
@@ -409,5 +410,170 @@ func TestNodeTestRun(t *testing.T) {
 	last := tb.tests.get()
 	if last == nil || len(last.Failures) != 3 || last.Failures[0].Package != "test" {
 		t.Errorf("last_test_failures keeps %+v", last)
+	}
+}
+
+// jestOutput is what npm test printed for a package.json whose test script
+// is jest (jest 29, its default reporter, output not a terminal), for a
+// test file with three failures and one that does not parse, in a
+// workspace /w (written by running it; the path replaced).
+const jestOutput = `
+> jfx@1.0.0 test
+> jest
+
+FAIL test/math.test.js
+  ● math › subtracts wrong
+
+    expect(received).toBe(expected) // Object.is equality
+
+    Expected: 1
+    Received: 2
+
+       7 |
+       8 |   test('subtracts wrong', () => {
+    >  9 |     expect(3 - 1).toBe(1);
+         |                   ^
+      10 |   });
+      11 |
+      12 |   describe('nested', () => {
+
+      at Object.toBe (test/math.test.js:9:19)
+
+  ● math › nested › throws
+
+    inner boom
+
+      12 |   describe('nested', () => {
+      13 |     it('throws', () => {
+    > 14 |       throw new Error('inner boom');
+         |             ^
+      15 |     });
+      16 |   });
+      17 | });
+
+      at Object.<anonymous> (test/math.test.js:14:13)
+
+  ● top level fails
+
+    expect(received).toEqual(expected) // deep equality
+
+    - Expected  - 1
+    + Received  + 1
+
+      Object {
+    -   "a": 2,
+    +   "a": 1,
+      }
+
+      18 |
+      19 | test('top level fails', () => {
+    > 20 |   expect({ a: 1 }).toEqual({ a: 2 });
+         |                    ^
+      21 | });
+      22 |
+
+      at Object.toEqual (test/math.test.js:20:20)
+
+FAIL test/broken.test.js
+  ● Test suite failed to run
+
+    Jest encountered an unexpected token
+
+    Jest failed to parse a file. This happens e.g. when your code or its dependencies use non-standard JavaScript syntax, or when Jest is not configured to support such syntax.
+
+    Out of the box Jest supports Babel, which will be used to transform your files into valid JS based on your Babel configuration.
+
+    By default "node_modules" folder is ignored by transformers.
+
+    Here's what you can do:
+     • If you are trying to use ECMAScript Modules, see https://jestjs.io/docs/ecmascript-modules for how to enable it.
+     • If you are trying to use TypeScript, see https://jestjs.io/docs/getting-started#using-typescript
+     • To have some of your "node_modules" files transformed, you can specify a custom "transformIgnorePatterns" in your config.
+     • If you need a custom transformation specify a "transform" option in your config.
+     • If you simply want to mock your non-JS modules (e.g. binary assets) you can stub them out with the "moduleNameMapper" config option.
+
+    You'll find more details and examples of these config options in the docs:
+    https://jestjs.io/docs/configuration
+    For information about custom transformations, see:
+    https://jestjs.io/docs/code-transformation
+
+    Details:
+
+    SyntaxError: /w/test/broken.test.js: Unexpected token (1:10)
+
+    > 1 | const x = ;
+        |           ^
+      2 |
+
+      at constructor (node_modules/@babel/parser/src/parse-error.ts:96:45)
+      at Parser.toParseError [as raise] (node_modules/@babel/parser/src/tokenizer/index.ts:1563:19)
+      at Parser.raise [as unexpected] (node_modules/@babel/parser/src/tokenizer/index.ts:1603:16)
+      at Parser.unexpected [as parseExprAtom] (node_modules/@babel/parser/src/parser/expression.ts:1442:22)
+      at Parser.parseExprAtom [as parseExprSubscripts] (node_modules/@babel/parser/src/parser/expression.ts:788:23)
+      at Parser.parseExprSubscripts [as parseUpdate] (node_modules/@babel/parser/src/parser/expression.ts:767:21)
+      at Parser.parseUpdate [as parseMaybeUnary] (node_modules/@babel/parser/src/parser/expression.ts:729:23)
+      at Parser.parseMaybeUnary [as parseMaybeUnaryOrPrivate] (node_modules/@babel/parser/src/parser/expression.ts:437:14)
+      at Parser.parseMaybeUnaryOrPrivate [as parseExprOps] (node_modules/@babel/parser/src/parser/expression.ts:449:23)
+      at Parser.parseExprOps [as parseMaybeConditional] (node_modules/@babel/parser/src/parser/expression.ts:404:23)
+      at Parser.parseMaybeConditional [as parseMaybeAssign] (node_modules/@babel/parser/src/parser/expression.ts:310:21)
+      at parseMaybeAssign (node_modules/@babel/parser/src/parser/expression.ts:259:12)
+      at Parser.callback [as allowInAnd] (node_modules/@babel/parser/src/parser/expression.ts:3292:16)
+      at Parser.allowInAnd [as parseMaybeAssignAllowIn] (node_modules/@babel/parser/src/parser/expression.ts:258:17)
+      at Parser.parseMaybeAssignAllowIn [as parseVar] (node_modules/@babel/parser/src/parser/statement.ts:1650:18)
+      at Parser.parseVar [as parseVarStatement] (node_modules/@babel/parser/src/parser/statement.ts:1309:10)
+      at Parser.parseVarStatement [as parseStatementContent] (node_modules/@babel/parser/src/parser/statement.ts:653:21)
+      at Parser.parseStatementContent [as parseStatementLike] (node_modules/@babel/parser/src/parser/statement.ts:522:17)
+      at Parser.parseStatementLike [as parseModuleItem] (node_modules/@babel/parser/src/parser/statement.ts:459:17)
+      at Parser.parseModuleItem [as parseBlockOrModuleBlockBody] (node_modules/@babel/parser/src/parser/statement.ts:1506:16)
+      at Parser.parseBlockOrModuleBlockBody [as parseBlockBody] (node_modules/@babel/parser/src/parser/statement.ts:1480:10)
+      at Parser.parseBlockBody [as parseProgram] (node_modules/@babel/parser/src/parser/statement.ts:241:10)
+      at Parser.parseProgram [as parseTopLevel] (node_modules/@babel/parser/src/parser/statement.ts:215:25)
+      at Parser.parseTopLevel [as parse] (node_modules/@babel/parser/src/parser/index.ts:83:25)
+      at parse (node_modules/@babel/parser/src/index.ts:86:38)
+      at parser (node_modules/@babel/core/src/parser/index.ts:29:19)
+          at parser.next (<anonymous>)
+      at normalizeFile (node_modules/@babel/core/src/transformation/normalize-file.ts:49:24)
+          at normalizeFile.next (<anonymous>)
+      at run (node_modules/@babel/core/src/transformation/index.ts:41:36)
+          at run.next (<anonymous>)
+      at transform (node_modules/@babel/core/src/transform.ts:29:20)
+          at transform.next (<anonymous>)
+      at evaluateSync (node_modules/gensync/index.js:251:28)
+      at sync (node_modules/gensync/index.js:89:14)
+      at fn (node_modules/@babel/core/src/errors/rewrite-stack-trace.ts:99:14)
+      at transformSync (node_modules/@babel/core/src/transform.ts:66:52)
+      at ScriptTransformer.transformSource (node_modules/@jest/transform/build/ScriptTransformer.js:545:31)
+      at ScriptTransformer._transformAndBuildScript (node_modules/@jest/transform/build/ScriptTransformer.js:674:40)
+      at ScriptTransformer.transform (node_modules/@jest/transform/build/ScriptTransformer.js:726:19)
+
+Test Suites: 2 failed, 2 total
+Tests:       3 failed, 1 passed, 4 total
+Snapshots:   0 total
+Time:        4.899 s
+Ran all test suites.
+`
+
+func TestJestFailures(t *testing.T) {
+	p := newFailureParser("node")
+	for rest := jestOutput; rest != ""; {
+		n := min(len(rest), 53)
+		p.Write([]byte(rest[:n]))
+		rest = rest[n:]
+	}
+	got := p.result()
+	want := []TestFailure{
+		{Package: "test", Test: "math › subtracts wrong", File: "test/math.test.js", Line: 9, Message: "expect(received).toBe(expected) // Object.is equality\n\nExpected: 1\nReceived: 2"},
+		{Package: "test", Test: "math › nested › throws", File: "test/math.test.js", Line: 14, Message: "inner boom"},
+		{Package: "test", Test: "top level fails", File: "test/math.test.js", Line: 20, Message: "expect(received).toEqual(expected) // deep equality\n\n- Expected  - 1\n+ Received  + 1\n\n  Object {\n-   \"a\": 2,\n+   \"a\": 1,\n  }"},
+		{Package: "test", File: "test/broken.test.js"},
+	}
+	if len(got) == 4 {
+		if !strings.HasPrefix(got[3].Message, "Jest encountered an unexpected token\n\nJest failed to parse a file.") {
+			t.Errorf("the suite that did not load says %q", got[3].Message)
+		}
+		got[3].Message = ""
+	}
+	if d := gocmp.Diff(want, got); d != "" {
+		t.Errorf("failures (-want +got):\n%s", d)
 	}
 }

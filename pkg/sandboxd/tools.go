@@ -139,7 +139,7 @@ var toolSpecs = []toolSpec{
 	}},
 	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
-			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust, python and node (node --test, TAP or spec reporter), returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
+			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust, python and node (node --test, TAP or spec reporter, and jest), returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
 	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
@@ -213,7 +213,7 @@ var toolSpecs = []toolSpec{
 	{name: ToolLastTestFailures, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolLastTestFailures,
-			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust, python and node --test; at most 200). " +
+			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust, python, node --test and jest; at most 200). " +
 				"An error before any test run.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.lastTestFailures)
