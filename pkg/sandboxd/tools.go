@@ -286,7 +286,7 @@ var toolSpecs = []toolSpec{
 		addTool(s, &mcp.Tool{
 			Name: ToolRunScript,
 			Description: "Run a script the workspace declares, by name, without arguments: a script of package.json (npm run name; pnpm or yarn when their lock file is at the top), a target of the Makefile (make name) or a recipe of the justfile (just name), read from the top of the workspace. " +
-				"A name none of them declares is refused, and the error lists what they declare; a name several declare needs source. It runs like run_tests: /bin/bash -c in the workspace, own process group, killed whole on timeout or cancellation, output capped at 100 KiB. Timeout in milliseconds: default 300000, maximum 600000.",
+				"A name none of them declares is refused, and the error lists what they declare; a name several declare needs source. It runs like run_tests: /bin/bash -c in the workspace, own process group, killed whole on timeout or cancellation, output capped at 100 KiB. A runner (npm, pnpm, yarn, make, just) that is not installed is an error that says so. Timeout in milliseconds: default 300000, maximum 600000.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
 			InputSchema: schemaFor[RunScriptInput](func(s *jsonschema.Schema) {
 				s.Properties["source"].Enum = []any{scriptNpm, scriptMake, scriptJust}

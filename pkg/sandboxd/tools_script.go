@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -113,9 +114,12 @@ func (tb *toolbox) runScript(ctx context.Context, in RunScriptInput) (*mcp.CallT
 		return nil, RunScriptOutput{}, notDeclared(in.Name, in.Source, declared, readErrs)
 	}
 	src := found[0]
-	command, err := tb.scriptCommand(src, in.Name)
+	command, runner, err := tb.scriptCommand(src, in.Name)
 	if err != nil {
 		return nil, RunScriptOutput{}, err
+	}
+	if _, err := exec.LookPath(runner); err != nil {
+		return nil, RunScriptOutput{}, fmt.Errorf("%s is not installed in this sandbox (not on PATH), so %q (%s) cannot run: use an image that has it", runner, in.Name, src)
 	}
 	res, err := runForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
 	if err != nil {
@@ -283,22 +287,22 @@ func justRecipes(data []byte) []string {
 }
 
 // scriptCommand is the command that runs the script name of src, name
-// quoted.
-func (tb *toolbox) scriptCommand(src, name string) (string, error) {
+// quoted, and the program it runs.
+func (tb *toolbox) scriptCommand(src, name string) (command, runner string, err error) {
 	switch src {
 	case scriptNpm:
-		runner := "npm"
+		runner = "npm"
 		for _, lock := range []struct{ file, runner string }{{"pnpm-lock.yaml", "pnpm"}, {"yarn.lock", "yarn"}} {
 			if fi, err := tb.ws.root.Lstat(lock.file); err == nil && fi.Mode().IsRegular() {
 				runner = lock.runner
 				break
 			}
 		}
-		return runner + " run " + shellQuote(name), nil
+		return runner + " run " + shellQuote(name), runner, nil
 	case scriptMake:
-		return "make " + shellQuote(name), nil
+		return "make " + shellQuote(name), "make", nil
 	case scriptJust:
-		return "just " + shellQuote(name), nil
+		return "just " + shellQuote(name), "just", nil
 	}
-	return "", fmt.Errorf("unknown script source %q", src)
+	return "", "", fmt.Errorf("unknown script source %q", src)
 }

@@ -164,3 +164,15 @@ func TestConfinementOfRunScript(t *testing.T) {
 	}
 	f.checkOutsideUntouched2(t, "Makefile", "package.json")
 }
+
+// TestRunScriptWithoutItsRunner: a script whose runner the image lacks is
+// a tool error that names it, not an exit code 127 to puzzle over.
+func TestRunScriptWithoutItsRunner(t *testing.T) {
+	tb, ws := newScriptWorkspace(t)
+	writeFile(t, filepath.Join(ws, "justfile"), "deploy:\n    echo deploying\n")
+	t.Setenv("PATH", t.TempDir()) // nothing on it
+	_, _, err := tb.runScript(t.Context(), RunScriptInput{Name: "deploy"})
+	wantErrContaining(t, err, `just is not installed in this sandbox (not on PATH), so "deploy" (just) cannot run`)
+	_, _, err = tb.runScript(t.Context(), RunScriptInput{Name: "greet"})
+	wantErrContaining(t, err, "make is not installed in this sandbox")
+}
