@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -147,6 +149,9 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 		tests = tests[:coveringMaxTests]
 	}
 
+	if _, err := exec.LookPath("go"); err != nil {
+		return nil, TestsCoveringOutput{}, errors.New("go is not installed in this sandbox (not on PATH): tests_covering needs the Go toolchain (the -go sandbox image has it)")
+	}
 	start := time.Now()
 	deadline := start.Add(timeout)
 	tmp, err := os.MkdirTemp("", "airlock-covering-")

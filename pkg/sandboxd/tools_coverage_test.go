@@ -147,6 +147,12 @@ func TestTestsCoveringErrors(t *testing.T) {
 		_, _, err := tb.testsCovering(t.Context(), in)
 		wantErrContaining(t, err, want)
 	}
+	// Without the Go toolchain.
+	t.Run("no go", func(t *testing.T) {
+		t.Setenv("PATH", t.TempDir())
+		_, _, err := tb.testsCovering(t.Context(), TestsCoveringInput{FilePath: "calc/calc.go"})
+		wantErrContaining(t, err, "go is not installed in this sandbox (not on PATH)")
+	})
 	// A package without tests is an answer, not an error.
 	res, out, err := tb.testsCovering(t.Context(), TestsCoveringInput{FilePath: "none/none.go"})
 	if err != nil || len(out.Covering) != 0 || !strings.Contains(resultText(t, res), "No tests in none") {
