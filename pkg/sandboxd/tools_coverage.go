@@ -153,66 +153,93 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 		return nil, TestsCoveringOutput{}, errors.New("go is not installed in this sandbox (not on PATH): tests_covering needs the Go toolchain (the -go sandbox image has it)")
 	}
 	start := time.Now()
-	deadline := start.Add(timeout)
 	tmp, err := os.MkdirTemp("", "airlock-covering-")
 	if err != nil {
 		return nil, TestsCoveringOutput{}, fmt.Errorf("creating a temporary directory: %v", err)
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "pkg.test")
-	// Built in the package's directory, so that a package of a module nested
-	// in the workspace builds in its own module.
+	if err := tb.buildCoverageTests(ctx, dir, bin, timeout); err != nil {
+		return nil, TestsCoveringOutput{}, err
+	}
+	lines := coverTarget{base: path.Base(rel), from: from, to: to}
+	if err := tb.runEachTest(ctx, dir, bin, tests, lines, start.Add(timeout), &out); err != nil {
+		return nil, TestsCoveringOutput{}, err
+	}
+	out.DurationMs = time.Since(start).Milliseconds()
+	return textResult(coveringText(out)), out, nil
+}
+
+// buildCoverageTests builds the test binary of the package in dir, with
+// coverage, into bin. It builds in the package's directory, so that a
+// package of a module nested in the workspace builds in its own module.
+func (tb *toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
 	res, err := runForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
 	if err != nil {
-		return nil, TestsCoveringOutput{}, err
+		return err
 	}
 	switch {
 	case res.canceled:
-		return nil, TestsCoveringOutput{}, fmt.Errorf("cancelled after %v: the build's process group was killed", res.elapsed.Round(time.Millisecond))
+		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.elapsed.Round(time.Millisecond))
 	case res.timedOut:
-		return nil, TestsCoveringOutput{}, fmt.Errorf("the test build (%s) did not finish within the timeout of %v", build, timeout)
+		return fmt.Errorf("the test build (%s) did not finish within the timeout of %v", build, timeout)
 	case res.exitCode != 0:
-		return nil, TestsCoveringOutput{}, fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.exitCode, res.output)
+		return fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.exitCode, res.output)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.output)
+		return fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.output)
 	}
+	return nil
+}
 
-	base := path.Base(rel)
+// coverTarget is what a test must execute to cover it: lines from..to of
+// the package's file named base.
+type coverTarget struct {
+	base     string
+	from, to int
+}
+
+// runEachTest runs each test of the binary bin alone, in the package's
+// directory dir, with a coverage profile, until deadline, and records in
+// out whether it covers the target. A test still running at the deadline
+// is killed (its process group) and the tests after it are listed as not
+// run.
+func (tb *toolbox) runEachTest(ctx context.Context, dir, bin string, tests []string, target coverTarget, deadline time.Time, out *TestsCoveringOutput) error {
+	start := time.Now()
+	profile := filepath.Join(filepath.Dir(bin), "cover.out")
 	for i, name := range tests {
 		left := time.Until(deadline)
 		if left <= 0 {
 			out.TimedOut = true
 			out.NotRun = append(slices.Clone(tests[i:]), out.NotRun...)
-			break
+			return nil
 		}
-		profile := filepath.Join(tmp, "cover.out")
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
 		res, err := runForeground(ctx, tb.procs, tb.ws.dir, run, left)
 		if err != nil {
-			return nil, TestsCoveringOutput{}, err
+			return err
 		}
 		if res.canceled {
-			return nil, TestsCoveringOutput{}, fmt.Errorf("cancelled after %v, in %s: its process group was killed", time.Since(start).Round(time.Millisecond), name)
+			return fmt.Errorf("cancelled after %v, in %s: its process group was killed", time.Since(start).Round(time.Millisecond), name)
 		}
 		t := CoveringTest{Name: name, Passed: res.exitCode == 0 && !res.timedOut}
-		covers, ok := profileCovers(profile, base, from, to)
-		t.Covers, t.Profile = covers, ok
+		if !res.timedOut { // a killed test's profile, if any, is not its whole run
+			t.Covers, t.Profile = profileCovers(profile, target.base, target.from, target.to)
+		}
 		out.Tests = append(out.Tests, t)
-		if covers {
+		if t.Covers {
 			out.Covering = append(out.Covering, name)
 		}
 		if res.timedOut {
 			out.TimedOut = true
 			out.NotRun = append(slices.Clone(tests[i+1:]), out.NotRun...)
-			break
+			return nil
 		}
 	}
-	out.DurationMs = time.Since(start).Milliseconds()
-	return textResult(coveringText(out)), out, nil
+	return nil
 }
 
 // coveringText is the text of a tests_covering result.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,6 +232,39 @@ func TestAHangs(t *testing.T) {
 		wantErrContaining(t, res.err, "in TestAHangs: its process group was killed")
 	case <-time.After(testTimeout):
 		t.Fatal("tests_covering did not return after its cancellation")
+	}
+	if n := tb.procs.count(); n != 0 {
+		t.Errorf("%d process groups still run", n)
+	}
+}
+
+// TestTestsCoveringDeadline: a test still running at the deadline is killed
+// with its process group, has no profile, and the tests after it are
+// listed as not run. (The binary is built first, so that the deadline
+// falls in the runs whatever the machine's load.)
+func TestTestsCoveringDeadline(t *testing.T) {
+	tb, ws := newCalcModule(t)
+	writeFile(t, filepath.Join(ws, "calc", "hang_test.go"), "package calc\n\nimport (\n\t\"testing\"\n\t\"time\"\n)\n\nfunc TestAHangs(t *testing.T) { Add(1, 2); time.Sleep(time.Hour) }\n")
+	bin := filepath.Join(t.TempDir(), "pkg.test")
+	if err := tb.buildCoverageTests(t.Context(), "calc", bin, checkMaxTimeout); err != nil {
+		t.Fatal(err)
+	}
+	out := TestsCoveringOutput{}
+	tests := []string{"TestAHangs", "TestAdd", "TestSubPositive"}
+	start := time.Now()
+	if err := tb.runEachTest(t.Context(), "calc", bin, tests, coverTarget{base: "calc.go", from: 1, to: 18}, start.Add(2*time.Second), &out); err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > testTimeout {
+		t.Errorf("the runs took %v", elapsed)
+	}
+	want := []CoveringTest{{Name: "TestAHangs"}}
+	if d := gocmp.Diff(want, out.Tests); d != "" || !out.TimedOut || !slices.Equal(out.NotRun, tests[1:]) || len(out.Covering) != 0 {
+		t.Errorf("after the deadline: %+v\n%s", out, d)
+	}
+	if text := coveringText(out); !strings.Contains(text, "1 test(s) wrote no coverage profile (crashed or timed out), so whether they cover it is unknown: TestAHangs") ||
+		!strings.Contains(text, "The timeout stopped the runs.") || !strings.Contains(text, "2 test(s) not run (at most 200 run, within the timeout): TestAdd, TestSubPositive") {
+		t.Errorf("text %q", text)
 	}
 	if n := tb.procs.count(); n != 0 {
 		t.Errorf("%d process groups still run", n)
