@@ -305,7 +305,7 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 	o.Workspace = t.TempDir()
 	o.AllowedTools = []string{"Read", "WebFetch", "Task"}
 	errs := o.Validate()
-	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck, MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore, snapshot_diff, run_failing_tests, last_test_failures, find_definition, find_references, rename_symbol)`
+	want := `invalid value for --allowed-tools: unknown tools "WebFetch", "Task" (known: Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck, MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore, snapshot_diff, run_failing_tests, last_test_failures, find_definition, find_references, rename_symbol, change_function_signature, edit_function_body, insert_after_method, tests_covering, run_script, search_code)`
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Errorf("errors %v, want exactly %q", errs, want)
 	}
@@ -316,7 +316,8 @@ func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 func TestToolNamesAreTheSpecs(t *testing.T) {
 	want := []string{"Read", "Write", "Edit", "Glob", "Grep", "Bash", "BashOutput", "KillShell", "run_tests", "run_lint", "run_typecheck",
 		"MultiEdit", "LS", "snapshot_create", "snapshot_list", "snapshot_restore", "snapshot_diff", "run_failing_tests", "last_test_failures",
-		"find_definition", "find_references", "rename_symbol"}
+		"find_definition", "find_references", "rename_symbol", "change_function_signature", "edit_function_body", "insert_after_method",
+		"tests_covering", "run_script", "search_code"}
 	if diff := cmp.Diff(want, sandboxd.ToolNames()); diff != "" {
 		t.Errorf("sandboxd.ToolNames() (-SPEC +got):\n%s", diff)
 	}

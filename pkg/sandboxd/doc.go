@@ -3,7 +3,9 @@
 // Bash, BashOutput, KillShell, run_tests, run_lint, run_typecheck,
 // MultiEdit, LS, snapshot_create, snapshot_list, snapshot_restore,
 // snapshot_diff, run_failing_tests, last_test_failures, find_definition,
-// find_references, rename_symbol) served over MCP on one HTTP listener, with /healthz,
+// find_references, rename_symbol, change_function_signature,
+// edit_function_body, insert_after_method, tests_covering, run_script,
+// search_code) served over MCP on one HTTP listener, with /healthz,
 // /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
 // ToolNames lists the tools. docs/sandboxd-tools.md is the user's view.
 //
@@ -77,10 +79,26 @@
 // symbolic links nor descend into .git.
 //
 // run_tests parses the failing tests out of the whole output as it streams
-// (testfailures.go: go test, cargo test and pytest; not node's runners):
+// (testfailures.go: go test, cargo test, pytest, and node --test's TAP and
+// spec reporters and jest's in testfailures_node.go; not vitest or mocha):
 // package, test, file, line, message. The last test run is kept for
 // last_test_failures, and run_failing_tests runs only its failures again
 // (names that are not test names are refused, the others shell-quoted).
+//
+// # Code tools
+//
+// change_function_signature, edit_function_body and insert_after_method
+// (tools_ast.go) edit one declaration of a Go file named by function or
+// method: the new code is parsed alone first, spliced in at the
+// declaration's byte offsets, and the whole file gofmt'ed and written
+// atomically, with the Read requirement and confinement of Edit.
+// search_code (tools_searchcode.go) finds declarations by name: Go through
+// go/ast, other languages by their declaration keywords. tests_covering
+// (tools_coverage.go) builds a package's test binary with coverage once and
+// runs each of its tests alone with a profile. run_script (tools_script.go)
+// runs a package.json script, Makefile target or justfile recipe that the
+// top of the workspace declares, and nothing else. The commands of both run
+// like run_tests: process groups, timeouts, capped output.
 //
 // # Code navigation
 //

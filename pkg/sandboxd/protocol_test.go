@@ -93,8 +93,11 @@ func TestToolSelection(t *testing.T) {
 		allowed  []string
 		want     []string
 	}{
-		"all":                              {want: ToolNames()},
-		"readonly":                         {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences}},
+		"all":                                   {want: ToolNames()},
+		"readonly":                              {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences, ToolSearchCode}},
+		"the code tools are allowed one by one": {allowed: []string{ToolSearchCode, ToolEditBody}, want: []string{ToolSearchCode, ToolEditBody}},
+		"search_code is not mutating, the AST edits, tests_covering and run_script are": {readOnly: true,
+			allowed: []string{ToolSearchCode, ToolEditBody, ToolChangeSignature, ToolInsertAfter, ToolTestsCovering, ToolRunScript}, want: []string{ToolSearchCode}},
 		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolLS}},
 		"allowed new tools":                {allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolMultiEdit, ToolLS}},
 		"allowed":                          {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},

@@ -13,9 +13,9 @@ import (
 
 // Test failures, parsed from a test runner's output as it streams (before
 // the output cap), for run_tests, run_failing_tests and last_test_failures.
-// Go (go test), Rust (cargo test) and Python (pytest) report failures in a
-// form parsed here; node's runners do not share one, so their runs have no
-// structured failures.
+// Go (go test), Rust (cargo test), Python (pytest) and Node (node --test
+// and jest, testfailures_node.go) report failures in a form parsed here;
+// other node runners (vitest, mocha) give no structured failures.
 
 const (
 	// maxTestFailures bounds the failures kept from one run.
@@ -51,6 +51,8 @@ type failureParser struct {
 	// python
 	sectionLines map[string]TestFailure
 	section      string
+	// node
+	node *nodeState
 }
 
 // newFailureParser returns a parser for language's runner, or nil when
@@ -64,6 +66,9 @@ func newFailureParser(language string) *failureParser {
 		p.parse = p.rustLine
 	case "python":
 		p.parse = p.pythonLine
+	case "node":
+		p.node = &nodeState{yaml: -1}
+		p.parse = p.nodeLine
 	default:
 		return nil
 	}
@@ -99,6 +104,9 @@ func (p *failureParser) result() []TestFailure {
 	if len(p.pending) > 0 {
 		p.parse(string(p.pending))
 		p.pending = nil
+	}
+	if p.node != nil {
+		p.nodeEnd()
 	}
 	return p.failures
 }

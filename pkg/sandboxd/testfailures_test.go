@@ -186,8 +186,8 @@ func TestParsedFailures(t *testing.T) {
 			}
 		})
 	}
-	if newFailureParser("node") != nil {
-		t.Error("node has a parser")
+	if newFailureParser("elixir") != nil {
+		t.Error("an unknown language has a parser")
 	}
 }
 

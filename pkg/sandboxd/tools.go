@@ -39,6 +39,12 @@ const (
 	ToolFindDefinition   = toolnames.FindDefinition
 	ToolFindReferences   = toolnames.FindReferences
 	ToolRenameSymbol     = toolnames.RenameSymbol
+	ToolChangeSignature  = toolnames.ChangeFunctionSignature
+	ToolEditBody         = toolnames.EditFunctionBody
+	ToolInsertAfter      = toolnames.InsertAfterMethod
+	ToolTestsCovering    = toolnames.TestsCovering
+	ToolRunScript        = toolnames.RunScript
+	ToolSearchCode       = toolnames.SearchCode
 	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
 	toolNameMaxLength    = 128
 )
@@ -47,7 +53,7 @@ const (
 // (runs commands, writes files, or, for BashOutput, only serves a tool that
 // does), and how it is added to an MCP server. Only the tools that are not
 // mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff, last_test_failures,
-// find_definition, find_references) are served with --readonly.
+// find_definition, find_references, search_code) are served with --readonly.
 type toolSpec struct {
 	name     string
 	mutating bool
@@ -133,7 +139,7 @@ var toolSpecs = []toolSpec{
 	}},
 	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
-			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust and python, returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
+			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust, python and node (node --test, TAP or spec reporter, and jest), returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
 	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
 		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
@@ -207,7 +213,7 @@ var toolSpecs = []toolSpec{
 	{name: ToolLastTestFailures, add: func(s *mcp.Server, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolLastTestFailures,
-			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust and python; at most 200). " +
+			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust, python, node --test and jest; at most 200). " +
 				"An error before any test run.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.lastTestFailures)
@@ -239,7 +245,76 @@ var toolSpecs = []toolSpec{
 			InputSchema: schemaFor[RenameSymbolInput](navSchema),
 		}, tb.renameSymbol)
 	}},
+	{name: ToolChangeSignature, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolChangeSignature,
+			Description: "Replace the signature of one Go function or method (everything from func up to the body's opening brace) and keep its doc comment and body as they are. " + astEditHelp +
+				" new_signature is the new declaration without its body, e.g. func (s *Server) Start(ctx context.Context, addr string) error; it may rename the function, but a function stays a function and a method a method. Callers are not updated: run run_typecheck to find them.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		}, tb.changeFunctionSignature)
+	}},
+	{name: ToolEditBody, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolEditBody,
+			Description: "Replace the body of one Go function or method, keeping its doc comment and signature: safer than Edit for a whole body (it cannot eat a brace or a neighbour). " + astEditHelp +
+				" new_body is the statements without the enclosing braces; it must parse as the body of one function (it cannot close it and declare more).",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		}, tb.editFunctionBody)
+	}},
+	{name: ToolInsertAfter, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolInsertAfter,
+			Description: "Insert a new Go method right after an existing method of the same type (receiver_type, method_name), separated by a blank line. " + astEditHelp +
+				" new_method is one complete method declaration (doc comment allowed) on that same type; a method of that name already on the type in the file is refused.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		}, tb.insertAfterMethod)
+	}},
+	{name: ToolTestsCovering, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolTestsCovering,
+			Description: "Find which tests execute a Go file, one function or method of it, or one line, by running them: the package's test binary is built once with coverage (go test -c -cover), then each test of the file's own package runs alone (-test.run '^TestX$') with a coverage profile, and a test covers the target when its profile shows a block of the target's lines executed. " +
+				"Only the tests of the file's package run (not tests in other packages that use it); at most 200 tests, each in its own process group, killed on timeout or cancellation. Results list every test run, whether it covers the target and whether it passed. Go only. Timeout in milliseconds for the build and the runs together: default 300000, maximum 600000.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+			InputSchema: schemaFor[TestsCoveringInput](func(s *jsonschema.Schema) {
+				s.Properties["line"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Maximum = ptr(float64(checkMaxTimeout.Milliseconds()))
+			}),
+		}, tb.testsCovering)
+	}},
+	{name: ToolRunScript, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolRunScript,
+			Description: "Run a script the workspace declares, by name, without arguments: a script of package.json (npm run name; pnpm or yarn when their lock file is at the top), a target of the Makefile (make name) or a recipe of the justfile (just name), read from the top of the workspace. " +
+				"A name none of them declares is refused, and the error lists what they declare; a name several declare needs source. It runs like run_tests: /bin/bash -c in the workspace, own process group, killed whole on timeout or cancellation, output capped at 100 KiB. A runner (npm, pnpm, yarn, make, just) that is not installed is an error that says so. Timeout in milliseconds: default 300000, maximum 600000.",
+			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+			InputSchema: schemaFor[RunScriptInput](func(s *jsonschema.Schema) {
+				s.Properties["source"].Enum = []any{scriptNpm, scriptMake, scriptJust}
+				s.Properties["timeout"].Minimum = ptr(0.0)
+				s.Properties["timeout"].Maximum = ptr(float64(checkMaxTimeout.Milliseconds()))
+			}),
+		}, tb.runScript)
+	}},
+	{name: ToolSearchCode, add: func(s *mcp.Server, tb *toolbox) {
+		addTool(s, &mcp.Tool{
+			Name: ToolSearchCode,
+			Description: "Find where things are declared, by name (case-insensitive; exact names first, then names starting with query, then names containing it): Go functions, methods, types, struct fields, interface methods, constants and variables through the Go parser, with their signature and doc line; " +
+				"in Python, JavaScript/TypeScript and Rust files the lines that declare the name (def, class, function, const, fn, struct, ...), as Go files that do not parse. Query Type.Name for a method or field of a type. Unlike Grep, it finds declarations, not every use, and says what kind of thing each is. " +
+				"Skips .git, node_modules, vendor and target directories and files over 2 MiB; at most 500 results (default 50).",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+			InputSchema: schemaFor[SearchCodeInput](func(s *jsonschema.Schema) {
+				s.Properties["kind"].Enum = []any{symFunc, symMethod, symType, symField, symConst, symVar, symClass}
+				s.Properties["limit"].Minimum = ptr(0.0)
+				s.Properties["limit"].Maximum = ptr(float64(searchCodeMaxLimit))
+			}),
+		}, tb.searchCode)
+	}},
 }
+
+// astEditHelp says what the AST edit tools share.
+const astEditHelp = "Go only. function_name is Foo for a function, (*T).Foo, (T).Foo or T.Foo for a method (pointer or not does not matter); a plain name that several declarations share is ambiguous and refused. " +
+	"The file must have been Read first, like Edit. The new code is parsed before anything is written; the file is then gofmt'ed and written atomically, and the result shows the declaration as written. " +
+	"A file that is not Go, does not parse, lacks the symbol, or new code that does not parse is an error and nothing is written."
 
 // navPositionHelp says how the navigation tools take a position.
 const navPositionHelp = "The symbol is given by file_path and line (1-based, as Read numbers lines) and either column (1-based, in characters of the line; a tab is one) or symbol (its name as written on the line; with column too, the occurrence nearest it). " +
@@ -274,7 +349,7 @@ func ToolNames() []string {
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
 func readOnlyToolNames() []string {
-	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences}
+	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences, ToolSearchCode}
 }
 
 // selectTools returns the names of the tools to serve: all of them, or those

@@ -98,7 +98,7 @@ type RunTestsOutput struct {
 	Output     string `json:"output,omitempty" jsonschema:"stdout and stderr, interleaved; capped at 100 KiB with the elision said"`
 	DurationMs int64  `json:"duration_ms" jsonschema:"how long the command ran, in milliseconds"`
 	// Failures is set by run_tests and run_failing_tests only.
-	Failures []TestFailure `json:"failures,omitempty" jsonschema:"run_tests: the failing tests (and build errors) as the runner reported them, parsed from the whole output (go, rust, python; at most 200)"`
+	Failures []TestFailure `json:"failures,omitempty" jsonschema:"run_tests: the failing tests (and build errors) as the runner reported them, parsed from the whole output (go, rust, python, node --test, jest; at most 200)"`
 }
 
 // RunLintInput is the input of the run_lint tool.
@@ -175,8 +175,11 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	}
 	if parser != nil {
 		out.Failures = parser.result()
-		if lang == "go" {
+		switch lang {
+		case "go":
 			tb.localizeGoFailures(out.Failures)
+		case "node":
+			tb.localizeNodeFailures(out.Failures)
 		}
 	}
 	if kind == checkTests {

@@ -31,11 +31,19 @@ const (
 	FindDefinition   = "find_definition"
 	FindReferences   = "find_references"
 	RenameSymbol     = "rename_symbol"
+	// The AST edit tools for Go.
+	ChangeFunctionSignature = "change_function_signature"
+	EditFunctionBody        = "edit_function_body"
+	InsertAfterMethod       = "insert_after_method"
+	TestsCovering           = "tests_covering"
+	RunScript               = "run_script"
+	SearchCode              = "search_code"
 )
 
 // All returns every tool name, in canonical order (a fresh slice each call).
 func All() []string {
 	return []string{Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, RunTests, RunLint, RunTypecheck,
 		MultiEdit, LS, SnapshotCreate, SnapshotList, SnapshotRestore, SnapshotDiff, RunFailingTests, LastTestFailures,
-		FindDefinition, FindReferences, RenameSymbol}
+		FindDefinition, FindReferences, RenameSymbol, ChangeFunctionSignature, EditFunctionBody, InsertAfterMethod,
+		TestsCovering, RunScript, SearchCode}
 }

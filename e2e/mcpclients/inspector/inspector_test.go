@@ -112,8 +112,9 @@ func TestInspectorCLI(t *testing.T) {
 				}
 			}
 			slices.Sort(names)
-			want := []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
-				"find_definition", "find_references", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
+			want := []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write", "change_function_signature", "edit_function_body",
+				"find_definition", "find_references", "insert_after_method", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_script", "run_tests", "run_typecheck",
+				"search_code", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore", "tests_covering"}
 			if !slices.Equal(names, want) {
 				t.Errorf("tools/list = %v, want %v", names, want)
 			}
@@ -152,6 +153,20 @@ func TestInspectorCLI(t *testing.T) {
 			callTool(t, cli, url, tc.transport, "snapshot_restore", map[string]string{"id": id})
 			if got := callTool(t, cli, url, tc.transport, "Read", map[string]string{"file_path": file}); got != "     1\thello from the sandbox\n" {
 				t.Errorf("after snapshot_restore, Read answered %q", got)
+			}
+
+			// The code tools: an AST edit, search_code, run_script.
+			goFile := tc.transport + "/shape.go"
+			callTool(t, cli, url, tc.transport, "Write", map[string]string{"file_path": goFile, "content": "package shape\n\nfunc Area(w, h int) int { return 0 }\n"})
+			if got := callTool(t, cli, url, tc.transport, "edit_function_body", map[string]string{"file_path": goFile, "function_name": "Area", "new_body": "return w * h"}); !strings.Contains(got, "\treturn w * h") {
+				t.Errorf("edit_function_body answered %q", got)
+			}
+			if got := callTool(t, cli, url, tc.transport, "search_code", map[string]string{"query": "area", "path": tc.transport}); got != goFile+":3:6: func Area: func Area(w, h int) int" {
+				t.Errorf("search_code answered %q", got)
+			}
+			callTool(t, cli, url, tc.transport, "Bash", map[string]string{"command": "printf 'hello-" + tc.transport + ":\\n\\t@echo hi from " + tc.transport + "\\n' >> Makefile"})
+			if got := callTool(t, cli, url, tc.transport, "run_script", map[string]string{"name": "hello-" + tc.transport}); !strings.Contains(got, "hi from "+tc.transport) {
+				t.Errorf("run_script answered %q", got)
 			}
 		})
 	}

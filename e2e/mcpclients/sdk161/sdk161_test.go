@@ -17,8 +17,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
-var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write",
-	"find_definition", "find_references", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_tests", "run_typecheck", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore"}
+var allTools = []string{"Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LS", "MultiEdit", "Read", "Write", "change_function_signature", "edit_function_body",
+	"find_definition", "find_references", "insert_after_method", "last_test_failures", "rename_symbol", "run_failing_tests", "run_lint", "run_script", "run_tests", "run_typecheck",
+	"search_code", "snapshot_create", "snapshot_diff", "snapshot_list", "snapshot_restore", "tests_covering"}
 
 func connect(t *testing.T, tr mcp.Transport) *mcp.ClientSession {
 	t.Helper()
@@ -135,6 +136,28 @@ func roundTrip(t *testing.T, cs *mcp.ClientSession, ws, dir string) {
 	}
 	if got := call(t, cs, "run_failing_tests", map[string]any{}); !strings.Contains(got, "$ go test -run '^(TestFails)$' 'example.com/e2e/"+dir+"'") || !strings.Contains(got, wantFailure) {
 		t.Errorf("run_failing_tests answered %q", got)
+	}
+
+	// The code tools: an AST edit, search_code, tests_covering, run_script.
+	call(t, cs, "Read", map[string]any{"file_path": file})
+	if got := call(t, cs, "edit_function_body", map[string]any{"file_path": file, "function_name": "main", "new_body": `println("ast")`}); !strings.Contains(got, "Replaced the body of main in "+file+" (lines 3-5, gofmt'ed)") {
+		t.Errorf("edit_function_body answered %q", got)
+	}
+	if got := callError(t, cs, "edit_function_body", map[string]any{"file_path": file, "function_name": "nope", "new_body": ""}); !strings.Contains(got, "function nope not found in "+file) {
+		t.Errorf("edit_function_body of a missing function answered %q", got)
+	}
+	if got := call(t, cs, "search_code", map[string]any{"query": "main", "kind": "func", "path": dir}); got != file+":3:6: func main: func main()" {
+		t.Errorf("search_code answered %q", got)
+	}
+	if got := call(t, cs, "tests_covering", map[string]any{"file_path": file, "function": "main"}); !strings.HasPrefix(got, "None of the 1 tests run in "+dir+" executes main in "+file+" (lines 3-5)") {
+		t.Errorf("tests_covering answered %q", got)
+	}
+	call(t, cs, "Write", map[string]any{"file_path": "Makefile", "content": "hello:\n\t@echo hello-from-make\n"})
+	if got := call(t, cs, "run_script", map[string]any{"name": "hello"}); !strings.Contains(got, "hello-from-make") {
+		t.Errorf("run_script answered %q", got)
+	}
+	if got := callError(t, cs, "run_script", map[string]any{"name": "deploy"}); !strings.Contains(got, `no script named "deploy" is declared; declared: make: hello`) {
+		t.Errorf("run_script of an undeclared name answered %q", got)
 	}
 
 	const token = "ghp_R2d2C3poLuke0Leia1Han2Chewie3Yoda4xy" // fake

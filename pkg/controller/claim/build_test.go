@@ -85,7 +85,7 @@ func TestBuildDeployment(t *testing.T) {
 		t.Errorf("replicas %d, want 0", *d.Spec.Replicas)
 	}
 	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace",
-		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol",
+		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol,change_function_signature,edit_function_body,insert_after_method,tests_covering,run_script,search_code",
 		"--auth-token-file=/var/run/airlock/auth/token"}
 	if diff := cmp.Diff(wantArgs, d.Spec.Template.Spec.Containers[0].Args); diff != "" {
 		t.Errorf("args of an entry that allows every tool (-want +got):\n%s", diff)

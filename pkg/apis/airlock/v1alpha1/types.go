@@ -261,7 +261,7 @@ const (
 )
 
 // ToolName is the name of one sandboxd tool.
-// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck;MultiEdit;LS;snapshot_create;snapshot_list;snapshot_restore;snapshot_diff;run_failing_tests;last_test_failures;find_definition;find_references;rename_symbol
+// +kubebuilder:validation:Enum=Read;Write;Edit;Glob;Grep;Bash;BashOutput;KillShell;run_tests;run_lint;run_typecheck;MultiEdit;LS;snapshot_create;snapshot_list;snapshot_restore;snapshot_diff;run_failing_tests;last_test_failures;find_definition;find_references;rename_symbol;change_function_signature;edit_function_body;insert_after_method;tests_covering;run_script;search_code
 type ToolName string
 
 // +genclient
