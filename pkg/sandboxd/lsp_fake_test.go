@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A fake language server: the test binary itself, run again with
@@ -129,7 +130,9 @@ func useFakeLSP(t *testing.T, tb *toolbox, mode string, answers map[string]strin
 	spec.command = exe
 	spec.env = []string{"AIRLOCK_FAKE_LSP=" + mode, "AIRLOCK_FAKE_LSP_PIDS=" + f.pids, "AIRLOCK_FAKE_LSP_LOG=" + f.log, "AIRLOCK_FAKE_LSP_ANSWERS=" + string(a)}
 	tb.nav.specs = []langServerSpec{spec}
-	tb.nav.opts = navOptions{requestTimeout: 5 * time.Second, idleTimeout: time.Hour, memoryLimit: 1 << 40, memoryCheck: time.Hour}
+	// Starts are given all the time a loaded machine may take; tests of a failing request shorten
+	// requestTimeout only, so that what times out is the request, never the start.
+	tb.nav.opts = navOptions{startTimeout: wait.ForeverTestTimeout, requestTimeout: 5 * time.Second, idleTimeout: time.Hour, memoryLimit: 1 << 40, memoryCheck: time.Hour}
 	return f
 }
 

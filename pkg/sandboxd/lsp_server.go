@@ -76,6 +76,8 @@ func defaultLangServers() []langServerSpec {
 
 // navOptions are the bounds of the language servers; tests shorten them.
 type navOptions struct {
+	// startTimeout bounds starting a server (its initialize); requestTimeout one request.
+	startTimeout   time.Duration
 	requestTimeout time.Duration
 	idleTimeout    time.Duration
 	memoryLimit    int64
@@ -83,7 +85,7 @@ type navOptions struct {
 }
 
 func defaultNavOptions() navOptions {
-	return navOptions{requestTimeout: lspRequestTimeout, idleTimeout: lspIdleTimeout, memoryLimit: lspMemoryLimit, memoryCheck: lspMemoryCheck}
+	return navOptions{startTimeout: lspRequestTimeout, requestTimeout: lspRequestTimeout, idleTimeout: lspIdleTimeout, memoryLimit: lspMemoryLimit, memoryCheck: lspMemoryCheck}
 }
 
 // langServers runs the language servers of one workspace.
@@ -143,9 +145,13 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		return fmt.Errorf("cancelled while waiting for another code navigation call: %v", ctx.Err())
 	}
 	defer func() { <-l.turn }()
+	// The start and the request have a budget each: a server's start (gopls loading the
+	// workspace) does not eat into the request's time.
+	sctx, scancel := context.WithTimeout(ctx, l.opts.startTimeout)
+	s, err := l.get(sctx, spec)
+	scancel()
 	rctx, cancel := context.WithTimeout(ctx, l.opts.requestTimeout)
 	defer cancel()
-	s, err := l.get(rctx, spec)
 	if err == nil {
 		s.idle.Stop()
 		// A server that stops reading would block a write (a large didOpen)
@@ -297,7 +303,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 		case s.killedFor() != "":
 			err = fmt.Errorf("%s was stopped: %s", spec.name, s.killedFor())
 		case ctx.Err() != nil:
-			err = fmt.Errorf("%s did not start within %s: it was stopped", spec.name, l.opts.requestTimeout)
+			err = fmt.Errorf("%s did not start within %s: it was stopped", spec.name, l.opts.startTimeout)
 		default:
 			err = fmt.Errorf("%s did not start (%v; %s)%s", spec.name, err, s.exitStatus(), s.stderrTail())
 		}

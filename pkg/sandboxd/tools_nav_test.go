@@ -198,7 +198,7 @@ func TestNavServerStartFailures(t *testing.T) {
 	t.Run("a server that does not answer initialize", func(t *testing.T) {
 		tb, _ := navWorkspace(t, map[string]string{"main.go": navMain})
 		fake := useFakeLSP(t, tb, "mute", nil)
-		tb.nav.opts.requestTimeout = 200 * time.Millisecond
+		tb.nav.opts.startTimeout = 200 * time.Millisecond
 		_, _, err := tb.findDefinition(t.Context(), FindDefinitionInput{at(5, 20)})
 		wantErrContaining(t, err, "gopls did not start within 200ms: it was stopped; it is started again on the next call")
 		leader, child := fake.processes(t)
