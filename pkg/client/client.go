@@ -70,11 +70,14 @@ type Client struct {
 
 // New returns a client of the Sandbox API at baseURL (e.g.
 // "https://airlock-sandbox-api.airlock-system.svc:8443"). tokenSource returns the runtime's
-// ServiceAccount token for each request. httpClient may be nil for http.DefaultClient; it should
-// have no overall Timeout shorter than the acquires' waitSeconds.
+// ServiceAccount token for each request. httpClient may be nil for one that verifies the API's
+// certificate with the CA bundle at DefaultCAFile (the ConfigMap airlock-ca mounted there); use
+// NewHTTPClient for another bundle, a server name, or (for debugging) no verification. It should
+// have no overall Timeout shorter than the acquires' waitSeconds. An "http://" baseURL is plain
+// HTTP, for an operator run with --tls-mode=none.
 func New(baseURL string, tokenSource func() (string, error), httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = http.DefaultClient
+		httpClient = defaultHTTPClient()
 	}
 	return &Client{baseURL: strings.TrimRight(baseURL, "/"), tokenSource: tokenSource, httpClient: httpClient}
 }
