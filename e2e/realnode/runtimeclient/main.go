@@ -35,16 +35,22 @@ import (
 
 // Plan is what the test asks the client to do.
 type Plan struct {
-	API         string `json:"api"` // Sandbox API base URL
-	TokenFile   string `json:"tokenFile,omitempty"`
-	Namespace   string `json:"namespace"`
-	Runtime     string `json:"runtime"`
-	Session     string `json:"session"`
-	Handle      string `json:"handle"`
-	WaitSeconds int    `json:"waitSeconds,omitempty"`
-	Transport   string `json:"transport,omitempty"` // "streamable" (default) or "sse"
-	Steps       []Step `json:"steps,omitempty"`
-	Close       bool   `json:"close,omitempty"` // sessions/close at the end
+	API       string `json:"api"` // Sandbox API base URL
+	TokenFile string `json:"tokenFile,omitempty"`
+	// CAFile is the Sandbox API's CA bundle: the ConfigMap airlock-ca mounted at
+	// client.DefaultCAFile by default.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify calls the API without verifying its certificate (a control: it must be
+	// asked for by name).
+	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+	Namespace          string `json:"namespace"`
+	Runtime            string `json:"runtime"`
+	Session            string `json:"session"`
+	Handle             string `json:"handle"`
+	WaitSeconds        int    `json:"waitSeconds,omitempty"`
+	Transport          string `json:"transport,omitempty"` // "streamable" (default) or "sse"
+	Steps              []Step `json:"steps,omitempty"`
+	Close              bool   `json:"close,omitempty"` // sessions/close at the end
 	// Probes are host:port addresses the client itself dials (it has no NetworkPolicy): the
 	// controls that show a target the sandbox cannot reach does answer.
 	Probes []string `json:"probes,omitempty"`
@@ -121,7 +127,11 @@ const markerCommand = `if [ -e /tmp/airlock-e2e-marker ]; then echo OLD; else to
 // runReacquire acquires, uses and closes the same session and handle p.Sessions times in a row.
 func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 	out := &ReacquireResult{Rounds: []ReacquireRound{}}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	prevAuth := ""
 	for i := 0; i < p.Sessions; i++ {
 		got, d, err := acquire(ctx, c, p, p.Session)
@@ -189,6 +199,10 @@ func main() {
 		// the API server's audience, is refused by the Sandbox API).
 		plan.TokenFile = "/var/run/secrets/airlock/token"
 	}
+	if plan.CAFile == "" {
+		// The ConfigMap airlock-ca, which the operator keeps in the runtime's namespace.
+		plan.CAFile = client.DefaultCAFile
+	}
 	if plan.WaitSeconds == 0 {
 		plan.WaitSeconds = 120
 	}
@@ -231,8 +245,14 @@ func firstLine(s string) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func apiClient(p Plan) *client.Client {
-	return client.New(p.API, client.TokenFile(p.TokenFile), &http.Client{Timeout: time.Duration(p.WaitSeconds+30) * time.Second})
+// apiClient is a client of the Sandbox API that verifies it with the plan's CA bundle.
+func apiClient(p Plan) (*client.Client, error) {
+	hc, err := client.NewHTTPClient(client.TLSOptions{CAFile: p.CAFile, InsecureSkipVerify: p.InsecureSkipVerify})
+	if err != nil {
+		return nil, err
+	}
+	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
+	return client.New(p.API, client.TokenFile(p.TokenFile), hc), nil
 }
 
 func acquire(ctx context.Context, c *client.Client, p Plan, session string) (*client.AcquireResponse, time.Duration, error) {
@@ -358,7 +378,11 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 			}
 		}
 	}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	got, d, err := acquire(ctx, c, p, p.Session)
 	if err != nil {
 		out.Error = "acquire: " + err.Error()
@@ -417,7 +441,11 @@ func stepArg(s Step) string {
 
 func runBench(ctx context.Context, p Plan) *BenchResult {
 	out := &BenchResult{}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	for i := 0; i < p.Sessions; i++ {
 		session := fmt.Sprintf("%s-%02d", p.Session, i)
 		got, d, err := acquire(ctx, c, p, session)
