@@ -159,18 +159,33 @@ func certNames(c *x509.Certificate) []string {
 	return names
 }
 
-// sameNames says whether a certificate's SANs are exactly names.
-func sameNames(c *x509.Certificate, names []string) bool {
-	want := make([]string, 0, len(names))
+// normalNames returns names sorted, without duplicates, IP addresses in their canonical form.
+func normalNames(names []string) []string {
+	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
 			n = ip.String()
 		}
-		want = append(want, n)
+		out = append(out, n)
 	}
-	slices.Sort(want)
-	want = slices.Compact(want)
-	return slices.Equal(certNames(c), want)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// sameNames says whether a certificate's SANs are exactly names.
+func sameNames(c *x509.Certificate, names []string) bool {
+	return slices.Equal(certNames(c), normalNames(names))
+}
+
+// coversNames says whether a certificate is valid for every one of names (it may have more).
+func coversNames(c *x509.Certificate, names []string) bool {
+	have := certNames(c)
+	for _, n := range normalNames(names) {
+		if !slices.Contains(have, n) {
+			return false
+		}
+	}
+	return true
 }
 
 func encodeCert(c *x509.Certificate) []byte {

@@ -69,8 +69,9 @@ type Plan struct {
 //
 //   - The signing CA is renewed at two thirds of its life. The new CA joins the bundle at once; the
 //     previous one stays in it until it expires.
-//   - The serving certificate is renewed at two thirds of its life, when its SANs are not
-//     p.Names, when no CA of the bundle verifies it, and once the signing CA has been in the
+//   - The serving certificate is renewed at two thirds of its life, when its SANs lack one of
+//     p.Names (more names are kept until the next renewal: two replicas whose --tls-sans differ
+//     during a rolling update must not re-issue it in turn without end), when no CA of the bundle verifies it, and once the signing CA has been in the
 //     bundle for p.CAPropagation and did not sign it. A renewal that falls due while a new CA is
 //     still propagating waits until it has (the certificate it replaces is valid for a third of
 //     its life still), so that no runtime is shown a certificate it does not trust yet.
@@ -120,7 +121,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 	switch {
 	case err != nil:
 		reissue = fmt.Sprintf("no usable serving certificate (%v)", err)
-	case !sameNames(serving.cert, p.Names):
+	case !coversNames(serving.cert, p.Names):
 		reissue = fmt.Sprintf("the serving certificate is for %v, want %v", certNames(serving.cert), p.Names)
 	case !slices.ContainsFunc(trusted, func(ca *x509.Certificate) bool { return signedBy(serving.cert, ca, now) }):
 		reissue = "no CA of the bundle verifies the serving certificate"

@@ -117,6 +117,25 @@ func TestPlanRenewsServingCertificate(t *testing.T) {
 		t.Errorf("new names: changed %v, verify %v", renamed.Changed, err)
 	}
 
+	// Fewer names than the certificate has (another replica's --tls-sans, during a rollout):
+	// kept, so that two replicas never re-issue it in turn; the renewal issues the names asked.
+	fewer := DefaultPolicy(testNames[:1])
+	kept, err := plan(first.Data, fewer, t0.Add(time.Hour), rand.Reader)
+	if err != nil || kept.Changed {
+		t.Errorf("a subset of the names: changed %v (%v), error %v; want the certificate kept", kept.Changed, kept.Reasons, err)
+	}
+	back, err := plan(renamed.Data, DefaultPolicy(append([]string{"api.example.internal"}, testNames...)), t0.Add(2*time.Hour), rand.Reader)
+	if err != nil || !back.Changed {
+		t.Fatalf("names added: changed %v, error %v", back.Changed, err)
+	}
+	if again, _ := plan(back.Data, DefaultPolicy([]string{"api.example.internal"}), t0.Add(3*time.Hour), rand.Reader); again.Changed {
+		t.Errorf("the replica with fewer names re-issued a certificate that covers them: %v", again.Reasons)
+	}
+	renewedFewer, err := plan(back.Data, fewer, t0.Add(2*time.Hour+DefaultServingLifetime*2/3), rand.Reader)
+	if err != nil || !sameNames(certOf(t, renewedFewer.Data, corev1.TLSCertKey), fewer.Names) {
+		t.Errorf("at renewal: names %v, error %v; want exactly %v", certNames(certOf(t, renewedFewer.Data, corev1.TLSCertKey)), err, fewer.Names)
+	}
+
 	broken := map[string][]byte{}
 	for k, v := range first.Data {
 		broken[k] = v
