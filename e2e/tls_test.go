@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -357,6 +358,107 @@ func TestCertManagerComponentRenders(t *testing.T) {
 		}
 		if with[kind] != n {
 			t.Errorf("%s: %d in the base, %d with the component", kind, n, with[kind])
+		}
+	}
+}
+
+// buildRuntimeClient builds the demo's runtime stand-in (e2e/realnode/runtimeclient) for this
+// machine.
+func buildRuntimeClient(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "runtimeclient")
+	cmd := exec.Command("go", "build", "-o", bin, "./e2e/realnode/runtimeclient")
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build runtimeclient: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDemoRuntimeVerifiesAPI runs the demo's runtime stand-in (what `make run` puts in the runtime
+// pod) as a process: with the CA bundle published in its namespace it acquires a sandbox over
+// TLS; trusting another CA, or with no bundle where it looks, it fails verification and creates
+// nothing; only its explicit insecureSkipVerify gets through without a bundle.
+func TestDemoRuntimeVerifiesAPI(t *testing.T) {
+	e := newClaimEnv(t, "airlock-tls-demo", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	op := startAPIOperator(t, e.ns)
+	bin := buildRuntimeClient(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokenFile := write("token", serviceAccountToken(t, e.ns, "agent"))
+	caFile := write("ca.crt", publishedBundle(t, e.ns).Data[cabundle.Key])
+	otherCA, _, err := cert.GenerateSelfSignedCertKey("another-ca", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFile := write("other.crt", string(otherCA))
+
+	type result struct {
+		Claim  string `json:"claim"`
+		Phase  string `json:"phase"`
+		Closed bool   `json:"closed"`
+		Error  string `json:"error"`
+	}
+	run := func(session string, tlsPlan map[string]any) result {
+		t.Helper()
+		plan := map[string]any{"api": op.apiURL, "tokenFile": tokenFile, "namespace": e.ns, "runtime": "agent",
+			"session": session, "handle": "codegen/default", "waitSeconds": 60, "serverName": apiServerName}
+		for k, v := range tlsPlan {
+			plan[k] = v
+		}
+		b, err := json.Marshal(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, "acquire", "-plan", string(b)).Output()
+		if err != nil {
+			t.Fatalf("runtimeclient %s: %v", session, err)
+		}
+		var res result
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "RESULT ") {
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "RESULT ")), &res); err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+		}
+		t.Fatalf("runtimeclient %s printed no RESULT: %s", session, out)
+		return res
+	}
+
+	if res := run("published-ca", map[string]any{"caFile": caFile}); res.Error != "" || res.Phase != "Bound" || !res.Closed {
+		t.Errorf("with the published bundle: %+v, want Bound and closed", res)
+	}
+	for session, tc := range map[string]struct {
+		plan    map[string]any
+		wantErr string
+	}{
+		"other-ca":  {map[string]any{"caFile": otherFile}, "certificate signed by unknown authority"},
+		"no-bundle": {map[string]any{"caFile": filepath.Join(dir, "not-mounted", "ca.crt")}, "mount the ConfigMap airlock-ca"},
+	} {
+		if res := run(session, tc.plan); res.Claim != "" || !strings.Contains(res.Error, tc.wantErr) {
+			t.Errorf("%s: %+v, want no claim and an error containing %q", session, res, tc.wantErr)
+		}
+	}
+	if res := run("insecure", map[string]any{"caFile": filepath.Join(dir, "not-mounted", "ca.crt"), "insecureSkipVerify": true}); res.Error != "" || res.Phase != "Bound" {
+		t.Errorf("with insecureSkipVerify: %+v, want Bound", res)
+	}
+	claims, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if c.Spec.Session == "other-ca" || c.Spec.Session == "no-bundle" {
+			t.Errorf("a refused runtime's request was served: claim %s", c.Name)
 		}
 	}
 }

@@ -108,6 +108,7 @@ func TestTLSVerifiesTheServer(t *testing.T) {
 		"another CA":               {opts: TLSOptions{CAData: other.pem}, wantErr: "unknown authority"},
 		"another server name":      {opts: TLSOptions{CAData: ca.pem, ServerName: "airlock-sandbox-api.evil.svc"}, wantErr: "not airlock-sandbox-api.evil.svc"},
 		"insecure skip verify":     {opts: TLSOptions{CAData: other.pem, InsecureSkipVerify: true}},
+		"insecure, no bundle":      {opts: TLSOptions{CAFile: filepath.Join(t.TempDir(), "nope"), InsecureSkipVerify: true}},
 		"CA file that is not PEM":  {opts: TLSOptions{CAFile: os.Args[0]}, wantErr: "holds no PEM certificate"},
 		"CA file that is not here": {opts: TLSOptions{CAFile: filepath.Join(t.TempDir(), "nope")}, wantErr: "airlock-ca"},
 	}
@@ -181,13 +182,17 @@ func TestTLSFollowsCARotation(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPToTLSPort: a client that speaks plain HTTP to the TLS port gets an error answer
-// (the server's 400), never a hang or a success.
+// TestPlainHTTPToTLSPort: a client that speaks plain HTTP to the TLS port gets an error, never a
+// hang or a success: the server's 400 ("... HTTP request to an HTTPS server"), or, when the
+// server's close overtakes the request's body, a connection error.
 func TestPlainHTTPToTLSPort(t *testing.T) {
 	srv := newTestCA(t).serve(t)
 	err := renew(New(strings.Replace(srv.URL, "https://", "http://", 1), saToken, nil))
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "HTTPS") {
+	switch {
+	case err == nil:
+		t.Error("plain HTTP to a TLS port succeeded")
+	case errors.As(err, &apiErr) && (apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "HTTPS")):
 		t.Errorf("plain HTTP to a TLS port: %v, want a 400 that says HTTPS", err)
 	}
 }

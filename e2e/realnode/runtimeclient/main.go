@@ -11,6 +11,8 @@
 //	runtimeclient reacquire -plan '<JSON plan>' N rounds of one session and handle: acquire, one
 //	                                            tool call that marks the pod, a request with the
 //	                                            previous round's token, close
+//	runtimeclient acquire -plan '<JSON plan>'   acquire the plan's handle and close the session:
+//	                                            the Sandbox API alone (its TLS, its answer)
 //	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
 //	                                            (a target for the NetworkPolicy checks)
 package main
@@ -37,6 +39,8 @@ import (
 type Plan struct {
 	API       string `json:"api"` // Sandbox API base URL
 	TokenFile string `json:"tokenFile,omitempty"`
+	// ServerName is the name the API's certificate is verified for, when it is not the URL's host.
+	ServerName string `json:"serverName,omitempty"`
 	// CAFile is the Sandbox API's CA bundle: the ConfigMap airlock-ca mounted at
 	// client.DefaultCAFile by default.
 	CAFile string `json:"caFile,omitempty"`
@@ -170,9 +174,39 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 	return out
 }
 
+// AcquireResult is the output of `acquire`.
+type AcquireResult struct {
+	Claim  string `json:"claim"`
+	Phase  string `json:"phase"`
+	Closed bool   `json:"closed"`
+	Error  string `json:"error,omitempty"`
+}
+
+// runAcquire acquires the plan's handle for its session, then closes the session.
+func runAcquire(ctx context.Context, p Plan) *AcquireResult {
+	out := &AcquireResult{}
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
+	got, _, err := acquire(ctx, c, p, p.Session)
+	if err != nil {
+		out.Error = "acquire: " + err.Error()
+		return out
+	}
+	out.Claim, out.Phase = got.Claim, got.Phase
+	if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+		out.Error = "close: " + err.Error()
+		return out
+	}
+	out.Closed = true
+	return out
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|serve [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -184,7 +218,7 @@ func main() {
 	case "serve":
 		serve(*listen)
 		return
-	case "session", "bench", "reacquire":
+	case "session", "bench", "reacquire", "acquire":
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -216,6 +250,8 @@ func main() {
 		out = runBench(ctx, plan)
 	case "reacquire":
 		out = runReacquire(ctx, plan)
+	case "acquire":
+		out = runAcquire(ctx, plan)
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println("RESULT " + string(b))
@@ -247,7 +283,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // apiClient is a client of the Sandbox API that verifies it with the plan's CA bundle.
 func apiClient(p Plan) (*client.Client, error) {
-	hc, err := client.NewHTTPClient(client.TLSOptions{CAFile: p.CAFile, InsecureSkipVerify: p.InsecureSkipVerify})
+	hc, err := client.NewHTTPClient(client.TLSOptions{CAFile: p.CAFile, ServerName: p.ServerName, InsecureSkipVerify: p.InsecureSkipVerify})
 	if err != nil {
 		return nil, err
 	}
