@@ -123,9 +123,16 @@ func TestRealNodeTLS(t *testing.T) {
 	if !strings.Contains(res.Error, "unknown authority") {
 		t.Errorf("a runtime trusting another CA: %q, want an unknown authority error", res.Error)
 	}
-	res = rnSession{}
 	plain := strings.Replace(apiURL(), "https://", "http://", 1)
-	if err := e.runClientWith("plain-http", "session", with("api", plain, "session", "plain"), 3*time.Minute, &res, nil); err != nil {
+	res = rnSession{}
+	if err := e.runClientWith("plain-refused", "session", with("api", plain, "session", "plain"), 3*time.Minute, &res, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Error, "plain HTTP") || res.Claim != "" {
+		t.Errorf("an http:// URL: claim %q error %q, want pkg/client's refusal", res.Claim, res.Error)
+	}
+	res = rnSession{}
+	if err := e.runClientWith("plain-http", "session", with("api", plain, "session", "plain", "plainHTTP", true), 3*time.Minute, &res, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res.Error == "" || res.Claim != "" {

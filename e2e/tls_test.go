@@ -154,12 +154,16 @@ func TestSandboxAPIOverTLS(t *testing.T) {
 		}
 	}
 
-	// Plain HTTP to the TLS port: the server answers 400 and closes, and a client still sending
-	// its body may see the close (a reset) before the 400. Either way, no answer of the API.
+	// Plain HTTP: pkg/client refuses it unless asked (client.PlainHTTP); asked, the TLS port
+	// answers 400 and closes, and a client still sending its body may see the close (a reset)
+	// before the 400. Either way, no answer of the API.
 	plain := strings.Replace(op.apiURL, "https://", "http://", 1)
 	plainReq := req
 	plainReq.Session = "plain-http"
-	_, _, err = client.New(plain, staticToken(token), nil).AcquireOnce(ctx, plainReq)
+	if _, _, err := client.New(plain, staticToken(token), nil).AcquireOnce(ctx, plainReq); err == nil || !strings.Contains(err.Error(), "plain HTTP") {
+		t.Errorf("an http:// URL without client.PlainHTTP: %v, want a refusal", err)
+	}
+	_, _, err = client.New(plain, staticToken(token), nil, client.PlainHTTP()).AcquireOnce(ctx, plainReq)
 	var apiErr *client.APIError
 	switch {
 	case err == nil:

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -182,12 +183,34 @@ func TestTLSFollowsCARotation(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPToTLSPort: a client that speaks plain HTTP to the TLS port gets an error, never a
-// hang or a success: the server's 400 ("... HTTP request to an HTTPS server"), or, when the
-// server's close overtakes the request's body, a connection error.
+// TestPlainHTTPRefused: an "http://" URL is refused before anything is sent (the token would
+// cross the network in clear), unless PlainHTTP is given.
+func TestPlainHTTPRefused(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	tokenRead := false
+	err := renew(New(srv.URL, func() (string, error) { tokenRead = true; return "sa-token", nil }, nil))
+	if err == nil || !strings.Contains(err.Error(), "plain HTTP") || requests.Load() != 0 || tokenRead {
+		t.Errorf("http:// without PlainHTTP: %v, %d requests, token read %v; want a refusal before anything", err, requests.Load(), tokenRead)
+	}
+	if err := renew(New(strings.ToUpper(srv.URL[:4])+srv.URL[4:], saToken, nil)); err == nil || requests.Load() != 0 {
+		t.Errorf("HTTP:// (upper case) without PlainHTTP: %v, %d requests", err, requests.Load())
+	}
+	if err := renew(New(srv.URL, saToken, nil, PlainHTTP())); err != nil || requests.Load() != 1 {
+		t.Errorf("with PlainHTTP: %v, %d requests; want one, served", err, requests.Load())
+	}
+}
+
+// TestPlainHTTPToTLSPort: a client that speaks plain HTTP (by choice) to the TLS port gets an
+// error, never a hang or a success: the server's 400 ("... HTTP request to an HTTPS server"), or,
+// when the server's close overtakes the request's body, a connection error.
 func TestPlainHTTPToTLSPort(t *testing.T) {
 	srv := newTestCA(t).serve(t)
-	err := renew(New(strings.Replace(srv.URL, "https://", "http://", 1), saToken, nil))
+	err := renew(New(strings.Replace(srv.URL, "https://", "http://", 1), saToken, nil, PlainHTTP()))
 	var apiErr *APIError
 	switch {
 	case err == nil:

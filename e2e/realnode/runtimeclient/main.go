@@ -46,15 +46,17 @@ type Plan struct {
 	CAFile string `json:"caFile,omitempty"`
 	// InsecureSkipVerify calls the API without verifying its certificate (a control: it must be
 	// asked for by name).
-	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
-	Namespace          string `json:"namespace"`
-	Runtime            string `json:"runtime"`
-	Session            string `json:"session"`
-	Handle             string `json:"handle"`
-	WaitSeconds        int    `json:"waitSeconds,omitempty"`
-	Transport          string `json:"transport,omitempty"` // "streamable" (default) or "sse"
-	Steps              []Step `json:"steps,omitempty"`
-	Close              bool   `json:"close,omitempty"` // sessions/close at the end
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// PlainHTTP lets an "http://" api through (client.PlainHTTP), to test the server's side.
+	PlainHTTP   bool   `json:"plainHTTP,omitempty"`
+	Namespace   string `json:"namespace"`
+	Runtime     string `json:"runtime"`
+	Session     string `json:"session"`
+	Handle      string `json:"handle"`
+	WaitSeconds int    `json:"waitSeconds,omitempty"`
+	Transport   string `json:"transport,omitempty"` // "streamable" (default) or "sse"
+	Steps       []Step `json:"steps,omitempty"`
+	Close       bool   `json:"close,omitempty"` // sessions/close at the end
 	// Probes are host:port addresses the client itself dials (it has no NetworkPolicy): the
 	// controls that show a target the sandbox cannot reach does answer.
 	Probes []string `json:"probes,omitempty"`
@@ -288,7 +290,11 @@ func apiClient(p Plan) (*client.Client, error) {
 		return nil, err
 	}
 	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
-	return client.New(p.API, client.TokenFile(p.TokenFile), hc), nil
+	var opts []client.Option
+	if p.PlainHTTP {
+		opts = append(opts, client.PlainHTTP())
+	}
+	return client.New(p.API, client.TokenFile(p.TokenFile), hc, opts...), nil
 }
 
 func acquire(ctx context.Context, c *client.Client, p Plan, session string) (*client.AcquireResponse, time.Duration, error) {
