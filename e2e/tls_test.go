@@ -4,11 +4,17 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -464,5 +470,109 @@ func TestDemoRuntimeVerifiesAPI(t *testing.T) {
 		if c.Spec.Session == "other-ca" || c.Spec.Session == "no-bundle" {
 			t.Errorf("a refused runtime's request was served: claim %s", c.Name)
 		}
+	}
+}
+
+// testCA is a CA of the test's own, for --tls-mode=files (what cert-manager would issue).
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return &testCA{cert: c, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// writeServing writes a serving certificate for apiServerName signed by ca, its key and ca's
+// certificate into dir, each by a rename, as the kubelet updates a mounted Secret.
+func (ca *testCA) writeServing(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: apiServerName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{apiServerName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"ca.crt":  ca.pem,
+	} {
+		tmp := filepath.Join(dir, "."+name)
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFilesModeReloadsAndPublishes: with --tls-mode=files (what the cert-manager component
+// runs), the operator serves the files' certificate, publishes --tls-ca-file in the runtime's
+// namespace, and when the files change (a renewal under a new CA) serves the new certificate
+// from the next handshake, without a restart, and publishes the new CA.
+func TestFilesModeReloadsAndPublishes(t *testing.T) {
+	e := newClaimEnv(t, "airlock-tls-files", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	dir := t.TempDir()
+	first := newTestCA(t, "first-ca")
+	first.writeServing(t, dir)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	op := startClaimOperatorWithArgs(t, e.ns, "--api-bind-address="+addr, "--tls-mode=files",
+		"--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"), "--tls-ca-file="+filepath.Join(dir, "ca.crt"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	eventually(t, 60*time.Second, "the files' CA published", func(ctx context.Context) (bool, error) {
+		cm, err := kubeClient.CoreV1().ConfigMaps(e.ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+		return err == nil && cm.Data[cabundle.Key] == string(first.pem), nil
+	})
+	token := serviceAccountToken(t, e.ns, "agent")
+	req := client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "files", Handle: "codegen/default", WaitSeconds: waitSeconds(0)}
+	if _, _, err := client.New("https://"+addr, staticToken(token), apiHTTPClient(t, e.ns)).AcquireOnce(ctx, req); err != nil {
+		t.Fatalf("with the published bundle: %v", err)
+	}
+
+	second := newTestCA(t, "second-ca")
+	second.writeServing(t, dir)
+	if _, err := servedSerial(addr, second.pem); err != nil {
+		t.Fatalf("the first handshake after the files changed: %v, want the new certificate", err)
+	}
+	if _, err := servedSerial(addr, first.pem); err == nil {
+		t.Error("the old CA still verifies the API after the files changed")
+	}
+	eventually(t, 60*time.Second, "the new CA published", func(ctx context.Context) (bool, error) {
+		cm, err := kubeClient.CoreV1().ConfigMaps(e.ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+		return err == nil && cm.Data[cabundle.Key] == string(second.pem), nil
+	})
+	select {
+	case <-op.done:
+		t.Fatalf("the operator exited: %v", op.exitErr)
+	default:
+	}
+	if b, err := os.ReadFile(op.log); err != nil || !strings.Contains(string(b), "Reloaded the serving certificate") {
+		t.Errorf("the operator's log does not say it reloaded the certificate (%v)", err)
 	}
 }
