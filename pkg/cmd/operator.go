@@ -332,7 +332,7 @@ func (o *SandboxAPIOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "With --tls-mode=files: PEM certificate (chain) of the Sandbox API.")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "With --tls-mode=files: PEM private key matching --tls-cert-file.")
 	fs.StringVar(&o.TLSCAFile, "tls-ca-file", o.TLSCAFile, "With --tls-mode=files, optional: PEM CA bundle that verifies the certificate (cert-manager's ca.crt); the operator publishes it in the ConfigMap airlock-ca of every namespace with an AgentRuntime.")
-	fs.StringSliceVar(&o.TLSSANs, "tls-sans", o.TLSSANs, "With --tls-mode=self-signed: DNS names and IP addresses of the serving certificate (comma list). Defaults to the Sandbox API Service's names in the operator's namespace. Every replica must be given the same.")
+	fs.StringSliceVar(&o.TLSSANs, "tls-sans", o.TLSSANs, "With --tls-mode=self-signed: DNS names and IP addresses of the serving certificate (comma list). Defaults to the Sandbox API Service's names in the operator's namespace. Give every replica the same: a certificate that already covers a replica's names is kept.")
 	fs.StringSliceVar(&o.TokenAudiences, "token-audiences", o.TokenAudiences, "Audiences a runtime's ServiceAccount token must carry (comma list): runtimes mount a projected ServiceAccount token with one of them. Tokens for the Kubernetes API server's audience are refused unless its audience is listed here.")
 }
 
