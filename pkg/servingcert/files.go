@@ -33,6 +33,7 @@ type FileSource struct {
 // NewFileSource reads certFile and keyFile (and caFile, unless empty) once, failing when they do
 // not hold a matching certificate and key (or caFile no PEM certificate).
 func NewFileSource(logger klog.Logger, certFile, keyFile, caFile string) (*FileSource, error) {
+	registerMetrics()
 	f := &FileSource{certFile: certFile, keyFile: keyFile, caFile: caFile, logger: logger}
 	if err := f.reload(); err != nil {
 		return nil, err
@@ -87,6 +88,7 @@ func (f *FileSource) reload() error {
 			f.logger.Error(err, "Cannot reload the serving certificate: serving the previous one until the files change again", "certFile", f.certFile, "keyFile", f.keyFile)
 		default:
 			f.cert = &cert
+			observeServed(f.cert)
 			if !first {
 				f.logger.Info("Reloaded the serving certificate", "certFile", f.certFile, "notAfter", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -77,6 +78,9 @@ func TestStoreReloadsWithoutRestart(t *testing.T) {
 	if second == first || second != certOf(t, b, corev1.TLSCertKey).SerialNumber.String() {
 		t.Errorf("handshakes showed %s then %s; want the renewed certificate after Set", first, second)
 	}
+	if got, want := expiryMetric(t), float64(certOf(t, b, corev1.TLSCertKey).NotAfter.Unix()); got != want {
+		t.Errorf("expiry metric %v, want the served certificate's NotAfter %v", got, want)
+	}
 	if calls != 1 {
 		t.Errorf("bundle listener called %d times, want 1 (the first Set; the renewal kept the bundle)", calls)
 	}
@@ -107,6 +111,23 @@ func TestStoreReloadsWithoutRestart(t *testing.T) {
 	if calls != 2 {
 		t.Error("a removed listener was called")
 	}
+}
+
+// expiryMetric is the value of airlock_sandbox_api_certificate_expiration_timestamp_seconds as
+// /metrics would show it.
+func expiryMetric(t *testing.T) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "airlock_sandbox_api_certificate_expiration_timestamp_seconds" && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no airlock_sandbox_api_certificate_expiration_timestamp_seconds metric")
+	return 0
 }
 
 // writeFiles writes data's certificate, key and bundle to dir the way the kubelet updates a
@@ -150,6 +171,9 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	second, err := handshake(t, srv, b[BundleKey])
 	if err != nil || second != certOf(t, b, corev1.TLSCertKey).SerialNumber.String() {
 		t.Fatalf("after the files changed: %s %v, want the new certificate", second, err)
+	}
+	if got, want := expiryMetric(t), float64(certOf(t, b, corev1.TLSCertKey).NotAfter.Unix()); got != want {
+		t.Errorf("expiry metric %v after the files changed, want the new certificate's NotAfter %v", got, want)
 	}
 	if changes.Load() != 1 || string(src.Bundle()) != string(b[BundleKey]) {
 		t.Errorf("bundle changes %d, bundle is the new file's: %v", changes.Load(), string(src.Bundle()) == string(b[BundleKey]))

@@ -28,7 +28,10 @@ type served struct {
 }
 
 // NewStore returns an empty Store: handshakes fail until the first Set.
-func NewStore() *Store { return &Store{} }
+func NewStore() *Store {
+	registerMetrics()
+	return &Store{}
+}
 
 // Set parses a PEM certificate (chain) and key and serves them from the next handshake on, with
 // bundle as the CA bundle. On an error the Store keeps what it held. Listeners are called when
@@ -40,6 +43,7 @@ func (s *Store) Set(certPEM, keyPEM, bundle []byte) error {
 	}
 	next := &served{cert: &cert, bundle: bytes.Clone(bundle)}
 	prev := s.current.Swap(next)
+	observeServed(next.cert)
 	if prev == nil || !bytes.Equal(prev.bundle, next.bundle) {
 		s.listeners.call()
 	}
