@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
@@ -116,6 +117,25 @@ func TestSandboxAPIOverTLS(t *testing.T) {
 	req := client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "tls", Handle: "codegen/default", WaitSeconds: waitSeconds(0)}
 	if _, status, err := op.client(token).AcquireOnce(ctx, req); err != nil || (status != http.StatusOK && status != http.StatusAccepted) {
 		t.Fatalf("acquire with the published bundle: %d %v", status, err)
+	}
+	// /metrics says when the served certificate expires.
+	block, _ := pem.Decode(secret.Data[corev1.TLSCertKey])
+	if block == nil {
+		t.Fatal("the Secret's tls.crt is not PEM")
+	}
+	served, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + op.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantMetric := fmt.Sprintf("airlock_sandbox_api_certificate_expiration_timestamp_seconds %g", float64(served.NotAfter.Unix()))
+	if !strings.Contains(string(body), wantMetric) {
+		t.Errorf("/metrics has no %q", wantMetric)
 	}
 
 	otherCA, _, err := cert.GenerateSelfSignedCertKey("another-ca", nil, nil)
