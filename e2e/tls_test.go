@@ -154,15 +154,15 @@ func TestSandboxAPIOverTLS(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		hc      *http.Client
+		session string
 		wantErr string
 	}{
-		"no bundle (system roots)": {systemRoots, "certificate signed by unknown authority"},
-		"another CA":               {withOtherCA, "certificate signed by unknown authority"},
-		"another host name":        {wrongName, "not airlock-sandbox-api.evil.svc"},
+		"no bundle (system roots)": {hc: systemRoots, session: "refused-system-roots", wantErr: "certificate signed by unknown authority"},
+		"another CA":               {hc: withOtherCA, session: "refused-other-ca", wantErr: "certificate signed by unknown authority"},
+		"another host name":        {hc: wrongName, session: "refused-other-name", wantErr: "not airlock-sandbox-api.evil.svc"},
 	} {
 		other := req
-		other.Session = "refused-" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "(", "")
-		other.Session = strings.TrimSuffix(other.Session, ")")
+		other.Session = tc.session
 		_, _, err := client.New(op.apiURL, staticToken(token), tc.hc).AcquireOnce(ctx, other)
 		var apiErr *client.APIError
 		if err == nil || errors.As(err, &apiErr) || !strings.Contains(err.Error(), tc.wantErr) {
@@ -472,8 +472,8 @@ func TestDemoRuntimeVerifiesAPI(t *testing.T) {
 		plan    map[string]any
 		wantErr string
 	}{
-		"other-ca":  {map[string]any{"caFile": otherFile}, "certificate signed by unknown authority"},
-		"no-bundle": {map[string]any{"caFile": filepath.Join(dir, "not-mounted", "ca.crt")}, "mount the ConfigMap airlock-ca"},
+		"other-ca":  {plan: map[string]any{"caFile": otherFile}, wantErr: "certificate signed by unknown authority"},
+		"no-bundle": {plan: map[string]any{"caFile": filepath.Join(dir, "not-mounted", "ca.crt")}, wantErr: "mount the ConfigMap airlock-ca"},
 	} {
 		if res := run(session, tc.plan); res.Claim != "" || !strings.Contains(res.Error, tc.wantErr) {
 			t.Errorf("%s: %+v, want no claim and an error containing %q", session, res, tc.wantErr)
