@@ -1,7 +1,9 @@
 // Package client calls the airlock Sandbox API (SPEC section 4) for an agent runtime: acquire a
 // sandbox by handle, renew it after each tool call, open and close sessions. It authenticates
 // with the runtime's ServiceAccount token, which a tokenSource returns for every request (read a
-// projected token file on each call, so that kubelet's rotation is followed).
+// projected token file on each call, so that kubelet's rotation is followed). It verifies the
+// API's certificate with the CA bundle the operator publishes in the runtime's namespace (the
+// ConfigMap airlock-ca, mounted at DefaultCAFile), and refuses plain HTTP unless asked.
 //
 // It depends on nothing but the standard library.
 package client
