@@ -61,11 +61,12 @@ func freePort(t *testing.T) int {
 
 // operatorProcess is one `airlock operator` running out of cluster against the suite's cluster.
 type operatorProcess struct {
-	cmd        *exec.Cmd
-	healthAddr string
-	log        string
-	done       chan struct{}
-	exitErr    error
+	cmd         *exec.Cmd
+	healthAddr  string
+	metricsAddr string
+	log         string
+	done        chan struct{}
+	exitErr     error
 }
 
 // startOperator runs `airlock operator` out of cluster against the suite's cluster, with its Lease
@@ -73,6 +74,7 @@ type operatorProcess struct {
 func startOperator(t *testing.T, leaseNamespace, leaseName string, extra ...string) *operatorProcess {
 	t.Helper()
 	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	logPath := filepath.Join(t.TempDir(), "operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -87,7 +89,7 @@ func startOperator(t *testing.T, leaseNamespace, leaseName string, extra ...stri
 		"--leader-elect-renew-deadline=4s",
 		"--leader-elect-retry-period=500ms",
 		"--health-probe-bind-address=" + health,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", freePort(t)),
+		"--metrics-bind-address=" + metrics,
 		fmt.Sprintf("--api-bind-address=127.0.0.1:%d", freePort(t)),
 		"-v=2",
 	}, extra...)
@@ -96,7 +98,7 @@ func startOperator(t *testing.T, leaseNamespace, leaseName string, extra ...stri
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &operatorProcess{cmd: cmd, healthAddr: health, log: logPath, done: make(chan struct{})}
+	p := &operatorProcess{cmd: cmd, healthAddr: health, metricsAddr: metrics, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		logFile.Close()

@@ -145,6 +145,7 @@ func TestOperatorRidesOutAPIServerOutage(t *testing.T) {
 		return h != "", err
 	})
 	token := serviceAccountToken(t, e.ns, "agent")
+	hc := apiHTTPClient(t, e.ns) // the API's CA bundle, as the operator published it, before the outage
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	violations := watchAdmitted(ctx, e.ns, maxPerSession, maxConcurrent)
@@ -155,7 +156,7 @@ func TestOperatorRidesOutAPIServerOutage(t *testing.T) {
 	for s := range sessions {
 		for h := range handles {
 			wg.Go(func() {
-				c := client.New("http://"+addr, staticToken(token), nil)
+				c := client.New("https://"+addr, staticToken(token), hc)
 				resp, err := c.Acquire(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent",
 					Session: fmt.Sprintf("s%d", s), Handle: fmt.Sprintf("codegen/h%d", h), WaitSeconds: waitSeconds(60)})
 				if err == nil && resp.Phase != "Bound" {

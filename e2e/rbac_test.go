@@ -20,7 +20,9 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
 
 const (
@@ -74,6 +76,24 @@ func checkOperatorCannotReadSecrets(t *testing.T) {
 	if got := canI(t, ctx, "list", "secrets", operatorNamespaceName); got != "no" {
 		t.Errorf("can-i list secrets -n %s: %q, want no", operatorNamespaceName, got)
 	}
+	// Its serving certificate's Secret, by name only (the informer's list and watch carry a
+	// metadata.name field selector, which RBAC checks against the name).
+	for _, verb := range []string{"get", "list", "watch", "update"} {
+		if got := canI(t, ctx, verb, "secrets/"+servingcert.SecretName, operatorNamespaceName); got != "yes" {
+			t.Errorf("can-i %s its serving certificate Secret: %q, want yes", verb, got)
+		}
+	}
+	// ConfigMaps: the CA bundle airlock-ca in any namespace, no other.
+	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {
+		if got := canI(t, ctx, verb, "configmaps/"+cabundle.ConfigMapName, other); got != "yes" {
+			t.Errorf("can-i %s configmaps/%s -n %s: %q, want yes", verb, cabundle.ConfigMapName, other, got)
+		}
+		for _, res := range []string{"configmaps", "configmaps/kube-root-ca.crt"} {
+			if got := canI(t, ctx, verb, res, other); got != "no" {
+				t.Errorf("can-i %s %s -n %s: %q, want no", verb, res, other, got)
+			}
+		}
+	}
 }
 
 // operatorKubeconfig writes a kubeconfig that authenticates as the operator's ServiceAccount
@@ -115,7 +135,9 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
 		"--sync-image="+e2eImage(), "--api-bind-address="+addr, "--kubeconfig="+kubeconfig)
 	op.waitReady(t)
-	c := client.New("http://"+addr, staticToken(serviceAccountToken(t, e.ns, "agent")), nil)
+	// The CA bundle in the runtime's namespace: the operator, as its ServiceAccount, made its CA
+	// and published it.
+	c := client.New("https://"+addr, staticToken(serviceAccountToken(t, e.ns, "agent")), apiHTTPClient(t, e.ns))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -34,6 +34,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 )
 
 const (
@@ -307,10 +308,20 @@ const (
 	airlockTokenFile = airlockTokenDir + "/token"
 )
 
+// airlockCADir is where a runtime pod mounts the ConfigMap airlock-ca, the CA bundle that verifies
+// the Sandbox API (client.DefaultCAFile is its ca.crt).
+const airlockCADir = "/var/run/airlock/ca"
+
 // withAirlockToken gives the pod's first container what a runtime needs to call the Sandbox API:
-// a projected ServiceAccount token with audience airlock (the kubelet rotates it), and no token
-// for the API server (the runtime stand-in never calls it).
+// a projected ServiceAccount token with audience airlock (the kubelet rotates it), no token for
+// the API server (the runtime stand-in never calls it), and the CA bundle that verifies the API
+// (the ConfigMap airlock-ca the operator keeps in the namespace).
 func withAirlockToken(pod *corev1.Pod) {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "airlock-ca", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cabundle.ConfigMapName}},
+	}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "airlock-ca", MountPath: airlockCADir, ReadOnly: true})
 	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "airlock-token", VolumeSource: corev1.VolumeSource{
 		Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
@@ -498,7 +509,7 @@ func (s *rnSession) call(t *testing.T, name string) rnCall {
 }
 
 func apiURL() string {
-	return fmt.Sprintf("http://%s.%s.svc:8443", sandboxAPIService, operatorNamespace)
+	return fmt.Sprintf("https://%s.%s.svc:8443", sandboxAPIService, operatorNamespace)
 }
 
 func step(name, tool string, args map[string]any) map[string]any {
@@ -938,7 +949,8 @@ func TestRealNodeLeaderKill(t *testing.T) {
 	}
 	leaderPod := strings.SplitN(leader, "_", 2)[0]
 	token := serviceAccountToken(t, e.ns, "agent")
-	c := client.New(fmt.Sprintf("http://%s:8443", serviceIP(t, operatorNamespace, sandboxAPIService)), staticToken(token), nil)
+	// From the node, by the Service's IP: the certificate is verified for the Service's name.
+	c := client.New(fmt.Sprintf("https://%s:8443", serviceIP(t, operatorNamespace, sandboxAPIService)), staticToken(token), apiHTTPClient(t, e.ns))
 
 	var wg sync.WaitGroup
 	results := make([]string, burst)

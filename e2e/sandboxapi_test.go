@@ -27,16 +27,25 @@ import (
 type apiOperator struct {
 	*operatorProcess
 	apiURL string
+	// httpClient verifies the API with the CA bundle published in the test's namespace.
+	httpClient *http.Client
 }
 
 // startAPIOperator runs an operator (leader-elected on a lease in ns) whose Sandbox API listens on
-// a port the test knows.
+// a port the test knows, over TLS with its own CA (the default --tls-mode=self-signed).
 func startAPIOperator(t *testing.T, ns string) *apiOperator {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	// The last --api-bind-address wins.
 	p := startClaimOperatorWithArgs(t, ns, "--api-bind-address="+addr)
-	return &apiOperator{operatorProcess: p, apiURL: "http://" + addr}
+	return &apiOperator{operatorProcess: p, apiURL: "https://" + addr, httpClient: apiHTTPClient(t, ns)}
+}
+
+// client returns a client of the operator's Sandbox API with token, that verifies the API as a
+// runtime in the test's namespace does: with the CA bundle the operator publishes there. It is
+// safe to call from any goroutine.
+func (op *apiOperator) client(token string) *client.Client {
+	return client.New(op.apiURL, staticToken(token), op.httpClient)
 }
 
 // airlockAudience is the audience the operator requires by default (--token-audiences): a
@@ -95,7 +104,7 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 	e := newClaimEnv(t, "airlock-api", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	op := startAPIOperator(t, e.ns)
-	c := client.New(op.apiURL, staticToken(serviceAccountToken(t, e.ns, "agent")), nil)
+	c := op.client(serviceAccountToken(t, e.ns, "agent"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -223,7 +232,7 @@ func TestSandboxAPIRefusals(t *testing.T) {
 	op := startAPIOperator(t, e.ns)
 	agent := serviceAccountToken(t, e.ns, "agent")
 	acquire := func(token, ns, runtime, handle string) error {
-		c := client.New(op.apiURL, staticToken(token), nil)
+		c := op.client(token)
 		_, _, err := c.AcquireOnce(ctx, client.AcquireRequest{Namespace: ns, Runtime: runtime, Session: "s", Handle: handle, WaitSeconds: waitSeconds(0)})
 		return err
 	}
@@ -250,7 +259,7 @@ func TestSandboxAPIRefusals(t *testing.T) {
 	wantAPIError(t, "bad handle", acquire(agent, e.ns, "agent", "Codegen"), http.StatusBadRequest, client.CodeInvalid)
 
 	// maxPerSession is 1: once the first claim is Bound, a second handle of the session is 429.
-	c := client.New(op.apiURL, staticToken(agent), nil)
+	c := op.client(agent)
 	if _, err := c.Acquire(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "s", Handle: "codegen/one", WaitSeconds: waitSeconds(90)}); err != nil {
 		t.Fatalf("first acquire: %v", err)
 	}
@@ -327,7 +336,7 @@ func TestSandboxAPITwoReplicas(t *testing.T) {
 	for i := range 10 {
 		op := ops[i%2]
 		wg.Go(func() {
-			c := client.New(op.apiURL, staticToken(token), nil)
+			c := op.client(token)
 			resp, err := c.Acquire(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "same", Handle: "codegen/default", WaitSeconds: waitSeconds(90)})
 			if err != nil {
 				t.Errorf("acquire: %v", err)
@@ -357,7 +366,7 @@ func TestSandboxAPITwoReplicas(t *testing.T) {
 	for i := range 6 {
 		op := ops[i%2]
 		wg.Go(func() {
-			c := client.New(op.apiURL, staticToken(token), nil)
+			c := op.client(token)
 			_, err := c.Acquire(ctx, client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "many", Handle: fmt.Sprintf("codegen/h%d", i), WaitSeconds: waitSeconds(90)})
 			results <- err
 		})

@@ -51,10 +51,13 @@ run_api_only() {
   cat <<MSG
 
 airlock operator starting against the local control plane (API only: kwok plays the pods):
-  Sandbox API  http://$api      health http://$health/readyz      metrics http://$metrics/metrics
-In another shell:
+  Sandbox API  https://$api      health http://$health/readyz      metrics http://$metrics/metrics
+The Sandbox API serves TLS with the operator's own CA (the Secret airlock-system/airlock-sandbox-api-tls;
+every namespace with an AgentRuntime gets it in the ConfigMap airlock-ca). In another shell:
   eval "\$(hack/local-cluster.sh env)"; export PATH=$ROOT/bin:\$PATH
   kubectl get sbc,tr,ar,sbx -A
+  kubectl -n airlock-system get secret airlock-sandbox-api-tls -o jsonpath='{.data.ca\.crt}' | base64 -d > /tmp/airlock-ca.crt
+  curl --cacert /tmp/airlock-ca.crt --connect-to airlock-sandbox-api.airlock-system.svc:443:$api https://airlock-sandbox-api.airlock-system.svc/healthz
 Ctrl-C stops the operator; 'make cluster-down' stops the cluster.
 
 MSG
@@ -74,7 +77,7 @@ CONTENT=/var/lib/airlock-demo/content
 
 demo_plan() {
   cat <<EOF
-{"api": "http://airlock-sandbox-api.airlock-system.svc:8443", "tokenFile": "/var/run/secrets/airlock/token", "namespace": "$DEMO_NS",
+{"api": "https://airlock-sandbox-api.airlock-system.svc:8443", "tokenFile": "/var/run/secrets/airlock/token", "caFile": "/var/run/airlock/ca/ca.crt", "namespace": "$DEMO_NS",
  "runtime": "agent", "session": "demo-$(date +%H%M%S)", "handle": "codegen/default", "close": true,
  "steps": [
   {"name": "write", "tool": "Write", "args": {"file_path": "hello/README.md", "content": "# hello\n\nwritten by an agent in an airlock sandbox\n"}},
@@ -88,8 +91,9 @@ EOF
 
 # demo_pod: the runtime stand-in (e2e/realnode/runtimeclient) as the agent's ServiceAccount, under
 # the restricted Pod Security level; the plan goes in as a YAML block scalar. It calls the Sandbox
-# API with a projected ServiceAccount token for airlock's audience (the default token, for the API
-# server's audience, is refused), and has no API server token at all.
+# API over TLS, verified with the CA bundle the operator publishes in the namespace (the ConfigMap
+# airlock-ca), with a projected ServiceAccount token for airlock's audience (the default token,
+# for the API server's audience, is refused), and has no API server token at all.
 demo_pod() {
   cat <<EOF
 apiVersion: v1
@@ -113,6 +117,9 @@ spec:
           audience: airlock
           expirationSeconds: 3600
           path: token
+  - name: airlock-ca
+    configMap:
+      name: airlock-ca
   containers:
   - name: runtime
     image: localhost/airlock-e2e/runtimeclient:v0.1.0
@@ -123,6 +130,9 @@ spec:
     volumeMounts:
     - name: airlock-token
       mountPath: /var/run/secrets/airlock
+      readOnly: true
+    - name: airlock-ca
+      mountPath: /var/run/airlock/ca
       readOnly: true
     args:
     - session

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,7 +30,8 @@ type document struct {
 	raw  []byte
 }
 
-// documents reads every YAML document under manifests/ (CRDs excepted).
+// documents reads every YAML document under manifests/ that the base installs (the CRDs and the
+// optional components excepted).
 func documents(t *testing.T) []document {
 	t.Helper()
 	var docs []document
@@ -37,7 +39,7 @@ func documents(t *testing.T) []document {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path == "crd" {
+		if d.IsDir() && (path == "crd" || path == "components") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || filepath.Ext(path) != ".yaml" || path == "kustomization.yaml" {
@@ -82,11 +84,18 @@ func decodeAll[T any](t *testing.T, docs []document, kind string) map[string]*T 
 	return out
 }
 
+// caBundleConfigMap is the one ConfigMap name the operator may read and write in any namespace
+// (the CA bundle for runtimes); servingSecret the Secret of its own CA and certificate.
+const (
+	caBundleConfigMap = "airlock-ca"
+	servingSecret     = "airlock-sandbox-api-tls"
+)
+
 // secretReads are the verbs on Secrets that no ClusterRole may grant.
 var secretReads = []string{"get", "list", "watch", "update", "patch", "delete", "deletecollection", "*"}
 
-// checkClusterRole returns what is wrong with a ClusterRole: any wildcard, and any verb on Secrets
-// but create.
+// checkClusterRole returns what is wrong with a ClusterRole: any wildcard, any verb on Secrets
+// but create, and any verb on ConfigMaps but create that is not limited to the CA bundle's name.
 func checkClusterRole(role *rbacv1.ClusterRole) []string {
 	var problems []string
 	if role.AggregationRule != nil {
@@ -97,6 +106,13 @@ func checkClusterRole(role *rbacv1.ClusterRole) []string {
 			for _, v := range values {
 				if strings.Contains(v, "*") {
 					problems = append(problems, "rule "+strconv.Itoa(i)+" has the wildcard "+v+" in "+field)
+				}
+			}
+		}
+		if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "configmaps") && !slices.Equal(r.ResourceNames, []string{caBundleConfigMap}) {
+			for _, v := range r.Verbs {
+				if v != "create" {
+					problems = append(problems, "rule "+strconv.Itoa(i)+" grants "+v+" on configmaps other than "+caBundleConfigMap)
 				}
 			}
 		}
@@ -140,6 +156,11 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 		"delete secrets":     {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}},
 		"wildcard subverbs":  {APIGroups: []string{"apps"}, Resources: []string{"deployments/*"}, Verbs: []string{"get"}},
 		"nonResourceURLs  *": {NonResourceURLs: []string{"/metrics*"}, Verbs: []string{"get"}},
+		"list configmaps":    {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}},
+		"update configmaps of another name": {APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{"kube-root-ca.crt"}, Verbs: []string{"update"}},
+		"delete configmaps by two names": {APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{caBundleConfigMap, "other"}, Verbs: []string{"delete"}},
 	}
 	for name, rule := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -148,17 +169,28 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 			}
 		})
 	}
-	ok := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}}
-	if p := checkClusterRole(&rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{ok}}); len(p) != 0 {
-		t.Errorf("create secrets refused: %v", p)
+	for name, ok := range map[string]rbacv1.PolicyRule{
+		"create secrets":    {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		"create configmaps": {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		"the CA bundle": {APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{caBundleConfigMap},
+			Verbs: []string{"get", "list", "watch", "update", "delete"}},
+	} {
+		if p := checkClusterRole(&rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{ok}}); len(p) != 0 {
+			t.Errorf("%s refused: %v", name, p)
+		}
 	}
 }
 
 // TestNamespaceRoleReadsOnlyTheKey: in its own namespace the operator may get the claim token
-// key Secret by name, and no other Secret.
+// key Secret by name, get, list, watch and update the serving certificate Secret by name, and
+// touch no other Secret.
 func TestNamespaceRoleReadsOnlyTheKey(t *testing.T) {
 	roles := decodeAll[rbacv1.Role](t, documents(t), "Role")
-	found := false
+	allowed := map[string][]string{
+		"airlock-token-key": {"get"},
+		servingSecret:       {"get", "list", "watch", "update"},
+	}
+	granted := map[string][]string{}
 	for file, role := range roles {
 		if role.Namespace != "airlock-system" {
 			t.Errorf("%s: Role %s in namespace %q, want airlock-system", file, role.Name, role.Namespace)
@@ -168,18 +200,134 @@ func TestNamespaceRoleReadsOnlyTheKey(t *testing.T) {
 				continue
 			}
 			for _, v := range r.Verbs {
-				switch {
-				case v == "create":
-				case v == "get" && slices.Equal(r.ResourceNames, []string{"airlock-token-key"}):
-					found = true
-				default:
-					t.Errorf("%s: Role %s grants %s on secrets %v", file, role.Name, v, r.ResourceNames)
+				if v == "create" {
+					continue
 				}
+				if len(r.ResourceNames) != 1 || !slices.Contains(allowed[r.ResourceNames[0]], v) {
+					t.Errorf("%s: Role %s grants %s on secrets %v", file, role.Name, v, r.ResourceNames)
+					continue
+				}
+				granted[r.ResourceNames[0]] = append(granted[r.ResourceNames[0]], v)
 			}
 		}
 	}
-	if !found {
-		t.Error("no Role lets the operator get its key Secret airlock-token-key")
+	for name, verbs := range allowed {
+		for _, v := range verbs {
+			if !slices.Contains(granted[name], v) {
+				t.Errorf("no Role lets the operator %s its Secret %s", v, name)
+			}
+		}
+	}
+}
+
+// deploymentArgs returns the operator container's args of a Deployment manifest.
+func deploymentArgs(t *testing.T, d *appsv1.Deployment) []string {
+	t.Helper()
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == "operator" {
+			return c.Args
+		}
+	}
+	t.Fatalf("Deployment %s has no container operator", d.Name)
+	return nil
+}
+
+// TestTLSOnByDefault: the base installs the operator with its own CA and serving certificate,
+// never plain HTTP nor certificate files it does not mount.
+func TestTLSOnByDefault(t *testing.T) {
+	deployments := decodeAll[appsv1.Deployment](t, documents(t), "Deployment")
+	if len(deployments) != 1 {
+		t.Fatalf("%d Deployments, want 1", len(deployments))
+	}
+	for file, d := range deployments {
+		args := deploymentArgs(t, d)
+		if !slices.Contains(args, "--tls-mode=self-signed") {
+			t.Errorf("%s: args %v, want --tls-mode=self-signed", file, args)
+		}
+		for _, a := range args {
+			if strings.HasPrefix(a, "--tls-cert-file") || strings.HasPrefix(a, "--tls-key-file") || a == "--tls-mode=none" {
+				t.Errorf("%s: %s in the base", file, a)
+			}
+		}
+	}
+}
+
+// TestCertManagerComponent: the cert-manager component's Deployment patch serves the files of
+// the Secret its serving Certificate fills, mounted where the flags say, for the Service's names.
+func TestCertManagerComponent(t *testing.T) {
+	dir := filepath.Join("components", "cert-manager")
+	// certificate is what the test reads of a cert-manager Certificate.
+	type certificate struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			IsCA       bool     `json:"isCA"`
+			SecretName string   `json:"secretName"`
+			DNSNames   []string `json:"dnsNames"`
+		} `json:"spec"`
+	}
+	var certs []certificate
+	b, err := os.ReadFile(filepath.Join(dir, "certificates.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range bytes.Split(b, []byte("\n---\n")) {
+		var doc certificate
+		if err := yaml.Unmarshal(part, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.Kind == "Certificate" && !doc.Spec.IsCA {
+			certs = append(certs, doc)
+		}
+	}
+	if len(certs) != 1 {
+		t.Fatalf("%d serving Certificates, want 1", len(certs))
+	}
+	serving := certs[0].Spec
+	want := []string{"airlock-sandbox-api.airlock-system.svc", "airlock-sandbox-api.airlock-system.svc.cluster.local", "airlock-sandbox-api.airlock-system"}
+	if !slices.Equal(serving.DNSNames, want) {
+		t.Errorf("serving Certificate for %v, want the Service's names %v (the defaults of --tls-sans)", serving.DNSNames, want)
+	}
+
+	b, err = os.ReadFile(filepath.Join(dir, "deployment_patch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch appsv1.Deployment
+	if err := yaml.UnmarshalStrict(b, &patch); err != nil {
+		t.Fatal(err)
+	}
+	args := deploymentArgs(t, &patch)
+	if !slices.Contains(args, "--tls-mode=files") {
+		t.Fatalf("patch args %v, want --tls-mode=files", args)
+	}
+	mountOf := map[string]string{} // volume name -> mount path
+	for _, c := range patch.Spec.Template.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			mountOf[m.Name] = m.MountPath
+		}
+	}
+	mounted := ""
+	for _, v := range patch.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == serving.SecretName {
+			mounted = mountOf[v.Name]
+		}
+	}
+	if mounted == "" {
+		t.Fatalf("the patch does not mount the Secret %s", serving.SecretName)
+	}
+	for flag, file := range map[string]string{"--tls-cert-file": "tls.crt", "--tls-key-file": "tls.key", "--tls-ca-file": "ca.crt"} {
+		if want := flag + "=" + mounted + "/" + file; !slices.Contains(args, want) {
+			t.Errorf("patch args %v, want %s", args, want)
+		}
+	}
+	// The patch replaces the base's args whole: it must keep the base's other flags.
+	base := decodeAll[appsv1.Deployment](t, documents(t), "Deployment")
+	for _, d := range base {
+		for _, a := range deploymentArgs(t, d) {
+			if !strings.HasPrefix(a, "--tls-") && !slices.Contains(args, a) {
+				t.Errorf("the patch drops the base's %s", a)
+			}
+		}
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package client calls the airlock Sandbox API (SPEC section 4) for an agent runtime: acquire a
 // sandbox by handle, renew it after each tool call, open and close sessions. It authenticates
 // with the runtime's ServiceAccount token, which a tokenSource returns for every request (read a
-// projected token file on each call, so that kubelet's rotation is followed).
+// projected token file on each call, so that kubelet's rotation is followed). It verifies the
+// API's certificate with the CA bundle the operator publishes in the runtime's namespace (the
+// ConfigMap airlock-ca, mounted at DefaultCAFile), and refuses plain HTTP unless asked.
 //
 // It depends on nothing but the standard library.
 package client
@@ -66,17 +68,34 @@ type Client struct {
 	baseURL     string
 	tokenSource func() (string, error)
 	httpClient  *http.Client
+	// plainHTTP allows an "http://" baseURL (PlainHTTP).
+	plainHTTP bool
 }
+
+// Option changes a Client.
+type Option func(*Client)
+
+// PlainHTTP lets a Client call an "http://" base URL, for an operator run with --tls-mode=none on
+// a network you trust: the runtime's ServiceAccount token and the sandboxes' bearer tokens then
+// cross it in clear. Without it a Client refuses such a URL before it sends anything.
+func PlainHTTP() Option { return func(c *Client) { c.plainHTTP = true } }
 
 // New returns a client of the Sandbox API at baseURL (e.g.
 // "https://airlock-sandbox-api.airlock-system.svc:8443"). tokenSource returns the runtime's
-// ServiceAccount token for each request. httpClient may be nil for http.DefaultClient; it should
-// have no overall Timeout shorter than the acquires' waitSeconds.
-func New(baseURL string, tokenSource func() (string, error), httpClient *http.Client) *Client {
+// ServiceAccount token for each request. httpClient may be nil for one that verifies the API's
+// certificate with the CA bundle at DefaultCAFile (the ConfigMap airlock-ca mounted there); use
+// NewHTTPClient for another bundle, a server name, or (for debugging) no verification. It should
+// have no overall Timeout shorter than the acquires' waitSeconds. An "http://" baseURL is refused
+// unless the PlainHTTP option is given.
+func New(baseURL string, tokenSource func() (string, error), httpClient *http.Client, opts ...Option) *Client {
 	if httpClient == nil {
-		httpClient = http.DefaultClient
+		httpClient = defaultHTTPClient()
 	}
-	return &Client{baseURL: strings.TrimRight(baseURL, "/"), tokenSource: tokenSource, httpClient: httpClient}
+	c := &Client{baseURL: strings.TrimRight(baseURL, "/"), tokenSource: tokenSource, httpClient: httpClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // TokenFile is a tokenSource that reads a token file on each call, such as a projected
@@ -177,6 +196,9 @@ func (c *Client) CloseSession(ctx context.Context, req SessionRequest) (*Session
 
 // do POSTs in as JSON to path and decodes a 2xx body into out (if out is not nil).
 func (c *Client) do(ctx context.Context, path string, in, out any) (int, error) {
+	if !c.plainHTTP && len(c.baseURL) >= len("http://") && strings.EqualFold(c.baseURL[:len("http://")], "http://") {
+		return 0, fmt.Errorf("refusing to send the ServiceAccount token to %s over plain HTTP: use https:// (client.PlainHTTP() allows it, for an operator run with --tls-mode=none)", c.baseURL)
+	}
 	token, err := c.tokenSource()
 	if err != nil {
 		return 0, fmt.Errorf("getting the ServiceAccount token: %w", err)

@@ -56,7 +56,7 @@ func fakeAPI(t *testing.T, pending int32) (*httptest.Server, *atomic.Int32) {
 
 func TestAcquireCallsAgainOn202(t *testing.T) {
 	srv, calls := fakeAPI(t, 2)
-	c := New(srv.URL+"/", func() (string, error) { return "sa-token", nil }, nil)
+	c := New(srv.URL+"/", func() (string, error) { return "sa-token", nil }, nil, PlainHTTP())
 	resp, err := c.Acquire(context.Background(), AcquireRequest{Namespace: "ns", Runtime: "rt", Session: "s", Handle: "codegen/default"})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestAcquireCallsAgainOn202(t *testing.T) {
 
 func TestAcquireWaitZeroReturns202(t *testing.T) {
 	srv, calls := fakeAPI(t, 5)
-	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil)
+	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil, PlainHTTP())
 	zero := 0
 	resp, err := c.Acquire(context.Background(), AcquireRequest{Handle: "codegen/default", WaitSeconds: &zero})
 	if err != nil || resp.Phase != "Binding" || calls.Load() != 1 {
@@ -82,7 +82,7 @@ func TestAcquireStopsWithContext(t *testing.T) {
 	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		cancel() // the first answer is a 202; by then the context is done
 		return http.DefaultTransport.RoundTrip(r)
-	})})
+	})}, PlainHTTP())
 	_, err := c.Acquire(ctx, AcquireRequest{Handle: "codegen/default"})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want context.Canceled", err)
@@ -104,7 +104,7 @@ func TestAcquireCallsAgainOn503(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(AcquireResponse{Claim: "c", Phase: "Bound"})
 	}))
 	defer srv.Close()
-	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil)
+	c := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil, PlainHTTP())
 	resp, err := c.Acquire(context.Background(), AcquireRequest{Handle: "codegen/default"})
 	if err != nil || resp.Phase != "Bound" || calls.Load() != 3 {
 		t.Errorf("answer %+v %v after %d calls, want Bound after 3", resp, err, calls.Load())
@@ -123,7 +123,7 @@ func TestAcquireCallsAgainOn503(t *testing.T) {
 		resp, err := http.DefaultTransport.RoundTrip(r)
 		cancel() // done while it waits to call again
 		return resp, err
-	})})
+	})}, PlainHTTP())
 	_, err = c.Acquire(ctx, AcquireRequest{Handle: "codegen/default"})
 	var apiErr *APIError
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second {
@@ -137,7 +137,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func TestErrors(t *testing.T) {
 	srv, _ := fakeAPI(t, 0)
-	good := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil)
+	good := New(srv.URL, func() (string, error) { return "sa-token", nil }, nil, PlainHTTP())
 	if err := good.Renew(context.Background(), RenewRequest{}); err != nil {
 		t.Errorf("renew: %v", err)
 	}
@@ -150,11 +150,11 @@ func TestErrors(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Status != 502 || apiErr.Message != "not json" {
 		t.Errorf("close: %#v", err)
 	}
-	bad := New(srv.URL, func() (string, error) { return "other", nil }, nil)
+	bad := New(srv.URL, func() (string, error) { return "other", nil }, nil, PlainHTTP())
 	if err := bad.Renew(context.Background(), RenewRequest{}); !errors.As(err, &apiErr) || apiErr.Code != CodeUnauthorized {
 		t.Errorf("renew with a bad token: %v", err)
 	}
-	failing := New(srv.URL, func() (string, error) { return "", errors.New("no file") }, nil)
+	failing := New(srv.URL, func() (string, error) { return "", errors.New("no file") }, nil, PlainHTTP())
 	if err := failing.Renew(context.Background(), RenewRequest{}); err == nil {
 		t.Error("a token source error was ignored")
 	}

@@ -23,6 +23,7 @@ import (
 
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
+	"github.com/airlock-dev/airlock/pkg/servingcert"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -77,7 +78,12 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			ResourceName:      operator.ComponentName,
 			ResourceNamespace: leaseNamespace,
 		}},
-		SandboxAPI: &SandboxAPIOptions{BindAddress: ":8443", TokenAudiences: []string{defaultTokenAudience}},
+		SandboxAPI: &SandboxAPIOptions{
+			BindAddress:    ":8443",
+			TokenAudiences: []string{defaultTokenAudience},
+			TLSMode:        TLSModeSelfSigned,
+			TLSSANs:        defaultTLSSANs(leaseNamespace),
+		},
 		Serving: &ServingOptions{
 			MetricsBindAddress:     ":8080",
 			HealthProbeBindAddress: ":8081",
@@ -167,8 +173,11 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		Identity:               hostname + "_" + uuid.NewString(),
 		Namespace:              o.namespace,
 		APIBindAddress:         o.SandboxAPI.BindAddress,
+		TLSMode:                operator.TLSMode(o.SandboxAPI.TLSMode),
 		TLSCertFile:            o.SandboxAPI.TLSCertFile,
 		TLSKeyFile:             o.SandboxAPI.TLSKeyFile,
+		TLSCAFile:              o.SandboxAPI.TLSCAFile,
+		TLSSANs:                o.SandboxAPI.TLSSANs,
 		TokenAudiences:         o.SandboxAPI.TokenAudiences,
 		MetricsBindAddress:     o.Serving.MetricsBindAddress,
 		HealthProbeBindAddress: o.Serving.HealthProbeBindAddress,
@@ -303,18 +312,38 @@ func (o *LeaderElectionOptions) Validate() []error {
 	return errs
 }
 
+// The values of --tls-mode.
+const (
+	TLSModeSelfSigned = string(operator.TLSModeSelfSigned)
+	TLSModeFiles      = string(operator.TLSModeFiles)
+	TLSModeNone       = string(operator.TLSModeNone)
+)
+
+// defaultTLSSANs are the names of the Sandbox API Service the manifests install, in the
+// operator's namespace.
+func defaultTLSSANs(namespace string) []string {
+	svc := operator.SandboxAPIServiceName + "." + namespace
+	return []string{svc + ".svc", svc + ".svc.cluster.local", svc}
+}
+
 // SandboxAPIOptions are the Sandbox API's listener, TLS and authentication.
 type SandboxAPIOptions struct {
 	BindAddress    string
+	TLSMode        string
 	TLSCertFile    string
 	TLSKeyFile     string
+	TLSCAFile      string
+	TLSSANs        []string
 	TokenAudiences []string
 }
 
 func (o *SandboxAPIOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "api-bind-address", o.BindAddress, "Address (host:port) the Sandbox API listens on.")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM certificate (chain) of the Sandbox API. With --tls-key-file, the API serves HTTPS; without both, plain HTTP.")
-	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM private key matching --tls-cert-file.")
+	fs.StringVar(&o.TLSMode, "tls-mode", o.TLSMode, `How the Sandbox API gets its serving certificate. "self-signed": the operator keeps its own CA and certificate in the Secret `+servingcert.SecretName+` of its namespace, renews them, and publishes the CA bundle in a ConfigMap airlock-ca in every namespace with an AgentRuntime. "files": --tls-cert-file and --tls-key-file (e.g. from cert-manager), re-read when they change. "none": plain HTTP, for a network you trust (runtimes' tokens cross it in clear).`)
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "With --tls-mode=files: PEM certificate (chain) of the Sandbox API.")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "With --tls-mode=files: PEM private key matching --tls-cert-file.")
+	fs.StringVar(&o.TLSCAFile, "tls-ca-file", o.TLSCAFile, "With --tls-mode=files, optional: PEM CA bundle that verifies the certificate (cert-manager's ca.crt); the operator publishes it in the ConfigMap airlock-ca of every namespace with an AgentRuntime.")
+	fs.StringSliceVar(&o.TLSSANs, "tls-sans", o.TLSSANs, "With --tls-mode=self-signed: DNS names and IP addresses of the serving certificate (comma list). Defaults to the Sandbox API Service's names in the operator's namespace. Give every replica the same: a certificate that already covers a replica's names is kept.")
 	fs.StringSliceVar(&o.TokenAudiences, "token-audiences", o.TokenAudiences, "Audiences a runtime's ServiceAccount token must carry (comma list): runtimes mount a projected ServiceAccount token with one of them. Tokens for the Kubernetes API server's audience are refused unless its audience is listed here.")
 }
 
@@ -323,20 +352,41 @@ func (o *SandboxAPIOptions) Validate() []error {
 	if err := validateBindAddress(o.BindAddress, false); err != nil {
 		errs = append(errs, invalidFlag("api-bind-address", "%v", err))
 	}
-	switch {
-	case o.TLSCertFile != "" && o.TLSKeyFile == "":
-		errs = append(errs, invalidFlag("tls-key-file", "must be set when --tls-cert-file is"))
-	case o.TLSCertFile == "" && o.TLSKeyFile != "":
-		errs = append(errs, invalidFlag("tls-cert-file", "must be set when --tls-key-file is"))
-	}
-	if o.TLSCertFile != "" {
-		if err := checkReadableFile(o.TLSCertFile); err != nil {
+	switch o.TLSMode {
+	case TLSModeFiles:
+		if o.TLSCertFile == "" {
+			errs = append(errs, invalidFlag("tls-cert-file", "must be set with --tls-mode=files"))
+		} else if err := checkReadableFile(o.TLSCertFile); err != nil {
 			errs = append(errs, invalidFlag("tls-cert-file", "%v", err))
 		}
-	}
-	if o.TLSKeyFile != "" {
-		if err := checkReadableFile(o.TLSKeyFile); err != nil {
+		if o.TLSKeyFile == "" {
+			errs = append(errs, invalidFlag("tls-key-file", "must be set with --tls-mode=files"))
+		} else if err := checkReadableFile(o.TLSKeyFile); err != nil {
 			errs = append(errs, invalidFlag("tls-key-file", "%v", err))
+		}
+		if o.TLSCAFile != "" {
+			if err := checkReadableFile(o.TLSCAFile); err != nil {
+				errs = append(errs, invalidFlag("tls-ca-file", "%v", err))
+			}
+		}
+	case TLSModeSelfSigned, TLSModeNone:
+		for flag, v := range map[string]string{"tls-cert-file": o.TLSCertFile, "tls-key-file": o.TLSKeyFile, "tls-ca-file": o.TLSCAFile} {
+			if v != "" {
+				errs = append(errs, invalidFlag(flag, "is used only with --tls-mode=files, not --tls-mode=%s", o.TLSMode))
+			}
+		}
+	default:
+		errs = append(errs, invalidFlag("tls-mode", "must be %s, %s or %s, got %q", TLSModeSelfSigned, TLSModeFiles, TLSModeNone, o.TLSMode))
+	}
+	if o.TLSMode == TLSModeSelfSigned {
+		if len(o.TLSSANs) == 0 {
+			errs = append(errs, invalidFlag("tls-sans", "must name at least one DNS name or IP address with --tls-mode=self-signed"))
+		}
+		for _, name := range o.TLSSANs {
+			if net.ParseIP(name) == nil && len(validation.IsDNS1123Subdomain(name)) > 0 {
+				errs = append(errs, invalidFlag("tls-sans", "%q is neither a DNS name (lower case, like airlock-sandbox-api.airlock-system.svc) nor an IP address", name))
+				break
+			}
 		}
 	}
 	for _, a := range o.TokenAudiences {

@@ -78,15 +78,27 @@ func TestOperatorDefaults(t *testing.T) {
 	if ns := inPod.LeaderElection.ResourceNamespace; ns != "team-a" {
 		t.Errorf("lease namespace with POD_NAMESPACE=team-a: %q", ns)
 	}
+
+	// TLS is on by default, with a certificate for the Sandbox API Service's names in the
+	// operator's namespace.
+	if o.SandboxAPI.TLSMode != TLSModeSelfSigned {
+		t.Errorf("--tls-mode defaults to %q, want self-signed", o.SandboxAPI.TLSMode)
+	}
+	wantSANs := []string{"airlock-sandbox-api.team-a.svc", "airlock-sandbox-api.team-a.svc.cluster.local", "airlock-sandbox-api.team-a"}
+	if diff := cmp.Diff(wantSANs, inPod.SandboxAPI.TLSSANs); diff != "" {
+		t.Errorf("--tls-sans defaults (-want +got):\n%s", diff)
+	}
 }
 
 func TestOperatorFlagsParse(t *testing.T) {
+	tlsCrt, tlsKey, caCrt := tempFile(t, "tls.crt", "c"), tempFile(t, "tls.key", "k"), tempFile(t, "ca.crt", "a")
 	o := newOperatorOptions(func(string) string { return "" })
 	cmd := newOperatorCommand(o)
 	err := cmd.ParseFlags([]string{
 		"--workers=8", "--token-audiences=airlock,https://kubernetes.default.svc", "--metrics-bind-address=0",
 		"--leader-elect=false", "--leader-elect-lease-duration=30s", "--kube-api-qps=12.5",
-		"--sync-image=registry.local/airlock:v1",
+		"--sync-image=registry.local/airlock:v1", "--tls-mode=files", "--tls-cert-file=" + tlsCrt,
+		"--tls-key-file=" + tlsKey, "--tls-ca-file=" + caCrt, "--tls-sans=a.example,10.0.0.1",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +107,10 @@ func TestOperatorFlagsParse(t *testing.T) {
 		o.LeaderElection.LeaseDuration.Duration != 30*time.Second || o.KubeClient.QPS != 12.5 ||
 		o.Controllers.SyncImage != "registry.local/airlock:v1" {
 		t.Errorf("flags not bound: %+v %+v %+v %+v", o.Controllers, o.Serving, o.LeaderElection, o.KubeClient)
+	}
+	if tls := o.SandboxAPI; tls.TLSMode != "files" || tls.TLSCertFile != tlsCrt || tls.TLSKeyFile != tlsKey || tls.TLSCAFile != caCrt ||
+		!cmp.Equal(tls.TLSSANs, []string{"a.example", "10.0.0.1"}) {
+		t.Errorf("TLS flags not bound: %+v", tls)
 	}
 	if diff := cmp.Diff([]string{"airlock", "https://kubernetes.default.svc"}, o.SandboxAPI.TokenAudiences); diff != "" {
 		t.Errorf("--token-audiences (-want +got):\n%s", diff)
@@ -142,13 +158,39 @@ func TestOperatorValidate(t *testing.T) {
 		"any free port twice": {modify: func(o *OperatorOptions) {
 			o.SandboxAPI.BindAddress, o.Serving.MetricsBindAddress, o.Serving.HealthProbeBindAddress = ":0", ":0", ":0"
 		}},
-		"tls pair":             {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = certFile, keyFile }},
-		"tls cert without key": {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile = certFile }, wantFlag: "tls-key-file"},
-		"tls key without cert": {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSKeyFile = keyFile }, wantFlag: "tls-cert-file"},
-		"missing tls cert": {modify: func(o *OperatorOptions) {
-			o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = "/nonexistent.crt", keyFile
+		"tls self-signed by default": {modify: func(o *OperatorOptions) {}},
+		"tls none":                   {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSMode = TLSModeNone }},
+		"tls mode unknown":           {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSMode = "insecure" }, wantFlag: "tls-mode"},
+		"tls mode empty":             {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSMode = "" }, wantFlag: "tls-mode"},
+		"tls files pair": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = TLSModeFiles, certFile, keyFile
+		}},
+		"tls files pair and ca": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile, o.SandboxAPI.TLSCAFile = TLSModeFiles, certFile, keyFile, certFile
+		}},
+		"tls files without key": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile = TLSModeFiles, certFile
+		}, wantFlag: "tls-key-file"},
+		"tls files without cert": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSKeyFile = TLSModeFiles, keyFile
 		}, wantFlag: "tls-cert-file"},
-		"tls key is a directory":    {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = certFile, t.TempDir() }, wantFlag: "tls-key-file"},
+		"missing tls cert": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = TLSModeFiles, "/nonexistent.crt", keyFile
+		}, wantFlag: "tls-cert-file"},
+		"tls key is a directory": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile = TLSModeFiles, certFile, t.TempDir()
+		}, wantFlag: "tls-key-file"},
+		"missing tls ca": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCertFile, o.SandboxAPI.TLSKeyFile, o.SandboxAPI.TLSCAFile = TLSModeFiles, certFile, keyFile, "/nonexistent/ca.crt"
+		}, wantFlag: "tls-ca-file"},
+		"tls cert without files mode": {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSCertFile = certFile }, wantFlag: "tls-cert-file"},
+		"tls ca with mode none": {modify: func(o *OperatorOptions) {
+			o.SandboxAPI.TLSMode, o.SandboxAPI.TLSCAFile = TLSModeNone, certFile
+		}, wantFlag: "tls-ca-file"},
+		"tls sans empty":            {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSSANs = nil }, wantFlag: "tls-sans"},
+		"tls sans not a name":       {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSSANs = []string{"Airlock_API"} }, wantFlag: "tls-sans"},
+		"tls sans names, IPs":       {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSSANs = []string{"api.example.internal", "10.0.0.7", "::1"} }},
+		"tls sans unused, none":     {modify: func(o *OperatorOptions) { o.SandboxAPI.TLSMode, o.SandboxAPI.TLSSANs = TLSModeNone, nil }},
 		"token audiences":           {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"airlock", "vault"} }},
 		"empty token audience":      {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"airlock", ""} }, wantFlag: "token-audiences"},
 		"two empty token audiences": {modify: func(o *OperatorOptions) { o.SandboxAPI.TokenAudiences = []string{"", " "} }, wantFlag: "token-audiences"},

@@ -14,6 +14,23 @@ import (
 // ComponentName names the operator in events, field managers, user agents and the lease.
 const ComponentName = "airlock-operator"
 
+// SandboxAPIServiceName is the Service of the Sandbox API that the manifests install in the
+// operator's namespace; the default serving certificate is for its names.
+const SandboxAPIServiceName = "airlock-sandbox-api"
+
+// TLSMode is how the Sandbox API gets its serving certificate (--tls-mode).
+type TLSMode string
+
+const (
+	// TLSModeSelfSigned: the operator keeps its own CA and serving certificate (pkg/servingcert)
+	// and publishes the CA bundle (pkg/controller/cabundle).
+	TLSModeSelfSigned TLSMode = "self-signed"
+	// TLSModeFiles: a certificate and key from files, re-read when they change.
+	TLSModeFiles TLSMode = "files"
+	// TLSModeNone: plain HTTP.
+	TLSModeNone TLSMode = "none"
+)
+
 // DisabledBindAddress turns off the server of a bind address that may be disabled (metrics).
 const DisabledBindAddress = "0"
 
@@ -41,8 +58,13 @@ type Config struct {
 
 	// APIBindAddress is where the Sandbox API listens (host:port).
 	APIBindAddress string
-	// TLSCertFile and TLSKeyFile, both set or both empty, make the Sandbox API serve TLS.
-	TLSCertFile, TLSKeyFile string
+	// TLSMode is how the Sandbox API gets its certificate.
+	TLSMode TLSMode
+	// TLSCertFile and TLSKeyFile are the certificate of TLSModeFiles; TLSCAFile, optional, the
+	// CA bundle published for runtimes in that mode.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// TLSSANs are the names of the serving certificate of TLSModeSelfSigned.
+	TLSSANs []string
 	// MetricsBindAddress is where /metrics listens (host:port), or DisabledBindAddress.
 	MetricsBindAddress string
 	// HealthProbeBindAddress is where /healthz and /readyz listen (host:port).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
@@ -43,6 +44,12 @@ type ControllerContext struct {
 	SyncImage string
 	// Tokens derives the claims' tokens from the operator's key.
 	Tokens *claimtoken.Source
+	// CABundle is the CA bundle the leader publishes for runtimes; nil when there is none to
+	// publish (--tls-mode=none, or files without --tls-ca-file).
+	CABundle cabundle.Source
+	// CABundleConfigMaps lists and watches only the bundle ConfigMaps
+	// (cabundle.NewConfigMapInformerFactory); like KubeInformers, the term's own.
+	CABundleConfigMaps kubeinformers.SharedInformerFactory
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -63,7 +70,24 @@ func newControllerDescriptors() []controllerDescriptor {
 	return []controllerDescriptor{
 		{name: claim.ControllerName, init: startClaimController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
+		{name: cabundle.ControllerName, init: startCABundleController},
 	}
+}
+
+// startCABundleController builds the CA bundle controller; without a bundle to publish it only
+// waits for the end of the term.
+func startCABundleController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	if cc.CABundle == nil {
+		return func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}, nil
+	}
+	c, err := cabundle.NewController(cc.KubeClient, cc.AirlockInformers.Airlock().V1alpha1().AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps(), cc.CABundle)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
 // startRuntimeController builds the AgentRuntime status controller.
@@ -121,6 +145,9 @@ func runControllers(ctx context.Context, controllers []controllerDescriptor, cc 
 	}
 	// Start only what the controllers asked for and is not running yet.
 	cc.KubeInformers.Start(termDone)
+	if cc.CABundleConfigMaps != nil {
+		cc.CABundleConfigMaps.Start(termDone)
+	}
 	cc.AirlockInformers.Start(informersDone)
 	logger.Info("Starting controllers", "count", len(runnables))
 

@@ -27,9 +27,11 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/servingcert"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -58,7 +60,16 @@ type operator struct {
 	serviceInformers kubeinformers.SharedInformerFactory
 	readiness        *readiness
 	// tokens holds the claim token key (a Secret in the operator's namespace).
-	tokens   *claimtoken.Source
+	tokens *claimtoken.Source
+	// secretInformers caches the one Secret of the self-signed serving certificate, and issuer
+	// keeps it current; both nil in other TLS modes. issuer runs on every replica.
+	secretInformers kubeinformers.SharedInformerFactory
+	issuer          *servingcert.Issuer
+	issuing         sync.WaitGroup
+	// stopIssuer stops the issuer and waits for it (set by run).
+	stopIssuer func()
+	// caBundle is what the leader publishes for runtimes (nil: nothing to publish).
+	caBundle cabundle.Source
 	watchdog *leaderelection.HealthzAdaptor
 	servers  []*httpServer
 	// stopServing ends the context of the requests in flight when shutdown begins.
@@ -99,20 +110,17 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		healthChecks = append(healthChecks, o.watchdog)
 	}
 	healthz := checkHandler("healthz", http.StatusInternalServerError, healthChecks...)
-	readyz := checkHandler("readyz", http.StatusServiceUnavailable, o.readiness, tokenKeyCheck{o.tokens})
 	var metrics http.Handler
 	if cfg.MetricsBindAddress != DisabledBindAddress {
 		metrics = legacyregistry.Handler()
 	}
 
-	var apiTLS *tls.Config
-	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("loading the Sandbox API's certificate (--tls-cert-file, --tls-key-file): %w", err)
-		}
-		apiTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	apiTLS, readyChecks, err := o.newServingTLS(ctx)
+	if err != nil {
+		return nil, err
 	}
+
+	readyz := checkHandler("readyz", http.StatusServiceUnavailable, append([]checker{o.readiness, tokenKeyCheck{o.tokens}}, readyChecks...)...)
 
 	servingCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	o.stopServing = stopServing
@@ -129,6 +137,36 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		o.servers = append(o.servers, newHTTPServer("metrics", "--metrics-bind-address", cfg.MetricsBindAddress, mux, nil, servingCtx))
 	}
 	return o, nil
+}
+
+// newServingTLS returns the Sandbox API's TLS configuration for cfg.TLSMode (nil for plain
+// HTTP) and the readiness checks it adds, and sets up the issuer and the bundle to publish.
+func (o *operator) newServingTLS(ctx context.Context) (*tls.Config, []checker, error) {
+	cfg := o.cfg
+	switch cfg.TLSMode {
+	case TLSModeSelfSigned:
+		store := servingcert.NewStore()
+		o.secretInformers = servingcert.NewSecretInformerFactory(cfg.KubeClient, cfg.Namespace)
+		issuer, err := servingcert.NewIssuer(cfg.KubeClient, cfg.Namespace, o.secretInformers.Core().V1().Secrets(), servingcert.DefaultPolicy(cfg.TLSSANs), store)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the Sandbox API's serving certificate (--tls-sans): %w", err)
+		}
+		o.issuer, o.caBundle = issuer, store
+		return &tls.Config{GetCertificate: store.GetCertificate, MinVersion: tls.VersionTLS12}, []checker{store}, nil
+	case TLSModeFiles:
+		src, err := servingcert.NewFileSource(klog.FromContext(ctx), cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading the Sandbox API's certificate: %w", err)
+		}
+		if cfg.TLSCAFile != "" {
+			o.caBundle = src
+		}
+		return &tls.Config{GetCertificate: src.GetCertificate, MinVersion: tls.VersionTLS12}, nil, nil
+	case TLSModeNone:
+		return nil, nil, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown TLS mode %q (--tls-mode)", cfg.TLSMode)
+	}
 }
 
 // listen binds every server's address.
@@ -148,6 +186,14 @@ func (o *operator) listen() error {
 func (o *operator) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting airlock operator", "version", version.Get().String(), "identity", o.cfg.Identity)
+	switch o.cfg.TLSMode {
+	case TLSModeNone:
+		logger.Info("Warning: --tls-mode=none, so the Sandbox API serves plain HTTP: runtimes' ServiceAccount tokens and the sandboxes' bearer tokens cross the network in clear")
+	case TLSModeFiles:
+		if o.cfg.TLSCAFile == "" {
+			logger.Info("No --tls-ca-file: the operator publishes no CA bundle for runtimes (distribute the CA that verifies --tls-cert-file yourself)")
+		}
+	}
 	if len(o.cfg.TokenAudiences) == 0 {
 		logger.Info("Warning: --token-audiences is empty, so the Sandbox API accepts tokens for the Kubernetes API server's audience: whoever sees one can replay it against the API server")
 	}
@@ -180,7 +226,13 @@ func (o *operator) run(ctx context.Context) error {
 
 	informersCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopInformers()
-	runErr := o.runInformersAndControllers(ctx, informersCtx.Done(), recorder)
+	issuerCtx, cancelIssuer := context.WithCancel(informersCtx)
+	o.stopIssuer = func() {
+		cancelIssuer()
+		o.issuing.Wait()
+	}
+	defer o.stopIssuer()
+	runErr := o.runInformersAndControllers(ctx, issuerCtx, informersCtx.Done(), recorder)
 
 	// Shut down: the controllers have returned and the lease is released. Fail readiness first,
 	// then drain the servers, then stop the informers the controllers no longer read.
@@ -196,9 +248,13 @@ func (o *operator) run(ctx context.Context) error {
 		}
 	}
 	serving.Wait()
+	o.stopIssuer()
 	stopInformers()
 	o.airlockInformers.Shutdown()
 	o.serviceInformers.Shutdown()
+	if o.secretInformers != nil {
+		o.secretInformers.Shutdown()
+	}
 	logger.Info("Stopped airlock operator")
 
 	mu.Lock()
@@ -208,7 +264,7 @@ func (o *operator) run(ctx context.Context) error {
 
 // runInformersAndControllers waits for the API server, starts the informers every replica keeps,
 // and runs the controllers, under leader election when it is enabled, until ctx is done.
-func (o *operator) runInformersAndControllers(ctx context.Context, informersDone <-chan struct{}, recorder record.EventRecorder) error {
+func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, informersDone <-chan struct{}, recorder record.EventRecorder) error {
 	logger := klog.FromContext(ctx)
 	if err := waitForAPIServer(ctx, o.cfg.KubeClient, o.cfg.APIServerTimeout); err != nil {
 		if ctx.Err() != nil {
@@ -217,6 +273,15 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		return err
 	}
 	o.airlockInformers.Start(informersDone)
+	if o.issuer != nil {
+		// Every replica, leader or not: the API serves with the Secret's certificate.
+		o.secretInformers.Start(informersDone)
+		o.issuing.Go(func() {
+			if err := o.issuer.Run(issuerCtx); err != nil && issuerCtx.Err() == nil {
+				logger.Error(err, "The serving certificate issuer stopped")
+			}
+		})
+	}
 	// The key, before the controllers need it; a failure is retried by readyz and every use.
 	if _, err := o.tokens.Key(ctx); err != nil {
 		logger.Error(err, "Cannot read or create the claim token key yet: the Sandbox API answers 503 until it can", "secret", klog.KRef(o.cfg.Namespace, claimtoken.SecretName))
@@ -233,6 +298,7 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 		Workers:          o.cfg.Workers,
 		SyncImage:        o.cfg.SyncImage,
 		Tokens:           o.tokens,
+		CABundle:         o.caBundle,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no
@@ -240,8 +306,10 @@ func (o *operator) runInformersAndControllers(ctx context.Context, informersDone
 	lead := func(ctx context.Context) error {
 		term := cc
 		term.KubeInformers = newChildInformers(o.cfg.KubeClient)
+		term.CABundleConfigMaps = cabundle.NewConfigMapInformerFactory(o.cfg.KubeClient)
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
+		defer term.CABundleConfigMaps.Shutdown()
 		defer close(termDone)
 		return runControllers(ctx, o.controllers, term, termDone, informersDone)
 	}

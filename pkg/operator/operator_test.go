@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
 
 const (
@@ -64,6 +66,7 @@ func newTestConfig(kube *k8sfake.Clientset, airlock *airlockfake.Clientset) *Con
 		Identity:               testIdentity,
 		Namespace:              testLeaseNamespace,
 		APIBindAddress:         "127.0.0.1:0",
+		TLSMode:                TLSModeNone, // TestAPIServesSelfSigned and TestAPIServesTLS cover TLS
 		MetricsBindAddress:     "127.0.0.1:0",
 		HealthProbeBindAddress: "127.0.0.1:0",
 		ShutdownTimeout:        wait.ForeverTestTimeout,
@@ -503,7 +506,7 @@ func TestAPIServesTLS(t *testing.T) {
 	}
 	kube, airlock := newFakes()
 	cfg := newTestConfig(kube, airlock)
-	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
+	cfg.TLSMode, cfg.TLSCertFile, cfg.TLSKeyFile = TLSModeFiles, certFile, keyFile
 
 	o, done := startOperator(t, ctx, cfg)
 	pool := x509.NewCertPool()
@@ -514,6 +517,73 @@ func TestAPIServesTLS(t *testing.T) {
 	url := strings.Replace(serverURL(t, o, "Sandbox API"), "http://", "https://", 1)
 	if status, body := get(t, client, url+"/v1/no-such-endpoint"); status != http.StatusNotFound || !strings.Contains(body, `"error":"not_found"`) {
 		t.Errorf("GET over TLS: %d %q, want the JSON 404", status, body)
+	}
+
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+// TestAPIServesSelfSigned: by default (--tls-mode=self-signed) the operator creates its CA and
+// serving certificate in the Secret of its namespace and serves the API with it: a client that
+// trusts the Secret's CA bundle and names the Service reaches it; a client that trusts another CA,
+// or names another host, fails verification; plain HTTP to the TLS port gets a 400, not an answer
+// of the API. readyz reports the certificate.
+func TestAPIServesSelfSigned(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, airlock := newFakes()
+	cfg := newTestConfig(kube, airlock)
+	const serviceName = "airlock-sandbox-api.airlock-system.svc"
+	cfg.TLSMode, cfg.TLSSANs = TLSModeSelfSigned, []string{serviceName}
+
+	o, done := startOperator(t, ctx, cfg)
+	apiAddr := strings.TrimPrefix(serverURL(t, o, "Sandbox API"), "http://")
+	// clientFor trusts bundle and verifies the server as serverName.
+	clientFor := func(bundle []byte, serverName string) *http.Client {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(bundle) {
+			t.Fatal("no certificate in the bundle")
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+	}
+	var secret *corev1.Secret
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(cfg.Namespace).Get(ctx, servingcert.SecretName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		secret = s
+		resp, err := clientFor(s.Data[servingcert.BundleKey], serviceName).Get("https://" + apiAddr + "/v1/no-such-endpoint")
+		if err != nil {
+			return false, nil // not served yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusNotFound, nil
+	})
+	if err != nil {
+		t.Fatalf("the API never answered over TLS with the Secret's certificate: %v", err)
+	}
+	bundle := secret.Data[servingcert.BundleKey]
+
+	if _, err := clientFor(bundle, "airlock-sandbox-api.elsewhere.svc").Get("https://" + apiAddr + "/healthz"); err == nil || !strings.Contains(err.Error(), "certificate is valid for") {
+		t.Errorf("a client naming another host: %v, want a name mismatch", err)
+	}
+	otherCA, _, err := cert.GenerateSelfSignedCertKey("other-ca", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientFor(otherCA, serviceName).Get("https://" + apiAddr + "/healthz"); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Errorf("a client trusting another CA: %v, want an unknown authority error", err)
+	}
+	if status, body := get(t, http.DefaultClient, "http://"+apiAddr+"/healthz"); status != http.StatusBadRequest || strings.Contains(body, "ok") {
+		t.Errorf("plain HTTP to the TLS port: %d %q, want 400 and no answer of the API", status, body)
+	}
+	probes := serverURL(t, o, "health probes")
+	if status, body := get(t, http.DefaultClient, probes+"/readyz?verbose"); !strings.Contains(body, "[+]servingCertificate ok") {
+		t.Errorf("readyz: %d %q, want the servingCertificate check passing", status, body)
 	}
 
 	cancel()
@@ -533,7 +603,7 @@ func TestBadCertificateFailsStart(t *testing.T) {
 	}
 	kube, airlock := newFakes()
 	cfg := newTestConfig(kube, airlock)
-	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
+	cfg.TLSMode, cfg.TLSCertFile, cfg.TLSKeyFile = TLSModeFiles, certFile, keyFile
 	err := Run(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "loading the Sandbox API's certificate") {
 		t.Fatalf("Run with a bad certificate: %v, want a certificate error", err)

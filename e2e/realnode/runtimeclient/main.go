@@ -11,6 +11,8 @@
 //	runtimeclient reacquire -plan '<JSON plan>' N rounds of one session and handle: acquire, one
 //	                                            tool call that marks the pod, a request with the
 //	                                            previous round's token, close
+//	runtimeclient acquire -plan '<JSON plan>'   acquire the plan's handle and close the session:
+//	                                            the Sandbox API alone (its TLS, its answer)
 //	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
 //	                                            (a target for the NetworkPolicy checks)
 package main
@@ -35,8 +37,18 @@ import (
 
 // Plan is what the test asks the client to do.
 type Plan struct {
-	API         string `json:"api"` // Sandbox API base URL
-	TokenFile   string `json:"tokenFile,omitempty"`
+	API       string `json:"api"` // Sandbox API base URL
+	TokenFile string `json:"tokenFile,omitempty"`
+	// ServerName is the name the API's certificate is verified for, when it is not the URL's host.
+	ServerName string `json:"serverName,omitempty"`
+	// CAFile is the Sandbox API's CA bundle: the ConfigMap airlock-ca mounted at
+	// client.DefaultCAFile by default.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify calls the API without verifying its certificate (a control: it must be
+	// asked for by name).
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// PlainHTTP lets an "http://" api through (client.PlainHTTP), to test the server's side.
+	PlainHTTP   bool   `json:"plainHTTP,omitempty"`
 	Namespace   string `json:"namespace"`
 	Runtime     string `json:"runtime"`
 	Session     string `json:"session"`
@@ -121,7 +133,11 @@ const markerCommand = `if [ -e /tmp/airlock-e2e-marker ]; then echo OLD; else to
 // runReacquire acquires, uses and closes the same session and handle p.Sessions times in a row.
 func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 	out := &ReacquireResult{Rounds: []ReacquireRound{}}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	prevAuth := ""
 	for i := 0; i < p.Sessions; i++ {
 		got, d, err := acquire(ctx, c, p, p.Session)
@@ -160,9 +176,39 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 	return out
 }
 
+// AcquireResult is the output of `acquire`.
+type AcquireResult struct {
+	Claim  string `json:"claim"`
+	Phase  string `json:"phase"`
+	Closed bool   `json:"closed"`
+	Error  string `json:"error,omitempty"`
+}
+
+// runAcquire acquires the plan's handle for its session, then closes the session.
+func runAcquire(ctx context.Context, p Plan) *AcquireResult {
+	out := &AcquireResult{}
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
+	got, _, err := acquire(ctx, c, p, p.Session)
+	if err != nil {
+		out.Error = "acquire: " + err.Error()
+		return out
+	}
+	out.Claim, out.Phase = got.Claim, got.Phase
+	if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+		out.Error = "close: " + err.Error()
+		return out
+	}
+	out.Closed = true
+	return out
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|serve [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -174,7 +220,7 @@ func main() {
 	case "serve":
 		serve(*listen)
 		return
-	case "session", "bench", "reacquire":
+	case "session", "bench", "reacquire", "acquire":
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -189,6 +235,10 @@ func main() {
 		// the API server's audience, is refused by the Sandbox API).
 		plan.TokenFile = "/var/run/secrets/airlock/token"
 	}
+	if plan.CAFile == "" {
+		// The ConfigMap airlock-ca, which the operator keeps in the runtime's namespace.
+		plan.CAFile = client.DefaultCAFile
+	}
 	if plan.WaitSeconds == 0 {
 		plan.WaitSeconds = 120
 	}
@@ -202,6 +252,8 @@ func main() {
 		out = runBench(ctx, plan)
 	case "reacquire":
 		out = runReacquire(ctx, plan)
+	case "acquire":
+		out = runAcquire(ctx, plan)
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println("RESULT " + string(b))
@@ -231,8 +283,18 @@ func firstLine(s string) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func apiClient(p Plan) *client.Client {
-	return client.New(p.API, client.TokenFile(p.TokenFile), &http.Client{Timeout: time.Duration(p.WaitSeconds+30) * time.Second})
+// apiClient is a client of the Sandbox API that verifies it with the plan's CA bundle.
+func apiClient(p Plan) (*client.Client, error) {
+	hc, err := client.NewHTTPClient(client.TLSOptions{CAFile: p.CAFile, ServerName: p.ServerName, InsecureSkipVerify: p.InsecureSkipVerify})
+	if err != nil {
+		return nil, err
+	}
+	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
+	var opts []client.Option
+	if p.PlainHTTP {
+		opts = append(opts, client.PlainHTTP())
+	}
+	return client.New(p.API, client.TokenFile(p.TokenFile), hc, opts...), nil
 }
 
 func acquire(ctx context.Context, c *client.Client, p Plan, session string) (*client.AcquireResponse, time.Duration, error) {
@@ -358,7 +420,11 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 			}
 		}
 	}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	got, d, err := acquire(ctx, c, p, p.Session)
 	if err != nil {
 		out.Error = "acquire: " + err.Error()
@@ -417,7 +483,11 @@ func stepArg(s Step) string {
 
 func runBench(ctx context.Context, p Plan) *BenchResult {
 	out := &BenchResult{}
-	c := apiClient(p)
+	c, err := apiClient(p)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
 	for i := 0; i < p.Sessions; i++ {
 		session := fmt.Sprintf("%s-%02d", p.Session, i)
 		got, d, err := acquire(ctx, c, p, session)
