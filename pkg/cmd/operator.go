@@ -135,6 +135,13 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
+	// The Sandbox API's TokenReviews get a client, and so a rate limiter, of their own.
+	reviewConfig := rest.CopyConfig(kubeConfig)
+	reviewConfig.UserAgent = userAgent + "/sandbox-api"
+	reviewClient, err := kubernetes.NewForConfig(reviewConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the Sandbox API's review client: %w", err)
+	}
 	// Events get a client, and so a rate limiter, of their own.
 	eventConfig := rest.CopyConfig(kubeConfig)
 	eventConfig.UserAgent = userAgent + "/events"
@@ -167,6 +174,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	return &operator.Config{
 		KubeClient:             kubeClient,
 		EventClient:            eventClient,
+		ReviewClient:           reviewClient,
 		AirlockClient:          airlockClient,
 		LeaderElectionClient:   leClient,
 		LeaderElection:         o.LeaderElection.LeaderElectionConfiguration,

@@ -492,9 +492,9 @@ func TestSandboxdEmptyAllowedToolsFlag(t *testing.T) {
 	checkOneErrorFor(t, o.Validate(), "allowed-tools")
 }
 
-// TestOperatorConfigClients: the controllers, the events and the lease each get a client with a
-// rate limiter of its own, so that none queues behind another's requests; the event client has
-// the controllers' QPS and burst.
+// TestOperatorConfigClients: the controllers, the events, the Sandbox API's TokenReviews and the
+// lease each get a client with a rate limiter of its own, so that none queues behind another's
+// requests; the event and review clients have the controllers' QPS and burst.
 func TestOperatorConfigClients(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
@@ -515,11 +515,17 @@ current-context: x
 	}
 	kube := cfg.KubeClient.CoreV1().RESTClient().GetRateLimiter()
 	events := cfg.EventClient.CoreV1().RESTClient().GetRateLimiter()
+	reviews := cfg.ReviewClient.AuthenticationV1().RESTClient().GetRateLimiter()
 	lease := cfg.LeaderElectionClient.CoreV1().RESTClient().GetRateLimiter()
-	if kube == events || kube == lease || events == lease {
-		t.Errorf("rate limiters shared: kube==events %v, kube==lease %v, events==lease %v", kube == events, kube == lease, events == lease)
+	limiters := map[string]any{"kube": kube, "events": events, "reviews": reviews, "lease": lease}
+	for a, la := range limiters {
+		for b, lb := range limiters {
+			if a < b && la == lb {
+				t.Errorf("the %s and %s clients share a rate limiter", a, b)
+			}
+		}
 	}
-	if kube.QPS() != 7 || events.QPS() != 7 {
-		t.Errorf("QPS kube %v events %v, want --kube-api-qps for both", kube.QPS(), events.QPS())
+	if kube.QPS() != 7 || events.QPS() != 7 || reviews.QPS() != 7 {
+		t.Errorf("QPS kube %v events %v reviews %v, want --kube-api-qps for each", kube.QPS(), events.QPS(), reviews.QPS())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
@@ -17,7 +18,7 @@ func newSandboxAPI(ctx context.Context, cfg *Config, airlockInformers airlockinf
 	airlock := airlockInformers.Airlock().V1alpha1()
 	claims := airlock.SandboxClaims()
 	server, err := sandboxapi.NewServer(ctx, sandboxapi.Config{
-		KubeClient:    cfg.KubeClient,
+		KubeClient:    reviewClient(cfg),
 		AirlockClient: cfg.AirlockClient,
 		Runtimes:      airlock.AgentRuntimes().Lister(),
 		Registries:    airlock.ToolRegistries().Lister(),
@@ -37,4 +38,13 @@ func newSandboxAPI(ctx context.Context, cfg *Config, airlockInformers airlockinf
 		return nil, err
 	}
 	return server, nil
+}
+
+// reviewClient is the client the Sandbox API reviews tokens with: Config.ReviewClient, else
+// KubeClient.
+func reviewClient(cfg *Config) kubernetes.Interface {
+	if cfg.ReviewClient != nil {
+		return cfg.ReviewClient
+	}
+	return cfg.KubeClient
 }
