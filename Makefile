@@ -69,8 +69,11 @@ cluster-down: ## Stop the local control plane.
 	hack/local-cluster.sh down
 
 .PHONY: bench-sandboxd
-bench-sandboxd: ## sandboxd tool-call round trips and throughput.
+bench-sandboxd: ## sandboxd tool-call round trips and throughput, side by side with an mcp-go SSE server (ratios printed).
+	@echo "load average: $$(cat /proc/loadavg)"
+	go test -run '^$$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
+	@echo "load average: $$(cat /proc/loadavg)"
 
 .PHONY: help
 help:
