@@ -230,7 +230,7 @@ func checkMessage(data []byte, allowBatch bool) (jsonrpc.Message, *rpcError) {
 	}
 	switch trimmed[0] {
 	case '{':
-		msg, err := jsonrpc.DecodeMessage(trimmed)
+		msg, err := decodeMessage(trimmed)
 		if err != nil {
 			return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
 				msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
