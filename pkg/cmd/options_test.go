@@ -1,3 +1,5 @@
+//go:build !sandboxd_only
+
 package cmd
 
 import (
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfig "k8s.io/component-base/config"
 
+	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 )
 
@@ -403,4 +406,13 @@ func TestSandboxdEmptyAllowedToolsFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOneErrorFor(t, o.Validate(), "allowed-tools")
+}
+
+// TestDisabledBindAddressIsTheOperators checks that validateBindAddress,
+// which the sandbox images' build has without the operator package, accepts
+// the operator's own "disabled" address.
+func TestDisabledBindAddressIsTheOperators(t *testing.T) {
+	if disabledBindAddress != operator.DisabledBindAddress {
+		t.Errorf("disabledBindAddress %q, operator.DisabledBindAddress %q", disabledBindAddress, operator.DisabledBindAddress)
+	}
 }
