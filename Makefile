@@ -71,11 +71,13 @@ cluster-down: ## Stop the local control plane.
 	hack/local-cluster.sh down
 
 .PHONY: bench-sandboxd
-bench-sandboxd: ## sandboxd tool-call round trips and throughput, side by side with an mcp-go SSE server (ratios printed).
-	@echo "load average: $$(cat /proc/loadavg)"
+bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go SSE server (ratios), round trips, a 10k-file snapshot, find_references, RSS at rest (~3-5 min).
+	@echo "load average before: $$(cat /proc/loadavg)"
 	go test -run '^$$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
-	@echo "load average: $$(cat /proc/loadavg)"
+	go test -run '^$$' -bench 'BenchmarkSnapshotCreate|BenchmarkFindReferences' -benchtime 20x -timeout 20m ./pkg/sandboxd/
+	go test -run '^$$' -bench BenchmarkRSSAtRest -benchtime 1x ./pkg/sandboxd/
+	@echo "load average after: $$(cat /proc/loadavg)"
 
 .PHONY: help
 help:
