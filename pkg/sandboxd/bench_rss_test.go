@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkRSSAtRest measures the resident memory of a real `airlock
@@ -42,14 +43,7 @@ func BenchmarkRSSAtRest(b *testing.B) {
 		{name: "full-binary"},
 	} {
 		b.Run(build.name, func(b *testing.B) {
-			bin := filepath.Join(b.TempDir(), "airlock")
-			args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", bin}, build.tags...)
-			cmd := exec.Command("go", append(args, ".")...)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("go build: %v\n%s", err, out)
-			}
+			bin := buildAirlock(b, root, build.tags...)
 			var rss procMemory
 			for b.Loop() {
 				rss = sandboxdAtRest(b, bin)
@@ -66,26 +60,64 @@ func BenchmarkRSSAtRest(b *testing.B) {
 // memory, in MiB.
 type procMemory struct{ rss, anon, file float64 }
 
-// sandboxdAtRest starts bin's sandboxd, waits until it is ready, reads its
-// memory, and stops it (SIGTERM, then it must exit 0).
+// sandboxdAtRest starts bin's sandboxd, waits until it is ready, and reads
+// its memory.
 func sandboxdAtRest(b *testing.B, bin string) procMemory {
 	b.Helper()
 	ws := filepath.Join(b.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
+	p := startSandboxdProcess(b, bin, ws)
+	defer p.stop(b)
+	mem, err := readProcMemory(p.pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mem
+}
+
+// buildAirlock builds airlock as the images do (static, -trimpath, -s -w)
+// with the given build flags, and returns the binary's path.
+func buildAirlock(b *testing.B, root string, flags ...string) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "airlock")
+	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", bin}, flags...)
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// sandboxdProcess is a running `airlock sandboxd`.
+type sandboxdProcess struct {
+	url    string // http://127.0.0.1:port
+	pid    int
+	cmd    *exec.Cmd
+	exited chan error
+	cancel context.CancelFunc
+}
+
+// startSandboxdProcess starts `bin sandboxd` on a loopback port for the
+// workspace ws and returns once it answers /readyz. stop ends it.
+func startSandboxdProcess(b *testing.B, bin, ws string) *sandboxdProcess {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "sandboxd", "--listen=127.0.0.1:0", "--workspace="+ws, "--state-dir="+b.TempDir())
 	cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin") // no language server is started anyway
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		cancel()
 		b.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
+		cancel()
 		b.Fatal(err)
 	}
-	exited := make(chan error, 1)
+	p := &sandboxdProcess{pid: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1), cancel: cancel}
 	addr := make(chan string, 1)
 	go func() {
 		// The listening address is in the log line that says so; the rest
@@ -98,47 +130,57 @@ func sandboxdAtRest(b *testing.B, bin string) procMemory {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
-		exited <- cmd.Wait()
+		p.exited <- cmd.Wait()
 	}()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				b.Errorf("sandboxd exited: %v", err)
-			}
-		case <-ctx.Done():
-			b.Errorf("sandboxd did not exit on SIGTERM")
-		}
-	}()
-	var url string
+	timeout := time.NewTimer(testTimeout)
+	defer timeout.Stop()
 	select {
 	case a := <-addr:
-		url = "http://" + a
-	case err := <-exited:
-		exited <- err
+		p.url = "http://" + a
+	case err := <-p.exited:
+		cancel()
 		b.Fatalf("sandboxd exited before listening: %v", err)
-	case <-ctx.Done():
+	case <-timeout.C:
+		p.stop(b)
 		b.Fatal("sandboxd did not say where it listens")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/readyz", nil)
 	if err != nil {
+		p.stop(b)
 		b.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		p.stop(b)
 		b.Fatal(err)
 	}
 	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
 	if resp.StatusCode != http.StatusOK {
+		p.stop(b)
 		b.Fatalf("/readyz answered %s", resp.Status)
 	}
-	http.DefaultClient.CloseIdleConnections()
-	mem, err := readProcMemory(cmd.Process.Pid)
-	if err != nil {
-		b.Fatal(err)
+	return p
+}
+
+// stop sends SIGTERM and waits for sandboxd to exit 0 (it is killed if it
+// has not within testTimeout).
+func (p *sandboxdProcess) stop(b *testing.B) {
+	b.Helper()
+	defer p.cancel()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	timeout := time.NewTimer(testTimeout)
+	defer timeout.Stop()
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			b.Errorf("sandboxd exited: %v", err)
+		}
+	case <-timeout.C:
+		b.Errorf("sandboxd did not exit on SIGTERM: killed")
+		p.cancel()
+		<-p.exited
 	}
-	return mem
 }
 
 // readProcMemory reads VmRSS, RssAnon and RssFile of pid.

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,6 +41,13 @@ const sideBySideRounds = 4
 // second for each server, and the ratios sandboxd/mcp-go (calls/s: above 1
 // is sandboxd faster; p90: below 1 is sandboxd faster).
 //
+// "process" runs each server in a process of its own, as they run for real
+// (and as issue 15 measured them): sandboxd is the binary of the sandbox
+// images (-tags sandboxd_only), the mcp-go server this test binary
+// (TestMain). "inprocess" serves both in the benchmark's process, which
+// shares one garbage collector with the client, and whose -cpuprofile
+// covers sandboxd.
+//
 //	go test -run '^$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 func BenchmarkSideBySide(b *testing.B) {
 	calls := []struct {
@@ -47,50 +58,134 @@ func BenchmarkSideBySide(b *testing.B) {
 		{name: "Read", tool: ToolRead, args: map[string]any{"file_path": "small.txt"}},
 		{name: "BashTrue", tool: ToolBash, args: map[string]any{"command": "true"}},
 	}
-	for _, c := range calls {
-		b.Run(c.name, func(b *testing.B) {
-			ts := startServer(b, Config{}, options{})
-			if err := os.WriteFile(filepath.Join(ts.ws, "small.txt"), []byte(benchSmallFile), 0o644); err != nil {
-				b.Fatal(err)
-			}
-			ours := connectSSE(b, ts.url, nil)
-			theirs := connectSSE(b, startMCPGoServer(b, ts.ws), nil)
-			// The two answer alike, or the comparison means nothing.
-			if a, o := callOK(b, ours, c.tool, c.args), callOK(b, theirs, c.tool, c.args); a != o {
-				b.Fatalf("sandboxd answers %q, the mcp-go server %q", a, o)
-			}
-			warm := max(b.N/10, 50)
-			for range warm {
-				callOK(b, ours, c.tool, c.args)
-				callOK(b, theirs, c.tool, c.args)
-			}
-
-			var sd, mg callStats
-			rounds := min(sideBySideRounds, b.N)
-			b.ResetTimer()
-			for r := range rounds {
-				n := b.N / rounds
-				if r < b.N%rounds {
-					n++
-				}
-				first, second := &sd, &mg
-				cs1, cs2 := ours, theirs
-				if r%2 == 1 {
-					first, second, cs1, cs2 = &mg, &sd, theirs, ours
-				}
-				first.run(b, cs1, n, c.tool, c.args)
-				second.run(b, cs2, n, c.tool, c.args)
-			}
-			b.StopTimer()
-			sd.report(b, "sandboxd-")
-			mg.report(b, "mcpgo-")
-			if mg.callsPerSecond() > 0 && mg.pct(0.90) > 0 {
-				b.ReportMetric(sd.callsPerSecond()/mg.callsPerSecond(), "ratio-calls/s")
-				b.ReportMetric(float64(sd.pct(0.90))/float64(mg.pct(0.90)), "ratio-p90")
-			}
-			b.ReportMetric(0, "ns/op") // the figures above say it better
-		})
+	root, err := moduleRoot()
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.Run("process", func(b *testing.B) {
+		bin := buildAirlock(b, root, "-tags", "sandboxd_only")
+		for _, c := range calls {
+			b.Run(c.name, func(b *testing.B) {
+				ws := benchWorkspace(b)
+				sd := startSandboxdProcess(b, bin, ws)
+				b.Cleanup(func() { sd.stop(b) })
+				sideBySide(b, sd.url, startMCPGoProcess(b, ws), c.tool, c.args)
+			})
+		}
+	})
+	b.Run("inprocess", func(b *testing.B) {
+		for _, c := range calls {
+			b.Run(c.name, func(b *testing.B) {
+				ws := benchWorkspace(b)
+				ts := startServer(b, Config{Workspace: ws}, options{})
+				sideBySide(b, ts.url, startMCPGoServer(b, ws), c.tool, c.args)
+			})
+		}
+	})
+}
+
+// benchWorkspace returns a fresh workspace with benchSmallFile in it, as
+// small.txt.
+func benchWorkspace(b *testing.B) string {
+	b.Helper()
+	ws := filepath.Join(b.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "small.txt"), []byte(benchSmallFile), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return ws
+}
+
+// sideBySide calls tool b.N times on the sandboxd at ourURL and on the
+// mcp-go server at theirURL, in interleaved rounds, and reports the figures.
+func sideBySide(b *testing.B, ourURL, theirURL, tool string, args map[string]any) {
+	ours := connectSSE(b, ourURL, nil)
+	theirs := connectSSE(b, theirURL, nil)
+	// The two answer alike, or the comparison means nothing.
+	if a, o := callOK(b, ours, tool, args), callOK(b, theirs, tool, args); a != o {
+		b.Fatalf("sandboxd answers %q, the mcp-go server %q", a, o)
+	}
+	warm := max(b.N/10, 50)
+	for range warm {
+		callOK(b, ours, tool, args)
+		callOK(b, theirs, tool, args)
+	}
+
+	var sd, mg callStats
+	rounds := min(sideBySideRounds, b.N)
+	b.ResetTimer()
+	for r := range rounds {
+		n := b.N / rounds
+		if r < b.N%rounds {
+			n++
+		}
+		first, second := &sd, &mg
+		cs1, cs2 := ours, theirs
+		if r%2 == 1 {
+			first, second, cs1, cs2 = &mg, &sd, theirs, ours
+		}
+		first.run(b, cs1, n, tool, args)
+		second.run(b, cs2, n, tool, args)
+	}
+	b.StopTimer()
+	sd.report(b, "sandboxd-")
+	mg.report(b, "mcpgo-")
+	if mg.callsPerSecond() > 0 && mg.pct(0.90) > 0 {
+		b.ReportMetric(sd.callsPerSecond()/mg.callsPerSecond(), "ratio-calls/s")
+		b.ReportMetric(float64(sd.pct(0.90))/float64(mg.pct(0.90)), "ratio-p90")
+	}
+	b.ReportMetric(0, "ns/op") // the figures above say it better
+}
+
+// startMCPGoProcess runs the standalone mcp-go server for ws in a process
+// of its own (this test binary, see TestMain) and returns its URL. The
+// process ends with the benchmark.
+func startMCPGoProcess(b *testing.B, ws string) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mcpgoServerEnv+"="+ws)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	url := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		url <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	b.Cleanup(func() {
+		stdin.Close() // the server's signal to stop
+		timeout := time.NewTimer(testTimeout)
+		defer timeout.Stop()
+		select {
+		case err := <-exited:
+			if err != nil {
+				b.Errorf("mcp-go server: %v", err)
+			}
+		case <-timeout.C:
+			b.Errorf("the mcp-go server did not stop: killed")
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	u := <-url
+	if !strings.HasPrefix(u, "http://") {
+		b.Fatalf("the mcp-go server did not say where it listens (%q)", u)
+	}
+	return u
 }
 
 // callStats collects the round trips of one server's calls.
@@ -135,18 +230,63 @@ func (s *callStats) report(b *testing.B, prefix string) {
 	b.ReportMetric(s.callsPerSecond(), prefix+"calls/s")
 }
 
-// startMCPGoServer serves a standalone mark3labs/mcp-go HTTP+SSE server on a
-// loopback port, with a Read and a Bash that answer as sandboxd's do (for
-// the benchmark's inputs): Read numbers the lines of a file of ws, opened
-// through an os.Root so that it stays inside; Bash runs /bin/bash -c in ws,
-// in its own process group. It returns the server's URL.
+// startMCPGoServer serves the standalone mcp-go server in this process, on
+// a loopback port, and returns its URL.
 func startMCPGoServer(b *testing.B, ws string) string {
 	b.Helper()
-	root, err := os.OpenRoot(ws)
+	h, closeRoot, err := newMCPGoServer(ws)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { root.Close() })
+	b.Cleanup(closeRoot)
+	hs := httptest.NewServer(h)
+	b.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// mcpgoServerEnv names the workspace when the test binary runs as the
+// standalone mcp-go server (TestMain): out of the benchmark's process, as
+// sandboxd's own binary is.
+const mcpgoServerEnv = "AIRLOCK_BENCH_MCPGO_SERVER"
+
+// runMCPGoServer serves the standalone mcp-go server for the workspace ws
+// on a loopback port, prints its URL on stdout, and serves until stdin is
+// closed (the benchmark ends) or SIGTERM.
+func runMCPGoServer(ws string) int {
+	h, closeRoot, err := newMCPGoServer(ws)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-go server:", err)
+		return 1
+	}
+	defer closeRoot()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-go server:", err)
+		return 1
+	}
+	hs := &http.Server{Handler: h}
+	go func() { _ = hs.Serve(ln) }()
+	fmt.Printf("http://%s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	<-ctx.Done()
+	_ = hs.Close()
+	return 0
+}
+
+// newMCPGoServer is a standalone mark3labs/mcp-go HTTP+SSE server with a
+// Read and a Bash that answer as sandboxd's do (for the benchmark's inputs):
+// Read numbers the lines of a file of ws, opened through an os.Root so that
+// it stays inside; Bash runs /bin/bash -c in ws, in its own process group.
+func newMCPGoServer(ws string) (http.Handler, func(), error) {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, nil, err
+	}
 	s := mcpgoserver.NewMCPServer("mcp-go-bench", "v0", mcpgoserver.WithToolCapabilities(false))
 	s.AddTool(mcpgo.NewTool(ToolRead, mcpgo.WithString("file_path", mcpgo.Required())),
 		func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
@@ -187,7 +327,5 @@ func startMCPGoServer(b *testing.B, ws string) string {
 			}
 			return mcpgo.NewToolResultText(string(out)), nil
 		})
-	hs := httptest.NewServer(mcpgoserver.NewSSEServer(s))
-	b.Cleanup(hs.Close)
-	return hs.URL
+	return mcpgoserver.NewSSEServer(s), func() { root.Close() }, nil
 }
