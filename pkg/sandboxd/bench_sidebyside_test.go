@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +32,8 @@ const benchSmallFile = "package main\n\nfunc main() {}\n"
 // sideBySideRounds is how many interleaved rounds BenchmarkSideBySide runs:
 // each round calls sandboxd and then the mcp-go server (the order flips from
 // one round to the next), so that a change of load on a shared machine
-// weighs on both alike.
-const sideBySideRounds = 4
+// weighs on both alike; the more rounds, the more alike.
+const sideBySideRounds = 20
 
 // BenchmarkSideBySide measures sandboxd against a standalone mark3labs/mcp-go
 // HTTP+SSE server that serves the same tool, in the same run, with the same
@@ -69,7 +71,8 @@ func BenchmarkSideBySide(b *testing.B) {
 				ws := benchWorkspace(b)
 				sd := startSandboxdProcess(b, bin, ws)
 				b.Cleanup(func() { sd.stop(b) })
-				sideBySide(b, sd.url, startMCPGoProcess(b, ws), c.tool, c.args)
+				mgURL, mgPID := startMCPGoProcess(b, ws)
+				sideBySide(b, sd.url, mgURL, sd.pid, mgPID, c.tool, c.args)
 			})
 		}
 	})
@@ -78,7 +81,7 @@ func BenchmarkSideBySide(b *testing.B) {
 			b.Run(c.name, func(b *testing.B) {
 				ws := benchWorkspace(b)
 				ts := startServer(b, Config{Workspace: ws}, options{})
-				sideBySide(b, ts.url, startMCPGoServer(b, ws), c.tool, c.args)
+				sideBySide(b, ts.url, startMCPGoServer(b, ws), 0, 0, c.tool, c.args)
 			})
 		}
 	})
@@ -100,7 +103,10 @@ func benchWorkspace(b *testing.B) string {
 
 // sideBySide calls tool b.N times on the sandboxd at ourURL and on the
 // mcp-go server at theirURL, in interleaved rounds, and reports the figures.
-func sideBySide(b *testing.B, ourURL, theirURL, tool string, args map[string]any) {
+// With their process ids (not 0), it reports the CPU time each server
+// process spent per call too, a figure that a busy machine disturbs far
+// less than round trips.
+func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, tool string, args map[string]any) {
 	ours := connectSSE(b, ourURL, nil)
 	theirs := connectSSE(b, theirURL, nil)
 	// The two answer alike, or the comparison means nothing.
@@ -113,7 +119,7 @@ func sideBySide(b *testing.B, ourURL, theirURL, tool string, args map[string]any
 		callOK(b, theirs, tool, args)
 	}
 
-	var sd, mg callStats
+	sd, mg := callStats{pid: ourPID}, callStats{pid: theirPID}
 	rounds := min(sideBySideRounds, b.N)
 	b.ResetTimer()
 	for r := range rounds {
@@ -136,13 +142,16 @@ func sideBySide(b *testing.B, ourURL, theirURL, tool string, args map[string]any
 		b.ReportMetric(sd.callsPerSecond()/mg.callsPerSecond(), "ratio-calls/s")
 		b.ReportMetric(float64(sd.pct(0.90))/float64(mg.pct(0.90)), "ratio-p90")
 	}
+	if sd.pid != 0 && mg.pid != 0 && mg.cpu > 0 {
+		b.ReportMetric(float64(sd.cpu)/float64(mg.cpu), "ratio-cpu/call")
+	}
 	b.ReportMetric(0, "ns/op") // the figures above say it better
 }
 
 // startMCPGoProcess runs the standalone mcp-go server for ws in a process
-// of its own (this test binary, see TestMain) and returns its URL. The
-// process ends with the benchmark.
-func startMCPGoProcess(b *testing.B, ws string) string {
+// of its own (this test binary, see TestMain) and returns its URL and
+// process id. The process ends with the benchmark.
+func startMCPGoProcess(b *testing.B, ws string) (string, int) {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mcpgoServerEnv+"="+ws)
@@ -185,17 +194,25 @@ func startMCPGoProcess(b *testing.B, ws string) string {
 	if !strings.HasPrefix(u, "http://") {
 		b.Fatalf("the mcp-go server did not say where it listens (%q)", u)
 	}
-	return u
+	return u, cmd.Process.Pid
 }
 
-// callStats collects the round trips of one server's calls.
+// callStats collects the round trips of one server's calls and, when the
+// server is a process of its own (pid), the CPU time it spent on them.
 type callStats struct {
 	latencies []time.Duration
 	elapsed   time.Duration
+	pid       int
+	cpu       time.Duration
 }
 
 // run makes n calls one after the other on cs.
 func (s *callStats) run(b *testing.B, cs *mcp.ClientSession, n int, tool string, args map[string]any) {
+	var cpu0 time.Duration
+	if s.pid != 0 {
+		cpu0 = processCPU(b, s.pid)
+		defer func() { s.cpu += processCPU(b, s.pid) - cpu0 }()
+	}
 	start := time.Now()
 	for range n {
 		t0 := time.Now()
@@ -223,11 +240,36 @@ func (s *callStats) callsPerSecond() float64 {
 	return float64(len(s.latencies)) / s.elapsed.Seconds()
 }
 
+// processCPU returns the CPU time (user and system) that process pid has
+// used, to the clock tick (10 ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state is the 3rd field of the line, utime the 14th.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	const clockTick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * clockTick
+}
+
 func (s *callStats) report(b *testing.B, prefix string) {
 	b.ReportMetric(float64(s.pct(0.50).Microseconds()), prefix+"p50-µs")
 	b.ReportMetric(float64(s.pct(0.90).Microseconds()), prefix+"p90-µs")
 	b.ReportMetric(float64(s.pct(0.99).Microseconds()), prefix+"p99-µs")
 	b.ReportMetric(s.callsPerSecond(), prefix+"calls/s")
+	if s.pid != 0 && len(s.latencies) > 0 {
+		b.ReportMetric(float64(s.cpu.Microseconds())/float64(len(s.latencies)), prefix+"cpu-µs/call")
+	}
 }
 
 // startMCPGoServer serves the standalone mcp-go server in this process, on
