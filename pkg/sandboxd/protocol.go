@@ -71,6 +71,7 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			if method != "tools/call" {
 				return next(ctx, method, req)
 			}
+			growStack()
 			tool := toolNameUnknown
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && slices.Contains(served, p.Name) {
 				tool = p.Name
