@@ -2,10 +2,12 @@ package sandboxd
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -32,6 +34,9 @@ import (
 // whose schemas are not so is added with mcp.AddTool.
 func addTypedTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
 	tt := *t
+	// An output schema inferred from a plain Out accepts every value of it:
+	// validating each result against it is left out (see plainOutput).
+	checkOutput := t.OutputSchema != nil || !plainOutput(reflect.TypeFor[Out]())
 	inResolved, err := resolveToolSchema[In](&tt.InputSchema)
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: input schema: %v", t.Name, err))
@@ -69,13 +74,14 @@ func addTypedTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out
 		if res.InputRequests != nil {
 			return res, nil
 		}
-		outJSON, err := encodeOutput(out, outResolved)
+		// As the SDK does, a result without content carries the structured
+		// output as text too, for clients that read only text: then it is
+		// the JSON the SDK gives, keys sorted, byte for byte.
+		outJSON, err := encodeOutput(out, outResolved, checkOutput, res.Content == nil)
 		if err != nil {
 			return nil, err
 		}
 		res.StructuredContent = outJSON
-		// As the SDK does: a result without content carries the structured
-		// output as text too, for clients that read only text.
 		if res.Content == nil {
 			res.Content = []mcp.Content{&mcp.TextContent{Text: string(outJSON)}}
 		}
@@ -147,13 +153,17 @@ func decodeArguments[In any](raw json.RawMessage, resolved *jsonschema.Resolved)
 	return in, nil
 }
 
-// encodeOutput marshals a tool's output and validates it against the output
-// schema, as mcp.AddTool does; the JSON is that of a map, with its keys in
-// order, as the SDK gives it.
-func encodeOutput[Out any](out Out, resolved *jsonschema.Resolved) (json.RawMessage, error) {
+// encodeOutput marshals a tool's output. With check, it validates it
+// against the output schema as mcp.AddTool does; with check or sorted, the
+// JSON is that of a map, keys sorted, as the SDK gives it (without, the
+// fields are in the struct's order: the same JSON value).
+func encodeOutput[Out any](out Out, resolved *jsonschema.Resolved, check, sorted bool) (json.RawMessage, error) {
 	data, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("marshaling output: %w", err)
+	}
+	if !check && !sorted {
+		return data, nil
 	}
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
@@ -162,8 +172,10 @@ func encodeOutput[Out any](out Out, resolved *jsonschema.Resolved) (json.RawMess
 	if v == nil && resolved.Schema().Type == "object" {
 		v = map[string]any{}
 	}
-	if err := resolved.Validate(&v); err != nil {
-		return nil, fmt.Errorf("validating tool output: %w", err)
+	if check {
+		if err := resolved.Validate(&v); err != nil {
+			return nil, fmt.Errorf("validating tool output: %w", err)
+		}
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return data, nil
@@ -172,6 +184,70 @@ func encodeOutput[Out any](out Out, resolved *jsonschema.Resolved) (json.RawMess
 		return nil, fmt.Errorf("validating tool output: marshalling: %v", err)
 	}
 	return data, nil
+}
+
+// plainOutput reports whether every value of t marshals, with
+// encoding/json, to JSON that the schema jsonschema.For infers from t
+// accepts, so that validating a tool's output against it can only pass.
+// That holds for structs (exported fields, named by their json tags), and
+// slices, arrays, maps with string keys and pointers of them, down to
+// booleans, numbers and strings: the inference gives each field the JSON
+// type it marshals to, makes a field required only when it has no
+// omitempty (and then it is always there), and lets slices, maps and
+// pointers be null. It does not hold for an interface (any value), nor for
+// a type that marshals itself (json.Marshaler, encoding.TextMarshaler),
+// whose JSON the inference cannot know: those are validated.
+func plainOutput(t reflect.Type) bool {
+	return plainType(t, map[reflect.Type]bool{})
+}
+
+var (
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+func plainType(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return true // a recursive type: the rest of it is being checked
+	}
+	seen[t] = true
+	if t.Implements(jsonMarshalerType) || t.Implements(textMarshalerType) ||
+		reflect.PointerTo(t).Implements(jsonMarshalerType) || reflect.PointerTo(t).Implements(textMarshalerType) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.String,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return true
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return false // []byte marshals as base64
+		}
+		return plainType(t.Elem(), seen)
+	case reflect.Pointer, reflect.Array:
+		return plainType(t.Elem(), seen)
+	case reflect.Map:
+		return t.Key().Kind() == reflect.String && plainType(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() && !f.Anonymous {
+				continue // not marshalled
+			}
+			if tag := f.Tag.Get("json"); tag == "-" {
+				continue
+			} else if strings.Contains(tag, ",string") {
+				return false // a number or boolean marshalled as a string
+			}
+			if !plainType(f.Type, seen) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // decodesExactly reports whether decoding a value that schema accepts with

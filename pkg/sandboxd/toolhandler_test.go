@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/jsonschema-go/jsonschema"
@@ -184,6 +186,47 @@ func TestSchemaDecodesExactly(t *testing.T) {
 		}
 		if got := schemaDecodesExactly(doc); got != c.want {
 			t.Errorf("%s: %v, want %v", c.schema, got, c.want)
+		}
+	}
+}
+
+// TestPlainOutput checks which output types addTypedTool does not validate
+// results of: those whose every value the inferred schema accepts.
+func TestPlainOutput(t *testing.T) {
+	type node struct {
+		Name     string  `json:"name"`
+		Children []*node `json:"children,omitempty"`
+	}
+	type embedded struct{ A int }
+	for _, c := range []struct {
+		name string
+		typ  reflect.Type
+		want bool
+	}{
+		{"ReadOutput", reflect.TypeFor[ReadOutput](), true},
+		{"GrepOutput", reflect.TypeFor[GrepOutput](), true},
+		{"recursive", reflect.TypeFor[node](), true},
+		{"pointer", reflect.TypeFor[*ReadOutput](), true},
+		{"embedded", reflect.TypeFor[struct {
+			embedded
+			B map[string][]float64
+		}](), true},
+		{"skipped field", reflect.TypeFor[struct {
+			A int `json:"-"`
+			b any
+		}](), true},
+		{"time", reflect.TypeFor[struct{ T time.Time }](), false},
+		{"any", reflect.TypeFor[struct{ V any }](), false},
+		{"bytes", reflect.TypeFor[struct{ B []byte }](), false},
+		{"int keys", reflect.TypeFor[map[int]string](), false},
+		{"string option", reflect.TypeFor[struct {
+			N int `json:"n,string"`
+		}](), false},
+		{"json.RawMessage", reflect.TypeFor[struct{ R json.RawMessage }](), false},
+		{"channel", reflect.TypeFor[struct{ C chan int }](), false},
+	} {
+		if got := plainOutput(c.typ); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }
