@@ -15,15 +15,16 @@ import (
 )
 
 // addTypedTool adds a typed tool to s as mcp.AddTool does, with the same
-// schemas, the same validation of the arguments and of the output, and the
-// same results and errors, but faster.
+// schemas, the same validation of the arguments, and the same results and
+// errors, but faster. The output is validated too where that can fail
+// (plainOutput).
 //
-// mcp.AddTool decodes with the SDK's JSON decoder, which takes a fresh
-// 32 KiB buffer for every value it decodes: four of them for a tool call
-// (the arguments twice, the output once, more for the message around it),
-// which made the garbage collector run every few calls and was most of
-// what a small tool call cost. Here the arguments and the output are decoded
-// with encoding/json, which allocates in proportion to the value.
+// mcp.AddTool's handler decodes with the SDK's JSON decoder, which takes a
+// fresh 32 KiB buffer for every value it decodes: three per tool call (the
+// arguments twice, the output once), which made the garbage collector run
+// every few calls and was most of what a small tool call cost. Here the
+// arguments and the output are decoded with encoding/json, which allocates
+// in proportion to the value.
 //
 // encoding/json matches struct fields case-insensitively where the SDK does
 // not; the arguments are decoded straight into In only when the input schema
