@@ -34,6 +34,8 @@ verify: ## Generated code and CRDs up to date (checked with an empty module cach
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	go vet ./...
+	go vet -tags sandboxd_only ./...
+	go test -count=1 -tags sandboxd_only ./pkg/cmd/
 	go vet -tags e2e ./e2e/...
 	go vet -tags 'e2e realnode' ./e2e/...
 	cd e2e/mcpclients && go vet ./...
@@ -69,8 +71,13 @@ cluster-down: ## Stop the local control plane.
 	hack/local-cluster.sh down
 
 .PHONY: bench-sandboxd
-bench-sandboxd: ## sandboxd tool-call round trips and throughput.
+bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go SSE server (ratios), round trips, a 10k-file snapshot, find_references, RSS at rest (~3-5 min).
+	@echo "load average before: $$(cat /proc/loadavg)"
+	go test -run '^$$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
+	go test -run '^$$' -bench 'BenchmarkSnapshotCreate|BenchmarkFindReferences' -benchtime 20x -timeout 20m ./pkg/sandboxd/
+	go test -run '^$$' -bench BenchmarkRSSAtRest -benchtime 1x ./pkg/sandboxd/
+	@echo "load average after: $$(cat /proc/loadavg)"
 
 .PHONY: help
 help:

@@ -53,20 +53,26 @@ trap 'rm -rf "$WORK"' EXIT
 
 imagebuild() { "$WORK/imagebuild" "$@"; }
 
-# airlock_binary: a static airlock, versioned like `make build`, built once per run.
+# airlock_binary [sandbox]: a static airlock, versioned like `make build`, built once per run.
+# With "sandbox", the sandbox images' build (-tags sandboxd_only: no operator command, and not
+# its client-go, which would add about 14 MiB to sandboxd's resident memory).
 airlock_binary() {
-  if [[ ! -x $WORK/airlock ]]; then
+  local variant=${1:-} out=$WORK/airlock tags=()
+  if [[ $variant == sandbox ]]; then
+    out=$WORK/airlock-sandbox tags=(-tags sandboxd_only)
+  fi
+  if [[ ! -x $out ]]; then
     local version commit
     # The binary's version is the image's tag (as in a release), so that the operator's default
     # --sync-image (ghcr.io/airlock-dev/airlock:<its version>) names this very image.
     version=${AIRLOCK_VERSION:-${AIRLOCK_IMAGE##*:}}
     commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-    log "building a static airlock ($version)"
-    (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath \
+    log "building a static airlock ($version${variant:+, $variant})"
+    (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath "${tags[@]}" \
       -ldflags "-s -w -X github.com/airlock-dev/airlock/pkg/version.version=$version -X github.com/airlock-dev/airlock/pkg/version.commit=$commit" \
-      -o "$WORK/airlock" .)
+      -o "$out" .)
   fi
-  echo "$WORK/airlock"
+  echo "$out"
 }
 
 # base_fs DIR: the skeleton every airlock image has: a merged-/usr layout, /etc/passwd and
@@ -163,7 +169,7 @@ sandbox_fs() {
   local fs=$1
   need_host_packages
   base_fs "$fs"
-  cp "$(airlock_binary)" "$fs/airlock"
+  cp "$(airlock_binary sandbox)" "$fs/airlock"
   mkdir -p "$fs/workspace"
   chown "$NONROOT:$NONROOT" "$fs/workspace"
   # bash (also as /bin/sh) and git with its helpers, templates and shared libraries.

@@ -1,10 +1,11 @@
+//go:build !sandboxd_only
+
 package cmd
 
 import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +65,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 		leaseNamespace = ns
 	}
 	return &OperatorOptions{
-		namespace:  leaseNamespace,
+		namespace: leaseNamespace,
 		// Each claim costs the kube client four creates (Secret, Deployment, Service,
 		// NetworkPolicy) and the airlock client two status writes: 40 claims a second need 160
 		// requests a second of one limiter (docs/decisions.md, "Client rate limits").
@@ -450,29 +451,6 @@ func (o *ControllerOptions) Validate() []error {
 	return errs
 }
 
-// validateBindAddress checks that addr is host:port, with a port from 0 to 65535 (0: any free
-// port) and a host that is empty (every interface), an IP address or a host name. With
-// allowDisabled, operator.DisabledBindAddress is accepted too.
-func validateBindAddress(addr string, allowDisabled bool) error {
-	if allowDisabled && addr == operator.DisabledBindAddress {
-		return nil
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		if allowDisabled {
-			return fmt.Errorf(`must be host:port, like ":8080" or "127.0.0.1:8080", or "0" to disable (%v)`, err)
-		}
-		return fmt.Errorf(`must be host:port, like ":8080" or "127.0.0.1:8080" (%v)`, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
-	}
-	if host != "" && net.ParseIP(host) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
-		return fmt.Errorf("host %q must be empty, an IP address or a host name", host)
-	}
-	return nil
-}
-
 type bindAddress struct {
 	flag, addr string
 }
@@ -500,28 +478,4 @@ func sameListenAddress(a, b string) bool {
 	}
 	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return hostA == hostB || unspecified(hostA) || unspecified(hostB)
-}
-
-// checkRegularFile checks that name exists and is a regular file.
-func checkRegularFile(name string) error {
-	fi, err := os.Stat(name)
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", name)
-	}
-	return nil
-}
-
-// checkReadableFile checks that name is a regular file this process can open for reading.
-func checkReadableFile(name string) error {
-	if err := checkRegularFile(name); err != nil {
-		return err
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }

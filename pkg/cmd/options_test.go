@@ -1,3 +1,5 @@
+//go:build !sandboxd_only
+
 package cmd
 
 import (
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfig "k8s.io/component-base/config"
 
+	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 )
 
@@ -527,5 +530,14 @@ current-context: x
 	}
 	if kube.QPS() != 7 || events.QPS() != 7 || reviews.QPS() != 7 {
 		t.Errorf("QPS kube %v events %v reviews %v, want --kube-api-qps for each", kube.QPS(), events.QPS(), reviews.QPS())
+	}
+}
+
+// TestDisabledBindAddressIsTheOperators checks that validateBindAddress,
+// which the sandbox images' build has without the operator package, accepts
+// the operator's own "disabled" address.
+func TestDisabledBindAddressIsTheOperators(t *testing.T) {
+	if disabledBindAddress != operator.DisabledBindAddress {
+		t.Errorf("disabledBindAddress %q, operator.DisabledBindAddress %q", disabledBindAddress, operator.DisabledBindAddress)
 	}
 }

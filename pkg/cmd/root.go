@@ -36,12 +36,7 @@ whose work leaves only through an operator-run sync-back.`,
 		SilenceUsage:  true,
 	}
 	cmd.CompletionOptions.DisableDefaultCmd = true
-	cmd.AddCommand(
-		newOperatorCommand(NewOperatorOptions()),
-		newSandboxdCommand(NewSandboxdOptions()),
-		newSyncCommand(NewSyncOptions()),
-		newVersionCommand(),
-	)
+	cmd.AddCommand(commands()...)
 	cmd.SetGlobalNormalizationFunc(cliflag.WordSepNormalizeFunc)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &flagParseError{cmd: c, err: err}

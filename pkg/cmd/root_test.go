@@ -1,3 +1,5 @@
+//go:build !sandboxd_only
+
 package cmd
 
 import (

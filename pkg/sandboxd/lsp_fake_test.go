@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("AIRLOCK_FAKE_LSP"); mode != "" {
 		os.Exit(runFakeLSP(mode))
 	}
+	if ws := os.Getenv(mcpgoServerEnv); ws != "" {
+		os.Exit(runMCPGoServer(ws))
+	}
 	os.Exit(m.Run())
 }
 

@@ -71,6 +71,7 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			if method != "tools/call" {
 				return next(ctx, method, req)
 			}
+			growStack()
 			tool := toolNameUnknown
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && slices.Contains(served, p.Name) {
 				tool = p.Name
@@ -230,7 +231,7 @@ func checkMessage(data []byte, allowBatch bool) (jsonrpc.Message, *rpcError) {
 	}
 	switch trimmed[0] {
 	case '{':
-		msg, err := jsonrpc.DecodeMessage(trimmed)
+		msg, err := decodeMessage(trimmed)
 		if err != nil {
 			return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
 				msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}

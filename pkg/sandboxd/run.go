@@ -22,6 +22,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
 		return errors.New("the listen address is empty")
 	}
+	tuneGC(logger)
 	s, err := newServer(cfg, defaultOptions(), logger)
 	if err != nil {
 		return err
@@ -31,6 +32,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	releaseStartupGarbage()
 	return s.serve(ctx, ln)
 }
 

@@ -143,7 +143,8 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	}
 	defer f.Close()
 
-	br := bufio.NewReaderSize(f, 16<<10)
+	br := getFileReader(f)
+	defer putFileReader(br)
 	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
 		return nil, ReadOutput{}, fmt.Errorf("%s looks binary (it contains NUL bytes): inspect it with Bash (xxd, file) instead", rel)
 	}

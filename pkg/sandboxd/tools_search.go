@@ -207,7 +207,8 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			return nil // vanished, swapped or refused: not a match
 		}
 		defer f.Close()
-		br := bufio.NewReaderSize(f, 16<<10)
+		br := getFileReader(f)
+		defer putFileReader(br)
 		if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
 			return nil // binary
 		}

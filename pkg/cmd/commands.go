@@ -1,0 +1,16 @@
+//go:build !sandboxd_only
+
+package cmd
+
+import "github.com/spf13/cobra"
+
+// commands are the subcommands of the full binary (the operator image; the
+// sandbox images' binary leaves the operator out: commands_sandboxd.go).
+func commands() []*cobra.Command {
+	return []*cobra.Command{
+		newOperatorCommand(NewOperatorOptions()),
+		newSandboxdCommand(NewSandboxdOptions()),
+		newSyncCommand(NewSyncOptions()),
+		newVersionCommand(),
+	}
+}

@@ -1,0 +1,373 @@
+package sandboxd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpgoserver "github.com/mark3labs/mcp-go/server"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// benchSmallFile is the small file both servers Read in the side-by-side
+// benchmark.
+const benchSmallFile = "package main\n\nfunc main() {}\n"
+
+// sideBySideRounds is how many interleaved rounds BenchmarkSideBySide runs:
+// each round calls sandboxd and then the mcp-go server (the order flips from
+// one round to the next), so that a change of load on a shared machine
+// weighs on both alike; the more rounds, the more alike.
+const sideBySideRounds = 20
+
+// BenchmarkSideBySide measures sandboxd against a standalone mark3labs/mcp-go
+// HTTP+SSE server that serves the same tool, in the same run, with the same
+// client (the official Go SDK's SSE client, one session per server): a Read
+// of a small file and `Bash true`. b.N calls go to each server, in
+// interleaved rounds. It reports p50, p90 and p99 round trips and calls per
+// second for each server, and the ratios sandboxd/mcp-go (calls/s: above 1
+// is sandboxd faster; p90: below 1 is sandboxd faster).
+//
+// "process" runs each server in a process of its own, as they run for real
+// (and as issue 15 measured them): sandboxd is the binary of the sandbox
+// images (-tags sandboxd_only), the mcp-go server this test binary
+// (TestMain). "inprocess" serves both in the benchmark's process, which
+// shares one garbage collector with the client, and whose -cpuprofile
+// covers sandboxd.
+//
+//	go test -run '^$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
+func BenchmarkSideBySide(b *testing.B) {
+	calls := []struct {
+		name string
+		tool string
+		args map[string]any
+	}{
+		{name: "Read", tool: ToolRead, args: map[string]any{"file_path": "small.txt"}},
+		{name: "BashTrue", tool: ToolBash, args: map[string]any{"command": "true"}},
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("process", func(b *testing.B) {
+		bin := buildAirlock(b, root, "-tags", "sandboxd_only")
+		for _, c := range calls {
+			b.Run(c.name, func(b *testing.B) {
+				ws := benchWorkspace(b)
+				sd := startSandboxdProcess(b, bin, ws)
+				b.Cleanup(func() { sd.stop(b) })
+				mgURL, mgPID := startMCPGoProcess(b, ws)
+				sideBySide(b, sd.url, mgURL, sd.pid, mgPID, c.tool, c.args)
+			})
+		}
+	})
+	b.Run("inprocess", func(b *testing.B) {
+		for _, c := range calls {
+			b.Run(c.name, func(b *testing.B) {
+				ws := benchWorkspace(b)
+				ts := startServer(b, Config{Workspace: ws}, options{})
+				sideBySide(b, ts.url, startMCPGoServer(b, ws), 0, 0, c.tool, c.args)
+			})
+		}
+	})
+}
+
+// benchWorkspace returns a fresh workspace with benchSmallFile in it, as
+// small.txt.
+func benchWorkspace(b *testing.B) string {
+	b.Helper()
+	ws := filepath.Join(b.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "small.txt"), []byte(benchSmallFile), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return ws
+}
+
+// sideBySide calls tool b.N times on the sandboxd at ourURL and on the
+// mcp-go server at theirURL, in interleaved rounds, and reports the figures.
+// With their process ids (not 0), it reports the CPU time each server
+// process spent per call too, a figure that a busy machine disturbs far
+// less than round trips.
+func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, tool string, args map[string]any) {
+	ours := connectSSE(b, ourURL, nil)
+	theirs := connectSSE(b, theirURL, nil)
+	// The two answer alike, or the comparison means nothing.
+	if a, o := callOK(b, ours, tool, args), callOK(b, theirs, tool, args); a != o {
+		b.Fatalf("sandboxd answers %q, the mcp-go server %q", a, o)
+	}
+	warm := max(b.N/10, 50)
+	for range warm {
+		callOK(b, ours, tool, args)
+		callOK(b, theirs, tool, args)
+	}
+
+	sd, mg := callStats{pid: ourPID}, callStats{pid: theirPID}
+	rounds := min(sideBySideRounds, b.N)
+	b.ResetTimer()
+	for r := range rounds {
+		n := b.N / rounds
+		if r < b.N%rounds {
+			n++
+		}
+		first, second := &sd, &mg
+		cs1, cs2 := ours, theirs
+		if r%2 == 1 {
+			first, second, cs1, cs2 = &mg, &sd, theirs, ours
+		}
+		first.run(b, cs1, n, tool, args)
+		second.run(b, cs2, n, tool, args)
+	}
+	b.StopTimer()
+	sd.report(b, "sandboxd-")
+	mg.report(b, "mcpgo-")
+	if mg.callsPerSecond() > 0 && mg.pct(0.90) > 0 {
+		b.ReportMetric(sd.callsPerSecond()/mg.callsPerSecond(), "ratio-calls/s")
+		b.ReportMetric(float64(sd.pct(0.90))/float64(mg.pct(0.90)), "ratio-p90")
+	}
+	if sd.pid != 0 && mg.pid != 0 && mg.cpu > 0 {
+		b.ReportMetric(float64(sd.cpu)/float64(mg.cpu), "ratio-cpu/call")
+	}
+	b.ReportMetric(0, "ns/op") // the figures above say it better
+}
+
+// startMCPGoProcess runs the standalone mcp-go server for ws in a process
+// of its own (this test binary, see TestMain) and returns its URL and
+// process id. The process ends with the benchmark.
+func startMCPGoProcess(b *testing.B, ws string) (string, int) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mcpgoServerEnv+"="+ws)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	url := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		url <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	b.Cleanup(func() {
+		stdin.Close() // the server's signal to stop
+		timeout := time.NewTimer(testTimeout)
+		defer timeout.Stop()
+		select {
+		case err := <-exited:
+			if err != nil {
+				b.Errorf("mcp-go server: %v", err)
+			}
+		case <-timeout.C:
+			b.Errorf("the mcp-go server did not stop: killed")
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	u := <-url
+	if !strings.HasPrefix(u, "http://") {
+		b.Fatalf("the mcp-go server did not say where it listens (%q)", u)
+	}
+	return u, cmd.Process.Pid
+}
+
+// callStats collects the round trips of one server's calls and, when the
+// server is a process of its own (pid), the CPU time it spent on them.
+type callStats struct {
+	latencies []time.Duration
+	elapsed   time.Duration
+	pid       int
+	cpu       time.Duration
+}
+
+// run makes n calls one after the other on cs.
+func (s *callStats) run(b *testing.B, cs *mcp.ClientSession, n int, tool string, args map[string]any) {
+	var cpu0 time.Duration
+	if s.pid != 0 {
+		cpu0 = processCPU(b, s.pid)
+		defer func() { s.cpu += processCPU(b, s.pid) - cpu0 }()
+	}
+	start := time.Now()
+	for range n {
+		t0 := time.Now()
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		s.latencies = append(s.latencies, time.Since(t0))
+		if err != nil || res.IsError {
+			b.Fatalf("%s: %v %v", tool, err, res)
+		}
+	}
+	s.elapsed += time.Since(start)
+}
+
+func (s *callStats) pct(p float64) time.Duration {
+	if len(s.latencies) == 0 {
+		return 0
+	}
+	all := slices.Sorted(slices.Values(s.latencies))
+	return all[min(len(all)-1, int(p*float64(len(all))))]
+}
+
+func (s *callStats) callsPerSecond() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(len(s.latencies)) / s.elapsed.Seconds()
+}
+
+// processCPU returns the CPU time (user and system) that process pid has
+// used, to the clock tick (10 ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state is the 3rd field of the line, utime the 14th.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	const clockTick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * clockTick
+}
+
+func (s *callStats) report(b *testing.B, prefix string) {
+	b.ReportMetric(float64(s.pct(0.50).Microseconds()), prefix+"p50-µs")
+	b.ReportMetric(float64(s.pct(0.90).Microseconds()), prefix+"p90-µs")
+	b.ReportMetric(float64(s.pct(0.99).Microseconds()), prefix+"p99-µs")
+	b.ReportMetric(s.callsPerSecond(), prefix+"calls/s")
+	if s.pid != 0 && len(s.latencies) > 0 {
+		b.ReportMetric(float64(s.cpu.Microseconds())/float64(len(s.latencies)), prefix+"cpu-µs/call")
+	}
+}
+
+// startMCPGoServer serves the standalone mcp-go server in this process, on
+// a loopback port, and returns its URL.
+func startMCPGoServer(b *testing.B, ws string) string {
+	b.Helper()
+	h, closeRoot, err := newMCPGoServer(ws)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(closeRoot)
+	hs := httptest.NewServer(h)
+	b.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// mcpgoServerEnv names the workspace when the test binary runs as the
+// standalone mcp-go server (TestMain): out of the benchmark's process, as
+// sandboxd's own binary is.
+const mcpgoServerEnv = "AIRLOCK_BENCH_MCPGO_SERVER"
+
+// runMCPGoServer serves the standalone mcp-go server for the workspace ws
+// on a loopback port, prints its URL on stdout, and serves until stdin is
+// closed (the benchmark ends) or SIGTERM.
+func runMCPGoServer(ws string) int {
+	h, closeRoot, err := newMCPGoServer(ws)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-go server:", err)
+		return 1
+	}
+	defer closeRoot()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-go server:", err)
+		return 1
+	}
+	hs := &http.Server{Handler: h}
+	go func() { _ = hs.Serve(ln) }()
+	fmt.Printf("http://%s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	<-ctx.Done()
+	_ = hs.Close()
+	return 0
+}
+
+// newMCPGoServer is a standalone mark3labs/mcp-go HTTP+SSE server with a
+// Read and a Bash that answer as sandboxd's do (for the benchmark's inputs):
+// Read numbers the lines of a file of ws, opened through an os.Root so that
+// it stays inside; Bash runs /bin/bash -c in ws, in its own process group.
+func newMCPGoServer(ws string) (http.Handler, func(), error) {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := mcpgoserver.NewMCPServer("mcp-go-bench", "v0", mcpgoserver.WithToolCapabilities(false))
+	s.AddTool(mcpgo.NewTool(ToolRead, mcpgo.WithString("file_path", mcpgo.Required())),
+		func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			path, err := req.RequireString("file_path")
+			if err != nil {
+				return mcpgo.NewToolResultError(err.Error()), nil
+			}
+			f, err := root.Open(path)
+			if err != nil {
+				return mcpgo.NewToolResultError(err.Error()), nil
+			}
+			defer f.Close()
+			var out strings.Builder
+			sc := bufio.NewScanner(f)
+			for n := 1; sc.Scan(); n++ {
+				fmt.Fprintf(&out, "%6d\t%s\n", n, sc.Text())
+			}
+			if err := sc.Err(); err != nil {
+				return mcpgo.NewToolResultError(err.Error()), nil
+			}
+			return mcpgo.NewToolResultText(out.String()), nil
+		})
+	s.AddTool(mcpgo.NewTool(ToolBash, mcpgo.WithString("command", mcpgo.Required())),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			command, err := req.RequireString("command")
+			if err != nil {
+				return mcpgo.NewToolResultError(err.Error()), nil
+			}
+			cmd := exec.CommandContext(ctx, "/bin/bash", "-c", command)
+			cmd.Dir = ws
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return mcpgo.NewToolResultError(fmt.Sprintf("%s%v", out, err)), nil
+			}
+			if len(out) == 0 {
+				return mcpgo.NewToolResultText("[no output; exit code 0]"), nil // as sandboxd says it
+			}
+			return mcpgo.NewToolResultText(string(out)), nil
+		})
+	return mcpgoserver.NewSSEServer(s), func() { root.Close() }, nil
+}
