@@ -72,6 +72,10 @@ cluster-down: ## Stop the local control plane.
 bench-sandboxd: ## sandboxd tool-call round trips and throughput.
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
 
+.PHONY: bench
+bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/.
+	hack/bench.sh
+
 .PHONY: help
 help:
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-20s %s\n", $$1, $$2}'

@@ -25,6 +25,9 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 )
 
+// idleWindow is how long the plane's idle CPU is measured before the first scenario.
+const idleWindow = 5 * time.Second
+
 type options struct {
 	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
 	scenarios                                                      string
@@ -124,6 +127,9 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("creating the SandboxClass: %w", err)
 	}
 	report := newReport(o)
+	if report.IdleCPUMsPerSec, err = r.idleCPU(ctx, idleWindow); err != nil {
+		return fmt.Errorf("measuring idle CPU: %w", err)
+	}
 	report.print(os.Stdout)
 	for i, s := range scenarios {
 		res, err := r.runScenario(ctx, s, i == len(scenarios)-1)

@@ -54,8 +54,11 @@ func scrapeAPIServer(ctx context.Context, c rest.Interface) (families, error) {
 	return parseMetrics(strings.NewReader(string(body)))
 }
 
-// writeVerbs are apiserver_request_total's verbs that write (APPLY is a server-side apply patch).
-var writeVerbs = map[string]bool{"CREATE": true, "UPDATE": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+// writeVerbs maps apiserver_request_total's verbs that write (the request's HTTP method, APPLY
+// for a server-side apply) to the verbs the audit log and the tables use.
+var writeVerbs = map[string]string{
+	"POST": "CREATE", "PUT": "UPDATE", "PATCH": "PATCH", "APPLY": "APPLY", "DELETE": "DELETE", "DELETECOLLECTION": "DELETECOLLECTION",
+}
 
 // writeKey is one row of the writes table.
 type writeKey struct {
@@ -66,7 +69,8 @@ type writeKey struct {
 type writeCounts map[writeKey]float64
 
 // apiserverWrites returns apiserver_request_total's write requests by group, resource,
-// subresource, verb and code, summed over the other labels (scope, component, dry_run).
+// subresource, verb (CREATE, UPDATE, ...) and code, summed over the other labels (scope,
+// component); dry runs are left out.
 func apiserverWrites(f families) writeCounts {
 	out := writeCounts{}
 	fam, ok := f["apiserver_request_total"]
@@ -75,10 +79,11 @@ func apiserverWrites(f families) writeCounts {
 	}
 	for _, m := range fam.GetMetric() {
 		l := labels(m)
-		if !writeVerbs[l["verb"]] || l["dry_run"] != "" {
+		verb, ok := writeVerbs[l["verb"]]
+		if !ok || l["dry_run"] != "" {
 			continue
 		}
-		out[writeKey{Group: l["group"], Resource: l["resource"], Subresource: l["subresource"], Verb: l["verb"], Code: l["code"]}] += m.GetCounter().GetValue()
+		out[writeKey{Group: l["group"], Resource: l["resource"], Subresource: l["subresource"], Verb: verb, Code: l["code"]}] += m.GetCounter().GetValue()
 	}
 	return out
 }

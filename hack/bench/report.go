@@ -21,7 +21,10 @@ type Report struct {
 	LoadAvg       string    `json:"loadAvg"`
 	OperatorFlags string    `json:"operatorFlags"`
 	PlaneNotes    string    `json:"planeNotes"`
-	Results       []Result  `json:"results"`
+	// IdleCPUMsPerSec is each process's CPU on the idle plane, measured before the first
+	// scenario: a window of s seconds includes about s times this.
+	IdleCPUMsPerSec map[string]float64 `json:"idleCPUMsPerSec"`
+	Results         []Result           `json:"results"`
 }
 
 // Result is one scenario's figures.
@@ -275,6 +278,11 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "airlock bench at %s, %d CPUs, load average %s\n", rep.Commit, rep.CPUs, rep.LoadAvg)
 	fmt.Fprintf(w, "operator flags: %s\n", flags)
 	fmt.Fprintf(w, "plane: %s\n", rep.PlaneNotes)
+	var idle []string
+	for _, c := range components {
+		idle = append(idle, fmt.Sprintf("%s %.1f", displayName(c), rep.IdleCPUMsPerSec[displayName(c)]))
+	}
+	fmt.Fprintf(w, "idle CPU ms/s: %s (included in each window's CPU per claim for its length)\n", strings.Join(idle, ", "))
 	fmt.Fprintln(w, "figures are indicative only: the machine may be shared")
 }
 
@@ -337,11 +345,11 @@ func (win *Window) print(w io.Writer, rows bool) {
 	for _, c := range components {
 		cpu = append(cpu, fmt.Sprintf("%s %.1f", displayName(c), win.CPUMsPerClaim[displayName(c)]))
 	}
-	fmt.Fprintf(w, "   CPU ms/claim   %s\n", strings.Join(cpu, ", "))
+	fmt.Fprintf(w, "   CPU ms/claim   %s (window %.1f s)\n", strings.Join(cpu, ", "), win.Seconds)
 	fmt.Fprintf(w, "   operator RSS   %.1f MiB now, %.1f MiB peak in the window\n", win.OperatorRSSMiB, win.OperatorPeakRSSMiB)
 	switch {
 	case win.Pass != nil:
-		fmt.Fprintf(w, "   decision pass  %s: %.0f passes, mean %.2f ms, p50 %.2f ms, p99 %.2f ms\n",
+		fmt.Fprintf(w, "   decision pass  %s: %.0f passes, mean %.3f ms, p50 %.3f ms, p99 %.3f ms (p50/p99 from buckets)\n",
 			win.PassMetric, win.Pass.Count, win.Pass.MeanMs, win.Pass.P50Ms, win.Pass.P99Ms)
 	case win.PassMetric != "":
 		fmt.Fprintf(w, "   decision pass  %s: no pass observed in the window\n", win.PassMetric)

@@ -182,6 +182,34 @@ func (r *runner) end(ctx context.Context, s *snapshot, claims int) (Window, erro
 	return w, nil
 }
 
+// idleCPU measures each process's CPU while nothing is asked of the plane but its heartbeats
+// (Node leases, the operator's lease), in ms per second: what every window's CPU figures include
+// for their length.
+func (r *runner) idleCPU(ctx context.Context, d time.Duration) (map[string]float64, error) {
+	before, err := r.readProcs()
+	if err != nil {
+		return nil, err
+	}
+	t0 := r.clock.Now()
+	timer := r.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	after, err := r.readProcs()
+	if err != nil {
+		return nil, err
+	}
+	elapsed := r.clock.Since(t0).Seconds()
+	out := map[string]float64{}
+	for _, c := range components {
+		out[displayName(c)] = float64((after[c].CPU - before[c].CPU).Milliseconds()) / elapsed
+	}
+	return out, nil
+}
+
 func displayName(component string) string {
 	if component == "airlock" {
 		return "operator"
