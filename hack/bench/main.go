@@ -144,6 +144,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("scenario %s: %w", s.Name, err)
 		}
 	}
+	report.printSummary(os.Stdout)
 	fmt.Printf("\nwritten: %s\n", o.output)
 	return nil
 }

@@ -286,6 +286,20 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintln(w, "figures are indicative only: the machine may be shared")
 }
 
+// printSummary prints one line per scenario, the columns of the comparison table.
+func (rep *Report) printSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n%-12s %8s %8s %8s %11s %10s %9s %6s %10s %10s %9s  %s\n", "scenario", "p50 ms", "p90 ms", "p99 ms",
+		"completed/s", "writes/cl", "operator", "409s", "op CPU ms", "api CPU ms", "op RSS", "load (1 min, at the end)")
+	for _, res := range rep.Results {
+		a, win := res.Acquires, res.Window
+		op := win.ByClient["operator"]
+		fmt.Fprintf(w, "%-12s %8.0f %8.0f %8.0f %11.1f %10.1f %9.1f %6d %10.1f %10.1f %8.0fM  %s\n", res.Scenario.Name,
+			a.Latency.P50Ms, a.Latency.P90Ms, a.Latency.P99Ms, a.CompletedPerSec, win.Writes.PerClaim, op.PerClaim,
+			win.Writes.Code409, win.CPUMsPerClaim["operator"], win.CPUMsPerClaim["kube-apiserver"], win.OperatorPeakRSSMiB,
+			strings.Fields(res.LoadAvgEnd + " ?")[0])
+	}
+}
+
 func (res *Result) print(w io.Writer) {
 	s := res.Scenario
 	if f := res.Fill; f != nil {
@@ -356,8 +370,15 @@ func (win *Window) print(w io.Writer, rows bool) {
 	default:
 		fmt.Fprintf(w, "   decision pass  not exposed by the operator (no histogram matches --pass-metric)\n")
 	}
+	if h, ok := win.OperatorHistograms["airlock_claim_bind_duration_seconds"]; ok {
+		fmt.Fprintf(w, "   operator bind  creation -> Bound mean %.0f ms, p50 %.0f ms, p99 %.0f ms (its histogram's buckets)\n", h.MeanMs, h.P50Ms, h.P99Ms)
+	}
 	if h, ok := win.OperatorHistograms["rest_client_rate_limiter_duration_seconds"]; ok {
-		fmt.Fprintf(w, "   client limiter operator's requests waited mean %.1f ms, p99 %.0f ms (%.0f requests)\n", h.MeanMs, h.P99Ms, h.Count)
+		fmt.Fprintf(w, "   operator API   %.0f requests waited on its client rate limiter mean %.1f ms, p99 %.0f ms", h.Count, h.MeanMs, h.P99Ms)
+		if r, ok := win.OperatorHistograms["rest_client_request_duration_seconds"]; ok {
+			fmt.Fprintf(w, "; took mean %.0f ms, p99 %.0f ms at the API server", r.MeanMs, r.P99Ms)
+		}
+		fmt.Fprintln(w)
 	}
 	if win.APFRejected > 0 {
 		fmt.Fprintf(w, "   APF rejected   %.0f requests (429)\n", win.APFRejected)
