@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // auditEvent holds the fields of an audit.k8s.io/v1 Event the bench reads (the API server writes
@@ -14,7 +15,10 @@ import (
 type auditEvent struct {
 	Stage string `json:"stage"`
 	Verb  string `json:"verb"`
-	User  struct {
+	// RequestReceivedTimestamp and StageTimestamp bound the time the API server took.
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp           time.Time `json:"stageTimestamp"`
+	User                     struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
@@ -39,6 +43,31 @@ type clientWrite struct {
 // clientWrites counts write requests by clientWrite.
 type clientWrites map[clientWrite]int
 
+// serverTimes are how long the API server took for the operator's writes (received to response
+// complete, as the audit log says), by resource label and verb.
+type serverTimes map[rowKey][]time.Duration
+
+// rowKey names a row of the writes table: a resource label and a verb (CREATE, UPDATE, ...).
+type rowKey struct{ resource, verb string }
+
+// auditRead is what one read of the audit log found.
+type auditRead struct {
+	writes clientWrites
+	times  serverTimes
+}
+
+// add merges o into a.
+func (a auditRead) add(o auditRead) {
+	for k, n := range o.writes {
+		a.writes[k] += n
+	}
+	for k, ds := range o.times {
+		a.times[k] = append(a.times[k], ds...)
+	}
+}
+
+func newAuditRead() auditRead { return auditRead{writes: clientWrites{}, times: serverTimes{}} }
+
 // clientOf names the component behind an API user: the operator (its ServiceAccount), the
 // controller manager (its own user, or the per-controller ServiceAccounts of kube-system it uses
 // with --use-service-account-credentials), the scheduler, and the admin user (kwok, and the
@@ -61,14 +90,14 @@ func clientOf(username, operatorUser string) string {
 
 // readAudit counts the audit log's completed write requests from byte offset from to the end, and
 // returns the offset it stopped at (after the last whole line).
-func readAudit(path string, from int64, operatorUser string) (clientWrites, int64, error) {
+func readAudit(path string, from int64, operatorUser string) (auditRead, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, from, err
+		return auditRead{}, from, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(from, io.SeekStart); err != nil {
-		return nil, from, err
+		return auditRead{}, from, err
 	}
 	out, n, err := countAudit(f, operatorUser)
 	return out, from + n, err
@@ -77,8 +106,8 @@ func readAudit(path string, from int64, operatorUser string) (clientWrites, int6
 // countAudit counts the completed write requests of an audit log stream and returns how many
 // bytes of whole lines it read (a last line without its newline is being written: left for the
 // next read).
-func countAudit(r io.Reader, operatorUser string) (clientWrites, int64, error) {
-	out := clientWrites{}
+func countAudit(r io.Reader, operatorUser string) (auditRead, int64, error) {
+	out := newAuditRead()
 	br := bufio.NewReaderSize(r, 1<<20)
 	var read int64
 	for {
@@ -111,7 +140,11 @@ func countAudit(r io.Reader, operatorUser string) (clientWrites, int64, error) {
 				k.Outcome = fmt.Sprintf("%d", s.Code)
 			}
 		}
-		out[k]++
+		out.writes[k]++
+		if k.Client == "operator" && !ev.RequestReceivedTimestamp.IsZero() && !ev.StageTimestamp.IsZero() {
+			rk := rowKey{resourceLabel(k.Group, k.Resource, k.Subresource), strings.ToUpper(k.Verb)}
+			out.times[rk] = append(out.times[rk], ev.StageTimestamp.Sub(ev.RequestReceivedTimestamp))
+		}
 	}
 }
 

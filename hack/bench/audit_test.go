@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -13,8 +14,8 @@ const operatorUser = "system:serviceaccount:airlock-system:airlock-operator"
 
 // Lines as kube-apiserver writes them at Metadata level (trimmed to the fields read).
 var auditLines = []string{
-	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"create","user":{"username":"system:serviceaccount:airlock-system:airlock-operator"},"objectRef":{"resource":"deployments","namespace":"ns","name":"c","apiGroup":"apps","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":201}}`,
-	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"create","user":{"username":"system:serviceaccount:airlock-system:airlock-operator"},"objectRef":{"resource":"deployments","namespace":"ns","name":"c","apiGroup":"apps","apiVersion":"v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"deployments.apps \"c\" already exists","reason":"AlreadyExists","details":{"name":"c","group":"apps","kind":"deployments"},"code":409}}`,
+	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"create","user":{"username":"system:serviceaccount:airlock-system:airlock-operator"},"objectRef":{"resource":"deployments","namespace":"ns","name":"c","apiGroup":"apps","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":201},"requestReceivedTimestamp":"2026-12-01T08:21:54.751018Z","stageTimestamp":"2026-12-01T08:21:54.858018Z"}`,
+	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"create","user":{"username":"system:serviceaccount:airlock-system:airlock-operator"},"objectRef":{"resource":"deployments","namespace":"ns","name":"c","apiGroup":"apps","apiVersion":"v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"deployments.apps \"c\" already exists","reason":"AlreadyExists","details":{"name":"c","group":"apps","kind":"deployments"},"code":409},"requestReceivedTimestamp":"2026-12-01T08:21:55.000000Z","stageTimestamp":"2026-12-01T08:21:55.003000Z"}`,
 	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"update","user":{"username":"system:serviceaccount:kube-system:deployment-controller"},"objectRef":{"resource":"deployments","namespace":"ns","name":"c","apiGroup":"apps","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"status":"Failure","reason":"Conflict","code":409}}`,
 	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"create","user":{"username":"system:kube-scheduler"},"objectRef":{"resource":"pods","namespace":"ns","name":"p","apiVersion":"v1","subresource":"binding"},"responseStatus":{"metadata":{},"code":201}}`,
 	`{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"patch","user":{"username":"kubernetes-admin"},"objectRef":{"resource":"pods","namespace":"ns","name":"p","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"code":200}}`,
@@ -44,11 +45,16 @@ func TestCountAuditByClientAndOutcome(t *testing.T) {
 		{Client: "admin (kwok)", Resource: "pods", Subresource: "status", Verb: "patch", Outcome: "ok"}:                                         1,
 		{Client: "operator", Group: "airlock.dev", Resource: "sandboxclaims", Subresource: "status", Verb: "update", Outcome: "422"}:            1,
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got.writes); diff != "" {
 		t.Errorf("countAudit (-want +got):\n%s", diff)
 	}
+	// The API server's time for the operator's writes that carry both timestamps.
+	wantTimes := serverTimes{{"apps/deployments", "CREATE"}: {107 * time.Millisecond, 3 * time.Millisecond}}
+	if diff := cmp.Diff(wantTimes, got.times); diff != "" {
+		t.Errorf("server times (-want +got):\n%s", diff)
+	}
 
-	summary := byClient(got, 2)
+	summary := byClient(got.writes, 2)
 	if op := summary["operator"]; op.Count != 3 || op.AlreadyExists != 1 || op.Conflicts != 0 || op.OtherFailures != 1 || op.PerClaim != 1.5 {
 		t.Errorf("operator %+v, want 3 writes (1.5 per claim), 1 AlreadyExists, 1 other failure", op)
 	}
@@ -74,7 +80,7 @@ func TestReadAuditFromOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := clientWrites{{Client: "kube-scheduler", Resource: "pods", Subresource: "binding", Verb: "create", Outcome: "ok"}: 1}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got.writes); diff != "" {
 		t.Errorf("from the offset (-want +got):\n%s", diff)
 	}
 	if off != int64(len(first)+len(auditLines[3])+1) {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -66,14 +67,15 @@ func TestAPIServerWritesDelta(t *testing.T) {
 		{Client: "operator", Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Outcome: "ok"}:                             5,
 		{Client: "kube-controller-manager", Group: "apps", Resource: "deployments", Subresource: "status", Verb: "update", Outcome: "ok"}: 6,
 	}
-	table := writesTable(got, audit, 4)
+	times := serverTimes{{"apps/deployments", "CREATE"}: {30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 400 * time.Millisecond}}
+	table := writesTable(got, auditRead{writes: audit, times: times}, 4)
 	wantTable := Writes{
 		PerClaim: 24.0 / 4, ObjectsPerClaim: 15.0 / 4, EventsPerClaim: 8.0 / 4, ReviewsPerClaim: 1.0 / 4,
 		Code409: 1, Background: 12,
 		Rows: []WriteRow{
 			{Resource: "events", Verb: "CREATE", Count: 8, PerClaim: 2},
 			{Resource: "apps/deployments/status", Verb: "UPDATE", Count: 7, PerClaim: 1.75, Code409: 1},
-			{Resource: "apps/deployments", Verb: "CREATE", Count: 4, PerClaim: 1, OperatorCount: 4, OperatorPerClaim: 1, OperatorFailed: map[string]int{"AlreadyExists": 1}},
+			{Resource: "apps/deployments", Verb: "CREATE", Count: 4, PerClaim: 1, OperatorCount: 4, OperatorPerClaim: 1, OperatorFailed: map[string]int{"AlreadyExists": 1}, OperatorServerP50Ms: 20, OperatorServerMaxMs: 400},
 			{Resource: "pods/binding", Verb: "CREATE", Count: 4, PerClaim: 1},
 			{Resource: "authentication.k8s.io/tokenreviews", Verb: "CREATE", Count: 1, PerClaim: 0.25},
 		},

@@ -120,6 +120,10 @@ type WriteRow struct {
 	OperatorCount    int            `json:"operatorCount"`
 	OperatorPerClaim float64        `json:"operatorPerClaim"`
 	OperatorFailed   map[string]int `json:"operatorFailed,omitempty"`
+	// OperatorServer* are the API server's time for the operator's writes (audit log: received
+	// to response complete).
+	OperatorServerP50Ms float64 `json:"operatorServerP50Ms"`
+	OperatorServerMaxMs float64 `json:"operatorServerMaxMs"`
 }
 
 // ClientWrites are one API user's writes in a window, from the audit log.
@@ -145,9 +149,8 @@ func resourceLabel(group, resource, subresource string) string {
 }
 
 // writesTable combines the API server's counts with the operator's share from the audit log.
-func writesTable(api writeCounts, audit clientWrites, claims int) Writes {
+func writesTable(api writeCounts, audit auditRead, claims int) Writes {
 	per := func(n int) float64 { return float64(n) / float64(max(claims, 1)) }
-	type rowKey struct{ resource, verb string }
 	rows := map[rowKey]*WriteRow{}
 	row := func(k rowKey) *WriteRow {
 		if rows[k] == nil {
@@ -177,7 +180,7 @@ func writesTable(api writeCounts, audit clientWrites, claims int) Writes {
 			reviews += n
 		}
 	}
-	for k, n := range audit {
+	for k, n := range audit.writes {
 		if k.Client != "operator" || background(writeKey{Group: k.Group, Resource: k.Resource}) {
 			continue
 		}
@@ -188,6 +191,12 @@ func writesTable(api writeCounts, audit clientWrites, claims int) Writes {
 				r.OperatorFailed = map[string]int{}
 			}
 			r.OperatorFailed[k.Outcome] += n
+		}
+	}
+	for k, ds := range audit.times {
+		if r := rows[k]; r != nil {
+			l := summarise(ds)
+			r.OperatorServerP50Ms, r.OperatorServerMaxMs = l.P50Ms, l.MaxMs
 		}
 	}
 	for _, r := range rows {
@@ -386,7 +395,7 @@ func (win *Window) print(w io.Writer, rows bool) {
 	if !rows {
 		return
 	}
-	fmt.Fprintf(w, "   %-44s %8s %6s %9s  %s\n", "writes per claim: resource", "verb", "all", "operator", "409 (all) / operator failed")
+	fmt.Fprintf(w, "   %-44s %8s %6s %9s %16s  %s\n", "writes per claim: resource", "verb", "all", "operator", "op server ms p50/max", "409 (all) / operator failed")
 	for _, r := range wr.Rows {
 		var failed []string
 		for _, k := range sortedKeys(r.OperatorFailed) {
@@ -399,6 +408,10 @@ func (win *Window) print(w io.Writer, rows bool) {
 				extra += " / " + strings.Join(failed, ", ")
 			}
 		}
-		fmt.Fprintf(w, "   %-44s %8s %6.2f %9.2f  %s\n", r.Resource, r.Verb, r.PerClaim, r.OperatorPerClaim, extra)
+		server := ""
+		if r.OperatorCount > 0 {
+			server = fmt.Sprintf("%.0f/%.0f", r.OperatorServerP50Ms, r.OperatorServerMaxMs)
+		}
+		fmt.Fprintf(w, "   %-44s %8s %6.2f %9.2f %16s  %s\n", r.Resource, r.Verb, r.PerClaim, r.OperatorPerClaim, server, extra)
 	}
 }

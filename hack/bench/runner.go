@@ -50,7 +50,7 @@ type snapshot struct {
 	apiFams  families
 	opFams   families
 	procs    map[string]procSample
-	audit    clientWrites
+	audit    auditRead
 }
 
 func (r *runner) auditPath() string { return filepath.Join(r.o.stateDir, "audit.log") }
@@ -65,7 +65,7 @@ func (r *runner) begin(ctx context.Context) (*snapshot, error) {
 	if pid, err := pidOf(r.o.stateDir, "airlock"); err == nil {
 		_ = resetPeakRSS(pid) // without it, the peak is the peak since the operator started
 	}
-	s := &snapshot{at: r.clock.Now(), audit: clientWrites{}}
+	s := &snapshot{at: r.clock.Now(), audit: newAuditRead()}
 	var err error
 	if s.procs, err = r.readProcs(); err != nil {
 		return nil, err
@@ -109,8 +109,8 @@ func (r *runner) settle(ctx context.Context, s *snapshot) (time.Duration, bool, 
 			return 0, false, fmt.Errorf("reading the audit log: %w", err)
 		}
 		r.auditOffset = off
-		for k, n := range got {
-			s.audit[k] += n
+		s.audit.add(got)
+		for k := range got.writes {
 			if !background(writeKey{Group: k.Group, Resource: k.Resource}) {
 				quietSince = r.clock.Now()
 			}
@@ -152,7 +152,7 @@ func (r *runner) end(ctx context.Context, s *snapshot, claims int) (Window, erro
 	}
 	w.Seconds = r.clock.Since(s.at).Seconds()
 	w.Writes = writesTable(apiserverWrites(apiFams).sub(s.apiWrite), s.audit, claims)
-	w.ByClient = byClient(s.audit, claims)
+	w.ByClient = byClient(s.audit.writes, claims)
 	w.CPUMsPerClaim, w.CPUSeconds = map[string]float64{}, map[string]float64{}
 	for _, c := range components {
 		cpu := procs[c].CPU - s.procs[c].CPU
