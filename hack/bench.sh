@@ -12,6 +12,8 @@
 #   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,scale2000,scale10x500
 #                          (default rate10,rate20,rate40,burst60; BENCH_SCALE=1 adds the scale runs)
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
+#   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
+#                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100)
 #   BENCH_OPERATOR_FLAGS   more `airlock operator` flags, e.g. "--kube-api-qps=1000 --kube-api-burst=2000"
 #   BENCH_KCM_QPS          kube-controller-manager's --kube-api-qps (default 1000; burst twice that)
 #   BENCH_OUTPUT           the JSON file (default _output/bench/bench-<UTC time>.json)
@@ -146,6 +148,9 @@ wait_for airlock "the operator to be ready and lead" operator_leads
   --operator-user=system:serviceaccount:airlock-system:airlock-operator \
   --scenarios="$SCENARIOS" \
   --claims="${BENCH_CLAIMS:-200}" \
+  --scale-one="${BENCH_SCALE_ONE:-2000}" \
+  --scale-per-namespace="${BENCH_SCALE_PER_NAMESPACE:-500}" \
+  --scale-acquires="${BENCH_SCALE_ACQUIRES:-100}" \
   --operator-flags="${BENCH_OPERATOR_FLAGS:-}" \
   --plane-notes="10 kwok Nodes; kube-scheduler client qps/burst $(awk '/^  qps:/ {q=$2} /^  burst:/ {b=$2} END {print q "/" b}' "$STATE/kube-scheduler.yaml"); kube-controller-manager --kube-api-qps=$KCM_QPS --kube-api-burst=$((2 * KCM_QPS)) (bench plane only); audit log of writes at Metadata level" \
   --commit="$(git describe --always --dirty 2>/dev/null || echo unknown)" \

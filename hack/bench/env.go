@@ -192,37 +192,38 @@ func (k kube) waitRuntimeReady(ctx context.Context, ns string) error {
 	return nil
 }
 
-// settled counts a namespace's claims by whether they are done: Bound, or in a phase they do not
-// leave by themselves (Refused, Failed).
-func (k kube) waitClaimsSettled(ctx context.Context, ns string, want int, progress func(bound, failed int)) (bound, failed int, err error) {
-	lw := cache.NewListWatchFromClient(k.airlock.AirlockV1alpha1().RESTClient(), "sandboxclaims", ns, fields.Everything())
-	phases := map[string]airlockv1alpha1.ClaimPhase{}
-	count := func() (int, int) {
-		var b, f int
-		for _, p := range phases {
-			switch p {
-			case airlockv1alpha1.ClaimBound:
-				b++
-			case airlockv1alpha1.ClaimRefused, airlockv1alpha1.ClaimFailed:
-				f++
-			}
-		}
-		return b, f
+// waitClaimsSettled watches the claims of namespaces until want of them are done: Bound, or in a
+// phase they do not leave by themselves (Refused, Failed). progress is called at every tenth.
+func (k kube) waitClaimsSettled(ctx context.Context, namespaces []string, want int, progress func(bound, failed int)) (bound, failed int, err error) {
+	in := map[string]bool{}
+	for _, ns := range namespaces {
+		in[ns] = true
 	}
-	lastReported := 0
+	lw := cache.NewListWatchFromClient(k.airlock.AirlockV1alpha1().RESTClient(), "sandboxclaims", metav1.NamespaceAll, fields.Everything())
+	phases := map[cache.ObjectName]airlockv1alpha1.ClaimPhase{}
+	step := max(want/10, 1)
+	next := step
 	err = until(ctx, lw, &airlockv1alpha1.SandboxClaim{}, func(ev watch.Event) (bool, error) {
 		c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
-		if !ok {
+		if !ok || !in[c.Namespace] {
 			return false, nil
 		}
 		if ev.Type == watch.Deleted {
-			delete(phases, c.Name)
+			delete(phases, cache.MetaObjectToName(c))
 		} else {
-			phases[c.Name] = c.Status.Phase
+			phases[cache.MetaObjectToName(c)] = c.Status.Phase
 		}
-		bound, failed = count()
-		if progress != nil && bound+failed >= lastReported+want/10 {
-			lastReported = bound + failed
+		bound, failed = 0, 0
+		for _, p := range phases {
+			switch p {
+			case airlockv1alpha1.ClaimBound:
+				bound++
+			case airlockv1alpha1.ClaimRefused, airlockv1alpha1.ClaimFailed:
+				failed++
+			}
+		}
+		if progress != nil && bound+failed >= next {
+			next = bound + failed + step
 			progress(bound, failed)
 		}
 		return bound+failed >= want, nil

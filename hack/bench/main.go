@@ -31,7 +31,7 @@ const idleWindow = 5 * time.Second
 type options struct {
 	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
 	scenarios                                                      string
-	claims, scaleAcquires                                          int
+	sizes                                                          sizes
 	acquireTimeout                                                 time.Duration
 	operatorFlags, planeNotes, output, commit                      string
 	operatorHistograms, passMetric                                 string
@@ -45,8 +45,10 @@ func main() {
 	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The operator's /metrics.")
 	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the operator runs as (its writes are told apart in the audit log by it).")
 	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
-	flag.IntVar(&o.claims, "claims", 200, "Acquires of each rate scenario.")
-	flag.IntVar(&o.scaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
+	flag.IntVar(&o.sizes.Claims, "claims", 200, "Acquires of each rate scenario.")
+	flag.IntVar(&o.sizes.ScaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
+	flag.IntVar(&o.sizes.ScaleOne, "scale-one", 2000, "Live claims of scale2000, in one namespace.")
+	flag.IntVar(&o.sizes.ScalePerNamespace, "scale-per-namespace", 500, "Live claims of scale10x500 in each of its 10 namespaces.")
 	flag.DurationVar(&o.acquireTimeout, "acquire-timeout", 5*time.Minute, "How long one acquire may wait for Bound.")
 	flag.StringVar(&o.operatorFlags, "operator-flags", "", "The operator's extra flags (recorded in the output).")
 	flag.StringVar(&o.planeNotes, "plane-notes", "", "What is special about the plane (recorded in the output).")
@@ -80,13 +82,10 @@ func (o options) validate() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s (hack/bench.sh passes them; run `make bench`)", strings.Join(missing, ", "))
 	}
-	if o.claims < 1 || o.scaleAcquires < 1 {
-		return fmt.Errorf("--claims and --scale-acquires must be at least 1")
-	}
 	if o.acquireTimeout <= 0 {
 		return fmt.Errorf("--acquire-timeout must be positive")
 	}
-	if _, err := parseScenarios(o.scenarios, o.claims, o.scaleAcquires); err != nil {
+	if _, err := parseScenarios(o.scenarios, o.sizes); err != nil {
 		return err
 	}
 	for _, re := range []string{o.operatorHistograms, o.passMetric} {
@@ -98,7 +97,7 @@ func (o options) validate() error {
 }
 
 func run(ctx context.Context, o options) error {
-	scenarios, _ := parseScenarios(o.scenarios, o.claims, o.scaleAcquires)
+	scenarios, _ := parseScenarios(o.scenarios, o.sizes)
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", o.kubeconfig, err)

@@ -257,15 +257,11 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 			}
 		}
 		f := &Fill{Claims: total}
-		for _, tg := range targets {
-			bound, failed, err := r.kube.waitClaimsSettled(ctx, tg.namespace, s.FillPerNamespace, func(bound, failed int) {
-				fmt.Printf("   %s: %d Bound, %d failed (+%.0fs)\n", tg.namespace, bound, failed, r.clock.Since(t0).Seconds())
-			})
-			if err != nil {
-				return nil, fmt.Errorf("waiting for the fill of %s: %w", tg.namespace, err)
-			}
-			f.Bound += bound
-			f.Failed += failed
+		f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, nss, total, func(bound, failed int) {
+			fmt.Printf("   %d Bound, %d failed (+%.0fs)\n", bound, failed, r.clock.Since(t0).Seconds())
+		})
+		if err != nil {
+			return nil, fmt.Errorf("waiting for the fill: %w", err)
 		}
 		f.Seconds = r.clock.Since(t0).Seconds()
 		f.BoundPerSec = perSecond(f.Bound, r.clock.Since(t0))

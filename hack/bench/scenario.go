@@ -23,9 +23,20 @@ func scenarioNames() []string {
 	return []string{"rate10", "rate20", "rate40", "burst60", "scale2000", "scale10x500"}
 }
 
-// parseScenarios turns a comma list of names into scenarios: claims acquires for the rate
-// scenarios, scaleAcquires at 10/s on top of the scale runs' live claims.
-func parseScenarios(list string, claims, scaleAcquires int) ([]scenario, error) {
+// sizes are the scenarios' numbers of claims.
+type sizes struct {
+	// Claims are each rate scenario's acquires.
+	Claims int
+	// ScaleAcquires are sent at 10/s on top of the scale runs' live claims: ScaleOne in one
+	// namespace (scale2000), ScalePerNamespace in each of 10 (scale10x500).
+	ScaleAcquires, ScaleOne, ScalePerNamespace int
+}
+
+// parseScenarios turns a comma list of names into scenarios of the sizes given.
+func parseScenarios(list string, z sizes) ([]scenario, error) {
+	if z.Claims < 1 || z.ScaleAcquires < 1 || z.ScaleOne < 1 || z.ScalePerNamespace < 1 {
+		return nil, fmt.Errorf("every number of claims must be at least 1: %+v", z)
+	}
 	var out []scenario
 	seen := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
@@ -39,17 +50,17 @@ func parseScenarios(list string, claims, scaleAcquires int) ([]scenario, error) 
 		seen[name] = true
 		switch name {
 		case "rate10":
-			out = append(out, scenario{Name: name, Acquires: claims, Rate: 10})
+			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 10})
 		case "rate20":
-			out = append(out, scenario{Name: name, Acquires: claims, Rate: 20})
+			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 20})
 		case "rate40":
-			out = append(out, scenario{Name: name, Acquires: claims, Rate: 40})
+			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 40})
 		case "burst60":
 			out = append(out, scenario{Name: name, Acquires: 60})
 		case "scale2000":
-			out = append(out, scenario{Name: name, Acquires: scaleAcquires, Rate: 10, FillNamespaces: 1, FillPerNamespace: 2000})
+			out = append(out, scenario{Name: name, Acquires: z.ScaleAcquires, Rate: 10, FillNamespaces: 1, FillPerNamespace: z.ScaleOne})
 		case "scale10x500":
-			out = append(out, scenario{Name: name, Acquires: scaleAcquires, Rate: 10, FillNamespaces: 10, FillPerNamespace: 500})
+			out = append(out, scenario{Name: name, Acquires: z.ScaleAcquires, Rate: 10, FillNamespaces: 10, FillPerNamespace: z.ScalePerNamespace})
 		default:
 			return nil, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames(), ", "))
 		}

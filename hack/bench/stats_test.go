@@ -81,14 +81,15 @@ func TestSummariseAnswers(t *testing.T) {
 }
 
 func TestParseScenarios(t *testing.T) {
-	got, err := parseScenarios("rate20, burst60,scale10x500", 150, 50)
+	got, err := parseScenarios("rate20, burst60,scale10x500,scale2000", sizes{Claims: 150, ScaleAcquires: 50, ScaleOne: 300, ScalePerNamespace: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []scenario{
 		{Name: "rate20", Acquires: 150, Rate: 20},
 		{Name: "burst60", Acquires: 60},
-		{Name: "scale10x500", Acquires: 50, Rate: 10, FillNamespaces: 10, FillPerNamespace: 500},
+		{Name: "scale10x500", Acquires: 50, Rate: 10, FillNamespaces: 10, FillPerNamespace: 30},
+		{Name: "scale2000", Acquires: 50, Rate: 10, FillNamespaces: 1, FillPerNamespace: 300},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parseScenarios (-want +got):\n%s", diff)
@@ -100,8 +101,11 @@ func TestParseScenarios(t *testing.T) {
 		t.Errorf("rate20 namespaces %v", ns)
 	}
 	for _, bad := range []string{"", " , ", "rate15", "rate10,rate10"} {
-		if _, err := parseScenarios(bad, 200, 100); err == nil {
+		if _, err := parseScenarios(bad, sizes{200, 100, 2000, 500}); err == nil {
 			t.Errorf("parseScenarios(%q) accepted it", bad)
 		}
+	}
+	if _, err := parseScenarios("rate10", sizes{200, 100, 0, 500}); err == nil {
+		t.Error("a scale run of 0 claims was accepted")
 	}
 }
