@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -65,7 +64,8 @@ func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix str
 }
 
 // fill creates n claims in tg's namespace through the Sandbox API without waiting for them
-// (waitSeconds 0: the answer is 202 once the claim exists), at most `parallel` requests at once.
+// (waitSeconds 0: the answer is 202 once the claim exists; a 503 is retried after its
+// Retry-After, as pkg/client does), at most `parallel` requests at once.
 func fill(ctx context.Context, tg target, prefix string, n, parallel int) error {
 	sem := make(chan struct{}, parallel)
 	errs := make(chan error, n)
@@ -81,14 +81,11 @@ func fill(ctx context.Context, tg target, prefix string, n, parallel int) error 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, status, err := tg.client.AcquireOnce(ctx, client.AcquireRequest{
+			_, err := tg.client.Acquire(ctx, client.AcquireRequest{
 				Namespace: tg.namespace, Runtime: runtimeName,
 				Session: fmt.Sprintf("%s-%d", prefix, i), Handle: sandboxName + "/default",
 				WaitSeconds: ptrInt(0),
 			})
-			if err == nil && status != http.StatusAccepted && status != http.StatusOK {
-				err = fmt.Errorf("acquire answered %d", status)
-			}
 			if err != nil {
 				errs <- fmt.Errorf("filling %s, claim %d: %w", tg.namespace, i, err)
 			}

@@ -248,3 +248,27 @@ func counterSum(f families, name string, want map[string]string) float64 {
 	}
 	return total
 }
+
+// counterDeltaBy is the change of a counter family between two scrapes, summed by the values of
+// the labels named (joined with a space), leaving out keys that did not change.
+func counterDeltaBy(before, after families, name string, by ...string) map[string]float64 {
+	sum := func(f families) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range f[name].GetMetric() {
+			l := labels(m)
+			parts := make([]string, 0, len(by))
+			for _, k := range by {
+				parts = append(parts, l[k])
+			}
+			out[strings.Join(parts, " ")] += m.GetCounter().GetValue()
+		}
+		return out
+	}
+	b, out := sum(before), map[string]float64{}
+	for k, v := range sum(after) {
+		if d := v - b[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}

@@ -154,3 +154,22 @@ apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",prior
 		t.Errorf("a missing family sums to %g", got)
 	}
 }
+
+func TestCounterDeltaBy(t *testing.T) {
+	before := mustParse(t, `# TYPE airlock_sandboxapi_requests_total counter
+airlock_sandboxapi_requests_total{code="200",endpoint="acquire"} 10
+airlock_sandboxapi_requests_total{code="503",endpoint="acquire"} 1
+airlock_sandboxapi_requests_total{code="200",endpoint="renew"} 4
+`)
+	after := mustParse(t, `# TYPE airlock_sandboxapi_requests_total counter
+airlock_sandboxapi_requests_total{code="200",endpoint="acquire"} 210
+airlock_sandboxapi_requests_total{code="503",endpoint="acquire"} 13
+airlock_sandboxapi_requests_total{code="202",endpoint="acquire"} 2
+airlock_sandboxapi_requests_total{code="200",endpoint="renew"} 4
+`)
+	got := counterDeltaBy(before, after, "airlock_sandboxapi_requests_total", "endpoint", "code")
+	want := map[string]float64{"acquire 200": 200, "acquire 503": 12, "acquire 202": 2}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("delta (-want +got):\n%s", diff)
+	}
+}

@@ -90,6 +90,10 @@ type Window struct {
 	// exposes one.
 	PassMetric string     `json:"passMetric,omitempty"`
 	Pass       *Histogram `json:"pass,omitempty"`
+	// SandboxAPIAnswers counts the Sandbox API's answers by endpoint and HTTP code (the
+	// operator's airlock_sandboxapi_requests_total): 503s, which pkg/client calls again after
+	// their Retry-After, show here and not in the client's errors.
+	SandboxAPIAnswers map[string]float64 `json:"sandboxAPIAnswers"`
 	// APFRejected counts requests API Priority and Fairness rejected (429) in the window.
 	APFRejected float64 `json:"apfRejected"`
 }
@@ -388,6 +392,13 @@ func (win *Window) print(w io.Writer, rows bool) {
 			fmt.Fprintf(w, "; took mean %.0f ms, p99 %.0f ms at the API server", r.MeanMs, r.P99Ms)
 		}
 		fmt.Fprintln(w)
+	}
+	var answers []string
+	for _, k := range sortedKeys(win.SandboxAPIAnswers) {
+		answers = append(answers, fmt.Sprintf("%s %.0f", k, win.SandboxAPIAnswers[k]))
+	}
+	if len(answers) > 0 {
+		fmt.Fprintf(w, "   sandbox API    answers by endpoint and code: %s\n", strings.Join(answers, ", "))
 	}
 	if win.APFRejected > 0 {
 		fmt.Fprintf(w, "   APF rejected   %.0f requests (429)\n", win.APFRejected)

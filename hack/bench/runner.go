@@ -177,6 +177,7 @@ func (r *runner) end(ctx context.Context, s *snapshot, claims int) (Window, erro
 			}
 		}
 	}
+	w.SandboxAPIAnswers = counterDeltaBy(s.opFams, opFams, "airlock_sandboxapi_requests_total", "endpoint", "code")
 	w.APFRejected = counterSum(apiFams, "apiserver_flowcontrol_rejected_requests_total", nil) -
 		counterSum(s.apiFams, "apiserver_flowcontrol_rejected_requests_total", nil)
 	return w, nil
