@@ -79,6 +79,10 @@ bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go S
 	go test -run '^$$' -bench BenchmarkRSSAtRest -benchtime 1x ./pkg/sandboxd/
 	@echo "load average after: $$(cat /proc/loadavg)"
 
+.PHONY: bench
+bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/.
+	hack/bench.sh
+
 .PHONY: help
 help:
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "%-20s %s\n", $$1, $$2}'

@@ -35,6 +35,9 @@
 #   AIRLOCK_CLUSTER_SERVICE_CIDR    (default 10.96.0.0/16)
 #   AIRLOCK_CLUSTER_POD_CIDR        pod IPs kwok hands out (default 10.128.0.0/16)
 #   AIRLOCK_CLUSTER_TIMEOUT         seconds each readiness wait may take (default 60)
+#   AIRLOCK_CLUSTER_APISERVER_FLAGS / _KCM_FLAGS   more kube-apiserver / kube-controller-manager
+#                                   flags, space-separated; they come last and win (hack/bench.sh:
+#                                   an audit log, kcm's client QPS)
 #   AIRLOCK_BIN_DIR                 where the binaries are (default bin/)
 #
 # Everything listens on 127.0.0.1 only. The effective settings of a running cluster are in
@@ -201,12 +204,15 @@ cmd_up() {
 
   # --endpoint-reconciler-type=none: a loopback advertise address cannot become an Endpoints
   # address, so the reconciler would only log errors; the `kubernetes` Service has no endpoints.
-  start_apiserver --endpoint-reconciler-type=none
+  local -a apiserver_flags kcm_flags
+  read -ra apiserver_flags <<<"${AIRLOCK_CLUSTER_APISERVER_FLAGS:-}"
+  read -ra kcm_flags <<<"${AIRLOCK_CLUSTER_KCM_FLAGS:-}"
+  start_apiserver --endpoint-reconciler-type=none "${apiserver_flags[@]}"
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
   log "kube-apiserver ready (+$(since "$t0")s)"
 
   # The rest only needs the apiserver: start them together.
-  start_controller_manager
+  start_controller_manager "${kcm_flags[@]}"
   start_scheduler
   # HOME points into the state dir so that a ~/.kwok/kwok.yaml of the user is not loaded.
   # No --server-address/--node-port: kwok's kubelet-like HTTP server (logs/exec) is not run.

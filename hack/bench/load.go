@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/client"
+)
+
+// target is where an acquire goes: a namespace's runtime, with its ServiceAccount's token.
+type target struct {
+	namespace string
+	client    *client.Client
+}
+
+// answer is what one acquire saw.
+type answer struct {
+	sent, answered time.Time
+	err            error
+}
+
+// openLoop sends n acquires, request i at t0 + i/rate whatever the answers (rate 0: all at once),
+// request i to targets[i % len(targets)] with session "<prefix>-<i>", and waits for every answer:
+// 200 Bound, an error, or acquireTimeout.
+func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix string, n int, rate float64, acquireTimeout time.Duration) []answer {
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := clk.Now()
+	for i := range n {
+		if d := schedule(i, rate) - clk.Since(start); d > 0 {
+			t := clk.NewTimer(d)
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		if ctx.Err() != nil {
+			answers[i] = answer{sent: clk.Now(), answered: clk.Now(), err: ctx.Err()}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tg := targets[i%len(targets)]
+			actx, cancel := context.WithTimeout(ctx, acquireTimeout)
+			defer cancel()
+			sent := clk.Now()
+			_, err := tg.client.Acquire(actx, client.AcquireRequest{
+				Namespace: tg.namespace, Runtime: runtimeName,
+				Session: fmt.Sprintf("%s-%d", prefix, i), Handle: sandboxName + "/default",
+				WaitSeconds: ptrInt(int(min(acquireTimeout, 300*time.Second).Seconds())),
+			})
+			answers[i] = answer{sent: sent, answered: clk.Now(), err: err}
+		}()
+	}
+	wg.Wait()
+	return answers
+}
+
+// fill creates n claims in tg's namespace through the Sandbox API without waiting for them
+// (waitSeconds 0: the answer is 202 once the claim exists; a 503 is retried after its
+// Retry-After, as pkg/client does), at most `parallel` requests at once.
+func fill(ctx context.Context, tg target, prefix string, n, parallel int) error {
+	sem := make(chan struct{}, parallel)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := tg.client.Acquire(ctx, client.AcquireRequest{
+				Namespace: tg.namespace, Runtime: runtimeName,
+				Session: fmt.Sprintf("%s-%d", prefix, i), Handle: sandboxName + "/default",
+				WaitSeconds: ptrInt(0),
+			})
+			if err != nil {
+				errs <- fmt.Errorf("filling %s, claim %d: %w", tg.namespace, i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if len(all) > 0 {
+		return fmt.Errorf("%d of %d fill acquires failed; the first: %w", len(all), n, all[0])
+	}
+	return nil
+}
+
+func ptrInt(v int) *int { return &v }
+
+// classify names an acquire error for the counts: the Sandbox API's code, or the Go error.
+func classify(err error) string {
+	var apiErr *client.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		if apiErr.Reason != "" {
+			return fmt.Sprintf("%d %s (%s)", apiErr.Status, apiErr.Code, apiErr.Reason)
+		}
+		return fmt.Sprintf("%d %s", apiErr.Status, apiErr.Code)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	}
+	return err.Error()
+}

@@ -1,0 +1,149 @@
+// Command bench measures airlock's claim admission and binding under load: open-loop acquires
+// through the Sandbox API with real ServiceAccount tokens, on a plane hack/bench.sh brings up (its
+// state dir holds the components' pid files and the API server's audit log). It prints a table
+// per scenario and writes every figure to a JSON file. It is not part of bin/airlock.
+//
+// usage: hack/bench.sh (make bench); the flags below are what the script passes.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+)
+
+// idleWindow is how long the plane's idle CPU is measured before the first scenario.
+const idleWindow = 5 * time.Second
+
+type options struct {
+	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
+	scenarios                                                      string
+	sizes                                                          sizes
+	acquireTimeout                                                 time.Duration
+	operatorFlags, planeNotes, output, commit                      string
+	operatorHistograms, passMetric                                 string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Admin kubeconfig of the bench plane.")
+	flag.StringVar(&o.stateDir, "state-dir", "", "The plane's state dir: <component>.pid files and audit.log.")
+	flag.StringVar(&o.apiURL, "api-url", "", "The operator's Sandbox API.")
+	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The operator's /metrics.")
+	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the operator runs as (its writes are told apart in the audit log by it).")
+	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
+	flag.IntVar(&o.sizes.Claims, "claims", 200, "Acquires of each rate scenario.")
+	flag.IntVar(&o.sizes.ScaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
+	flag.IntVar(&o.sizes.ScaleOne, "scale-one", 2000, "Live claims of scale2000, in one namespace.")
+	flag.IntVar(&o.sizes.ScalePerNamespace, "scale-per-namespace", 500, "Live claims of scale10x500 in each of its 10 namespaces.")
+	flag.DurationVar(&o.acquireTimeout, "acquire-timeout", 5*time.Minute, "How long one acquire may wait for Bound.")
+	flag.StringVar(&o.operatorFlags, "operator-flags", "", "The operator's extra flags (recorded in the output).")
+	flag.StringVar(&o.planeNotes, "plane-notes", "", "What is special about the plane (recorded in the output).")
+	flag.StringVar(&o.output, "output", "", "The JSON file to write.")
+	flag.StringVar(&o.commit, "commit", "", "The commit the operator was built from (recorded in the output).")
+	flag.StringVar(&o.operatorHistograms, "operator-histograms", `^(airlock_.*_seconds|rest_client_rate_limiter_duration_seconds|rest_client_request_duration_seconds|workqueue_(queue|work)_duration_seconds)$`,
+		"Histograms of the operator's /metrics whose change over each window is reported (regexp).")
+	flag.StringVar(&o.passMetric, "pass-metric", `^airlock_.*(pass|decision).*_seconds$`,
+		"The operator's histogram of one admission decision pass, when it has one (regexp; the first match is shown in the table).")
+	flag.Parse()
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (o options) validate() error {
+	var missing []string
+	for name, v := range map[string]string{"kubeconfig": o.kubeconfig, "state-dir": o.stateDir, "api-url": o.apiURL,
+		"operator-metrics-url": o.operatorMetricsURL, "operator-user": o.operatorUser, "output": o.output} {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (hack/bench.sh passes them; run `make bench`)", strings.Join(missing, ", "))
+	}
+	if o.acquireTimeout <= 0 {
+		return fmt.Errorf("--acquire-timeout must be positive")
+	}
+	if _, err := parseScenarios(o.scenarios, o.sizes); err != nil {
+		return err
+	}
+	for _, re := range []string{o.operatorHistograms, o.passMetric} {
+		if _, err := regexp.Compile(re); err != nil {
+			return fmt.Errorf("bad regexp %q: %w", re, err)
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, o options) error {
+	scenarios, _ := parseScenarios(o.scenarios, o.sizes)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", o.kubeconfig, err)
+	}
+	// The bench's own requests (setup, watches, scrapes) must not wait on a client rate limit.
+	cfg.QPS, cfg.Burst = 1000, 2000
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	airlock, err := airlockclientset.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	r := &runner{
+		o:     o,
+		clock: clock.RealClock{},
+		kube:  kube{core: core, airlock: airlock},
+		http: &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
+		}},
+		histograms: regexp.MustCompile(o.operatorHistograms),
+		pass:       regexp.MustCompile(o.passMetric),
+	}
+	if err := r.kube.ensureClass(ctx); err != nil {
+		return fmt.Errorf("creating the SandboxClass: %w", err)
+	}
+	report := newReport(o)
+	if report.IdleCPUMsPerSec, err = r.idleCPU(ctx, idleWindow); err != nil {
+		return fmt.Errorf("measuring idle CPU: %w", err)
+	}
+	report.print(os.Stdout)
+	for i, s := range scenarios {
+		res, err := r.runScenario(ctx, s, i == len(scenarios)-1)
+		if res != nil {
+			report.Results = append(report.Results, *res)
+			res.print(os.Stdout)
+		}
+		if werr := report.write(o.output); werr != nil {
+			return werr
+		}
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+	}
+	report.printSummary(os.Stdout)
+	fmt.Printf("\nwritten: %s\n", o.output)
+	return nil
+}
