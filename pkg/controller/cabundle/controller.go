@@ -8,7 +8,6 @@ package cabundle
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 )
@@ -153,12 +152,12 @@ func (c *Controller) enqueueAll() {
 }
 
 // Run runs the workers until ctx is done, and returns once they all have.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+func (c *Controller) Run(ctx context.Context, n int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.handlers.RemoveAll()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
+	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.runtimesSynced, c.configMapsSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
@@ -166,34 +165,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	remove := c.source.OnBundleChange(c.enqueueAll)
 	defer remove()
 	c.enqueueAll()
-	var wg wait.Group
-	for range workers {
-		wg.StartWithContext(ctx, func(ctx context.Context) { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, n, c.queue, "configMap", c.sync)
 	return nil
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing the CA bundle", "configMap", klog.KRef(key.Namespace, key.Name))
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 // sync makes the namespace's ConfigMap hold the bundle while the namespace has a runtime, and
