@@ -58,9 +58,12 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 	if err := c.raiseFence(ctx); err != nil {
 		return err
 	}
-	if !c.expectations.satisfied(logger, namespace, c.cachedClaim(namespace)) {
+	if ok, timeout := c.expectations.satisfied(logger, namespace, c.cachedClaim(namespace)); !ok {
 		logger.V(4).Info("Admission waits for the cache to show earlier writes", "namespace", namespace, "pending", c.expectations.pending(namespace))
-		return nil // the claim events that meet them enqueue the namespace
+		// The claim events that meet them enqueue the namespace; at the latest, the oldest
+		// expectation's timeout does.
+		c.admitQueue.AddAfter(namespace, timeout+time.Millisecond)
+		return nil
 	}
 	input, err := c.admissionInput(namespace)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -548,4 +549,45 @@ func TestWritesBudgetHappyPath(t *testing.T) {
 	if len(events) != 2 {
 		t.Errorf("events %q, want Admitted and Bound", events)
 	}
+}
+
+// TestAdmissionLooksAgainWhenAnExpectationTimesOut: an expectation that no event will ever meet
+// (a claim listed by the fence whose events were lost) does not stall the namespace for good:
+// the pass that finds it unmet asks for the namespace again at its timeout, and then decides
+// without it.
+func TestAdmissionLooksAgainWhenAnExpectationTimesOut(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixtureWithLimits(t, 5, 3)
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	c.fenced.Store(true)
+	c.expectations.expectAtLeast(testNamespace, "lost", 100) // never in the cache
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+
+	got := make(chan string, 1)
+	go func() {
+		ns, _ := c.admitQueue.Get()
+		got <- ns
+	}()
+	f.clock.Step(expectationsTimeout + time.Second)
+	select {
+	case ns := <-got:
+		c.admitQueue.Done(ns)
+		if ns != testNamespace {
+			t.Fatalf("namespace %q enqueued, want %q", ns, testNamespace)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the namespace was not looked at again when its expectation timed out")
+	}
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaimNamed("c1"); got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Errorf("c1 %s after the timeout, want Binding", got.Status.Phase)
+	}
+	c.admitQueue.ShutDown()
 }

@@ -130,27 +130,31 @@ func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alp
 
 // satisfied says whether the namespace may be decided: every expectation is met, given the
 // cache (get returns the cached claim, or nil). Expectations older than expectationsTimeout are
-// dropped.
-func (x *claimExpectations) satisfied(logger klog.Logger, namespace string, get func(name string) *airlockv1alpha1.SandboxClaim) bool {
+// dropped. When some are left, timeout says when the oldest of them times out: the namespace
+// must be looked at again then even if no event comes (nothing waits forever).
+func (x *claimExpectations) satisfied(logger klog.Logger, namespace string, get func(name string) *airlockv1alpha1.SandboxClaim) (ok bool, timeout time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	m := x.byNS[namespace]
 	now := x.clock.Now()
+	timeout = expectationsTimeout
 	for name, e := range m {
-		switch {
+		switch left := e.at.Add(expectationsTimeout).Sub(now); {
 		case e.met(get(name), false):
 			delete(m, name)
-		case now.Sub(e.at) > expectationsTimeout:
+		case left < 0:
 			logger.Info("An expected change of a claim was not seen in time; deciding without it",
 				"claim", klog.KRef(namespace, name), "waited", now.Sub(e.at))
 			delete(m, name)
+		default:
+			timeout = min(timeout, left)
 		}
 	}
 	if len(m) == 0 {
 		delete(x.byNS, namespace)
-		return true
+		return true, 0
 	}
-	return false
+	return false, timeout
 }
 
 // pending returns the number of expectations of the namespace (for logs and tests).

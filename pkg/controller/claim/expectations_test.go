@@ -46,7 +46,7 @@ func TestClaimExpectations(t *testing.T) {
 			x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
 			tc.expect(x)
 			get := func(string) *airlockv1alpha1.SandboxClaim { return tc.cache }
-			if got := x.satisfied(logger, testNamespace, get); got != tc.want {
+			if got, _ := x.satisfied(logger, testNamespace, get); got != tc.want {
 				t.Errorf("satisfied = %v, want %v", got, tc.want)
 			}
 		})
@@ -84,12 +84,16 @@ func TestClaimExpectationsTimeout(t *testing.T) {
 	x := newClaimExpectations(clk)
 	x.expectAtLeast(testNamespace, "c1", 9)
 	get := func(string) *airlockv1alpha1.SandboxClaim { return nil }
+	clk.SetTime(t0.Add(time.Minute))
+	if ok, timeout := x.satisfied(logger, testNamespace, get); ok || timeout != expectationsTimeout-time.Minute {
+		t.Errorf("satisfied %v, look again in %v; want false, in %v", ok, timeout, expectationsTimeout-time.Minute)
+	}
 	clk.SetTime(t0.Add(expectationsTimeout))
-	if x.satisfied(logger, testNamespace, get) {
+	if ok, _ := x.satisfied(logger, testNamespace, get); ok {
 		t.Error("satisfied at the timeout")
 	}
 	clk.SetTime(t0.Add(expectationsTimeout + time.Second))
-	if !x.satisfied(logger, testNamespace, get) {
+	if ok, _ := x.satisfied(logger, testNamespace, get); !ok {
 		t.Error("not satisfied after the timeout")
 	}
 }
