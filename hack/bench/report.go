@@ -42,12 +42,15 @@ type Result struct {
 
 // Fill is how the scale runs' live claims were made.
 type Fill struct {
-	Claims      int     `json:"claims"`
-	Bound       int     `json:"bound"`
-	Failed      int     `json:"failed"`
-	Seconds     float64 `json:"seconds"`
-	BoundPerSec float64 `json:"boundPerSec"`
-	Window      Window  `json:"window"`
+	Claims int `json:"claims"`
+	Bound  int `json:"bound"`
+	Failed int `json:"failed"`
+	// CreateSeconds is how long the fill's acquires took (every claim created); Seconds is until
+	// every claim was done.
+	CreateSeconds float64 `json:"createSeconds"`
+	Seconds       float64 `json:"seconds"`
+	BoundPerSec   float64 `json:"boundPerSec"`
+	Window        Window  `json:"window"`
 }
 
 // Acquires are the client's view of an open-loop run.

@@ -257,7 +257,8 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 				return nil, err
 			}
 		}
-		f := &Fill{Claims: total}
+		f := &Fill{Claims: total, CreateSeconds: r.clock.Since(t0).Seconds()}
+		fmt.Printf("   %d claims created in %.1f s\n", total, f.CreateSeconds)
 		f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, r.clock, r.o.fillStall, nss, total, func(bound, failed int) {
 			fmt.Printf("   %d Bound, %d failed (+%.0fs)\n", bound, failed, r.clock.Since(t0).Seconds())
 		})
