@@ -13,7 +13,8 @@
 #                          (default rate10,rate20,rate40,burst60; BENCH_SCALE=1 adds the scale runs)
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
 #   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
-#                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100)
+#                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);
+#                          BENCH_FILL_STALL: give up when no claim of a fill settles for this long (3m)
 #   BENCH_OPERATOR_FLAGS   more `airlock operator` flags, e.g. "--kube-api-qps=1000 --kube-api-burst=2000"
 #   BENCH_KCM_QPS          kube-controller-manager's --kube-api-qps (default 1000; burst twice that)
 #   BENCH_OUTPUT           the JSON file (default _output/bench/bench-<UTC time>.json)
@@ -151,6 +152,7 @@ wait_for airlock "the operator to be ready and lead" operator_leads
   --scale-one="${BENCH_SCALE_ONE:-2000}" \
   --scale-per-namespace="${BENCH_SCALE_PER_NAMESPACE:-500}" \
   --scale-acquires="${BENCH_SCALE_ACQUIRES:-100}" \
+  --fill-stall="${BENCH_FILL_STALL:-3m}" \
   --operator-flags="${BENCH_OPERATOR_FLAGS:-}" \
   --plane-notes="10 kwok Nodes; kube-scheduler client qps/burst $(awk '/^  qps:/ {q=$2} /^  burst:/ {b=$2} END {print q "/" b}' "$STATE/kube-scheduler.yaml"); kube-controller-manager --kube-api-qps=$KCM_QPS --kube-api-burst=$((2 * KCM_QPS)) (bench plane only); audit log of writes at Metadata level" \
   --commit="$(git describe --always --dirty 2>/dev/null || echo unknown)" \

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -193,13 +195,44 @@ func (k kube) waitRuntimeReady(ctx context.Context, ns string) error {
 }
 
 // waitClaimsSettled watches the claims of namespaces until want of them are done: Bound, or in a
-// phase they do not leave by themselves (Refused, Failed). progress is called at every tenth.
-func (k kube) waitClaimsSettled(ctx context.Context, namespaces []string, want int, progress func(bound, failed int)) (bound, failed int, err error) {
+// phase they do not leave by themselves (Refused, Failed). progress is called at every tenth. It
+// gives up when no claim has become done for stall: the operator is not making progress.
+func (k kube) waitClaimsSettled(ctx context.Context, clk clock.Clock, stall time.Duration, namespaces []string, want int, progress func(bound, failed int)) (bound, failed int, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	progressed := make(chan struct{}, 1)
+	go func() {
+		t := clk.NewTimer(stall)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-progressed:
+				t.Stop()
+				t.Reset(stall)
+			case <-t.C():
+				cancel(fmt.Errorf("no claim became Bound, Refused or Failed for %v: the operator made no progress", stall))
+				return
+			}
+		}
+	}()
+	done := 0
 	in := map[string]bool{}
 	for _, ns := range namespaces {
 		in[ns] = true
 	}
-	lw := cache.NewListWatchFromClient(k.airlock.AirlockV1alpha1().RESTClient(), "sandboxclaims", metav1.NamespaceAll, fields.Everything())
+	claims := k.airlock.AirlockV1alpha1().SandboxClaims(metav1.NamespaceAll)
+	// (A fake clientset in tests does not stream a watch list's initial events; the wrapper
+	// says so to the reflector, as generated informers do.)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return claims.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return claims.Watch(ctx, o)
+		},
+	}, k.airlock)
 	phases := map[cache.ObjectName]airlockv1alpha1.ClaimPhase{}
 	step := max(want/10, 1)
 	next := step
@@ -222,12 +255,22 @@ func (k kube) waitClaimsSettled(ctx context.Context, namespaces []string, want i
 				failed++
 			}
 		}
-		if progress != nil && bound+failed >= next {
-			next = bound + failed + step
+		if bound+failed > done {
+			done = bound + failed
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		}
+		if progress != nil && done >= next {
+			next = done + step
 			progress(bound, failed)
 		}
-		return bound+failed >= want, nil
+		return done >= want, nil
 	})
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
 	return bound, failed, err
 }
 

@@ -32,7 +32,7 @@ type options struct {
 	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
 	scenarios                                                      string
 	sizes                                                          sizes
-	acquireTimeout                                                 time.Duration
+	acquireTimeout, fillStall                                      time.Duration
 	operatorFlags, planeNotes, output, commit                      string
 	operatorHistograms, passMetric                                 string
 }
@@ -50,6 +50,7 @@ func main() {
 	flag.IntVar(&o.sizes.ScaleOne, "scale-one", 2000, "Live claims of scale2000, in one namespace.")
 	flag.IntVar(&o.sizes.ScalePerNamespace, "scale-per-namespace", 500, "Live claims of scale10x500 in each of its 10 namespaces.")
 	flag.DurationVar(&o.acquireTimeout, "acquire-timeout", 5*time.Minute, "How long one acquire may wait for Bound.")
+	flag.DurationVar(&o.fillStall, "fill-stall", 3*time.Minute, "The scale runs give up when no claim of the fill has become Bound (or Refused, Failed) for this long.")
 	flag.StringVar(&o.operatorFlags, "operator-flags", "", "The operator's extra flags (recorded in the output).")
 	flag.StringVar(&o.planeNotes, "plane-notes", "", "What is special about the plane (recorded in the output).")
 	flag.StringVar(&o.output, "output", "", "The JSON file to write.")
@@ -82,8 +83,8 @@ func (o options) validate() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s (hack/bench.sh passes them; run `make bench`)", strings.Join(missing, ", "))
 	}
-	if o.acquireTimeout <= 0 {
-		return fmt.Errorf("--acquire-timeout must be positive")
+	if o.acquireTimeout <= 0 || o.fillStall <= 0 {
+		return fmt.Errorf("--acquire-timeout and --fill-stall must be positive")
 	}
 	if _, err := parseScenarios(o.scenarios, o.sizes); err != nil {
 		return err

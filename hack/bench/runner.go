@@ -257,8 +257,9 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 				return nil, err
 			}
 		}
-		f := &Fill{Claims: total}
-		f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, nss, total, func(bound, failed int) {
+		f := &Fill{Claims: total, CreateSeconds: r.clock.Since(t0).Seconds()}
+		fmt.Printf("   %d claims created in %.1f s\n", total, f.CreateSeconds)
+		f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, r.clock, r.o.fillStall, nss, total, func(bound, failed int) {
 			fmt.Printf("   %d Bound, %d failed (+%.0fs)\n", bound, failed, r.clock.Since(t0).Seconds())
 		})
 		if err != nil {
