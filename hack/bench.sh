@@ -140,11 +140,19 @@ operator_leads() {
     curl -sf --max-time 2 "http://$ADDR:$METRICS_PORT/metrics" | grep -q '^leader_election_master_status{.*} 1$'
 }
 wait_for airlock "the operator to be ready and lead" operator_leads
+# The Sandbox API serves TLS with the operator's own CA (--tls-mode=self-signed, the default): the
+# load generator trusts that CA, as a runtime trusts the airlock-ca ConfigMap, and names the
+# Service the certificate is for (it connects to 127.0.0.1).
+kubectl_ -n airlock-system get secret airlock-sandbox-api-tls \
+  -o jsonpath='{.data.ca\.crt}' | base64 -d >"$STATE/api-ca.crt"
+[[ -s $STATE/api-ca.crt ]] || die "the operator published no CA in airlock-system/airlock-sandbox-api-tls"
 
 "$STATE/bench" \
   --kubeconfig="$KUBECONFIG_ADMIN" \
   --state-dir="$STATE" \
-  --api-url="http://$ADDR:$API_PORT" \
+  --api-url="https://$ADDR:$API_PORT" \
+  --api-ca-file="$STATE/api-ca.crt" \
+  --api-server-name=airlock-sandbox-api.airlock-system.svc \
   --operator-metrics-url="http://$ADDR:$METRICS_PORT/metrics" \
   --operator-user=system:serviceaccount:airlock-system:airlock-operator \
   --scenarios="$SCENARIOS" \

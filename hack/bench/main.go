@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net/http"
@@ -30,11 +32,13 @@ const idleWindow = 5 * time.Second
 
 type options struct {
 	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
-	scenarios                                                      string
-	sizes                                                          sizes
-	acquireTimeout, fillStall                                      time.Duration
-	operatorFlags, planeNotes, output, commit                      string
-	operatorHistograms, passMetric                                 string
+	// apiCAFile and apiServerName verify the Sandbox API's certificate.
+	apiCAFile, apiServerName                  string
+	scenarios                                 string
+	sizes                                     sizes
+	acquireTimeout, fillStall                 time.Duration
+	operatorFlags, planeNotes, output, commit string
+	operatorHistograms, passMetric            string
 }
 
 func main() {
@@ -42,6 +46,8 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Admin kubeconfig of the bench plane.")
 	flag.StringVar(&o.stateDir, "state-dir", "", "The plane's state dir: <component>.pid files and audit.log.")
 	flag.StringVar(&o.apiURL, "api-url", "", "The operator's Sandbox API.")
+	flag.StringVar(&o.apiCAFile, "api-ca-file", "", "The CA bundle that verifies the Sandbox API (https:// URLs).")
+	flag.StringVar(&o.apiServerName, "api-server-name", "", "The name the Sandbox API's certificate is for, when not the URL's host.")
 	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The operator's /metrics.")
 	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the operator runs as (its writes are told apart in the audit log by it).")
 	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
@@ -113,12 +119,20 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	apiTLS, err := apiTLSConfig(o.apiCAFile, o.apiServerName)
+	if err != nil {
+		return err
+	}
 	r := &runner{
 		o:     o,
 		clock: clock.RealClock{},
 		kube:  kube{core: core, airlock: airlock},
 		http: &http.Client{Transport: &http.Transport{
 			MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
+		}},
+		api: &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
+			TLSClientConfig: apiTLS,
 		}},
 		histograms: regexp.MustCompile(o.operatorHistograms),
 		pass:       regexp.MustCompile(o.passMetric),
@@ -147,4 +161,22 @@ func run(ctx context.Context, o options) error {
 	report.printSummary(os.Stdout)
 	fmt.Printf("\nwritten: %s\n", o.output)
 	return nil
+}
+
+// apiTLSConfig verifies the Sandbox API with the CA bundle in caFile (none: the system's roots),
+// for serverName when it is set.
+func apiTLSConfig(caFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--api-ca-file: %w", err)
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--api-ca-file=%s holds no PEM certificate", caFile)
+	}
+	return cfg, nil
 }

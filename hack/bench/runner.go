@@ -36,7 +36,8 @@ type runner struct {
 	o          options
 	clock      clock.WithTicker
 	kube       kube
-	http       *http.Client
+	http       *http.Client // the operator's /metrics
+	api        *http.Client // the Sandbox API (its TLS, when the URL is https://)
 	histograms *regexp.Regexp
 	pass       *regexp.Regexp
 	// auditOffset is how far the audit log has been read.
@@ -241,7 +242,7 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, target{namespace: ns, client: client.New(r.o.apiURL, staticToken(token), r.http)})
+		targets = append(targets, target{namespace: ns, client: client.New(r.o.apiURL, staticToken(token), r.api, r.apiOptions()...)})
 	}
 
 	if s.FillNamespaces > 0 {
@@ -330,4 +331,13 @@ func summariseAnswers(answers []answer, rate float64) Acquires {
 	a.WindowSeconds = lastAnswer.Sub(first).Seconds()
 	a.CompletedPerSec = perSecond(a.Bound, lastAnswer.Sub(first))
 	return a
+}
+
+// apiOptions are the pkg/client options for the Sandbox API's URL: plain HTTP allowed only for an
+// http:// URL (an operator run with --tls-mode=none).
+func (r *runner) apiOptions() []client.Option {
+	if strings.HasPrefix(r.o.apiURL, "http://") {
+		return []client.Option{client.PlainHTTP()}
+	}
+	return nil
 }
