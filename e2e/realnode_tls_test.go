@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/cert"
 
@@ -147,18 +146,7 @@ func TestRealNodeTLS(t *testing.T) {
 	for name, p := range pods {
 		before[name] = restarts(p)
 	}
-	if err := kubeClient.CoreV1().Secrets(operatorNamespace).Delete(ctx, servingcert.SecretName, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var renewed *corev1.Secret
-	eventually(t, 60*time.Second, "a new serving certificate Secret", func(ctx context.Context) (bool, error) {
-		s, err := kubeClient.CoreV1().Secrets(operatorNamespace).Get(ctx, servingcert.SecretName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		renewed = s
-		return err == nil && s.UID != secret.UID, err
-	})
+	renewed := replaceServingSecret(t, ctx, secret)
 	newBundle := renewed.Data[servingcert.BundleKey]
 	want = certSerial(t, renewed.Data["tls.crt"])
 	for name, p := range pods {

@@ -78,6 +78,25 @@ func servingSecret(t *testing.T, ctx context.Context) *corev1.Secret {
 	return s
 }
 
+// replaceServingSecret deletes the serving certificate Secret old and waits for the operator to
+// create another, which it returns.
+func replaceServingSecret(t *testing.T, ctx context.Context, old *corev1.Secret) *corev1.Secret {
+	t.Helper()
+	if err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Delete(ctx, servingcert.SecretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *corev1.Secret
+	eventually(t, 60*time.Second, "a new serving certificate Secret", func(ctx context.Context) (bool, error) {
+		s, err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Get(ctx, servingcert.SecretName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		renewed = s
+		return err == nil && s.UID != old.UID, err
+	})
+	return renewed
+}
+
 // servedSerial opens a TLS connection to addr that trusts bundle and returns the serial of the
 // certificate the server showed.
 func servedSerial(addr string, bundle []byte) (string, error) {
@@ -278,19 +297,7 @@ func TestServingCertificateReloads(t *testing.T) {
 	if before[0] != before[1] {
 		t.Errorf("the replicas serve different certificates: %v", before)
 	}
-	old := servingSecret(t, ctx)
-	if err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Delete(ctx, servingcert.SecretName, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var renewed *corev1.Secret
-	eventually(t, 60*time.Second, "a new serving certificate Secret", func(ctx context.Context) (bool, error) {
-		s, err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Get(ctx, servingcert.SecretName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		renewed = s
-		return err == nil && s.UID != old.UID, err
-	})
+	renewed := replaceServingSecret(t, ctx, servingSecret(t, ctx))
 	newBundle := renewed.Data[servingcert.BundleKey]
 	for i, op := range ops {
 		addr := strings.TrimPrefix(op.apiURL, "https://")
