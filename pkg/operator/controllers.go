@@ -109,8 +109,6 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Runtimes:        airlock.AgentRuntimes(),
 		Registries:      airlock.ToolRegistries(),
 		Classes:         airlock.SandboxClasses(),
-		Deployments:     cc.KubeInformers.Apps().V1().Deployments(),
-		Services:        cc.KubeInformers.Core().V1().Services(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),

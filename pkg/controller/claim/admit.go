@@ -178,7 +178,7 @@ func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alp
 	var wg sync.WaitGroup
 	for _, claim := range admitted {
 		wg.Go(func() {
-			err := c.ensureChildren(ctx, claim, claim.Status.Frozen, 1)
+			err := c.ensureChildren(ctx, claim, claim.Status.Frozen)
 			if c.childExpect.lower(claim.UID) || err != nil { // the hold
 				// Nothing left to wait for (or a write failed): the claim's sync goes on.
 				if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -355,14 +354,14 @@ func TestAdmissionBuildsAdmittedChildrenOnce(t *testing.T) {
 	}
 	got := f.actions()
 	slices.Sort(got)
-	want := []string{"create deployments c1", "create networkpolicies c1", "create secrets " + tokenSecretName(claim), "create services c1", "update sandboxclaims/status c1"}
+	want := []string{"create networkpolicies c1", "create pods c1", "create secrets " + tokenSecretName(claim), "update sandboxclaims/status c1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the pass's writes (-want +got):\n%s", diff)
 	}
 
 	children := f.createdChildren(t)
-	if len(children) != 3 {
-		t.Fatalf("%d children created, want 3", len(children))
+	if len(children) != 2 {
+		t.Fatalf("%d children created, want 2", len(children))
 	}
 
 	// The claim's Binding reaches the cache before its children do.
@@ -500,13 +499,9 @@ func TestWritesBudgetHappyPath(t *testing.T) {
 	// The children and the pod reach the cache; the sync binds.
 	for _, obj := range children {
 		switch o := obj.(type) {
-		case *appsv1.Deployment:
-			if err := f.deploymentInformer.GetIndexer().Add(o); err != nil {
-				t.Fatal(err)
-			}
-		case *corev1.Service:
-			o.Spec.ClusterIP = testClusterIP
-			if err := f.serviceInformer.GetIndexer().Add(o); err != nil {
+		case *corev1.Pod:
+			markReady(o) // as the kubelet reports it
+			if err := f.podInformer.GetIndexer().Add(o); err != nil {
 				t.Fatal(err)
 			}
 		case *networkingv1.NetworkPolicy:
@@ -515,9 +510,6 @@ func TestWritesBudgetHappyPath(t *testing.T) {
 			}
 		}
 		c.addChild(obj)
-	}
-	if err := f.podInformer.GetIndexer().Add(newPod(written, readyPod)); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := c.sync(ctx, keyOf(written)); err != nil {
 		t.Fatal(err)
@@ -540,7 +532,7 @@ func TestWritesBudgetHappyPath(t *testing.T) {
 		}
 	}
 	slices.Sort(writes)
-	want := []string{"create deployments c1", "create networkpolicies c1", "create secrets " + tokenSecretName(claim), "create services c1",
+	want := []string{"create networkpolicies c1", "create pods c1", "create secrets " + tokenSecretName(claim),
 		"update sandboxclaims/status c1", "update sandboxclaims/status c1"}
 	if diff := cmp.Diff(want, writes); diff != "" {
 		t.Errorf("writes from creation to Bound (-want +got):\n%s", diff)

@@ -37,14 +37,14 @@ func boundAllowingProxy(f *fixture, existing *corev1.Service) *airlockv1alpha1.S
 	claim := bound("c1", t0.Add(-time.Minute))
 	claim.Status.Frozen.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 1)
+	f.withChildren(claim)
 	var allowed []*corev1.Service
 	if existing != nil {
 		f.allowedServices = append(f.allowedServices, existing)
 		allowed = append(allowed, existing)
 	}
 	f.netpols[0] = buildNetworkPolicy(claim, claim.Status.Frozen, allowed)
-	f.pods = append(f.pods, newPod(claim, readyPod))
+	f.pods = append(f.pods, newPod(claim, markReady))
 	return claim
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +48,7 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
 
 	// While children the leader created are not in the cache yet, they are left alone.
-	if err := c.ensureChildrenIfSeen(ctx, claim, record, 1); err != nil {
+	if err := c.ensureChildrenIfSeen(ctx, claim, record); err != nil {
 		if inTime && onlyPredecessorChildren(err) {
 			// Waits for them to go: their deletion enqueues the claim; the deadline holds.
 			return ptr.To(left), nil
@@ -66,12 +65,11 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	if err != nil {
 		return nil, err
 	}
-	clusterIP := c.serviceClusterIP(claim)
-	if podReady(pods) && clusterIP != "" {
+	if pod := readyPod(pods); pod != nil {
 		updated := claim.DeepCopy()
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-		updated.Status.Addresses = addresses(clusterIP, record)
+		updated.Status.Addresses = addresses(pod.Status.PodIP, record)
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
 		written, err := c.updateClaimStatus(ctx, claim, updated)
 		if err != nil {
@@ -88,15 +86,7 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	if message := podUnschedulable(pods); message != "" {
 		return c.fail(ctx, claim, rt, ReasonUnschedulable, message)
 	}
-	message := fmt.Sprintf(messageStartupTimeout, timeout)
-	if d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name); err == nil {
-		for _, cond := range d.Status.Conditions {
-			if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
-				message += ": " + cond.Message
-			}
-		}
-	}
-	return c.fail(ctx, claim, rt, ReasonStartupTimeout, message)
+	return c.fail(ctx, claim, rt, ReasonStartupTimeout, fmt.Sprintf(messageStartupTimeout, timeout))
 }
 
 // onlyPredecessorChildren says whether every error of err (ensureChildren joins them) is a child of
@@ -129,9 +119,9 @@ func childFailure(err error, timeout time.Duration) (string, string) {
 	return ReasonStartupTimeout, message
 }
 
-// fail moves the claim to Failed and scales its Deployment to zero.
+// fail moves the claim to Failed and deletes its pod.
 func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason, message string) (*time.Duration, error) {
-	if err := c.scaleDown(ctx, claim); err != nil {
+	if err := c.stopPods(ctx, claim); err != nil {
 		return nil, err
 	}
 	updated := claim.DeepCopy()
@@ -158,19 +148,19 @@ func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.P
 	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
 }
 
-// podReady says whether a pod of the claim, not being deleted, is Ready.
-func podReady(pods []*corev1.Pod) bool {
+// readyPod returns a pod of the claim that is Ready, has an IP and is not being deleted, or nil.
+func readyPod(pods []*corev1.Pod) *corev1.Pod {
 	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil {
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
 			continue
 		}
 		for _, cond := range pod.Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return true
+				return pod
 			}
 		}
 	}
-	return false
+	return nil
 }
 
 // podFailure returns the reason and message of a container that cannot start, or of a pod the
@@ -234,14 +224,4 @@ func podUnschedulable(pods []*corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// serviceClusterIP returns the ClusterIP of the claim's own Service in the cache, or "" while
-// there is none (not created or not seen yet: its event enqueues the claim).
-func (c *Controller) serviceClusterIP(claim *airlockv1alpha1.SandboxClaim) string {
-	svc, err := c.serviceLister.Services(claim.Namespace).Get(claim.Name)
-	if err != nil || !metav1.IsControlledBy(svc, claim) || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		return ""
-	}
-	return svc.Spec.ClusterIP
 }

@@ -6,31 +6,55 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 )
 
-// TestSyncChildNotControlled: a Service of the claim's name that nobody owns is foreign: the sync
-// fails with an event, and builds the other children, which do not depend on it. (The token
+// TestSyncChildNotControlled: a NetworkPolicy or a pod of the claim's name that nobody owns is
+// foreign: the sync fails with an event. Without its own policy the claim gets no pod at all
+// (a pod never runs a moment unconfined); a foreign pod is never taken for the claim's. (The token
 // Secret cannot be met this way: its name is a hash of the claim's token.)
 func TestSyncChildNotControlled(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t).withDefaults()
-	claim := binding("c1", t0)
-	f.claims = append(f.claims, claim)
-	f.services = append(f.services, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
-	c := f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
-		t.Fatal("sync succeeded over a Service the claim does not control")
+	tests := map[string]struct {
+		foreign     func(f *fixture)
+		wantActions []string
+	}{
+		"policy": {
+			foreign: func(f *fixture) {
+				f.netpols = append(f.netpols, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+			},
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken)},
+		},
+		"pod": {
+			foreign: func(f *fixture) {
+				f.pods = append(f.pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace, Labels: map[string]string{LabelClaim: "c1"}},
+					Status: corev1.PodStatus{PodIP: testPodIP, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}})
+			},
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create networkpolicies c1"},
+		},
 	}
-	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create networkpolicies c1"})
-	if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
-		t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			claim := binding("c1", t0)
+			f.claims = append(f.claims, claim)
+			tc.foreign(f)
+			c := f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(claim)); err == nil {
+				t.Fatal("sync succeeded over a child the claim does not control")
+			}
+			checkActions(t, f, tc.wantActions)
+			if events := f.events(); len(events) != 1 || !strings.Contains(events[0], ReasonErrResourceExists) {
+				t.Errorf("events %v, want one %s", events, ReasonErrResourceExists)
+			}
+		})
 	}
 }
 
@@ -56,7 +80,7 @@ func TestSyncBinding(t *testing.T) {
 		wantActions []string
 	}{
 		"ready pod binds": {
-			pod:         readyPod,
+			pod:         markReady,
 			wantPhase:   airlockv1alpha1.ClaimBound,
 			wantRequeue: ptr.To(30 * time.Minute),
 			wantActions: []string{"update sandboxclaims/status c1"},
@@ -71,7 +95,7 @@ func TestSyncBinding(t *testing.T) {
 			wantReason:  "ImagePullBackOff",
 			wantMessage: "the detail",
 			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+			wantActions: []string{"delete pods c1", "update sandboxclaims/status c1"},
 		},
 		"crash loop fails at once": {
 			pod:         waiting("CrashLoopBackOff"),
@@ -79,7 +103,7 @@ func TestSyncBinding(t *testing.T) {
 			wantReason:  "CrashLoopBackOff",
 			wantMessage: "the detail",
 			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+			wantActions: []string{"delete pods c1", "update sandboxclaims/status c1"},
 		},
 		"container creating is not a failure": {
 			pod:         waiting("ContainerCreating"),
@@ -97,7 +121,7 @@ func TestSyncBinding(t *testing.T) {
 			wantReason:  ReasonUnschedulable,
 			wantMessage: "0/2 nodes are available",
 			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+			wantActions: []string{"delete pods c1", "update sandboxclaims/status c1"},
 		},
 		"no pod at the timeout fails": {
 			step:        4*time.Minute + time.Second,
@@ -105,7 +129,8 @@ func TestSyncBinding(t *testing.T) {
 			wantReason:  ReasonStartupTimeout,
 			wantMessage: "the sandbox pod was not ready within the class's startupTimeout 5m0s",
 			wantRequeue: ptr.To(30 * time.Minute),
-			wantActions: []string{"update deployments c1", "update sandboxclaims/status c1"},
+			// The pod the sync creates is deleted by the Failed claim's sync its add brings on.
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create pods c1", "update sandboxclaims/status c1"},
 		},
 	}
 	for name, tc := range tests {
@@ -114,7 +139,7 @@ func TestSyncBinding(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := binding("c1", began)
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
+			f.withChildren(claim)
 			if tc.pod != nil {
 				f.pods = append(f.pods, newPod(claim, tc.pod))
 			}
@@ -135,7 +160,7 @@ func TestSyncBinding(t *testing.T) {
 			}
 			switch tc.wantPhase {
 			case airlockv1alpha1.ClaimBound:
-				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://" + testClusterIP + ":8080"}}
+				wantAddresses := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://" + testPodIP + ":8080"}}
 				if diff := cmp.Diff(wantAddresses, got.Status.Addresses); diff != "" {
 					t.Errorf("addresses (-want +got):\n%s", diff)
 				}
@@ -143,10 +168,6 @@ func TestSyncBinding(t *testing.T) {
 					t.Errorf("boundAt %v, want %v", got.Status.BoundAt, f.clock.Now())
 				}
 			case airlockv1alpha1.ClaimFailed:
-				d := f.written("deployments", "").(*appsv1.Deployment)
-				if *d.Spec.Replicas != 0 {
-					t.Errorf("failed claim's Deployment has %d replicas, want 0", *d.Spec.Replicas)
-				}
 				if events := f.events(); len(events) != 1 || !strings.HasPrefix(events[0], "Warning Failed") {
 					t.Errorf("events %v, want one Warning Failed", events)
 				}
@@ -155,17 +176,15 @@ func TestSyncBinding(t *testing.T) {
 	}
 }
 
-// TestSyncBindsOnlyWithAClusterIP: a claim is Bound with its Service's ClusterIP as its address, so
-// it waits, with its pod Ready, until the Service in the cache has one (its update event enqueues
-// the claim), and never answers with a name that DNS may still resolve to a predecessor's Service.
-func TestSyncBindsOnlyWithAClusterIP(t *testing.T) {
+// TestSyncBindsOnlyWithAPodIP: a claim is Bound with its pod's IP as its address, so it waits,
+// with its pod Ready, until the pod in the cache has one (its update event enqueues the claim).
+func TestSyncBindsOnlyWithAPodIP(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
 	claim := binding("c1", t0.Add(-time.Minute))
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 1)
-	f.services[0].Spec.ClusterIP = "" // created, not yet seen with its ClusterIP
-	f.pods = append(f.pods, newPod(claim, readyPod))
+	f.withChildren(claim)
+	f.pods = append(f.pods, newPod(claim, func(p *corev1.Pod) { markReady(p); p.Status.PodIP = "" }))
 	c := f.newController(ctx)
 	requeue, err := c.sync(ctx, keyOf(claim))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -29,15 +30,6 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if runtimeGone(rt) {
 		return nil, nil
 	}
-	// Repaired from the frozen record only. A claim bound before records existed has none: its
-	// children are left exactly as they are until it is reaped (rebuilding them from the live
-	// class or registry could restart or widen the running sandbox).
-	record := claim.Status.Frozen
-	if record != nil {
-		if err := c.ensureChildrenIfSeen(ctx, claim, record, 1); err != nil {
-			return nil, err
-		}
-	}
 	now := c.clock.Now()
 	idle := idleTimeout(rt)
 	idleLeft, notIdle := timeLeft(lastUsed(claim), idle, now)
@@ -52,6 +44,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err != nil {
 		return nil, err
 	}
+	record := claim.Status.Frozen
 	timeout := defaultStartupTimeout
 	if record != nil {
 		timeout = frozenStartupTimeout(record)
@@ -60,13 +53,36 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err != nil {
 		return nil, err
 	}
+	// Repaired from the frozen record only: an ended pod is deleted and created again on the
+	// same workspace. A claim bound before records existed has none: its children are left
+	// exactly as they are until it is reaped (rebuilding them from the live class or registry
+	// could restart or widen the running sandbox).
+	if record != nil {
+		if err := c.replaceEndedPod(ctx, claim, pods); err != nil {
+			return nil, err
+		}
+		if err := c.ensureChildrenIfSeen(ctx, claim, record); err != nil {
+			return nil, err
+		}
+	}
 	ready := findCondition(claim, ConditionReady)
-	readyNow := podReady(pods)
+	pod := readyPod(pods)
+	readyNow := pod != nil
+	var moved []airlockv1alpha1.ClaimAddress // the addresses of a pod created again, at another IP
+	if readyNow && record != nil {
+		if want := addresses(pod.Status.PodIP, record); !apiequality.Semantic.DeepEqual(want, claim.Status.Addresses) {
+			moved = want
+		}
+	}
 	switch {
-	case readyNow && (ready == nil || ready.Status != metav1.ConditionTrue):
-		// Recovered.
+	case readyNow && (ready == nil || ready.Status != metav1.ConditionTrue || moved != nil):
+		// Recovered (a pod created again after an eviction is at another IP: the next acquire
+		// answers with it).
 		updated := claim.DeepCopy()
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
+		if moved != nil {
+			updated.Status.Addresses = moved
+		}
 		_, err := c.updateClaimStatus(ctx, claim, updated)
 		return ptr.To(idleLeft), err
 	case readyNow:
@@ -100,8 +116,9 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 }
 
 // reportEviction records, once per evicted pod, that a pod of the Bound claim was evicted: the
-// Evicted condition (its message names the pod) and a Warning event. The Deployment has already
-// started another pod on the same workspace; the agent's writable layer is what was lost. The
+// Evicted condition (its message names the pod) and a Warning event. The ended pod is then
+// deleted and created again on the same workspace (replaceEndedPod); the agent's writable layer
+// and its sessions are what was lost. The
 // eviction is read from the pod's status when it says so, else from the kubelet's Evicted event
 // (one LIST per ended pod; a pod whose events say nothing is not looked up again).
 func (c *Controller) reportEviction(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -43,7 +43,7 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 		wantEvent     string
 	}{
 		"ready: nothing to do": {
-			pod:         readyPod,
+			pod:         markReady,
 			wantRequeue: ptr.To(29 * time.Minute),
 		},
 		"crash loop first seen: Ready False, and the startupTimeout starts": {
@@ -55,9 +55,9 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 			wantCondition: metav1.ConditionFalse,
 			wantEvent:     "Warning CrashLoopBackOff",
 		},
-		"pod gone first seen: PodNotReady": {
+		"pod gone first seen: created again, and PodNotReady": {
 			wantRequeue:   ptr.To(5 * time.Minute),
-			wantActions:   []string{"update sandboxclaims/status c1"},
+			wantActions:   []string{"create secrets " + tokenSecretName(bound("c1", t0)), "create pods c1", "update sandboxclaims/status c1"},
 			wantPhase:     airlockv1alpha1.ClaimBound,
 			wantReason:    ReasonPodNotReady,
 			wantCondition: metav1.ConditionFalse,
@@ -71,13 +71,13 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 		"not ready for the startupTimeout: reaped with sync-back": {
 			claim:       notReadySince(t0.Add(-5 * time.Minute)),
 			pod:         crashLooping,
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 			wantReason:  ReasonPodFailed,
 		},
 		"ready again before the startupTimeout: Ready True": {
 			claim:         notReadySince(t0.Add(-2 * time.Minute)),
-			pod:           readyPod,
+			pod:           markReady,
 			wantRequeue:   ptr.To(29 * time.Minute),
 			wantActions:   []string{"update sandboxclaims/status c1"},
 			wantPhase:     airlockv1alpha1.ClaimBound,
@@ -95,7 +95,7 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 				tc.claim(claim)
 			}
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
+			f.withChildren(claim)
 			if tc.pod != nil {
 				f.pods = append(f.pods, newPod(claim, tc.pod))
 			}
@@ -150,16 +150,16 @@ func TestSyncBoundIdle(t *testing.T) {
 		"idle since boundAt": {
 			wantRequeue: nil,
 			pods:        true,
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, no targetPath: cleanup Job": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs c1-sync"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, targetPath: sync-back Job": {
 			targetPath:  "projects/demo",
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1", "create jobs c1-sync"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs c1-sync"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"runtime gone: garbage collection's, no reaping": {
@@ -179,9 +179,9 @@ func TestSyncBoundIdle(t *testing.T) {
 				claim.Status.LastUsedAt = ptr.To(metav1.NewTime(*tc.lastUsed))
 			}
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
+			f.withChildren(claim)
 			if tc.pods {
-				f.pods = append(f.pods, newPod(claim, readyPod))
+				f.pods = append(f.pods, newPod(claim, markReady))
 			}
 			c := f.newController(ctx)
 			requeue, err := c.sync(ctx, keyOf(claim))
@@ -215,7 +215,7 @@ func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
 	f := newFixture(t).withDefaults()
 	claim := bound("c1", t0.Add(-31*time.Minute))
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 1)
+	f.withChildren(claim)
 	c := f.newController(ctx)
 	// The API server has a renewal the cache has not seen.
 	fresh := claim.DeepCopy()
@@ -241,7 +241,8 @@ func TestSyncBoundPodRecoveredOnAPIServer(t *testing.T) {
 	claim := bound("c1", t0.Add(-10*time.Minute))
 	setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, t0.Add(-5*time.Minute))
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 1)
+	f.withChildren(claim)
+	f.pods = append(f.pods, newPod(claim, nil)) // not ready
 	c := f.newController(ctx)
 	recovered := claim.DeepCopy()
 	setCondition(&recovered.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, t0.Add(-time.Second))
@@ -259,82 +260,70 @@ func TestSyncBoundPodRecoveredOnAPIServer(t *testing.T) {
 
 // TestSyncBoundPodEvicted: a Bound claim whose pod the kubelet evicted (past its ephemeral-storage
 // limit) says so: the Evicted condition names the pod and the kubelet's message, and a Warning
-// event is recorded, once per evicted pod, even when the Deployment's next pod is already Ready.
-// Until then the Ready condition carries the eviction as the pod's failure.
+// event is recorded, once per evicted pod. The ended pod is deleted, to be created again on the
+// same workspace; the claim stays Bound, Ready False with the eviction as the pod's failure, and
+// when the new pod is Ready (at another IP) the claim is Ready again at the new address.
 func TestSyncBoundPodEvicted(t *testing.T) {
 	const kubeletMessage = "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. "
-	evicted := func(name string, created time.Time) func(*corev1.Pod) {
-		return func(p *corev1.Pod) {
-			p.Name = name
-			p.CreationTimestamp = metav1.NewTime(created)
-			p.Status.Phase = corev1.PodFailed
-			p.Status.Reason = "Evicted"
-			p.Status.Message = kubeletMessage
-		}
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.pods = append(f.pods, newPod(claim, func(p *corev1.Pod) {
+		p.UID = "uid-pod-1"
+		p.Status.Phase = corev1.PodFailed
+		p.Status.Reason = "Evicted"
+		p.Status.Message = kubeletMessage
+	}))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
 	}
-	t.Run("no new pod ready yet", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
-		f := newFixture(t).withDefaults()
-		claim := bound("c1", t0.Add(-time.Minute))
-		f.claims = append(f.claims, claim)
-		f.withChildren(claim, 1)
-		f.pods = append(f.pods, newPod(claim, evicted("c1-aaa11", t0.Add(-time.Minute))))
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
-		got := f.writtenClaim()
-		ev := findCondition(got, ConditionEvicted)
-		if ev == nil || ev.Status != metav1.ConditionTrue || ev.Reason != ReasonEvicted || !strings.Contains(ev.Message, "c1-aaa11") || !strings.Contains(ev.Message, "ephemeral local storage") {
-			t.Errorf("Evicted condition %+v, want True/Evicted naming the pod and the kubelet's message", ev)
-		}
-		if ready := findCondition(got, ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != ReasonEvicted {
-			t.Errorf("Ready condition %+v, want False/Evicted", ready)
-		}
-		if got.Status.Phase != airlockv1alpha1.ClaimBound {
-			t.Errorf("phase %s, want Bound: the Deployment starts another pod on the workspace", got.Status.Phase)
-		}
-		events := strings.Join(f.events(), "\n")
-		if !strings.Contains(events, "Warning Evicted pod c1-aaa11 was evicted") {
-			t.Errorf("events %q, want a Warning Evicted event naming the pod", events)
-		}
-	})
-	t.Run("the next pod is ready: reported once", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
-		f := newFixture(t).withDefaults()
-		claim := bound("c1", t0.Add(-time.Minute))
-		f.claims = append(f.claims, claim)
-		f.withChildren(claim, 1)
-		f.pods = append(f.pods,
-			newPod(claim, evicted("c1-old11", t0.Add(-time.Hour))),
-			newPod(claim, evicted("c1-aaa11", t0.Add(-time.Minute))),
-			newPod(claim, func(p *corev1.Pod) { p.Name = "c1-bbb22"; readyPod(p) }))
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
-		got := f.writtenClaim()
-		if ev := findCondition(got, ConditionEvicted); ev == nil || !strings.Contains(ev.Message, "c1-aaa11") {
-			t.Errorf("Evicted condition %+v, want the newest evicted pod c1-aaa11", ev)
-		}
-		if ready := findCondition(got, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
-			t.Errorf("Ready condition %+v, want True: the next pod is ready", ready)
-		}
-		if n := len(f.events()); n != 1 {
-			t.Errorf("%d events, want 1", n)
-		}
+	got := f.writtenClaim()
+	ev := findCondition(got, ConditionEvicted)
+	if ev == nil || ev.Status != metav1.ConditionTrue || ev.Reason != ReasonEvicted || !strings.Contains(ev.Message, "pod c1 ") || !strings.Contains(ev.Message, "ephemeral local storage") {
+		t.Errorf("Evicted condition %+v, want True/Evicted naming the pod and the kubelet's message", ev)
+	}
+	if ready := findCondition(got, ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != ReasonEvicted {
+		t.Errorf("Ready condition %+v, want False/Evicted", ready)
+	}
+	if got.Status.Phase != airlockv1alpha1.ClaimBound {
+		t.Errorf("phase %s, want Bound: another pod is started on the workspace", got.Status.Phase)
+	}
+	if !slices.Contains(f.actions(), "delete pods c1") {
+		t.Errorf("actions %q, want the ended pod deleted", f.actions())
+	}
+	events := strings.Join(f.events(), "\n")
+	if !strings.Contains(events, "Warning Evicted pod c1 was evicted") {
+		t.Errorf("events %q, want a Warning Evicted event naming the pod", events)
+	}
 
-		// Looked at again with the condition written: nothing more is written or recorded.
-		f.claims = []*airlockv1alpha1.SandboxClaim{got}
-		c = f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(got)); err != nil {
-			t.Fatal(err)
-		}
-		checkActions(t, f, nil)
-		if events := f.events(); len(events) != 0 {
-			t.Errorf("events %q, want none for an eviction already reported", events)
-		}
-	})
+	// The deletion is seen, the pod is created again.
+	f.claims, f.pods = []*airlockv1alpha1.SandboxClaim{got}, nil
+	c = f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(got)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create pods c1"})
+
+	// The new pod is Ready, at another IP: Ready True at the new address, and no second report.
+	f.pods = []*corev1.Pod{newPod(claim, func(p *corev1.Pod) { p.UID = "uid-pod-2"; markReady(p); p.Status.PodIP = "10.244.0.99" })}
+	c = f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(got)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	again := f.writtenClaim()
+	if ready := findCondition(again, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+		t.Errorf("Ready condition %+v, want True: the new pod is ready", ready)
+	}
+	if want := []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://10.244.0.99:8080"}}; !cmp.Equal(want, again.Status.Addresses) {
+		t.Errorf("addresses %v, want %v", again.Status.Addresses, want)
+	}
+	if events := f.events(); len(events) != 0 {
+		t.Errorf("events %q, want none for an eviction already reported", events)
+	}
 }
 
 // fakePodEvents answers EvictionMessage from a map by pod name, and counts the lookups.
@@ -348,24 +337,18 @@ func (f *fakePodEvents) EvictionMessage(_ context.Context, pod *corev1.Pod) (str
 	return f.messages[pod.Name], nil
 }
 
-// TestSyncBoundPodEvictedSucceeded: a Deployment's evicted pod ends Succeeded (its container
-// exits 0 on SIGTERM) and its status says nothing of the eviction, as seen on the real node; the
+// TestSyncBoundPodEvictedSucceeded: an evicted pod can end Succeeded (its container exits 0 on
+// SIGTERM) with a status that says nothing of the eviction, as seen on the real node; the
 // kubelet's Evicted event says it. The claim reports it from the event, looked up once per ended
-// pod; a pod that ended for another reason is looked up once and not reported.
+// pod; a pod that ended for another reason is looked up once and not reported. Either way the
+// ended pod is deleted, to be created again.
 func TestSyncBoundPodEvictedSucceeded(t *testing.T) {
 	const kubeletMessage = "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. "
-	ended := func(name string, created time.Time) func(*corev1.Pod) {
-		return func(p *corev1.Pod) {
-			p.Name, p.UID = name, types.UID("uid-"+name)
-			p.CreationTimestamp = metav1.NewTime(created)
-			p.Status.Phase = corev1.PodSucceeded
-		}
-	}
 	for name, tc := range map[string]struct {
 		events     map[string]string
 		wantReport bool
 	}{
-		"evicted":            {events: map[string]string{"c1-aaa11": kubeletMessage}, wantReport: true},
+		"evicted":            {events: map[string]string{"c1": kubeletMessage}, wantReport: true},
 		"ended, not evicted": {events: map[string]string{}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -373,37 +356,49 @@ func TestSyncBoundPodEvictedSucceeded(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := bound("c1", t0.Add(-time.Minute))
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
-			f.pods = append(f.pods,
-				newPod(claim, ended("c1-aaa11", t0.Add(-time.Minute))),
-				newPod(claim, func(p *corev1.Pod) { p.Name = "c1-bbb22"; readyPod(p) }))
+			f.withChildren(claim)
+			f.pods = append(f.pods, newPod(claim, func(p *corev1.Pod) {
+				p.UID = "uid-pod-1"
+				p.Status.Phase = corev1.PodSucceeded
+			}))
 			c := f.newController(ctx)
 			events := &fakePodEvents{messages: tc.events}
 			c.podEvents = events
 			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 				t.Fatal(err)
 			}
-			if tc.wantReport {
-				got := f.writtenClaim()
-				if ev := findCondition(got, ConditionEvicted); ev == nil || !strings.Contains(ev.Message, "c1-aaa11") || !strings.Contains(ev.Message, "ephemeral local storage") {
-					t.Errorf("Evicted condition %+v, want the pod and the kubelet's message", ev)
+			got := f.writtenClaim()
+			ev := findCondition(got, ConditionEvicted)
+			if tc.wantReport && (ev == nil || !strings.Contains(ev.Message, "pod c1 ") || !strings.Contains(ev.Message, "ephemeral local storage")) {
+				t.Errorf("Evicted condition %+v, want the pod and the kubelet's message", ev)
+			}
+			if !tc.wantReport && ev != nil {
+				t.Errorf("Evicted condition %+v for a pod that was not evicted", ev)
+			}
+			if !slices.Contains(f.actions(), "delete pods c1") {
+				t.Errorf("actions %q, want the ended pod deleted", f.actions())
+			}
+			reported := 0
+			for _, e := range f.events() {
+				if strings.HasPrefix(e, "Warning Evicted") {
+					reported++
 				}
-				claim = got
-			} else {
-				checkActions(t, f, nil)
 			}
-			if n := len(f.events()); (n == 1) != tc.wantReport {
-				t.Errorf("%d events, want a report: %v", n, tc.wantReport)
+			if (reported == 1) != tc.wantReport {
+				t.Errorf("%d Evicted events, want a report: %v", reported, tc.wantReport)
 			}
-			// Looked at again: no second lookup, no second report.
-			f.log = nil
-			if err := f.claimInformer.GetIndexer().Update(claim); err != nil {
+			// Looked at again (the deletion not seen yet): no second lookup, no second report.
+			if err := f.claimInformer.GetIndexer().Update(got); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			if _, err := c.sync(ctx, keyOf(got)); err != nil {
 				t.Fatal(err)
 			}
-			checkActions(t, f, nil)
+			for _, e := range f.events() {
+				if strings.HasPrefix(e, "Warning Evicted") {
+					t.Errorf("a second report: %q", e)
+				}
+			}
 			if events.lookups != 1 {
 				t.Errorf("%d event lookups, want 1", events.lookups)
 			}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -81,11 +80,10 @@ func childLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	}
 }
 
-// selectorLabels select the claim's own sandbox pods, by its name and UID: the Deployment's and
-// the Service's selector. A pod of an earlier claim of the same name (closed and acquired again;
-// its pod terminates in the background, Ready until it does) is never one of the new Service's
-// endpoints: by name alone, the new claim's address reached the old sandbox, which answered to
-// the old token (seen by TestRealNodeReacquire).
+// selectorLabels select the claim's own sandbox pods, by its name and UID. A pod of an earlier
+// claim of the same name (closed and acquired again; its pod terminates in the background, Ready
+// until it does) is never taken for the new claim's: by name alone, the new claim's address
+// reached the old sandbox, which answered to the old token (seen by TestRealNodeReacquire).
 func selectorLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	return map[string]string{LabelClaim: claim.Name, LabelClaimUID: string(claim.UID)}
 }
@@ -191,9 +189,12 @@ func defaultedResources(in corev1.ResourceRequirements) corev1.ResourceRequireme
 	return out
 }
 
-// buildDeployment returns the claim's Deployment: one replica (replicas is 0 when the claim is
-// Reaping or Failed), Recreate, the recorded pod under the restricted Pod Security level.
-func buildDeployment(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) *appsv1.Deployment {
+// buildPod returns the claim's sandbox pod, named after the claim and controlled by it: the
+// recorded container under the restricted Pod Security level, with the claim's workspace, the
+// class's volumes and the token Secret. It is one pod, the claim's only one: a name is one
+// object, so two pods never write one workspace (docs/decisions.md, "Children: a pod, no
+// Service").
+func buildPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
 	ports := recordPorts(record)
 	containerPorts := make([]corev1.ContainerPort, len(ports))
 	for i, p := range ports {
@@ -253,62 +254,36 @@ func buildDeployment(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha
 		ImagePullPolicy:          pullPolicy(record.Image),
 	}
 	meta := childMeta(claim, claim.Name)
+	meta.Labels = podLabels(claim)
 	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(record.ClassGeneration, 10)}
-	d := &appsv1.Deployment{
+	return &corev1.Pod{
 		ObjectMeta: meta,
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(claim)},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(claim)},
-				Spec: corev1.PodSpec{
-					Containers:                    []corev1.Container{container},
-					Volumes:                       volumes,
-					RestartPolicy:                 corev1.RestartPolicyAlways,
-					TerminationGracePeriodSeconds: ptr.To[int64](corev1.DefaultTerminationGracePeriodSeconds),
-					DNSPolicy:                     corev1.DNSClusterFirst,
-					SecurityContext:               restrictedPodSecurityContext(),
-					SchedulerName:                 corev1.DefaultSchedulerName,
-					AutomountServiceAccountToken:  ptr.To(false),
-					EnableServiceLinks:            ptr.To(false),
-					RuntimeClassName:              record.RuntimeClassName,
-				},
-			},
-		},
-	}
-	return d
-}
-
-// buildService returns the claim's ClusterIP Service: one port per recorded port.
-func buildService(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) *corev1.Service {
-	ports := recordPorts(record)
-	svcPorts := make([]corev1.ServicePort, len(ports))
-	for i, p := range ports {
-		svcPorts[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP}
-	}
-	return &corev1.Service{
-		ObjectMeta: childMeta(claim, claim.Name),
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: selectorLabels(claim),
-			Ports:    svcPorts,
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{container},
+			Volumes:                       volumes,
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			TerminationGracePeriodSeconds: ptr.To[int64](corev1.DefaultTerminationGracePeriodSeconds),
+			DNSPolicy:                     corev1.DNSClusterFirst,
+			SecurityContext:               restrictedPodSecurityContext(),
+			SchedulerName:                 corev1.DefaultSchedulerName,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			RuntimeClassName:              record.RuntimeClassName,
 		},
 	}
 }
 
-// addresses are the claim's addresses: one per recorded port, through its Service, by the
-// Service's ClusterIP rather than its DNS name. A claim's name is deterministic, so a handle closed
-// and acquired again gets a new Service of the same name with another ClusterIP, and DNS answers
-// are cached (CoreDNS's usual ttl and cache are 30 s): by name, the new claim's address would
-// lead to its predecessor's dead ClusterIP for up to half a minute (docs/decisions.md).
-func addresses(clusterIP string, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
+// addresses are the claim's addresses: one per recorded port, at its pod's IP. The pod is Ready
+// when the claim is Bound, so the address answers the moment the acquire returns it: no Service
+// endpoint or proxy rule has to catch up first, and no DNS answer of an earlier claim of the same
+// name can be cached (docs/decisions.md).
+func addresses(podIP string, record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.ClaimAddress {
 	ports := recordPorts(record)
 	out := make([]airlockv1alpha1.ClaimAddress, len(ports))
 	for i, p := range ports {
 		out[i] = airlockv1alpha1.ClaimAddress{
 			Name: p.Name,
-			URL:  "http://" + net.JoinHostPort(clusterIP, strconv.Itoa(int(p.Port))),
+			URL:  "http://" + net.JoinHostPort(podIP, strconv.Itoa(int(p.Port))),
 		}
 	}
 	return out
@@ -385,18 +360,18 @@ func buildSecret(claim *airlockv1alpha1.SandboxClaim, name, token string) *corev
 	}
 }
 
-// useTokenSecret points the Deployment's token volume at the Secret name.
-func useTokenSecret(d *appsv1.Deployment, name string) {
-	for i := range d.Spec.Template.Spec.Volumes {
-		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == tokenVolumeName && v.Secret != nil {
+// useTokenSecret points the pod's token volume at the Secret name.
+func useTokenSecret(pod *corev1.Pod, name string) {
+	for i := range pod.Spec.Volumes {
+		if v := &pod.Spec.Volumes[i]; v.Name == tokenVolumeName && v.Secret != nil {
 			v.Secret.SecretName = name
 		}
 	}
 }
 
-// tokenSecretOf returns the Secret the Deployment's token volume names.
-func tokenSecretOf(d *appsv1.Deployment) string {
-	for _, v := range d.Spec.Template.Spec.Volumes {
+// tokenSecretOf returns the Secret the pod's token volume names.
+func tokenSecretOf(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
 		if v.Name == tokenVolumeName && v.Secret != nil {
 			return v.Secret.SecretName
 		}

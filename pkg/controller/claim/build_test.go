@@ -4,34 +4,41 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
-func TestBuildDeployment(t *testing.T) {
+func TestBuildPod(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
 	class := newClass("codegen")
 	class.Spec.RuntimeClassName = ptr.To("gvisor")
 	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	d := buildDeployment(claim, freeze(class, entry), 1)
+	p := buildPod(claim, freeze(class, entry))
 
-	if !metav1.IsControlledBy(d, claim) || d.Name != "c1" || d.Labels[LabelClaim] != "c1" {
-		t.Errorf("deployment meta %+v", d.ObjectMeta)
+	// One pod of the claim's name, controlled by it: a name is one object, so two pods never
+	// write one workspace.
+	if !metav1.IsControlledBy(p, claim) || p.Name != "c1" || p.Namespace != testNamespace {
+		t.Errorf("pod meta %+v", p.ObjectMeta)
 	}
-	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("replicas %d strategy %s, want 1 Recreate", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	// By UID too: a terminating pod of an earlier claim of the same name is never taken for it.
+	wantLabels := map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1", airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName, airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox}
+	if diff := cmp.Diff(wantLabels, p.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1"}, d.Spec.Selector.MatchLabels); diff != "" {
-		t.Errorf("selector (-want +got):\n%s", diff)
+	if !labels.SelectorFromSet(selectorLabels(claim)).Matches(labels.Set(p.Labels)) || !labels.SelectorFromSet(policySelector(claim)).Matches(labels.Set(p.Labels)) {
+		t.Error("the pod is not selected by its claim's selector or policy")
 	}
-	pod := d.Spec.Template.Spec
+	pod := p.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyAlways {
+		t.Errorf("restartPolicy %s, want Always", pod.RestartPolicy)
+	}
 	wantPodSC := &corev1.PodSecurityContext{
 		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -78,16 +85,13 @@ func TestBuildDeployment(t *testing.T) {
 	}
 
 	// An entry that allows every tool: the full list, explicit (sandboxd reads no flag as "every
-	// tool", so a missing flag would be a policy nobody wrote); scaled down: zero replicas.
+	// tool", so a missing flag would be a policy nobody wrote).
 	entry.AllowedTools = nil
-	d = buildDeployment(claim, freeze(class, entry), 0)
-	if *d.Spec.Replicas != 0 {
-		t.Errorf("replicas %d, want 0", *d.Spec.Replicas)
-	}
+	p = buildPod(claim, freeze(class, entry))
 	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace",
 		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol,change_function_signature,edit_function_body,insert_after_method,tests_covering,run_script,search_code",
 		"--auth-token-file=/var/run/airlock/auth/token"}
-	if diff := cmp.Diff(wantArgs, d.Spec.Template.Spec.Containers[0].Args); diff != "" {
+	if diff := cmp.Diff(wantArgs, p.Spec.Containers[0].Args); diff != "" {
 		t.Errorf("args of an entry that allows every tool (-want +got):\n%s", diff)
 	}
 }
@@ -112,31 +116,15 @@ func TestPullPolicyAndResources(t *testing.T) {
 	}
 }
 
-func TestBuildServiceAndAddresses(t *testing.T) {
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
+func TestAddresses(t *testing.T) {
 	class := newClass("codegen")
 	class.Spec.Ports = append(class.Spec.Ports, airlockv1alpha1.SandboxPort{Name: "preview", Port: 3000})
 	record := freeze(class, &newRegistry("tools", "").Spec.Sandboxes[0])
-	svc := buildService(claim, record)
-	want := []corev1.ServicePort{
-		{Name: "mcp", Port: 8080, TargetPort: intstr.FromString("mcp"), Protocol: corev1.ProtocolTCP},
-		{Name: "preview", Port: 3000, TargetPort: intstr.FromString("preview"), Protocol: corev1.ProtocolTCP},
-	}
-	if diff := cmp.Diff(want, svc.Spec.Ports); diff != "" {
-		t.Errorf("ports (-want +got):\n%s", diff)
-	}
-	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
-		t.Errorf("service type %s, want ClusterIP", svc.Spec.Type)
-	}
-	// By UID too: a terminating pod of an earlier claim of the same name is never an endpoint.
-	if diff := cmp.Diff(map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1"}, svc.Spec.Selector); diff != "" {
-		t.Errorf("service selector (-want +got):\n%s", diff)
-	}
 	wantAddresses := []airlockv1alpha1.ClaimAddress{
-		{Name: "mcp", URL: "http://10.96.0.17:8080"},
-		{Name: "preview", URL: "http://10.96.0.17:3000"},
+		{Name: "mcp", URL: "http://10.244.0.17:8080"},
+		{Name: "preview", URL: "http://10.244.0.17:3000"},
 	}
-	if diff := cmp.Diff(wantAddresses, addresses("10.96.0.17", record)); diff != "" {
+	if diff := cmp.Diff(wantAddresses, addresses("10.244.0.17", record)); diff != "" {
 		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
 	if got := addresses("fd00:10:96::17", record)[0].URL; got != "http://[fd00:10:96::17]:8080" {
@@ -228,7 +216,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 
 func TestUseTokenSecret(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	d := buildDeployment(claim, testRecord(), 1)
+	d := buildPod(claim, testRecord())
 	if got := tokenSecretOf(d); got != "c1" {
 		t.Fatalf("token volume names %q before, want c1", got)
 	}
@@ -262,7 +250,7 @@ func TestBuildSyncJob(t *testing.T) {
 	}
 	pod := job.Spec.Template.Spec
 	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {
-		t.Error("sync pods carry the claim label: the claim's Service and Deployment would select them")
+		t.Error("sync pods carry the claim label: they would be taken for the claim's pod")
 	}
 	if pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken || !*pod.SecurityContext.RunAsNonRoot {
 		t.Errorf("pod spec %+v", pod)

@@ -8,28 +8,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 )
 
-// ensureChildren creates the claim's Secret, Deployment, Service and NetworkPolicy, and repairs
-// the drift of what it set on them. The Secret's token is never changed once created. The four
-// are independent, so they are written concurrently: a new claim costs one round trip, not four.
+// ensureChildren creates the claim's Secret, NetworkPolicy and pod, and repairs the drift of what
+// it set on them. The Secret's token is never changed once created. The Secret and the
+// NetworkPolicy are independent and written concurrently; the pod comes after both: it mounts
+// the Secret, and it never runs a moment without its default-deny policy.
 //
 // Everything comes from the claim's frozen record: the live class and registry are not read.
 // The allowed Services it names are read from the allowed-Service informer's cache.
-func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) error {
+func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) error {
 	allowed, err := c.allowedServices(record.AllowedServices)
 	if err != nil {
 		return err
@@ -41,17 +41,18 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if token == "" {
 		return errors.New("deriving the claim's token: empty token")
 	}
-	// The Secret first: the sandbox pod mounts it. The other three are independent, so they are
-	// written concurrently.
-	secretName := claimtoken.ClaimSecretName(claim.Name, token)
-	if err := c.ensureSecret(ctx, claim, secretName, token); err != nil {
+	pods, err := c.claimPods(claim)
+	if err != nil {
 		return err
 	}
-	deployment := buildDeployment(claim, record, replicas)
-	useTokenSecret(deployment, secretName)
+	if len(legacyPods(pods)) > 0 {
+		// A Deployment of an earlier version runs the claim's pod, with the claim's Secret: two
+		// pods would write one workspace. Only its policy is kept up.
+		return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed))
+	}
+	secretName := claimtoken.ClaimSecretName(claim.Name, token)
 	ensures := []func() error{
-		func() error { return c.ensureDeployment(ctx, claim, deployment) },
-		func() error { return c.ensureService(ctx, claim, buildService(claim, record)) },
+		func() error { return c.ensureSecret(ctx, claim, secretName, token) },
 		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed)) },
 	}
 	errs := make([]error, len(ensures))
@@ -60,17 +61,22 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		wg.Go(func() { errs[i] = ensure() })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	pod := buildPod(claim, record)
+	useTokenSecret(pod, secretName)
+	return c.ensurePod(ctx, claim, pod)
 }
 
 // ensureChildrenIfSeen is ensureChildren once the cache shows every child the leader created for
 // the claim (childExpectations); until then it writes nothing.
-func (c *Controller) ensureChildrenIfSeen(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, replicas int32) error {
+func (c *Controller) ensureChildrenIfSeen(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) error {
 	if !c.childExpect.satisfied(claim.UID) {
 		klog.FromContext(ctx).V(4).Info("Children created and not in the cache yet; leaving them alone", "claim", klog.KObj(claim))
 		return nil
 	}
-	return c.ensureChildren(ctx, claim, record, replicas)
+	return c.ensureChildren(ctx, claim, record)
 }
 
 // controlled checks that a child is controlled by the claim, and reports it when not. A child of
@@ -125,16 +131,16 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 // ensureSecret creates the claim's token Secret, name (claimtoken.ClaimSecretName), holding the
 // token derived from the operator's key. The operator may create Secrets outside its own
 // namespace but not read them, so the Secret is created, never read or repaired: only while the
-// claim's Deployment (in the cache) does not mount it yet (the Deployment is written after the
-// Secret, so once it mounts it the Secret was created), and AlreadyExists counts as done: the
-// name is a hash of the token, which nobody can compute without the key, so a Secret of that name
-// is one an earlier sync created (docs/decisions.md, "Least privilege"). The token is derived from
-// the claim's UID, so an earlier claim of the same name had another token and another Secret: a
-// predecessor's Secret is never taken for this claim's.
+// claim's pod (in the cache) does not mount it yet (the pod is written after the Secret, so once
+// it mounts it the Secret was created), and AlreadyExists counts as done: the name is a hash of
+// the token, which nobody can compute without the key, so a Secret of that name is one an earlier
+// sync created (docs/decisions.md, "Least privilege"). The token is derived from the claim's UID,
+// so an earlier claim of the same name had another token and another Secret: a predecessor's
+// Secret is never taken for this claim's.
 func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, name, token string) error {
-	d, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
+	pod, err := c.podLister.Pods(claim.Namespace).Get(claim.Name)
 	switch {
-	case err == nil && metav1.IsControlledBy(d, claim) && tokenSecretOf(d) == name:
+	case err == nil && metav1.IsControlledBy(pod, claim) && tokenSecretOf(pod) == name:
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
@@ -146,11 +152,17 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 	return err
 }
 
-func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *appsv1.Deployment) error {
-	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(want.Name)
+// ensurePod creates the claim's pod, and repairs what of its drift a pod allows: its labels are
+// put back; a pod that does not run what the record says (another image or args, or another
+// token Secret: only a pod the claim controls gets here, but anyone who may create pods can write
+// an ownerReference) is deleted, and created again from the record once it is gone (as a
+// Deployment replaces a pod whose template changed). A pod that has
+// ended (evicted, its node gone) or is being deleted is left to replacePod and to its deletion.
+func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Pod) error {
+	live, err := c.podLister.Pods(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
 		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
-		err = c.children.deployments.Create(ctx, want)
+		err = c.children.pods.Create(ctx, want)
 		if err != nil {
 			c.childExpect.lower(claim.UID)
 		}
@@ -162,92 +174,121 @@ func (c *Controller) ensureDeployment(ctx context.Context, claim *airlockv1alpha
 	if err != nil {
 		return err
 	}
-	if err := controlled(ctx, c, claim, live, "Deployment", c.children.deployments); err != nil {
+	if err := controlled(ctx, c, claim, live, "Pod", c.children.pods); err != nil {
 		return err
 	}
+	if live.DeletionTimestamp != nil || podEnded(live) {
+		return nil
+	}
+	if !containersMatch(live.Spec.Containers, want.Spec.Containers) || tokenSecretOf(live) != tokenSecretOf(want) {
+		klog.FromContext(ctx).V(2).Info("The claim's pod does not run what its record says; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(live))
+		return ignoreGone(c.children.pods.Delete(ctx, live.Namespace, live.Name, live.UID))
+	}
 	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	// want is built from the claim's frozen record, which never changes: a template that differs
-	// from it drifted (someone edited the Deployment), and is repaired.
-	if !labelsChanged &&
-		ptr.Deref(live.Spec.Replicas, 1) == *want.Spec.Replicas &&
-		live.Spec.Strategy.Type == want.Spec.Strategy.Type && live.Spec.Strategy.RollingUpdate == nil &&
-		apiequality.Semantic.DeepEqual(live.Spec.Template, want.Spec.Template) {
+	if !labelsChanged {
 		return nil
 	}
 	updated := live.DeepCopy()
 	updated.Labels = l
-	updated.Spec.Replicas = want.Spec.Replicas
-	updated.Spec.Strategy = want.Spec.Strategy
-	updated.Spec.Template = want.Spec.Template
-	klog.FromContext(ctx).V(2).Info("Repairing the claim's Deployment", "claim", klog.KObj(claim))
-	err = c.children.deployments.Update(ctx, updated)
-	return err
+	klog.FromContext(ctx).V(2).Info("Repairing the claim's pod labels", "claim", klog.KObj(claim))
+	return c.children.pods.Update(ctx, updated)
 }
 
-// scaleDown sets the claim's Deployment, if it has one, to zero replicas.
-func (c *Controller) scaleDown(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
-	live, err := c.deploymentLister.Deployments(claim.Namespace).Get(claim.Name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !metav1.IsControlledBy(live, claim) || ptr.Deref(live.Spec.Replicas, 1) == 0 {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Spec.Replicas = ptr.To[int32](0)
-	err = c.children.deployments.Update(ctx, updated)
-	return err
-}
-
-func (c *Controller) ensureService(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Service) error {
-	live, err := c.serviceLister.Services(claim.Namespace).Get(want.Name)
-	if apierrors.IsNotFound(err) {
-		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
-		err = c.children.services.Create(ctx, want)
-		if err != nil {
-			c.childExpect.lower(claim.UID)
-		}
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := controlled(ctx, c, claim, live, "Service", c.children.services); err != nil {
-		return err
-	}
-	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	if !labelsChanged && live.Spec.Type == want.Spec.Type &&
-		apiequality.Semantic.DeepEqual(live.Spec.Selector, want.Spec.Selector) &&
-		servicePortsEqual(live.Spec.Ports, want.Spec.Ports) {
-		return nil
-	}
-	updated := live.DeepCopy()
-	updated.Labels = l
-	updated.Spec.Type = want.Spec.Type
-	updated.Spec.Selector = want.Spec.Selector
-	updated.Spec.Ports = want.Spec.Ports
-	err = c.children.services.Update(ctx, updated)
-	return err
-}
-
-// servicePortsEqual compares the fields of Service ports that the controller sets.
-func servicePortsEqual(live, want []corev1.ServicePort) bool {
+// containersMatch says whether the live containers are want's: the same names, images and args.
+func containersMatch(live, want []corev1.Container) bool {
 	if len(live) != len(want) {
 		return false
 	}
 	for i := range want {
-		l, w := live[i], want[i]
-		if l.Name != w.Name || l.Port != w.Port || l.TargetPort != w.TargetPort || l.Protocol != w.Protocol {
+		if live[i].Name != want[i].Name || live[i].Image != want[i].Image || !slices.Equal(live[i].Args, want[i].Args) {
 			return false
 		}
 	}
 	return true
+}
+
+// podEnded says whether a pod has ended (Succeeded or Failed): it never runs again.
+func podEnded(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// ignoreGone treats a deletion that found the object gone, or another object in its place
+// (the UID precondition), as done.
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// replaceEndedPod deletes the claim's own pod when it has ended (the kubelet evicted it, its node
+// went away): ensurePod creates it again, on the same workspace, once the deletion is seen. The
+// eviction is reported first (reportEviction), from the ended pod.
+func (c *Controller) replaceEndedPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		if pod.DeletionTimestamp == nil && podEnded(pod) && metav1.IsControlledBy(pod, claim) {
+			klog.FromContext(ctx).V(2).Info("The claim's pod has ended; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "phase", pod.Status.Phase, "reason", pod.Status.Reason)
+			if err := ignoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stopPods deletes the claim's pods (a Reaping or Failed claim runs nothing), or, for a claim
+// whose pod a Deployment of an earlier version runs, that Deployment. Their deletions enqueue
+// the claim.
+func (c *Controller) stopPods(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return err
+	}
+	if len(legacyPods(pods)) > 0 {
+		if err := c.deleteLegacyDeployment(ctx, claim); err != nil {
+			return err
+		}
+	}
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, claim) {
+			continue
+		}
+		if err := ignoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// legacyPods returns the claim's pods that the claim does not control: those of the Deployment
+// an earlier version of the operator built for it (its ReplicaSet controls them; they carry the
+// claim's labels). A claim that has one keeps it until it is reaped.
+func legacyPods(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pod := range pods {
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "ReplicaSet" {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+// deleteLegacyDeployment deletes the Deployment of the claim's name that an earlier version of
+// the operator built, when the claim controls it (read from the API server: no Deployment is
+// cached any more), with its UID as a precondition.
+func (c *Controller) deleteLegacyDeployment(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	d, err := c.legacyDeployments.Get(ctx, claim.Namespace, claim.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(d, claim) || d.DeletionTimestamp != nil {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Deleting the claim's Deployment, built by an earlier version of the operator", "claim", klog.KObj(claim))
+	return ignoreGone(c.legacyDeployments.Delete(ctx, d.Namespace, d.Name, d.UID))
 }
 
 func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {

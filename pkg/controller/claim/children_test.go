@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -38,9 +39,11 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 		f := newFixture(t).withDefaults()
 		claim := binding("c1", began)
 		f.claims = append(f.claims, claim)
-		f.withChildren(predecessorOf(claim), 1)
-		f.deployments[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0)) // already being deleted
-		f.deployments[0].Finalizers = []string{"foregroundDeletion"}
+		f.withChildren(predecessorOf(claim))
+		old := newPod(predecessorOf(claim), markReady)
+		old.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) // already being deleted
+		old.Finalizers = []string{"foregroundDeletion"}
+		f.pods = append(f.pods, old)
 		c := f.newController(ctx)
 		requeue, err := c.sync(ctx, keyOf(claim))
 		if err != nil {
@@ -51,12 +54,31 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 		slices.Sort(got)
 		// The token Secret is created, never read (the operator cannot read Secrets outside its
 		// namespace); an earlier claim's token Secret has another name (its token is another), and
-		// goes with the earlier claim by garbage collection.
-		if diff := cmp.Diff([]string{"create secrets " + tokenSecretName(claim), "delete networkpolicies c1", "delete services c1"}, got); diff != "" {
+		// goes with the earlier claim by garbage collection. The pod waits for the policy.
+		if diff := cmp.Diff([]string{"create secrets " + tokenSecretName(claim), "delete networkpolicies c1"}, got); diff != "" {
 			t.Errorf("actions (-want +got):\n%s", diff)
 		}
 		if events := f.events(); len(events) != 0 {
 			t.Errorf("events %v: an earlier claim's child is not foreign", events)
+		}
+	})
+
+	t.Run("the earlier claim's pod is deleted, and the claim waits", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f := newFixture(t).withDefaults()
+		claim := binding("c1", began)
+		f.claims = append(f.claims, claim)
+		f.withChildren(claim)
+		f.pods = append(f.pods, newPod(predecessorOf(claim), markReady))
+		c := f.newController(ctx)
+		requeue, err := c.sync(ctx, keyOf(claim))
+		if err != nil {
+			t.Fatalf("sync: %v; want a quiet wait", err)
+		}
+		checkRequeue(t, requeue, ptr.To(4*time.Minute))
+		checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "delete pods c1"})
+		if events := f.events(); len(events) != 0 {
+			t.Errorf("events %v: an earlier claim's pod is not foreign", events)
 		}
 	})
 
@@ -65,7 +87,7 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 		f := newFixture(t).withDefaults()
 		claim := binding("c1", began)
 		f.claims = append(f.claims, claim)
-		f.withChildren(predecessorOf(claim), 1)
+		f.withChildren(predecessorOf(claim))
 		c := f.newController(ctx)
 		f.clock.Step(4 * time.Minute)
 		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
@@ -82,9 +104,9 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 		f := newFixture(t).withDefaults()
 		claim := binding("c1", began)
 		f.claims = append(f.claims, claim)
-		f.withChildren(claim, 1)
-		old := newPod(predecessorOf(claim), readyPod)
-		old.Name = "c1-old12"
+		f.withChildren(claim)
+		old := newPod(predecessorOf(claim), markReady)
+		old.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) // terminating, and Ready until it ends
 		f.pods = append(f.pods, old)
 		c := f.newController(ctx)
 		requeue, err := c.sync(ctx, keyOf(claim))
@@ -92,10 +114,10 @@ func TestSyncPredecessorChildrenNeverAdopted(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkRequeue(t, requeue, ptr.To(4*time.Minute))
-		checkActions(t, f, nil)
+		checkActions(t, f, []string{"create secrets " + tokenSecretName(claim)})
 
 		// Its own pod does.
-		f.pods = append(f.pods, newPod(claim, readyPod))
+		f.pods = []*corev1.Pod{newPod(claim, markReady)}
 		c = f.newController(ctx)
 		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 			t.Fatal(err)
@@ -119,9 +141,8 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	checkActions(t, f, []string{
 		"update sandboxclaims/status c1",
 		"create secrets " + tokenSecretName(claim),
-		"create deployments c1",
-		"create services c1",
 		"create networkpolicies c1",
+		"create pods c1",
 	})
 	got := f.writtenClaim()
 	if got.Status.Phase != airlockv1alpha1.ClaimBinding {
@@ -134,8 +155,8 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
 		t.Errorf("secret %+v is not the claim's token", secret)
 	}
-	if d := f.written("deployments", "").(*appsv1.Deployment); tokenSecretOf(d) != secret.Name {
-		t.Errorf("the Deployment mounts Secret %q, want the created %q", tokenSecretOf(d), secret.Name)
+	if p := f.written("pods", "").(*corev1.Pod); tokenSecretOf(p) != secret.Name {
+		t.Errorf("the pod mounts Secret %q, want the created %q", tokenSecretOf(p), secret.Name)
 	}
 	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -151,12 +172,17 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 		"nothing to do": {
 			wantActions: nil,
 		},
-		"deployment scaled and image changed": {
-			mutate: func(f *fixture) {
-				f.deployments[0].Spec.Replicas = ptr.To[int32](3)
-				f.deployments[0].Spec.Template.Spec.Containers[0].Image = "evil:latest"
-			},
-			wantActions: []string{"update deployments c1"},
+		"pod image changed: deleted, to be created again from the record": {
+			mutate:      func(f *fixture) { f.pods[0].Spec.Containers[0].Image = "evil:latest" },
+			wantActions: []string{"delete pods c1"},
+		},
+		"pod args changed: deleted, to be created again from the record": {
+			mutate:      func(f *fixture) { f.pods[0].Spec.Containers[0].Args = []string{"sandboxd"} },
+			wantActions: []string{"delete pods c1"},
+		},
+		"pod labels changed: repaired": {
+			mutate:      func(f *fixture) { f.pods[0].Labels[airlockv1alpha1.LabelRuntime] = "other" },
+			wantActions: []string{"update pods c1"},
 		},
 		"class changed since the pod was built: the template is kept": {
 			mutate: func(f *fixture) {
@@ -165,18 +191,7 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			},
 			wantActions: nil,
 		},
-		"class changed and scaled: replicas repaired, template kept": {
-			mutate: func(f *fixture) {
-				f.classes[0].Generation = 2
-				f.classes[0].Spec.Image = "example.com/new:v2"
-				f.deployments[0].Spec.Replicas = ptr.To[int32](2)
-			},
-			wantActions: []string{"update deployments c1"},
-		},
-		"service port changed": {
-			mutate:      func(f *fixture) { f.services[0].Spec.Ports[0].Port = 9999 },
-			wantActions: []string{"update services c1"},
-		},
+
 		"network policy opened": {
 			mutate: func(f *fixture) {
 				f.netpols[0].Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
@@ -187,17 +202,17 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
 			wantActions: nil,
 		},
-		"deployment gone: the secret is created again first, AlreadyExists is done": {
-			mutate:      func(f *fixture) { f.deployments = nil },
-			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create deployments c1"},
+		"pod gone: the secret is created again first, AlreadyExists is done": {
+			mutate:      func(f *fixture) { f.pods = nil },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create pods c1"},
 		},
-		"token volume pointed at a planted Secret: ours is ensured and the volume repaired": {
-			mutate:      func(f *fixture) { useTokenSecret(f.deployments[0], "planted") },
-			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "update deployments c1"},
+		"pod mounting a planted Secret: ours is ensured and the pod deleted, to be created again": {
+			mutate:      func(f *fixture) { useTokenSecret(f.pods[0], "planted") },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "delete pods c1"},
 		},
-		"children gone are created again": {
-			mutate:      func(f *fixture) { f.services, f.netpols = nil, nil },
-			wantActions: []string{"create services c1", "create networkpolicies c1"},
+		"children gone are created again, the policy before the pod": {
+			mutate:      func(f *fixture) { f.pods, f.netpols = nil, nil },
+			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create networkpolicies c1", "create pods c1"},
 		},
 	}
 	for name, tc := range tests {
@@ -206,7 +221,8 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := binding("c1", began)
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
+			f.withChildren(claim)
+			f.pods = append(f.pods, newPod(claim, nil))
 			if tc.mutate != nil {
 				tc.mutate(f)
 			}
@@ -217,10 +233,9 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			}
 			checkRequeue(t, requeue, ptr.To(4*time.Minute))
 			checkActions(t, f, tc.wantActions)
-			if len(tc.wantActions) == 1 && tc.wantActions[0] == "update deployments c1" {
-				d := f.written("deployments", "").(*appsv1.Deployment)
-				if *d.Spec.Replicas != 1 || d.Spec.Template.Spec.Containers[0].Image != newClass("codegen").Spec.Image {
-					t.Errorf("repaired deployment: replicas %d image %s", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Image)
+			if slices.Contains(tc.wantActions, "create pods c1") {
+				if p := f.written("pods", "").(*corev1.Pod); p.Spec.Containers[0].Image != newClass("codegen").Spec.Image {
+					t.Errorf("created pod runs %s, want the record's image", p.Spec.Containers[0].Image)
 				}
 			}
 		})
@@ -229,7 +244,7 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 
 // TestSyncSecretCreateOnly: the operator may not read Secrets outside its namespace, so the
 // claim's Secret is only ever created: a Secret that exists already (an earlier sync's, whose
-// Deployment create failed) is AlreadyExists and counts as done, and nothing reads or updates it.
+// pod create failed) is AlreadyExists and counts as done, and nothing reads or updates it.
 func TestSyncSecretCreateOnly(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
@@ -240,7 +255,7 @@ func TestSyncSecretCreateOnly(t *testing.T) {
 	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create deployments c1", "create services c1", "create networkpolicies c1"})
+	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create networkpolicies c1", "create pods c1"})
 	for _, a := range f.log {
 		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
 			t.Errorf("%s secrets: the controller may only create Secrets", a.GetVerb())
@@ -248,7 +263,7 @@ func TestSyncSecretCreateOnly(t *testing.T) {
 	}
 }
 
-// TestSyncWithoutTokenFailsClosed: without the key (no token), no Secret and no Deployment is
+// TestSyncWithoutTokenFailsClosed: without the key (no token), no Secret and no pod is
 // created, and the sync fails so that it is retried.
 func TestSyncWithoutTokenFailsClosed(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -277,5 +292,46 @@ func TestSyncClassNotFound(t *testing.T) {
 	checkActions(t, f, []string{"update sandboxclaims/status c1"})
 	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonClassNotFound || got.Status.Frozen != nil {
 		t.Errorf("status %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, ReasonClassNotFound)
+	}
+}
+
+// TestLegacyDeploymentPod: a claim whose pod a Deployment of an earlier version of the operator
+// runs (its ReplicaSet controls the pod, which carries the claim's labels) gets no pod of its
+// own, since two pods would write one workspace; it stays Bound on that pod, and when it is
+// reaped its Deployment is deleted, by its UID.
+func TestLegacyDeploymentPod(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	legacy := newPod(claim, markReady)
+	legacy.Name = "c1-7d9f8-abc12"
+	legacy.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "c1-7d9f8", UID: "uid-rs", Controller: ptr.To(true)}}
+	f.pods = append(f.pods, legacy)
+	c := f.newController(ctx)
+	deployment := &appsv1.Deployment{ObjectMeta: childMeta(claim, claim.Name)}
+	deployment.UID = "uid-deployment"
+	if err := f.kubeClient.Tracker().Add(deployment); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+
+	// Idle: reaped, and the Deployment deleted by its UID (its pod goes with it).
+	f.clock.Step(time.Hour)
+	f.log = nil
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "get deployments c1", "delete deployments c1"})
+	for _, a := range f.log {
+		if d, ok := a.(core.DeleteAction); ok && d.GetResource().Resource == "deployments" {
+			if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil || *p.UID != "uid-deployment" {
+				t.Errorf("Deployment deleted with preconditions %+v, want its UID", p)
+			}
+		}
 	}
 }

@@ -47,13 +47,35 @@ type objectControl[T metav1.Object] interface {
 // childControls are the writers of each kind of child.
 type childControls struct {
 	secrets         objectControl[*corev1.Secret]
-	deployments     objectControl[*appsv1.Deployment]
-	services        objectControl[*corev1.Service]
+	pods            objectControl[*corev1.Pod]
 	networkPolicies objectControl[*networkingv1.NetworkPolicy]
 	jobs            objectControl[*batchv1.Job]
 }
 
-// podEvents reads what the kubelet reported about a pod: an evicted pod of a Deployment ends
+// legacyDeploymentControl reads and deletes the Deployment an earlier version of the operator
+// built for a claim (children.go, deleteLegacyDeployment): no Deployment is cached.
+type legacyDeploymentControl interface {
+	Get(ctx context.Context, namespace, name string) (*appsv1.Deployment, error)
+	Delete(ctx context.Context, namespace, name string, uid types.UID) error
+}
+
+// realLegacyDeployments is legacyDeploymentControl on a kube clientset.
+type realLegacyDeployments struct {
+	client kubernetes.Interface
+}
+
+func (r realLegacyDeployments) Get(ctx context.Context, namespace, name string) (*appsv1.Deployment, error) {
+	return r.client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r realLegacyDeployments) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
+	return r.client.AppsV1().Deployments(namespace).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &uid},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+}
+
+// podEvents reads what the kubelet reported about a pod: an evicted pod can end
 // Succeeded (its container exits 0 on SIGTERM), its status says nothing of the eviction, and only
 // the kubelet's Evicted event does.
 type podEvents interface {
@@ -147,11 +169,8 @@ func realChildControls(client kubernetes.Interface) childControls {
 		secrets: realObjectControl[*corev1.Secret]{client: func(ns string) typedClient[*corev1.Secret] {
 			return client.CoreV1().Secrets(ns)
 		}},
-		deployments: realObjectControl[*appsv1.Deployment]{client: func(ns string) typedClient[*appsv1.Deployment] {
-			return client.AppsV1().Deployments(ns)
-		}},
-		services: realObjectControl[*corev1.Service]{client: func(ns string) typedClient[*corev1.Service] {
-			return client.CoreV1().Services(ns)
+		pods: realObjectControl[*corev1.Pod]{client: func(ns string) typedClient[*corev1.Pod] {
+			return client.CoreV1().Pods(ns)
 		}},
 		networkPolicies: realObjectControl[*networkingv1.NetworkPolicy]{client: func(ns string) typedClient[*networkingv1.NetworkPolicy] {
 			return client.NetworkingV1().NetworkPolicies(ns)

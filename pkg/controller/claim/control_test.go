@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,8 +161,8 @@ func TestStatusWriteRefused(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", nil)
 	claims := &fakeClaimControl{next: c.claims, updateStatusErr: conflict}
 	c.claims = claims
-	deployments := &fakeObjectControl[*appsv1.Deployment]{next: c.children.deployments}
-	c.children.deployments = deployments
+	pods := &fakeObjectControl[*corev1.Pod]{next: c.children.pods}
+	c.children.pods = pods
 
 	if err := admitAndBuild(ctx, c); !apierrors.IsConflict(err) {
 		t.Fatalf("sync error %v, want the conflict", err)
@@ -174,8 +173,8 @@ func TestStatusWriteRefused(t *testing.T) {
 	if events := f.events(); len(events) != 0 {
 		t.Errorf("events %q for a phase that was not stored", events)
 	}
-	if len(deployments.calls) != 0 {
-		t.Errorf("Deployment writes %q for a claim whose Binding was not stored", deployments.calls)
+	if len(pods.calls) != 0 {
+		t.Errorf("pod writes %q for a claim whose Binding was not stored", pods.calls)
 	}
 }
 
@@ -190,13 +189,13 @@ func TestPredecessorChildDeletedByItsUID(t *testing.T) {
 	f.claims = append(f.claims, claim)
 	old := claim.DeepCopy()
 	old.UID = "uid-old"
-	f.withChildren(old, 1)
-	for _, s := range f.services {
-		s.UID = "uid-old-service"
-	}
+	f.withChildren(claim)
+	pod := newPod(old, nil)
+	pod.UID = "uid-old-pod"
+	f.pods = append(f.pods, pod)
 	c := f.newController(ctx)
-	services := &fakeObjectControl[*corev1.Service]{next: c.children.services}
-	c.children.services = services
+	pods := &fakeObjectControl[*corev1.Pod]{next: c.children.pods}
+	c.children.pods = pods
 
 	requeue, err := c.sync(ctx, keyOf(claim))
 	if err != nil {
@@ -205,8 +204,8 @@ func TestPredecessorChildDeletedByItsUID(t *testing.T) {
 	if requeue == nil || *requeue != defaultStartupTimeout {
 		t.Errorf("requeue %v, want the startupTimeout (the deletions enqueue the claim before)", requeue)
 	}
-	want := "delete " + testNamespace + "/c1 uid-old-service"
-	if len(services.calls) != 1 || services.calls[0] != want {
-		t.Errorf("Service calls %q, want [%q]", services.calls, want)
+	want := "delete " + testNamespace + "/c1 uid-old-pod"
+	if len(pods.calls) != 1 || pods.calls[0] != want {
+		t.Errorf("pod calls %q, want [%q]", pods.calls, want)
 	}
 }

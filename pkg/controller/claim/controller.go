@@ -27,14 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
 	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
@@ -70,7 +68,9 @@ type Controller struct {
 	eventClient kubernetes.Interface
 	claims      claimControl
 	children    childControls
-	podEvents   podEvents
+	// legacyDeployments removes the Deployments an earlier version built (children.go).
+	legacyDeployments legacyDeploymentControl
+	podEvents         podEvents
 	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
 	podsChecked sync.Map
 
@@ -83,10 +83,6 @@ type Controller struct {
 	classLister    airlocklisters.SandboxClassLister
 	classesSynced  cache.InformerSynced
 
-	deploymentLister    appslisters.DeploymentLister
-	deploymentsSynced   cache.InformerSynced
-	serviceLister       corelisters.ServiceLister
-	servicesSynced      cache.InformerSynced
 	networkPolicyLister networkinglisters.NetworkPolicyLister
 	networkPolicySynced cache.InformerSynced
 	jobLister           batchlisters.JobLister
@@ -149,8 +145,6 @@ type Informers struct {
 	Runtimes        airlockinformers.AgentRuntimeInformer
 	Registries      airlockinformers.ToolRegistryInformer
 	Classes         airlockinformers.SandboxClassInformer
-	Deployments     appsinformers.DeploymentInformer
-	Services        coreinformers.ServiceInformer
 	NetworkPolicies networkinginformers.NetworkPolicyInformer
 	Jobs            batchinformers.JobInformer
 	Pods            coreinformers.PodInformer
@@ -200,6 +194,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		eventClient:         kubeClient,
 		claims:              realClaimControl{client: airlockClient},
 		children:            realChildControls(kubeClient),
+		legacyDeployments:   realLegacyDeployments{client: kubeClient},
 		podEvents:           realPodEvents{client: kubeClient},
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
@@ -209,10 +204,6 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		registriesSync:      informers.Registries.Informer().HasSynced,
 		classLister:         informers.Classes.Lister(),
 		classesSynced:       informers.Classes.Informer().HasSynced,
-		deploymentLister:    informers.Deployments.Lister(),
-		deploymentsSynced:   informers.Deployments.Informer().HasSynced,
-		serviceLister:       informers.Services.Lister(),
-		servicesSynced:      informers.Services.Informer().HasSynced,
 		networkPolicyLister: informers.NetworkPolicies.Lister(),
 		networkPolicySynced: informers.NetworkPolicies.Informer().HasSynced,
 		jobLister:           informers.Jobs.Lister(),
@@ -285,19 +276,13 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	// The children a pass builds: their adds meet the claim's child expectations.
 	builtHandler := childHandler
 	builtHandler.AddFunc = c.addChild
-	for name, informer := range map[string]cache.SharedIndexInformer{
-		"deployment":    informers.Deployments.Informer(),
-		"service":       informers.Services.Informer(),
-		"networkpolicy": informers.NetworkPolicies.Informer(),
-	} {
-		if err := c.handlers.Add(informer, builtHandler); err != nil {
-			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
-		}
+	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), builtHandler); err != nil {
+		return nil, fmt.Errorf("adding the networkpolicy event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Jobs.Informer(), childHandler); err != nil {
 		return nil, fmt.Errorf("adding the job event handler: %w", err)
 	}
-	podHandler := childHandler
+	podHandler := builtHandler
 	podHandler.DeleteFunc = func(obj any) {
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
@@ -341,7 +326,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced,
-		c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced, c.jobsSynced, c.podsSynced,
+		c.networkPolicySynced, c.jobsSynced, c.podsSynced,
 		c.allowedServicesSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
@@ -487,8 +472,8 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	}
 }
 
-// addChild meets the child expectations of the claim that controls a new Deployment, Service or
-// NetworkPolicy, and enqueues the claim.
+// addChild meets the child expectations of the claim that controls a new pod or NetworkPolicy,
+// and enqueues the claim.
 func (c *Controller) addChild(obj any) {
 	if object, ok := obj.(metav1.Object); ok {
 		if ref := metav1.GetControllerOf(object); ref != nil && ref.Kind == "SandboxClaim" {
@@ -517,7 +502,8 @@ func (c *Controller) handleObject(obj any) {
 		c.queue.Add(cache.ObjectName{Namespace: object.GetNamespace(), Name: ref.Name})
 		return
 	}
-	// Pods are owned by ReplicaSets: find their claim by label.
+	// Pods of a Deployment an earlier version built are controlled by its ReplicaSet: their
+	// claim is found by label.
 	if name := object.GetLabels()[LabelClaim]; name != "" {
 		c.queue.Add(cache.ObjectName{Namespace: object.GetNamespace(), Name: name})
 	}

@@ -24,11 +24,11 @@ import (
 // making a second claim, and deleted (ReplacementGone) once the replacement is gone, which is
 // confirmed with the API server: the cache may not have a replacement created a moment ago.
 
-// syncFailed keeps a Failed claim's Deployment at zero, links it to its replacement, keeps it
+// syncFailed keeps a Failed claim without a pod, links it to its replacement, keeps it
 // while the replacement lives, and deletes it max(idleTimeout, 10m) after it failed when it was
 // never replaced.
 func (c *Controller) syncFailed(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if err := c.scaleDown(ctx, claim); err != nil {
+	if err := c.stopPods(ctx, claim); err != nil {
 		return nil, err
 	}
 	replacement, err := c.cachedReplacement(claim)

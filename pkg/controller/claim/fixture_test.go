@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -51,13 +50,11 @@ type fixture struct {
 	clock         *clocktesting.FakeClock
 	recorder      *record.FakeRecorder
 
-	claims      []*airlockv1alpha1.SandboxClaim
-	runtimes    []*airlockv1alpha1.AgentRuntime
-	registries  []*airlockv1alpha1.ToolRegistry
-	classes     []*airlockv1alpha1.SandboxClass
-	deployments []*appsv1.Deployment
-	services    []*corev1.Service
-	netpols     []*networkingv1.NetworkPolicy
+	claims     []*airlockv1alpha1.SandboxClaim
+	runtimes   []*airlockv1alpha1.AgentRuntime
+	registries []*airlockv1alpha1.ToolRegistry
+	classes    []*airlockv1alpha1.SandboxClass
+	netpols    []*networkingv1.NetworkPolicy
 	// secrets exist in the API server only: the controller has no Secret informer.
 	secrets []*corev1.Secret
 	// tokenErr, if set, is the error of the token source.
@@ -73,8 +70,8 @@ type fixture struct {
 
 	// claimInformer is the controller's claim informer (cacheClaim updates its store); the
 	// others are its child and pod informers, for tests that fill their stores as events would.
-	claimInformer                                                    cache.SharedIndexInformer
-	deploymentInformer, serviceInformer, netpolInformer, podInformer cache.SharedIndexInformer
+	claimInformer               cache.SharedIndexInformer
+	netpolInformer, podInformer cache.SharedIndexInformer
 
 	// log is both clients' actions, in order.
 	log []core.Action
@@ -103,14 +100,14 @@ func (f *fixture) cacheClaim(t *testing.T, c *Controller, claim *airlockv1alpha1
 	c.addClaim(logger, claim)
 }
 
-// createdChildren returns the Deployments, Services and NetworkPolicies the controller created.
+// createdChildren returns the pods and NetworkPolicies the controller created.
 func (f *fixture) createdChildren(t *testing.T) []any {
 	t.Helper()
 	var out []any
 	for _, a := range f.log {
 		if create, ok := a.(core.CreateAction); ok {
 			switch create.GetResource().Resource {
-			case "deployments", "services", "networkpolicies":
+			case "pods", "networkpolicies":
 				out = append(out, create.GetObject())
 			}
 		}
@@ -165,12 +162,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	for _, o := range f.classes {
 		airlockObjects = append(airlockObjects, o)
 	}
-	for _, o := range f.deployments {
-		kubeObjects = append(kubeObjects, o)
-	}
-	for _, o := range f.services {
-		kubeObjects = append(kubeObjects, o)
-	}
 	for _, o := range f.netpols {
 		kubeObjects = append(kubeObjects, o)
 	}
@@ -203,8 +194,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	f.allowedServiceInformer = si.Core().V1().Services().Informer()
 	airlock := ai.Airlock().V1alpha1()
 	f.claimInformer = airlock.SandboxClaims().Informer()
-	f.deploymentInformer = ki.Apps().V1().Deployments().Informer()
-	f.serviceInformer = ki.Core().V1().Services().Informer()
 	f.netpolInformer = ki.Networking().V1().NetworkPolicies().Informer()
 	f.podInformer = ki.Core().V1().Pods().Informer()
 	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
@@ -212,8 +201,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		Runtimes:        airlock.AgentRuntimes(),
 		Registries:      airlock.ToolRegistries(),
 		Classes:         airlock.SandboxClasses(),
-		Deployments:     ki.Apps().V1().Deployments(),
-		Services:        ki.Core().V1().Services(),
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
 		Jobs:            ki.Batch().V1().Jobs(),
 		Pods:            ki.Core().V1().Pods(),
@@ -223,7 +210,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		f.t.Fatal(err)
 	}
 	c.claimsSynced, c.runtimesSynced, c.registriesSync, c.classesSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
-	c.deploymentsSynced, c.servicesSynced, c.networkPolicySynced = alwaysReady, alwaysReady, alwaysReady
+	c.networkPolicySynced = alwaysReady
 	c.jobsSynced, c.podsSynced = alwaysReady, alwaysReady
 	c.allowedServicesSynced = alwaysReady
 	f.recorder = record.NewFakeRecorder(100)
@@ -251,12 +238,6 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	for _, o := range f.classes {
 		add(airlock.SandboxClasses().Informer(), o)
-	}
-	for _, o := range f.deployments {
-		add(ki.Apps().V1().Deployments().Informer(), o)
-	}
-	for _, o := range f.services {
-		add(ki.Core().V1().Services().Informer(), o)
 	}
 	for _, o := range f.netpols {
 		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
@@ -300,7 +281,7 @@ func (f *fixture) actions() []string {
 	}
 	// The children are written concurrently: order each run of child writes.
 	child := func(s string) bool {
-		for _, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+		for _, r := range []string{" secrets ", " networkpolicies ", " pods "} {
 			if strings.Contains(s, r) && !strings.HasPrefix(s, "delete") {
 				return true
 			}
@@ -324,7 +305,7 @@ func (f *fixture) actions() []string {
 
 // childOrder orders child writes as ensureChildren lists them.
 func childOrder(s string) int {
-	for i, r := range []string{" secrets ", " deployments ", " services ", " networkpolicies "} {
+	for i, r := range []string{" secrets ", " networkpolicies ", " pods "} {
 		if strings.Contains(s, r) {
 			return i
 		}
@@ -465,47 +446,51 @@ func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	c := binding(name, boundAt.Add(-time.Second))
 	c.Status.Phase = airlockv1alpha1.ClaimBound
 	c.Status.BoundAt = ptr.To(metav1.NewTime(boundAt))
+	if c.Status.Frozen != nil {
+		c.Status.Addresses = addresses(testPodIP, c.Status.Frozen)
+	}
 	setCondition(&c.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, boundAt)
 	return c
 }
 
 // withChildren adds the children a sync would have built for claim from its record (the
-// fixture's record for a claim that has none).
-func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim, replicas int32) *fixture {
+// fixture's record for a claim that has none), but its pod (newPod).
+func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim) *fixture {
 	record := claim.Status.Frozen
 	if record == nil {
 		record = testRecord()
 	}
-	d := buildDeployment(claim, record, replicas)
-	useTokenSecret(d, tokenSecretName(claim))
-	f.deployments = append(f.deployments, d)
-	svc := buildService(claim, record)
-	svc.Spec.ClusterIP = testClusterIP // as the API server allocates it
-	f.services = append(f.services, svc)
 	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
 	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
 	return f
 }
 
-// testClusterIP is the ClusterIP of the claims' Services in these tests.
-const testClusterIP = "10.96.0.17"
+// testPodIP is the IP of the claims' ready pods in these tests.
+const testPodIP = "10.244.0.17"
 
 // tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
 func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
 	return claimtoken.ClaimSecretName(claim.Name, testToken)
 }
 
+// newPod returns the pod a sync would have built for claim from its record (the fixture's record
+// for a claim that has none), changed by mutate.
 func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: claim.Name + "-abc12", Namespace: claim.Namespace, Labels: podLabels(claim)},
+	record := claim.Status.Frozen
+	if record == nil {
+		record = testRecord()
 	}
+	pod := buildPod(claim, record)
+	useTokenSecret(pod, tokenSecretName(claim))
 	if mutate != nil {
 		mutate(pod)
 	}
 	return pod
 }
 
-func readyPod(pod *corev1.Pod) {
+// markReady makes the pod Ready, at testPodIP.
+func markReady(pod *corev1.Pod) {
+	pod.Status.PodIP = testPodIP
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 }
 

@@ -1,14 +1,15 @@
 package claim
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,7 +69,7 @@ func TestFreeze(t *testing.T) {
 }
 
 // TestSyncAdmitRecordsWhatItRuns: admission writes the record in the same status write as
-// Binding, and the Deployment is built from it.
+// Binding, and the pod is built from it.
 func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
@@ -90,7 +91,7 @@ func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
 	if got.Status.Frozen.ClassGeneration != 3 {
 		t.Errorf("class generation %d, want 3", got.Status.Frozen.ClassGeneration)
 	}
-	args := f.written("deployments", "").(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+	args := f.written("pods", "").(*corev1.Pod).Spec.Containers[0].Args
 	if !slicesContain(args, "--allowed-tools="+strings.Join(toolnames.All(), ",")) {
 		t.Errorf("sandbox args %q: want the explicit list of every tool", args)
 	}
@@ -107,7 +108,7 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 	tests := map[string]struct {
 		phase  airlockv1alpha1.ClaimPhase
 		mutate func(f *fixture)
-		// wantActions are the writes; a repaired Deployment must carry the recorded pod.
+		// wantActions are the writes; a pod created again must be the recorded one.
 		wantActions []string
 	}{
 		"entry's allowedTools widened after Bound": {
@@ -124,12 +125,12 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 		"registry deleted after Bound": {
 			mutate: func(f *fixture) { f.registries = nil },
 		},
-		"entry removed after Bound, and the Deployment drifted: repaired to the record": {
+		"entry removed after Bound, and the pod drifted: deleted, and created again from the record": {
 			mutate: func(f *fixture) {
 				f.registries[0].Spec.Sandboxes = nil
-				f.deployments[0].Spec.Template.Spec.Containers[0].Args = []string{"sandboxd"}
+				f.pods[0].Spec.Containers[0].Args = []string{"sandboxd"}
 			},
-			wantActions: []string{"update deployments c1"},
+			wantActions: []string{"delete pods c1"},
 		},
 		"class edited after Bound: image, ports, env, allowed Services, startupTimeout": {
 			mutate: func(f *fixture) {
@@ -170,9 +171,11 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 				claim = binding("c1", t0.Add(-time.Minute))
 			}
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 1)
+			f.withChildren(claim)
 			if claim.Status.Phase == airlockv1alpha1.ClaimBound {
-				f.pods = append(f.pods, newPod(claim, readyPod)) // the running sandbox
+				f.pods = append(f.pods, newPod(claim, markReady)) // the running sandbox
+			} else {
+				f.pods = append(f.pods, newPod(claim, nil)) // starting
 			}
 			tc.mutate(f)
 			c := f.newController(ctx)
@@ -180,19 +183,26 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkActions(t, f, tc.wantActions)
-			for _, a := range f.actions() {
-				if a != "update deployments c1" {
-					continue
-				}
-				want := buildDeployment(claim, testRecord(), 1)
-				useTokenSecret(want, tokenSecretName(claim))
-				got := f.written("deployments", "").(*appsv1.Deployment)
-				if diff := cmp.Diff(want.Spec.Template, got.Spec.Template); diff != "" {
-					t.Errorf("repaired template is not the recorded one (-record +written):\n%s", diff)
-				}
-				if args := got.Spec.Template.Spec.Containers[0].Args; !slicesContain(args, "--allowed-tools=Read,Bash") {
-					t.Errorf("repaired args %q lack the recorded --allowed-tools", args)
-				}
+			if !slices.Contains(f.actions(), "delete pods c1") {
+				return
+			}
+			// The deletion is seen: the pod is created again, from the record.
+			f.pods = nil
+			c = f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			want := buildPod(claim, testRecord())
+			useTokenSecret(want, tokenSecretName(claim))
+			got, ok := f.written("pods", "").(*corev1.Pod)
+			if !ok {
+				t.Fatalf("no pod created again; actions %q", f.actions())
+			}
+			if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+				t.Errorf("the pod created again is not the recorded one (-record +written):\n%s", diff)
+			}
+			if args := got.Spec.Containers[0].Args; !slicesContain(args, "--allowed-tools=Read,Bash") {
+				t.Errorf("args %q lack the recorded --allowed-tools", args)
 			}
 		})
 	}
@@ -226,10 +236,10 @@ func TestSyncReplacementGetsCurrentEntryAndClass(t *testing.T) {
 	if r.Image != "example.com/fixed:v2" || r.ClassGeneration != 2 || !cmp.Equal(r.AllowedTools, []airlockv1alpha1.ToolName{"Read", "Grep"}) {
 		t.Errorf("replacement's record: image %s generation %d tools %v; want the current class and entry", r.Image, r.ClassGeneration, r.AllowedTools)
 	}
-	d := f.written("deployments", "").(*appsv1.Deployment)
-	ctr := d.Spec.Template.Spec.Containers[0]
-	if d.Name != "c1-r1" || ctr.Image != "example.com/fixed:v2" || !slicesContain(ctr.Args, "--allowed-tools=Read,Grep") {
-		t.Errorf("replacement's Deployment %s: image %s args %q", d.Name, ctr.Image, ctr.Args)
+	p := f.written("pods", "").(*corev1.Pod)
+	ctr := p.Spec.Containers[0]
+	if p.Name != "c1-r1" || ctr.Image != "example.com/fixed:v2" || !slicesContain(ctr.Args, "--allowed-tools=Read,Grep") {
+		t.Errorf("replacement's pod %s: image %s args %q", p.Name, ctr.Image, ctr.Args)
 	}
 }
 
@@ -272,12 +282,14 @@ func TestSyncClaimsWithoutRecord(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		f := newFixture(t).withDefaults()
 		claim := bound("c1", t0.Add(-time.Minute))
-		f.withChildren(claim, 1)
+		f.withChildren(claim)
 		claim.Status.Frozen = nil
 		f.claims = append(f.claims, claim)
 		f.registries[0].Spec.Sandboxes = nil
-		f.deployments[0].Spec.Template.Spec.Containers[0].Image = "example.com/edited:v1"
-		f.pods = append(f.pods, newPod(claim, readyPod))
+		f.pods = append(f.pods, newPod(claim, func(p *corev1.Pod) {
+			markReady(p)
+			p.Spec.Containers[0].Image = "example.com/edited:v1"
+		}))
 		c := f.newController(ctx)
 		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 			t.Fatal(err)
@@ -298,23 +310,34 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 		wantReason  string
 		wantMessage string
 	}{
-		"a foreign Service holds the claim's name": {
+		"a foreign NetworkPolicy holds the claim's name": {
 			setup: func(f *fixture) {
-				f.services = append(f.services, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
+				f.netpols = append(f.netpols, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: testNamespace}})
 			},
 			wantReason:  ReasonErrResourceExists,
-			wantMessage: `Service "c1" already exists and is not controlled by the claim`,
+			wantMessage: `NetworkPolicy "c1" already exists and is not controlled by the claim`,
 		},
-		"the API server refuses the Deployment": {
+		"the API server refuses the pod": {
 			afterStart: func(c *Controller) {
-				c.children.deployments = &fakeObjectControl[*appsv1.Deployment]{
-					next: c.children.deployments,
-					createErr: apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "c1",
-						field.ErrorList{field.Duplicate(field.NewPath("spec", "template", "spec", "volumes").Index(2).Child("name"), tokenVolumeName)}),
+				c.children.pods = &fakeObjectControl[*corev1.Pod]{
+					next: c.children.pods,
+					createErr: apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "c1",
+						field.ErrorList{field.Duplicate(field.NewPath("spec", "volumes").Index(2).Child("name"), tokenVolumeName)}),
 				}
 			},
 			wantReason:  "Invalid",
 			wantMessage: "Duplicate value",
+		},
+		"the namespace's Pod Security level forbids the pod": {
+			afterStart: func(c *Controller) {
+				c.children.pods = &fakeObjectControl[*corev1.Pod]{
+					next: c.children.pods,
+					createErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "c1",
+						errors.New(`violates PodSecurity "restricted:latest": seLinuxOptions`)),
+				}
+			},
+			wantReason:  "Forbidden",
+			wantMessage: "violates PodSecurity",
 		},
 	}
 	for name, tc := range tests {
@@ -365,7 +388,7 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
 
 // TestSyncAdmitInvalidClass: a class whose volume takes the token volume's name or mount path
-// cannot be built (the API server would refuse the Deployment): the claim is Failed when it is
+// cannot be built (the API server would refuse the pod): the claim is Failed when it is
 // admitted, with a reason that says so, rather than after its startupTimeout.
 func TestSyncAdmitInvalidClass(t *testing.T) {
 	tests := map[string]airlockv1alpha1.SandboxVolume{

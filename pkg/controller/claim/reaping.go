@@ -1,7 +1,7 @@
 package claim
 
-// Reaping: a Binding or Bound claim that is reaped (idle, closed, its pod failed) is scaled to
-// zero, its work synced back, and deleted.
+// Reaping: a Binding or Bound claim that is reaped (idle, closed, its pod failed) has its pod
+// deleted, its work synced back, and is deleted.
 
 import (
 	"context"
@@ -52,14 +52,14 @@ func (c *Controller) beginReaping(ctx context.Context, claim *airlockv1alpha1.Sa
 	return c.syncReaping(ctx, written, rt)
 }
 
-// syncReaping scales the claim's Deployment to zero, waits for its pods to go, runs the
+// syncReaping deletes the claim's pod, waits for its pods to go, runs the
 // sync-back Job when the claim has a targetPath (or the cleanup Job that removes its workspace
 // when it has none: workspace.go), and deletes the claim when its work is saved.
 func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
 	if runtimeGone(rt) {
 		return nil, nil // garbage collection deletes the claim, without sync-back
 	}
-	if err := c.scaleDown(ctx, claim); err != nil {
+	if err := c.stopPods(ctx, claim); err != nil {
 		return nil, err
 	}
 	pods, err := c.claimPods(claim)

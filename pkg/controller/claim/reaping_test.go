@@ -24,12 +24,12 @@ func TestSyncReapRequested(t *testing.T) {
 	}{
 		"bound and in use: reaped now": {
 			claim:       bound("c1", t0.Add(-time.Minute)),
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"binding: reaped now": {
 			claim:       binding("c1", t0.Add(-time.Second)),
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "update deployments c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"queued: deleted, nothing to save": {
@@ -44,12 +44,12 @@ func TestSyncReapRequested(t *testing.T) {
 		// wait on it (202s) until it expires.
 		"failed: deleted, nothing ran to save": {
 			claim:       failed("c1", t0.Add(-time.Minute), ""),
-			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{"delete pods c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"failed and replaced, its replacement still there: deleted": {
 			claim:       failed("c1", t0.Add(-time.Minute), "c1-r1"),
 			others:      []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0.Add(-time.Second))},
-			wantActions: []string{"update deployments c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{"delete pods c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"runtime gone: garbage collection's, no reaping": {
 			claim:       bound("c1", t0.Add(-time.Minute)),
@@ -68,10 +68,11 @@ func TestSyncReapRequested(t *testing.T) {
 			f.claims = append(append(f.claims, claim), tc.others...)
 			switch claim.Status.Phase {
 			case airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimBinding:
-				f.withChildren(claim, 1)
-				f.pods = append(f.pods, newPod(claim, readyPod))
+				f.withChildren(claim)
+				f.pods = append(f.pods, newPod(claim, markReady))
 			case airlockv1alpha1.ClaimFailed:
-				f.withChildren(claim, 1) // a Failed claim's Deployment, not yet at zero
+				f.withChildren(claim)
+				f.pods = append(f.pods, newPod(claim, nil)) // a Failed claim's pod, not yet deleted
 			}
 			c := f.newController(ctx)
 			requeue, err := c.sync(ctx, keyOf(claim))

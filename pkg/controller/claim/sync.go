@@ -75,7 +75,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		case airlockv1alpha1.ClaimFailed:
 			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
 			// save. Deleted now, so that a new acquire of the handle does not wait on it.
-			if err := c.scaleDown(ctx, claim); err != nil {
+			if err := c.stopPods(ctx, claim); err != nil {
 				return nil, err
 			}
 			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)

@@ -49,8 +49,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		wantActions []string
 		wantEvents  []string
 	}{
-		"pods still there: wait": {
-			pods: true,
+		"pod still there: deleted, and waited for": {
+			pods:        true,
+			wantActions: []string{"delete pods c1"},
 		},
 		"job running: wait": {
 			attempt: 1,
@@ -118,7 +119,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := reaping(tc.failures)
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 0)
+			f.withChildren(claim)
 			if tc.pods {
 				f.pods = append(f.pods, newPod(claim, nil))
 			}

@@ -85,7 +85,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	f := newFixture(t).withDefaults()
 	claim := reapingClaim("c1", t0.Add(-2*time.Hour), "projects/demo")
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 0)
+	f.withChildren(claim)
 	c := f.newController(ctx)
 	requeue, err := c.sync(ctx, keyOf(claim))
 	if err != nil {
@@ -101,7 +101,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	// Running: the claim waits for it.
 	f = newFixture(t).withDefaults()
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 0)
+	f.withChildren(claim)
 	f.jobs = append(f.jobs, syncJob(claim, true, ""))
 	c = f.newController(ctx)
 	if requeue, err := c.sync(ctx, keyOf(claim)); err != nil || requeue != nil {
@@ -112,7 +112,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	// Succeeded: saved and removed; the claim is deleted.
 	f = newFixture(t).withDefaults()
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 0)
+	f.withChildren(claim)
 	f.jobs = append(f.jobs, syncJob(claim, true, batchv1.JobComplete))
 	c = f.newController(ctx)
 	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
@@ -150,7 +150,7 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := reapingClaim("c1", t0.Add(-2*time.Hour), "")
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 0)
+			f.withChildren(claim)
 			if tc.job != "-" {
 				f.jobs = append(f.jobs, syncJob(claim, true, tc.job))
 			}
@@ -195,7 +195,7 @@ func TestWorkspaceNotTheOperators(t *testing.T) {
 				claim := reapingClaim("c1", t0.Add(-2*time.Hour), targetPath)
 				claim.Spec.MountRole, claim.Spec.WorkspaceDir = tc.mountRole, tc.workspaceDir
 				f.claims = append(f.claims, claim)
-				f.withChildren(claim, 0)
+				f.withChildren(claim)
 				c := f.newController(ctx)
 				if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 					t.Fatal(err)
@@ -281,7 +281,7 @@ func TestSessionWorkspaceKeptWhileShared(t *testing.T) {
 					}
 					f.claims = append(f.claims, o)
 				}
-				f.withChildren(claim, 0)
+				f.withChildren(claim)
 				c := f.newController(ctx)
 				if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 					t.Fatal(err)
@@ -337,7 +337,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 		f := newFixture(t).withDefaults()
 		for _, c := range claims {
 			f.claims = append(f.claims, c)
-			f.withChildren(c, 0)
+			f.withChildren(c)
 		}
 		f.jobs = append(f.jobs, jobs...)
 		return f, f.newController(ctx)
@@ -449,7 +449,7 @@ func TestSyncBackTurn(t *testing.T) {
 				other.Spec.RuntimeName = "gone"
 			}
 			f.claims = append(f.claims, claim, other)
-			f.withChildren(claim, 0)
+			f.withChildren(claim)
 			if tc.otherJob != "-" {
 				f.jobs = append(f.jobs, syncJob(other, true, tc.otherJob))
 			}
@@ -479,8 +479,8 @@ func TestSyncBackTurnJobNotCachedYet(t *testing.T) {
 	older.CreationTimestamp = metav1.NewTime(t0.Add(-2 * time.Hour))
 	younger := reapingClaim("younger", t0.Add(-time.Hour), "projects/demo")
 	f.claims = append(f.claims, older, younger)
-	f.withChildren(younger, 0)
-	f.withChildren(older, 0)
+	f.withChildren(younger)
+	f.withChildren(older)
 	c := f.newController(ctx)
 	// The younger goes while the older one is still Bound.
 	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
@@ -518,7 +518,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			f := newFixture(t).withDefaults()
 			claim := reapingClaim("c1", t0.Add(-2*time.Hour), targetPath)
 			f.claims = append(f.claims, claim)
-			f.withChildren(claim, 0)
+			f.withChildren(claim)
 			f.jobs = append(f.jobs, syncJob(claim, true, batchv1.JobFailed))
 			c := f.newController(ctx)
 			requeue, err := c.sync(ctx, keyOf(claim))
@@ -544,7 +544,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			counted.Annotations = map[string]string{AnnotationSyncFailures: "1"}
 			f = newFixture(t).withDefaults()
 			f.claims = append(f.claims, counted)
-			f.withChildren(counted, 0)
+			f.withChildren(counted)
 			f.jobs = append(f.jobs, syncJob(counted, true, batchv1.JobFailed))
 			c = f.newController(ctx)
 			f.clock.Step(syncBackoffBase)
@@ -555,7 +555,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 
 			f = newFixture(t).withDefaults()
 			f.claims = append(f.claims, counted)
-			f.withChildren(counted, 0)
+			f.withChildren(counted)
 			c = f.newController(ctx)
 			if _, err := c.sync(ctx, keyOf(counted)); err != nil {
 				t.Fatal(err)
@@ -611,7 +611,7 @@ func TestSyncBackJobNotCreatedNotCounted(t *testing.T) {
 	f := newFixture(t).withDefaults()
 	claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
 	f.claims = append(f.claims, claim)
-	f.withChildren(claim, 0)
+	f.withChildren(claim)
 	c := f.newController(ctx)
 	jobs := &fakeObjectControl[*batchv1.Job]{next: c.children.jobs, createErr: errors.New("the API server is away")}
 	c.children.jobs = jobs
