@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -81,8 +82,11 @@ type operator struct {
 // newOperator builds the operator's parts; nothing runs yet.
 func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	o := &operator{
-		cfg:              cfg,
-		airlockInformers: airlockinformers.NewSharedInformerFactory(cfg.AirlockClient, 0),
+		cfg: cfg,
+		// Managed fields are never read: the caches drop them, as kube-controller-manager's do
+		// (an update without them leaves the server's as they are).
+		airlockInformers: airlockinformers.NewSharedInformerFactoryWithOptions(cfg.AirlockClient, 0,
+			airlockinformers.WithTransform(stripManagedFields)),
 		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 			kubeinformers.WithTransform(claim.StripService)),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
@@ -324,7 +328,17 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 // claim.LabelClaim: the claims' children and sandbox pods.
 func newChildInformers(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
 	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }))
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }),
+		kubeinformers.WithTransform(stripManagedFields))
+}
+
+// stripManagedFields is the transform of the operator's caches: managed fields are never read,
+// and they are a large part of an object that several managers write (a claim's status, a pod's).
+func stripManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a
