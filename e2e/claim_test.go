@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -201,8 +200,10 @@ func startClaimOperatorWithArgs(t *testing.T, ns string, extra ...string) *opera
 	return p
 }
 
-// TestClaimBinds: a claim goes Pending → Binding → Bound with its four children as SPEC section 5
-// says, and its pod is admitted under the namespace's restricted Pod Security level.
+// TestClaimBinds: a claim goes Pending → Binding → Bound with its children as SPEC section 5 says
+// (a pod of its own instead of a Deployment and a Service: docs/decisions.md, "Children: a pod,
+// no Service"), at its pod's IP, and its pod is admitted under the namespace's restricted Pod
+// Security level.
 func TestClaimBinds(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-bind", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	op := startClaimOperator(t, e.ns)
@@ -212,25 +213,20 @@ func TestClaimBinds(t *testing.T) {
 	if bound.Status.BoundAt == nil {
 		t.Error("Bound claim has no boundAt")
 	}
-	svc, err := kubeClient.CoreV1().Services(e.ns).Get(context.Background(), c.Name, metav1.GetOptions{})
+	ctx := context.Background()
+	p, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("the claim's Service: %v", err)
+		t.Fatalf("the claim's pod: %v", err)
 	}
-	wantURL := fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP) // its ClusterIP: docs/decisions.md
-	if len(bound.Status.Addresses) != 1 || bound.Status.Addresses[0].URL != wantURL || bound.Status.Addresses[0].Name != "mcp" {
+	wantURL := fmt.Sprintf("http://%s:8080", p.Status.PodIP) // its pod's IP: docs/decisions.md
+	if p.Status.PodIP == "" || len(bound.Status.Addresses) != 1 || bound.Status.Addresses[0].URL != wantURL || bound.Status.Addresses[0].Name != "mcp" {
 		t.Errorf("addresses %+v, want [{mcp %s}]", bound.Status.Addresses, wantURL)
 	}
-
-	ctx := context.Background()
-	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("deployment: %v", err)
+	checkOwned(t, "Pod", p.ObjectMeta, c)
+	pod := p.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyAlways {
+		t.Errorf("restartPolicy %s, want Always", pod.RestartPolicy)
 	}
-	checkOwned(t, "Deployment", d.ObjectMeta, c)
-	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("deployment replicas %d strategy %s", *d.Spec.Replicas, d.Spec.Strategy.Type)
-	}
-	pod := d.Spec.Template.Spec
 	if !ptr.Deref(pod.SecurityContext.RunAsNonRoot, false) || ptr.Deref(pod.AutomountServiceAccountToken, true) || ptr.Deref(pod.EnableServiceLinks, true) {
 		t.Errorf("pod security: %+v automount %v serviceLinks %v", pod.SecurityContext, pod.AutomountServiceAccountToken, pod.EnableServiceLinks)
 	}
@@ -240,9 +236,13 @@ func TestClaimBinds(t *testing.T) {
 			t.Errorf("sandbox args %q lack %q", args, want)
 		}
 	}
-	checkOwned(t, "Service", svc.ObjectMeta, c)
-	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
-		t.Errorf("service spec %+v", svc.Spec)
+	for _, get := range []func() error{
+		func() error { _, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); return err },
+		func() error { _, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); return err },
+	} {
+		if err := get(); !apierrors.IsNotFound(err) {
+			t.Errorf("a Service or Deployment of the claim: %v, want none", err)
+		}
 	}
 	np, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
 	if err != nil {
@@ -254,8 +254,8 @@ func TestClaimBinds(t *testing.T) {
 	}
 	secret := claimSecret(t, ctx, e.ns, c.Name)
 	checkOwned(t, "Secret", secret.ObjectMeta, c)
-	if mounted := tokenVolumeSecret(d); mounted != secret.Name {
-		t.Errorf("the Deployment mounts Secret %q, want the claim's %q", mounted, secret.Name)
+	if mounted := tokenVolumeSecret(p); mounted != secret.Name {
+		t.Errorf("the pod mounts Secret %q, want the claim's %q", mounted, secret.Name)
 	}
 	if len(secret.Data[claim.TokenKey]) < 40 {
 		t.Errorf("token of %d bytes", len(secret.Data[claim.TokenKey]))
@@ -293,23 +293,31 @@ func TestClaimBinds(t *testing.T) {
 		return ready && rt.Status.Claims.Bound == 1 && rt.Status.ObservedGeneration == rt.Generation, nil
 	})
 
-	// Idempotent: the syncs so far (the claim's own updates, the pod's and the Deployment's
-	// status updates) repaired nothing, since nothing drifted.
-	if log, err := os.ReadFile(op.log); err != nil || strings.Contains(string(log), "Repairing the claim's Deployment") {
-		t.Errorf("the operator rewrote a Deployment that had not drifted (%v)", err)
+	// Idempotent: the syncs so far (the claim's own updates, the pod's status updates) repaired
+	// nothing, since nothing drifted.
+	if log, err := os.ReadFile(op.log); err != nil || strings.Contains(string(log), "does not run what its record says") || strings.Contains(string(log), "Repairing the claim's pod") {
+		t.Errorf("the operator rewrote a pod that had not drifted (%v)", err)
 	}
-	d2, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-	if err != nil {
+	// Drift: a pod made to run another image is deleted and created again from the record, and
+	// the claim is Bound at the new pod; the token is not rotated.
+	p.Spec.Containers[0].Image = "example.com/evil:v1"
+	if _, err := kubeClient.CoreV1().Pods(e.ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Drift is repaired, and the token is not rotated.
-	d2.Spec.Template.Spec.Containers[0].Image = "example.com/evil:v1"
-	if _, err := kubeClient.AppsV1().Deployments(e.ns).Update(ctx, d2, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "the deployment's drift to be repaired", func(ctx context.Context) (bool, error) {
-		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-		return err == nil && d.Spec.Template.Spec.Containers[0].Image == pod.Containers[0].Image, err
+	eventually(t, 60*time.Second, "the drifted pod to be replaced from the record, and the claim Bound at it", func(ctx context.Context) (bool, error) {
+		np, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil || np.UID == p.UID || np.Spec.Containers[0].Image != pod.Containers[0].Image || np.Status.PodIP == "" {
+			return false, err
+		}
+		got, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return got.Status.Phase == airlockv1alpha1.ClaimBound && len(got.Status.Addresses) == 1 &&
+			got.Status.Addresses[0].URL == fmt.Sprintf("http://%s:8080", np.Status.PodIP), nil
 	})
 	secret2 := claimSecret(t, ctx, e.ns, c.Name)
 	if secret2.Name != secret.Name || string(secret2.Data[claim.TokenKey]) != string(secret.Data[claim.TokenKey]) {
@@ -331,9 +339,9 @@ func claimSecret(t *testing.T, ctx context.Context, ns, claimName string) *corev
 	return &list.Items[0]
 }
 
-// tokenVolumeSecret returns the Secret that a claim's Deployment mounts at claim.TokenMountPath.
-func tokenVolumeSecret(d *appsv1.Deployment) string {
-	pod := d.Spec.Template.Spec
+// tokenVolumeSecret returns the Secret that a claim's pod mounts at claim.TokenMountPath.
+func tokenVolumeSecret(p *corev1.Pod) string {
+	pod := p.Spec
 	for _, m := range pod.Containers[0].VolumeMounts {
 		if m.MountPath != claim.TokenMountPath {
 			continue
@@ -413,7 +421,7 @@ func TestClaimQueueAndPromote(t *testing.T) {
 }
 
 // TestClaimFailsUnschedulable: a claim whose pod cannot be scheduled is Failed with reason
-// Unschedulable when the class's startupTimeout passes, and its Deployment is scaled to zero;
+// Unschedulable when the class's startupTimeout passes, and its pod is deleted;
 // closing its session deletes it.
 func TestClaimFailsUnschedulable(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-fail", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
@@ -432,9 +440,12 @@ func TestClaimFailsUnschedulable(t *testing.T) {
 	if failed.Status.Reason != "Unschedulable" || !strings.Contains(failed.Status.Message, "Insufficient cpu") {
 		t.Errorf("failed with %s: %q, want Unschedulable: ...Insufficient cpu...", failed.Status.Reason, failed.Status.Message)
 	}
-	eventually(t, 30*time.Second, "the Deployment scaled to zero", func(ctx context.Context) (bool, error) {
-		d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
-		return err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0, err
+	eventually(t, 30*time.Second, "the failed claim's pod deleted", func(ctx context.Context) (bool, error) {
+		_, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
 	})
 
 	// sessions/close marks it (as the Sandbox API does): a Failed claim is deleted, so that a
@@ -605,7 +616,7 @@ func TestClaimRuntimeDeletion(t *testing.T) {
 	}
 	e.waitGone(t, c.Name, 60*time.Second)
 	eventually(t, 60*time.Second, "the claim's children to be collected", func(ctx context.Context) (bool, error) {
-		d, err := kubeClient.AppsV1().Deployments(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim})
+		d, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim})
 		if err != nil {
 			return false, err
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-dev/airlock/pkg/admission"
@@ -18,11 +18,11 @@ import (
 
 // TestClaimFrozenAgainstRegistryAndClassEdits (issue 11): what a Bound claim runs is frozen at
 // admission. Widening its registry entry's allowedTools, then editing its class and removing the
-// entry, never rewrites its Deployment (with Recreate that would restart the pod under the
-// agent) nor drops --allowed-tools (which sandboxd would read as "every tool"). A claim admitted
-// after the widening gets the new tools; one made after the removal is refused. Each of those
-// later claims is also the witness that the operator has seen the edit before the running
-// claim's Deployment is looked at again.
+// entry, never replaces its pod (that would restart the sandbox under the agent) nor drops
+// --allowed-tools (which sandboxd would read as "every tool"). A claim admitted after the
+// widening gets the new tools; one made after the removal is refused. Each of those later claims
+// is also the witness that the operator has seen the edit before the running claim's pod is
+// looked at again.
 func TestClaimFrozenAgainstRegistryAndClassEdits(t *testing.T) {
 	ctx := context.Background()
 	e := newClaimEnv(t, "airlock-claim-frozen", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
@@ -32,19 +32,19 @@ func TestClaimFrozenAgainstRegistryAndClassEdits(t *testing.T) {
 	if r := running.Status.Frozen; r == nil || !slices.Equal(r.AllowedTools, []airlockv1alpha1.ToolName{"Read", "Bash"}) || r.Image != e2eImage() {
 		t.Fatalf("the Bound claim's record %+v: want allowedTools [Read Bash] and image %s", r, e2eImage())
 	}
-	before := e.deployment(t, running.Name)
+	before := e.pod(t, running.Name)
 	wantArg := "--allowed-tools=Read,Bash"
-	if args := before.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, wantArg) {
+	if args := before.Spec.Containers[0].Args; !slices.Contains(args, wantArg) {
 		t.Fatalf("sandbox args %q lack %q", args, wantArg)
 	}
 	unchanged := func(when string) {
 		t.Helper()
-		d := e.deployment(t, running.Name)
-		if d.Generation != before.Generation || !slices.Equal(d.Spec.Template.Spec.Containers[0].Args, before.Spec.Template.Spec.Containers[0].Args) ||
-			d.Spec.Template.Spec.Containers[0].Image != before.Spec.Template.Spec.Containers[0].Image {
-			t.Errorf("%s: the running claim's Deployment changed: generation %d → %d, args %q → %q, image %s → %s", when,
-				before.Generation, d.Generation, before.Spec.Template.Spec.Containers[0].Args, d.Spec.Template.Spec.Containers[0].Args,
-				before.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.Containers[0].Image)
+		p := e.pod(t, running.Name)
+		if p.UID != before.UID || !slices.Equal(p.Spec.Containers[0].Args, before.Spec.Containers[0].Args) ||
+			p.Spec.Containers[0].Image != before.Spec.Containers[0].Image {
+			t.Errorf("%s: the running claim's pod changed: uid %s → %s, args %q → %q, image %s → %s", when,
+				before.UID, p.UID, before.Spec.Containers[0].Args, p.Spec.Containers[0].Args,
+				before.Spec.Containers[0].Image, p.Spec.Containers[0].Image)
 		}
 		c, err := e.getClaim(ctx, running.Name)
 		if err != nil || c.Status.Phase != airlockv1alpha1.ClaimBound {
@@ -60,7 +60,8 @@ func TestClaimFrozenAgainstRegistryAndClassEdits(t *testing.T) {
 	if r := widened.Status.Frozen; r == nil || !slices.Equal(r.AllowedTools, []airlockv1alpha1.ToolName{"Read", "Bash", "Write"}) {
 		t.Errorf("a claim admitted after the edit has the record %+v, want allowedTools [Read Bash Write]", r)
 	}
-	if args := e.deployment(t, widened.Name).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--allowed-tools=Read,Bash,Write") {
+	widenedPod := e.pod(t, widened.Name)
+	if args := widenedPod.Spec.Containers[0].Args; !slices.Contains(args, "--allowed-tools=Read,Bash,Write") {
 		t.Errorf("a claim admitted after the edit runs with %q", args)
 	}
 	unchanged("after allowedTools was widened")
@@ -82,28 +83,23 @@ func TestClaimFrozenAgainstRegistryAndClassEdits(t *testing.T) {
 		t.Errorf("a claim of the removed entry is Refused with %q, want %s", refused.Status.Reason, admission.ReasonUnknownSandbox)
 	}
 	unchanged("after the class was edited and the entry removed")
-	if args := e.deployment(t, widened.Name).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--allowed-tools=Read,Bash,Write") {
-		t.Errorf("after the entry was removed, the second claim runs with %q", args)
+	if p := e.pod(t, widened.Name); p.UID != widenedPod.UID || !slices.Contains(p.Spec.Containers[0].Args, "--allowed-tools=Read,Bash,Write") {
+		t.Errorf("after the entry was removed, the second claim's pod is %s (was %s) and runs with %q", p.UID, widenedPod.UID, p.Spec.Containers[0].Args)
 	}
-	svc, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, running.Name, metav1.GetOptions{})
-	if err != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
-		t.Errorf("after the class's port changed, the running claim's Service is %+v (%v), want port 8080", svc.Spec.Ports, err)
-	}
-	// Nothing in between rewrote a Deployment either.
-	for _, name := range []string{running.Name, widened.Name} {
-		if d := e.deployment(t, name); d.Generation != 1 {
-			t.Errorf("Deployment %s has generation %d: it was rewritten", name, d.Generation)
-		}
+	c, err := e.getClaim(ctx, running.Name)
+	if err != nil || len(c.Status.Addresses) != 1 || !strings.HasSuffix(c.Status.Addresses[0].URL, ":8080") {
+		t.Errorf("after the class's port changed, the running claim's addresses are %+v (%v), want port 8080", c.Status.Addresses, err)
 	}
 }
 
-func (e *claimEnv) deployment(t *testing.T, name string) *appsv1.Deployment {
+// pod returns the claim's pod.
+func (e *claimEnv) pod(t *testing.T, name string) *corev1.Pod {
 	t.Helper()
-	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	p, err := kubeClient.CoreV1().Pods(e.ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("deployment %s: %v", name, err)
+		t.Fatalf("pod %s: %v", name, err)
 	}
-	return d
+	return p
 }
 
 // updateRegistry changes the namespace's registry, retrying on a conflict.

@@ -158,7 +158,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
 		t.Errorf("acquire answer %+v: want claim %s with the token its sandbox mounts", got, name)
 	}
-	d, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
+	d, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

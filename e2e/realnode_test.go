@@ -649,10 +649,14 @@ func TestRealNodeSandbox(t *testing.T) {
 	if res.Error != "" || netRes.Error != "" {
 		t.Fatalf("runtime errors: %q / %q", res.Error, netRes.Error)
 	}
-	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session through the Service: %.0f ms; MCP protocol %s", res.AcquireMillis, res.Reachable, res.Protocol)
+	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session at the pod's IP: %.0f ms; MCP protocol %s", res.AcquireMillis, res.Reachable, res.Protocol)
 
-	// MCP through the Service, with and without the header.
-	if res.Phase != "Bound" || res.URL != "http://"+serviceIP(t, e.ns, res.Claim)+":8080" {
+	// MCP at the pod's IP (the claim has no Service: docs/decisions.md), with and without the header.
+	sandboxPod, err := kubeClient.CoreV1().Pods(e.ns).Get(context.Background(), res.Claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's pod: %v", err)
+	}
+	if res.Phase != "Bound" || res.URL != "http://"+sandboxPod.Status.PodIP+":8080" {
 		t.Errorf("acquire answered %s at %s", res.Phase, res.URL)
 	}
 	if res.NoHeader != http.StatusUnauthorized || res.BadHeader != http.StatusUnauthorized {
@@ -1170,7 +1174,7 @@ func TestRealNodeCrashLoop(t *testing.T) {
 // by the kubelet, alone, and its claim says why (the Evicted condition names the pod and the
 // kubelet's message, a Warning event): a runaway build does not fill the node's disk. The class
 // limits ephemeral storage to 64Mi; the agent writes 256 MiB into the container's writable layer.
-// The Deployment then starts another pod on the same workspace, and the claim stays usable.
+// The operator then starts another pod on the same workspace, and the claim stays usable.
 func TestRealNodeEphemeralEviction(t *testing.T) {
 	requireRealNode(t)
 	const session, handle = "evict", "codegen/default"
