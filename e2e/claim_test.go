@@ -237,8 +237,14 @@ func TestClaimBinds(t *testing.T) {
 		}
 	}
 	for _, get := range []func() error{
-		func() error { _, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); return err },
-		func() error { _, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); return err },
+		func() error {
+			_, err := kubeClient.CoreV1().Services(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := kubeClient.AppsV1().Deployments(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := get(); !apierrors.IsNotFound(err) {
 			t.Errorf("a Service or Deployment of the claim: %v, want none", err)
