@@ -335,3 +335,29 @@ func TestLegacyDeploymentPod(t *testing.T) {
 		}
 	}
 }
+
+// TestPodAfterItsPolicy: the pod is created only once its Secret and its default-deny
+// NetworkPolicy have been: a sandbox never runs a moment unconfined, nor without its token.
+// (f.actions sorts concurrent child writes; the raw log keeps their order.)
+func TestPodAfterItsPolicy(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]int{}
+	for i, a := range f.log {
+		if a.GetVerb() == "create" {
+			at[a.GetResource().Resource] = i + 1
+		}
+	}
+	if at["pods"] == 0 || at["networkpolicies"] == 0 || at["secrets"] == 0 {
+		t.Fatalf("creates %v, want a pod, a NetworkPolicy and a Secret", at)
+	}
+	if at["pods"] < at["networkpolicies"] || at["pods"] < at["secrets"] {
+		t.Errorf("create order %v: the pod was created before its policy or its Secret", at)
+	}
+}
