@@ -329,7 +329,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 func newChildInformers(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
 	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }),
-		kubeinformers.WithTransform(stripManagedFields))
+		kubeinformers.WithTransform(childTransform))
 }
 
 // stripManagedFields is the transform of the operator's caches: managed fields are never read,
@@ -339,6 +339,15 @@ func stripManagedFields(obj any) (any, error) {
 		accessor.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// childTransform is the transform of the claims' children's caches: sandbox pods are stripped to
+// what the claim controller reads (claim.StripPod), the other children lose their managed fields.
+func childTransform(obj any) (any, error) {
+	if _, ok := obj.(*corev1.Pod); ok {
+		return claim.StripPod(obj)
+	}
+	return stripManagedFields(obj)
 }
 
 // waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -660,5 +661,27 @@ func TestStripManagedFields(t *testing.T) {
 	tombstone := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod}
 	if got, err := stripManagedFields(tombstone); err != nil || got != any(tombstone) {
 		t.Errorf("tombstone: %v, %v; want it unchanged", got, err)
+	}
+}
+
+// TestChildTransform: sandbox pods are stripped to what the claim controller reads; other
+// children only lose their managed fields.
+func TestChildTransform(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": "b"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", WorkingDir: "/w"}}}}
+	got, err := childTransform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := got.(*corev1.Pod); p.Annotations != nil || p.Spec.Containers[0].WorkingDir != "" || p.Spec.Containers[0].Image != "i" {
+		t.Errorf("transformed pod %+v, want it stripped (claim.StripPod)", p)
+	}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "j", Annotations: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
+	got, err = childTransform(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := got.(*batchv1.Job); j.ManagedFields != nil || j.Annotations["a"] != "b" {
+		t.Errorf("transformed Job %+v, want only its managed fields dropped", j.ObjectMeta)
 	}
 }

@@ -184,14 +184,11 @@ func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.Sandb
 		klog.FromContext(ctx).V(2).Info("The claim's pod does not run what its record says; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(live))
 		return ignoreGone(c.children.pods.Delete(ctx, live.Namespace, live.Name, live.UID))
 	}
-	l, labelsChanged := mergeLabels(live.Labels, want.Labels)
-	if !labelsChanged {
+	if _, labelsChanged := mergeLabels(live.Labels, want.Labels); !labelsChanged {
 		return nil
 	}
-	updated := live.DeepCopy()
-	updated.Labels = l
 	klog.FromContext(ctx).V(2).Info("Repairing the claim's pod labels", "claim", klog.KObj(claim))
-	return c.children.pods.Update(ctx, updated)
+	return ignoreGone(c.children.pods.PatchLabels(ctx, live.Namespace, live.Name, live.UID, want.Labels))
 }
 
 // containersMatch says whether the live containers are want's: the same names, images and args.

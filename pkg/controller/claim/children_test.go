@@ -182,7 +182,7 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 		},
 		"pod labels changed: repaired": {
 			mutate:      func(f *fixture) { f.pods[0].Labels[airlockv1alpha1.LabelRuntime] = "other" },
-			wantActions: []string{"update pods c1"},
+			wantActions: []string{"patch pods c1"},
 		},
 		"class changed since the pod was built: the template is kept": {
 			mutate: func(f *fixture) {

@@ -7,6 +7,7 @@ package claim
 
 import (
 	"context"
+	"encoding/json"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -38,9 +39,12 @@ type claimControl interface {
 
 // objectControl writes one kind of a claim's children. Delete is always conditional on the
 // object's UID and leaves the object's own children to garbage collection in the background.
+// PatchLabels sets labels of the object with that UID (a merge patch: for an object whose cached
+// copy is stripped, StripPod, and so cannot be written back whole).
 type objectControl[T metav1.Object] interface {
 	Create(ctx context.Context, obj T) error
 	Update(ctx context.Context, obj T) error
+	PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error
 	Delete(ctx context.Context, namespace, name string, uid types.UID) error
 }
 
@@ -138,6 +142,7 @@ func (r realClaimControl) Delete(ctx context.Context, namespace, name string, pr
 type typedClient[T any] interface {
 	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
@@ -153,6 +158,16 @@ func (r realObjectControl[T]) Create(ctx context.Context, obj T) error {
 
 func (r realObjectControl[T]) Update(ctx context.Context, obj T) error {
 	_, err := r.client(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (r realObjectControl[T]) PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error {
+	// The UID in the patch is a precondition: the API server refuses to change it.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "labels": labels}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	return err
 }
 

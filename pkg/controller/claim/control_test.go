@@ -50,6 +50,14 @@ func (f *fakeObjectControl[T]) Update(ctx context.Context, obj T) error {
 	return f.next.Update(ctx, obj)
 }
 
+func (f *fakeObjectControl[T]) PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error {
+	f.record("patch " + namespace + "/" + name + " " + string(uid))
+	if f.updateErr != nil {
+		return f.updateErr
+	}
+	return f.next.PatchLabels(ctx, namespace, name, uid, labels)
+}
+
 func (f *fakeObjectControl[T]) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
 	f.record("delete " + namespace + "/" + name + " " + string(uid))
 	if f.deleteErr != nil {

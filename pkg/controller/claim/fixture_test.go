@@ -276,6 +276,8 @@ func (f *fixture) actions() []string {
 			name = a.GetName()
 		case core.DeleteAction:
 			name = a.GetName()
+		case core.PatchAction:
+			name = a.GetName()
 		}
 		out = append(out, a.GetVerb()+" "+res+" "+name)
 	}

@@ -1,0 +1,65 @@
+package claim
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StripPod is the transform of the sandbox pod informer: it keeps of a pod only what the claim
+// controller reads (whose pod it is, what it runs, the token Secret it mounts, whether it is
+// ready, at which IP, and why it is not), so that 2,000 cached sandbox pods cost little memory.
+// A stripped pod is never written back: its labels are repaired with a patch
+// (objectControl.PatchLabels). Anything else (a tombstone) passes through.
+func StripPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			CreationTimestamp: pod.CreationTimestamp,
+			DeletionTimestamp: pod.DeletionTimestamp,
+			Labels:            pod.Labels,
+			OwnerReferences:   pod.OwnerReferences,
+		},
+		Status: corev1.PodStatus{
+			Phase:   pod.Status.Phase,
+			Reason:  pod.Status.Reason,
+			Message: pod.Status.Message,
+			PodIP:   pod.Status.PodIP,
+		},
+	}
+	for _, c := range pod.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image, Args: c.Args})
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == tokenVolumeName && v.Secret != nil {
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: v.Secret.SecretName},
+			}})
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+	}
+	out.Status.InitContainerStatuses = stripContainerStatuses(pod.Status.InitContainerStatuses)
+	out.Status.ContainerStatuses = stripContainerStatuses(pod.Status.ContainerStatuses)
+	return out, nil
+}
+
+// stripContainerStatuses keeps a container's name and why it is waiting.
+func stripContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, s := range in {
+		stripped := corev1.ContainerStatus{Name: s.Name}
+		if w := s.State.Waiting; w != nil {
+			stripped.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
+		}
+		out = append(out, stripped)
+	}
+	return out
+}
