@@ -306,6 +306,7 @@ func TestClaimBinds(t *testing.T) {
 	}
 	// Drift: a pod made to run another image is deleted and created again from the record, and
 	// the claim is Bound at the new pod; the token is not rotated.
+	recordImage := p.Spec.Containers[0].Image
 	p.Spec.Containers[0].Image = "example.com/evil:v1"
 	if _, err := kubeClient.CoreV1().Pods(e.ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -315,7 +316,7 @@ func TestClaimBinds(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		if err != nil || np.UID == p.UID || np.Spec.Containers[0].Image != pod.Containers[0].Image || np.Status.PodIP == "" {
+		if err != nil || np.UID == p.UID || np.Spec.Containers[0].Image != recordImage || np.Status.PodIP == "" {
 			return false, err
 		}
 		got, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
