@@ -871,10 +871,10 @@ func TestRealNodeAcquireLatency(t *testing.T) {
 	}
 	t.Logf("acquire to Bound over %d sessions (runtime pod → Sandbox API Service, real pods): p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		n, percentile(res.AcquireMillis, 0.5), percentile(res.AcquireMillis, 0.9), percentile(res.AcquireMillis, 1))
-	t.Logf("Bound to first MCP session through the Service (endpoints reaching kube-proxy): p50 %.0f ms, max %.0f ms",
+	t.Logf("Bound to first MCP session at the pod's IP (ready before Bound): p50 %.0f ms, max %.0f ms",
 		percentile(res.ReachableMillis, 0.5), percentile(res.ReachableMillis, 1))
 	t.Logf("first tool call (Bash echo) after connecting: p50 %.1f ms", percentile(res.FirstCallMillis, 0.5))
-	t.Logf("tool-call round trip (Read, streamable HTTP through the sandbox's Service) over %d calls: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms",
+	t.Logf("tool-call round trip (Read, streamable HTTP to the sandbox pod) over %d calls: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms",
 		len(res.RoundTripMillis), percentile(res.RoundTripMillis, 0.5), percentile(res.RoundTripMillis, 0.9), percentile(res.RoundTripMillis, 0.99))
 }
 
