@@ -71,6 +71,9 @@ type Controller struct {
 	// legacyDeployments removes the Deployments an earlier version built (children.go).
 	legacyDeployments legacyDeploymentControl
 	podEvents         podEvents
+	// statusWrites are the claims whose status this controller wrote and the cache has not shown
+	// since (statuswrites.go).
+	statusWrites statusWrites
 	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
 	podsChecked sync.Map
 
@@ -461,6 +464,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	logger.V(4).Info("Claim deleted", "claim", klog.KObj(claim))
 	c.expectations.observe(claim.Namespace, claim.Name, nil)
 	c.childExpect.forget(claim.UID)
+	c.statusWrites.forget(claim.UID)
 	c.enqueueWaiting(claim.Namespace)
 	c.syncJobsStarted.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
 	if leftSyncLine(claim, nil) {

@@ -151,6 +151,7 @@ func (c *Controller) updateClaimStatus(ctx context.Context, old, updated *airloc
 	if err != nil {
 		return nil, err
 	}
+	c.statusWrites.wrote(old)
 	if old.Status.Phase != written.Status.Phase {
 		klog.FromContext(ctx).V(2).Info("Claim phase changed", "claim", klog.KObj(written),
 			"from", old.Status.Phase, "to", written.Status.Phase, "reason", written.Status.Reason)

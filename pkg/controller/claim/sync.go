@@ -60,6 +60,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if claim.DeletionTimestamp != nil {
 		return nil, nil // garbage collection removes the children
 	}
+	if c.statusWrites.stale(claim) {
+		// The cache has not seen the status this controller wrote a moment ago: a sync over it
+		// would write again from the same resourceVersion and be refused (409). The update
+		// event of that write enqueues the claim.
+		logger.V(4).Info("The cache has not seen the claim's last status write yet", "claim", klog.KObj(claim))
+		return nil, nil
+	}
 	rt, err := c.runtime(claim)
 	if err != nil {
 		return nil, err

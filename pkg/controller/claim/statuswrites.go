@@ -1,0 +1,45 @@
+package claim
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// statusWrites remembers, per claim (by UID), the resourceVersion its last status write by this
+// controller was based on, until the cache shows the claim at another one. A claim is synced
+// again by events that can come before the update event of that write (its pod turning ready, a
+// child's add): a sync then would read the claim as it was before the write, decide the same
+// write again from the same resourceVersion, and be refused with a conflict (make bench counted
+// 54–66 of those for 200 claims at 20–40 claims a second). Such a sync is skipped instead; the
+// write's own update event brings the claim back. No timeout is needed: the watch delivers that
+// update (or a relist replaces the cached claim), and a deletion forgets the claim.
+type statusWrites struct {
+	m sync.Map // types.UID → resourceVersion (string) the write was based on
+}
+
+// wrote records a successful status write based on old.
+func (w *statusWrites) wrote(old *airlockv1alpha1.SandboxClaim) {
+	w.m.Store(old.UID, old.ResourceVersion)
+}
+
+// stale says whether the cached claim is still the one a status write of this controller was
+// based on; once the cache shows it at another resourceVersion, the record is dropped.
+func (w *statusWrites) stale(cached *airlockv1alpha1.SandboxClaim) bool {
+	rv, ok := w.m.Load(cached.UID)
+	if !ok {
+		return false
+	}
+	if rv.(string) == cached.ResourceVersion {
+		return true
+	}
+	w.m.CompareAndDelete(cached.UID, rv)
+	return false
+}
+
+// forget drops the claim's record (it was deleted).
+func (w *statusWrites) forget(uid types.UID) {
+	w.m.Delete(uid)
+}

@@ -1,0 +1,59 @@
+package claim
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// TestSyncWaitsForItsOwnStatusWrite: a claim synced again before the cache shows the status the
+// controller just wrote (its pod's event came first) is left alone, rather than written again
+// from the same resourceVersion (a conflict at the API server); once the cache shows the write,
+// it is synced as usual.
+func TestSyncWaitsForItsOwnStatusWrite(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0.Add(-time.Minute))
+	claim.ResourceVersion = "7"
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.pods = append(f.pods, newPod(claim, markReady))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	written := f.writtenClaimNamed("c1")
+
+	// The pod's next event brings the claim on again; the cache still has it Binding at 7.
+	f.log = nil
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+
+	// The cache shows the write: synced as usual (Bound, nothing to write), and the claim is no
+	// longer held back.
+	written.ResourceVersion = "8"
+	f.cacheClaim(t, c, written)
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+	if written.Status.Phase != airlockv1alpha1.ClaimBound || c.statusWrites.stale(written) {
+		t.Errorf("phase %s, held back %v: want Bound and synced", written.Status.Phase, c.statusWrites.stale(written))
+	}
+	// A later change of the pod is acted on (the claim is not held back any more).
+	f.log = nil
+	if err := f.podInformer.GetIndexer().Update(newPod(written, func(p *corev1.Pod) {})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1"}) // Ready False: PodNotReady
+}
