@@ -72,6 +72,7 @@ type fixture struct {
 	// others are its child and pod informers, for tests that fill their stores as events would.
 	claimInformer               cache.SharedIndexInformer
 	netpolInformer, podInformer cache.SharedIndexInformer
+	jobInformer                 cache.SharedIndexInformer
 
 	// log is both clients' actions, in order.
 	log []core.Action
@@ -196,6 +197,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	f.claimInformer = airlock.SandboxClaims().Informer()
 	f.netpolInformer = ki.Networking().V1().NetworkPolicies().Informer()
 	f.podInformer = ki.Core().V1().Pods().Informer()
+	f.jobInformer = ki.Batch().V1().Jobs().Informer()
 	c, err := newControllerWithClock(ctx, f.kubeClient, f.airlockClient, Informers{
 		Claims:          airlock.SandboxClaims(),
 		Runtimes:        airlock.AgentRuntimes(),

@@ -111,6 +111,7 @@ func (c *Controller) delete(ctx context.Context, claim *airlockv1alpha1.SandboxC
 	if err != nil {
 		return err
 	}
+	c.statusWrites.deleted(claim.UID)
 	c.recorder.Eventf(claim, corev1.EventTypeNormal, reason, MessageDeleted, reason)
 	return nil
 }

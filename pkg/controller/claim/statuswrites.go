@@ -9,15 +9,29 @@ import (
 )
 
 // statusWrites remembers, per claim (by UID), the resourceVersion its last status write by this
-// controller was based on, until the cache shows the claim at another one. A claim is synced
+// controller was based on, until the cache shows the claim at another one; and the claims this
+// controller deleted, until the cache shows them gone. A claim is synced
 // again by events that can come before the update event of that write (its pod turning ready, a
 // child's add): a sync then would read the claim as it was before the write, decide the same
 // write again from the same resourceVersion, and be refused with a conflict (make bench counted
 // 54–66 of those for 200 claims at 20–40 claims a second). Such a sync is skipped instead; the
 // write's own update event brings the claim back. No timeout is needed: the watch delivers that
 // update (or a relist replaces the cached claim), and a deletion forgets the claim.
+//
+// A claim deleted by this controller is skipped likewise until the cache shows it gone: its
+// children go by garbage collection, and a sync-back Job's deletion seen before the claim's
+// would have a sync over the cached, still Reaping claim create its Job again (seen once by
+// TestClaimSyncBackOneAtATime: two Jobs into one target at once).
 type statusWrites struct {
-	m sync.Map // types.UID → resourceVersion (string) the write was based on
+	m sync.Map // types.UID → resourceVersion (string) the write was based on, or deletedMark
+}
+
+// deletedMark marks a claim deleted by this controller: every cached version of it is stale.
+const deletedMark = "\x00deleted"
+
+// deleted records a successful deletion of the claim.
+func (w *statusWrites) deleted(uid types.UID) {
+	w.m.Store(uid, deletedMark)
 }
 
 // wrote records a successful status write based on old.
@@ -32,7 +46,7 @@ func (w *statusWrites) stale(cached *airlockv1alpha1.SandboxClaim) bool {
 	if !ok {
 		return false
 	}
-	if rv.(string) == cached.ResourceVersion {
+	if rv.(string) == cached.ResourceVersion || rv.(string) == deletedMark {
 		return true
 	}
 	w.m.CompareAndDelete(cached.UID, rv)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
 
@@ -56,4 +57,35 @@ func TestSyncWaitsForItsOwnStatusWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status c1"}) // Ready False: PodNotReady
+}
+
+// TestSyncAfterItsOwnDeletion: a claim this controller deleted (its work synced back) is left
+// alone until the cache shows it gone: a sync over the cached claim, still Reaping, whose
+// sync-back Job garbage collection has already removed, would otherwise start that Job again.
+func TestSyncAfterItsOwnDeletion(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.jobs = append(f.jobs, syncJob(claim, true, batchv1.JobComplete))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"})
+
+	// The cache shows the status write (the claim still Reaping), then garbage collection
+	// removes the Job: the Job's deletion event comes before the claim's.
+	written := f.writtenClaimNamed("c1")
+	written.ResourceVersion = "8"
+	f.cacheClaim(t, c, written)
+	f.log = nil
+	if err := f.jobInformer.GetIndexer().Delete(f.jobs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, keyOf(written)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
 }
