@@ -66,9 +66,9 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 	}
 	return &OperatorOptions{
 		namespace: leaseNamespace,
-		// Each claim costs the kube client four creates (Secret, Deployment, Service,
-		// NetworkPolicy) and the airlock client two status writes: 40 claims a second need 160
-		// requests a second of one limiter (docs/decisions.md, "Client rate limits").
+		// Each claim costs the kube client three creates (Secret, NetworkPolicy, pod) and the
+		// airlock client two status writes: 40 claims a second need 120 requests a second of one
+		// limiter (docs/decisions.md, "Client rate limits").
 		KubeClient: &KubeClientOptions{QPS: 200, Burst: 400},
 		LeaderElection: &LeaderElectionOptions{LeaderElectionConfiguration: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
@@ -189,6 +189,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		TLSSANs:                o.SandboxAPI.TLSSANs,
 		TokenAudiences:         o.SandboxAPI.TokenAudiences,
 		MetricsBindAddress:     o.Serving.MetricsBindAddress,
+		Profiling:              o.Serving.Profiling,
 		HealthProbeBindAddress: o.Serving.HealthProbeBindAddress,
 		ShutdownTimeout:        shutdownTimeout,
 		APIServerTimeout:       apiServerTimeout,
@@ -411,11 +412,13 @@ func (o *SandboxAPIOptions) Validate() []error {
 type ServingOptions struct {
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	Profiling              bool
 }
 
 func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics (not on the Sandbox API's address either).`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (net/http/pprof, /debug/pprof/) on the metrics address too. Off by default: they are unauthenticated; open the metrics port to nobody else while they are on.")
 }
 
 func (o *ServingOptions) Validate() []error {

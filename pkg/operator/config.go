@@ -71,6 +71,8 @@ type Config struct {
 	TLSSANs []string
 	// MetricsBindAddress is where /metrics listens (host:port), or DisabledBindAddress.
 	MetricsBindAddress string
+	// Profiling serves net/http/pprof's /debug/pprof/ on the metrics address too.
+	Profiling bool
 	// HealthProbeBindAddress is where /healthz and /readyz listen (host:port).
 	HealthProbeBindAddress string
 	// ShutdownTimeout bounds the wait for in-flight HTTP requests on shutdown.

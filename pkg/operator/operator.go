@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -138,6 +139,13 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 	if metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics)
+		if cfg.Profiling {
+			mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+			mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		}
 		o.servers = append(o.servers, newHTTPServer("metrics", "--metrics-bind-address", cfg.MetricsBindAddress, mux, nil, servingCtx))
 	}
 	return o, nil

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -423,6 +424,33 @@ func TestMetricsServeWorkqueueMetrics(t *testing.T) {
 	cancel()
 	if err := waitForResult(t, done); err != nil {
 		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+// TestProfiling: Go's profiles are served on the metrics address with Profiling, and not
+// without it.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("profiling=", on), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			kube, airlock := newFakes()
+			cfg := newTestConfig(kube, airlock)
+			cfg.Profiling = on
+			o, done := startOperator(t, ctx, cfg)
+			status, body := get(t, http.DefaultClient, serverURL(t, o, "metrics")+"/debug/pprof/heap?debug=1")
+			if on && (status != http.StatusOK || !strings.Contains(body, "heap profile")) {
+				t.Errorf("/debug/pprof/heap with profiling: %d, want 200 with a heap profile", status)
+			}
+			if !on && status != http.StatusNotFound {
+				t.Errorf("/debug/pprof/heap without profiling: %d, want 404", status)
+			}
+			cancel()
+			if err := waitForResult(t, done); err != nil {
+				t.Errorf("run after cancel: %v", err)
+			}
+		})
 	}
 }
 
