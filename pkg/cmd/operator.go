@@ -21,6 +21,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	componentbaseconfig "k8s.io/component-base/config"
 	componentbaseoptions "k8s.io/component-base/config/options"
+	"k8s.io/klog/v2"
 
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
@@ -216,6 +217,7 @@ the replica that holds the leader lease also runs the controllers.`,
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			operator.TuneGC(klog.FromContext(ctx), os.Getenv)
 			return operator.Run(ctx, cfg)
 		},
 	}
