@@ -165,3 +165,107 @@ var cmpIgnoreMessage = cmp.Transformer("noMessage", func(c metav1.Condition) met
 	c.Message = ""
 	return c
 })
+
+// TestStatusWritesCoalesced: a runtime's status is written at most once per claimBatchPeriod,
+// never over a cached runtime that does not show the last write yet (a conflict at the API
+// server), and the runtime's own status-only updates do not bring it back.
+func TestStatusWritesCoalesced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	rt := runtimeObj()
+	rt.ResourceVersion = "10"
+	client := airlockfake.NewClientset(rt)
+	factory := airlockinformers.NewSharedInformerFactory(client, 0)
+	a := factory.Airlock().V1alpha1()
+	clk := clocktesting.NewFakeClock(t0)
+	c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.queue.ShutDown()
+	add := func(i cache.SharedIndexInformer, o any) {
+		if err := i.GetIndexer().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(a.AgentRuntimes().Informer(), rt)
+	add(a.ToolRegistries().Informer(), registryObj(airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen"}))
+	add(a.SandboxClasses().Informer(), &airlockv1alpha1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: "codegen"}})
+	writes := func() int {
+		n := 0
+		for _, act := range client.Actions() {
+			if act.GetVerb() == "update" && act.GetSubresource() == "status" {
+				n++
+			}
+		}
+		return n
+	}
+	key := cache.MetaObjectToName(rt)
+	if err := c.sync(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes(); n != 1 {
+		t.Fatalf("%d status writes, want 1", n)
+	}
+
+	// A claim changes a moment later: not written again within the period, looked at after it.
+	add(a.SandboxClaims().Informer(), claimObj("a", "agent", airlockv1alpha1.ClaimBound))
+	clk.Step(claimBatchPeriod / 2)
+	if err := c.sync(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes(); n != 1 {
+		t.Errorf("%d status writes within the period, want 1", n)
+	}
+	// After the period, but the cache does not show the first write yet: still not written.
+	clk.Step(claimBatchPeriod)
+	if err := c.sync(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes(); n != 1 {
+		t.Errorf("%d status writes over a cache without the last write, want 1", n)
+	}
+	// The cache shows the write (a status-only update: not enqueued by the handler); then the
+	// claim's change is written.
+	written, err := client.AirlockV1alpha1().AgentRuntimes("ns").Get(ctx, "agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written.ResourceVersion = "11"
+	if err := a.AgentRuntimes().Informer().GetIndexer().Update(written); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes(); n != 2 {
+		t.Errorf("%d status writes, want 2 once the cache shows the first", n)
+	}
+	if c.queue.Len() != 0 {
+		t.Errorf("queue holds %d runtimes before any delay passed, want none", c.queue.Len())
+	}
+}
+
+// TestNotOnlyStatus: the runtime handler ignores a status-only change (this controller's own
+// write) and enqueues a change of the spec, labels or deletion.
+func TestNotOnlyStatus(t *testing.T) {
+	old := runtimeObj()
+	old.ResourceVersion = "1"
+	for name, tc := range map[string]struct {
+		change func(*airlockv1alpha1.AgentRuntime)
+		want   bool
+	}{
+		"status only": {change: func(rt *airlockv1alpha1.AgentRuntime) { rt.Status.Claims.Bound = 3 }},
+		"spec":        {change: func(rt *airlockv1alpha1.AgentRuntime) { rt.Spec.Sandbox.Enabled = false; rt.Generation++ }, want: true},
+		"labels":      {change: func(rt *airlockv1alpha1.AgentRuntime) { rt.Labels = map[string]string{"a": "b"} }, want: true},
+		"deletion": {change: func(rt *airlockv1alpha1.AgentRuntime) {
+			rt.DeletionTimestamp = &metav1.Time{Time: t0}
+		}, want: true},
+	} {
+		cur := old.DeepCopy()
+		cur.ResourceVersion = "2"
+		tc.change(cur)
+		if got := notOnlyStatus(old, cur); got != tc.want {
+			t.Errorf("%s: notOnlyStatus %v, want %v", name, got, tc.want)
+		}
+	}
+}

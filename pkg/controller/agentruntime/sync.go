@@ -27,7 +27,9 @@ const (
 	ReasonMountRoleNotFound = "MountRoleNotFound"
 )
 
-// sync writes the runtime's status: Ready, claim counts, observedGeneration.
+// sync writes the runtime's status: Ready, claim counts, observedGeneration. It writes at most
+// once per claimBatchPeriod per runtime, and never over a cached runtime that does not show its
+// last write yet (the write would be refused with a conflict): it looks again a period later.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	rt, err := c.runtimeLister.AgentRuntimes(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -35,6 +37,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	if err != nil {
 		return err
+	}
+	c.writesMu.Lock()
+	last, wrote := c.writes[key]
+	c.writesMu.Unlock()
+	if wrote {
+		if wait := claimBatchPeriod - c.clock.Since(last.at); wait > 0 || rt.ResourceVersion == last.basedOn {
+			c.queue.AddAfter(key, max(wait, claimBatchPeriod/10))
+			return nil
+		}
 	}
 	status, reason, message, err := c.resolve(rt)
 	if err != nil {
@@ -55,8 +66,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return nil
 	}
 	klog.FromContext(ctx).V(4).Info("Updating runtime status", "runtime", klog.KObj(rt), "ready", status, "reason", reason)
-	_, err = c.airlockClient.AirlockV1alpha1().AgentRuntimes(rt.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
+	if _, err := c.airlockClient.AirlockV1alpha1().AgentRuntimes(rt.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return err
+	}
+	c.writesMu.Lock()
+	c.writes[key] = statusWrite{basedOn: rt.ResourceVersion, at: c.clock.Now()}
+	c.writesMu.Unlock()
+	return nil
 }
 
 // resolve says whether the runtime's registry, the registry's classes and its mount roles resolve.
