@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -43,6 +44,13 @@ type authenticator struct {
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]reviewResult
+	// inflight shares one TokenReview among the requests that miss the cache for the same
+	// token at once: a burst of acquires from one runtime (60 at once in make bench) made one
+	// review each until the first answer was cached.
+	inflight singleflight.Group
+	// joined, when set (tests), is called once a request waits on a review, its own or one
+	// already in flight.
+	joined func()
 }
 
 // reviewResult is one cached review: the ServiceAccount, or ok false for a rejected token.
@@ -84,30 +92,47 @@ func (a *authenticator) review(ctx context.Context, token string) (caller, error
 		return a.result(r)
 	}
 
-	// Bounded: while the API server is away the caller gets a 503 it can retry, not a request
+	// One review for every request that misses the cache with this token now. It is not tied to
+	// the first request's context (that client may go away while the others wait), and it is
+	// bounded: while the API server is away the callers get a 503 they can retry, not a request
 	// that hangs until the API server returns.
-	reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	review, err := a.client.AuthenticationV1().TokenReviews().Create(reviewCtx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		// Not cached: the next request reviews again.
-		klog.FromContext(ctx).Error(err, "TokenReview failed")
+	ch := a.inflight.DoChan(string(key[:]), func() (any, error) {
+		reviewCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		review, err := a.client.AuthenticationV1().TokenReviews().Create(reviewCtx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			// Not cached: the next request reviews again.
+			klog.FromContext(ctx).Error(err, "TokenReview failed")
+			return nil, err
+		}
+		r := a.judge(review)
+		ttl := negativeTTL
+		if r.ok {
+			ttl = positiveTTL
+		}
+		now := a.clock.Now()
+		r.expires = now.Add(ttl)
+		a.store(key, r, now)
+		if !r.ok {
+			// Log the token's hash prefix, never the token, so that repeated failures can be told apart.
+			klog.FromContext(ctx).V(2).Info("Token rejected", "tokenHash", fmt.Sprintf("%x", key[:6]), "error", review.Status.Error)
+		}
+		return r, nil
+	})
+	if a.joined != nil {
+		a.joined()
+	}
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return caller{}, errorf(http.StatusServiceUnavailable, client.CodeUnavailable, "cannot review the token now: try again")
+		}
+		return a.result(res.Val.(reviewResult))
+	case <-ctx.Done():
 		return caller{}, errorf(http.StatusServiceUnavailable, client.CodeUnavailable, "cannot review the token now: try again")
 	}
-	r = a.judge(review)
-	ttl := negativeTTL
-	if r.ok {
-		ttl = positiveTTL
-	}
-	r.expires = now.Add(ttl)
-	a.store(key, r, now)
-	if !r.ok {
-		// Log the token's hash prefix, never the token, so that repeated failures can be told apart.
-		klog.FromContext(ctx).V(2).Info("Token rejected", "tokenHash", fmt.Sprintf("%x", key[:6]), "error", review.Status.Error)
-	}
-	return a.result(r)
 }
 
 // judge turns a TokenReview's answer into a result: authenticated, for one of the audiences

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,6 +182,37 @@ func TestAuthenticationCache(t *testing.T) {
 				t.Fatal("the cache holds a token")
 			}
 		}
+	}
+}
+
+// TestAuthenticationSharedReview: requests that miss the cache with the same token at once share
+// one TokenReview (a burst of acquires from one runtime), and each gets its answer.
+func TestAuthenticationSharedReview(t *testing.T) {
+	f := newFixture(t, baseObjects()...)
+	const n = 8
+	release := make(chan struct{})
+	f.kube.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release // the API server answers once every request waits on a review
+		return false, nil, nil
+	})
+	var waiting sync.WaitGroup
+	waiting.Add(n)
+	f.server.authn.joined = waiting.Done
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			codes <- f.do("/v1/sandboxes/renew", tokenAgent, client.RenewRequest{Namespace: testNS, Runtime: testRuntime, Session: testSession, Handle: testHandle}).Code
+		}()
+	}
+	waiting.Wait()
+	close(release)
+	for range n {
+		if code := <-codes; code != http.StatusNotFound {
+			t.Errorf("renew: %d, want 404 (authenticated; no claim)", code)
+		}
+	}
+	if got := f.reviewCount(); got != 1 {
+		t.Errorf("%d reviews for %d requests at once with one token, want 1", got, n)
 	}
 }
 
