@@ -45,7 +45,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The airlock binary the run built (airlockBinary) goes with the run: each run used to leave
+	// its ~40 MB copy in the temp dir.
+	if airlockBin != "" {
+		_ = os.RemoveAll(filepath.Dir(airlockBin))
+	}
+	os.Exit(code)
 }
 
 func setup() error {
