@@ -40,7 +40,7 @@ func TestStripPod(t *testing.T) {
 		t.Errorf("stripped pod keeps what is never read: %+v", pod)
 	}
 	// What the controller reads of it is the same.
-	if readyPod([]*corev1.Pod{pod}) != nil || podEnded(pod) != podEnded(whole) || !metav1.IsControlledBy(pod, claim) ||
+	if podEnded(pod) != podEnded(whole) || !metav1.IsControlledBy(pod, claim) ||
 		pod.Labels[LabelClaimUID] != string(claim.UID) || pod.DeletionTimestamp == nil || pod.UID != "uid-pod" || pod.ResourceVersion != "42" {
 		t.Errorf("stripped pod %+v differs where the controller reads it", pod.ObjectMeta)
 	}
