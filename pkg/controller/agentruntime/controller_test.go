@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -166,9 +167,22 @@ var cmpIgnoreMessage = cmp.Transformer("noMessage", func(c metav1.Condition) met
 	return c
 })
 
-// TestStatusWritesCoalesced: a runtime's status is written at most once per claimBatchPeriod,
-// never over a cached runtime that does not show the last write yet (a conflict at the API
-// server), and the runtime's own status-only updates do not bring it back.
+// recordingQueue records what is added to it, at once, instead of queueing it.
+type recordingQueue struct {
+	workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	adds   []cache.ObjectName
+	afters []time.Duration
+}
+
+func (q *recordingQueue) Add(key cache.ObjectName) { q.adds = append(q.adds, key) }
+func (q *recordingQueue) AddAfter(_ cache.ObjectName, d time.Duration) {
+	q.afters = append(q.afters, d)
+}
+
+// TestStatusWritesCoalesced: a runtime's status is written at most once per claimBatchPeriod (a
+// sync within it is put off to its end), never over a cached runtime that does not show the last
+// write yet (a conflict at the API server): that sync waits, without a timer, for the update event
+// of the write, which then brings it back.
 func TestStatusWritesCoalesced(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	rt := runtimeObj()
@@ -181,7 +195,9 @@ func TestStatusWritesCoalesced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.queue.ShutDown()
+	c.queue.ShutDown()
+	queue := &recordingQueue{TypedRateLimitingInterface: c.queue}
+	c.queue = queue
 	add := func(i cache.SharedIndexInformer, o any) {
 		if err := i.GetIndexer().Add(o); err != nil {
 			t.Fatal(err)
@@ -216,6 +232,9 @@ func TestStatusWritesCoalesced(t *testing.T) {
 	if n := writes(); n != 1 {
 		t.Errorf("%d status writes within the period, want 1", n)
 	}
+	if len(queue.afters) != 1 || queue.afters[0] != claimBatchPeriod/2 {
+		t.Errorf("put off by %v, want once by the rest of the period (%v)", queue.afters, claimBatchPeriod/2)
+	}
 	// After the period, but the cache does not show the first write yet: still not written.
 	clk.Step(claimBatchPeriod)
 	if err := c.sync(ctx, key); err != nil {
@@ -224,6 +243,9 @@ func TestStatusWritesCoalesced(t *testing.T) {
 	if n := writes(); n != 1 {
 		t.Errorf("%d status writes over a cache without the last write, want 1", n)
 	}
+	if len(queue.afters) != 1 || len(queue.adds) != 0 {
+		t.Errorf("after a sync over a cache without the last write: AddAfter %v, Add %v; want no timer, the update event instead", queue.afters, queue.adds)
+	}
 	// The cache shows the write (a status-only update: not enqueued by the handler); then the
 	// claim's change is written.
 	written, err := client.AirlockV1alpha1().AgentRuntimes("ns").Get(ctx, "agent", metav1.GetOptions{})
@@ -231,8 +253,20 @@ func TestStatusWritesCoalesced(t *testing.T) {
 		t.Fatal(err)
 	}
 	written.ResourceVersion = "11"
+	stale, err := a.AgentRuntimes().Lister().AgentRuntimes("ns").Get("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := a.AgentRuntimes().Informer().GetIndexer().Update(written); err != nil {
 		t.Fatal(err)
+	}
+	c.updateRuntime(stale, written)
+	if len(queue.adds) != 1 || queue.adds[0] != key {
+		t.Errorf("the update event of the write enqueued %v, want [%v]", queue.adds, key)
+	}
+	c.updateRuntime(stale, written) // seen once: not enqueued again
+	if len(queue.adds) != 1 {
+		t.Errorf("enqueued %d times by the same write's events, want once", len(queue.adds))
 	}
 	if err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,8 +29,9 @@ const (
 )
 
 // sync writes the runtime's status: Ready, claim counts, observedGeneration. It writes at most
-// once per claimBatchPeriod per runtime, and never over a cached runtime that does not show its
-// last write yet (the write would be refused with a conflict): it looks again a period later.
+// once per claimBatchPeriod per runtime (a sync within the period is put off to its end), and
+// never over a cached runtime that does not show its last write yet (the write would be refused
+// with a conflict): that sync waits for the runtime's update event (updateRuntime).
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	rt, err := c.runtimeLister.AgentRuntimes(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -40,12 +42,22 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	c.writesMu.Lock()
 	last, wrote := c.writes[key]
-	c.writesMu.Unlock()
+	var wait time.Duration
 	if wrote {
-		if wait := claimBatchPeriod - c.clock.Since(last.at); wait > 0 || rt.ResourceVersion == last.basedOn {
-			c.queue.AddAfter(key, max(wait, claimBatchPeriod/10))
-			return nil
-		}
+		wait = claimBatchPeriod - c.clock.Since(last.at)
+	}
+	stale := wrote && rt.ResourceVersion == last.basedOn
+	if stale && wait <= 0 {
+		last.deferred = true
+		c.writes[key] = last
+	}
+	c.writesMu.Unlock()
+	if wait > 0 {
+		c.queue.AddAfter(key, wait)
+		return nil
+	}
+	if stale {
+		return nil // the cache has not shown the last write: its update event brings it back
 	}
 	status, reason, message, err := c.resolve(rt)
 	if err != nil {
