@@ -84,8 +84,9 @@ rules:
 EOF
 
 # The bench plane only: 10 Nodes big enough for every sandbox of the scale runs (100m CPU, 256Mi
-# each), kube-controller-manager's client QPS raised so that the Deployment → ReplicaSet → Pod
-# chain is not held by its rate limiter; the scheduler's is already 1000 (hack/local-cluster/
+# each), kube-controller-manager's client QPS raised so that its garbage collection of deleted
+# claims' children is not held by its rate limiter (claims no longer have a Deployment: it writes
+# nothing on the way to Bound); the scheduler's is already 1000 (hack/local-cluster/
 # kube-scheduler.yaml).
 export AIRLOCK_CLUSTER_DIR=$STATE AIRLOCK_CLUSTER_NODES=10 AIRLOCK_CLUSTER_NODE_CPU=1000 \
   AIRLOCK_CLUSTER_NODE_MEMORY=4Ti AIRLOCK_CLUSTER_NODE_PODS=1000 AIRLOCK_CLUSTER_TIMEOUT=$TIMEOUT
