@@ -32,6 +32,10 @@ import (
 // every claim of one session and handle shares.
 const SessionsDir = "sessions"
 
+// WarmDir is the directory, inside a namespace's sandboxes directory, of the workspaces of warm
+// members (a claim that adopts one works in it).
+const WarmDir = "warm"
+
 // removingInfix marks a workspace being removed: ".<name>" + removingInfix + "<random>".
 const removingInfix = ".airlock-removing-"
 
@@ -51,10 +55,10 @@ func ValidateRemovable(dir, sandboxesDir string) error {
 	}
 	parts := strings.Split(rel, string(filepath.Separator))
 	switch {
-	case len(parts) == 1 && parts[0] != SessionsDir:
-	case len(parts) == 2 && parts[0] == SessionsDir:
+	case len(parts) == 1 && parts[0] != SessionsDir && parts[0] != WarmDir:
+	case len(parts) == 2 && (parts[0] == SessionsDir || parts[0] == WarmDir):
 	default:
-		return fmt.Errorf("%q is not a workspace of %q (<name> or %s/<name>)", dir, sandboxesDir, SessionsDir)
+		return fmt.Errorf("%q is not a workspace of %q (<name>, %s/<name> or %s/<name>)", dir, sandboxesDir, SessionsDir, WarmDir)
 	}
 	if strings.HasPrefix(filepath.Base(dir), ".") {
 		return fmt.Errorf("%q is not a workspace: its name starts with a dot", dir)

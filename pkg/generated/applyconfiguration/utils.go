@@ -78,6 +78,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ToolRegistrySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ToolRegistryStatus"):
 		return &airlockv1alpha1.ToolRegistryStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("WarmAdoption"):
+		return &airlockv1alpha1.WarmAdoptionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("WarmPoolStatus"):
+		return &airlockv1alpha1.WarmPoolStatusApplyConfiguration{}
 
 	}
 	return nil

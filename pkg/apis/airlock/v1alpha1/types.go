@@ -39,6 +39,21 @@ const (
 	AnnotationClassGeneration = "airlock.dev/class-generation"
 )
 
+// Well-known labels of warm members (docs/decisions.md, "Warm pools"). A warm member is a sandbox
+// pod built ahead of any claim; it carries LabelClaim with an empty value (claimed by nobody yet)
+// until a claim adopts it and the value becomes the claim's name.
+const (
+	// LabelWarmRegistry is on a warm member while it is idle: the ToolRegistry whose pool it is
+	// in. Adoption removes it.
+	LabelWarmRegistry = "airlock.dev/warm-registry"
+	// LabelWarmPool is on a warm member and on its pool's NetworkPolicy, for good: a hash of the
+	// registry's UID, the entry and the record the member was built from. The policy selects
+	// the members by it, adopted ones too.
+	LabelWarmPool = "airlock.dev/warm-pool"
+	// LabelWarmMember is on a warm member for good: its own name.
+	LabelWarmMember = "airlock.dev/warm-member"
+)
+
 // The defaults of the CRD schema (the +kubebuilder:default markers below), in one place for the
 // code that reads objects which never went through an API server, or fields left unset; a test
 // pins them to manifests/crd.
@@ -269,6 +284,8 @@ type ToolName string
 // +kubebuilder:resource:shortName=tr,categories=airlock
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Sandboxes",type=integer,JSONPath=`.status.sandboxCount`
+// +kubebuilder:printcolumn:name="Warm-Ready",type=integer,JSONPath=`.status.warmReady`
+// +kubebuilder:printcolumn:name="Warm-Wanted",type=integer,JSONPath=`.status.warmWanted`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ToolRegistry lists the sandboxes a runtime may ask for, by name.
@@ -293,6 +310,7 @@ type ToolRegistrySpec struct {
 }
 
 // RegistrySandbox is one sandbox a runtime may ask for.
+// +kubebuilder:validation:XValidation:rule="!has(self.warm) || self.warm == 0 || ((!has(self.workspace) || self.workspace != 'session') && (!has(self.mountRole) || self.mountRole == ''))",message="warm members serve fresh workspaces only: warm must be 0 with workspace: session or a mountRole"
 type RegistrySandbox struct {
 	// Name is the first part of the sandbox's handles, e.g. "codegen" in "codegen/default".
 	// +required
@@ -346,6 +364,35 @@ type RegistrySandbox struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	AllowedTools []ToolName `json:"allowedTools,omitempty"`
+
+	// Warm is how many sandboxes of this entry the operator keeps Ready, built ahead of any
+	// claim, each with a fresh workspace of its own. An acquire that one can serve (a fresh
+	// workspace: not workspace "session", no mountRole) adopts it instead of waiting for a pod.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Warm int32 `json:"warm,omitempty"`
+}
+
+// WarmPoolStatus is the state of one sandbox's warm members.
+type WarmPoolStatus struct {
+	// Name is the registry sandbox's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Wanted is the sandbox's warm.
+	Wanted int32 `json:"wanted"`
+	// Ready is the number of members Ready and idle, built from the sandbox's current class and
+	// entry.
+	Ready int32 `json:"ready"`
+	// Starting is the number of members created and not Ready yet.
+	// +optional
+	Starting int32 `json:"starting,omitempty"`
+	// Message says why members are missing, when something keeps them from being built.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
 }
 
 // ToolRegistryStatus is the observed state of a ToolRegistry.
@@ -356,6 +403,17 @@ type ToolRegistryStatus struct {
 	// SandboxCount is the number of sandboxes in the registry.
 	// +optional
 	SandboxCount int32 `json:"sandboxCount,omitempty"`
+	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
+	// +optional
+	WarmReady int32 `json:"warmReady,omitempty"`
+	// WarmWanted is the sum of the sandboxes' warm.
+	// +optional
+	WarmWanted int32 `json:"warmWanted,omitempty"`
+	// Warm is, per sandbox with warm members wanted, how many are Ready and idle.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Warm []WarmPoolStatus `json:"warm,omitempty"`
 	// Conditions of the registry.
 	// +optional
 	// +listType=map
@@ -547,6 +605,7 @@ const (
 // +kubebuilder:printcolumn:name="Handle",type=string,JSONPath=`.spec.handle`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Warm",type=string,JSONPath=`.status.warm.member`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -670,6 +729,29 @@ type SandboxClaimStatus struct {
 	// registry (or their deletion) never reach a running sandbox; a replacement gets its own.
 	// +optional
 	Frozen *FrozenSandbox `json:"frozen,omitempty"`
+	// Warm is set when the claim adopted a warm member of its sandbox instead of getting a pod
+	// of its own: the member's pod runs the claim, on the member's workspace.
+	// +optional
+	Warm *WarmAdoption `json:"warm,omitempty"`
+}
+
+// WarmAdoption is the warm member a claim adopted.
+type WarmAdoption struct {
+	// Member is the member's name: its pod's, and the name its bearer token is derived under.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Member string `json:"member"`
+	// WorkspaceDir is the member's workspace inside the content PVC: sync-back and removal use it
+	// instead of spec.workspaceDir.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	WorkspaceDir string `json:"workspaceDir"`
+	// AdoptedAt is when the claim adopted the member.
+	// +required
+	AdoptedAt metav1.Time `json:"adoptedAt"`
 }
 
 // FrozenSandbox is what a claim runs, as its class and registry entry said when it was

@@ -47,6 +47,10 @@ type RegistrySandboxApplyConfiguration struct {
 	// AllowedTools are the tools this sandbox exposes; empty exposes all. With Bash allowed this is
 	// least privilege, not a boundary: the pod is the boundary.
 	AllowedTools []airlockv1alpha1.ToolName `json:"allowedTools,omitempty"`
+	// Warm is how many sandboxes of this entry the operator keeps Ready, built ahead of any
+	// claim, each with a fresh workspace of its own. An acquire that one can serve (a fresh
+	// workspace: not workspace "session", no mountRole) adopts it instead of waiting for a pod.
+	Warm *int32 `json:"warm,omitempty"`
 }
 
 // RegistrySandboxApplyConfiguration constructs a declarative configuration of the RegistrySandbox type for use with
@@ -118,5 +122,13 @@ func (b *RegistrySandboxApplyConfiguration) WithAllowedTools(values ...airlockv1
 	for i := range values {
 		b.AllowedTools = append(b.AllowedTools, values[i])
 	}
+	return b
+}
+
+// WithWarm sets the Warm field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Warm field is set to the value of the last call.
+func (b *RegistrySandboxApplyConfiguration) WithWarm(value int32) *RegistrySandboxApplyConfiguration {
+	b.Warm = &value
 	return b
 }

@@ -54,6 +54,9 @@ type SandboxClaimStatusApplyConfiguration struct {
 	// claim's children are built and repaired from it only, so later edits of the class or the
 	// registry (or their deletion) never reach a running sandbox; a replacement gets its own.
 	Frozen *FrozenSandboxApplyConfiguration `json:"frozen,omitempty"`
+	// Warm is set when the claim adopted a warm member of its sandbox instead of getting a pod
+	// of its own: the member's pod runs the claim, on the member's workspace.
+	Warm *WarmAdoptionApplyConfiguration `json:"warm,omitempty"`
 }
 
 // SandboxClaimStatusApplyConfiguration constructs a declarative configuration of the SandboxClaimStatus type for use with
@@ -157,5 +160,13 @@ func (b *SandboxClaimStatusApplyConfiguration) WithObservedGeneration(value int6
 // If called multiple times, the Frozen field is set to the value of the last call.
 func (b *SandboxClaimStatusApplyConfiguration) WithFrozen(value *FrozenSandboxApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
 	b.Frozen = value
+	return b
+}
+
+// WithWarm sets the Warm field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Warm field is set to the value of the last call.
+func (b *SandboxClaimStatusApplyConfiguration) WithWarm(value *WarmAdoptionApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
+	b.Warm = value
 	return b
 }

@@ -31,6 +31,12 @@ type ToolRegistryStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// SandboxCount is the number of sandboxes in the registry.
 	SandboxCount *int32 `json:"sandboxCount,omitempty"`
+	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
+	WarmReady *int32 `json:"warmReady,omitempty"`
+	// WarmWanted is the sum of the sandboxes' warm.
+	WarmWanted *int32 `json:"warmWanted,omitempty"`
+	// Warm is, per sandbox with warm members wanted, how many are Ready and idle.
+	Warm []WarmPoolStatusApplyConfiguration `json:"warm,omitempty"`
 	// Conditions of the registry.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
@@ -54,6 +60,35 @@ func (b *ToolRegistryStatusApplyConfiguration) WithObservedGeneration(value int6
 // If called multiple times, the SandboxCount field is set to the value of the last call.
 func (b *ToolRegistryStatusApplyConfiguration) WithSandboxCount(value int32) *ToolRegistryStatusApplyConfiguration {
 	b.SandboxCount = &value
+	return b
+}
+
+// WithWarmReady sets the WarmReady field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WarmReady field is set to the value of the last call.
+func (b *ToolRegistryStatusApplyConfiguration) WithWarmReady(value int32) *ToolRegistryStatusApplyConfiguration {
+	b.WarmReady = &value
+	return b
+}
+
+// WithWarmWanted sets the WarmWanted field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WarmWanted field is set to the value of the last call.
+func (b *ToolRegistryStatusApplyConfiguration) WithWarmWanted(value int32) *ToolRegistryStatusApplyConfiguration {
+	b.WarmWanted = &value
+	return b
+}
+
+// WithWarm adds the given value to the Warm field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Warm field.
+func (b *ToolRegistryStatusApplyConfiguration) WithWarm(values ...*WarmPoolStatusApplyConfiguration) *ToolRegistryStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithWarm")
+		}
+		b.Warm = append(b.Warm, *values[i])
+	}
 	return b
 }
 
