@@ -178,6 +178,13 @@ func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alp
 	var wg sync.WaitGroup
 	for _, claim := range admitted {
 		wg.Go(func() {
+			if _, adopted, err := c.adoptWarm(ctx, claim); adopted {
+				c.childExpect.lower(claim.UID) // nothing to build: Bound already
+				return
+			} else if err != nil {
+				// Built cold instead: a warm member is a shortcut, never a condition.
+				klog.FromContext(ctx).V(2).Info("Adopting a warm member failed; building the claim cold", "claim", klog.KObj(claim), "err", err)
+			}
 			err := c.ensureChildren(ctx, claim, claim.Status.Frozen)
 			if c.childExpect.lower(claim.UID) || err != nil { // the hold
 				// Nothing left to wait for (or a write failed): the claim's sync goes on.

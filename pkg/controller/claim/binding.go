@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -43,6 +44,12 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		claim = written
 	}
 	record := claim.Status.Frozen
+	if done, err := c.finishAdoption(ctx, claim); done || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.idleRequeue(claim, rt), nil
+	}
 	now := c.clock.Now()
 	timeout := frozenStartupTimeout(record)
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
@@ -224,4 +231,29 @@ func podUnschedulable(pods []*corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// finishAdoption writes Bound for a Binding claim that controls a Ready warm member (its adoption
+// was written, its Bound was not: a conflict, a failover). A member it controls that is not
+// Ready any more is deleted, and the claim built cold. It says whether the claim is done here.
+func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (bool, error) {
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return false, err
+	}
+	member := adoptedMember(claim, pods)
+	if member == nil {
+		return false, nil
+	}
+	if member.DeletionTimestamp == nil && readyPod([]*corev1.Pod{member}) != nil {
+		_, err := c.writeWarmBound(ctx, claim, member)
+		return true, err
+	}
+	if member.DeletionTimestamp == nil {
+		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
+		if err := ignoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID)); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }

@@ -40,6 +40,14 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 			})
 	}
 
+	if claim.Status.Warm != nil {
+		if requeue, done, err := c.syncWarmMember(ctx, claim, rt); done || err != nil {
+			if requeue == nil && err == nil {
+				requeue = ptr.To(idleLeft)
+			}
+			return requeue, err
+		}
+	}
 	pods, err := c.claimPods(claim)
 	if err != nil {
 		return nil, err
@@ -58,8 +66,10 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	// exactly as they are until it is reaped (rebuilding them from the live class or registry
 	// could restart or widen the running sandbox).
 	if record != nil {
-		if err := c.replaceEndedPod(ctx, claim, pods); err != nil {
-			return nil, err
+		if claim.Status.Warm == nil { // a warm member that ended was reaped above
+			if err := c.replaceEndedPod(ctx, claim, pods); err != nil {
+				return nil, err
+			}
 		}
 		if err := c.ensureChildrenIfSeen(ctx, claim, record); err != nil {
 			return nil, err

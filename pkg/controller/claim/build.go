@@ -195,6 +195,24 @@ func defaultedResources(in corev1.ResourceRequirements) corev1.ResourceRequireme
 // object, so two pods never write one workspace (docs/decisions.md, "Children: a pod, no
 // Service").
 func buildPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
+	meta := childMeta(claim, claim.Name)
+	meta.Labels = podLabels(claim)
+	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(record.ClassGeneration, 10)}
+	secret := corev1.Volume{Name: tokenVolumeName, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  claim.Name,
+			Items:       []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
+			DefaultMode: ptr.To[int32](0o440),
+		},
+	}}
+	mount := corev1.VolumeMount{Name: tokenVolumeName, MountPath: TokenMountPath, ReadOnly: true}
+	return sandboxPod(meta, record, claim.Spec.WorkspaceDir, sandboxArgs(record), secret, mount)
+}
+
+// sandboxPod returns a sandbox pod of meta running what record says, with args, the workspace
+// dir of the content PVC, the class's volumes, and secret (the claim's token, or a warm
+// member's key) mounted at mount.
+func sandboxPod(meta metav1.ObjectMeta, record *airlockv1alpha1.FrozenSandbox, workspaceDir string, args []string, secret corev1.Volume, mount corev1.VolumeMount) *corev1.Pod {
 	ports := recordPorts(record)
 	containerPorts := make([]corev1.ContainerPort, len(ports))
 	for i, p := range ports {
@@ -210,7 +228,7 @@ func buildPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: record.WorkspaceClaimName},
 			}})
-			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: claim.Spec.WorkspaceDir})
+			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: workspaceDir})
 		case v.Scratch != nil:
 			emptyDir := &corev1.EmptyDirVolumeSource{}
 			if v.Scratch.SizeLimit != nil {
@@ -220,19 +238,13 @@ func buildPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 			mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath})
 		}
 	}
-	volumes = append(volumes, corev1.Volume{Name: tokenVolumeName, VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{
-			SecretName:  claim.Name,
-			Items:       []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
-			DefaultMode: ptr.To[int32](0o440),
-		},
-	}})
-	mounts = append(mounts, corev1.VolumeMount{Name: tokenVolumeName, MountPath: TokenMountPath, ReadOnly: true})
+	volumes = append(volumes, secret)
+	mounts = append(mounts, mount)
 
 	container := corev1.Container{
 		Name:            ContainerName,
 		Image:           record.Image,
-		Args:            sandboxArgs(record),
+		Args:            args,
 		Ports:           containerPorts,
 		Env:             append([]corev1.EnvVar(nil), record.Env...),
 		Resources:       defaultedResources(record.Resources),
@@ -253,9 +265,6 @@ func buildPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ImagePullPolicy:          pullPolicy(record.Image),
 	}
-	meta := childMeta(claim, claim.Name)
-	meta.Labels = podLabels(claim)
-	meta.Annotations = map[string]string{AnnotationClassGeneration: strconv.FormatInt(record.ClassGeneration, 10)}
 	return &corev1.Pod{
 		ObjectMeta: meta,
 		Spec: corev1.PodSpec{
@@ -294,6 +303,16 @@ func addresses(podIP string, record *airlockv1alpha1.FrozenSandbox) []airlockv1a
 // allows any Service; ingress is the
 // recorded ports from pods in the claim's namespace.
 func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: childMeta(claim, claim.Name),
+		Spec:       networkPolicySpec(claim.Namespace, policySelector(claim), record, allowed),
+	}
+}
+
+// networkPolicySpec is the policy of the sandbox pods selected by selector in namespace, built
+// from record: default deny, the recorded ports open to the namespace's pods, egress only to the
+// allowed Services' pods (and DNS when the record allows any Service).
+func networkPolicySpec(namespace string, selector map[string]string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) networkingv1.NetworkPolicySpec {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	var egress []networkingv1.NetworkPolicyEgressRule
 	for _, svc := range allowed {
@@ -335,19 +354,16 @@ func buildNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1al
 	for _, p := range recordPorts(record) {
 		ingressPorts = append(ingressPorts, networkingv1.NetworkPolicyPort{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(p.Port))})
 	}
-	return &networkingv1.NetworkPolicy{
-		ObjectMeta: childMeta(claim, claim.Name),
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: policySelector(claim)},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: claim.Namespace}},
-				}},
-				Ports: ingressPorts,
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: selector},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: namespace}},
 			}},
-			Egress: egress,
-		},
+			Ports: ingressPorts,
+		}},
+		Egress: egress,
 	}
 }
 

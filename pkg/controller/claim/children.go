@@ -34,6 +34,12 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if err != nil {
 		return err
 	}
+	if claim.Status.Warm != nil {
+		// An adopted warm member: its pod and key are the member's; the claim adds its own
+		// policy beside the pool's, so that the pod stays confined if the registry (which owns
+		// the pool's policy) goes.
+		return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed))
+	}
 	token, err := c.newToken(ctx, claim)
 	if err != nil {
 		return fmt.Errorf("deriving the claim's token: %w", err)

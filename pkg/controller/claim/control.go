@@ -48,10 +48,37 @@ type objectControl[T metav1.Object] interface {
 	Delete(ctx context.Context, namespace, name string, uid types.UID) error
 }
 
+// podAdopter moves an idle warm member to a claim: one merge patch of its owner references and
+// labels, conditional on the UID and the resourceVersion of the pod as it was read, so that of two
+// claims adopting one member at once (two workers, or a failover's old and new leader) one
+// wins and the other is refused with a conflict.
+type podAdopter interface {
+	Adopt(ctx context.Context, pod *corev1.Pod, owner metav1.OwnerReference, labels map[string]string) error
+}
+
+type realPodAdopter struct {
+	client kubernetes.Interface
+}
+
+func (r realPodAdopter) Adopt(ctx context.Context, pod *corev1.Pod, owner metav1.OwnerReference, labels map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":             pod.UID,
+		"resourceVersion": pod.ResourceVersion,
+		"ownerReferences": []metav1.OwnerReference{owner},
+		"labels":          labels,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
 // childControls are the writers of each kind of child.
 type childControls struct {
 	secrets         objectControl[*corev1.Secret]
 	pods            objectControl[*corev1.Pod]
+	adopter         podAdopter
 	networkPolicies objectControl[*networkingv1.NetworkPolicy]
 	jobs            objectControl[*batchv1.Job]
 }
@@ -181,6 +208,7 @@ func (r realObjectControl[T]) Delete(ctx context.Context, namespace, name string
 // realChildControls are the child writers on a kube clientset.
 func realChildControls(client kubernetes.Interface) childControls {
 	return childControls{
+		adopter: realPodAdopter{client: client},
 		secrets: realObjectControl[*corev1.Secret]{client: func(ns string) typedClient[*corev1.Secret] {
 			return client.CoreV1().Secrets(ns)
 		}},

@@ -76,6 +76,9 @@ type Controller struct {
 	statusWrites statusWrites
 	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
 	podsChecked sync.Map
+	// adopting are the warm members (by pod UID) this process adopted or is adopting, so that two
+	// workers never try one member (adopt.go); forgotten when the pod is deleted.
+	adopting sync.Map
 
 	claimLister    airlocklisters.SandboxClaimLister
 	claimsSynced   cache.InformerSynced
@@ -292,6 +295,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.podsChecked.Delete(pod.UID)
+			c.adopting.Delete(pod.UID)
 		}
 		c.handleObject(obj)
 	}

@@ -16,13 +16,13 @@ import (
 const metricsSubsystem = "airlock"
 
 var (
-	bindDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+	bindDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_bind_duration_seconds",
-		Help:           "Time from a claim's creation to Bound.",
-		Buckets:        metrics.ExponentialBuckets(0.05, 2, 14),
+		Help:           "Time from a claim's creation to Bound, by whether it adopted a warm member.",
+		Buckets:        metrics.ExponentialBuckets(0.005, 2, 16),
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, []string{"warm"})
 	admissionDecisions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_admission_decisions_total",
@@ -46,6 +46,13 @@ var (
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_syncback_total",
 		Help:           "Finished sync-back Jobs, by result (succeeded, failed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
+	warmAdoptions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "warm_adoptions_total",
+		Help:           "Admitted claims of a sandbox with warm members, by result: hit (a warm member adopted) or miss (none Ready: built cold).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
@@ -92,7 +99,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults)
+		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)
@@ -102,7 +109,11 @@ func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 func observePhaseChange(old, cur *airlockv1alpha1.SandboxClaim, now time.Time) {
 	switch cur.Status.Phase {
 	case airlockv1alpha1.ClaimBound:
-		bindDuration.Observe(now.Sub(cur.CreationTimestamp.Time).Seconds())
+		warm := "false"
+		if cur.Status.Warm != nil {
+			warm = "true"
+		}
+		bindDuration.WithLabelValues(warm).Observe(now.Sub(cur.CreationTimestamp.Time).Seconds())
 	case airlockv1alpha1.ClaimBinding:
 		admissionDecisions.WithLabelValues("Admit", "").Inc()
 	case airlockv1alpha1.ClaimQueued:

@@ -66,10 +66,14 @@ func TestClaimsByPhaseMetric(t *testing.T) {
 
 func TestPhaseChangeMetrics(t *testing.T) {
 	registerMetrics(airlocklisters.NewSandboxClaimLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})))
-	before := gather(t, "airlock_claim_bind_duration_seconds")[""]
+	before := gather(t, "airlock_claim_bind_duration_seconds")
 	observePhaseChange(binding("c1", t0), bound("c1", t0.Add(time.Second)), t0.Add(3*time.Second))
-	if after := gather(t, "airlock_claim_bind_duration_seconds")[""]; after != before+1 {
-		t.Errorf("bind duration samples %v, want %v", after, before+1)
+	warm := bound("c2", t0.Add(time.Second))
+	warm.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: "m", WorkspaceDir: "team-a/sandboxes/warm/m"}
+	observePhaseChange(binding("c2", t0), warm, t0.Add(2*time.Second))
+	after := gather(t, "airlock_claim_bind_duration_seconds")
+	if after["false"] != before["false"]+1 || after["true"] != before["true"]+1 {
+		t.Errorf("bind duration samples cold %v warm %v, want %v and %v", after["false"], after["true"], before["false"]+1, before["true"]+1)
 	}
 	refused := newClaim("c2", "s1", airlockv1alpha1.ClaimRefused, t0)
 	refused.Status.Reason = "MaxPerSession"

@@ -49,7 +49,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	}
 	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
 		if !saves {
-			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, claim.Spec.WorkspaceDir)
+			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, workspaceDirOf(claim))
 			return nil, c.removeClaim(ctx, claim, ReasonReaped)
 		}
 		syncBackResults.WithLabelValues("succeeded").Inc()
@@ -130,7 +130,7 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		// A claim without a record and without its class: the content PVC is unknown.
 		if !saves {
 			logger.Info("Cannot remove the workspace: the class is gone; deleting the claim, which has nothing to save",
-				"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", claim.Spec.WorkspaceDir)
+				"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", workspaceDirOf(claim))
 			return nil, c.removeClaim(ctx, claim, ReasonReaped)
 		}
 		// The class's creation enqueues nothing, so look again later.

@@ -67,7 +67,7 @@ func sandboxesDir(namespace string) string {
 // targetPath and, with removeWorkspace, remove it once the copy is in place; for a claim without a
 // targetPath (then always with removeWorkspace) only remove it.
 func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []string {
-	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + claim.Spec.WorkspaceDir}
+	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + workspaceDirOf(claim)}
 	switch {
 	case claim.Spec.TargetPath == "":
 		return append(args, "--remove-only", "--sandboxes-dir="+sandboxesDir(claim.Namespace))
@@ -80,7 +80,7 @@ func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []st
 // workspaceRemovable says whether the claim's workspace is one the operator made and may remove:
 // no mount role, and a workspaceDir of the shape the operator gives workspaces.
 func workspaceRemovable(claim *airlockv1alpha1.SandboxClaim) bool {
-	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(claim.Spec.WorkspaceDir, sandboxesDir(claim.Namespace)) == nil
+	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(workspaceDirOf(claim), sandboxesDir(claim.Namespace)) == nil
 }
 
 // workspaceUser returns another live claim in the cache whose workspace is the claim's, lies
@@ -98,7 +98,7 @@ func (c *Controller) workspaceUser(claim *airlockv1alpha1.SandboxClaim) (string,
 			other.Status.Phase == airlockv1alpha1.ClaimFailed && replaced[other.Name]:
 			continue
 		}
-		if syncback.Overlaps(other.Spec.WorkspaceDir, claim.Spec.WorkspaceDir) {
+		if syncback.Overlaps(workspaceDirOf(other), workspaceDirOf(claim)) {
 			return other.Name, nil
 		}
 	}
@@ -111,7 +111,7 @@ func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha
 	logger := klog.FromContext(ctx)
 	if !workspaceRemovable(claim) {
 		logger.V(4).Info("The claim's workspace is not the operator's to remove", "claim", klog.KObj(claim),
-			"workspaceDir", claim.Spec.WorkspaceDir, "mountRole", claim.Spec.MountRole)
+			"workspaceDir", workspaceDirOf(claim), "mountRole", claim.Spec.MountRole)
 		return false, nil
 	}
 	user, err := c.workspaceUser(claim)
@@ -120,7 +120,7 @@ func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha
 	}
 	if user != "" {
 		logger.V(2).Info("Keeping the claim's workspace: another live claim uses it", "claim", klog.KObj(claim),
-			"workspaceDir", claim.Spec.WorkspaceDir, "user", klog.KRef(claim.Namespace, user))
+			"workspaceDir", workspaceDirOf(claim), "user", klog.KRef(claim.Namespace, user))
 		return false, nil
 	}
 	return true, nil

@@ -1,0 +1,160 @@
+package claim
+
+// Adoption of warm members (issue 14; docs/decisions.md, "Warm pools"). Admission is unchanged:
+// a claim is admitted (Binding, with its frozen record) oldest first under the limits, as any
+// claim. Only its binding differs: when a Ready, idle member of its registry entry built from the
+// very record the claim was frozen with exists, the claim adopts it (one conditional patch of
+// the pod's owner and labels) and is Bound at the member's IP in the next status write, instead
+// of building a pod and waiting for it to start. The pod is not restarted; its sandboxd learns
+// the claim's token and tool list from the first request that carries the token (the Sandbox
+// API derives it from the member's key: claimtoken.AdoptionToken).
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// ReasonWarmMember is the Ready reason of a claim Bound to an adopted warm member.
+const ReasonWarmMember = "WarmMember"
+
+// Messages of a Bound warm claim whose member pod is gone or ended: it is reaped at once (a
+// member is not started again: docs/decisions.md, "Warm pools").
+const (
+	messageWarmGone  = "the warm member's pod %s is gone; its workspace is synced back and the next acquire gets a new sandbox"
+	messageWarmEnded = "the warm member's pod %s ended (%s %s); its workspace is synced back and the next acquire gets a new sandbox"
+)
+
+// adoptWarm adopts a warm member for the admitted (Binding) claim when one fits, and writes
+// the claim Bound. It returns the claim as written and true when it did; false when the claim
+// is not eligible or no member fits (then it is built cold, as any claim).
+func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, bool, error) {
+	record := claim.Status.Frozen
+	if record == nil || claim.Status.Phase != airlockv1alpha1.ClaimBinding || !warmEligible(claim) {
+		return nil, false, nil
+	}
+	reg, entry, err := c.warmEntry(claim)
+	if err != nil || entry == nil || entry.Warm <= 0 {
+		return nil, false, err
+	}
+	key := poolKey(reg.UID, entry.Name, record)
+	candidates, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(labels.Set{
+		airlockv1alpha1.LabelWarmPool: key,
+		LabelClaim:                    "",
+	}))
+	if err != nil {
+		return nil, false, err
+	}
+	// The oldest first: it has waited longest, and its sandboxd is surely warm.
+	sort.Slice(candidates, func(i, j int) bool {
+		return candidates[i].CreationTimestamp.Before(&candidates[j].CreationTimestamp)
+	})
+	logger := klog.FromContext(ctx)
+	for _, pod := range candidates {
+		if !metav1.IsControlledBy(pod, reg) || readyPod([]*corev1.Pod{pod}) == nil {
+			continue
+		}
+		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); taken {
+			continue // another worker has it
+		}
+		l := podLabels(claim)
+		err := c.children.adopter.Adopt(ctx, pod, ownerReference(claim), l)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Changed or gone since the cache showed it (another leader adopted it, the pool
+			// controller deleted it): the next one.
+			logger.V(4).Info("A warm member changed before it could be adopted; trying another", "claim", klog.KObj(claim), "member", klog.KObj(pod), "err", err)
+			continue
+		}
+		if err != nil {
+			c.adopting.Delete(pod.UID)
+			return nil, false, err
+		}
+		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
+		warmAdoptions.WithLabelValues("hit").Inc()
+		written, err := c.writeWarmBound(ctx, claim, pod)
+		return written, err == nil, err
+	}
+	warmAdoptions.WithLabelValues("miss").Inc()
+	logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim), "pool", key)
+	return nil, false, nil
+}
+
+// warmEntry returns the claim's registry and its entry (nil when either is gone).
+func (c *Controller) warmEntry(claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.ToolRegistry, *airlockv1alpha1.RegistrySandbox, error) {
+	rt, err := c.runtime(claim)
+	if err != nil || rt == nil {
+		return nil, nil, err
+	}
+	reg, err := c.registryLister.ToolRegistries(claim.Namespace).Get(rt.Spec.ToolRegistryRef.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, findEntry(reg, claim.Spec.Sandbox), nil
+}
+
+// writeWarmBound writes the claim Bound to its adopted member pod: addresses at the pod's IP,
+// status.warm naming the member and its workspace.
+func (c *Controller) writeWarmBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+	now := c.clock.Now()
+	message := fmt.Sprintf("Adopted the warm member %s: the sandbox is ready", pod.Name)
+	updated := claim.DeepCopy()
+	setPhase(updated, airlockv1alpha1.ClaimBound, "", message)
+	updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
+	updated.Status.Addresses = addresses(pod.Status.PodIP, claim.Status.Frozen)
+	updated.Status.Warm = &airlockv1alpha1.WarmAdoption{
+		Member:       pod.Name,
+		WorkspaceDir: memberWorkspaceDir(claim.Namespace, pod.Name),
+		AdoptedAt:    metav1.NewTime(now),
+	}
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonWarmMember, message, now)
+	return c.updateClaimStatus(ctx, claim, updated)
+}
+
+// adoptedMember returns the warm member the claim controls, or nil.
+func adoptedMember(claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) *corev1.Pod {
+	for _, pod := range pods {
+		if pod.Labels[airlockv1alpha1.LabelWarmMember] != "" && metav1.IsControlledBy(pod, claim) {
+			return pod
+		}
+	}
+	return nil
+}
+
+// syncWarmMember looks at a Bound warm claim's member pod. It reaps the claim when the pod is
+// gone or has ended; it returns wait (and no reap) while the cache shows the pod as it was
+// before the adoption (its update event brings the claim back).
+func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, bool, error) {
+	member := claim.Status.Warm.Member
+	pod, err := c.podLister.Pods(claim.Namespace).Get(member)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The member was in the cache when it was adopted: not found is gone.
+		requeue, err := c.beginReaping(ctx, claim, rt, ReasonPodFailed, fmt.Sprintf(messageWarmGone, member), nil)
+		return requeue, true, err
+	case err != nil:
+		return nil, true, err
+	case !metav1.IsControlledBy(pod, claim):
+		if pod.Labels[LabelClaim] == "" {
+			return nil, true, nil // the cache has not seen the adoption yet
+		}
+		requeue, err := c.beginReaping(ctx, claim, rt, ReasonPodFailed, fmt.Sprintf(messageWarmGone, member), nil)
+		return requeue, true, err
+	case podEnded(pod):
+		requeue, err := c.beginReaping(ctx, claim, rt, ReasonPodFailed, fmt.Sprintf(messageWarmEnded, member, pod.Status.Phase, pod.Status.Reason), nil)
+		return requeue, true, err
+	}
+	return nil, false, nil
+}

@@ -1,0 +1,324 @@
+package claim
+
+// The warm pool controller (issue 14; docs/decisions.md, "Warm pools"): for every ToolRegistry
+// sandbox with warm: N, it keeps N members Ready and idle in the registry's namespace, built
+// from the entry's record as a claim of it would be, and replaces idle members that are stale
+// (the class or the entry changed), ended, or cannot start. It writes through a client of its
+// own and creates members at a bounded rate, so that refills never take the claim
+// controller's turn at the API server. Adoption is the claim controller's (adopt.go).
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+)
+
+// PoolControllerName is the pool controller's queue name and the field manager of its writes.
+const PoolControllerName = "airlock-warmpool-controller"
+
+const (
+	// DefaultRefillRate is how many members the pool controller creates per second, at most,
+	// across all pools (--warm-refill-rate).
+	DefaultRefillRate = 5
+	// poolStatusInterval is the least time between two status writes of one registry: its
+	// ready count moves with every adoption, and the status must not cost a write per claim.
+	poolStatusInterval = time.Second
+	// memberCreateExpiry is how long a member created and not yet in the cache counts as
+	// starting (as kube-controller-manager's expectations expire).
+	memberCreateExpiry = time.Minute
+)
+
+// MemberKeys derives warm members' keys, in the text form their Secrets hold;
+// claimtoken.Source is one (through an adapter in pkg/operator).
+type MemberKeys interface {
+	EncodedMemberKey(ctx context.Context, namespace, member string) (string, error)
+}
+
+// PoolInformers are the informers the pool controller reads; Pods and NetworkPolicies are the
+// claim controller's (filtered on LabelClaim: members carry it, empty).
+type PoolInformers struct {
+	Registries      airlockinformers.ToolRegistryInformer
+	Classes         airlockinformers.SandboxClassInformer
+	Pods            coreinformers.PodInformer
+	NetworkPolicies networkinginformers.NetworkPolicyInformer
+	AllowedServices coreinformers.ServiceInformer
+}
+
+// PoolController keeps the warm pools of every ToolRegistry.
+type PoolController struct {
+	registries   poolRegistryControl
+	pods         objectControl[*corev1.Pod]
+	secrets      objectControl[*corev1.Secret]
+	policies     objectControl[*networkingv1.NetworkPolicy]
+	keys         MemberKeys
+	limiter      *rate.Limiter
+	clock        clock.WithTicker
+	handlers     handlers.Registrations
+	queue        workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	synced       []cache.InformerSynced
+	lastStatus   sync.Map // cache.ObjectName -> time.Time of the last status write
+	created      *memberExpectations
+	keysWritten  sync.Map // member pod UID -> struct{}: its key Secret was created by this process
+	registryList airlocklisters.ToolRegistryLister
+	classLister  airlocklisters.SandboxClassLister
+	podLister    corelisters.PodLister
+	npLister     networkinglisters.NetworkPolicyLister
+	svcLister    corelisters.ServiceLister
+}
+
+// NewPoolController returns a pool controller writing with kubeClient and airlockClient (the
+// operator gives it clients of its own), creating at most refillRate members per second.
+func NewPoolController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers PoolInformers, keys MemberKeys, refillRate float64) (*PoolController, error) {
+	return newPoolController(ctx, kubeClient, airlockClient, informers, keys, refillRate, clock.RealClock{})
+}
+
+func newPoolController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers PoolInformers, keys MemberKeys, refillRate float64, clk clock.WithTicker) (*PoolController, error) {
+	if refillRate <= 0 {
+		return nil, fmt.Errorf("the warm refill rate must be > 0, got %v", refillRate)
+	}
+	children := realChildControls(kubeClient)
+	c := &PoolController{
+		registries: realPoolRegistryControl{client: airlockClient},
+		pods:       children.pods,
+		secrets:    children.secrets,
+		policies:   children.networkPolicies,
+		keys:       keys,
+		limiter:    rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
+		clock:      clk,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: PoolControllerName, Clock: clk}),
+		created:      newMemberExpectations(clk),
+		registryList: informers.Registries.Lister(),
+		classLister:  informers.Classes.Lister(),
+		podLister:    informers.Pods.Lister(),
+		npLister:     informers.NetworkPolicies.Lister(),
+		svcLister:    informers.AllowedServices.Lister(),
+		synced: []cache.InformerSynced{
+			informers.Registries.Informer().HasSynced, informers.Classes.Informer().HasSynced,
+			informers.Pods.Informer().HasSynced, informers.NetworkPolicies.Informer().HasSynced,
+			informers.AllowedServices.Informer().HasSynced,
+		},
+	}
+	if err := c.handlers.Add(informers.Registries.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
+				c.enqueue(cur)
+			}
+		},
+		DeleteFunc: c.enqueue,
+	}); err != nil {
+		return nil, fmt.Errorf("adding the registry event handler: %w", err)
+	}
+	if err := c.handlers.Add(informers.Classes.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueClassUsers,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
+				c.enqueueClassUsers(cur)
+			}
+		},
+		DeleteFunc: c.enqueueClassUsers,
+	}); err != nil {
+		return nil, fmt.Errorf("adding the class event handler: %w", err)
+	}
+	member := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueOwner,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueueOwner(cur)
+			}
+		},
+		DeleteFunc: c.enqueueOwner,
+	}
+	if err := c.handlers.Add(informers.Pods.Informer(), member); err != nil {
+		return nil, fmt.Errorf("adding the pod event handler: %w", err)
+	}
+	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), member); err != nil {
+		return nil, fmt.Errorf("adding the networkpolicy event handler: %w", err)
+	}
+	klog.FromContext(ctx).V(4).Info("Built the warm pool controller", "refillRate", refillRate)
+	return c, nil
+}
+
+// enqueue adds a registry.
+func (c *PoolController) enqueue(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if o, ok := obj.(metav1.Object); ok {
+		c.queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: o.GetName()})
+	}
+}
+
+// enqueueClassUsers adds every registry that has a warm sandbox of the class.
+func (c *PoolController) enqueueClassUsers(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	class, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	regs, err := c.registryList.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, reg := range regs {
+		for _, e := range reg.Spec.Sandboxes {
+			if e.Class == class.GetName() && e.Warm > 0 {
+				c.enqueue(reg)
+				break
+			}
+		}
+	}
+}
+
+// enqueueOwner adds the registry of a pool object: the one its LabelWarmRegistry names (an
+// adopted member keeps it, so that its deletion lets the pool's policy go).
+func (c *PoolController) enqueueOwner(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	if reg := o.GetLabels()[airlockv1alpha1.LabelWarmRegistry]; reg != "" {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			c.created.seen(pod.Namespace, pod.Name)
+		}
+		c.queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: reg})
+	}
+}
+
+// Run runs the controller's worker until ctx is done.
+func (c *PoolController) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.handlers.RemoveAll()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller", "controller", PoolControllerName)
+	defer logger.Info("Shutting down controller", "controller", PoolControllerName)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
+	}
+	// One worker: pools are filled one registry at a time, at the refill rate.
+	var wg wait.Group
+	wg.StartWithContext(ctx, func(ctx context.Context) {
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	})
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *PoolController) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	requeue, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing a registry's warm pools", "registry", klog.KRef(key.Namespace, key.Name))
+		c.queue.AddRateLimited(key)
+	case requeue != nil:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, *requeue)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// memberExpectations are the members created and not yet seen in the cache: they count as
+// starting, so that a sync over a cache that lacks them does not create more.
+type memberExpectations struct {
+	clock clock.Clock
+	mu    sync.Mutex
+	at    map[string]memberCreated // namespace/name
+}
+
+type memberCreated struct {
+	pool string
+	at   time.Time
+}
+
+func newMemberExpectations(clk clock.Clock) *memberExpectations {
+	return &memberExpectations{clock: clk, at: map[string]memberCreated{}}
+}
+
+func (e *memberExpectations) expect(namespace, name, pool string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.at[namespace+"/"+name] = memberCreated{pool: pool, at: e.clock.Now()}
+}
+
+func (e *memberExpectations) seen(namespace, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.at, namespace+"/"+name)
+}
+
+// pending counts the members of pool in namespace created and not seen, forgetting those
+// older than memberCreateExpiry.
+func (e *memberExpectations) pending(namespace, pool string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	now := e.clock.Now()
+	for k, v := range e.at {
+		if now.Sub(v.at) > memberCreateExpiry {
+			delete(e.at, k)
+			continue
+		}
+		if v.pool == pool && len(k) > len(namespace) && k[:len(namespace)+1] == namespace+"/" {
+			n++
+		}
+	}
+	return n
+}
+
+// poolRegistryControl writes a registry's status.
+type poolRegistryControl interface {
+	UpdateStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry) error
+}
+
+type realPoolRegistryControl struct {
+	client airlockclientset.Interface
+}
+
+func (r realPoolRegistryControl) UpdateStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry) error {
+	_, err := r.client.AirlockV1alpha1().ToolRegistries(reg.Namespace).UpdateStatus(ctx, reg, metav1.UpdateOptions{FieldManager: PoolControllerName})
+	return err
+}

@@ -1,0 +1,181 @@
+package claim
+
+// What the operator builds for a warm pool (docs/decisions.md, "Warm pools"): members, each a
+// sandbox pod built exactly as a claim's would be from the registry entry's record (restricted
+// pod, no ServiceAccount token, a fresh workspace of its own) with a key Secret instead of a
+// token, and one default-deny NetworkPolicy per pool, created before the pool's first pod.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/syncback"
+)
+
+const (
+	// MemberKeyMountPath is where a warm member's key Secret is mounted.
+	MemberKeyMountPath = "/var/run/airlock/warm"
+	// memberKeyField is the key's field in the member's Secret (claimtoken.MemberKeyField).
+	memberKeyField = "key"
+	// MemberKeyFile is the key's path in a member, passed to sandboxd as --warm-key-file.
+	MemberKeyFile = MemberKeyMountPath + "/" + memberKeyField
+	// memberKeyVolumeName is the member key Secret's volume; class volumes may not use it.
+	memberKeyVolumeName = "airlock-warm-key"
+	// memberSuffixLen is the length of the random end of a member's name: longer than the 10 hex
+	// digits that end a claim's name, so that a member and a claim never share a name.
+	memberSuffixLen = 12
+	// memberPrefixMax bounds the registry-entry part of a member's name (names are label values).
+	memberPrefixMax = 63 - 1 - memberSuffixLen
+)
+
+// poolKey identifies a pool: the registry (by UID: a registry deleted and created again has
+// other members), the entry, and the record its members are built from. A member whose key is
+// not its entry's current one is stale (the class or the entry changed) and, while idle,
+// replaced; a claim adopts only a member of the key its own record gives, so that no claim gets
+// a member of another entry or of an older class or registry generation.
+func poolKey(registryUID types.UID, entry string, record *airlockv1alpha1.FrozenSandbox) string {
+	data, _ := json.Marshal(record) // a struct of plain fields: cannot fail
+	h := sha256.New()
+	h.Write([]byte(registryUID))
+	h.Write([]byte{0})
+	h.Write([]byte(entry))
+	h.Write([]byte{0})
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// memberName returns a new member's name: <registry>-<entry>, cut, and 12 random characters.
+func memberName(registry, entry string) string {
+	prefix := registry + "-" + entry
+	if len(prefix) > memberPrefixMax {
+		prefix = strings.TrimRight(prefix[:memberPrefixMax], "-.")
+	}
+	return prefix + "-" + utilrand.String(memberSuffixLen)
+}
+
+// memberWorkspaceDir is a member's workspace inside the content PVC: its own, fresh, made by
+// the kubelet when the pod starts; a claim that adopts the member works (and is synced back) from it.
+func memberWorkspaceDir(namespace, member string) string {
+	return sandboxesDir(namespace) + "/" + syncback.WarmDir + "/" + member
+}
+
+// memberSecretName is the name of a member's key Secret.
+func memberSecretName(member string) string {
+	return member + "-key"
+}
+
+// poolPolicyName is the name of a pool's NetworkPolicy.
+func poolPolicyName(entry, key string) string {
+	prefix := entry
+	if len(prefix) > 40 {
+		prefix = strings.TrimRight(prefix[:40], "-.")
+	}
+	return prefix + "-warm-" + key[:12]
+}
+
+// registryRef makes the registry the controller of a pool object.
+func registryRef(reg *airlockv1alpha1.ToolRegistry) metav1.OwnerReference {
+	return *metav1.NewControllerRef(reg, airlockv1alpha1.SchemeGroupVersion.WithKind("ToolRegistry"))
+}
+
+// memberLabels are the labels of an idle member: LabelClaim with no value (claimed by nobody,
+// and so in the operator's filtered cache), its registry, entry, pool and name.
+func memberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) map[string]string {
+	return map[string]string{
+		LabelClaim:                        "",
+		airlockv1alpha1.LabelSandbox:      entry,
+		airlockv1alpha1.LabelWarmRegistry: reg.Name,
+		airlockv1alpha1.LabelWarmPool:     key,
+		airlockv1alpha1.LabelWarmMember:   member,
+	}
+}
+
+// memberArgs are the record's args and the member's key file: no token and no tool list, both
+// come with the adopting claim's token (docs/decisions.md, "Warm members: the token is the
+// adoption").
+func memberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
+	args := append([]string(nil), record.Args...)
+	if len(args) == 0 {
+		args = append(args, defaultArgs...)
+	}
+	return append(args, "--warm-key-file="+MemberKeyFile)
+}
+
+// buildMemberPod returns a new member's pod, controlled by the registry.
+func buildMemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
+	meta := metav1.ObjectMeta{
+		Name:            member,
+		Namespace:       reg.Namespace,
+		Labels:          memberLabels(reg, entry, key, member),
+		OwnerReferences: []metav1.OwnerReference{registryRef(reg)},
+	}
+	secret := corev1.Volume{Name: memberKeyVolumeName, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  memberSecretName(member),
+			Items:       []corev1.KeyToPath{{Key: memberKeyField, Path: memberKeyField}},
+			DefaultMode: ptr.To[int32](0o440),
+		},
+	}}
+	mount := corev1.VolumeMount{Name: memberKeyVolumeName, MountPath: MemberKeyMountPath, ReadOnly: true}
+	return sandboxPod(meta, record, memberWorkspaceDir(reg.Namespace, member), memberArgs(record), secret, mount)
+}
+
+// buildMemberSecret returns a member's key Secret, controlled by its pod: created after the pod
+// (which does not start before it exists) and gone with it.
+func buildMemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      memberSecretName(pod.Name),
+			Namespace: pod.Namespace,
+			Labels: map[string]string{
+				airlockv1alpha1.LabelWarmMember: pod.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{memberKeyField: []byte(encodedKey)},
+	}
+}
+
+// buildPoolNetworkPolicy returns a pool's NetworkPolicy: the one a claim of the record gets,
+// selecting the pool's members (idle and adopted) by their pool label.
+func buildPoolNetworkPolicy(reg *airlockv1alpha1.ToolRegistry, entry, key string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      poolPolicyName(entry, key),
+			Namespace: reg.Namespace,
+			Labels: map[string]string{
+				LabelClaim:                        "",
+				airlockv1alpha1.LabelSandbox:      entry,
+				airlockv1alpha1.LabelWarmRegistry: reg.Name,
+				airlockv1alpha1.LabelWarmPool:     key,
+			},
+			OwnerReferences: []metav1.OwnerReference{registryRef(reg)},
+		},
+		Spec: networkPolicySpec(reg.Namespace, map[string]string{airlockv1alpha1.LabelWarmPool: key}, record, allowed),
+	}
+}
+
+// warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
+// its own (not a session's, not a mount role's, not a Failed predecessor's).
+func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
+	return claim.Spec.MountRole == "" && claim.Spec.WorkspaceDir == sandboxesDir(claim.Namespace)+"/"+claim.Name
+}
+
+// workspaceDirOf is the claim's workspace inside the content PVC: its adopted member's, else its own.
+func workspaceDirOf(claim *airlockv1alpha1.SandboxClaim) string {
+	if claim.Status.Warm != nil && claim.Status.Warm.WorkspaceDir != "" {
+		return claim.Status.Warm.WorkspaceDir
+	}
+	return claim.Spec.WorkspaceDir
+}

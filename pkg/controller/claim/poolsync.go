@@ -1,0 +1,391 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// pool is one registry sandbox's warm pool, as one sync sees it.
+type pool struct {
+	entry  *airlockv1alpha1.RegistrySandbox
+	wanted int32
+	record *airlockv1alpha1.FrozenSandbox // nil when the pool cannot be built
+	key    string
+	// message says why members are missing (the class is gone, a write is refused, ...).
+	message string
+
+	ready, starting []*corev1.Pod
+	// policyReady says the pool's policy is in the cache as the record wants it; policyCreated
+	// that this sync created it: members may be created after either.
+	policyReady, policyCreated bool
+}
+
+// sync brings the registry's pools to their warm counts and writes its status. It returns
+// when to look again (a refill the rate limiter holds back, a status write held back).
+func (c *PoolController) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	reg, err := c.registryList.ToolRegistries(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil // garbage collection removes its idle members and its policies
+	}
+	if err != nil {
+		return nil, err
+	}
+	if reg.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	members, err := c.podLister.Pods(reg.Namespace).List(labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelWarmRegistry: reg.Name}))
+	if err != nil {
+		return nil, err
+	}
+	idle := map[string][]*corev1.Pod{} // entry -> idle members the registry controls
+	inUse := map[string]bool{}         // pool keys of every member, idle or adopted
+	for _, pod := range members {
+		inUse[pod.Labels[airlockv1alpha1.LabelWarmPool]] = true
+		if metav1.IsControlledBy(pod, reg) && pod.Labels[LabelClaim] == "" {
+			e := pod.Labels[airlockv1alpha1.LabelSandbox]
+			idle[e] = append(idle[e], pod)
+		}
+	}
+
+	var (
+		errs    []error
+		requeue *time.Duration
+		pools   []*pool
+	)
+	for i := range reg.Spec.Sandboxes {
+		p := c.poolOf(reg, &reg.Spec.Sandboxes[i])
+		pools = append(pools, p)
+		if p.key != "" {
+			inUse[p.key] = true
+		}
+		if err := c.syncPool(ctx, reg, p, idle[p.entry.Name]); err != nil {
+			errs = append(errs, err)
+			p.message = err.Error()
+		}
+		delete(idle, p.entry.Name)
+		if missing := int(p.wanted) - len(p.ready) - len(p.starting) - c.created.pending(reg.Namespace, p.key); p.record != nil && missing > 0 {
+			wait := c.refill(ctx, reg, p, missing)
+			if wait > 0 && (requeue == nil || wait < *requeue) {
+				requeue = ptr.To(wait)
+			}
+		}
+	}
+	// Members of entries removed from the registry serve nobody: deleted.
+	for entry, pods := range idle {
+		logger.V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
+		for _, pod := range pods {
+			errs = append(errs, c.deleteMember(ctx, pod))
+		}
+	}
+	errs = append(errs, c.collectPolicies(ctx, reg, inUse))
+	wait, err := c.writeStatus(ctx, reg, pools)
+	errs = append(errs, err)
+	if wait > 0 && (requeue == nil || wait < *requeue) {
+		requeue = ptr.To(wait)
+	}
+	return requeue, errors.Join(errs...)
+}
+
+// poolOf returns the pool of an entry: what its members are built from now, or why none can be.
+func (c *PoolController) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1alpha1.RegistrySandbox) *pool {
+	p := &pool{entry: entry}
+	if entry.Warm <= 0 {
+		return p
+	}
+	p.wanted = entry.Warm
+	if entry.Workspace == airlockv1alpha1.WorkspaceSession || entry.MountRole != "" {
+		// The schema refuses it; a registry written before the rule existed builds nothing.
+		p.message = "warm members serve fresh workspaces only: not with workspace: session or a mountRole"
+		return p
+	}
+	class, err := c.classLister.Get(entry.Class)
+	if err != nil {
+		p.message = fmt.Sprintf(messageClassNotFound, entry.Class)
+		return p
+	}
+	if message := classConflict(class); message != "" {
+		p.message = message
+		return p
+	}
+	if message := warmClassConflict(class); message != "" {
+		p.message = message
+		return p
+	}
+	p.record = freeze(class, entry)
+	p.key = poolKey(reg.UID, entry.Name, p.record)
+	return p
+}
+
+// warmClassConflict says why a member of class cannot be built: a volume that takes the name
+// or the mount path of the member's key.
+func warmClassConflict(class *airlockv1alpha1.SandboxClass) string {
+	for _, v := range class.Spec.Volumes {
+		if v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath {
+			return fmt.Sprintf("SandboxClass %q: volume %q takes the name or the mount path (%s) of a warm member's key", class.Name, v.Name, MemberKeyMountPath)
+		}
+	}
+	return ""
+}
+
+// syncPool sorts the pool's idle members into ready and starting, deletes those that are stale
+// (another key: the class or the entry changed), ended, failing, or starting for longer than the
+// record's startupTimeout, and those beyond the warm count, and keeps the pool's policy.
+func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, idle []*corev1.Pod) error {
+	var errs []error
+	if p.record != nil {
+		errs = append(errs, c.ensurePoolPolicy(ctx, reg, p))
+	}
+	now := c.clock.Now()
+	for _, pod := range idle {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		reason := ""
+		switch {
+		case p.record == nil || pod.Labels[airlockv1alpha1.LabelWarmPool] != p.key:
+			reason = "stale: its sandbox's class or registry entry changed, or it wants no warm members"
+		case podEnded(pod):
+			reason = "ended: " + string(pod.Status.Phase) + " " + pod.Status.Reason
+		}
+		if reason == "" {
+			if why, message := podFailure([]*corev1.Pod{pod}); why != "" {
+				reason = why + ": " + message
+				p.message = fmt.Sprintf("member %s cannot start: %s: %s", pod.Name, why, message)
+			}
+		}
+		if reason == "" && readyPod([]*corev1.Pod{pod}) == nil && now.Sub(pod.CreationTimestamp.Time) > frozenStartupTimeout(p.record) {
+			reason = fmt.Sprintf("not Ready after the startupTimeout (%s)", frozenStartupTimeout(p.record))
+			if m := podUnschedulable([]*corev1.Pod{pod}); m != "" {
+				p.message = fmt.Sprintf("member %s cannot be scheduled: %s", pod.Name, m)
+			}
+		}
+		if reason != "" {
+			klog.FromContext(ctx).V(2).Info("Replacing a warm member", "registry", klog.KObj(reg), "sandbox", p.entry.Name, "member", klog.KObj(pod), "why", reason)
+			errs = append(errs, c.deleteMember(ctx, pod))
+			continue
+		}
+		if err := c.ensureMemberKey(ctx, pod); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if readyPod([]*corev1.Pod{pod}) != nil {
+			p.ready = append(p.ready, pod)
+		} else {
+			p.starting = append(p.starting, pod)
+		}
+	}
+	// Beyond the warm count: starting members go first, then the newest ready ones.
+	surplus := len(p.ready) + len(p.starting) - int(p.wanted)
+	if surplus > 0 {
+		newestFirst := func(pods []*corev1.Pod) {
+			sort.Slice(pods, func(i, j int) bool { return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
+		}
+		newestFirst(p.starting)
+		newestFirst(p.ready)
+		victims := append(slices.Clone(p.starting), p.ready...)[:surplus]
+		for _, pod := range victims {
+			errs = append(errs, c.deleteMember(ctx, pod))
+		}
+		n := min(surplus, len(p.starting))
+		p.starting = p.starting[n:]
+		p.ready = p.ready[surplus-n:]
+	}
+	return errors.Join(errs...)
+}
+
+// ensurePoolPolicy creates the pool's NetworkPolicy, before any of its members, and keeps it as
+// the record says (the allowed Services' pods and ports follow the Services, as a claim's do).
+func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool) error {
+	var allowed []*corev1.Service
+	for _, ref := range p.record.AllowedServices {
+		svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		allowed = append(allowed, svc)
+	}
+	want := buildPoolNetworkPolicy(reg, p.entry.Name, p.key, p.record, allowed)
+	live, err := c.npLister.NetworkPolicies(reg.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		err = c.policies.Create(ctx, want)
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if err == nil {
+			p.policyCreated = true
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(live, reg) {
+		return fmt.Errorf(MessageResourceExists, "NetworkPolicy", live.Name)
+	}
+	if apiequality.Semantic.DeepEqual(live.Spec, want.Spec) {
+		p.policyReady = true
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Spec = want.Spec
+	if err := c.policies.Update(ctx, updated); err != nil {
+		return err
+	}
+	p.policyReady = true
+	return nil
+}
+
+// ensureMemberKey creates the key Secret of a member whose Secret this process has not created
+// yet. The Secret comes after the pod (whose container does not start before it exists), and
+// is the pod's: gone with it. A Secret of that name that exists already is one this process
+// cannot vouch for (the operator may not read Secrets; another leader may have made it, or
+// someone else): the member is deleted, never adopted (fail closed).
+func (c *PoolController) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error {
+	if _, ok := c.keysWritten.Load(pod.UID); ok {
+		return nil
+	}
+	if readyPod([]*corev1.Pod{pod}) != nil || pod.Status.Phase == corev1.PodRunning {
+		// Running: its key is there, written by an earlier leader; it is kept.
+		c.keysWritten.Store(pod.UID, struct{}{})
+		return nil
+	}
+	encoded, err := c.keys.EncodedMemberKey(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return fmt.Errorf("deriving the key of warm member %s: %w", pod.Name, err)
+	}
+	err = c.secrets.Create(ctx, buildMemberSecret(pod, encoded))
+	switch {
+	case err == nil:
+		c.keysWritten.Store(pod.UID, struct{}{})
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		klog.FromContext(ctx).Info("A warm member's key Secret exists already and was not made by this operator process; deleting the member", "member", klog.KObj(pod))
+		return c.deleteMember(ctx, pod)
+	}
+	return err
+}
+
+// refill creates up to missing members of the pool, as the rate limiter allows, and returns how
+// long until it allows the next one (0: none missing any more).
+func (c *PoolController) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, missing int) time.Duration {
+	if !p.policyReady && !p.policyCreated {
+		return 0 // no policy yet: no member; the policy's event brings the registry back
+	}
+	for range missing {
+		now := c.clock.Now()
+		if r := c.limiter.ReserveN(now, 1); r.DelayFrom(now) > 0 {
+			wait := r.DelayFrom(now)
+			r.CancelAt(now)
+			return wait
+		}
+		name := memberName(reg.Name, p.entry.Name)
+		pod := buildMemberPod(reg, p.entry.Name, p.key, name, p.record)
+		c.created.expect(reg.Namespace, name, p.key)
+		if err := c.pods.Create(ctx, pod); err != nil {
+			c.created.seen(reg.Namespace, name)
+			if !apierrors.IsAlreadyExists(err) {
+				p.message = fmt.Sprintf("creating a warm member: %v", err)
+				klog.FromContext(ctx).V(2).Info("Creating a warm member failed", "registry", klog.KObj(reg), "sandbox", p.entry.Name, "err", err)
+				return time.Second * 5
+			}
+			continue
+		}
+		p.starting = append(p.starting, pod)
+	}
+	return 0
+}
+
+// deleteMember deletes an idle member (its key Secret goes with it).
+func (c *PoolController) deleteMember(ctx context.Context, pod *corev1.Pod) error {
+	c.keysWritten.Delete(pod.UID)
+	return ignoreGone(c.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID))
+}
+
+// collectPolicies deletes the registry's pool policies that no member (idle or adopted) and no
+// current pool uses.
+func (c *PoolController) collectPolicies(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, inUse map[string]bool) error {
+	policies, err := c.npLister.NetworkPolicies(reg.Namespace).List(labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelWarmRegistry: reg.Name}))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, np := range policies {
+		if inUse[np.Labels[airlockv1alpha1.LabelWarmPool]] || !metav1.IsControlledBy(np, reg) || np.DeletionTimestamp != nil {
+			continue
+		}
+		// A pod created a moment ago may not be in the cache yet: not while members are expected.
+		if c.created.pending(reg.Namespace, np.Labels[airlockv1alpha1.LabelWarmPool]) > 0 {
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Deleting a warm pool policy no member uses", "registry", klog.KObj(reg), "policy", klog.KObj(np))
+		errs = append(errs, ignoreGone(c.policies.Delete(ctx, np.Namespace, np.Name, np.UID)))
+	}
+	return errors.Join(errs...)
+}
+
+// writeStatus writes the registry's warm counts when they changed, at most once per
+// poolStatusInterval; it returns how long until a held-back write may go.
+func (c *PoolController) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, pools []*pool) (time.Duration, error) {
+	updated := reg.DeepCopy()
+	updated.Status.ObservedGeneration = reg.Generation
+	updated.Status.SandboxCount = int32(len(reg.Spec.Sandboxes))
+	updated.Status.Warm = nil
+	updated.Status.WarmReady, updated.Status.WarmWanted = 0, 0
+	for _, p := range pools {
+		if p.wanted == 0 {
+			continue
+		}
+		updated.Status.Warm = append(updated.Status.Warm, airlockv1alpha1.WarmPoolStatus{
+			Name:     p.entry.Name,
+			Wanted:   p.wanted,
+			Ready:    int32(len(p.ready)),
+			Starting: int32(len(p.starting)),
+			Message:  truncateMessage(p.message, 4096),
+		})
+		updated.Status.WarmReady += int32(len(p.ready))
+		updated.Status.WarmWanted += p.wanted
+	}
+	if apiequality.Semantic.DeepEqual(reg.Status, updated.Status) {
+		return 0, nil
+	}
+	key := cache.MetaObjectToName(reg)
+	now := c.clock.Now()
+	if last, ok := c.lastStatus.Load(key); ok {
+		if wait := last.(time.Time).Add(poolStatusInterval).Sub(now); wait > 0 {
+			return wait, nil
+		}
+	}
+	c.lastStatus.Store(key, now)
+	err := c.registries.UpdateStatus(ctx, updated)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return poolStatusInterval, nil // the update event brings it back; else looked at then
+	}
+	return 0, err
+}
+
+// truncateMessage cuts s to at most n bytes.
+func truncateMessage(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
