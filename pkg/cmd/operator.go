@@ -23,6 +23,7 @@ import (
 	componentbaseoptions "k8s.io/component-base/config/options"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
@@ -91,8 +92,9 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			HealthProbeBindAddress: ":8081",
 		},
 		Controllers: &ControllerOptions{
-			Workers:   4,
-			SyncImage: "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
+			Workers:        4,
+			SyncImage:      "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
+			WarmRefillRate: claim.DefaultRefillRate,
 		},
 	}
 }
@@ -157,6 +159,20 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the airlock client: %w", err)
 	}
+	// Warm pool refills get clients, and so rate limiters, of their own: a refill never waits in
+	// front of a claim's write.
+	poolConfig := rest.CopyConfig(kubeConfig)
+	poolConfig.UserAgent = userAgent + "/warm-pools"
+	poolKubeClient, err := kubernetes.NewForConfig(poolConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the warm pool client: %w", err)
+	}
+	poolAirlockConfig := rest.CopyConfig(airlockConfig)
+	poolAirlockConfig.UserAgent = userAgent + "/warm-pools"
+	poolAirlockClient, err := airlockclientset.NewForConfig(poolAirlockConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the warm pool airlock client: %w", err)
+	}
 	// A client of its own, with its own rate limiter, so that lease renewals never queue behind
 	// the controllers' requests.
 	leConfig := rest.CopyConfig(restConfig)
@@ -196,6 +212,9 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		APIServerTimeout:       apiServerTimeout,
 		Workers:                o.Controllers.Workers,
 		SyncImage:              o.Controllers.SyncImage,
+		PoolKubeClient:         poolKubeClient,
+		PoolAirlockClient:      poolAirlockClient,
+		WarmRefillRate:         o.Controllers.WarmRefillRate,
 	}, nil
 }
 
@@ -436,19 +455,24 @@ func (o *ServingOptions) Validate() []error {
 
 // ControllerOptions tune the controllers the leader runs.
 type ControllerOptions struct {
-	Workers   int
-	SyncImage string
+	Workers        int
+	SyncImage      string
+	WarmRefillRate float64
 }
 
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Workers of each controller: claims synced at once (>= 1).")
 	fs.StringVar(&o.SyncImage, "sync-image", o.SyncImage, "Image of the sync-back Jobs, which run \"airlock sync\".")
+	fs.Float64Var(&o.WarmRefillRate, "warm-refill-rate", o.WarmRefillRate, "Warm members the leader creates per second at most, across every pool (> 0); they are written with a client of their own, so that refills never take the claims' turn.")
 }
 
 func (o *ControllerOptions) Validate() []error {
 	var errs []error
 	if o.Workers < 1 {
 		errs = append(errs, invalidFlag("workers", "must be at least 1"))
+	}
+	if !(o.WarmRefillRate > 0) || o.WarmRefillRate > 1000 {
+		errs = append(errs, invalidFlag("warm-refill-rate", "must be > 0 and at most 1000, got %v", o.WarmRefillRate))
 	}
 	if o.SyncImage == "" || strings.ContainsAny(o.SyncImage, " \t\n") {
 		errs = append(errs, invalidFlag("sync-image", "must be an image reference, like ghcr.io/airlock-dev/airlock:v0.1.0"))

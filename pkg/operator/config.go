@@ -88,4 +88,9 @@ type Config struct {
 	TokenAudiences []string
 	// SyncImage is the image of sync-back Jobs.
 	SyncImage string
+	// PoolKubeClient and PoolAirlockClient are the warm pool controller's (nil: KubeClient and
+	// AirlockClient); WarmRefillRate bounds its member creations per second (0: the default).
+	PoolKubeClient    kubernetes.Interface
+	PoolAirlockClient airlockclientset.Interface
+	WarmRefillRate    float64
 }

@@ -42,8 +42,13 @@ type ControllerContext struct {
 	Workers int
 	// SyncImage is the image of sync-back Jobs (--sync-image).
 	SyncImage string
-	// Tokens derives the claims' tokens from the operator's key.
+	// Tokens derives the claims' tokens (and warm members' keys) from the operator's key.
 	Tokens *claimtoken.Source
+	// PoolKubeClient and PoolAirlockClient are the warm pool controller's own clients;
+	// WarmRefillRate bounds its member creations per second.
+	PoolKubeClient    kubernetes.Interface
+	PoolAirlockClient airlockclientset.Interface
+	WarmRefillRate    float64
 	// CABundle is the CA bundle the leader publishes for runtimes; nil when there is none to
 	// publish (--tls-mode=none, or files without --tls-ca-file).
 	CABundle cabundle.Source
@@ -69,6 +74,7 @@ type controllerDescriptor struct {
 func newControllerDescriptors() []controllerDescriptor {
 	return []controllerDescriptor{
 		{name: claim.ControllerName, init: startClaimController},
+		{name: claim.PoolControllerName, init: startPoolController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
 	}
@@ -99,6 +105,45 @@ func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx
 	}
 	// Status writes are few and cheap: one worker keeps them ordered.
 	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
+}
+
+// startPoolController builds the warm pool controller, on the claim controller's filtered pod
+// and NetworkPolicy informers (members carry LabelClaim, empty).
+func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	kube, air := cc.PoolKubeClient, cc.PoolAirlockClient
+	if kube == nil {
+		kube = cc.KubeClient
+	}
+	if air == nil {
+		air = cc.AirlockClient
+	}
+	rate := cc.WarmRefillRate
+	if rate <= 0 {
+		rate = claim.DefaultRefillRate
+	}
+	c, err := claim.NewPoolController(ctx, kube, air, claim.PoolInformers{
+		Registries:      airlock.ToolRegistries(),
+		Classes:         airlock.SandboxClasses(),
+		Pods:            cc.KubeInformers.Core().V1().Pods(),
+		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
+		AllowedServices: cc.AllowedServices,
+	}, memberKeys{cc.Tokens}, rate)
+	if err != nil {
+		return nil, err
+	}
+	return c.Run, nil
+}
+
+// memberKeys gives the pool controller warm members' keys, in their Secrets' text form.
+type memberKeys struct{ tokens *claimtoken.Source }
+
+func (m memberKeys) EncodedMemberKey(ctx context.Context, namespace, member string) (string, error) {
+	key, err := m.tokens.MemberKey(ctx, namespace, member)
+	if err != nil {
+		return "", err
+	}
+	return claimtoken.EncodeMemberKey(key), nil
 }
 
 // startClaimController builds the SandboxClaim controller.

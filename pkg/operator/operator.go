@@ -301,16 +301,19 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 	o.serviceInformers.Start(informersDone) // allowed Services: ready on every replica, for the next leader
 
 	cc := ControllerContext{
-		KubeClient:       o.cfg.KubeClient,
-		EventClient:      o.eventClient(),
-		AirlockClient:    o.cfg.AirlockClient,
-		AirlockInformers: o.airlockInformers,
-		AllowedServices:  o.serviceInformers.Core().V1().Services(),
-		EventRecorder:    recorder,
-		Workers:          o.cfg.Workers,
-		SyncImage:        o.cfg.SyncImage,
-		Tokens:           o.tokens,
-		CABundle:         o.caBundle,
+		KubeClient:        o.cfg.KubeClient,
+		EventClient:       o.eventClient(),
+		AirlockClient:     o.cfg.AirlockClient,
+		AirlockInformers:  o.airlockInformers,
+		AllowedServices:   o.serviceInformers.Core().V1().Services(),
+		EventRecorder:     recorder,
+		Workers:           o.cfg.Workers,
+		SyncImage:         o.cfg.SyncImage,
+		Tokens:            o.tokens,
+		CABundle:          o.caBundle,
+		PoolKubeClient:    o.cfg.PoolKubeClient,
+		PoolAirlockClient: o.cfg.PoolAirlockClient,
+		WarmRefillRate:    o.cfg.WarmRefillRate,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no

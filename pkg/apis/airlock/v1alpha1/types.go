@@ -310,7 +310,7 @@ type ToolRegistrySpec struct {
 }
 
 // RegistrySandbox is one sandbox a runtime may ask for.
-// +kubebuilder:validation:XValidation:rule="!has(self.warm) || self.warm == 0 || ((!has(self.workspace) || self.workspace != 'session') && (!has(self.mountRole) || self.mountRole == ''))",message="warm members serve fresh workspaces only: warm must be 0 with workspace: session or a mountRole"
+// +kubebuilder:validation:XValidation:rule="!has(self.warm) || self.warm == 0 || ((!has(self.workspace) || self.workspace != 'session') && (!has(self.mountRole) || size(self.mountRole) == 0))",message="warm members serve fresh workspaces only: warm must be 0 with workspace: session or a mountRole"
 type RegistrySandbox struct {
 	// Name is the first part of the sandbox's handles, e.g. "codegen" in "codegen/default".
 	// +required
