@@ -417,7 +417,7 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 		fresh.DeletionTimestamp != nil || reapRequested || fresh.Status.Phase != airlockv1alpha1.ClaimBound {
 		return stepResult{}
 	}
-	token, err := a.s.tokens.Token(ctx, c.UID, c.Namespace, c.Name)
+	token, err := boundToken(ctx, a.s.tokens, fresh)
 	if err != nil || token == "" {
 		klog.FromContext(ctx).Error(err, "Cannot derive the claim's token", "claim", klog.KObj(c))
 		return stepResult{done: true, err: errorf(http.StatusServiceUnavailable, client.CodeUnavailable,
@@ -475,4 +475,23 @@ func (a *acquisition) replace(ctx context.Context, old *airlockv1alpha1.SandboxC
 		return stepResult{done: true, err: err}
 	}
 	return a.create(ctx, repl, true)
+}
+
+// boundToken is the bearer token of the Bound claim c (as the API server has it): derived from
+// the claim for a claim with a pod of its own; for a claim that adopted a warm member, the
+// adoption token of that member, carrying the claim's UID and its frozen tool list. A warm claim
+// without a record has no tool list to give: an error, never a token that allows more.
+func boundToken(ctx context.Context, tokens TokenSource, c *airlockv1alpha1.SandboxClaim) (string, error) {
+	w := c.Status.Warm
+	if w == nil {
+		return tokens.Token(ctx, c.UID, c.Namespace, c.Name)
+	}
+	if c.Status.Frozen == nil || len(c.Status.Frozen.AllowedTools) == 0 {
+		return "", fmt.Errorf("claim %s adopted warm member %s but has no recorded tool list", c.Name, w.Member)
+	}
+	tools := make([]string, len(c.Status.Frozen.AllowedTools))
+	for i, t := range c.Status.Frozen.AllowedTools {
+		tools[i] = string(t)
+	}
+	return tokens.AdoptionToken(ctx, c.Namespace, w.Member, c.UID, tools)
 }

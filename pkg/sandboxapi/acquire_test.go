@@ -3,6 +3,7 @@ package sandboxapi
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,53 @@ func TestAcquireBound(t *testing.T) {
 	}
 	if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
 		t.Errorf("writes: %v", writes)
+	}
+}
+
+// TestAcquireBoundWarm: a claim that adopted a warm member is answered with the member's
+// adoption token, which carries the claim's UID and its recorded tool list and verifies only with
+// that member's key; a warm claim without a recorded tool list gets 503, never a token.
+func TestAcquireBoundWarm(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	c.Status.Frozen = &airlockv1alpha1.FrozenSandbox{AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"}}
+	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: "tools-codegen-abcdefghijkl", WorkspaceDir: c.Namespace + "/sandboxes/warm/tools-codegen-abcdefghijkl"}
+	f := newFixture(t, append(baseObjects(), c)...)
+	rec := f.acquire(30)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	got := decodeBody[client.AcquireResponse](t, rec)
+	token, ok := strings.CutPrefix(got.Headers["Authorization"], "Bearer ")
+	if !ok {
+		t.Fatalf("Authorization %q", got.Headers["Authorization"])
+	}
+	if token == claimToken(t, c) {
+		t.Fatal("a warm claim got its cold token: the member would refuse it")
+	}
+	key, err := claimtoken.MemberKey(testKey, c.Namespace, c.Status.Warm.Member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adoption, err := claimtoken.VerifyAdoption(key, token)
+	if err != nil {
+		t.Fatalf("the token does not verify with the member's key: %v", err)
+	}
+	if adoption.ClaimUID != c.UID || !slices.Equal(adoption.Tools, []string{"Bash", "Read"}) {
+		t.Errorf("adoption = %+v, want the claim's UID %s and tools [Bash Read]", adoption, c.UID)
+	}
+	other, err := claimtoken.MemberKey(testKey, c.Namespace, "tools-codegen-mnopqrstuvwx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimtoken.VerifyAdoption(other, token); err == nil {
+		t.Error("the token verifies with another member's key")
+	}
+
+	noRecord := c.DeepCopy()
+	noRecord.Status.Frozen = nil
+	f = newFixture(t, append(baseObjects(), noRecord)...)
+	if rec := f.acquire(30); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("warm claim without a record: status %d, want 503: %s", rec.Code, rec.Body.String())
 	}
 }
 

@@ -139,6 +139,19 @@ func (f *fakeTokens) Token(_ context.Context, uid types.UID, namespace, name str
 	return claimtoken.Derive(testKey, uid, namespace, name)
 }
 
+func (f *fakeTokens) AdoptionToken(_ context.Context, namespace, member string, claimUID types.UID, tools []string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return "", f.err
+	}
+	key, err := claimtoken.MemberKey(testKey, namespace, member)
+	if err != nil {
+		return "", err
+	}
+	return claimtoken.AdoptionToken(key, claimUID, tools)
+}
+
 // claimToken is the token the API hands out for c.
 func claimToken(t *testing.T, c *airlockv1alpha1.SandboxClaim) string {
 	t.Helper()

@@ -71,9 +71,13 @@ type Config struct {
 	Audiences []string
 }
 
-// TokenSource derives the bearer token of a claim; *claimtoken.Source is one.
+// TokenSource derives the bearer token of a claim; *claimtoken.Source is one. AdoptionToken is
+// the token of a claim that adopted the warm member namespace/member: the claim's UID and its
+// tools, MACed with the member's key (docs/decisions.md, "Warm members: the token is the
+// adoption").
 type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+	AdoptionToken(ctx context.Context, namespace, member string, claimUID types.UID, tools []string) (string, error)
 }
 
 // Server is the Sandbox API: an http.Handler.
