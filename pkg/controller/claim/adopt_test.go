@@ -1,0 +1,396 @@
+package claim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// warmRegistry is the fixture's registry with warm members wanted for its sandbox.
+func warmRegistry(warm int32) *airlockv1alpha1.ToolRegistry {
+	reg := newRegistry("tools", "")
+	reg.UID = "uid-reg-tools"
+	reg.Spec.Sandboxes[0].Warm = warm
+	return reg
+}
+
+// warmMember returns an idle member of reg's sandbox built from record, Ready at ip when ip is set.
+func warmMember(reg *airlockv1alpha1.ToolRegistry, name string, record *airlockv1alpha1.FrozenSandbox, created time.Time, ip string) *corev1.Pod {
+	entry := reg.Spec.Sandboxes[0].Name
+	pod := buildMemberPod(reg, entry, poolKey(reg.UID, entry, record), name, record)
+	pod.UID = types.UID("uid-" + name)
+	pod.ResourceVersion = "7"
+	pod.CreationTimestamp = metav1.NewTime(created)
+	if ip != "" {
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.PodIP = ip
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	return pod
+}
+
+// warmFixture is a fixture whose registry wants warm members, with the given members cached.
+func warmFixture(t *testing.T, maxConcurrent int32, members ...*corev1.Pod) *fixture {
+	f := newFixture(t)
+	f.runtimes = append(f.runtimes, newRuntime("agent", maxConcurrent, 3))
+	f.registries = append(f.registries, warmRegistry(3))
+	f.classes = append(f.classes, newClass("codegen"))
+	f.pods = append(f.pods, members...)
+	return f
+}
+
+// TestAdmittedClaimAdoptsWarmMember: an admitted claim adopts the oldest Ready member of its
+// pool (one conditional patch of the pod), is Bound at the member's IP with status.warm, and
+// builds nothing: no Secret, no policy, no pod.
+func TestAdmittedClaimAdoptsWarmMember(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	older := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0.Add(-time.Minute), "10.244.0.40")
+	newer := warmMember(reg, "tools-codegen-bbbbbbbbbbbb", testRecord(), t0.Add(-time.Second), "10.244.0.41")
+	f := warmFixture(t, 5, newer, older)
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{
+		"update sandboxclaims/status c1",
+		"patch pods " + older.Name,
+		"update sandboxclaims/status c1",
+	})
+	var patch core.PatchAction
+	for _, a := range f.log {
+		if p, ok := a.(core.PatchAction); ok {
+			patch = p
+		}
+	}
+	for _, want := range []string{`"resourceVersion":"7"`, `"uid":"uid-` + older.Name + `"`, `"kind":"SandboxClaim"`, `"name":"c1"`, `"airlock.dev/claim":"c1"`, `"airlock.dev/claim-uid":"uid-c1"`} {
+		if !strings.Contains(string(patch.GetPatch()), want) {
+			t.Errorf("adoption patch %s lacks %s", patch.GetPatch(), want)
+		}
+	}
+	got := f.writtenClaim()
+	if got.Status.Phase != airlockv1alpha1.ClaimBound || got.Status.Warm == nil || got.Status.Warm.Member != older.Name {
+		t.Fatalf("claim phase %s warm %+v, want Bound to %s", got.Status.Phase, got.Status.Warm, older.Name)
+	}
+	if got.Status.Warm.WorkspaceDir != testNamespace+"/sandboxes/warm/"+older.Name {
+		t.Errorf("workspaceDir %q", got.Status.Warm.WorkspaceDir)
+	}
+	if len(got.Status.Addresses) != 1 || got.Status.Addresses[0].URL != "http://10.244.0.40:8080" {
+		t.Errorf("addresses %+v, want the member's IP", got.Status.Addresses)
+	}
+	if cond := findCondition(got, ConditionReady); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != ReasonWarmMember {
+		t.Errorf("Ready condition %+v", cond)
+	}
+	if !c.childExpect.satisfied(got.UID) {
+		t.Error("the adopted claim's child expectations are held: its syncs would write nothing")
+	}
+}
+
+// TestNoMemberOfAnotherPool: a claim never adopts a member built from another record (an older
+// class generation), of another entry, of another registry (by UID), not Ready, being deleted,
+// or already adopted; it is built cold.
+func TestNoMemberOfAnotherPool(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	oldClass := newClass("codegen")
+	oldClass.Generation = 7 // the record has generation 0: another key
+	old := warmMember(reg, "tools-codegen-oldoldoldold", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.40")
+	otherEntryReg := warmRegistry(3)
+	otherEntryReg.Spec.Sandboxes[0].Name = "review"
+	otherEntry := warmMember(otherEntryReg, "tools-review-cccccccccccc", testRecord(), t0, "10.244.0.41")
+	otherReg := warmRegistry(3)
+	otherReg.UID = "uid-reg-recreated"
+	recreated := warmMember(otherReg, "tools-codegen-dddddddddddd", testRecord(), t0, "10.244.0.42")
+	notReady := warmMember(reg, "tools-codegen-eeeeeeeeeeee", testRecord(), t0, "")
+	deleting := warmMember(reg, "tools-codegen-ffffffffffff", testRecord(), t0, "10.244.0.43")
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	taken := warmMember(reg, "tools-codegen-gggggggggggg", testRecord(), t0, "10.244.0.44")
+	f := warmFixture(t, 5, old, otherEntry, recreated, notReady, deleting, taken)
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	c.adopting.Store(taken.UID, types.UID("uid-other-claim"))
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.actions() {
+		if strings.HasPrefix(a, "patch pods") {
+			t.Errorf("adopted a member it must not: %s", a)
+		}
+	}
+	if got := f.writtenClaim(); got.Status.Warm != nil {
+		t.Errorf("claim records warm member %+v", got.Status.Warm)
+	}
+	created := f.createdChildren(t)
+	if len(created) != 2 {
+		t.Fatalf("children created %d, want the cold policy and pod", len(created))
+	}
+}
+
+// TestIneligibleClaimsBuiltCold: a claim of a session's workspace, of a mount role, or a
+// replacement that keeps its predecessor's workspace never adopts a member (a member's
+// workspace is a fresh one).
+func TestIneligibleClaimsBuiltCold(t *testing.T) {
+	for name, mutate := range map[string]func(*airlockv1alpha1.SandboxClaim){
+		"session workspace": func(c *airlockv1alpha1.SandboxClaim) { c.Spec.WorkspaceDir = testNamespace + "/sandboxes/sessions/0123456789" },
+		"mount role": func(c *airlockv1alpha1.SandboxClaim) {
+			c.Spec.MountRole = "repo"
+			c.Spec.WorkspaceDir = "projects/web"
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			reg := warmRegistry(3)
+			f := warmFixture(t, 5, warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40"))
+			claim := newClaim("c1", "s1", "", t0)
+			mutate(claim)
+			f.claims = append(f.claims, claim)
+			c := f.newController(ctx)
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range f.actions() {
+				if strings.HasPrefix(a, "patch pods") {
+					t.Errorf("adopted a member: %s", a)
+				}
+			}
+		})
+	}
+}
+
+// TestAdoptionConflictTriesTheNext: a member that changed since the cache showed it (the API
+// server refuses the patch: another leader adopted it) is skipped for the next one.
+func TestAdoptionConflictTriesTheNext(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	first := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0.Add(-time.Minute), "10.244.0.40")
+	second := warmMember(reg, "tools-codegen-bbbbbbbbbbbb", testRecord(), t0, "10.244.0.41")
+	f := warmFixture(t, 5, first, second)
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	f.kubeClient.PrependReactor("patch", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		if a.(core.PatchAction).GetName() == first.Name {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, first.Name, fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaim(); got.Status.Warm == nil || got.Status.Warm.Member != second.Name {
+		t.Fatalf("warm %+v, want %s", got.Status.Warm, second.Name)
+	}
+}
+
+// TestConcurrentAdoptionsNeverShareAMember: a burst admitted in one pass, built concurrently,
+// adopts distinct members while they last; the rest are built cold.
+func TestConcurrentAdoptionsNeverShareAMember(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	var members []*corev1.Pod
+	for i := range 3 {
+		members = append(members, warmMember(reg, fmt.Sprintf("tools-codegen-%012d", i), testRecord(), t0.Add(time.Duration(i)*time.Second), fmt.Sprintf("10.244.0.%d", 40+i)))
+	}
+	f := warmFixture(t, 8, members...)
+	for i := range 8 {
+		f.claims = append(f.claims, newClaim(fmt.Sprintf("c%d", i), fmt.Sprintf("s%d", i), "", t0.Add(time.Duration(i)*time.Millisecond)))
+	}
+	c := f.newController(ctx)
+	// The fake API server applies a patch whatever its resourceVersion: make it refuse a second
+	// adoption of one pod, as the real one does.
+	var mu sync.Mutex
+	adopted := map[string]int{}
+	f.kubeClient.PrependReactor("patch", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := a.(core.PatchAction).GetName()
+		adopted[name]++
+		if adopted[name] > 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, name, fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range adopted {
+		if n > 1 {
+			t.Errorf("member %s: %d adoption attempts, want 1 (the in-process guard let two workers try)", name, n)
+		}
+	}
+	owners := map[string]string{}
+	warm, cold := 0, 0
+	for i := range 8 {
+		got := f.writtenClaimNamed(fmt.Sprintf("c%d", i))
+		switch {
+		case got == nil:
+			t.Fatalf("c%d: no status written", i)
+		case got.Status.Warm != nil:
+			warm++
+			if prev, ok := owners[got.Status.Warm.Member]; ok {
+				t.Errorf("member %s given to %s and %s", got.Status.Warm.Member, prev, got.Name)
+			}
+			owners[got.Status.Warm.Member] = got.Name
+		default:
+			cold++
+		}
+	}
+	if warm != 3 || cold != 5 {
+		t.Errorf("warm %d cold %d, want 3 and 5", warm, cold)
+	}
+}
+
+// TestBindingClaimFinishesItsAdoption: a Binding claim that controls a Ready member (its
+// adoption was written, its Bound was not) is written Bound to it, and builds nothing; one whose
+// member is not Ready any more deletes it and is built cold.
+func TestBindingClaimFinishesItsAdoption(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	claim := binding("c1", t0)
+	adoptedBy := func(pod *corev1.Pod) *corev1.Pod {
+		pod.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
+		for k, v := range podLabels(claim) {
+			pod.Labels[k] = v
+		}
+		return pod
+	}
+	ready := adoptedBy(warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40"))
+	f := warmFixture(t, 5, ready)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimBound || got.Status.Warm == nil || got.Status.Warm.Member != ready.Name {
+		t.Errorf("phase %s warm %+v", got.Status.Phase, got.Status.Warm)
+	}
+
+	notReady := adoptedBy(warmMember(reg, "tools-codegen-bbbbbbbbbbbb", testRecord(), t0, ""))
+	f = warmFixture(t, 5, notReady)
+	f.claims = append(f.claims, binding("c1", t0))
+	c = f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	acts := f.actions()
+	if len(acts) == 0 || acts[0] != "delete pods "+notReady.Name {
+		t.Fatalf("actions %v, want the member deleted first", acts)
+	}
+	if !slices.Contains(acts, "create pods c1") {
+		t.Errorf("actions %v, want the claim built cold", acts)
+	}
+}
+
+// warmBound returns a claim Bound to member (adopted at boundAt).
+func warmBound(name string, member *corev1.Pod, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
+	c := bound(name, boundAt)
+	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: memberWorkspaceDir(testNamespace, member.Name), AdoptedAt: metav1.NewTime(boundAt)}
+	member.OwnerReferences = []metav1.OwnerReference{ownerReference(c)}
+	for k, v := range podLabels(c) {
+		member.Labels[k] = v
+	}
+	return c
+}
+
+// TestBoundWarmClaimMember: a Bound warm claim keeps its own policy beside the pool's and never
+// builds a pod of its own; it is reaped at once when its member's pod ended or is gone, and left
+// alone while the cache shows the member as it was before the adoption.
+func TestBoundWarmClaimMember(t *testing.T) {
+	reg := warmRegistry(3)
+	now := t0.Add(time.Minute)
+	t.Run("running", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member, t0)
+		f := warmFixture(t, 5, member)
+		f.claims = append(f.claims, claim)
+		f.clock.SetTime(now)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, []string{"create networkpolicies c1"})
+	})
+	t.Run("ended", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member, t0)
+		member.Status.Phase = corev1.PodFailed
+		member.Status.Reason = "Evicted"
+		f := warmFixture(t, 5, member)
+		f.claims = append(f.claims, claim)
+		f.clock.SetTime(now)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.writtenClaim(); got == nil || got.Status.Phase != airlockv1alpha1.ClaimReaping || got.Status.Reason != ReasonPodFailed {
+			t.Fatalf("claim %+v, want Reaping (PodFailed)", got)
+		}
+		for _, a := range f.actions() {
+			if strings.HasPrefix(a, "create pods") {
+				t.Errorf("built a pod for a warm claim: %s", a)
+			}
+		}
+	})
+	t.Run("gone", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member, t0)
+		f := warmFixture(t, 5)
+		f.claims = append(f.claims, claim)
+		f.clock.SetTime(now)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.writtenClaim(); got == nil || got.Status.Phase != airlockv1alpha1.ClaimReaping {
+			t.Fatalf("claim %+v, want Reaping", got)
+		}
+	})
+	t.Run("cache before the adoption", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member.DeepCopy(), t0) // the cached member stays idle
+		f := warmFixture(t, 5, member)
+		f.claims = append(f.claims, claim)
+		f.clock.SetTime(now)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, nil)
+	})
+}
+
+// TestWarmClaimSyncsBackTheMemberWorkspace: sync-back and removal of a warm claim copy and
+// remove the member's workspace, not the one its spec names.
+func TestWarmClaimSyncsBackTheMemberWorkspace(t *testing.T) {
+	member := warmMember(warmRegistry(3), "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+	claim := warmBound("c1", member, t0)
+	claim.Spec.TargetPath = "projects/web"
+	args := syncJobArgs(claim, true)
+	want := "--from=" + testNamespace + "/sandboxes/warm/" + member.Name
+	if !slices.Contains(args, want) {
+		t.Errorf("sync args %v lack %s", args, want)
+	}
+	if !workspaceRemovable(claim) {
+		t.Error("a warm member's workspace is not removable")
+	}
+}
