@@ -147,7 +147,9 @@ func TestNoMemberOfAnotherPool(t *testing.T) {
 // workspace is a fresh one).
 func TestIneligibleClaimsBuiltCold(t *testing.T) {
 	for name, mutate := range map[string]func(*airlockv1alpha1.SandboxClaim){
-		"session workspace": func(c *airlockv1alpha1.SandboxClaim) { c.Spec.WorkspaceDir = testNamespace + "/sandboxes/sessions/0123456789" },
+		"session workspace": func(c *airlockv1alpha1.SandboxClaim) {
+			c.Spec.WorkspaceDir = testNamespace + "/sandboxes/sessions/0123456789"
+		},
 		"mount role": func(c *airlockv1alpha1.SandboxClaim) {
 			c.Spec.MountRole = "repo"
 			c.Spec.WorkspaceDir = "projects/web"

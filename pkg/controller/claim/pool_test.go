@@ -1,0 +1,398 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+)
+
+// fakeMemberKeys derives a member's key text from its name.
+type fakeMemberKeys struct{ err error }
+
+func (k fakeMemberKeys) EncodedMemberKey(_ context.Context, namespace, member string) (string, error) {
+	if k.err != nil {
+		return "", k.err
+	}
+	return "key-of-" + namespace + "-" + member, nil
+}
+
+// newPoolController builds a pool controller on the fixture's objects, creating at most rate
+// members per second.
+func (f *fixture) newPoolController(ctx context.Context, rate float64) *PoolController {
+	f.t.Helper()
+	var kubeObjects, airlockObjects []runtime.Object
+	for _, o := range f.registries {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.classes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.pods {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.netpols {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.allowedServices {
+		kubeObjects = append(kubeObjects, o)
+	}
+	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
+	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
+	f.log = nil
+	record := func(a core.Action) (bool, runtime.Object, error) {
+		f.log = append(f.log, a)
+		return false, nil, nil
+	}
+	f.kubeClient.PrependReactor("*", "*", record)
+	f.airlockClient.PrependReactor("*", "*", record)
+	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
+	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	c, err := newPoolController(ctx, f.kubeClient, f.airlockClient, PoolInformers{
+		Registries:      ai.Airlock().V1alpha1().ToolRegistries(),
+		Classes:         ai.Airlock().V1alpha1().SandboxClasses(),
+		Pods:            ki.Core().V1().Pods(),
+		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
+		AllowedServices: ki.Core().V1().Services(),
+	}, fakeMemberKeys{}, rate, f.clock)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	add := func(informer cache.SharedIndexInformer, obj any) {
+		if err := informer.GetIndexer().Add(obj); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	for _, o := range f.registries {
+		add(ai.Airlock().V1alpha1().ToolRegistries().Informer(), o)
+	}
+	for _, o := range f.classes {
+		add(ai.Airlock().V1alpha1().SandboxClasses().Informer(), o)
+	}
+	for _, o := range f.pods {
+		add(ki.Core().V1().Pods().Informer(), o)
+	}
+	for _, o := range f.netpols {
+		add(ki.Networking().V1().NetworkPolicies().Informer(), o)
+	}
+	for _, o := range f.allowedServices {
+		add(ki.Core().V1().Services().Informer(), o)
+	}
+	return c
+}
+
+// poolFixture is a fixture with a registry wanting warm members of the class, and the given
+// pods and policies cached.
+func poolFixture(t *testing.T, warm int32, pods []*corev1.Pod, policies ...*networkingv1.NetworkPolicy) *fixture {
+	f := newFixture(t)
+	f.registries = append(f.registries, warmRegistry(warm))
+	f.classes = append(f.classes, newClass("codegen"))
+	f.pods = append(f.pods, pods...)
+	f.netpols = append(f.netpols, policies...)
+	return f
+}
+
+// currentPolicy is the pool policy of warmRegistry's sandbox for the fixture's class.
+func currentPolicy() *networkingv1.NetworkPolicy {
+	reg := warmRegistry(3)
+	return buildPoolNetworkPolicy(reg, "codegen", poolKey(reg.UID, "codegen", testRecord()), testRecord(), nil)
+}
+
+func registryKey() cache.ObjectName {
+	return cache.ObjectName{Namespace: testNamespace, Name: "tools"}
+}
+
+// createdOf returns the objects of resource the clients created, in order.
+func (f *fixture) createdOf(resource string) []metav1.Object {
+	var out []metav1.Object
+	for _, a := range f.log {
+		if create, ok := a.(core.CreateAction); ok && create.GetResource().Resource == resource {
+			out = append(out, create.GetObject().(metav1.Object))
+		}
+	}
+	return out
+}
+
+// TestPoolFillsBehindItsPolicy: an empty pool gets its NetworkPolicy first, then its members,
+// as many as the refill rate allows at once, each a restricted sandbox pod of the entry's record
+// with its own fresh workspace, the member key in place of a token and no tool list; the rest
+// are created when the rate limiter allows (the requeue), and the registry's status says so.
+func TestPoolFillsBehindItsPolicy(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := poolFixture(t, 5, nil)
+	c := f.newPoolController(ctx, 2)
+	requeue, err := c.sync(ctx, registryKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts := f.actions()
+	if len(acts) < 3 || acts[0] != "create networkpolicies "+currentPolicy().Name {
+		t.Fatalf("actions %v: want the pool's policy created first", acts)
+	}
+	pods := f.createdOf("pods")
+	if len(pods) != 2 {
+		t.Fatalf("created %d members, want 2 (the limiter's burst)", len(pods))
+	}
+	if requeue == nil || *requeue <= 0 || *requeue > time.Second {
+		t.Errorf("requeue %v, want the limiter's wait for the next member", requeue)
+	}
+	seen := map[string]bool{}
+	for _, o := range pods {
+		pod := o.(*corev1.Pod)
+		if seen[pod.Name] || len(pod.Name) > 63 || !strings.HasPrefix(pod.Name, "tools-codegen-") {
+			t.Errorf("member name %q (unique, a label value, of the registry and entry)", pod.Name)
+		}
+		seen[pod.Name] = true
+		if ref := metav1.GetControllerOf(pod); ref == nil || ref.Kind != "ToolRegistry" || ref.UID != "uid-reg-tools" {
+			t.Errorf("member %s controller %+v, want the registry", pod.Name, ref)
+		}
+		if pod.Labels[LabelClaim] != "" || pod.Labels[airlockv1alpha1.LabelWarmPool] != currentPolicy().Labels[airlockv1alpha1.LabelWarmPool] {
+			t.Errorf("member labels %v", pod.Labels)
+		}
+		if _, ok := pod.Labels[LabelClaim]; !ok {
+			t.Error("a member lacks the claim label: the operator's filtered cache would not see it")
+		}
+		args := pod.Spec.Containers[0].Args
+		if !slices.Contains(args, "--warm-key-file="+MemberKeyFile) {
+			t.Errorf("args %v lack the key file", args)
+		}
+		for _, a := range args {
+			if strings.HasPrefix(a, "--allowed-tools") || strings.HasPrefix(a, "--auth-token-file") {
+				t.Errorf("a member is started with %s: its tools and token come with the adoption", a)
+			}
+		}
+		if sub := pod.Spec.Containers[0].VolumeMounts[0].SubPath; sub != testNamespace+"/sandboxes/warm/"+pod.Name {
+			t.Errorf("workspace %q, want its own under warm/", sub)
+		}
+		sc := pod.Spec.SecurityContext
+		if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken || sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("member %s is not a restricted pod without a ServiceAccount token", pod.Name)
+		}
+	}
+	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+	want := []airlockv1alpha1.WarmPoolStatus{{Name: "codegen", Wanted: 5, Ready: 0, Starting: 2}}
+	if !slices.Equal(written.Status.Warm, want) || written.Status.WarmWanted != 5 || written.Status.WarmReady != 0 {
+		t.Errorf("status %+v, want %+v", written.Status, want)
+	}
+}
+
+// TestPoolMembersSorted: the pool counts Ready members, gives starting ones their key Secret
+// (owned by the pod), and deletes the idle members that are stale (another record), ended,
+// failing to start, or starting past the startupTimeout; adopted members are never touched.
+func TestPoolMembersSorted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	record := testRecord()
+	now := t0.Add(time.Minute)
+	ready := warmMember(reg, "tools-codegen-readyreadyre", record, t0, "10.244.0.40")
+	starting := warmMember(reg, "tools-codegen-startingstar", record, t0, "")
+	oldClass := newClass("codegen")
+	oldClass.Generation = 3
+	stale := warmMember(reg, "tools-codegen-stalestalest", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.41")
+	ended := warmMember(reg, "tools-codegen-endedendede", record, t0, "10.244.0.42")
+	ended.Status.Phase = corev1.PodFailed
+	crashing := warmMember(reg, "tools-codegen-crashingcra", record, t0, "")
+	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+	slow := warmMember(reg, "tools-codegen-slowslowslo", record, t0.Add(-10*time.Minute), "")
+	// Adopted by c1, and of the old record: the claim's, never the pool's to replace.
+	adoptedPod := warmMember(reg, "tools-codegen-adoptedadop", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.43")
+	warmBound("c1", adoptedPod, t0)
+	f := poolFixture(t, 3, []*corev1.Pod{ready, starting, stale, ended, crashing, slow, adoptedPod}, currentPolicy())
+	f.clock.SetTime(now)
+	c := f.newPoolController(ctx, 100)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, a := range f.actions() {
+		if name, ok := strings.CutPrefix(a, "delete pods "); ok {
+			deleted = append(deleted, name)
+		}
+	}
+	slices.Sort(deleted)
+	want := []string{crashing.Name, ended.Name, slow.Name, stale.Name}
+	slices.Sort(want)
+	if !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v", deleted, want)
+	}
+	secrets := f.createdOf("secrets")
+	if len(secrets) != 1 || secrets[0].GetName() != starting.Name+"-key" {
+		t.Fatalf("key Secrets created %v, want only the starting member's", secrets)
+	}
+	if ref := metav1.GetControllerOf(secrets[0]); ref == nil || ref.Kind != "Pod" || ref.UID != starting.UID {
+		t.Errorf("key Secret controller %+v, want its pod", ref)
+	}
+	if got := string(secrets[0].(*corev1.Secret).Data["key"]); got != "key-of-"+testNamespace+"-"+starting.Name {
+		t.Errorf("key %q", got)
+	}
+	// Ready 1 + starting 1 of 3: one more created.
+	if pods := f.createdOf("pods"); len(pods) != 1 {
+		t.Errorf("created %d members, want 1", len(pods))
+	}
+	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+	if st := written.Status.Warm[0]; st.Ready != 1 || st.Starting != 2 || !strings.Contains(st.Message, "CrashLoopBackOff") {
+		t.Errorf("status %+v, want 1 ready, 2 starting, and why a member failed", st)
+	}
+}
+
+// TestMemberKeySecretTakenDeletesTheMember: a key Secret that exists already, not created by
+// this process, may hold a key someone else knows: its member is deleted, never adopted.
+func TestMemberKeySecretTakenDeletesTheMember(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(1)
+	starting := warmMember(reg, "tools-codegen-startingstar", testRecord(), t0, "")
+	f := poolFixture(t, 1, []*corev1.Pod{starting}, currentPolicy())
+	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: starting.Name + "-key", Namespace: testNamespace}})
+	c := f.newPoolController(ctx, 100)
+	f.kubeClient.PrependReactor("create", "secrets", func(a core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, starting.Name+"-key")
+	})
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.actions(), "delete pods "+starting.Name) {
+		t.Errorf("actions %v, want the member deleted", f.actions())
+	}
+}
+
+// TestPoolSurplusAndRemovedEntries: members beyond the warm count go, starting ones first; the
+// idle members of an entry the registry no longer has go too; with warm 0 nothing is created.
+func TestPoolSurplusAndRemovedEntries(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(1)
+	var pods []*corev1.Pod
+	for i := range 3 {
+		pods = append(pods, warmMember(reg, fmt.Sprintf("tools-codegen-ready%07d", i), testRecord(), t0.Add(time.Duration(i)*time.Second), fmt.Sprintf("10.244.0.%d", 40+i)))
+	}
+	startingPod := warmMember(reg, "tools-codegen-startingstar", testRecord(), t0, "")
+	gone := warmRegistry(1)
+	gone.Spec.Sandboxes[0].Name = "review"
+	orphan := warmMember(gone, "tools-review-orphanorphan", testRecord(), t0, "10.244.0.50")
+	f := poolFixture(t, 1, append(pods, startingPod, orphan), currentPolicy())
+	c := f.newPoolController(ctx, 100)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, a := range f.actions() {
+		if name, ok := strings.CutPrefix(a, "delete pods "); ok {
+			deleted = append(deleted, name)
+		}
+	}
+	slices.Sort(deleted)
+	// Kept: the oldest Ready one.
+	want := []string{pods[1].Name, pods[2].Name, startingPod.Name, orphan.Name}
+	slices.Sort(want)
+	if !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v", deleted, want)
+	}
+	if n := len(f.createdOf("pods")); n != 0 {
+		t.Errorf("created %d members", n)
+	}
+}
+
+// TestPoolPoliciesCollected: a pool policy no member uses (idle or adopted) and no current pool
+// wants is deleted; one an adopted member still carries is kept; a pool that cannot be built (its
+// class is gone) creates nothing and says why.
+func TestPoolPoliciesCollected(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(2)
+	oldClass := newClass("codegen")
+	oldClass.Generation = 3
+	oldRecord := freeze(oldClass, &reg.Spec.Sandboxes[0])
+	oldKey := poolKey(reg.UID, "codegen", oldRecord)
+	usedPolicy := buildPoolNetworkPolicy(reg, "codegen", oldKey, oldRecord, nil)
+	olderClass := newClass("codegen")
+	olderClass.Generation = 2
+	olderRecord := freeze(olderClass, &reg.Spec.Sandboxes[0])
+	unused := buildPoolNetworkPolicy(reg, "codegen", poolKey(reg.UID, "codegen", olderRecord), olderRecord, nil)
+	adopted := warmMember(reg, "tools-codegen-adoptedadop", oldRecord, t0, "10.244.0.43")
+	warmBound("c1", adopted, t0)
+	f := poolFixture(t, 2, []*corev1.Pod{adopted}, usedPolicy, unused)
+	f.classes = nil // the class is gone: the pool cannot be built
+	c := f.newPoolController(ctx, 100)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	checkActionsSubset(t, f, []string{"delete networkpolicies " + unused.Name}, []string{"delete networkpolicies " + usedPolicy.Name, "delete pods " + adopted.Name, "create pods", "create networkpolicies"})
+	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+	if st := written.Status.Warm[0]; st.Ready != 0 || !strings.Contains(st.Message, "not found") && !strings.Contains(st.Message, "codegen") {
+		t.Errorf("status %+v, want why no member is built", st)
+	}
+}
+
+// checkActionsSubset checks that every action of want was made and none starting with a prefix
+// of never.
+func checkActionsSubset(t *testing.T, f *fixture, want, never []string) {
+	t.Helper()
+	acts := f.actions()
+	for _, w := range want {
+		if !slices.Contains(acts, w) {
+			t.Errorf("actions %v lack %q", acts, w)
+		}
+	}
+	for _, a := range acts {
+		for _, n := range never {
+			if strings.HasPrefix(a, n) {
+				t.Errorf("action %q must not happen", a)
+			}
+		}
+	}
+}
+
+// TestPoolStatusWritesCoalesced: the registry's status is written at most once per
+// poolStatusInterval; a change within it is written when it ends (the requeue).
+func TestPoolStatusWritesCoalesced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(1)
+	member := warmMember(reg, "tools-codegen-readyreadyre", testRecord(), t0, "10.244.0.40")
+	f := poolFixture(t, 1, []*corev1.Pod{member}, currentPolicy())
+	c := f.newPoolController(ctx, 100)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.actions(), "update toolregistries/status tools") {
+		t.Fatal("no status written")
+	}
+	// The member is adopted: the ready count drops, within the interval.
+	f.log = nil
+	cached, err := c.registryList.ToolRegistries(testNamespace).Get("tools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requeue, err := c.writeStatus(ctx, cached, []*pool{{entry: &reg.Spec.Sandboxes[0], wanted: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if requeue <= 0 || requeue > poolStatusInterval {
+		t.Errorf("requeue %v, want the rest of the interval", requeue)
+	}
+	if slices.Contains(f.actions(), "update toolregistries/status tools") {
+		t.Error("a second status write within the interval")
+	}
+	f.clock.Step(poolStatusInterval)
+	if _, err := c.writeStatus(ctx, cached, []*pool{{entry: &reg.Spec.Sandboxes[0], wanted: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.actions(), "update toolregistries/status tools") {
+		t.Error("the held-back status was not written once the interval passed")
+	}
+}
