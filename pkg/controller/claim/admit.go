@@ -175,10 +175,11 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 // children could not all be written is enqueued: its own sync retries them and fails it at its
 // startupTimeout.
 func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) {
+	reserved := c.reserveMembers(ctx, admitted)
 	var wg sync.WaitGroup
 	for _, claim := range admitted {
 		wg.Go(func() {
-			if _, adopted, err := c.adoptWarm(ctx, claim); adopted {
+			if _, adopted, err := c.adoptWarm(ctx, claim, reserved[claim.UID]); adopted {
 				c.childExpect.lower(claim.UID) // nothing to build: Bound already
 				return
 			} else if err != nil {

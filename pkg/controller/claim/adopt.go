@@ -10,15 +10,19 @@ package claim
 // API derives it from the member's key: claimtoken.AdoptionToken).
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -35,10 +39,11 @@ const (
 	messageWarmEnded = "the warm member's pod %s ended (%s %s); its workspace is synced back and the next acquire gets a new sandbox"
 )
 
-// adoptWarm adopts a warm member for the admitted (Binding) claim when one fits, and writes
-// the claim Bound. It returns the claim as written and true when it did; false when the claim
-// is not eligible or no member fits (then it is built cold, as any claim).
-func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, bool, error) {
+// reserveMember picks a Ready, idle member of the claim's pool (the oldest first: it has waited
+// longest) that no other worker of this process has taken, and takes it. It returns nil when
+// there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
+// members wanted).
+func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
 	record := claim.Status.Frozen
 	if record == nil || claim.Status.Phase != airlockv1alpha1.ClaimBinding || !warmEligible(claim) {
 		return nil, false, nil
@@ -47,36 +52,83 @@ func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err != nil || entry == nil || entry.Warm <= 0 {
 		return nil, false, err
 	}
-	key := poolKey(reg.UID, entry.Name, record)
 	candidates, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(labels.Set{
-		airlockv1alpha1.LabelWarmPool: key,
+		airlockv1alpha1.LabelWarmPool: poolKey(reg.UID, entry.Name, record),
 		LabelClaim:                    "",
 	}))
 	if err != nil {
-		return nil, false, err
+		return nil, true, err
 	}
-	// The oldest first: it has waited longest, and its sandboxd is surely warm.
 	sort.Slice(candidates, func(i, j int) bool {
-		return candidates[i].CreationTimestamp.Before(&candidates[j].CreationTimestamp)
+		if !candidates[i].CreationTimestamp.Equal(&candidates[j].CreationTimestamp) {
+			return candidates[i].CreationTimestamp.Before(&candidates[j].CreationTimestamp)
+		}
+		return candidates[i].Name < candidates[j].Name
 	})
-	logger := klog.FromContext(ctx)
 	for _, pod := range candidates {
-		if !metav1.IsControlledBy(pod, reg) || readyPod([]*corev1.Pod{pod}) == nil {
+		if tried[pod.UID] || !metav1.IsControlledBy(pod, reg) || readyPod([]*corev1.Pod{pod}) == nil {
 			continue
 		}
-		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); taken {
-			continue // another worker has it
+		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); !taken {
+			return pod, true, nil
 		}
-		l := podLabels(claim)
-		err := c.children.adopter.Adopt(ctx, pod, ownerReference(claim), l)
+	}
+	return nil, true, nil
+}
+
+// reservation is a member reserved for an admitted claim before the claims' adoptions run
+// concurrently: a burst's oldest claims get the warm members, the rest are built cold.
+type reservation struct {
+	pod      *corev1.Pod
+	eligible bool
+}
+
+// reserveMembers reserves members for the admitted claims, oldest first.
+func (c *Controller) reserveMembers(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) map[types.UID]reservation {
+	ordered := slices.Clone(admitted)
+	slices.SortFunc(ordered, func(a, b *airlockv1alpha1.SandboxClaim) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	out := make(map[types.UID]reservation, len(ordered))
+	for _, claim := range ordered {
+		pod, eligible, err := c.reserveMember(claim, nil)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Looking for a warm member failed; the claim is built cold", "claim", klog.KObj(claim), "err", err)
+		}
+		out[claim.UID] = reservation{pod: pod, eligible: eligible}
+	}
+	return out
+}
+
+// adoptWarm adopts a warm member for the admitted (Binding) claim, the reserved one first, and
+// writes the claim Bound. It returns the claim as written and true when it did; false when the
+// claim is not eligible or no member fits (then it is built cold, as any claim).
+func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, r reservation) (*airlockv1alpha1.SandboxClaim, bool, error) {
+	logger := klog.FromContext(ctx)
+	tried := map[types.UID]bool{}
+	pod, eligible := r.pod, r.eligible
+	for {
+		if pod == nil {
+			var err error
+			if pod, eligible, err = c.reserveMember(claim, tried); err != nil {
+				return nil, false, err
+			}
+		}
+		if pod == nil {
+			break
+		}
+		tried[pod.UID] = true
+		err := c.children.adopter.Adopt(ctx, pod, ownerReference(claim), podLabels(claim))
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// Changed or gone since the cache showed it (another leader adopted it, the pool
-			// controller deleted it): the next one.
+			// controller deleted it, the kubelet wrote its status): let it go, try the next.
 			logger.V(4).Info("A warm member changed before it could be adopted; trying another", "claim", klog.KObj(claim), "member", klog.KObj(pod), "err", err)
+			c.adopting.CompareAndDelete(pod.UID, claim.UID)
+			pod = nil
 			continue
 		}
 		if err != nil {
-			c.adopting.Delete(pod.UID)
+			c.adopting.CompareAndDelete(pod.UID, claim.UID)
 			return nil, false, err
 		}
 		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
@@ -84,8 +136,10 @@ func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		written, err := c.writeWarmBound(ctx, claim, pod)
 		return written, err == nil, err
 	}
-	warmAdoptions.WithLabelValues("miss").Inc()
-	logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim), "pool", key)
+	if eligible {
+		warmAdoptions.WithLabelValues("miss").Inc()
+		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
+	}
 	return nil, false, nil
 }
 

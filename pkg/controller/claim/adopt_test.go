@@ -200,7 +200,7 @@ func TestAdoptionConflictTriesTheNext(t *testing.T) {
 }
 
 // TestConcurrentAdoptionsNeverShareAMember: a burst admitted in one pass, built concurrently,
-// adopts distinct members while they last; the rest are built cold.
+// adopts distinct members while they last, oldest claim first; the rest are built cold.
 func TestConcurrentAdoptionsNeverShareAMember(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	reg := warmRegistry(3)
@@ -254,6 +254,12 @@ func TestConcurrentAdoptionsNeverShareAMember(t *testing.T) {
 	}
 	if warm != 3 || cold != 5 {
 		t.Errorf("warm %d cold %d, want 3 and 5", warm, cold)
+	}
+	// In order: the oldest claims get the members, the oldest claim the oldest member.
+	for i := range 3 {
+		if owner := owners[members[i].Name]; owner != fmt.Sprintf("c%d", i) {
+			t.Errorf("member %s went to %q, want c%d (a burst's oldest claims are bound warm)", members[i].Name, owner, i)
+		}
 	}
 }
 
