@@ -288,6 +288,41 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			wantMsg: "Unsupported value: \"shared\"",
 		},
 		{
+			name: "registry warm members of a session's workspace",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-session"
+				r.Spec.Sandboxes[0].Workspace = airlockv1alpha1.WorkspaceSession
+				r.Spec.Sandboxes[0].Warm = 2
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "warm members serve fresh workspaces only",
+		},
+		{
+			name: "registry warm members of a mount role",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-role"
+				r.Spec.Sandboxes[0].MountRole = "repo"
+				r.Spec.Sandboxes[0].Warm = 1
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "warm members serve fresh workspaces only",
+		},
+		{
+			name: "registry negative warm",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-negative"
+				r.Spec.Sandboxes[0].Warm = -1
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "should be greater than or equal to 0",
+		},
+		{
 			name: "runtime maxConcurrent below one",
 			create: func() error {
 				rt := validRuntime(ns)

@@ -1,0 +1,249 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
+)
+
+// idleMembers returns the registry's idle warm members (not being deleted), by name.
+func (e *claimEnv) idleMembers(ctx context.Context) (map[string]*corev1.Pod, error) {
+	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
+		airlockv1alpha1.LabelWarmRegistry: e.runtime.Spec.ToolRegistryRef.Name,
+		airlockv1alpha1.LabelClaim:        "",
+	}).String()})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil {
+			out[p.Name] = p
+		}
+	}
+	return out, nil
+}
+
+// waitWarm waits until the registry's status says ready of wanted members, for its current
+// generation, and as many idle Ready members exist; it returns them.
+func (e *claimEnv) waitWarm(t *testing.T, ready int32, timeout time.Duration) map[string]*corev1.Pod {
+	t.Helper()
+	var members map[string]*corev1.Pod
+	eventually(t, timeout, fmt.Sprintf("%d warm members Ready", ready), func(ctx context.Context) (bool, error) {
+		r, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, e.runtime.Spec.ToolRegistryRef.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if r.Status.ObservedGeneration != r.Generation || r.Status.WarmReady != ready {
+			return false, nil
+		}
+		if members, err = e.idleMembers(ctx); err != nil {
+			return false, err
+		}
+		n := int32(0)
+		for _, p := range members {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					n++
+				}
+			}
+		}
+		return n == ready && int32(len(members)) == ready, nil
+	})
+	return members
+}
+
+// TestWarmPoolAdoption (issue 14): a registry sandbox with warm: 2 gets two Ready members under
+// the namespace's restricted Pod Security level, each behind the pool's default-deny policy with
+// a key Secret of its own; a claim adopts one (the same pod, not restarted, now the claim's) and
+// is Bound at its IP; the pool refills; a member deleted is replaced; an edit of the entry
+// replaces the idle members only.
+func TestWarmPoolAdoption(t *testing.T) {
+	ctx := context.Background()
+	e := newClaimEnv(t, "airlock-warm", claimEnvOptions{maxConcurrent: 10, maxPerSession: 3, maxInstances: 20})
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 2 })
+	startClaimOperator(t, e.ns)
+	members := e.waitWarm(t, 2, 60*time.Second)
+
+	policies, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelWarmRegistry})
+	if err != nil || len(policies.Items) != 1 {
+		t.Fatalf("pool policies %v (%v), want one", policies, err)
+	}
+	pol := policies.Items[0]
+	for name, m := range members {
+		if !labels.SelectorFromSet(pol.Spec.PodSelector.MatchLabels).Matches(labels.Set(m.Labels)) {
+			t.Errorf("the pool policy does not select member %s", name)
+		}
+		if !pol.CreationTimestamp.Time.After(m.CreationTimestamp.Time) == false && pol.CreationTimestamp.After(m.CreationTimestamp.Time) {
+			t.Errorf("member %s was created before the pool's policy", name)
+		}
+		secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name+"-key", metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("member %s key Secret: %v", name, err)
+		} else if ref := metav1.GetControllerOf(secret); ref == nil || ref.UID != m.UID {
+			t.Errorf("member %s key Secret controller %+v, want the pod", name, ref)
+		}
+	}
+
+	// Adoption: the claim gets one of the members, the very pod.
+	c := e.waitPhase(t, e.createClaim(t, "session-1", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 30*time.Second)
+	if c.Status.Warm == nil {
+		t.Fatalf("the claim was bound cold: %+v", c.Status)
+	}
+	member, ok := members[c.Status.Warm.Member]
+	if !ok {
+		t.Fatalf("the claim adopted %s, not one of the members %v", c.Status.Warm.Member, slices.Collect(mapKeys(members)))
+	}
+	pod := e.pod(t, member.Name)
+	if pod.UID != member.UID || !metav1.IsControlledBy(pod, c) || pod.Labels[airlockv1alpha1.LabelClaim] != c.Name {
+		t.Errorf("the adopted pod: uid %s (was %s), controller %+v, claim label %q", pod.UID, member.UID, metav1.GetControllerOf(pod), pod.Labels[airlockv1alpha1.LabelClaim])
+	}
+	if want := "http://" + pod.Status.PodIP + ":8080"; len(c.Status.Addresses) != 1 || c.Status.Addresses[0].URL != want {
+		t.Errorf("addresses %+v, want %s", c.Status.Addresses, want)
+	}
+	if _, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
+		t.Error("the warm claim also got a pod of its own")
+	}
+	eventually(t, 30*time.Second, "the claim's own policy", func(ctx context.Context) (bool, error) {
+		np, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(e.pod(t, member.Name).Labels)), nil
+	})
+
+	// The pool refills, with a new member.
+	refilled := e.waitWarm(t, 2, 60*time.Second)
+	if _, again := refilled[member.Name]; again {
+		t.Errorf("the adopted member %s is counted idle again", member.Name)
+	}
+
+	// A member deleted is replaced.
+	var victim string
+	for name := range refilled {
+		victim = name
+		break
+	}
+	if err := kubeClient.CoreV1().Pods(e.ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replaced := e.waitWarm(t, 2, 60*time.Second)
+	if _, still := replaced[victim]; still {
+		t.Errorf("the deleted member %s is still counted", victim)
+	}
+
+	// An edit of the entry (another tool list: another record) replaces the idle members; the
+	// adopted one is left as it is.
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) {
+		r.Spec.Sandboxes[0].AllowedTools = []airlockv1alpha1.ToolName{"Read", "Bash", "Write"}
+	})
+	eventually(t, 60*time.Second, "the idle members replaced after the edit", func(ctx context.Context) (bool, error) {
+		now, err := e.idleMembers(ctx)
+		if err != nil {
+			return false, err
+		}
+		for name := range replaced {
+			if _, still := now[name]; still {
+				return false, nil
+			}
+		}
+		return len(now) == 2, nil
+	})
+	if p := e.pod(t, member.Name); p.UID != member.UID || p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, c) {
+		t.Errorf("the adopted member changed with the edit: uid %s, deleting %v", p.UID, p.DeletionTimestamp != nil)
+	}
+	if got, err := e.getClaim(ctx, c.Name); err != nil || got.Status.Phase != airlockv1alpha1.ClaimBound {
+		t.Errorf("the warm claim after the edit: %v (%v)", got.Status.Phase, err)
+	}
+	// A claim admitted after the edit adopts a member of the new record only.
+	after := e.waitPhase(t, e.createClaim(t, "session-2", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 30*time.Second)
+	if after.Status.Warm != nil {
+		if _, old := replaced[after.Status.Warm.Member]; old {
+			t.Errorf("a claim admitted after the edit adopted %s, a member of the old record", after.Status.Warm.Member)
+		}
+	}
+	if r := after.Status.Frozen; r == nil || !slices.Equal(r.AllowedTools, []airlockv1alpha1.ToolName{"Read", "Bash", "Write"}) {
+		t.Errorf("the later claim's record %+v", r)
+	}
+}
+
+// TestWarmPoolBurst (issue 14): a burst larger than the pool binds every claim; the oldest get
+// the warm members, no member is given twice, and the rest are built cold, each with a pod of
+// its own.
+func TestWarmPoolBurst(t *testing.T) {
+	ctx := context.Background()
+	e := newClaimEnv(t, "airlock-warm-burst", claimEnvOptions{maxConcurrent: 10, maxPerSession: 3, maxInstances: 20})
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 3 })
+	// A slow refill, so that the burst meets a pool of 3.
+	startClaimOperatorWithArgs(t, e.ns, "--warm-refill-rate=0.2")
+	e.waitWarm(t, 3, 60*time.Second)
+
+	const n = 7
+	names := make([]string, n)
+	for i := range n {
+		names[i] = e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", "").Name
+	}
+	byMember := map[string]string{}
+	var warm, cold []string
+	var mu sync.Mutex
+	for _, name := range names {
+		c := e.waitPhase(t, name, airlockv1alpha1.ClaimBound, 60*time.Second)
+		mu.Lock()
+		if c.Status.Warm != nil {
+			if other, dup := byMember[c.Status.Warm.Member]; dup {
+				t.Errorf("member %s given to %s and %s", c.Status.Warm.Member, other, name)
+			}
+			byMember[c.Status.Warm.Member] = name
+			warm = append(warm, name)
+		} else {
+			cold = append(cold, name)
+			if p := e.pod(t, name); !metav1.IsControlledBy(p, c) {
+				t.Errorf("cold claim %s: its pod is not its own", name)
+			}
+		}
+		mu.Unlock()
+	}
+	if len(warm) < 1 || len(warm) > 3+1 || len(warm)+len(cold) != n {
+		t.Errorf("warm %v cold %v: want at most the pool (3, and one refill) warm, the rest cold", warm, cold)
+	}
+	var pods corev1.PodList
+	list, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods = *list
+	owners := map[string]int{}
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "SandboxClaim" && p.DeletionTimestamp == nil {
+			owners[ref.Name]++
+		}
+	}
+	for _, name := range names {
+		if owners[name] != 1 {
+			t.Errorf("claim %s controls %d pods, want 1", name, owners[name])
+		}
+	}
+	_ = claim.ReasonWarmMember
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
