@@ -3,6 +3,7 @@
 package cmd
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfig "k8s.io/component-base/config"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 )
@@ -345,6 +347,59 @@ func TestSandboxdValidate(t *testing.T) {
 	}
 }
 
+// TestSandboxdWarmKeyFile: --warm-key-file needs a member key and excludes the flags whose job
+// the adoption token does; each error names both flags.
+func TestSandboxdWarmKeyFile(t *testing.T) {
+	workspace := t.TempDir()
+	key := warmtoken.EncodeMemberKey(bytes.Repeat([]byte{7}, warmtoken.MemberKeyBytes))
+	keyFile := tempFile(t, "key", key+"\n")
+	tokenFile := tempFile(t, "token", "secret")
+	tests := map[string]struct {
+		modify func(o *SandboxdOptions)
+		want   []string // one error per entry, each containing it
+	}{
+		"a key":                  {},
+		"with --auth-token-file": {modify: func(o *SandboxdOptions) { o.AuthTokenFile = tokenFile }, want: []string{"excludes --auth-token-file"}},
+		"with --allowed-tools":   {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read"} }, want: []string{"excludes --allowed-tools"}},
+		"with --readonly":        {modify: func(o *SandboxdOptions) { o.ReadOnly = true }, want: []string{"excludes --readonly"}},
+		"with all three": {modify: func(o *SandboxdOptions) {
+			o.AuthTokenFile, o.AllowedTools, o.ReadOnly = tokenFile, []string{"Read"}, true
+		}, want: []string{"excludes --auth-token-file", "excludes --allowed-tools", "excludes --readonly"}},
+		"missing file": {modify: func(o *SandboxdOptions) { o.WarmKeyFile = "/nonexistent/key" }, want: []string{"/nonexistent/key"}},
+		"a directory":  {modify: func(o *SandboxdOptions) { o.WarmKeyFile = workspace }, want: []string{workspace}},
+		"not a key":    {modify: func(o *SandboxdOptions) { o.WarmKeyFile = tokenFile }, want: []string{"member key"}},
+		"empty file":   {modify: func(o *SandboxdOptions) { o.WarmKeyFile = tempFile(t, "empty", "") }, want: []string{"member key is empty"}},
+		"a short key":  {modify: func(o *SandboxdOptions) { o.WarmKeyFile = tempFile(t, "short", key[:40]) }, want: []string{"member key"}},
+		"padded key":   {modify: func(o *SandboxdOptions) { o.WarmKeyFile = tempFile(t, "padded", key+"=") }, want: []string{"member key"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := NewSandboxdOptions()
+			o.Workspace = workspace
+			o.WarmKeyFile = keyFile
+			if tc.modify != nil {
+				tc.modify(o)
+			}
+			errs := o.Validate()
+			if len(errs) != len(tc.want) {
+				t.Fatalf("errors %v, want %d", errs, len(tc.want))
+			}
+			for i, want := range tc.want {
+				if msg := errs[i].Error(); !strings.HasPrefix(msg, "invalid value for --warm-key-file: ") || !strings.Contains(msg, want) {
+					t.Errorf("error %q: want --warm-key-file and %q", msg, want)
+				}
+			}
+		})
+	}
+	// The key itself never appears in an error.
+	o := NewSandboxdOptions()
+	o.Workspace = workspace
+	o.WarmKeyFile = tempFile(t, "long", key+key)
+	if errs := o.Validate(); len(errs) != 1 || strings.Contains(errs[0].Error(), key) {
+		t.Errorf("errors %v: want one, without the key", errs)
+	}
+}
+
 func TestSandboxdUnknownToolsAreNamed(t *testing.T) {
 	o := NewSandboxdOptions()
 	o.Workspace = t.TempDir()
@@ -371,7 +426,7 @@ func TestToolNamesAreTheSpecs(t *testing.T) {
 func TestSandboxdConfig(t *testing.T) {
 	o := NewSandboxdOptions()
 	cmd := newSandboxdCommand(o)
-	if err := cmd.ParseFlags([]string{"--listen=127.0.0.1:9090", "--workspace=/ws", "--readonly", "--allowed-tools=Read,Grep", "--auth-token-file=/run/token", "--state-dir=/sandbox-cache/state", "--shutdown-grace=3s"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--listen=127.0.0.1:9090", "--workspace=/ws", "--readonly", "--allowed-tools=Read,Grep", "--auth-token-file=/run/token", "--warm-key-file=/run/warm/key", "--state-dir=/sandbox-cache/state", "--shutdown-grace=3s"}); err != nil {
 		t.Fatal(err)
 	}
 	want := sandboxd.Config{
@@ -380,13 +435,14 @@ func TestSandboxdConfig(t *testing.T) {
 		ReadOnly:      true,
 		AllowedTools:  []string{"Read", "Grep"},
 		AuthTokenFile: "/run/token",
+		WarmKeyFile:   "/run/warm/key",
 		StateDir:      "/sandbox-cache/state",
 		ShutdownGrace: 3 * time.Second,
 	}
 	if diff := cmp.Diff(want, o.Config()); diff != "" {
 		t.Errorf("Config() (-want +got):\n%s", diff)
 	}
-	if d := NewSandboxdOptions(); d.Listen != ":8080" || d.Workspace != "/workspace" || d.ShutdownGrace != 10*time.Second || d.ReadOnly || d.AllowedTools != nil || d.AuthTokenFile != "" {
+	if d := NewSandboxdOptions(); d.Listen != ":8080" || d.Workspace != "/workspace" || d.ShutdownGrace != 10*time.Second || d.ReadOnly || d.AllowedTools != nil || d.AuthTokenFile != "" || d.WarmKeyFile != "" {
 		t.Errorf("defaults: %+v", d)
 	}
 }

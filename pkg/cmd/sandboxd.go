@@ -13,6 +13,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 )
 
@@ -23,6 +24,7 @@ type SandboxdOptions struct {
 	ReadOnly      bool
 	AllowedTools  []string
 	AuthTokenFile string
+	WarmKeyFile   string
 	StateDir      string
 	ShutdownGrace time.Duration
 }
@@ -42,6 +44,9 @@ func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ReadOnly, "readonly", o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
 	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
 	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
+	fs.StringVar(&o.WarmKeyFile, "warm-key-file", o.WarmKeyFile, "File holding this warm pool member's key (base64url, as the member's Secret holds it). "+
+		"No MCP request is served until one carries an adoption token MACed with this key; the first such token adopts the member, which then accepts that token only and serves the tools it names. "+
+		"Excludes --auth-token-file, --allowed-tools and --readonly, which the token replaces.")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory for sandboxd's own state (the snapshot store), outside the workspace. Empty: $XDG_CACHE_HOME or $HOME/.cache, + /airlock-sandboxd (else $TMPDIR/airlock-sandboxd-<uid>).")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
 }
@@ -73,6 +78,9 @@ func (o *SandboxdOptions) Validate() []error {
 			errs = append(errs, invalidFlag("auth-token-file", "%v", err))
 		}
 	}
+	if o.WarmKeyFile != "" {
+		errs = append(errs, o.validateWarm()...)
+	}
 	if o.StateDir != "" && o.Workspace != "" {
 		if within(o.StateDir, o.Workspace) {
 			errs = append(errs, invalidFlag("state-dir", "%s is inside the workspace %s: the snapshot store must be out of the file tools' reach", o.StateDir, o.Workspace))
@@ -80,6 +88,33 @@ func (o *SandboxdOptions) Validate() []error {
 	}
 	if o.ShutdownGrace <= 0 {
 		errs = append(errs, invalidFlag("shutdown-grace", "must be greater than zero"))
+	}
+	return errs
+}
+
+// validateWarm checks --warm-key-file: the adoption token gives the member its token and its
+// tools, so the flags that would give them are refused beside it, and the key file must hold a
+// member key.
+func (o *SandboxdOptions) validateWarm() []error {
+	var errs []error
+	if o.AuthTokenFile != "" {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --auth-token-file: a warm member's token is its adoption token"))
+	}
+	if o.AllowedTools != nil {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --allowed-tools: a warm member serves the tools its adoption token names"))
+	}
+	if o.ReadOnly {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --readonly: a warm member serves the tools its adoption token names"))
+	}
+	if err := checkReadableFile(o.WarmKeyFile); err != nil {
+		return append(errs, invalidFlag("warm-key-file", "%v", err))
+	}
+	data, err := os.ReadFile(o.WarmKeyFile)
+	if err == nil {
+		_, err = warmtoken.DecodeMemberKey(string(data))
+	}
+	if err != nil {
+		errs = append(errs, invalidFlag("warm-key-file", "%s: %v", o.WarmKeyFile, err))
 	}
 	return errs
 }
@@ -92,6 +127,7 @@ func (o *SandboxdOptions) Config() sandboxd.Config {
 		ReadOnly:      o.ReadOnly,
 		AllowedTools:  slices.Clone(o.AllowedTools),
 		AuthTokenFile: o.AuthTokenFile,
+		WarmKeyFile:   o.WarmKeyFile,
 		StateDir:      o.StateDir,
 		ShutdownGrace: o.ShutdownGrace,
 	}
@@ -134,7 +170,9 @@ func newSandboxdCommand(o *SandboxdOptions) *cobra.Command {
 		Use:   "sandboxd",
 		Short: "Serve a sandbox's file tools and shell over MCP (runs inside the sandbox pod)",
 		Long: `Serve the sandbox's tools over MCP: HTTP+SSE (GET /sse, POST /message) and streamable HTTP
-(POST /mcp) on one listener, with /healthz, /readyz and /metrics beside them.`,
+(POST /mcp) on one listener, with /healthz, /readyz and /metrics beside them. With --warm-key-file
+it is a warm pool member: it serves nobody until a request carries an adoption token MACed with
+its key, and then only that token and the tools it names.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if errs := o.Validate(); len(errs) > 0 {

@@ -14,6 +14,12 @@ type Config struct {
 	AllowedTools []string
 	// AuthTokenFile holds the bearer token MCP requests must carry; empty accepts any request.
 	AuthTokenFile string
+	// WarmKeyFile makes sandboxd a warm pool member: the file holds the member's key (the text
+	// form of warmtoken.EncodeMemberKey). No MCP request is served until one carries an adoption
+	// token MACed with that key; the first such token adopts the member, which then accepts
+	// that token only and serves the tools it names. It excludes AuthTokenFile, AllowedTools and
+	// ReadOnly, which the token replaces.
+	WarmKeyFile string
 	// StateDir holds sandboxd's own state, out of the file tools' reach: the
 	// snapshot store. Empty: the user's cache directory ($XDG_CACHE_HOME or
 	// $HOME/.cache) + /airlock-sandboxd, or, when that is inside the

@@ -185,6 +185,16 @@
 // an Origin must come from the host it names (or, on loopback, from another
 // loopback origin), else 403: DNS rebinding protection.
 //
+// A warm pool member (--warm-key-file) has no token and no tool list of
+// its own: it answers every MCP request 401 until one carries an adoption
+// token that verifies against its member key (pkg/claimtoken/warmtoken).
+// That request adopts it: from then on it accepts that exact token only,
+// and lists and accepts only the tools the token names (those it knows).
+// /healthz and /readyz answer before adoption, so the pool counts the
+// member as ready. The lock is kept in memory: a restarted container is
+// adopted by the next token that verifies (docs/decisions.md, "Warm
+// members: the token is the adoption").
+//
 // /readyz is 200 while the workspace is a directory sandboxd can create a
 // file in (with --readonly, one it can still reach), and 503 once shutdown
 // has begun. /metrics has airlock_sandboxd_tool_calls_total by tool and

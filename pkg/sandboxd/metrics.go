@@ -70,18 +70,24 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	// Start the served tools at zero, so that a dashboard sees them before
-	// their first call.
+	m.startTools(served)
+	for _, kind := range secretKinds() {
+		m.secretsScrubbed.WithLabelValues(kind)
+	}
+	return m
+}
+
+// startTools starts the served tools' series at zero, so that a dashboard
+// sees them before their first call: at construction, or for a warm member
+// at its adoption (served is then the adopted tools, a subset of
+// ToolNames, so the label set stays bounded).
+func (m *metrics) startTools(served []string) {
 	for _, tool := range served {
 		for _, result := range []string{statusOK, statusError} {
 			m.toolCalls.WithLabelValues(tool, result)
 		}
 		m.toolDuration.WithLabelValues(tool)
 	}
-	for _, kind := range secretKinds() {
-		m.secretsScrubbed.WithLabelValues(kind)
-	}
-	return m
 }
 
 // observe counts one tool call. tool must be a served tool or

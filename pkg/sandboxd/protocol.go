@@ -39,20 +39,33 @@ const serverName = "airlock-sandboxd"
 // served tools, restricted to protocolVersions, with the middleware that
 // counts tool calls and turns a panicking tool into a tool error.
 func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: serverName, Version: version.Get().Version}, &mcp.ServerOptions{
+	s := newBareMCPServer(tb, logger)
+	serveTools(s, tb, served, m, logger)
+	return s
+}
+
+// newBareMCPServer builds the SDK's MCP server without tools: a warm
+// member's until its adoption (serveTools).
+func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
+	return mcp.NewServer(&mcp.Implementation{Name: serverName, Version: version.Get().Version}, &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("airlock codegen sandbox. File tools work inside the workspace %s (relative paths are taken from it); "+
 			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.dir),
 		Logger:                    sdkLogger(logger),
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: protocolVersions,
 	})
+}
+
+// serveTools adds the served tools to s, with the middleware every tool
+// call goes through. It is called once per server: at construction, or for
+// a warm member at its adoption, before any session exists.
+func serveTools(s *mcp.Server, tb *toolbox, served []string, m *metrics, logger klog.Logger) {
 	s.AddReceivingMiddleware(toolCallMiddleware(tb.gate, served, m, logger))
 	for _, spec := range toolSpecs {
 		if slices.Contains(served, spec.name) {
 			spec.add(s, tb)
 		}
 	}
-	return s
 }
 
 // sdkLogger routes the SDK's slog output to klog, at V(4) but for errors.

@@ -8,12 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
@@ -48,13 +51,21 @@ type server struct {
 
 // newServer builds a server for cfg. It does not listen.
 func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
-	served, err := selectTools(cfg.AllowedTools, cfg.ReadOnly)
-	if err != nil {
-		return nil, err
-	}
-	g, err := newGuard(cfg.AuthTokenFile)
-	if err != nil {
-		return nil, err
+	var served []string
+	var g *guard
+	var err error
+	if cfg.WarmKeyFile != "" {
+		// A warm member serves nothing until its adoption (adopt).
+		if g, err = newWarmServerGuard(cfg, logger); err != nil {
+			return nil, err
+		}
+	} else {
+		if served, err = selectTools(cfg.AllowedTools, cfg.ReadOnly); err != nil {
+			return nil, err
+		}
+		if g, err = newGuard(cfg.AuthTokenFile); err != nil {
+			return nil, err
+		}
 	}
 	tb, err := newToolbox(cfg.Workspace)
 	if err != nil {
@@ -70,10 +81,61 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		func() float64 { return float64(countSessions(s.mcp)) },
 		func() float64 { return float64(tb.shells.running()) },
 	)
-	s.mcp = newMCPServer(tb, served, s.metrics, logger)
+	if g.warm != nil {
+		s.mcp = newBareMCPServer(tb, logger)
+		g.warm.adopt = s.adopt
+	} else {
+		s.mcp = newMCPServer(tb, served, s.metrics, logger)
+	}
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
 	return s, nil
+}
+
+// newWarmServerGuard checks that cfg asks for nothing the adoption token
+// decides (pkg/cmd refuses these flags together already) and reads the
+// member key.
+func newWarmServerGuard(cfg Config, logger klog.Logger) (*guard, error) {
+	var conflicts []string
+	if cfg.AuthTokenFile != "" {
+		conflicts = append(conflicts, "an auth token file")
+	}
+	if cfg.AllowedTools != nil {
+		conflicts = append(conflicts, "allowed tools")
+	}
+	if cfg.ReadOnly {
+		conflicts = append(conflicts, "read-only")
+	}
+	if len(conflicts) > 0 {
+		return nil, fmt.Errorf("a warm member takes its token and tools from its adoption: a warm key file excludes %s", strings.Join(conflicts, ", "))
+	}
+	return newWarmGuard(cfg.WarmKeyFile, logger)
+}
+
+// adopt serves the tools of a warm member's adoption: those of the token's
+// tools that this sandboxd has (a newer operator may name more; they are
+// ignored), in canonical order. A token that names none of them is
+// refused. The warm guard calls it under its lock, before the adopting
+// request reaches the transport and before any session exists, so the tools
+// are all there when the first tools/list is answered.
+func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err error) {
+	all := ToolNames()
+	for _, name := range all {
+		if slices.Contains(a.Tools, name) {
+			served = append(served, name)
+		}
+	}
+	for _, name := range a.Tools {
+		if !slices.Contains(all, name) {
+			ignored = append(ignored, name)
+		}
+	}
+	if len(served) == 0 {
+		return nil, ignored, fmt.Errorf("the token names no tool this sandboxd serves (it names %s)", strings.Join(a.Tools, ", "))
+	}
+	s.metrics.startTools(served)
+	serveTools(s.mcp, s.tb, served, s.metrics, s.logger)
+	return served, ignored, nil
 }
 
 // newStateStore returns the snapshot store under stateDir or, when it is

@@ -33,6 +33,16 @@ type testServer struct {
 // that does not finish in time.
 func startServer(t testing.TB, cfg Config, opts options) *testServer {
 	t.Helper()
+	logger := logr.Discard() // benchmarks would print every log line
+	if _, bench := t.(*testing.B); !bench {
+		logger, _ = ktesting.NewTestContext(t)
+	}
+	return startServerLogging(t, cfg, opts, logger)
+}
+
+// startServerLogging is startServer with the given logger.
+func startServerLogging(t testing.TB, cfg Config, opts options, logger logr.Logger) *testServer {
+	t.Helper()
 	if cfg.Workspace == "" {
 		cfg.Workspace = filepath.Join(t.TempDir(), "ws")
 		if err := os.Mkdir(cfg.Workspace, 0o755); err != nil {
@@ -47,10 +57,6 @@ func startServer(t testing.TB, cfg Config, opts options) *testServer {
 	}
 	if opts == (options{}) {
 		opts = defaultOptions()
-	}
-	logger := logr.Discard() // benchmarks would print every log line
-	if _, bench := t.(*testing.B); !bench {
-		logger, _ = ktesting.NewTestContext(t)
 	}
 	s, err := newServer(cfg, opts, logger)
 	if err != nil {
