@@ -419,9 +419,20 @@ func TestKubectlShortNamesAndColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	want := []string{"NAME", "RUNTIME", "HANDLE", "PHASE", "REASON", "AGE"}
+	want := []string{"NAME", "RUNTIME", "HANDLE", "PHASE", "REASON", "WARM", "AGE"}
 	if strings.Join(header, " ") != strings.Join(want, " ") {
 		t.Errorf("kubectl get sbx columns %v, want %v", header, want)
+	}
+	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Create(ctx, validRegistry(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating registry: %v", err)
+	}
+	trOut, err := kubectl(ctx, "get", "tr", "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header = strings.Fields(strings.SplitN(trOut, "\n", 2)[0])
+	if want := []string{"NAME", "SANDBOXES", "WARM-READY", "WARM-WANTED", "AGE"}; strings.Join(header, " ") != strings.Join(want, " ") {
+		t.Errorf("kubectl get tr columns %v, want %v", header, want)
 	}
 	if !strings.Contains(out, "codegen/default") {
 		t.Errorf("kubectl get sbx does not show the handle:\n%s", out)

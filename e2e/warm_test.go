@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
 // idleMembers returns the registry's idle warm members (not being deleted), by name.
@@ -86,7 +85,7 @@ func TestWarmPoolAdoption(t *testing.T) {
 		if !labels.SelectorFromSet(pol.Spec.PodSelector.MatchLabels).Matches(labels.Set(m.Labels)) {
 			t.Errorf("the pool policy does not select member %s", name)
 		}
-		if !pol.CreationTimestamp.Time.After(m.CreationTimestamp.Time) == false && pol.CreationTimestamp.After(m.CreationTimestamp.Time) {
+		if m.CreationTimestamp.Before(&pol.CreationTimestamp) {
 			t.Errorf("member %s was created before the pool's policy", name)
 		}
 		secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name+"-key", metav1.GetOptions{})
@@ -218,12 +217,10 @@ func TestWarmPoolBurst(t *testing.T) {
 	if len(warm) < 1 || len(warm) > 3+1 || len(warm)+len(cold) != n {
 		t.Errorf("warm %v cold %v: want at most the pool (3, and one refill) warm, the rest cold", warm, cold)
 	}
-	var pods corev1.PodList
-	list, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim})
+	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods = *list
 	owners := map[string]int{}
 	for _, p := range pods.Items {
 		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "SandboxClaim" && p.DeletionTimestamp == nil {
@@ -235,7 +232,6 @@ func TestWarmPoolBurst(t *testing.T) {
 			t.Errorf("claim %s controls %d pods, want 1", name, owners[name])
 		}
 	}
-	_ = claim.ReasonWarmMember
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

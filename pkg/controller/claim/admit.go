@@ -179,8 +179,14 @@ func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alp
 	var wg sync.WaitGroup
 	for _, claim := range admitted {
 		wg.Go(func() {
-			if _, adopted, err := c.adoptWarm(ctx, claim, reserved[claim.UID]); adopted {
-				c.childExpect.lower(claim.UID) // nothing to build: Bound already
+			if adopted, err := c.adoptWarm(ctx, claim, reserved[claim.UID]); adopted {
+				// Nothing to build. A Bound write that did not go through (its own sync
+				// wrote it first, a conflict) is finished by the claim's sync.
+				c.childExpect.lower(claim.UID)
+				if err != nil {
+					klog.FromContext(ctx).V(2).Info("Writing an adopting claim Bound failed; its sync finishes it", "claim", klog.KObj(claim), "err", err)
+					c.enqueueClaim(claim)
+				}
 				return
 			} else if err != nil {
 				// Built cold instead: a warm member is a shortcut, never a condition.

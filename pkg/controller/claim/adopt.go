@@ -101,9 +101,11 @@ func (c *Controller) reserveMembers(ctx context.Context, admitted []*airlockv1al
 }
 
 // adoptWarm adopts a warm member for the admitted (Binding) claim, the reserved one first, and
-// writes the claim Bound. It returns the claim as written and true when it did; false when the
-// claim is not eligible or no member fits (then it is built cold, as any claim).
-func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, r reservation) (*airlockv1alpha1.SandboxClaim, bool, error) {
+// writes the claim Bound. It returns true once a member is the claim's, whether or not the Bound
+// write went through (the error): the claim must then never be built cold, its sync finishes the
+// adoption (finishAdoption). False when the claim is not eligible or no member fits (then it is
+// built cold, as any claim), or when the adoption itself failed (the error).
+func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, r reservation) (bool, error) {
 	logger := klog.FromContext(ctx)
 	tried := map[types.UID]bool{}
 	pod, eligible := r.pod, r.eligible
@@ -111,7 +113,7 @@ func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		if pod == nil {
 			var err error
 			if pod, eligible, err = c.reserveMember(claim, tried); err != nil {
-				return nil, false, err
+				return false, err
 			}
 		}
 		if pod == nil {
@@ -129,18 +131,18 @@ func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		}
 		if err != nil {
 			c.adopting.CompareAndDelete(pod.UID, claim.UID)
-			return nil, false, err
+			return false, err
 		}
 		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
 		warmAdoptions.WithLabelValues("hit").Inc()
-		written, err := c.writeWarmBound(ctx, claim, pod)
-		return written, err == nil, err
+		_, err = c.writeWarmBound(ctx, claim, pod)
+		return true, err
 	}
 	if eligible {
 		warmAdoptions.WithLabelValues("miss").Inc()
 		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
 	}
-	return nil, false, nil
+	return false, nil
 }
 
 // warmEntry returns the claim's registry and its entry (nil when either is gone).
