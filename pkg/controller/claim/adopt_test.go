@@ -402,3 +402,35 @@ func TestWarmClaimSyncsBackTheMemberWorkspace(t *testing.T) {
 		t.Error("a warm member's workspace is not removable")
 	}
 }
+
+// TestAdoptedClaimNeverBuiltCold: when the Bound write after an adoption is refused (the claim's
+// own sync wrote it first), the claim gets no pod, Secret or policy of its own beside its
+// member: its sync finishes the adoption.
+func TestAdoptedClaimNeverBuiltCold(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
+	f := warmFixture(t, 5, member)
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	f.airlockClient.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && a.(core.UpdateAction).GetObject().(*airlockv1alpha1.SandboxClaim).Status.Phase == airlockv1alpha1.ClaimBound {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "sandboxclaims"}, "c1", fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.actions() {
+		if strings.HasPrefix(a, "create ") {
+			t.Errorf("built cold beside the adopted member: %s", a)
+		}
+	}
+	if !slices.Contains(f.actions(), "patch pods "+member.Name) {
+		t.Errorf("actions %v: the member was not adopted", f.actions())
+	}
+	if c.queue.Len() == 0 {
+		t.Error("the claim was not enqueued to finish its adoption")
+	}
+}
