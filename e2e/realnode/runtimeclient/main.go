@@ -105,8 +105,10 @@ type BenchResult struct {
 	AcquireMillis   []float64 `json:"acquireMillis"` // acquire call to 200 Bound, one per session
 	FirstCallMillis []float64 `json:"firstCallMillis"`
 	ReachableMillis []float64 `json:"reachableMillis"` // acquire answer to the first MCP session
-	RoundTripMillis []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
-	Error           string    `json:"error,omitempty"`
+	// FirstResultMillis is the acquire call to the first tool result (acquire, connect, call).
+	FirstResultMillis []float64 `json:"firstResultMillis"`
+	RoundTripMillis   []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
+	Error             string    `json:"error,omitempty"`
 }
 
 // ReacquireRound is one round of `reacquire`.
@@ -490,6 +492,7 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 	}
 	for i := 0; i < p.Sessions; i++ {
 		session := fmt.Sprintf("%s-%02d", p.Session, i)
+		began := time.Now()
 		got, d, err := acquire(ctx, c, p, session)
 		if err != nil {
 			out.Error = fmt.Sprintf("acquire %s: %v", session, err)
@@ -509,6 +512,7 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 			out.Error = fmt.Sprintf("first call %s: %s %s", session, r.Err, r.Text)
 		}
 		out.FirstCallMillis = append(out.FirstCallMillis, r.Millis)
+		out.FirstResultMillis = append(out.FirstResultMillis, ms(time.Since(began)))
 		if i == 0 && p.RoundTrips > 0 {
 			w := call(ctx, cs, Step{Tool: "Write", Args: map[string]any{"file_path": "rt.txt", "content": "round trip\n"}})
 			if w.Err != "" || w.IsError {

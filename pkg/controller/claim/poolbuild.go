@@ -140,7 +140,11 @@ func buildMemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
 			Labels: map[string]string{
 				airlockv1alpha1.LabelWarmMember: pod.Name,
 			},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
+			// Nothing waits on the Secret: no blockOwnerDeletion (which would also ask for an
+			// update of pods/finalizers where OwnerReferencesPermissionEnforcement is on).
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true),
+			}},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{memberKeyField: []byte(encodedKey)},

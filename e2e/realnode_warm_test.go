@@ -1,0 +1,93 @@
+//go:build e2e && realnode
+
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+)
+
+// TestRealNodeWarm (issue 14): with warm members Ready, sessions one after another from the
+// runtime pod acquire through the Sandbox API, adopt a member (the pod is not restarted: its
+// sandboxd takes the claim's token and tools from the first request), and call a tool in it.
+// It logs acquire → 200 and acquire → first tool result; TestRealNodeAcquireLatency logs the
+// same for cold claims.
+func TestRealNodeWarm(t *testing.T) {
+	requireRealNode(t)
+	const sessions, warm = 10, 12
+	e := newRealnodeEnv(t, "airlock-rn-warm", realnodeOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 40, warm: warm})
+	ce := &claimEnv{ns: e.ns, runtime: &airlockv1alpha1.AgentRuntime{Spec: airlockv1alpha1.AgentRuntimeSpec{ToolRegistryRef: airlockv1alpha1.LocalObjectReference{Name: "tools"}}}}
+	ce.waitWarm(t, warm, 5*time.Minute)
+
+	// Which claims were bound warm: a watch, since the claims are gone after their close.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		warmClaims = map[string]string{}
+		coldClaims = map[string]bool{}
+	)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim)
+			if !ok || c.Status.Phase != airlockv1alpha1.ClaimBound {
+				continue
+			}
+			mu.Lock()
+			if c.Status.Warm != nil {
+				warmClaims[c.Name] = c.Status.Warm.Member
+			} else {
+				coldClaims[c.Name] = true
+			}
+			mu.Unlock()
+		}
+	}()
+
+	var res struct {
+		AcquireMillis     []float64 `json:"acquireMillis"`
+		FirstCallMillis   []float64 `json:"firstCallMillis"`
+		ReachableMillis   []float64 `json:"reachableMillis"`
+		FirstResultMillis []float64 `json:"firstResultMillis"`
+		Error             string    `json:"error"`
+	}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "warm", "handle": "codegen/default", "sessions": sessions}
+	e.runClient(t, "warm", "bench", plan, 10*time.Minute, &res)
+	w.Stop()
+	<-watchDone
+	if res.Error != "" {
+		t.Fatalf("bench: %s", res.Error)
+	}
+	if len(res.AcquireMillis) != sessions {
+		t.Fatalf("%d acquires measured, want %d", len(res.AcquireMillis), sessions)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	members := map[string]bool{}
+	for claim, member := range warmClaims {
+		if members[member] {
+			t.Errorf("member %s adopted twice (again by %s)", member, claim)
+		}
+		members[member] = true
+	}
+	if len(coldClaims) > 0 || len(warmClaims) != sessions {
+		t.Errorf("%d claims bound warm, %d cold, want all %d warm (the pool of %d outlasts them)", len(warmClaims), len(coldClaims), sessions, warm)
+	}
+	t.Logf("warm: acquire → 200 over %d sessions: p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+		sessions, percentile(res.AcquireMillis, 0.5), percentile(res.AcquireMillis, 0.9), percentile(res.AcquireMillis, 1))
+	t.Logf("warm: acquire → first tool result (Bash echo): p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+		percentile(res.FirstResultMillis, 0.5), percentile(res.FirstResultMillis, 0.9), percentile(res.FirstResultMillis, 1))
+	t.Logf("warm: Bound → first MCP session p50 %.0f ms; first call after connecting p50 %.1f ms (the adoption)",
+		percentile(res.ReachableMillis, 0.5), percentile(res.FirstCallMillis, 0.5))
+}
