@@ -9,8 +9,8 @@
 # "make bench".
 #
 # Settings (environment):
-#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,scale2000,scale10x500
-#                          (default rate10,rate20,rate40,burst60; BENCH_SCALE=1 adds the scale runs)
+#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,scale2000,scale10x500
+#                          (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the scale runs)
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
 #   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
 #                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);
@@ -32,7 +32,7 @@ export AIRLOCK_BIN_DIR=$BIN
 TIMEOUT=${AIRLOCK_CLUSTER_TIMEOUT:-120}
 ADDR=127.0.0.1
 
-SCENARIOS=${BENCH_SCENARIOS:-rate10,rate20,rate40,burst60}
+SCENARIOS=${BENCH_SCENARIOS:-rate10,rate20,rate40,burst60,warm20}
 if [[ -z ${BENCH_SCENARIOS:-} && ${BENCH_SCALE:-0} == 1 ]]; then
   SCENARIOS+=,scale2000,scale10x500
 fi

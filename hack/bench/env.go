@@ -73,7 +73,7 @@ func (k kube) ensureClass(ctx context.Context) error {
 // limits that never bind, and the runtime's ServiceAccount. It returns a token of that
 // ServiceAccount for the airlock audience, from the TokenRequest API, once the operator reports
 // the runtime Ready (so that the Sandbox API's cache has it too).
-func (k kube) setupNamespace(ctx context.Context, ns string) (string, error) {
+func (k kube) setupNamespace(ctx context.Context, ns string, warm int32) (string, error) {
 	_, err := k.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "airlock.dev/bench": "true"},
@@ -109,7 +109,7 @@ func (k kube) setupNamespace(ctx context.Context, ns string) (string, error) {
 	registry := &airlockv1alpha1.ToolRegistry{
 		ObjectMeta: metav1.ObjectMeta{Name: registryName, Namespace: ns},
 		Spec: airlockv1alpha1.ToolRegistrySpec{Sandboxes: []airlockv1alpha1.RegistrySandbox{{
-			Name: sandboxName, Class: className, MaxInstances: limit,
+			Name: sandboxName, Class: className, MaxInstances: limit, Warm: warm,
 			AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"},
 		}}},
 	}
@@ -290,4 +290,35 @@ func (k kube) deleteNamespace(ctx context.Context, ns string) error {
 		return fmt.Errorf("deleting PV content-%s: %w", ns, err)
 	}
 	return nil
+}
+
+// waitWarmReady watches the namespace's registry until its status says want warm members are
+// Ready, for its current generation.
+func (k kube) waitWarmReady(ctx context.Context, ns string, want int32) error {
+	lw := cache.NewFilteredListWatchFromClient(k.airlock.AirlockV1alpha1().RESTClient(), "toolregistries", ns, nameSelector(registryName))
+	err := until(ctx, lw, &airlockv1alpha1.ToolRegistry{}, func(ev watch.Event) (bool, error) {
+		r, ok := ev.Object.(*airlockv1alpha1.ToolRegistry)
+		return ok && r.Status.ObservedGeneration == r.Generation && r.Status.WarmReady >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d warm members in %s: %w", want, ns, err)
+	}
+	return nil
+}
+
+// warmBound counts the claims of namespaces that adopted a warm member.
+func (k kube) warmBound(ctx context.Context, namespaces []string) (int, error) {
+	n := 0
+	for _, ns := range namespaces {
+		list, err := k.airlock.AirlockV1alpha1().SandboxClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("listing the claims of %s: %w", ns, err)
+		}
+		for _, c := range list.Items {
+			if c.Status.Warm != nil {
+				n++
+			}
+		}
+	}
+	return n, nil
 }

@@ -50,7 +50,7 @@ func main() {
 	flag.StringVar(&o.apiServerName, "api-server-name", "", "The name the Sandbox API's certificate is for, when not the URL's host.")
 	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The operator's /metrics.")
 	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the operator runs as (its writes are told apart in the audit log by it).")
-	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
+	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60,warm20", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
 	flag.IntVar(&o.sizes.Claims, "claims", 200, "Acquires of each rate scenario.")
 	flag.IntVar(&o.sizes.ScaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
 	flag.IntVar(&o.sizes.ScaleOne, "scale-one", 2000, "Live claims of scale2000, in one namespace.")

@@ -35,6 +35,10 @@ type Result struct {
 	LoadAvgEnd   string    `json:"loadAvgEnd"`
 	// Fill is the scale runs' filling with live claims, measured as a window of its own.
 	Fill *Fill `json:"fill,omitempty"`
+	// WarmFillSeconds is how long the warm pool took to be Ready (before the window), and
+	// WarmBound how many of the scenario's claims were bound to a warm member.
+	WarmFillSeconds float64 `json:"warmFillSeconds,omitempty"`
+	WarmBound       *int    `json:"warmBound,omitempty"`
 	// Acquires and Window are the open-loop acquires' figures.
 	Acquires Acquires `json:"acquires"`
 	Window   Window   `json:"window"`
@@ -332,7 +336,13 @@ func (res *Result) print(w io.Writer) {
 	if res.Fill != nil {
 		on = fmt.Sprintf(", on top of %d live claims", res.Fill.Bound)
 	}
+	if s.Warm > 0 {
+		on += fmt.Sprintf(", a warm pool of %d (Ready in %.1f s before the window)", s.Warm, res.WarmFillSeconds)
+	}
 	fmt.Fprintf(w, "-- %s: %d acquires %s%s\n", s.Name, a.Sent, how, on)
+	if res.WarmBound != nil {
+		fmt.Fprintf(w, "   warm           %d of the claims adopted a warm member\n", *res.WarmBound)
+	}
 	fmt.Fprintf(w, "   answers        %d Bound", a.Bound)
 	for _, k := range sortedKeys(a.Errors) {
 		fmt.Fprintf(w, ", %d %s", a.Errors[k], k)

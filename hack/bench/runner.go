@@ -238,9 +238,18 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	fmt.Printf("\n== %s: setting up %d namespace(s)\n", s.Name, len(nss))
 	targets := make([]target, 0, len(nss))
 	for _, ns := range nss {
-		token, err := r.kube.setupNamespace(ctx, ns)
+		token, err := r.kube.setupNamespace(ctx, ns, s.Warm)
 		if err != nil {
 			return nil, err
+		}
+		if s.Warm > 0 {
+			t0 := r.clock.Now()
+			fmt.Printf("   waiting for %d warm members in %s\n", s.Warm, ns)
+			if err := r.kube.waitWarmReady(ctx, ns, s.Warm); err != nil {
+				return nil, err
+			}
+			res.WarmFillSeconds = r.clock.Since(t0).Seconds()
+			fmt.Printf("   %d warm members Ready in %.1f s\n", s.Warm, res.WarmFillSeconds)
 		}
 		targets = append(targets, target{namespace: ns, client: client.New(r.o.apiURL, staticToken(token), r.api, r.apiOptions()...)})
 	}
@@ -282,6 +291,13 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	res.Acquires = summariseAnswers(answers, s.Rate)
 	if res.Window, err = r.end(ctx, start, s.Acquires); err != nil {
 		return res, err
+	}
+	if s.Warm > 0 {
+		n, err := r.kube.warmBound(ctx, nss)
+		if err != nil {
+			return res, err
+		}
+		res.WarmBound = &n
 	}
 	res.LoadAvgEnd = loadavg()
 	if !last {

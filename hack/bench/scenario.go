@@ -16,11 +16,13 @@ type scenario struct {
 	// acquires then go round-robin to those namespaces, on top of the live claims.
 	FillNamespaces   int `json:"fillNamespaces,omitempty"`
 	FillPerNamespace int `json:"fillPerNamespace,omitempty"`
+	// Warm is the registry sandbox's warm members: the acquires start once that many are Ready.
+	Warm int32 `json:"warm,omitempty"`
 }
 
 // scenarioNames are the names parseScenarios knows, in their usual order.
 func scenarioNames() []string {
-	return []string{"rate10", "rate20", "rate40", "burst60", "scale2000", "scale10x500"}
+	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "scale2000", "scale10x500"}
 }
 
 // sizes are the scenarios' numbers of claims.
@@ -57,6 +59,10 @@ func parseScenarios(list string, z sizes) ([]scenario, error) {
 			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 40})
 		case "burst60":
 			out = append(out, scenario{Name: name, Acquires: 60})
+		case "warm20":
+			// Issue 14: 200 acquires at 20/s with a pool of 250 (more than the acquires: every
+			// one can be bound warm).
+			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 20, Warm: int32(z.Claims + z.Claims/4)})
 		case "scale2000":
 			out = append(out, scenario{Name: name, Acquires: z.ScaleAcquires, Rate: 10, FillNamespaces: 1, FillPerNamespace: z.ScaleOne})
 		case "scale10x500":
