@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,11 @@ type metrics struct {
 	toolCalls       *prometheus.CounterVec
 	toolDuration    *prometheus.HistogramVec
 	secretsScrubbed *prometheus.CounterVec
+	// firstCall is the time from servingSince (sandboxd's start, or a warm member's adoption)
+	// to the end of the first tool call after it; firstDone says it was set.
+	firstCall    prometheus.Gauge
+	servingSince atomic.Int64 // unix nanoseconds
+	firstDone    atomic.Bool
 }
 
 // newMetrics registers the metrics. sessions and shells are read when
@@ -44,6 +50,12 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 			Help:      "Duration of tool calls, by tool, from the request to the result (waiting for a snapshot_restore included).",
 			Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 		}, []string{"tool"}),
+		firstCall: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "airlock",
+			Subsystem: "sandboxd",
+			Name:      "first_tool_call_seconds",
+			Help:      "Seconds from the moment sandboxd could serve (its start; for a warm member, its adoption) to the end of the first tool call after it; 0 until that call.",
+		}),
 		secretsScrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "airlock",
 			Subsystem: "sandboxd",
@@ -51,7 +63,9 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 			Help:      "Secrets redacted from tool results, by kind (each distinct secret counted once per result).",
 		}, []string{"kind"}),
 	}
+	m.servingSince.Store(time.Now().UnixNano())
 	m.registry.MustRegister(
+		m.firstCall,
 		m.toolCalls,
 		m.toolDuration,
 		m.secretsScrubbed,
@@ -95,6 +109,16 @@ func (m *metrics) startTools(served []string) {
 func (m *metrics) observe(tool, result string, d time.Duration) {
 	m.toolCalls.WithLabelValues(tool, result).Inc()
 	m.toolDuration.WithLabelValues(tool).Observe(d.Seconds())
+	if !m.firstDone.Load() && m.firstDone.CompareAndSwap(false, true) {
+		m.firstCall.Set(time.Since(time.Unix(0, m.servingSince.Load())).Seconds())
+	}
+}
+
+// adopted starts the first-call clock again: a warm member serves from its adoption.
+func (m *metrics) adopted() {
+	m.servingSince.Store(time.Now().UnixNano())
+	m.firstDone.Store(false)
+	m.firstCall.Set(0)
 }
 
 // scrubbed counts the secrets redacted from one result.

@@ -134,6 +134,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 		return nil, ignored, fmt.Errorf("the token names no tool this sandboxd serves (it names %s)", strings.Join(a.Tools, ", "))
 	}
 	s.metrics.startTools(served)
+	s.metrics.adopted()
 	serveTools(s.mcp, s.tb, served, s.metrics, s.logger)
 	return served, ignored, nil
 }
