@@ -289,6 +289,17 @@ func TestBindingClaimFinishesItsAdoption(t *testing.T) {
 		t.Errorf("phase %s warm %+v", got.Status.Phase, got.Status.Warm)
 	}
 
+	// While the admission pass that adopted it is at work, the claim's sync writes nothing: not
+	// a second Bound (a conflict), never a cold Bound without status.warm.
+	f = warmFixture(t, 5, ready)
+	f.claims = append(f.claims, binding("c1", t0))
+	c = f.newController(ctx)
+	c.childExpect.raise(claim.UID, 1)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+
 	notReady := adoptedBy(warmMember(reg, "tools-codegen-bbbbbbbbbbbb", testRecord(), t0, ""))
 	f = warmFixture(t, 5, notReady)
 	f.claims = append(f.claims, binding("c1", t0))

@@ -235,7 +235,10 @@ func podUnschedulable(pods []*corev1.Pod) string {
 
 // finishAdoption writes Bound for a Binding claim that controls a Ready warm member (its adoption
 // was written, its Bound was not: a conflict, a failover). A member it controls that is not
-// Ready any more is deleted, and the claim built cold. It says whether the claim is done here.
+// Ready any more is deleted, and the claim built cold. While the admission pass that adopted it
+// is still at work (the child expectations' hold), it leaves the claim to that pass: two Bound
+// writes from one resourceVersion would conflict, and the cold path must never take the member
+// for a pod of its own (its Bound would lack status.warm). It says whether the claim is done here.
 func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (bool, error) {
 	pods, err := c.claimPods(claim)
 	if err != nil {
@@ -244,6 +247,10 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 	member := adoptedMember(claim, pods)
 	if member == nil {
 		return false, nil
+	}
+	if !c.childExpect.satisfied(claim.UID) {
+		klog.FromContext(ctx).V(4).Info("The claim's adoption is in flight; leaving it to its admission pass", "claim", klog.KObj(claim))
+		return true, nil
 	}
 	if member.DeletionTimestamp == nil && readyPod([]*corev1.Pod{member}) != nil {
 		_, err := c.writeWarmBound(ctx, claim, member)
