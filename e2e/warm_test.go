@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -241,5 +243,38 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 				return
 			}
 		}
+	}
+}
+
+// TestWarmPoolRefusedMembersReported (issue 14): where the namespace refuses the members' pods
+// (here a ResourceQuota of no pods; a Pod Security level they did not meet would be the same
+// refusal), no member exists, and the registry's status says why.
+func TestWarmPoolRefusedMembersReported(t *testing.T) {
+	ctx := context.Background()
+	e := newClaimEnv(t, "airlock-warm-quota", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 10})
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-pods", Namespace: e.ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
+	}
+	if _, err := kubeClient.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota controller must have counted it before a pod is refused.
+	eventually(t, 30*time.Second, "the quota's status", func(ctx context.Context) (bool, error) {
+		q, err := kubeClient.CoreV1().ResourceQuotas(e.ns).Get(ctx, quota.Name, metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, err
+	})
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 2 })
+	startClaimOperator(t, e.ns)
+	eventually(t, 60*time.Second, "the registry's status to say why members are missing", func(ctx context.Context) (bool, error) {
+		r, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, "tools", metav1.GetOptions{})
+		if err != nil || len(r.Status.Warm) != 1 {
+			return false, err
+		}
+		st := r.Status.Warm[0]
+		return st.Wanted == 2 && st.Ready == 0 && strings.Contains(st.Message, "forbidden"), nil
+	})
+	if members, err := e.idleMembers(ctx); err != nil || len(members) != 0 {
+		t.Errorf("members %d (%v), want none", len(members), err)
 	}
 }

@@ -63,6 +63,9 @@ type Plan struct {
 	// bench
 	Sessions   int `json:"sessions,omitempty"`
 	RoundTrips int `json:"roundTrips,omitempty"`
+	// GapMillis paces the sessions: the pause after one session's close before the next
+	// acquire (an agent's sessions do not start back to back; the node settles in between).
+	GapMillis int `json:"gapMillis,omitempty"`
 }
 
 // Step is one tool call.
@@ -491,6 +494,14 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 		return out
 	}
 	for i := 0; i < p.Sessions; i++ {
+		if i > 0 && p.GapMillis > 0 {
+			select {
+			case <-time.After(time.Duration(p.GapMillis) * time.Millisecond):
+			case <-ctx.Done():
+				out.Error = ctx.Err().Error()
+				return out
+			}
+		}
 		session := fmt.Sprintf("%s-%02d", p.Session, i)
 		began := time.Now()
 		got, d, err := acquire(ctx, c, p, session)
