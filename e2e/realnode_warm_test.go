@@ -72,11 +72,12 @@ func TestRealNodeWarm(t *testing.T) {
 		FirstCallMillis   []float64 `json:"firstCallMillis"`
 		ReachableMillis   []float64 `json:"reachableMillis"`
 		FirstResultMillis []float64 `json:"firstResultMillis"`
+		ConnectMillis     float64   `json:"connectMillis"`
 		Error             string    `json:"error"`
 	}
 	// Paced: each session's close starts a cleanup Job and the refill of a member (two pods
 	// starting on this 2-core node); back to back, the next acquire would measure their start.
-	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "warm", "handle": "codegen/default", "sessions": sessions, "gapMillis": 4000}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "warm", "handle": "codegen/default", "sessions": sessions, "gapMillis": 4000, "connect": true}
 	e.runClient(t, "warm", "bench", plan, 10*time.Minute, &res)
 	w.Stop()
 	<-watchDone
@@ -111,6 +112,9 @@ func TestRealNodeWarm(t *testing.T) {
 	}
 	t.Logf("warm: seen by a watch: creation → Binding p50 %.0f ms max %.0f ms; Binding → Bound p50 %.0f ms max %.0f ms (%d claims)",
 		percentile(admit, 0.5), percentile(admit, 1), percentile(adopt, 0.5), percentile(adopt, 1), len(admit))
+	t.Logf("warm: the runtime's first call of the Sandbox API (DNS, TLS, TokenReview; once per runtime process, before the sessions): %.0f ms", res.ConnectMillis)
+	t.Logf("warm: acquire → 200 by session, in order (ms): %.0f", res.AcquireMillis)
+	t.Logf("warm: acquire → first tool result by session (ms): %.0f", res.FirstResultMillis)
 	t.Logf("warm: acquire → 200 over %d sessions: p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		sessions, percentile(res.AcquireMillis, 0.5), percentile(res.AcquireMillis, 0.9), percentile(res.AcquireMillis, 1))
 	t.Logf("warm: acquire → first tool result (Bash echo): p50 %.0f ms, p90 %.0f ms, max %.0f ms",

@@ -66,6 +66,8 @@ type Plan struct {
 	// GapMillis paces the sessions: the pause after one session's close before the next
 	// acquire (an agent's sessions do not start back to back; the node settles in between).
 	GapMillis int `json:"gapMillis,omitempty"`
+	// Connect makes the runtime's first call of the Sandbox API before the timed sessions.
+	Connect bool `json:"connect,omitempty"`
 }
 
 // Step is one tool call.
@@ -110,6 +112,10 @@ type BenchResult struct {
 	ReachableMillis []float64 `json:"reachableMillis"` // acquire answer to the first MCP session
 	// FirstResultMillis is the acquire call to the first tool result (acquire, connect, call).
 	FirstResultMillis []float64 `json:"firstResultMillis"`
+	// ConnectMillis is the runtime's first call of the Sandbox API (a sessions/close of a session
+	// that has nothing), made before the first timed acquire when the plan asks for it: what a
+	// new runtime process pays once (DNS, TLS, the first TokenReview), not each session.
+	ConnectMillis float64 `json:"connectMillis,omitempty"`
 	RoundTripMillis   []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
 	Error             string    `json:"error,omitempty"`
 }
@@ -492,6 +498,14 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 	if err != nil {
 		out.Error = "the Sandbox API's CA: " + err.Error()
 		return out
+	}
+	if p.Connect {
+		start := time.Now()
+		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session + "-connect"}); err != nil {
+			out.Error = "the first call of the Sandbox API: " + err.Error()
+			return out
+		}
+		out.ConnectMillis = ms(time.Since(start))
 	}
 	for i := 0; i < p.Sessions; i++ {
 		if i > 0 && p.GapMillis > 0 {
