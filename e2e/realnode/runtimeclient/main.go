@@ -115,9 +115,9 @@ type BenchResult struct {
 	// ConnectMillis is the runtime's first call of the Sandbox API (a sessions/close of a session
 	// that has nothing), made before the first timed acquire when the plan asks for it: what a
 	// new runtime process pays once (DNS, TLS, the first TokenReview), not each session.
-	ConnectMillis float64 `json:"connectMillis,omitempty"`
-	RoundTripMillis   []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
-	Error             string    `json:"error,omitempty"`
+	ConnectMillis   float64   `json:"connectMillis,omitempty"`
+	RoundTripMillis []float64 `json:"roundTripMillis"` // Read round trips on one MCP session
+	Error           string    `json:"error,omitempty"`
 }
 
 // ReacquireRound is one round of `reacquire`.
