@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
@@ -231,6 +232,8 @@ type acquisition struct {
 	// created names a claim this acquire created (or found already created) that the cache has
 	// not shown yet: until it does, the acquire waits rather than creating again.
 	created string
+	// createdUID is the UID of the claim this acquire created itself (not one that existed).
+	createdUID types.UID
 	// phase is the last phase seen, for a 202.
 	phase string
 	// reason is the last reason seen, for a 202.
@@ -405,13 +408,23 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 	// is being reaped (seen on the real node: a re-acquire after a close got the old pod, in 7 of
 	// 50 rounds). So a Bound claim is answered only when the API server agrees; otherwise this
 	// waits for the claim's next event, as for any claim going away.
-	fresh, err := a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return stepResult{}
-	}
-	if err != nil {
-		return stepResult{done: true, err: errorf(http.StatusServiceUnavailable, client.CodeUnavailable,
-			"reading claim %s: %v; try again", c.Name, err)}
+	//
+	// A claim this very acquire created is the exception: no close of it can precede this
+	// request, and the informer shows one object's changes in order, so a close written before
+	// the Bound that the cache shows is in the cached object already (its annotation), and one
+	// written after it is concurrent with this answer, as a close right after it would be. That
+	// saves a warm acquire a round trip to the API server.
+	fresh := c
+	if c.UID != a.createdUID || a.createdUID == "" {
+		var err error
+		fresh, err = a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return stepResult{}
+		}
+		if err != nil {
+			return stepResult{done: true, err: errorf(http.StatusServiceUnavailable, client.CodeUnavailable,
+				"reading claim %s: %v; try again", c.Name, err)}
+		}
 	}
 	if _, reapRequested := fresh.Annotations[airlockv1alpha1.AnnotationReapRequested]; fresh.UID != c.UID ||
 		fresh.DeletionTimestamp != nil || reapRequested || fresh.Status.Phase != airlockv1alpha1.ClaimBound {
@@ -452,10 +465,11 @@ func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClai
 			return stepResult{done: true, err: err}
 		}
 	}
-	_, err = a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{FieldManager: FieldManager})
+	made, err := a.s.airlockClient.AirlockV1alpha1().SandboxClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{FieldManager: FieldManager})
 	switch {
 	case err == nil:
 		klog.FromContext(ctx).V(2).Info("Created claim", "created", klog.KObj(c), "replaces", c.Spec.Replaces)
+		a.createdUID = made.UID
 	case apierrors.IsAlreadyExists(err):
 	default:
 		return stepResult{done: true, err: fmt.Errorf("creating claim %s: %w", c.Name, err)}

@@ -188,6 +188,74 @@ func TestAcquireBoundWarm(t *testing.T) {
 	}
 }
 
+// TestAcquireCreatedClaimAnsweredFromCache: a claim the acquire created itself is answered from
+// the Bound the informer shows, without reading it again from the API server (no close of it can
+// precede the request); a claim that existed before the acquire is read again (TestAcquireBound's
+// fixture has it, and a close on another replica may not be in this cache yet).
+func TestAcquireCreatedClaimAnsweredFromCache(t *testing.T) {
+	for _, created := range []bool{true, false} {
+		t.Run(map[bool]string{true: "created", false: "existing"}[created], func(t *testing.T) {
+			objs := baseObjects()
+			var existing *airlockv1alpha1.SandboxClaim
+			if !created {
+				existing = existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBinding)
+				objs = append(objs, existing)
+			}
+			f := newFixture(t, objs...)
+			// The API server gives a created claim its UID.
+			f.airlock.PrependReactor("create", "sandboxclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				a.(k8stesting.CreateAction).GetObject().(*airlockv1alpha1.SandboxClaim).UID = "uid-made-by-the-acquire"
+				return false, nil, nil
+			})
+			done := make(chan *httptest.ResponseRecorder)
+			go func() { done <- f.acquire(30) }()
+			f.awaitWaiting()
+			c := existing
+			if created {
+				c = f.apiClaim(claimname.For(testRuntime, testSession, testHandle))
+				if c.UID != "uid-made-by-the-acquire" {
+					t.Fatalf("created claim UID %q", c.UID)
+				}
+				c.ResourceVersion = "1"
+				f.setClaim(c)
+				f.awaitWaiting()
+			}
+			bound := bumped(c, func(c *airlockv1alpha1.SandboxClaim) {
+				c.Status.Phase = airlockv1alpha1.ClaimBound
+				c.Status.Addresses = []airlockv1alpha1.ClaimAddress{{Name: "mcp", URL: "http://x:8080"}}
+			})
+			before := len(f.airlock.Actions()) // the test's own reads above are not the acquire's
+			f.setClaim(bound)
+			// The API server's copy is Bound too (the existing claim's GET reads it).
+			if _, err := f.airlock.Tracker().Get(airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims"), bound.Namespace, bound.Name); err == nil {
+				if err := f.airlock.Tracker().Update(airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims"), bound, bound.Namespace); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case rec := <-done:
+				if rec.Code != http.StatusOK {
+					t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the acquire did not answer")
+			}
+			gets := 0
+			for _, a := range f.airlock.Actions()[before:] {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "sandboxclaims" {
+					gets++
+				}
+			}
+			if created && gets != 0 {
+				t.Errorf("the claim this acquire created was read again (%d GETs)", gets)
+			}
+			if !created && gets != 1 {
+				t.Errorf("an existing claim was read %d times from the API server, want 1", gets)
+			}
+		})
+	}
+}
+
 // TestAcquireWaitsForBind: the acquire waits, woken by informer events only, through Pending and
 // Binding, until the claim is Bound and it can answer 200.
 func TestAcquireWaitsForBind(t *testing.T) {
