@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -94,6 +95,29 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 		admitted []*airlockv1alpha1.SandboxClaim
 		mu       sync.Mutex
 	)
+	// Warm members go to the oldest admitted claims: reserved in order before the concurrent
+	// writes (adopt.go).
+	records := map[types.UID]*airlockv1alpha1.FrozenSandbox{}
+	var admitting []*airlockv1alpha1.SandboxClaim
+	for _, claim := range undecided {
+		if decisions[claim.Name].Action != admission.Admit {
+			continue
+		}
+		if record, why, err := c.freezeFor(claim, input); err == nil && why == nil {
+			records[claim.UID], admitting = record, append(admitting, claim)
+		}
+	}
+	reserved := c.reserveMembers(ctx, admitting, records)
+	var offered sync.Map // claim UID -> its write was started with its reservation
+	defer func() {
+		// A reservation no write was given (the pass stopped first) goes back; admitWarm gives
+		// back those it could not adopt, and keeps those it did until their pods are deleted.
+		for uid, r := range reserved {
+			if _, ok := offered.Load(uid); !ok && r.pod != nil {
+				c.adopting.CompareAndDelete(r.pod.UID, uid)
+			}
+		}
+	}()
 	for _, refusals := range []bool{true, false} {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(decisionWriters)
@@ -107,7 +131,8 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 			}
 			rt := input.Runtimes[claim.Spec.RuntimeName]
 			g.Go(func() error {
-				written, err := c.writeDecision(gctx, claim, rt, d, input)
+				offered.Store(claim.UID, true)
+				written, err := c.writeDecision(gctx, claim, rt, d, input, reserved[claim.UID])
 				if err == nil && written != nil {
 					mu.Lock()
 					admitted = append(admitted, written)
@@ -132,12 +157,20 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 
 // writeDecision writes one claim's decision, expecting the write in the cache before the next
 // pass. It returns the claim as written when it was admitted and is Binding.
-func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, d admission.Decision, input admission.Input) (*airlockv1alpha1.SandboxClaim, error) {
+func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, d admission.Decision, input admission.Input, r reservation) (*airlockv1alpha1.SandboxClaim, error) {
 	c.expectations.expectWrite(claim.Namespace, claim.Name, claim.ResourceVersion)
 	var (
 		written *airlockv1alpha1.SandboxClaim
 		err     error
 	)
+	if d.Action != admission.Admit {
+		// A member an earlier pass adopted for the claim (whose write did not go through) is
+		// not held by a claim that is not admitted now.
+		if err := c.releaseMember(ctx, claim); err != nil {
+			c.expectations.forgetWrite(claim.Namespace, claim.Name, claim.ResourceVersion)
+			return nil, err
+		}
+	}
 	switch d.Action {
 	case admission.Refuse:
 		_, err = c.writeRefused(ctx, claim, rt, d.Reason)
@@ -149,6 +182,13 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 		if ferr != nil {
 			err = ferr
 			break
+		}
+		if why == nil {
+			// Bound to a warm member in this one write, when one can be had: nothing to build.
+			var warm bool
+			if _, warm, err = c.admitWarm(ctx, claim, record, r); warm || err != nil {
+				break
+			}
 		}
 		// Held until buildAdmitted has built it: the claim's own sync, which its Binding brings
 		// on, leaves the children to this pass.
@@ -175,23 +215,9 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 // children could not all be written is enqueued: its own sync retries them and fails it at its
 // startupTimeout.
 func (c *Controller) buildAdmitted(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) {
-	reserved := c.reserveMembers(ctx, admitted)
 	var wg sync.WaitGroup
 	for _, claim := range admitted {
 		wg.Go(func() {
-			if adopted, err := c.adoptWarm(ctx, claim, reserved[claim.UID]); adopted {
-				// Nothing to build. A Bound write that did not go through (its own sync
-				// wrote it first, a conflict) is finished by the claim's sync.
-				c.childExpect.lower(claim.UID)
-				if err != nil {
-					klog.FromContext(ctx).V(2).Info("Writing an adopting claim Bound failed; its sync finishes it", "claim", klog.KObj(claim), "err", err)
-					c.enqueueClaim(claim)
-				}
-				return
-			} else if err != nil {
-				// Built cold instead: a warm member is a shortcut, never a condition.
-				klog.FromContext(ctx).V(2).Info("Adopting a warm member failed; building the claim cold", "claim", klog.KObj(claim), "err", err)
-			}
 			err := c.ensureChildren(ctx, claim, claim.Status.Frozen)
 			if c.childExpect.lower(claim.UID) || err != nil { // the hold
 				// Nothing left to wait for (or a write failed): the claim's sync goes on.

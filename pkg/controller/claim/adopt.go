@@ -1,21 +1,18 @@
 package claim
 
 // Adoption of warm members (issue 14; docs/decisions.md, "Warm pools"). Admission is unchanged:
-// a claim is admitted (Binding, with its frozen record) oldest first under the limits, as any
-// claim. Only its binding differs: when a Ready, idle member of its registry entry built from the
-// very record the claim was frozen with exists, the claim adopts it (one conditional patch of
-// the pod's owner and labels) and is Bound at the member's IP in the next status write, instead
-// of building a pod and waiting for it to start. The pod is not restarted; its sandboxd learns
-// the claim's token and tool list from the first request that carries the token (the Sandbox
-// API derives it from the member's key: claimtoken.AdoptionToken).
+// a claim is admitted oldest first under the limits, as any claim. Only its binding differs: when
+// a Ready, idle member of its registry entry built from the very record the claim is frozen with
+// exists, the admission pass adopts it for the claim (one conditional patch of the pod's owner and
+// labels) and writes the decision as Bound at the member's IP, record and all, in one status
+// write, instead of Binding and a pod to wait for. The pod is not restarted; its sandboxd learns
+// the claim's token and tool list from the first request that carries the token (the Sandbox API
+// derives it from the member's key: claimtoken.AdoptionToken).
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,9 +40,8 @@ const (
 // longest) that no other worker of this process has taken, and takes it. It returns nil when
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
-func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	record := claim.Status.Frozen
-	if record == nil || claim.Status.Phase != airlockv1alpha1.ClaimBinding || !warmEligible(claim) {
+func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
+	if record == nil || !warmEligible(claim) {
 		return nil, false, nil
 	}
 	reg, entry, err := c.warmEntry(claim)
@@ -76,22 +72,23 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, tried ma
 	return nil, true, nil
 }
 
-// reservation is a member reserved for an admitted claim before the claims' adoptions run
-// concurrently: a burst's oldest claims get the warm members, the rest are built cold.
+// reservation is a member reserved for a claim an admission pass admits, before the pass's writes
+// run concurrently: a burst's oldest claims get the warm members, the rest are built cold.
 type reservation struct {
 	pod      *corev1.Pod
 	eligible bool
 }
 
-// reserveMembers reserves members for the admitted claims, oldest first.
-func (c *Controller) reserveMembers(ctx context.Context, admitted []*airlockv1alpha1.SandboxClaim) map[types.UID]reservation {
-	ordered := slices.Clone(admitted)
-	slices.SortFunc(ordered, func(a, b *airlockv1alpha1.SandboxClaim) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
-	})
+// reserveMembers reserves members for the claims a pass admits, in the order given (oldest
+// first), each for the record it is frozen with.
+func (c *Controller) reserveMembers(ctx context.Context, ordered []*airlockv1alpha1.SandboxClaim, records map[types.UID]*airlockv1alpha1.FrozenSandbox) map[types.UID]reservation {
 	out := make(map[types.UID]reservation, len(ordered))
 	for _, claim := range ordered {
-		pod, eligible, err := c.reserveMember(claim, nil)
+		record := records[claim.UID]
+		if record == nil {
+			continue
+		}
+		pod, eligible, err := c.reserveMember(claim, record, nil)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Looking for a warm member failed; the claim is built cold", "claim", klog.KObj(claim), "err", err)
 		}
@@ -100,20 +97,38 @@ func (c *Controller) reserveMembers(ctx context.Context, admitted []*airlockv1al
 	return out
 }
 
-// adoptWarm adopts a warm member for the admitted (Binding) claim, the reserved one first, and
-// writes the claim Bound. It returns true once a member is the claim's, whether or not the Bound
-// write went through (the error): the claim must then never be built cold, its sync finishes the
-// adoption (finishAdoption). False when the claim is not eligible or no member fits (then it is
-// built cold, as any claim), or when the adoption itself failed (the error).
-func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, r reservation) (bool, error) {
+// admitWarm admits the claim bound to a warm member, when one can be had: the member an earlier
+// pass adopted for it (whose write did not go through), else the reserved one, else the next
+// Ready one. It writes the claim's decision as Bound, with its record and status.warm, in one
+// status write, and returns the claim as written and true. False, and nothing written, when the
+// claim cannot adopt or no member is left: it is admitted cold. An error after a member was
+// adopted leaves the claim undecided, controlling the member: the next pass decides it again and
+// takes the member up again, or, deciding otherwise, deletes it (releaseMember).
+func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, r reservation) (*airlockv1alpha1.SandboxClaim, bool, error) {
 	logger := klog.FromContext(ctx)
+	earlier, err := c.adoptedMemberOf(claim)
+	if err != nil {
+		return nil, false, err
+	}
+	if earlier != nil {
+		if r.pod != nil {
+			c.adopting.CompareAndDelete(r.pod.UID, claim.UID) // not needed: give it back
+		}
+		if earlier.DeletionTimestamp == nil && readyPod([]*corev1.Pod{earlier}) != nil {
+			written, err := c.writeWarmAdmitted(ctx, claim, record, earlier)
+			return written, err == nil, err
+		}
+		if err := c.releaseMember(ctx, claim); err != nil {
+			return nil, false, err
+		}
+		r = reservation{eligible: r.eligible}
+	}
 	tried := map[types.UID]bool{}
 	pod, eligible := r.pod, r.eligible
 	for {
 		if pod == nil {
-			var err error
-			if pod, eligible, err = c.reserveMember(claim, tried); err != nil {
-				return false, err
+			if pod, eligible, err = c.reserveMember(claim, record, tried); err != nil {
+				return nil, false, err
 			}
 		}
 		if pod == nil {
@@ -131,18 +146,47 @@ func (c *Controller) adoptWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		}
 		if err != nil {
 			c.adopting.CompareAndDelete(pod.UID, claim.UID)
-			return false, err
+			return nil, false, err
 		}
 		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
 		warmAdoptions.WithLabelValues("hit").Inc()
-		_, err = c.writeWarmBound(ctx, claim, pod)
-		return true, err
+		written, err := c.writeWarmAdmitted(ctx, claim, record, pod)
+		return written, err == nil, err
 	}
 	if eligible {
 		warmAdoptions.WithLabelValues("miss").Inc()
 		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
 	}
-	return false, nil
+	return nil, false, nil
+}
+
+// adoptedMemberOf returns the warm member the claim controls, from the cache, or nil.
+func (c *Controller) adoptedMemberOf(claim *airlockv1alpha1.SandboxClaim) (*corev1.Pod, error) {
+	pods, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selectorLabels(claim)))
+	if err != nil {
+		return nil, err
+	}
+	return adoptedMember(claim, pods), nil
+}
+
+// releaseMember deletes the warm member an undecided claim controls (adopted by a pass whose
+// write did not go through): a claim that is not admitted holds no pod.
+func (c *Controller) releaseMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	member, err := c.adoptedMemberOf(claim)
+	if err != nil || member == nil || member.DeletionTimestamp != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Deleting the warm member of a claim that is not admitted", "claim", klog.KObj(claim), "member", klog.KObj(member))
+	return ignoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID))
+}
+
+// writeWarmAdmitted writes the admission of an undecided claim bound to its adopted member: the
+// Admitted condition, the record, and Bound at the pod's IP with status.warm, in one write.
+func (c *Controller) writeWarmAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+	admitted := claim.DeepCopy()
+	setCondition(&admitted.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, c.clock.Now())
+	admitted.Status.Frozen = record
+	return c.writeWarmBound(ctx, claim, admitted, pod)
 }
 
 // warmEntry returns the claim's registry and its entry (nil when either is gone).
@@ -161,15 +205,15 @@ func (c *Controller) warmEntry(claim *airlockv1alpha1.SandboxClaim) (*airlockv1a
 	return reg, findEntry(reg, claim.Spec.Sandbox), nil
 }
 
-// writeWarmBound writes the claim Bound to its adopted member pod: addresses at the pod's IP,
-// status.warm naming the member and its workspace.
-func (c *Controller) writeWarmBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+// writeWarmBound writes updated (the claim, or the claim with its admission) Bound to its adopted
+// member pod: addresses at the pod's IP, status.warm naming the member and its workspace.
+func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
 	now := c.clock.Now()
 	message := fmt.Sprintf("Adopted the warm member %s: the sandbox is ready", pod.Name)
-	updated := claim.DeepCopy()
+	updated = updated.DeepCopy()
 	setPhase(updated, airlockv1alpha1.ClaimBound, "", message)
 	updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-	updated.Status.Addresses = addresses(pod.Status.PodIP, claim.Status.Frozen)
+	updated.Status.Addresses = addresses(pod.Status.PodIP, updated.Status.Frozen)
 	updated.Status.Warm = &airlockv1alpha1.WarmAdoption{
 		Member:       pod.Name,
 		WorkspaceDir: memberWorkspaceDir(claim.Namespace, pod.Name),

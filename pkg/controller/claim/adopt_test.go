@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
@@ -55,8 +56,9 @@ func warmFixture(t *testing.T, maxConcurrent int32, members ...*corev1.Pod) *fix
 }
 
 // TestAdmittedClaimAdoptsWarmMember: an admitted claim adopts the oldest Ready member of its
-// pool (one conditional patch of the pod), is Bound at the member's IP with status.warm, and
-// builds nothing: no Secret, no policy, no pod.
+// pool (one conditional patch of the pod), and its admission is written as Bound at the member's
+// IP with its record and status.warm, in one status write; it builds nothing: no Secret, no
+// policy, no pod.
 func TestAdmittedClaimAdoptsWarmMember(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	reg := warmRegistry(3)
@@ -69,7 +71,6 @@ func TestAdmittedClaimAdoptsWarmMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{
-		"update sandboxclaims/status c1",
 		"patch pods " + older.Name,
 		"update sandboxclaims/status c1",
 	})
@@ -96,6 +97,12 @@ func TestAdmittedClaimAdoptsWarmMember(t *testing.T) {
 	}
 	if cond := findCondition(got, ConditionReady); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != ReasonWarmMember {
 		t.Errorf("Ready condition %+v", cond)
+	}
+	if cond := findCondition(got, ConditionAdmitted); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("Admitted condition %+v", cond)
+	}
+	if got.Status.Frozen == nil || !slices.Equal(got.Status.Frozen.AllowedTools, testRecord().AllowedTools) {
+		t.Errorf("record %+v, want the claim's frozen with its admission", got.Status.Frozen)
 	}
 	if !c.childExpect.satisfied(got.UID) {
 		t.Error("the adopted claim's child expectations are held: its syncs would write nothing")
@@ -414,34 +421,72 @@ func TestWarmClaimSyncsBackTheMemberWorkspace(t *testing.T) {
 	}
 }
 
-// TestAdoptedClaimNeverBuiltCold: when the Bound write after an adoption is refused (the claim's
-// own sync wrote it first), the claim gets no pod, Secret or policy of its own beside its
-// member: its sync finishes the adoption.
+// TestAdoptedClaimNeverBuiltCold: when the write of a claim's warm admission is refused after its
+// member was adopted, the claim gets no pod, Secret or policy of its own beside the member and
+// stays undecided; the next pass takes the same member up again (no second adoption), or, when it
+// does not admit the claim, deletes the member.
 func TestAdoptedClaimNeverBuiltCold(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	reg := warmRegistry(3)
-	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
-	f := warmFixture(t, 5, member)
-	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
-	c := f.newController(ctx)
-	f.airlockClient.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "status" && a.(core.UpdateAction).GetObject().(*airlockv1alpha1.SandboxClaim).Status.Phase == airlockv1alpha1.ClaimBound {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "sandboxclaims"}, "c1", fmt.Errorf("the object has been modified"))
-		}
-		return false, nil, nil
-	})
-	if err := admitAndBuild(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range f.actions() {
-		if strings.HasPrefix(a, "create ") {
-			t.Errorf("built cold beside the adopted member: %s", a)
-		}
-	}
-	if !slices.Contains(f.actions(), "patch pods "+member.Name) {
-		t.Errorf("actions %v: the member was not adopted", f.actions())
-	}
-	if c.queue.Len() == 0 {
-		t.Error("the claim was not enqueued to finish its adoption")
+	for _, admitAgain := range []bool{true, false} {
+		t.Run(map[bool]string{true: "admitted again", false: "queued instead"}[admitAgain], func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			reg := warmRegistry(3)
+			member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
+			f := warmFixture(t, 5, member)
+			claim := newClaim("c1", "s1", "", t0)
+			f.claims = append(f.claims, claim)
+			c := f.newController(ctx)
+			refuse := true
+			f.airlockClient.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+				if refuse && a.GetSubresource() == "status" {
+					return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "sandboxclaims"}, "c1", fmt.Errorf("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+			if err := admitAndBuild(ctx, c); err == nil {
+				t.Fatal("the pass reported no error for a refused write")
+			}
+			for _, a := range f.actions() {
+				if strings.HasPrefix(a, "create ") {
+					t.Errorf("built cold beside the adopted member: %s", a)
+				}
+			}
+			if !slices.Contains(f.actions(), "patch pods "+member.Name) {
+				t.Fatalf("actions %v: the member was not adopted", f.actions())
+			}
+
+			// The cache shows the adoption; the next pass decides again.
+			adopted := member.DeepCopy()
+			adopted.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
+			for k, v := range podLabels(claim) {
+				adopted.Labels[k] = v
+			}
+			if err := f.podInformer.GetIndexer().Update(adopted); err != nil {
+				t.Fatal(err)
+			}
+			refuse = false
+			f.log = nil
+			if !admitAgain {
+				// (Another claim of the runtime took the only slot meanwhile.)
+				c.decide = func(in admission.Input) map[string]admission.Decision {
+					return map[string]admission.Decision{"c1": {Action: admission.Queue, Reason: "MaxConcurrent"}}
+				}
+			}
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			acts := f.actions()
+			if admitAgain {
+				if slices.Contains(acts, "patch pods "+member.Name) || len(acts) != 1 || acts[0] != "update sandboxclaims/status c1" {
+					t.Errorf("actions %v, want only the Bound write, with the member adopted before", acts)
+				}
+				if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimBound || got.Status.Warm == nil || got.Status.Warm.Member != member.Name {
+					t.Errorf("claim %s warm %+v", got.Status.Phase, got.Status.Warm)
+				}
+				return
+			}
+			if !slices.Contains(acts, "delete pods "+member.Name) {
+				t.Errorf("actions %v, want the member of a claim not admitted deleted", acts)
+			}
+		})
 	}
 }

@@ -253,7 +253,7 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 		return true, nil
 	}
 	if member.DeletionTimestamp == nil && readyPod([]*corev1.Pod{member}) != nil {
-		_, err := c.writeWarmBound(ctx, claim, member)
+		_, err := c.writeWarmBound(ctx, claim, claim, member)
 		return true, err
 	}
 	if member.DeletionTimestamp == nil {

@@ -114,6 +114,9 @@ func observePhaseChange(old, cur *airlockv1alpha1.SandboxClaim, now time.Time) {
 			warm = "true"
 		}
 		bindDuration.WithLabelValues(warm).Observe(now.Sub(cur.CreationTimestamp.Time).Seconds())
+		if isUndecided(old) {
+			admissionDecisions.WithLabelValues("Admit", "").Inc() // admitted straight to a warm member
+		}
 	case airlockv1alpha1.ClaimBinding:
 		admissionDecisions.WithLabelValues("Admit", "").Inc()
 	case airlockv1alpha1.ClaimQueued:

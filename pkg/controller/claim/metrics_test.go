@@ -75,6 +75,11 @@ func TestPhaseChangeMetrics(t *testing.T) {
 	if after["false"] != before["false"]+1 || after["true"] != before["true"]+1 {
 		t.Errorf("bind duration samples cold %v warm %v, want %v and %v", after["false"], after["true"], before["false"]+1, before["true"]+1)
 	}
+	admitsBefore := gather(t, "airlock_claim_admission_decisions_total")["Admit/"]
+	observePhaseChange(newClaim("c3", "s3", "", t0), warm, t0.Add(time.Second)) // Pending → Bound
+	if admits := gather(t, "airlock_claim_admission_decisions_total")["Admit/"]; admits != admitsBefore+1 {
+		t.Errorf("admissions %v, want %v: a claim admitted straight to Bound is an admission", admits, admitsBefore+1)
+	}
 	refused := newClaim("c2", "s1", airlockv1alpha1.ClaimRefused, t0)
 	refused.Status.Reason = "MaxPerSession"
 	beforeRefused := gather(t, "airlock_claim_admission_decisions_total")["Refuse/MaxPerSession"]
