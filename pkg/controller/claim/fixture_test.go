@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,8 +75,10 @@ type fixture struct {
 	netpolInformer, podInformer cache.SharedIndexInformer
 	jobInformer                 cache.SharedIndexInformer
 
-	// log is both clients' actions, in order.
-	log []core.Action
+	// log is both clients' actions, in order; logMu guards it (the two fake clients each
+	// serialise their own reactors, not each other's).
+	log   []core.Action
+	logMu sync.Mutex
 }
 
 // cacheClaim puts claim in the controller's claim cache, as a watch event would, and runs the
@@ -183,7 +186,9 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	// Record the actions of both clients in one sequence.
 	f.log = nil
 	recordAction := func(a core.Action) (bool, runtime.Object, error) {
+		f.logMu.Lock()
 		f.log = append(f.log, a)
+		f.logMu.Unlock()
 		return false, nil, nil
 	}
 	f.kubeClient.PrependReactor("*", "*", recordAction)

@@ -59,7 +59,9 @@ func (f *fixture) newPoolController(ctx context.Context, rate float64) *PoolCont
 	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
 	f.log = nil
 	record := func(a core.Action) (bool, runtime.Object, error) {
+		f.logMu.Lock()
 		f.log = append(f.log, a)
+		f.logMu.Unlock()
 		return false, nil, nil
 	}
 	f.kubeClient.PrependReactor("*", "*", record)
