@@ -151,8 +151,8 @@ func (f *fixture) withDefaults() *fixture {
 	return f
 }
 
-func (f *fixture) newController(ctx context.Context) *Controller {
-	f.t.Helper()
+// newClients makes the fake clients, holding the fixture's objects, whose actions go to f.log.
+func (f *fixture) newClients() {
 	var kubeObjects, airlockObjects []runtime.Object
 	for _, o := range f.claims {
 		airlockObjects = append(airlockObjects, o)
@@ -193,7 +193,11 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	f.kubeClient.PrependReactor("*", "*", recordAction)
 	f.airlockClient.PrependReactor("*", "*", recordAction)
+}
 
+func (f *fixture) newController(ctx context.Context) *Controller {
+	f.t.Helper()
+	f.newClients()
 	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
 	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(StripService))

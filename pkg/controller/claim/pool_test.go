@@ -15,13 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubeinformers "k8s.io/client-go/informers"
-	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
 
@@ -39,33 +37,7 @@ func (k fakeMemberKeys) EncodedMemberKey(_ context.Context, namespace, member st
 // members per second.
 func (f *fixture) newPoolController(ctx context.Context, rate float64) *PoolController {
 	f.t.Helper()
-	var kubeObjects, airlockObjects []runtime.Object
-	for _, o := range f.registries {
-		airlockObjects = append(airlockObjects, o)
-	}
-	for _, o := range f.classes {
-		airlockObjects = append(airlockObjects, o)
-	}
-	for _, o := range f.pods {
-		kubeObjects = append(kubeObjects, o)
-	}
-	for _, o := range f.netpols {
-		kubeObjects = append(kubeObjects, o)
-	}
-	for _, o := range f.allowedServices {
-		kubeObjects = append(kubeObjects, o)
-	}
-	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
-	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
-	f.log = nil
-	record := func(a core.Action) (bool, runtime.Object, error) {
-		f.logMu.Lock()
-		f.log = append(f.log, a)
-		f.logMu.Unlock()
-		return false, nil, nil
-	}
-	f.kubeClient.PrependReactor("*", "*", record)
-	f.airlockClient.PrependReactor("*", "*", record)
+	f.newClients()
 	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
 	c, err := newPoolController(ctx, f.kubeClient, f.airlockClient, PoolInformers{
