@@ -90,10 +90,15 @@ func TestWarmPoolAdoption(t *testing.T) {
 		if m.CreationTimestamp.Before(&pol.CreationTimestamp) {
 			t.Errorf("member %s was created before the pool's policy", name)
 		}
-		secret, err := kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name+"-key", metav1.GetOptions{})
-		if err != nil {
-			t.Errorf("member %s key Secret: %v", name, err)
-		} else if ref := metav1.GetControllerOf(secret); ref == nil || ref.UID != m.UID {
+		// Created once the pod is in the pool controller's cache (kwok makes a pod Ready without
+		// its Secret; a kubelet does not start it before).
+		var secret *corev1.Secret
+		eventually(t, 30*time.Second, "member "+name+"'s key Secret", func(ctx context.Context) (bool, error) {
+			var err error
+			secret, err = kubeClient.CoreV1().Secrets(e.ns).Get(ctx, name+"-key", metav1.GetOptions{})
+			return err == nil, nil
+		})
+		if ref := metav1.GetControllerOf(secret); ref == nil || ref.UID != m.UID {
 			t.Errorf("member %s key Secret controller %+v, want the pod", name, ref)
 		}
 	}
