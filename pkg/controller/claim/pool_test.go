@@ -168,8 +168,8 @@ func TestPoolFillsBehindItsPolicy(t *testing.T) {
 	}
 }
 
-// TestPoolMembersSorted: the pool counts Ready members, gives starting ones their key Secret
-// (owned by the pod), and deletes the idle members that are stale (another record), ended,
+// TestPoolMembersSorted: the pool counts Ready members, gives those whose key this process has not
+// made their key Secret (owned by the pod), and deletes the idle members that are stale (another record), ended,
 // failing to start, or starting past the startupTimeout; adopted members are never touched.
 func TestPoolMembersSorted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -192,6 +192,7 @@ func TestPoolMembersSorted(t *testing.T) {
 	f := poolFixture(t, 3, []*corev1.Pod{ready, starting, stale, ended, crashing, slow, adoptedPod}, currentPolicy())
 	f.clock.SetTime(now)
 	c := f.newPoolController(ctx, 100)
+	c.keysWritten.Store(ready.UID, struct{}{}) // this process made the Ready one's key
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}

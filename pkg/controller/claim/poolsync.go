@@ -258,14 +258,10 @@ func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alp
 // yet. The Secret comes after the pod (whose container does not start before it exists), and
 // is the pod's: gone with it. A Secret of that name that exists already is one this process
 // cannot vouch for (the operator may not read Secrets; another leader may have made it, or
-// someone else): the member is deleted, never adopted (fail closed).
+// someone else): the member is deleted, never adopted (fail closed). So a new leader replaces
+// the idle members of the previous term once.
 func (c *PoolController) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error {
 	if _, ok := c.keysWritten.Load(pod.UID); ok {
-		return nil
-	}
-	if readyPod([]*corev1.Pod{pod}) != nil || pod.Status.Phase == corev1.PodRunning {
-		// Running: its key is there, written by an earlier leader; it is kept.
-		c.keysWritten.Store(pod.UID, struct{}{})
 		return nil
 	}
 	encoded, err := c.keys.EncodedMemberKey(ctx, pod.Namespace, pod.Name)
