@@ -104,13 +104,14 @@ func TestOperatorFlagsParse(t *testing.T) {
 		"--leader-elect=false", "--leader-elect-lease-duration=30s", "--kube-api-qps=12.5",
 		"--sync-image=registry.local/airlock:v1", "--tls-mode=files", "--tls-cert-file=" + tlsCrt,
 		"--tls-key-file=" + tlsKey, "--tls-ca-file=" + caCrt, "--tls-sans=a.example,10.0.0.1",
+		"--warm-refill-rate=2.5",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Controllers.Workers != 8 || o.Serving.MetricsBindAddress != "0" || o.LeaderElection.LeaderElect ||
 		o.LeaderElection.LeaseDuration.Duration != 30*time.Second || o.KubeClient.QPS != 12.5 ||
-		o.Controllers.SyncImage != "registry.local/airlock:v1" {
+		o.Controllers.SyncImage != "registry.local/airlock:v1" || o.Controllers.WarmRefillRate != 2.5 {
 		t.Errorf("flags not bound: %+v %+v %+v %+v", o.Controllers, o.Serving, o.LeaderElection, o.KubeClient)
 	}
 	if tls := o.SandboxAPI; tls.TLSMode != "files" || tls.TLSCertFile != tlsCrt || tls.TLSKeyFile != tlsKey || tls.TLSCAFile != caCrt ||
@@ -144,6 +145,9 @@ func TestOperatorValidate(t *testing.T) {
 		"negative workers":               {modify: func(o *OperatorOptions) { o.Controllers.Workers = -3 }, wantFlag: "workers"},
 		"one worker":                     {modify: func(o *OperatorOptions) { o.Controllers.Workers = 1 }},
 		"empty sync image":               {modify: func(o *OperatorOptions) { o.Controllers.SyncImage = "" }, wantFlag: "sync-image"},
+		"zero warm refill rate":          {modify: func(o *OperatorOptions) { o.Controllers.WarmRefillRate = 0 }, wantFlag: "warm-refill-rate"},
+		"negative warm refill rate":      {modify: func(o *OperatorOptions) { o.Controllers.WarmRefillRate = -1 }, wantFlag: "warm-refill-rate"},
+		"warm refill rate too high":      {modify: func(o *OperatorOptions) { o.Controllers.WarmRefillRate = 5000 }, wantFlag: "warm-refill-rate"},
 		"sync image with a space":        {modify: func(o *OperatorOptions) { o.Controllers.SyncImage = "a b" }, wantFlag: "sync-image"},
 		"api address without port":       {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "localhost" }, wantFlag: "api-bind-address"},
 		"api port out of range":          {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = ":99999" }, wantFlag: "api-bind-address"},
