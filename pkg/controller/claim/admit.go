@@ -95,6 +95,16 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 		admitted []*airlockv1alpha1.SandboxClaim
 		mu       sync.Mutex
 	)
+	// A claim that stays Queued (not written) holds no warm member that an earlier pass adopted
+	// for it and could not write: let go here, before this pass's writes. Passes of a namespace
+	// never overlap, so no adoption of it is in flight.
+	for _, claim := range undecided {
+		if decisions[claim.Name].Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued {
+			if err := c.releaseMember(ctx, claim); err != nil {
+				return err
+			}
+		}
+	}
 	// Warm members go to the oldest admitted claims: reserved in order before the concurrent
 	// writes (adopt.go).
 	records := map[types.UID]*airlockv1alpha1.FrozenSandbox{}
@@ -177,8 +187,12 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 	case admission.Queue:
 		_, err = c.writeQueued(ctx, claim, rt)
 	case admission.Admit:
-		// What the claim runs is frozen now, in the same write (freeze.go).
-		record, why, ferr := c.freezeFor(claim, input)
+		// What the claim runs is frozen now, in the same write (freeze.go): once per pass, when
+		// the pass reserved a member for it (the member is of that record's pool).
+		record, why, ferr := r.record, (*cannotFreeze)(nil), error(nil)
+		if record == nil {
+			record, why, ferr = c.freezeFor(claim, input)
+		}
 		if ferr != nil {
 			err = ferr
 			break

@@ -77,6 +77,10 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *
 type reservation struct {
 	pod      *corev1.Pod
 	eligible bool
+	// record is what the claim is frozen with: the member was chosen for this record's pool key,
+	// so the decision's write records this very record (frozen once: a class edit between two
+	// freezes could otherwise give the claim a member of the record before).
+	record *airlockv1alpha1.FrozenSandbox
 }
 
 // reserveMembers reserves members for the claims a pass admits, in the order given (oldest
@@ -92,7 +96,7 @@ func (c *Controller) reserveMembers(ctx context.Context, ordered []*airlockv1alp
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Looking for a warm member failed; the claim is built cold", "claim", klog.KObj(claim), "err", err)
 		}
-		out[claim.UID] = reservation{pod: pod, eligible: eligible}
+		out[claim.UID] = reservation{pod: pod, eligible: eligible, record: record}
 	}
 	return out
 }

@@ -490,3 +490,26 @@ func TestAdoptedClaimNeverBuiltCold(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedClaimLetsItsMemberGo: a Queued claim that a pass decides Queued again is not written;
+// a member an earlier pass adopted for it (and could not write) is deleted all the same.
+func TestQueuedClaimLetsItsMemberGo(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0)
+	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
+	member.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
+	for k, v := range podLabels(claim) {
+		member.Labels[k] = v
+	}
+	f := warmFixture(t, 5, member)
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	c.decide = func(admission.Input) map[string]admission.Decision {
+		return map[string]admission.Decision{"c1": {Action: admission.Queue, Reason: "MaxConcurrent"}}
+	}
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"delete pods " + member.Name})
+}
