@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ func TestWarmPoolAdoption(t *testing.T) {
 	}
 	member, ok := members[c.Status.Warm.Member]
 	if !ok {
-		t.Fatalf("the claim adopted %s, not one of the members %v", c.Status.Warm.Member, slices.Collect(mapKeys(members)))
+		t.Fatalf("the claim adopted %s, not one of the members %v", c.Status.Warm.Member, slices.Collect(maps.Keys(members)))
 	}
 	pod := e.pod(t, member.Name)
 	if pod.UID != member.UID || !metav1.IsControlledBy(pod, c) || pod.Labels[airlockv1alpha1.LabelClaim] != c.Name {
@@ -237,16 +238,6 @@ func TestWarmPoolBurst(t *testing.T) {
 	for _, name := range names {
 		if owners[name] != 1 {
 			t.Errorf("claim %s controls %d pods, want 1", name, owners[name])
-		}
-	}
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
 		}
 	}
 }

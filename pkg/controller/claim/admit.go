@@ -173,9 +173,10 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 		written *airlockv1alpha1.SandboxClaim
 		err     error
 	)
-	if d.Action != admission.Admit {
+	if d.Action != admission.Admit || r.record == nil {
 		// A member an earlier pass adopted for the claim (whose write did not go through) is
-		// not held by a claim that is not admitted now.
+		// not held by a claim that is not admitted now, nor by one admitted without a record
+		// (its class or entry is gone: it is written Failed).
 		if err := c.releaseMember(ctx, claim); err != nil {
 			c.expectations.forgetWrite(claim.Namespace, claim.Name, claim.ResourceVersion)
 			return nil, err

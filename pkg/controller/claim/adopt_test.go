@@ -513,3 +513,29 @@ func TestQueuedClaimLetsItsMemberGo(t *testing.T) {
 	}
 	checkActions(t, f, []string{"delete pods " + member.Name})
 }
+
+// TestUnbuildableClaimLetsItsMemberGo: a claim admitted when its class is gone is written Failed;
+// a member an earlier pass adopted for it (and could not write) is deleted.
+func TestUnbuildableClaimLetsItsMemberGo(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	claim := newClaim("c1", "s1", "", t0)
+	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
+	member.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
+	for k, v := range podLabels(claim) {
+		member.Labels[k] = v
+	}
+	f := warmFixture(t, 5, member)
+	f.classes = nil
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.actions(), "delete pods "+member.Name) {
+		t.Errorf("actions %v, want the member deleted", f.actions())
+	}
+	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed {
+		t.Errorf("claim %s, want Failed", got.Status.Phase)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
@@ -32,6 +31,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
@@ -228,37 +228,8 @@ func (c *PoolController) Run(ctx context.Context) error {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 	// One worker: pools are filled one registry at a time, at the refill rate.
-	var wg wait.Group
-	wg.StartWithContext(ctx, func(ctx context.Context) {
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.processNext(ctx) {
-			}
-		}, time.Second)
-	})
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.RunRequeue(ctx, 1, c.queue, "registry", c.sync)
 	return nil
-}
-
-func (c *PoolController) processNext(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	requeue, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
-		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing a registry's warm pools", "registry", klog.KRef(key.Namespace, key.Name))
-		c.queue.AddRateLimited(key)
-	case requeue != nil:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, *requeue)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 // memberExpectations are the members created and not yet seen in the cache: they count as

@@ -41,6 +41,7 @@ func (c *PoolController) sync(ctx context.Context, key cache.ObjectName) (*time.
 	logger := klog.FromContext(ctx)
 	reg, err := c.registryList.ToolRegistries(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
+		c.lastStatus.Delete(key)
 		return nil, nil // garbage collection removes its idle members and its policies
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
-// Package workers runs the workers of a controller whose sync needs no more than an error: a
-// key that fails is retried with the queue's backoff, one that succeeds is forgotten. (The claim
-// controller, whose sync also says when to look again, has a loop of its own.)
+// Package workers runs the workers of a controller: a key that fails is retried with the queue's
+// backoff, one that succeeds is forgotten, and (RunRequeue) one whose sync says when to look
+// again is added after that long. (The claim controller, which also keeps a deadline through its
+// backoff and retries conflicts quietly, has a loop of its own.)
 package workers
 
 import (
@@ -17,6 +18,14 @@ import (
 // Run starts n workers that sync the queue's keys until ctx is done, then shuts the queue down
 // and returns once every worker has. what names the keys in error logs ("runtime", ...).
 func Run(ctx context.Context, n int, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) error) {
+	RunRequeue(ctx, n, queue, what, func(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
+		return nil, sync(ctx, key)
+	})
+}
+
+// RunRequeue is Run for a sync that also returns when to look at the key again (nil: when an
+// event says so): a key synced without an error is forgotten and, with a duration, added after it.
+func RunRequeue(ctx context.Context, n int, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) (*time.Duration, error)) {
 	var wg wait.Group
 	for range n {
 		wg.StartWithContext(ctx, func(ctx context.Context) {
@@ -32,17 +41,21 @@ func Run(ctx context.Context, n int, queue workqueue.TypedRateLimitingInterface[
 }
 
 // processNext syncs one key; it says false once the queue is shut down.
-func processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) error) bool {
+func processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) (*time.Duration, error)) bool {
 	key, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
 	defer queue.Done(key)
-	if err := sync(ctx, key); err != nil {
+	requeue, err := sync(ctx, key)
+	if err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing "+what, what, klog.KRef(key.Namespace, key.Name))
 		queue.AddRateLimited(key)
 		return true
 	}
 	queue.Forget(key)
+	if requeue != nil {
+		queue.AddAfter(key, *requeue)
+	}
 	return true
 }

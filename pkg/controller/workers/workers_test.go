@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestRun: a key whose sync fails is synced again (after the queue's backoff) until it succeeds,
@@ -62,5 +64,55 @@ func TestRun(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 3 {
 		t.Errorf("%d syncs, want 3", calls)
+	}
+}
+
+// TestRunRequeue: a key whose sync says when to look again is synced again after that long on
+// the queue's clock, not before, and forgotten (no backoff) in between.
+func TestRunRequeue(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Millisecond, time.Millisecond),
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Clock: clk})
+	key := cache.ObjectName{Namespace: "ns", Name: "a"}
+	synced := make(chan int, 2)
+	calls := 0
+	sync := func(_ context.Context, k cache.ObjectName) (*time.Duration, error) {
+		calls++
+		synced <- calls
+		if calls == 1 {
+			d := time.Minute
+			return &d, nil
+		}
+		return nil, nil
+	}
+	go RunRequeue(ctx, 1, queue, "thing", sync)
+	queue.Add(key)
+	if n := <-synced; n != 1 {
+		t.Fatalf("sync %d first", n)
+	}
+	// The requeue waits on the clock (AddAfter): only then is a second sync possible.
+	for !clk.HasWaiters() {
+		runtime.Gosched()
+	}
+	if n := queue.NumRequeues(key); n != 0 {
+		t.Errorf("the key has %d rate-limited requeues, want it forgotten", n)
+	}
+	select {
+	case n := <-synced:
+		t.Fatalf("sync %d before the requeue's time", n)
+	default:
+	}
+	clk.Step(time.Minute)
+	select {
+	case n := <-synced:
+		if n != 2 {
+			t.Errorf("sync %d, want 2", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the key was not synced again after its requeue")
 	}
 }
