@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -123,12 +124,15 @@ func TestWarmPoolAdoption(t *testing.T) {
 	if _, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
 		t.Error("the warm claim also got a pod of its own")
 	}
-	eventually(t, 30*time.Second, "the claim's own policy", func(ctx context.Context) (bool, error) {
+	// The claim's own policy selects the pod, and then the pool's no longer does.
+	eventually(t, 30*time.Second, "the claim's own policy, and the pod out of the pool's", func(ctx context.Context) (bool, error) {
 		np, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		return labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(e.pod(t, member.Name).Labels)), nil
+		podLabels := labels.Set(e.pod(t, member.Name).Labels)
+		return labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(podLabels) &&
+			!labels.SelectorFromSet(pol.Spec.PodSelector.MatchLabels).Matches(podLabels), nil
 	})
 
 	// The pool refills, with a new member.
@@ -171,6 +175,11 @@ func TestWarmPoolAdoption(t *testing.T) {
 	if p := e.pod(t, member.Name); p.UID != member.UID || p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, c) {
 		t.Errorf("the adopted member changed with the edit: uid %s, deleting %v", p.UID, p.DeletionTimestamp != nil)
 	}
+	// The old record's pool policy selects no pod any more: it is collected.
+	eventually(t, 30*time.Second, "the old pool policy collected", func(ctx context.Context) (bool, error) {
+		_, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, pol.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 	if got, err := e.getClaim(ctx, c.Name); err != nil || got.Status.Phase != airlockv1alpha1.ClaimBound {
 		t.Errorf("the warm claim after the edit: %v (%v)", got.Status.Phase, err)
 	}

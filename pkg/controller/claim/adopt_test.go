@@ -334,7 +334,8 @@ func warmBound(name string, member *corev1.Pod, boundAt time.Time) *airlockv1alp
 	return c
 }
 
-// TestBoundWarmClaimMember: a Bound warm claim keeps its own policy beside the pool's and never
+// TestBoundWarmClaimMember: a Bound warm claim keeps its own policy, then takes its pod out of the
+// pool's, and never
 // builds a pod of its own; it is reaped at once when its member's pod ended or is gone, and left
 // alone while the cache shows the member as it was before the adoption.
 func TestBoundWarmClaimMember(t *testing.T) {
@@ -352,6 +353,39 @@ func TestBoundWarmClaimMember(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkActions(t, f, []string{"create networkpolicies c1"})
+	})
+	t.Run("its own policy in the cache", func(t *testing.T) {
+		// The pod leaves the pool's policy: its pool label goes, in one patch.
+		_, ctx := ktesting.NewTestContext(t)
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member, t0)
+		f := warmFixture(t, 5, member)
+		f.claims = append(f.claims, claim)
+		f.netpols = append(f.netpols, buildNetworkPolicy(claim, claim.Status.Frozen, nil))
+		f.clock.SetTime(now)
+		c := f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, []string{"patch pods " + member.Name})
+		for _, a := range f.log {
+			if p, ok := a.(core.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"airlock.dev/warm-pool":null`) {
+				t.Errorf("patch %s does not drop the pool label", p.GetPatch())
+			}
+		}
+
+		// A policy the cache shows otherwise than the record says is repaired first.
+		stale := buildNetworkPolicy(claim, claim.Status.Frozen, nil)
+		stale.Spec.Ingress = nil
+		f = warmFixture(t, 5, member)
+		f.claims = append(f.claims, claim)
+		f.netpols = append(f.netpols, stale)
+		f.clock.SetTime(now)
+		c = f.newController(ctx)
+		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			t.Fatal(err)
+		}
+		checkActions(t, f, []string{"update networkpolicies c1"})
 	})
 	t.Run("ended", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)

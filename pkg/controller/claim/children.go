@@ -35,10 +35,14 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		return err
 	}
 	if claim.Status.Warm != nil {
-		// An adopted warm member: its pod and key are the member's; the claim adds its own
-		// policy beside the pool's, so that the pod stays confined if the registry (which owns
-		// the pool's policy) goes.
-		return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed))
+		// An adopted warm member: its pod and key are the member's. The claim adds its own
+		// policy, kept from its record as any claim's, and once the cache shows it, the pod
+		// leaves the pool's policy (leavePool).
+		want := buildNetworkPolicy(claim, record, allowed)
+		if err := c.ensureNetworkPolicy(ctx, claim, want); err != nil {
+			return err
+		}
+		return c.leavePool(ctx, claim, want)
 	}
 	token, err := c.newToken(ctx, claim)
 	if err != nil {
@@ -322,4 +326,32 @@ func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1al
 	updated.Spec = want.Spec
 	err = c.children.networkPolicies.Update(ctx, updated)
 	return err
+}
+
+// leavePool takes a warm claim's pod out of its pool's NetworkPolicy (drops its pool label) once
+// the claim's own policy is in the cache as the record wants it: from then on only the claim's
+// policy, which follows the claim's record and its allowed Services as any claim's does,
+// confines the pod. The pool's policy follows the pool's current record only, and one of an
+// older record is kept up by nobody; a pod it still selected would get the union of both. The
+// policy's add event enqueues the claim, so the label goes right after the policy is seen.
+func (c *Controller) leavePool(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
+	np, err := c.networkPolicyLister.NetworkPolicies(claim.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || !metav1.IsControlledBy(np, claim) || !apiequality.Semantic.DeepEqual(np.Spec, want.Spec) {
+		return err
+	}
+	pod, err := c.podLister.Pods(claim.Namespace).Get(claim.Status.Warm.Member)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, inPool := pod.Labels[airlockv1alpha1.LabelWarmPool]; !inPool || !metav1.IsControlledBy(pod, claim) || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("The warm claim's own policy is in place; taking its pod out of the pool's", "claim", klog.KObj(claim), "pod", klog.KObj(pod))
+	return ignoreGone(c.children.adopter.DropLabel(ctx, pod, airlockv1alpha1.LabelWarmPool))
 }

@@ -54,6 +54,8 @@ type objectControl[T metav1.Object] interface {
 // wins and the other is refused with a conflict.
 type podAdopter interface {
 	Adopt(ctx context.Context, pod *corev1.Pod, owner metav1.OwnerReference, labels map[string]string) error
+	// DropLabel removes a label from the pod with that UID (a merge patch).
+	DropLabel(ctx context.Context, pod *corev1.Pod, key string) error
 }
 
 type realPodAdopter struct {
@@ -66,6 +68,18 @@ func (r realPodAdopter) Adopt(ctx context.Context, pod *corev1.Pod, owner metav1
 		"resourceVersion": pod.ResourceVersion,
 		"ownerReferences": []metav1.OwnerReference{owner},
 		"labels":          labels,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (r realPodAdopter) DropLabel(ctx context.Context, pod *corev1.Pod, key string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":    pod.UID,
+		"labels": map[string]any{key: nil},
 	}})
 	if err != nil {
 		return err

@@ -152,7 +152,8 @@ func buildMemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
 }
 
 // buildPoolNetworkPolicy returns a pool's NetworkPolicy: the one a claim of the record gets,
-// selecting the pool's members (idle and adopted) by their pool label.
+// selecting the pool's members by their pool label (an adopted member keeps it until its claim's
+// own policy is in place: leavePool).
 func buildPoolNetworkPolicy(reg *airlockv1alpha1.ToolRegistry, entry, key string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{

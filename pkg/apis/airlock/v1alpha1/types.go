@@ -46,9 +46,9 @@ const (
 	// LabelWarmRegistry is on a warm member while it is idle: the ToolRegistry whose pool it is
 	// in. Adoption removes it.
 	LabelWarmRegistry = "airlock.dev/warm-registry"
-	// LabelWarmPool is on a warm member and on its pool's NetworkPolicy, for good: a hash of the
+	// LabelWarmPool is on a warm member and on its pool's NetworkPolicy: a hash of the
 	// registry's UID, the entry and the record the member was built from. The policy selects
-	// the members by it, adopted ones too.
+	// the members by it; an adopted member loses it once its claim's own policy is in place.
 	LabelWarmPool = "airlock.dev/warm-pool"
 	// LabelWarmMember is on a warm member for good: its own name.
 	LabelWarmMember = "airlock.dev/warm-member"
