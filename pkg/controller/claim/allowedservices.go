@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -113,9 +114,15 @@ func (c *Controller) enqueueClaimsAllowing(obj any) {
 // allowedServices returns the recorded allowed Services that exist, from the allowed-Service
 // informer's cache.
 func (c *Controller) allowedServices(refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
+	return existingServices(c.allowedServiceLister, refs)
+}
+
+// existingServices returns the Services of refs that lister has (a policy names the pods of
+// those that exist).
+func existingServices(lister corelisters.ServiceLister, refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
 	var out []*corev1.Service
 	for _, ref := range refs {
-		svc, err := c.allowedServiceLister.Services(ref.Namespace).Get(ref.Name)
+		svc, err := lister.Services(ref.Namespace).Get(ref.Name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}

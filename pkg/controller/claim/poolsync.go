@@ -213,16 +213,9 @@ func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.Tool
 // ensurePoolPolicy creates the pool's NetworkPolicy, before any of its members, and keeps it as
 // the record says (the allowed Services' pods and ports follow the Services, as a claim's do).
 func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool) error {
-	var allowed []*corev1.Service
-	for _, ref := range p.record.AllowedServices {
-		svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		allowed = append(allowed, svc)
+	allowed, err := existingServices(c.svcLister, p.record.AllowedServices)
+	if err != nil {
+		return err
 	}
 	want := buildPoolNetworkPolicy(reg, p.entry.Name, p.key, p.record, allowed)
 	live, err := c.npLister.NetworkPolicies(reg.Namespace).Get(want.Name)
