@@ -34,3 +34,26 @@ func (g *callGate) enter(ctx context.Context, exclusive bool) (release func(), e
 	}
 	return func() { g.sem.Release(n) }, nil
 }
+
+// tryEnter lets a call that shares the workspace in if it can enter at
+// once (no snapshot runs or waits), and returns the function that lets the
+// next ones in; ok is false when it would have to wait.
+func (g *callGate) tryEnter() (release func(), ok bool) {
+	if !g.sem.TryAcquire(1) {
+		return nil, false
+	}
+	return func() { g.sem.Release(1) }, true
+}
+
+// gateHeldKey marks the context of a call that entered the gate before the
+// middleware (a direct call answered in its POST).
+type gateHeldKey struct{}
+
+func withGateHeld(ctx context.Context) context.Context {
+	return context.WithValue(ctx, gateHeldKey{}, true)
+}
+
+func gateHeld(ctx context.Context) bool {
+	held, _ := ctx.Value(gateHeldKey{}).(bool)
+	return held
+}

@@ -38,10 +38,9 @@ const serverName = "airlock-sandboxd"
 // newMCPServer builds the protocol layer: the SDK's MCP server with the
 // served tools, restricted to protocolVersions, with the middleware that
 // counts tool calls and turns a panicking tool into a tool error.
-func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) *mcp.Server {
+func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) (*mcp.Server, *callTable) {
 	s := newBareMCPServer(tb, logger)
-	serveTools(s, tb, served, m, logger)
-	return s
+	return s, serveTools(s, tb, served, m, logger)
 }
 
 // newBareMCPServer builds the SDK's MCP server without tools: a warm
@@ -57,15 +56,19 @@ func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
 }
 
 // serveTools adds the served tools to s, with the middleware every tool
-// call goes through. It is called once per server: at construction, or for
-// a warm member at its adoption, before any session exists.
-func serveTools(s *mcp.Server, tb *toolbox, served []string, m *metrics, logger klog.Logger) {
-	s.AddReceivingMiddleware(toolCallMiddleware(tb.gate, served, m, logger))
+// call goes through, and returns the table of those that the SSE transport
+// calls directly (directcall.go), in the same middleware. It is called once
+// per server: at construction, or for a warm member at its adoption, before
+// any session exists.
+func serveTools(s *mcp.Server, tb *toolbox, served []string, m *metrics, logger klog.Logger) *callTable {
+	s.AddReceivingMiddleware(toolCallMiddleware(tb.gate, served, m, logger, true))
+	set := newToolSet(s)
 	for _, spec := range toolSpecs {
 		if slices.Contains(served, spec.name) {
-			spec.add(s, tb)
+			spec.add(set, tb)
 		}
 	}
+	return newCallTable(set, toolCallMiddleware(tb.gate, served, m, logger, false), tb.gate)
 }
 
 // sdkLogger routes the SDK's slog output to klog, at V(4) but for errors.
@@ -78,13 +81,19 @@ func sdkLogger(logger klog.Logger) *slog.Logger {
 // alone, the others side by side), turns a panic in a tool into a tool
 // error instead of a crash, scrubs secrets from the result, and counts,
 // times and logs the call by tool and result.
-func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog.Logger) mcp.Middleware {
+//
+// sdk says the middleware is the SDK's, which runs each call on a fresh
+// goroutine whose stack growStack grows at once; the direct path's calls
+// (directcall.go) are shallow enough not to need it.
+func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog.Logger, sdk bool) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 			if method != "tools/call" {
 				return next(ctx, method, req)
 			}
-			growStack()
+			if sdk {
+				growStack()
+			}
 			tool := toolNameUnknown
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && slices.Contains(served, p.Name) {
 				tool = p.Name
@@ -110,6 +119,9 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			}()
 			if tool == toolNameUnknown {
 				return next(ctx, method, req) // the SDK answers a protocol error
+			}
+			if gateHeld(ctx) {
+				return next(ctx, method, req) // a direct call that entered it
 			}
 			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore || tool == ToolSnapshotCreate)
 			if gerr != nil {

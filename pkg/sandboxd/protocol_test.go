@@ -42,7 +42,7 @@ func connectInMemory(t *testing.T, tb *toolbox, readOnly bool, allowed []string,
 		t.Fatal(err)
 	}
 	m := newMetrics(served, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
-	server := newMCPServer(tb, served, m, logger)
+	server, _ := newMCPServer(tb, served, m, logger)
 	ct, st := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(ctx, st, nil)
 	if err != nil {
@@ -207,8 +207,8 @@ func TestToolPanicIsAToolError(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	m := newMetrics([]string{"boom"}, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	server := mcp.NewServer(&mcp.Implementation{Name: "t"}, nil)
-	server.AddReceivingMiddleware(toolCallMiddleware(newCallGate(), []string{"boom"}, m, logger))
-	addTool(server, &mcp.Tool{Name: "boom"}, func(context.Context, ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
+	server.AddReceivingMiddleware(toolCallMiddleware(newCallGate(), []string{"boom"}, m, logger, true))
+	addTool(newToolSet(server), &mcp.Tool{Name: "boom"}, func(context.Context, ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
 		panic("kaboom")
 	})
 	ct, st := mcp.NewInMemoryTransports()

@@ -81,13 +81,15 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		func() float64 { return float64(countSessions(s.mcp)) },
 		func() float64 { return float64(tb.shells.running()) },
 	)
+	var calls *callTable
 	if g.warm != nil {
 		s.mcp = newBareMCPServer(tb, logger)
 		g.warm.adopt = s.adopt
 	} else {
-		s.mcp = newMCPServer(tb, served, s.metrics, logger)
+		s.mcp, calls = newMCPServer(tb, served, s.metrics, logger)
 	}
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
+	s.sse.calls.Store(calls)
 	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
 	return s, nil
 }
@@ -135,7 +137,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 	}
 	s.metrics.startTools(served)
 	s.metrics.adopted()
-	serveTools(s.mcp, s.tb, served, s.metrics, s.logger)
+	s.sse.calls.Store(serveTools(s.mcp, s.tb, served, s.metrics, s.logger))
 	return served, ignored, nil
 }
 

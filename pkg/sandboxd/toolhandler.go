@@ -33,7 +33,10 @@ import (
 // argument whose name differs in case from a field is refused before it is
 // decoded, and no schema has a default that ApplyDefaults would add. A tool
 // whose schemas are not so is added with mcp.AddTool.
-func addTypedTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
+//
+// A tool added here is in s's direct table as well (directcall.go); one
+// added with mcp.AddTool is not, and is called through the SDK alone.
+func addTypedTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 	tt := *t
 	// An output schema inferred from a plain Out accepts every value of it:
 	// validating each result against it is left out (see plainOutput).
@@ -48,12 +51,12 @@ func addTypedTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out
 	}
 	if reflect.TypeFor[Out]().Kind() == reflect.Pointer ||
 		!decodesExactly(inResolved.Schema()) || !decodesExactly(outResolved.Schema()) {
-		mcp.AddTool(s, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		mcp.AddTool(s.server, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 			return h(ctx, in)
 		})
 		return
 	}
-	s.AddTool(&tt, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		in, err := decodeArguments[In](req.Params.Arguments, inResolved)
 		if err != nil {
 			res := &mcp.CallToolResult{}
@@ -87,7 +90,9 @@ func addTypedTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out
 			res.Content = []mcp.Content{&mcp.TextContent{Text: string(outJSON)}}
 		}
 		return res, nil
-	})
+	}
+	s.server.AddTool(&tt, handler)
+	s.direct[tt.Name] = handler
 }
 
 // resolveToolSchema sets *field to the schema inferred from T when it is

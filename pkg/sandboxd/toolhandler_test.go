@@ -22,7 +22,7 @@ type pairedServers struct {
 
 func addPaired[In, Out any](p pairedServers, tool *mcp.Tool, h toolHandler[In, Out]) {
 	t1, t2 := *tool, *tool
-	addTypedTool(p.fast, &t1, h)
+	addTypedTool(newToolSet(p.fast), &t1, h)
 	mcp.AddTool(p.sdk, &t2, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		return h(ctx, in)
 	})

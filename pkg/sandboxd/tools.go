@@ -57,12 +57,12 @@ const (
 type toolSpec struct {
 	name     string
 	mutating bool
-	add      func(s *mcp.Server, tb *toolbox)
+	add      func(s *toolSet, tb *toolbox)
 }
 
 // toolSpecs lists every tool, in the canonical order.
 var toolSpecs = []toolSpec{
-	{name: ToolRead, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRead, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolRead,
 			Description: "Read a text file of the workspace. Returns numbered lines (cat -n style), up to 2000 lines from offset; long lines are cut at 2000 bytes. Reading a file marks it read, which Write (to overwrite) and Edit require.",
@@ -73,7 +73,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.read)
 	}},
-	{name: ToolWrite, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolWrite, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolWrite,
 			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it. " +
@@ -81,7 +81,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.write)
 	}},
-	{name: ToolEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolEdit, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolEdit,
 			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error. " +
@@ -89,7 +89,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.edit)
 	}},
-	{name: ToolGlob, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolGlob, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolGlob,
 			Description: "Find files of the workspace whose path matches a glob pattern (** matches any number of directories, {a,b} alternatives). Returns workspace-relative paths, newest first. .git directories are skipped unless the pattern names them; symlinked directories are not followed.",
@@ -100,7 +100,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.glob)
 	}},
-	{name: ToolGrep, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolGrep, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolGrep,
 			Description: "Search the contents of workspace files with an RE2 regular expression, line by line. Output modes: files_with_matches (default), content (path:line:text), count. Skips .git directories and binary files; symlinked directories are not followed.",
@@ -111,7 +111,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.grep)
 	}},
-	{name: ToolBash, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolBash, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolBash,
 			Description: "Run a command with /bin/bash -c in the workspace (stdin is empty). The command runs in its own process group, which is killed whole on timeout (exit code 124), on cancellation, and when the command exits, so nothing it started outlives it: " +
@@ -123,32 +123,32 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.bash)
 	}},
-	{name: ToolBashOutput, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolBashOutput, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolBashOutput,
 			Description: "Read what a background shell (Bash with run_in_background) wrote since the last read, and its status. At most 1 MiB of unread output is kept per stream; older unread output is dropped and counted.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.bashOutput)
 	}},
-	{name: ToolKillShell, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolKillShell, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolKillShell,
 			Description: "Kill a background shell: its whole process group.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.killShell)
 	}},
-	{name: ToolRunTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRunTests, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
 			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust, python and node (node --test, TAP or spec reporter, and jest), returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
-	{name: ToolRunLint, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRunLint, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
 	}},
-	{name: ToolRunTypecheck, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRunTypecheck, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addCheckTool(s, ToolRunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
 	}},
 
-	{name: ToolMultiEdit, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolMultiEdit, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolMultiEdit,
 			Description: "Make several edits to one file of the workspace, all or nothing: the edits (each an old_string, new_string and optional replace_all, as in Edit) apply in order, each to the result of the ones before, to a copy in memory; " +
@@ -159,7 +159,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.multiEdit)
 	}},
-	{name: ToolLS, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolLS, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolLS,
 			Description: "List the tree below a directory of the workspace (default the workspace itself): directories end in /, symlinks show their target and are not followed. Nearest levels first, at most 1000 entries. " +
@@ -167,7 +167,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.ls)
 	}},
-	{name: ToolSnapshotCreate, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolSnapshotCreate, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolSnapshotCreate,
 			Description: "Take a snapshot (checkpoint) of the whole workspace, git repository or not, with an optional label; returns its id (s1, s2, ...). " +
@@ -175,14 +175,14 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 		}, tb.snapshotCreate)
 	}},
-	{name: ToolSnapshotList, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolSnapshotList, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolSnapshotList,
 			Description: "List the snapshots of the workspace, oldest first: id, time taken, label.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotList)
 	}},
-	{name: ToolSnapshotRestore, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolSnapshotRestore, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolSnapshotRestore,
 			Description: "Restore the workspace to a snapshot: files created since are removed, modified and deleted ones come back as they were; nested repositories and the workspace's own .git are left alone. " +
@@ -191,14 +191,14 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotRestore)
 	}},
-	{name: ToolSnapshotDiff, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolSnapshotDiff, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name:        ToolSnapshotDiff,
 			Description: "Show what changed from a snapshot (id) to another (to_id) or, by default, to the workspace as it is now: the files (added, modified, deleted, type_changed) and a unified diff, capped at 100 KiB with the elision said.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotDiff)
 	}},
-	{name: ToolRunFailingTests, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRunFailingTests, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolRunFailingTests,
 			Description: "Run again only the tests that failed in the last run_tests (or run_failing_tests): go test -run '^(TestA|TestB)$' on their packages (a package that did not build: all of it), cargo test -- --exact names, python3 -m pytest -q node ids. " +
@@ -210,7 +210,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.runFailingTests)
 	}},
-	{name: ToolLastTestFailures, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolLastTestFailures, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolLastTestFailures,
 			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust, python, node --test and jest; at most 200). " +
@@ -218,7 +218,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.lastTestFailures)
 	}},
-	{name: ToolFindDefinition, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolFindDefinition, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolFindDefinition,
 			Description: "Find where a symbol is defined, through the language server (Go: gopls; started on first use, so the first call can take a while). " + navPositionHelp +
@@ -227,7 +227,7 @@ var toolSpecs = []toolSpec{
 			InputSchema: schemaFor[FindDefinitionInput](navSchema),
 		}, tb.findDefinition)
 	}},
-	{name: ToolFindReferences, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolFindReferences, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolFindReferences,
 			Description: "Find every use of a symbol in the workspace, through the language server (Go: gopls; started on first use). " + navPositionHelp +
@@ -236,7 +236,7 @@ var toolSpecs = []toolSpec{
 			InputSchema: schemaFor[FindReferencesInput](navSchema),
 		}, tb.findReferences)
 	}},
-	{name: ToolRenameSymbol, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRenameSymbol, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolRenameSymbol,
 			Description: "Rename a symbol everywhere it is used, through the language server (Go: gopls), as a refactoring that keeps the code compiling. " + navPositionHelp +
@@ -245,7 +245,7 @@ var toolSpecs = []toolSpec{
 			InputSchema: schemaFor[RenameSymbolInput](navSchema),
 		}, tb.renameSymbol)
 	}},
-	{name: ToolChangeSignature, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolChangeSignature, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolChangeSignature,
 			Description: "Replace the signature of one Go function or method (everything from func up to the body's opening brace) and keep its doc comment and body as they are. " + astEditHelp +
@@ -253,7 +253,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.changeFunctionSignature)
 	}},
-	{name: ToolEditBody, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolEditBody, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolEditBody,
 			Description: "Replace the body of one Go function or method, keeping its doc comment and signature: safer than Edit for a whole body (it cannot eat a brace or a neighbour). " + astEditHelp +
@@ -261,7 +261,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.editFunctionBody)
 	}},
-	{name: ToolInsertAfter, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolInsertAfter, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolInsertAfter,
 			Description: "Insert a new Go method right after an existing method of the same type (receiver_type, method_name), separated by a blank line. " + astEditHelp +
@@ -269,7 +269,7 @@ var toolSpecs = []toolSpec{
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.insertAfterMethod)
 	}},
-	{name: ToolTestsCovering, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolTestsCovering, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolTestsCovering,
 			Description: "Find which tests execute a Go file, one function or method of it, or one line, by running them: the package's test binary is built once with coverage (go test -c -cover), then each test of the file's own package runs alone (-test.run '^TestX$') with a coverage profile, and a test covers the target when its profile shows a block of the target's lines executed. " +
@@ -282,7 +282,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.testsCovering)
 	}},
-	{name: ToolRunScript, mutating: true, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolRunScript, mutating: true, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolRunScript,
 			Description: "Run a script the workspace declares, by name, without arguments: a script of package.json (npm run name; pnpm or yarn when their lock file is at the top), a target of the Makefile (make name) or a recipe of the justfile (just name), read from the top of the workspace. " +
@@ -295,7 +295,7 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.runScript)
 	}},
-	{name: ToolSearchCode, add: func(s *mcp.Server, tb *toolbox) {
+	{name: ToolSearchCode, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
 			Name: ToolSearchCode,
 			Description: "Find where things are declared, by name (case-insensitive; exact names first, then names starting with query, then names containing it): Go functions, methods, types, struct fields, interface methods, constants and variables through the Go parser, with their signature and doc line; " +
@@ -327,7 +327,7 @@ func navSchema(s *jsonschema.Schema) {
 }
 
 // addCheckTool adds one of run_tests, run_lint and run_typecheck.
-func addCheckTool[In, Out any](s *mcp.Server, name, description string, h toolHandler[In, Out]) {
+func addCheckTool[In, Out any](s *toolSet, name, description string, h toolHandler[In, Out]) {
 	addTool(s, &mcp.Tool{
 		Name:        name,
 		Description: description + " It runs like Bash: own process group, killed whole on timeout or cancellation, output capped at 100 KiB. Timeout in milliseconds: default 300000, maximum 600000.",
@@ -399,7 +399,7 @@ type toolHandler[In, Out any] func(context.Context, In) (*mcp.CallToolResult, Ou
 
 // addTool adds a typed tool to s; its input and output schemas are inferred
 // from In and Out. It behaves as mcp.AddTool, faster (addTypedTool).
-func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h toolHandler[In, Out]) {
+func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 	addTypedTool(s, t, h)
 }
 

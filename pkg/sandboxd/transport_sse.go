@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -45,6 +46,7 @@ const (
 //   - No event is ever empty (r3labs ends the stream on one).
 type sseTransport struct {
 	mcp       *mcp.Server
+	calls     atomic.Pointer[callTable] // the direct path's tools (directcall.go)
 	streams   *sse.Server
 	keepAlive time.Duration
 	maxBytes  int64
@@ -87,6 +89,8 @@ type sseSession struct {
 	subscribed chan struct{} // closed once r3labs registered the subscriber
 	subOnce    sync.Once
 	rc         *http.ResponseController
+	ss         atomic.Pointer[mcp.ServerSession]
+	direct     directCalls
 }
 
 // serveStream is GET /sse.
@@ -109,6 +113,7 @@ func (t *sseTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 		cancel:     cancel,
 		subscribed: make(chan struct{}),
 		rc:         http.NewResponseController(w),
+		direct:     directCalls{cancels: make(map[any]context.CancelFunc)},
 	}
 	t.mu.Lock()
 	if t.closing {
@@ -135,6 +140,7 @@ func (t *sseTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	sess.ss.Store(ss)
 	var pump sync.WaitGroup
 	pump.Go(func() { t.pump(sess) })
 
@@ -155,6 +161,7 @@ func (t *sseTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	pump.Wait()
 	_ = ss.Close() // in-flight tool calls are cancelled: their processes are killed
 	_ = ss.Wait()
+	sess.endDirect() // cancelled with ctx
 	t.streams.RemoveStream(sess.id)
 	logger.V(2).Info("SSE session closed")
 }
@@ -223,6 +230,10 @@ func (t *sseTransport) serveMessage(w http.ResponseWriter, r *http.Request) {
 		if resp != nil {
 			_ = sess.Write(r.Context(), resp)
 		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if sess.takeCall(msg) || sess.takeCancel(msg) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
@@ -316,10 +327,18 @@ func (s *sseSession) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Publish waits while the stream's buffer is full; it cannot wait for
-	// ever: once the client goes, r3labs drops events for the stream.
-	s.t.streams.Publish(s.id, &sse.Event{Event: []byte("message"), Data: data})
+	s.publish(data)
 	return nil
+}
+
+// publish sends an encoded message as an `event: message` on the session's
+// stream. It waits while the stream's buffer is full; it cannot wait for
+// ever: once the client goes, r3labs drops events for the stream.
+func (s *sseSession) publish(data []byte) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.t.streams.Publish(s.id, &sse.Event{Event: []byte("message"), Data: data})
 }
 
 // Close implements mcp.Connection: it ends the stream and the session.
