@@ -82,6 +82,9 @@ func TestClientVanishesMidCall(t *testing.T) {
 		t.Fatalf("POST tools/call = %d", code)
 	}
 	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	if n := ts.sse.directCalls.Load(); n != 1 {
+		t.Fatalf("direct calls = %d, want the Bash call (directcall.go)", n)
+	}
 	s.close() // the client goes away
 	waitDead(t, pids...)
 	deadline := time.Now().Add(testTimeout)

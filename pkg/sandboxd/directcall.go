@@ -136,6 +136,7 @@ func (s *sseSession) takeCall(msg jsonrpc.Message) bool {
 	d.cancels[id] = cancel
 	d.running.Add(1)
 	d.mu.Unlock()
+	s.t.directCalls.Add(1)
 	run := func(ctx context.Context, release func()) {
 		defer d.running.Done()
 		res, err := table.call(ctx, "tools/call", &mcp.CallToolRequest{Session: ss, Params: params})

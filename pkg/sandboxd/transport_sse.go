@@ -45,12 +45,14 @@ const (
 //     is cancelled, which unsubscribes, and then the stream is removed.
 //   - No event is ever empty (r3labs ends the stream on one).
 type sseTransport struct {
-	mcp       *mcp.Server
-	calls     atomic.Pointer[callTable] // the direct path's tools (directcall.go)
-	streams   *sse.Server
-	keepAlive time.Duration
-	maxBytes  int64
-	logger    klog.Logger
+	mcp   *mcp.Server
+	calls atomic.Pointer[callTable] // the direct path's tools (directcall.go)
+	// directCalls counts the calls the direct path took (for the tests).
+	directCalls atomic.Int64
+	streams     *sse.Server
+	keepAlive   time.Duration
+	maxBytes    int64
+	logger      klog.Logger
 
 	mu       sync.Mutex
 	sessions map[string]*sseSession
