@@ -195,10 +195,20 @@ func encodeResponse(id jsonrpc.ID, res mcp.Result, err error) ([]byte, error) {
 	}
 	buf.Truncate(buf.Len() - 1) // Encode's newline
 	buf.WriteString(`,"result":`)
-	if err := enc.Encode(res); err != nil {
-		return nil, err
+	if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+		// What Encode gives, without compacting again what MarshalJSON
+		// made compact: its JSON goes through as it is.
+		data, err := r.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(data)
+	} else {
+		if err := enc.Encode(res); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1)
 	}
-	buf.Truncate(buf.Len() - 1)
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
 }

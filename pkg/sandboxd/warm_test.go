@@ -143,10 +143,16 @@ func TestWarmMember(t *testing.T) {
 		t.Errorf("tools/list = %v, want %v", got, want)
 	}
 	callOK(t, cs, ToolGlob, map[string]any{"pattern": "*"})
+	if n := ts.sse.directCalls.Load(); n != 1 {
+		t.Errorf("direct calls = %d, want the adopted Glob (directcall.go)", n)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolBash, Arguments: map[string]any{"command": "touch pwned"}}); err == nil {
 		t.Errorf("Bash, not in the token, was called: %+v", res)
+	}
+	if n := ts.sse.directCalls.Load(); n != 1 {
+		t.Errorf("direct calls = %d after Bash, want 1: a tool not adopted is not in the direct table", n)
 	}
 	if _, err := os.Stat(filepath.Join(ts.ws, "pwned")); err == nil {
 		t.Error("Bash ran")
