@@ -19,11 +19,12 @@ import (
 // with two decodes of the params through the SDK's JSON decoder (a fresh 32
 // KiB buffer each). On a 2-core machine those hand-offs were most of what a
 // small call cost beyond mcp-go's (docs/decisions.md, "sandboxd transport
-// speed"). The SSE transport hands such a call straight to a goroutine of
-// its own that runs the very handler the SDK would run (addTypedTool's,
-// recorded in the session's callTable) through the very middleware
-// (toolCallMiddleware: the gate, panics, scrubbing, metrics), and publishes
-// the response the SDK would have written.
+// speed"). The SSE transport runs such a call itself: the very handler the
+// SDK would run (addTypedTool's, recorded in the transport's callTable)
+// through the very middleware (toolCallMiddleware: the gate, panics,
+// scrubbing, metrics), on a goroutine of its own or, for a Read, in the
+// POST's goroutine (inlineTools), and publishes the response the SDK would
+// have written.
 //
 // Only what the SDK would answer alike is taken: a call (with an id), once
 // the session is initialized, whose params are exactly a name the table has
@@ -113,7 +114,7 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 // inlineTools); every other direct call runs on a goroutine of its own.
 func (s *sseSession) takeCall(msg jsonrpc.Message) bool {
 	req, ok := msg.(*jsonrpc.Request)
-	if !ok {
+	if !ok || req.Method != "tools/call" {
 		return false
 	}
 	ss := s.ss.Load()

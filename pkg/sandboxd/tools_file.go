@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -171,7 +172,8 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 			continue // keep counting lines
 		}
 		returned++
-		fmt.Fprintf(&out, "%6d\t%s", lineNo, line)
+		writeLineNumber(&out, lineNo)
+		out.WriteString(line)
 		if cut {
 			out.WriteString(" [line truncated]")
 			truncated = true
@@ -191,6 +193,18 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 		text += fmt.Sprintf("(showing lines %d-%d of %d; read on with offset %d)\n", start, start+returned-1, lineNo, start+returned)
 	}
 	return textResult(text), res, nil
+}
+
+// writeLineNumber writes n as cat -n does (fmt's "%6d\t"), without fmt:
+// it was a tenth of a small Read's own time.
+func writeLineNumber(out *strings.Builder, n int) {
+	var buf [20]byte
+	digits := strconv.AppendInt(buf[:0], int64(n), 10)
+	for range 6 - len(digits) {
+		out.WriteByte(' ')
+	}
+	out.Write(digits)
+	out.WriteByte('\t')
 }
 
 // readLine reads one line without its newline, keeping at most max bytes of

@@ -349,3 +349,13 @@ func checkFile(t *testing.T, name, want string) {
 		t.Errorf("%s = %q, want %q", name, got, want)
 	}
 }
+
+func TestWriteLineNumberIsCatN(t *testing.T) {
+	for _, n := range []int{1, 9, 10, 99999, 100000, 999999, 1000000, 12345678} {
+		var got strings.Builder
+		writeLineNumber(&got, n)
+		if want := fmt.Sprintf("%6d\t", n); got.String() != want {
+			t.Errorf("writeLineNumber(%d) = %q, want %q", n, got.String(), want)
+		}
+	}
+}
