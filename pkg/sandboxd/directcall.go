@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -27,9 +28,9 @@ import (
 // have written.
 //
 // Only what the SDK would answer alike is taken: a call (with an id), once
-// the session is initialized, whose params are exactly a name the table has
-// and arguments (no _meta, so no progress token and no per-request protocol
-// version; no input responses). Everything else, including unknown tools,
+// the session is initialized, whose params are a name the table has,
+// arguments, and a _meta without the protocol's own keys (plainMeta); no
+// input responses, nothing else. Everything else, including unknown tools,
 // goes to the SDK as before. A notifications/cancelled for a direct call
 // cancels it as the SDK would (the call still answers, as the SDK's do);
 // one for any other id goes to the SDK. A session's direct calls are
@@ -98,6 +99,12 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 			}
 		case "arguments":
 			params.Arguments = raw
+		case "_meta":
+			meta, ok := plainMeta(raw)
+			if !ok {
+				return nil, false
+			}
+			params.Meta = meta
 		default:
 			return nil, false
 		}
@@ -106,6 +113,26 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 		return nil, false
 	}
 	return params, true
+}
+
+// plainMeta decodes a call's _meta when the SDK would do nothing with it but
+// hand it to the tool (which reads none of it): an object with none of the
+// protocol's own keys (io.modelcontextprotocol/..., which may select the
+// per-request protocol of SEP-2575). A progress token is such a key-less
+// member: sandboxd's tools send no progress. Clients put their own keys
+// there (an agent's tool-use id, say), and their calls should not lose the
+// direct path for it.
+func plainMeta(raw json.RawMessage) (mcp.Meta, bool) {
+	var meta map[string]any
+	if err := json.Unmarshal(raw, &meta); err != nil || meta == nil {
+		return nil, false
+	}
+	for key := range meta {
+		if strings.HasPrefix(key, "io.modelcontextprotocol/") {
+			return nil, false
+		}
+	}
+	return meta, true
 }
 
 // takeCall starts msg on the direct path and reports whether it did; when

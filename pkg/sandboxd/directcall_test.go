@@ -37,8 +37,8 @@ func callRaw(t *testing.T, s *sseStream, endpoint, msg string) string {
 }
 
 // TestDirectCallsAnswerAsTheSDK sends each call twice on one session: as a
-// client sends it, which the direct path takes, and with an empty _meta,
-// which sends it to the SDK. The two responses are the same bytes, and the
+// client sends it, which the direct path takes, and with a _meta key of the
+// protocol's own (which the SDK ignores here), which sends it to the SDK. The two responses are the same bytes, and the
 // direct path took exactly the first of each pair.
 func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
@@ -48,6 +48,7 @@ func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 	s, endpoint := initializedSession(t, ts)
 	tests := []struct {
 		name, id, tool, args string
+		meta                 string // the direct call's _meta, if any
 	}{
 		{name: "Read", id: `7`, tool: ToolRead, args: `{"file_path":"a.txt"}`},
 		{name: "string id with HTML", id: `"r-<&>\u2028"`, tool: ToolRead, args: `{"file_path":"a.txt","offset":2}`},
@@ -60,17 +61,23 @@ func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 		{name: "Glob", id: `14`, tool: ToolGlob, args: `{"pattern":"*.txt"}`},
 		{name: "Bash", id: `15`, tool: ToolBash, args: `{"command":"printf '<%s>' \"$((6*7))\"; echo oops >&2; exit 3"}`},
 		{name: "secret scrubbed", id: `16`, tool: ToolBash, args: `{"command":"echo ghp_0123456789abcdefghijABCDEFGHIJ012345"}`},
+		{name: "a client's _meta", id: `17`, tool: ToolRead, args: `{"file_path":"a.txt"}`, meta: `{"progressToken":"p-1","claudecode/toolUseId":"toolu_01"}`},
+		{name: "an empty _meta", id: `18`, tool: ToolGlob, args: `{"pattern":"*"}`, meta: `{}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := ts.sse.directCalls.Load()
-			direct := callRaw(t, s, endpoint, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tt.id, tt.tool, tt.args))
+			meta := ""
+			if tt.meta != "" {
+				meta = `"_meta":` + tt.meta + `,`
+			}
+			direct := callRaw(t, s, endpoint, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{%s"name":%q,"arguments":%s}}`, tt.id, meta, tt.tool, tt.args))
 			if got := ts.sse.directCalls.Load() - before; got != 1 {
 				t.Fatalf("direct calls = %d, want 1", got)
 			}
-			viaSDK := callRaw(t, s, endpoint, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"_meta":{},"name":%q,"arguments":%s}}`, tt.id, tt.tool, tt.args))
+			viaSDK := callRaw(t, s, endpoint, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/test":true},"name":%q,"arguments":%s}}`, tt.id, tt.tool, tt.args))
 			if got := ts.sse.directCalls.Load() - before; got != 1 {
-				t.Fatalf("direct calls = %d after the call with _meta, want 1", got)
+				t.Fatalf("direct calls = %d after the call for the SDK, want 1", got)
 			}
 			// Bash says how long it ran: the one thing the two may differ in.
 			direct, viaSDK = durationMS.ReplaceAllString(direct, `"duration_ms":0`), durationMS.ReplaceAllString(viaSDK, `"duration_ms":0`)
@@ -98,11 +105,13 @@ func TestDirectPathLeavesTheRestToTheSDK(t *testing.T) {
 	}
 	s.next(t)
 	for name, params := range map[string]string{
-		"a tool not served":        `{"name":"Bash","arguments":{"command":"true"}}`,
-		"an unknown tool":          `{"name":"Nope"}`,
-		"a name in another case":   `{"Name":"Read","arguments":{"file_path":"x"}}`,
-		"a name that is no string": `{"name":7}`,
-		"input responses":          `{"name":"Read","arguments":{"file_path":"x"},"inputResponses":{}}`,
+		"a tool not served":         `{"name":"Bash","arguments":{"command":"true"}}`,
+		"an unknown tool":           `{"name":"Nope"}`,
+		"a name in another case":    `{"Name":"Read","arguments":{"file_path":"x"}}`,
+		"a name that is no string":  `{"name":7}`,
+		"input responses":           `{"name":"Read","arguments":{"file_path":"x"},"inputResponses":{}}`,
+		"a per-request protocol":    `{"name":"Read","arguments":{"file_path":"x"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`,
+		"a _meta that is no object": `{"name":"Read","arguments":{"file_path":"x"},"_meta":5}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := decodeReply(t, callRaw(t, s, endpoint, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":`+params+`}`))

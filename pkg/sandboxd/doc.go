@@ -31,12 +31,12 @@
 // clients in use today still speak it (several speak only it), and an agent
 // must be able to reach its sandbox with whatever client it has. Both
 // transports feed the same protocol layer (the SDK's mcp.Server) and the
-// same tools. On the SSE transport, a plain tools/call (an id, a name and
-// arguments, after initialize) is handed by the transport straight to the
-// tool's handler, through the same middleware, and answered with the same
-// bytes the SDK would write; a Read that need not wait for a snapshot is
-// answered within its own POST, before the 202 (directcall.go). Everything
-// else goes through the SDK.
+// same tools. On the SSE transport, a plain tools/call (an id, a name,
+// arguments and no protocol _meta key, after initialize) is handed by the
+// transport straight to the tool's handler, through the same middleware,
+// and answered with the same bytes the SDK would write; a Read that need
+// not wait for a snapshot is answered within its own POST, before the 202
+// (directcall.go). Everything else goes through the SDK.
 //
 // # Protocol
 //
