@@ -118,10 +118,10 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 // plainMeta decodes a call's _meta when the SDK would do nothing with it but
 // hand it to the tool (which reads none of it): an object with none of the
 // protocol's own keys (io.modelcontextprotocol/..., which may select the
-// per-request protocol of SEP-2575). A progress token is such a key-less
-// member: sandboxd's tools send no progress. Clients put their own keys
-// there (an agent's tool-use id, say), and their calls should not lose the
-// direct path for it.
+// per-request protocol of SEP-2575). A progressToken is not one of them,
+// and sandboxd's tools send no progress. Clients put their own keys there
+// (an agent's tool-use id, say), and their calls should not lose the direct
+// path for it.
 func plainMeta(raw json.RawMessage) (mcp.Meta, bool) {
 	var meta map[string]any
 	if err := json.Unmarshal(raw, &meta); err != nil || meta == nil {
