@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -335,38 +336,36 @@ func warmBound(name string, member *corev1.Pod, boundAt time.Time) *airlockv1alp
 }
 
 // TestBoundWarmClaimMember: a Bound warm claim keeps its own policy, then takes its pod out of the
-// pool's, and never
-// builds a pod of its own; it is reaped at once when its member's pod ended or is gone, and left
-// alone while the cache shows the member as it was before the adoption.
+// pool's, and never builds a pod of its own; it is reaped at once when its member's pod ended or
+// is gone, and left alone while the cache shows the member as it was before the adoption.
 func TestBoundWarmClaimMember(t *testing.T) {
 	reg := warmRegistry(3)
 	now := t0.Add(time.Minute)
-	t.Run("running", func(t *testing.T) {
+	// syncBound syncs the Bound claim once, with the policies and pods given in the cache.
+	syncBound := func(t *testing.T, claim *airlockv1alpha1.SandboxClaim, netpols []*networkingv1.NetworkPolicy, pods ...*corev1.Pod) *fixture {
+		t.Helper()
 		_, ctx := ktesting.NewTestContext(t)
-		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
-		claim := warmBound("c1", member, t0)
-		f := warmFixture(t, 5, member)
+		f := warmFixture(t, 5, pods...)
 		f.claims = append(f.claims, claim)
+		f.netpols = append(f.netpols, netpols...)
 		f.clock.SetTime(now)
 		c := f.newController(ctx)
 		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 			t.Fatal(err)
 		}
+		return f
+	}
+	t.Run("running", func(t *testing.T) {
+		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
+		claim := warmBound("c1", member, t0)
+		f := syncBound(t, claim, nil, member)
 		checkActions(t, f, []string{"create networkpolicies c1"})
 	})
 	t.Run("its own policy in the cache", func(t *testing.T) {
 		// The pod leaves the pool's policy: its pool label goes, in one patch.
-		_, ctx := ktesting.NewTestContext(t)
 		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 		claim := warmBound("c1", member, t0)
-		f := warmFixture(t, 5, member)
-		f.claims = append(f.claims, claim)
-		f.netpols = append(f.netpols, buildNetworkPolicy(claim, claim.Status.Frozen, nil))
-		f.clock.SetTime(now)
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
+		f := syncBound(t, claim, []*networkingv1.NetworkPolicy{buildNetworkPolicy(claim, claim.Status.Frozen, nil)}, member)
 		checkActions(t, f, []string{"patch pods " + member.Name})
 		for _, a := range f.log {
 			if p, ok := a.(core.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"airlock.dev/warm-pool":null`) {
@@ -377,29 +376,15 @@ func TestBoundWarmClaimMember(t *testing.T) {
 		// A policy the cache shows otherwise than the record says is repaired first.
 		stale := buildNetworkPolicy(claim, claim.Status.Frozen, nil)
 		stale.Spec.Ingress = nil
-		f = warmFixture(t, 5, member)
-		f.claims = append(f.claims, claim)
-		f.netpols = append(f.netpols, stale)
-		f.clock.SetTime(now)
-		c = f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
+		f = syncBound(t, claim, []*networkingv1.NetworkPolicy{stale}, member)
 		checkActions(t, f, []string{"update networkpolicies c1"})
 	})
 	t.Run("ended", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
 		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 		claim := warmBound("c1", member, t0)
 		member.Status.Phase = corev1.PodFailed
 		member.Status.Reason = "Evicted"
-		f := warmFixture(t, 5, member)
-		f.claims = append(f.claims, claim)
-		f.clock.SetTime(now)
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
+		f := syncBound(t, claim, nil, member)
 		if got := f.writtenClaim(); got == nil || got.Status.Phase != airlockv1alpha1.ClaimReaping || got.Status.Reason != ReasonPodFailed {
 			t.Fatalf("claim %+v, want Reaping (PodFailed)", got)
 		}
@@ -410,31 +395,17 @@ func TestBoundWarmClaimMember(t *testing.T) {
 		}
 	})
 	t.Run("gone", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
 		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 		claim := warmBound("c1", member, t0)
-		f := warmFixture(t, 5)
-		f.claims = append(f.claims, claim)
-		f.clock.SetTime(now)
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
+		f := syncBound(t, claim, nil)
 		if got := f.writtenClaim(); got == nil || got.Status.Phase != airlockv1alpha1.ClaimReaping {
 			t.Fatalf("claim %+v, want Reaping", got)
 		}
 	})
 	t.Run("cache before the adoption", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
 		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 		claim := warmBound("c1", member.DeepCopy(), t0) // the cached member stays idle
-		f := warmFixture(t, 5, member)
-		f.claims = append(f.claims, claim)
-		f.clock.SetTime(now)
-		c := f.newController(ctx)
-		if _, err := c.sync(ctx, keyOf(claim)); err != nil {
-			t.Fatal(err)
-		}
+		f := syncBound(t, claim, nil, member)
 		checkActions(t, f, nil)
 	})
 }
