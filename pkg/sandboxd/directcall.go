@@ -94,7 +94,8 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 	for key, raw := range members {
 		switch key {
 		case "name":
-			if err := json.Unmarshal(raw, &params.Name); err != nil || !bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) {
+			// null leaves the name empty: no tool has it.
+			if err := json.Unmarshal(raw, &params.Name); err != nil {
 				return nil, false
 			}
 		case "arguments":
