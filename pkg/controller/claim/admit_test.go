@@ -472,6 +472,41 @@ func TestAdmissionFenceUnlistedClaims(t *testing.T) {
 	}
 }
 
+// TestAdmissionFenceListedClaimDeletedAtOnce: a claim the fence's list holds may be deleted, and
+// its deletion seen by the cache, before the fence sets its expectation (the new leader reaps
+// expired refusals as its term starts). The namespace does not wait for it: its other claims are
+// decided in the same pass. (Found by TestClaimLeaderFailover: a namespace stalled for the
+// expectation timeout.)
+func TestAdmissionFenceListedClaimDeletedAtOnce(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	logger, _ := ktesting.NewTestContext(t)
+	f := newFixtureWithLimits(t, 5, 3)
+	refused := newClaim("c0", "s0", airlockv1alpha1.ClaimRefused, t0.Add(-time.Hour))
+	refused.ResourceVersion = "7"
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0)
+	claim.ResourceVersion = "8"
+	f.claims = append(f.claims, refused, claim)
+	c := f.newController(ctx)
+	fake := &fakeClaimControl{next: c.claims, list: &airlockv1alpha1.SandboxClaimList{
+		ListMeta: metav1.ListMeta{ResourceVersion: "8"},
+		Items:    []airlockv1alpha1.SandboxClaim{*refused, *claim},
+	}}
+	fake.afterList = func() {
+		// The deletion's event arrives between the list and the fence's expectations.
+		if err := f.claimInformer.GetIndexer().Delete(refused); err != nil {
+			t.Error(err)
+		}
+		c.deleteClaim(logger, refused)
+	}
+	c.claims = fake
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.writtenClaimNamed("c1"); got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		t.Errorf("c1 %s after the first pass, want Binding", got.Status.Phase)
+	}
+}
+
 // TestWritesBudgetHappyPath: from creation to Bound, the operator writes six objects (Binding,
 // the four children, Bound) and records two events (Admitted, Bound), with no write answered
 // AlreadyExists or Conflict, even though the claim's own sync runs between the pass and the
@@ -554,7 +589,7 @@ func TestAdmissionLooksAgainWhenAnExpectationTimesOut(t *testing.T) {
 	f.claims = append(f.claims, claim)
 	c := f.newController(ctx)
 	c.fenced.Store(true)
-	c.expectations.expectAtLeast(testNamespace, "lost", 100) // never in the cache
+	c.expectations.expectAtLeast(testNamespace, "lost", "lost-uid", 100) // never in the cache
 	if err := admitAndBuild(ctx, c); err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,8 @@ type fakeClaimControl struct {
 	updateStatusErr, deleteErr error
 	// list, if set, is what List answers.
 	list *airlockv1alpha1.SandboxClaimList
+	// afterList, if set, runs after List has read its answer, before it returns.
+	afterList func()
 
 	mu      sync.Mutex
 	deletes []metav1.Preconditions
@@ -84,10 +86,14 @@ func (f *fakeClaimControl) Get(ctx context.Context, namespace, name string) (*ai
 }
 
 func (f *fakeClaimControl) List(ctx context.Context, namespace string) (*airlockv1alpha1.SandboxClaimList, error) {
+	list, err := f.next.List(ctx, namespace)
 	if f.list != nil {
-		return f.list.DeepCopy(), nil
+		list, err = f.list.DeepCopy(), nil
 	}
-	return f.next.List(ctx, namespace)
+	if f.afterList != nil {
+		f.afterList()
+	}
+	return list, err
 }
 
 func (f *fakeClaimControl) Update(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {

@@ -466,7 +466,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 		}
 	}
 	logger.V(4).Info("Claim deleted", "claim", klog.KObj(claim))
-	c.expectations.observe(claim.Namespace, claim.Name, nil)
+	c.expectations.observeDeleted(claim)
 	c.childExpect.forget(claim.UID)
 	c.statusWrites.forget(claim.UID)
 	c.enqueueWaiting(claim.Namespace)

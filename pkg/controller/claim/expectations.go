@@ -67,10 +67,30 @@ type claimExpectations struct {
 	clock clock.PassiveClock
 	mu    sync.Mutex
 	byNS  map[string]map[string]expectation
+	// fenceDeleted holds, while a fence is raised (beginFence to endFence), the UIDs of the
+	// claims the cache has seen deleted since the fence began: a listed claim may be deleted,
+	// and its deletion seen, between the list and its expectation, which would then wait for a
+	// claim that never comes (a stall found by TestClaimLeaderFailover: the new leader reaps
+	// expired refusals as its term starts). nil when no fence is being raised.
+	fenceDeleted map[types.UID]bool
 }
 
 func newClaimExpectations(clk clock.PassiveClock) *claimExpectations {
 	return &claimExpectations{clock: clk, byNS: map[string]map[string]expectation{}}
+}
+
+// beginFence starts recording the deletions the cache sees; call it before the fence's list.
+func (x *claimExpectations) beginFence() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.fenceDeleted = map[types.UID]bool{}
+}
+
+// endFence stops recording deletions; call it once the fence's expectations are set.
+func (x *claimExpectations) endFence() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.fenceDeleted = nil
 }
 
 func (x *claimExpectations) set(namespace, name string, e expectation) {
@@ -99,8 +119,15 @@ func (x *claimExpectations) forgetWrite(namespace, name, rv string) {
 	}
 }
 
-// expectAtLeast expects the claim at resourceVersion rv or later (the fence).
-func (x *claimExpectations) expectAtLeast(namespace, name string, rv uint64) {
+// expectAtLeast expects the claim (of that UID) at resourceVersion rv or later (the fence),
+// unless the cache has seen it deleted since the fence began: then there is nothing to wait for.
+func (x *claimExpectations) expectAtLeast(namespace, name string, uid types.UID, rv uint64) {
+	x.mu.Lock()
+	deleted := x.fenceDeleted[uid]
+	x.mu.Unlock()
+	if deleted {
+		return
+	}
 	x.set(namespace, name, expectation{minRV: rv})
 }
 
@@ -109,13 +136,28 @@ func (x *claimExpectations) expectGone(namespace, name string) {
 	x.set(namespace, name, expectation{gone: true})
 }
 
-// observe checks the expectation of the claim against what the cache now holds (nil: the cache
-// has just seen it deleted), and says whether it met one: the namespace should then be looked at
-// again, as the others may be met already (satisfied checks them against the cache; a stall when
-// the last one to be seen is not the last one left was found by TestClaimLeaderFailover).
+// observe checks the expectation of the claim against what the cache now holds, and says whether
+// it met one: the namespace should then be looked at again, as the others may be met already
+// (satisfied checks them against the cache; a stall when the last one to be seen is not the last
+// one left was found by TestClaimLeaderFailover).
 func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.observeLocked(namespace, name, cached)
+}
+
+// observeDeleted is observe for a claim the cache has just seen deleted.
+func (x *claimExpectations) observeDeleted(claim *airlockv1alpha1.SandboxClaim) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.fenceDeleted != nil {
+		x.fenceDeleted[claim.UID] = true
+	}
+	return x.observeLocked(claim.Namespace, claim.Name, nil)
+}
+
+// observeLocked is observe with x.mu held; cached is nil for a deletion.
+func (x *claimExpectations) observeLocked(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
 	m := x.byNS[namespace]
 	e, ok := m[name]
 	if !ok || !e.met(cached, cached == nil) {

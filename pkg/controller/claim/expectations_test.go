@@ -29,12 +29,36 @@ func TestClaimExpectations(t *testing.T) {
 		"a write, the cache still at its base": {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "5"), want: false},
 		"a write, the cache moved on":          {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "6"), want: true},
 		"a write, the claim deleted since":     {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, want: true},
-		"listed, the cache behind":             {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "8"), want: false},
-		"listed, the cache there":              {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "9"), want: true},
-		"listed, the cache past it":            {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, cache: claimAt("c1", "12"), want: true},
-		"listed, not in the cache yet":         {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", 9) }, want: false},
-		"unlisted, still in the cache":         {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, cache: claimAt("c1", "3"), want: false},
-		"unlisted, gone from the cache":        {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, want: true},
+		"listed, the cache behind":             {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "8"), want: false},
+		"listed, the cache there":              {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "9"), want: true},
+		"listed, the cache past it":            {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "12"), want: true},
+		"listed, not in the cache yet":         {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, want: false},
+		"listed, its deletion seen before the expectation was set": {expect: func(x *claimExpectations) {
+			x.beginFence()
+			c1 := claimAt("c1", "9")
+			c1.UID = "u1"
+			x.observeDeleted(c1)
+			x.expectAtLeast(testNamespace, "c1", "u1", 9)
+			x.endFence()
+		}, want: true},
+		"listed, another claim of the name seen deleted": {expect: func(x *claimExpectations) {
+			x.beginFence()
+			old := claimAt("c1", "4")
+			old.UID = "u0"
+			x.observeDeleted(old)
+			x.expectAtLeast(testNamespace, "c1", "u1", 9)
+			x.endFence()
+		}, want: false},
+		"listed, its deletion seen before the fence began": {expect: func(x *claimExpectations) {
+			c1 := claimAt("c1", "9")
+			c1.UID = "u1"
+			x.observeDeleted(c1)
+			x.beginFence()
+			x.expectAtLeast(testNamespace, "c1", "u1", 9)
+			x.endFence()
+		}, want: false},
+		"unlisted, still in the cache":  {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, cache: claimAt("c1", "3"), want: false},
+		"unlisted, gone from the cache": {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, want: true},
 		"a failed write is forgotten": {expect: func(x *claimExpectations) {
 			x.expectWrite(testNamespace, "c1", "5")
 			x.forgetWrite(testNamespace, "c1", "5")
@@ -58,7 +82,7 @@ func TestClaimExpectations(t *testing.T) {
 func TestClaimExpectationsObserve(t *testing.T) {
 	x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
 	x.expectWrite(testNamespace, "c1", "5")
-	x.expectAtLeast(testNamespace, "c2", 9)
+	x.expectAtLeast(testNamespace, "c2", "u2", 9)
 	if x.observe(testNamespace, "c1", claimAt("c1", "5")) {
 		t.Error("an event at the write's base met it")
 	}
@@ -68,7 +92,7 @@ func TestClaimExpectationsObserve(t *testing.T) {
 	if x.observe(testNamespace, "c3", claimAt("c3", "1")) {
 		t.Error("an unexpected claim's event reported the namespace free")
 	}
-	if !x.observe(testNamespace, "c2", nil) {
+	if !x.observeDeleted(claimAt("c2", "9")) {
 		t.Error("c2's deletion did not ask for the namespace again")
 	}
 	if n := x.pending(testNamespace); n != 0 {
@@ -82,7 +106,7 @@ func TestClaimExpectationsTimeout(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakePassiveClock(t0)
 	x := newClaimExpectations(clk)
-	x.expectAtLeast(testNamespace, "c1", 9)
+	x.expectAtLeast(testNamespace, "c1", "u1", 9)
 	get := func(string) *airlockv1alpha1.SandboxClaim { return nil }
 	clk.SetTime(t0.Add(time.Minute))
 	if ok, timeout := x.satisfied(logger, testNamespace, get); ok || timeout != expectationsTimeout-time.Minute {

@@ -30,6 +30,10 @@ func (c *Controller) raiseFence(ctx context.Context) error {
 	if c.fenced.Load() {
 		return nil
 	}
+	// A listed claim whose deletion the cache sees before its expectation is set is not waited
+	// for (expectations.go, fenceDeleted).
+	c.expectations.beginFence()
+	defer c.expectations.endFence()
 	list, err := c.claims.List(ctx, metav1.NamespaceAll)
 	if err != nil {
 		return err
@@ -43,7 +47,7 @@ func (c *Controller) raiseFence(ctx context.Context) error {
 		if err != nil {
 			continue // not an etcd revision: nothing to compare with
 		}
-		c.expectations.expectAtLeast(claim.Namespace, claim.Name, rv)
+		c.expectations.expectAtLeast(claim.Namespace, claim.Name, claim.UID, rv)
 	}
 	cached, err := c.claimLister.List(labels.Everything())
 	if err != nil {
