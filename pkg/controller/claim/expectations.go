@@ -96,6 +96,11 @@ func (x *claimExpectations) endFence() {
 func (x *claimExpectations) set(namespace, name string, e expectation) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.setLocked(namespace, name, e)
+}
+
+// setLocked is set with x.mu held.
+func (x *claimExpectations) setLocked(namespace, name string, e expectation) {
 	e.at = x.clock.Now()
 	m := x.byNS[namespace]
 	if m == nil {
@@ -122,13 +127,12 @@ func (x *claimExpectations) forgetWrite(namespace, name, rv string) {
 // expectAtLeast expects the claim (of that UID) at resourceVersion rv or later (the fence),
 // unless the cache has seen it deleted since the fence began: then there is nothing to wait for.
 func (x *claimExpectations) expectAtLeast(namespace, name string, uid types.UID, rv uint64) {
-	x.mu.Lock()
-	deleted := x.fenceDeleted[uid]
-	x.mu.Unlock()
-	if deleted {
+	x.mu.Lock() // one critical section: a deletion seen between the check and the set would be lost
+	defer x.mu.Unlock()
+	if x.fenceDeleted[uid] {
 		return
 	}
-	x.set(namespace, name, expectation{minRV: rv})
+	x.setLocked(namespace, name, expectation{minRV: rv})
 }
 
 // expectGone expects the claim deleted (the fence: listed no more).
