@@ -36,19 +36,23 @@ const expectationsTimeout = 5 * time.Minute
 type expectation struct {
 	// notRV: the claim is expected changed from this resourceVersion (a write of ours based on it).
 	notRV string
-	// minRV: the claim is expected at this resourceVersion or later (the fence's list).
+	// minRV: the claim is expected at this resourceVersion or later (the fence's list); uid is
+	// the listed claim's: the deletion of another claim of the same name (an older one, deleted
+	// before the list and recreated since) does not meet it.
 	minRV uint64
+	uid   types.UID
 	// gone: the claim is expected deleted.
 	gone bool
 	at   time.Time
 }
 
 // met says whether the cached claim meets the expectation: cached is nil when the claim is not
-// in the cache, and deleted says that the cache has just seen it deleted.
+// in the cache; deleted says that the cache has just seen cached deleted.
 func (e expectation) met(cached *airlockv1alpha1.SandboxClaim, deleted bool) bool {
 	switch {
 	case deleted:
-		return true // every expectation of a deleted claim is met
+		// Every expectation of a deleted claim is met, but a listed claim's only by its own deletion.
+		return e.uid == "" || cached.UID == e.uid
 	case cached == nil:
 		// Not in the cache: our write's claim was deleted since, or a listed claim the cache
 		// has not seen yet.
@@ -132,7 +136,7 @@ func (x *claimExpectations) expectAtLeast(namespace, name string, uid types.UID,
 	if x.fenceDeleted[uid] {
 		return
 	}
-	x.setLocked(namespace, name, expectation{minRV: rv})
+	x.setLocked(namespace, name, expectation{minRV: rv, uid: uid})
 }
 
 // expectGone expects the claim deleted (the fence: listed no more).
@@ -147,7 +151,7 @@ func (x *claimExpectations) expectGone(namespace, name string) {
 func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.observeLocked(namespace, name, cached)
+	return x.observeLocked(namespace, name, cached, false)
 }
 
 // observeDeleted is observe for a claim the cache has just seen deleted.
@@ -157,14 +161,14 @@ func (x *claimExpectations) observeDeleted(claim *airlockv1alpha1.SandboxClaim) 
 	if x.fenceDeleted != nil {
 		x.fenceDeleted[claim.UID] = true
 	}
-	return x.observeLocked(claim.Namespace, claim.Name, nil)
+	return x.observeLocked(claim.Namespace, claim.Name, claim, true)
 }
 
-// observeLocked is observe with x.mu held; cached is nil for a deletion.
-func (x *claimExpectations) observeLocked(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
+// observeLocked is observe with x.mu held; deleted says that cached was just deleted.
+func (x *claimExpectations) observeLocked(namespace, name string, cached *airlockv1alpha1.SandboxClaim, deleted bool) bool {
 	m := x.byNS[namespace]
 	e, ok := m[name]
-	if !ok || !e.met(cached, cached == nil) {
+	if !ok || !e.met(cached, deleted) {
 		return false
 	}
 	delete(m, name)

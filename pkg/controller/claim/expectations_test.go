@@ -78,11 +78,12 @@ func TestClaimExpectations(t *testing.T) {
 }
 
 // TestClaimExpectationsObserve: the claim handlers' events meet expectations and say so, so that
-// the namespace is looked at again; a deletion meets any.
+// the namespace is looked at again; a deletion meets any expectation of that claim, but not the
+// fence's expectation of a listed claim when it is another claim of the same name.
 func TestClaimExpectationsObserve(t *testing.T) {
 	x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
 	x.expectWrite(testNamespace, "c1", "5")
-	x.expectAtLeast(testNamespace, "c2", "u2", 9)
+	x.expectAtLeast(testNamespace, "c2", "uid-c2", 9)
 	if x.observe(testNamespace, "c1", claimAt("c1", "5")) {
 		t.Error("an event at the write's base met it")
 	}
@@ -91,6 +92,11 @@ func TestClaimExpectationsObserve(t *testing.T) {
 	}
 	if x.observe(testNamespace, "c3", claimAt("c3", "1")) {
 		t.Error("an unexpected claim's event reported the namespace free")
+	}
+	older := claimAt("c2", "4")
+	older.UID = "uid-c2-older"
+	if x.observeDeleted(older) {
+		t.Error("the deletion of an older claim of c2's name met the fence's expectation of the listed c2")
 	}
 	if !x.observeDeleted(claimAt("c2", "9")) {
 		t.Error("c2's deletion did not ask for the namespace again")
