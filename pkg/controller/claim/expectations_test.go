@@ -17,6 +17,25 @@ func claimAt(name, rv string) *airlockv1alpha1.SandboxClaim {
 	return c
 }
 
+// listedAfterDeletion raises a fence that lists claim c1 (UID u1) at resourceVersion 9, after
+// the cache has seen a claim c1 of UID deletedUID deleted: while the fence is being raised (between
+// its list and its expectations), or before it began.
+func listedAfterDeletion(deletedUID types.UID, whileFencing bool) func(x *claimExpectations) {
+	return func(x *claimExpectations) {
+		deleted := claimAt("c1", "9")
+		deleted.UID = deletedUID
+		if !whileFencing {
+			x.observeDeleted(deleted)
+		}
+		x.beginFence()
+		if whileFencing {
+			x.observeDeleted(deleted)
+		}
+		x.expectAtLeast(testNamespace, "c1", "u1", 9)
+		x.endFence()
+	}
+}
+
 // TestClaimExpectations: what meets each kind of expectation, as the handlers see events and as
 // a pass looks at the cache.
 func TestClaimExpectations(t *testing.T) {
@@ -26,39 +45,18 @@ func TestClaimExpectations(t *testing.T) {
 		cache  *airlockv1alpha1.SandboxClaim // what the pass finds; nil: not in the cache
 		want   bool
 	}{
-		"a write, the cache still at its base": {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "5"), want: false},
-		"a write, the cache moved on":          {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "6"), want: true},
-		"a write, the claim deleted since":     {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, want: true},
-		"listed, the cache behind":             {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "8"), want: false},
-		"listed, the cache there":              {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "9"), want: true},
-		"listed, the cache past it":            {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "12"), want: true},
-		"listed, not in the cache yet":         {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, want: false},
-		"listed, its deletion seen before the expectation was set": {expect: func(x *claimExpectations) {
-			x.beginFence()
-			c1 := claimAt("c1", "9")
-			c1.UID = "u1"
-			x.observeDeleted(c1)
-			x.expectAtLeast(testNamespace, "c1", "u1", 9)
-			x.endFence()
-		}, want: true},
-		"listed, another claim of the name seen deleted": {expect: func(x *claimExpectations) {
-			x.beginFence()
-			old := claimAt("c1", "4")
-			old.UID = "u0"
-			x.observeDeleted(old)
-			x.expectAtLeast(testNamespace, "c1", "u1", 9)
-			x.endFence()
-		}, want: false},
-		"listed, its deletion seen before the fence began": {expect: func(x *claimExpectations) {
-			c1 := claimAt("c1", "9")
-			c1.UID = "u1"
-			x.observeDeleted(c1)
-			x.beginFence()
-			x.expectAtLeast(testNamespace, "c1", "u1", 9)
-			x.endFence()
-		}, want: false},
-		"unlisted, still in the cache":  {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, cache: claimAt("c1", "3"), want: false},
-		"unlisted, gone from the cache": {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, want: true},
+		"a write, the cache still at its base":                     {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "5"), want: false},
+		"a write, the cache moved on":                              {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, cache: claimAt("c1", "6"), want: true},
+		"a write, the claim deleted since":                         {expect: func(x *claimExpectations) { x.expectWrite(testNamespace, "c1", "5") }, want: true},
+		"listed, the cache behind":                                 {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "8"), want: false},
+		"listed, the cache there":                                  {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "9"), want: true},
+		"listed, the cache past it":                                {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, cache: claimAt("c1", "12"), want: true},
+		"listed, not in the cache yet":                             {expect: func(x *claimExpectations) { x.expectAtLeast(testNamespace, "c1", "u1", 9) }, want: false},
+		"listed, its deletion seen before the expectation was set": {expect: listedAfterDeletion("u1", true), want: true},
+		"listed, another claim of the name seen deleted":           {expect: listedAfterDeletion("u0", true), want: false},
+		"listed, its deletion seen before the fence began":         {expect: listedAfterDeletion("u1", false), want: false},
+		"unlisted, still in the cache":                             {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, cache: claimAt("c1", "3"), want: false},
+		"unlisted, gone from the cache":                            {expect: func(x *claimExpectations) { x.expectGone(testNamespace, "c1") }, want: true},
 		"a failed write is forgotten": {expect: func(x *claimExpectations) {
 			x.expectWrite(testNamespace, "c1", "5")
 			x.forgetWrite(testNamespace, "c1", "5")
