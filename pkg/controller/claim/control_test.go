@@ -86,9 +86,14 @@ func (f *fakeClaimControl) Get(ctx context.Context, namespace, name string) (*ai
 }
 
 func (f *fakeClaimControl) List(ctx context.Context, namespace string) (*airlockv1alpha1.SandboxClaimList, error) {
-	list, err := f.next.List(ctx, namespace)
+	var (
+		list *airlockv1alpha1.SandboxClaimList
+		err  error
+	)
 	if f.list != nil {
-		list, err = f.list.DeepCopy(), nil
+		list = f.list.DeepCopy()
+	} else {
+		list, err = f.next.List(ctx, namespace)
 	}
 	if f.afterList != nil {
 		f.afterList()
