@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -255,36 +254,18 @@ func (s *sseSession) takeCancel(msg jsonrpc.Message) bool {
 	if err := json.Unmarshal(req.Params, &params); err != nil {
 		return false
 	}
-	id, ok := rawRequestID(params.RequestID)
-	if !ok {
+	id, err := decodeID(params.RequestID)
+	if err != nil || !id.IsValid() {
 		return false
 	}
 	d := &s.direct
 	d.mu.Lock()
-	cancel, found := d.cancels[id]
+	cancel, found := d.cancels[id.Raw()]
 	d.mu.Unlock()
 	if found {
 		cancel()
 	}
 	return found
-}
-
-// rawRequestID is the request id that raw (JSON) names, as jsonrpc.ID.Raw
-// gives it: a string or an int64.
-func rawRequestID(raw json.RawMessage) (any, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, false
-		}
-		return s, true
-	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return nil, false
-	}
-	return n, true
 }
 
 // endDirect refuses new direct calls and waits for those in flight, which

@@ -249,17 +249,18 @@ func mustDecode(t *testing.T, msg string) jsonrpc.Message {
 	return m
 }
 
-// TestRawRequestID: a cancellation names a call's id as jsonrpc.ID.Raw
-// gives it.
-func TestRawRequestID(t *testing.T) {
-	for raw, want := range map[string]any{`7`: int64(7), ` "x" `: "x", `"\u0041"`: "A", `-3`: int64(-3)} {
-		if got, ok := rawRequestID([]byte(raw)); !ok || got != want {
-			t.Errorf("rawRequestID(%s) = %v, %v; want %v", raw, got, ok, want)
+// TestDecodeID: an id decodes as the SDK's jsonrpc.MakeID gives it, for a
+// call and for the requestId of a cancellation alike, so that a
+// cancellation finds its direct call by id.Raw.
+func TestDecodeID(t *testing.T) {
+	for raw, want := range map[string]any{`7`: int64(7), ` "x" `: "x", `"\u0041"`: "A", `-3`: int64(-3), `1.5`: int64(1)} {
+		if id, err := decodeID([]byte(raw)); err != nil || !id.IsValid() || id.Raw() != want {
+			t.Errorf("decodeID(%s) = %v, %v; want %v", raw, id.Raw(), err, want)
 		}
 	}
-	for _, raw := range []string{``, `1.5`, `null`, `{}`, `"unterminated`} {
-		if got, ok := rawRequestID([]byte(raw)); ok {
-			t.Errorf("rawRequestID(%s) = %v, want none", raw, got)
+	for _, raw := range []string{``, `null`, `{}`, `"unterminated`} {
+		if id, err := decodeID([]byte(raw)); err == nil && id.IsValid() {
+			t.Errorf("decodeID(%s) = %v, want no id", raw, id.Raw())
 		}
 	}
 }

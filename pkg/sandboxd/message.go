@@ -40,15 +40,11 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	if version != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", version, "2.0")
 	}
-	var rawID any
+	var id jsonrpc.ID
 	if raw, ok := members["id"]; ok {
-		if err := json.Unmarshal(raw, &rawID); err != nil {
-			return nil, fmt.Errorf("id: %w", err)
+		if id, err = decodeID(raw); err != nil {
+			return nil, err
 		}
-	}
-	id, err := jsonrpc.MakeID(rawID)
-	if err != nil {
-		return nil, err
 	}
 	if raw, ok := members["method"]; ok {
 		var method string
@@ -69,6 +65,17 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 		resp.Error = werr
 	}
 	return resp, nil
+}
+
+// decodeID decodes a JSON-RPC id as the SDK does, for a message and for
+// the requestId of a cancellation alike (jsonrpc.MakeID of the decoded
+// value): a string, or a number as an int64; null is no id.
+func decodeID(raw json.RawMessage) (jsonrpc.ID, error) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return jsonrpc.ID{}, err
+	}
+	return jsonrpc.MakeID(v)
 }
 
 // decodeMembers splits a JSON object into its members, matched by their
