@@ -478,8 +478,7 @@ func TestAdmissionFenceUnlistedClaims(t *testing.T) {
 // decided in the same pass. (Found by TestClaimLeaderFailover: a namespace stalled for the
 // expectation timeout.)
 func TestAdmissionFenceListedClaimDeletedAtOnce(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	logger, _ := ktesting.NewTestContext(t)
+	logger, ctx := ktesting.NewTestContext(t)
 	f := newFixtureWithLimits(t, 5, 3)
 	refused := newClaim("c0", "s0", airlockv1alpha1.ClaimRefused, t0.Add(-time.Hour))
 	refused.ResourceVersion = "7"
