@@ -27,6 +27,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // claimEnv is one namespace set up for claims: a content PVC bound to a PV, a class, a registry
@@ -231,7 +232,7 @@ func TestClaimBinds(t *testing.T) {
 		t.Errorf("pod security: %+v automount %v serviceLinks %v", pod.SecurityContext, pod.AutomountServiceAccountToken, pod.EnableServiceLinks)
 	}
 	args := strings.Join(pod.Containers[0].Args, " ")
-	for _, want := range []string{"--allowed-tools=Read,Bash", "--auth-token-file=" + claim.TokenFile} {
+	for _, want := range []string{"--allowed-tools=Read,Bash", "--auth-token-file=" + sandboxpod.TokenFile} {
 		if !strings.Contains(args, want) {
 			t.Errorf("sandbox args %q lack %q", args, want)
 		}
@@ -263,8 +264,8 @@ func TestClaimBinds(t *testing.T) {
 	if mounted := tokenVolumeSecret(p); mounted != secret.Name {
 		t.Errorf("the pod mounts Secret %q, want the claim's %q", mounted, secret.Name)
 	}
-	if len(secret.Data[claim.TokenKey]) < 40 {
-		t.Errorf("token of %d bytes", len(secret.Data[claim.TokenKey]))
+	if len(secret.Data[sandboxpod.TokenKey]) < 40 {
+		t.Errorf("token of %d bytes", len(secret.Data[sandboxpod.TokenKey]))
 	}
 	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: claim.LabelClaim + "=" + c.Name})
 	if err != nil || len(pods.Items) != 1 {
@@ -327,7 +328,7 @@ func TestClaimBinds(t *testing.T) {
 			got.Status.Addresses[0].URL == fmt.Sprintf("http://%s:8080", np.Status.PodIP), nil
 	})
 	secret2 := claimSecret(t, ctx, e.ns, c.Name)
-	if secret2.Name != secret.Name || string(secret2.Data[claim.TokenKey]) != string(secret.Data[claim.TokenKey]) {
+	if secret2.Name != secret.Name || string(secret2.Data[sandboxpod.TokenKey]) != string(secret.Data[sandboxpod.TokenKey]) {
 		t.Errorf("token changed")
 	}
 }
@@ -346,11 +347,11 @@ func claimSecret(t *testing.T, ctx context.Context, ns, claimName string) *corev
 	return &list.Items[0]
 }
 
-// tokenVolumeSecret returns the Secret that a claim's pod mounts at claim.TokenMountPath.
+// tokenVolumeSecret returns the Secret that a claim's pod mounts at sandboxpod.TokenMountPath.
 func tokenVolumeSecret(p *corev1.Pod) string {
 	pod := p.Spec
 	for _, m := range pod.Containers[0].VolumeMounts {
-		if m.MountPath != claim.TokenMountPath {
+		if m.MountPath != sandboxpod.TokenMountPath {
 			continue
 		}
 		for _, v := range pod.Volumes {

@@ -21,7 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
 
@@ -144,7 +144,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	// Somebody who can create Secrets in the namespace plants one under the claim's predictable
 	// name, with a token they know. The operator, which cannot read it, must not use it.
 	name := claimname.For("agent", "session-1", "codegen/default")
-	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{claim.TokenKey: "planted-token"}}
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{sandboxpod.TokenKey: "planted-token"}}
 	if _, err := kubeClient.CoreV1().Secrets(e.ns).Create(ctx, planted, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	secret := claimSecret(t, ctx, e.ns, name)
-	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
+	if want := "Bearer " + string(secret.Data[sandboxpod.TokenKey]); got.Claim != name || got.Headers["Authorization"] != want || len(want) < 40 {
 		t.Errorf("acquire answer %+v: want claim %s with the token its sandbox mounts", got, name)
 	}
 	d, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})

@@ -20,7 +20,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // apiOperator is an operator process and the address of its Sandbox API.
@@ -123,7 +123,7 @@ func TestSandboxAPIAcquireRenewClose(t *testing.T) {
 		t.Errorf("acquire answer %+v, want claim %s Bound at %s", got, name, wantURL)
 	}
 	secret := claimSecret(t, ctx, e.ns, name)
-	if want := "Bearer " + string(secret.Data[claim.TokenKey]); got.Headers["Authorization"] != want || len(want) < 20 {
+	if want := "Bearer " + string(secret.Data[sandboxpod.TokenKey]); got.Headers["Authorization"] != want || len(want) < 20 {
 		t.Errorf("Authorization header is not the claim's token")
 	}
 

@@ -34,7 +34,7 @@ type ControllerContext struct {
 	KubeInformers    kubeinformers.SharedInformerFactory
 	AirlockInformers airlockinformers.SharedInformerFactory
 	// AllowedServices caches every Service, stripped to what a NetworkPolicy needs
-	// (claim.StripService); it runs on every replica.
+	// (sandboxpod.StripService); it runs on every replica.
 	AllowedServices coreinformers.ServiceInformer
 	EventRecorder   record.EventRecorder
 

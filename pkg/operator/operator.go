@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
@@ -89,7 +90,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		airlockInformers: airlockinformers.NewSharedInformerFactoryWithOptions(cfg.AirlockClient, 0,
 			airlockinformers.WithTransform(stripManagedFields)),
 		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
-			kubeinformers.WithTransform(claim.StripService)),
+			kubeinformers.WithTransform(sandboxpod.StripService)),
 		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
 		controllers: newControllerDescriptors(),
 		tokens:      claimtoken.NewSource(cfg.KubeClient, cfg.Namespace),
@@ -356,7 +357,7 @@ func stripManagedFields(obj any) (any, error) {
 // what the claim controller reads (claim.StripPod), the other children lose their managed fields.
 func childTransform(obj any) (any, error) {
 	if _, ok := obj.(*corev1.Pod); ok {
-		return claim.StripPod(obj)
+		return sandboxpod.StripPod(obj)
 	}
 	return stripManagedFields(obj)
 }

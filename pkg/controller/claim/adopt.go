@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ReasonWarmMember is the Ready reason of a claim Bound to an adopted warm member.
@@ -49,7 +50,7 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *
 		return nil, false, err
 	}
 	candidates, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(labels.Set{
-		airlockv1alpha1.LabelWarmPool: poolKey(reg.UID, entry.Name, record),
+		airlockv1alpha1.LabelWarmPool: sandboxpod.PoolKey(reg.UID, entry.Name, record),
 		LabelClaim:                    "",
 	}))
 	if err != nil {
@@ -62,7 +63,7 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *
 		return candidates[i].Name < candidates[j].Name
 	})
 	for _, pod := range candidates {
-		if tried[pod.UID] || !metav1.IsControlledBy(pod, reg) || readyPod([]*corev1.Pod{pod}) == nil {
+		if tried[pod.UID] || !metav1.IsControlledBy(pod, reg) || sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil {
 			continue
 		}
 		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); !taken {
@@ -118,7 +119,7 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		if r.pod != nil {
 			c.adopting.CompareAndDelete(r.pod.UID, claim.UID) // not needed: give it back
 		}
-		if earlier.DeletionTimestamp == nil && readyPod([]*corev1.Pod{earlier}) != nil {
+		if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil {
 			written, err := c.writeWarmAdmitted(ctx, claim, record, earlier)
 			return written, err == nil, err
 		}
@@ -139,7 +140,7 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 			break
 		}
 		tried[pod.UID] = true
-		err := c.children.adopter.Adopt(ctx, pod, ownerReference(claim), podLabels(claim))
+		err := c.children.adopter.Adopt(ctx, pod, sandboxpod.OwnerReference(claim), sandboxpod.PodLabels(claim))
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// Changed or gone since the cache showed it (another leader adopted it, the pool
 			// controller deleted it, the kubelet wrote its status): let it go, try the next.
@@ -166,7 +167,7 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 
 // adoptedMemberOf returns the warm member the claim controls, from the cache, or nil.
 func (c *Controller) adoptedMemberOf(claim *airlockv1alpha1.SandboxClaim) (*corev1.Pod, error) {
-	pods, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selectorLabels(claim)))
+	pods, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(sandboxpod.SelectorLabels(claim)))
 	if err != nil {
 		return nil, err
 	}
@@ -217,10 +218,10 @@ func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlock
 	updated = updated.DeepCopy()
 	setPhase(updated, airlockv1alpha1.ClaimBound, "", message)
 	updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-	updated.Status.Addresses = addresses(pod.Status.PodIP, updated.Status.Frozen)
+	updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, updated.Status.Frozen)
 	updated.Status.Warm = &airlockv1alpha1.WarmAdoption{
 		Member:       pod.Name,
-		WorkspaceDir: memberWorkspaceDir(claim.Namespace, pod.Name),
+		WorkspaceDir: sandboxpod.MemberWorkspaceDir(claim.Namespace, pod.Name),
 		AdoptedAt:    metav1.NewTime(now),
 	}
 	setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonWarmMember, message, now)
@@ -256,9 +257,23 @@ func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.
 		}
 		requeue, err := c.beginReaping(ctx, claim, rt, ReasonPodFailed, fmt.Sprintf(messageWarmGone, member), nil)
 		return requeue, true, err
-	case podEnded(pod):
+	case sandboxpod.Ended(pod):
 		requeue, err := c.beginReaping(ctx, claim, rt, ReasonPodFailed, fmt.Sprintf(messageWarmEnded, member, pod.Status.Phase, pod.Status.Reason), nil)
 		return requeue, true, err
 	}
 	return nil, false, nil
+}
+
+// warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
+// its own (not a session's, not a mount role's, not a Failed predecessor's).
+func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
+	return claim.Spec.MountRole == "" && claim.Spec.WorkspaceDir == sandboxpod.SandboxesDir(claim.Namespace)+"/"+claim.Name
+}
+
+// workspaceDirOf is the claim's workspace inside the content PVC: its adopted member's, else its own.
+func workspaceDirOf(claim *airlockv1alpha1.SandboxClaim) string {
+	if claim.Status.Warm != nil && claim.Status.Warm.WorkspaceDir != "" {
+		return claim.Status.Warm.WorkspaceDir
+	}
+	return claim.Spec.WorkspaceDir
 }

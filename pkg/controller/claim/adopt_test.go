@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // warmRegistry is the fixture's registry with warm members wanted for its sandbox.
@@ -34,7 +35,7 @@ func warmRegistry(warm int32) *airlockv1alpha1.ToolRegistry {
 // warmMember returns an idle member of reg's sandbox built from record, Ready at ip when ip is set.
 func warmMember(reg *airlockv1alpha1.ToolRegistry, name string, record *airlockv1alpha1.FrozenSandbox, created time.Time, ip string) *corev1.Pod {
 	entry := reg.Spec.Sandboxes[0].Name
-	pod := buildMemberPod(reg, entry, poolKey(reg.UID, entry, record), name, record)
+	pod := sandboxpod.MemberPod(reg, entry, sandboxpod.PoolKey(reg.UID, entry, record), name, record)
 	pod.UID = types.UID("uid-" + name)
 	pod.ResourceVersion = "7"
 	pod.CreationTimestamp = metav1.NewTime(created)
@@ -118,7 +119,7 @@ func TestNoMemberOfAnotherPool(t *testing.T) {
 	reg := warmRegistry(3)
 	oldClass := newClass("codegen")
 	oldClass.Generation = 7 // the record has generation 0: another key
-	old := warmMember(reg, "tools-codegen-oldoldoldold", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.40")
+	old := warmMember(reg, "tools-codegen-oldoldoldold", sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.40")
 	otherEntryReg := warmRegistry(3)
 	otherEntryReg.Spec.Sandboxes[0].Name = "review"
 	otherEntry := warmMember(otherEntryReg, "tools-review-cccccccccccc", testRecord(), t0, "10.244.0.41")
@@ -279,8 +280,8 @@ func TestBindingClaimFinishesItsAdoption(t *testing.T) {
 	reg := warmRegistry(3)
 	claim := binding("c1", t0)
 	adoptedBy := func(pod *corev1.Pod) *corev1.Pod {
-		pod.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
-		for k, v := range podLabels(claim) {
+		pod.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(claim)}
+		for k, v := range sandboxpod.PodLabels(claim) {
 			pod.Labels[k] = v
 		}
 		return pod
@@ -327,9 +328,9 @@ func TestBindingClaimFinishesItsAdoption(t *testing.T) {
 // warmBound returns a claim Bound to member (adopted at boundAt).
 func warmBound(name string, member *corev1.Pod, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	c := bound(name, boundAt)
-	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: memberWorkspaceDir(testNamespace, member.Name), AdoptedAt: metav1.NewTime(boundAt)}
-	member.OwnerReferences = []metav1.OwnerReference{ownerReference(c)}
-	for k, v := range podLabels(c) {
+	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: sandboxpod.MemberWorkspaceDir(testNamespace, member.Name), AdoptedAt: metav1.NewTime(boundAt)}
+	member.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(c)}
+	for k, v := range sandboxpod.PodLabels(c) {
 		member.Labels[k] = v
 	}
 	return c
@@ -365,7 +366,7 @@ func TestBoundWarmClaimMember(t *testing.T) {
 		// The pod leaves the pool's policy: its pool label goes, in one patch.
 		member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 		claim := warmBound("c1", member, t0)
-		f := syncBound(t, claim, []*networkingv1.NetworkPolicy{buildNetworkPolicy(claim, claim.Status.Frozen, nil)}, member)
+		f := syncBound(t, claim, []*networkingv1.NetworkPolicy{sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)}, member)
 		checkActions(t, f, []string{"patch pods " + member.Name})
 		for _, a := range f.log {
 			if p, ok := a.(core.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"airlock.dev/warm-pool":null`) {
@@ -374,7 +375,7 @@ func TestBoundWarmClaimMember(t *testing.T) {
 		}
 
 		// A policy the cache shows otherwise than the record says is repaired first.
-		stale := buildNetworkPolicy(claim, claim.Status.Frozen, nil)
+		stale := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)
 		stale.Spec.Ingress = nil
 		f = syncBound(t, claim, []*networkingv1.NetworkPolicy{stale}, member)
 		checkActions(t, f, []string{"update networkpolicies c1"})
@@ -461,8 +462,8 @@ func TestAdoptedClaimNeverBuiltCold(t *testing.T) {
 
 			// The cache shows the adoption; the next pass decides again.
 			adopted := member.DeepCopy()
-			adopted.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
-			for k, v := range podLabels(claim) {
+			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(claim)}
+			for k, v := range sandboxpod.PodLabels(claim) {
 				adopted.Labels[k] = v
 			}
 			if err := f.podInformer.GetIndexer().Update(adopted); err != nil {
@@ -503,8 +504,8 @@ func TestQueuedClaimLetsItsMemberGo(t *testing.T) {
 	reg := warmRegistry(3)
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimQueued, t0)
 	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
-	member.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
-	for k, v := range podLabels(claim) {
+	member.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(claim)}
+	for k, v := range sandboxpod.PodLabels(claim) {
 		member.Labels[k] = v
 	}
 	f := warmFixture(t, 5, member)
@@ -526,8 +527,8 @@ func TestUnbuildableClaimLetsItsMemberGo(t *testing.T) {
 	reg := warmRegistry(3)
 	claim := newClaim("c1", "s1", "", t0)
 	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, "10.244.0.40")
-	member.OwnerReferences = []metav1.OwnerReference{ownerReference(claim)}
-	for k, v := range podLabels(claim) {
+	member.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(claim)}
+	for k, v := range sandboxpod.PodLabels(claim) {
 		member.Labels[k] = v
 	}
 	f := warmFixture(t, 5, member)

@@ -12,13 +12,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // allowedServiceIndex indexes claims by the "<namespace>/<name>" of each Service their frozen
@@ -50,27 +49,6 @@ func addAllowedServiceIndex(informer cache.SharedIndexInformer) error {
 		return fmt.Errorf("adding the claims' allowed-Service index: %w", err)
 	}
 	return nil
-}
-
-// StripService is the transform of the allowed-Service informer: it keeps of a Service only what
-// a NetworkPolicy is built from (namespace, name, selector, ports) and what a cache needs (uid,
-// resourceVersion), so that caching every Service of a large cluster costs little memory.
-// Anything else (a tombstone) passes through.
-func StripService(obj any) (any, error) {
-	svc, ok := obj.(*corev1.Service)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              svc.Name,
-			Namespace:         svc.Namespace,
-			UID:               svc.UID,
-			ResourceVersion:   svc.ResourceVersion,
-			DeletionTimestamp: svc.DeletionTimestamp,
-		},
-		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
-	}, nil
 }
 
 // addAllowedService, updateAllowedService and deleteAllowedService enqueue the claims whose
@@ -114,22 +92,5 @@ func (c *Controller) enqueueClaimsAllowing(obj any) {
 // allowedServices returns the recorded allowed Services that exist, from the allowed-Service
 // informer's cache.
 func (c *Controller) allowedServices(refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
-	return existingServices(c.allowedServiceLister, refs)
-}
-
-// existingServices returns the Services of refs that lister has (a policy names the pods of
-// those that exist).
-func existingServices(lister corelisters.ServiceLister, refs []airlockv1alpha1.ServiceReference) ([]*corev1.Service, error) {
-	var out []*corev1.Service
-	for _, ref := range refs {
-		svc, err := lister.Services(ref.Namespace).Get(ref.Name)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading allowed Service %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		out = append(out, svc)
-	}
-	return out, nil
+	return sandboxpod.ExistingServices(c.allowedServiceLister, refs)
 }

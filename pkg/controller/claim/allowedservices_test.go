@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // proxyService is an allowed Service of namespace infra selecting app=<app>.
@@ -43,7 +44,7 @@ func boundAllowingProxy(f *fixture, existing *corev1.Service) *airlockv1alpha1.S
 		f.allowedServices = append(f.allowedServices, existing)
 		allowed = append(allowed, existing)
 	}
-	f.netpols[0] = buildNetworkPolicy(claim, claim.Status.Frozen, allowed)
+	f.netpols[0] = sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, allowed)
 	f.pods = append(f.pods, newPod(claim, markReady))
 	return claim
 }
@@ -229,7 +230,7 @@ func TestStripService(t *testing.T) {
 	svc.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1000)}
 	svc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	svc.Spec.ClusterIP = "10.0.0.1"
-	got, err := StripService(svc)
+	got, err := sandboxpod.StripService(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestStripService(t *testing.T) {
 		t.Errorf("StripService (-want +got):\n%s", diff)
 	}
 	tombstone := cache.DeletedFinalStateUnknown{Key: "infra/proxy"}
-	if got, _ := StripService(tombstone); got != tombstone {
+	if got, _ := sandboxpod.StripService(tombstone); got != tombstone {
 		t.Errorf("a tombstone was changed: %+v", got)
 	}
 }

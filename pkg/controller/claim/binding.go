@@ -18,16 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
-
-// failingWaitingReasons are the container waiting reasons that fail a Binding claim at once.
-var failingWaitingReasons = map[string]bool{
-	"ImagePullBackOff":           true,
-	"ErrImagePull":               true,
-	"CrashLoopBackOff":           true,
-	"CreateContainerConfigError": true,
-	"InvalidImageName":           true,
-}
 
 // syncBinding builds the claim's children from its frozen record and waits for its pod: Bound
 // when it is ready, Failed when it cannot start or when the record's startupTimeout has passed.
@@ -51,7 +43,7 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		return c.idleRequeue(claim, rt), nil
 	}
 	now := c.clock.Now()
-	timeout := frozenStartupTimeout(record)
+	timeout := sandboxpod.StartupTimeout(record)
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
 
 	// While children the leader created are not in the cache yet, they are left alone.
@@ -72,11 +64,11 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	if err != nil {
 		return nil, err
 	}
-	if pod := readyPod(pods); pod != nil {
+	if pod := sandboxpod.ReadyPod(pods); pod != nil {
 		updated := claim.DeepCopy()
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-		updated.Status.Addresses = addresses(pod.Status.PodIP, record)
+		updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
 		written, err := c.updateClaimStatus(ctx, claim, updated)
 		if err != nil {
@@ -84,13 +76,13 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		}
 		return c.idleRequeue(written, rt), nil
 	}
-	if reason, message := podFailure(pods); reason != "" {
+	if reason, message := sandboxpod.Failure(pods); reason != "" {
 		return c.fail(ctx, claim, rt, reason, message)
 	}
 	if inTime {
 		return ptr.To(left), nil
 	}
-	if message := podUnschedulable(pods); message != "" {
+	if message := sandboxpod.Unschedulable(pods); message != "" {
 		return c.fail(ctx, claim, rt, ReasonUnschedulable, message)
 	}
 	return c.fail(ctx, claim, rt, ReasonStartupTimeout, fmt.Sprintf(messageStartupTimeout, timeout))
@@ -148,89 +140,11 @@ func (c *Controller) fail(ctx context.Context, claim *airlockv1alpha1.SandboxCla
 // pod of an earlier claim of the same name (closed and acquired again) never makes it Bound nor
 // counts for it. A claim built before records existed is matched by name, as it was built.
 func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
-	selector := selectorLabels(claim)
+	selector := sandboxpod.SelectorLabels(claim)
 	if claim.Status.Frozen == nil {
-		selector = policySelector(claim) // by name
+		selector = sandboxpod.PolicySelector(claim) // by name
 	}
 	return c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
-}
-
-// readyPod returns a pod of the claim that is Ready, has an IP and is not being deleted, or nil.
-func readyPod(pods []*corev1.Pod) *corev1.Pod {
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
-			continue
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return pod
-			}
-		}
-	}
-	return nil
-}
-
-// podFailure returns the reason and message of a container that cannot start, or of a pod the
-// kubelet evicted.
-func podFailure(pods []*corev1.Pod) (string, string) {
-	if pod := evictedPod(pods); pod != nil {
-		return ReasonEvicted, fmt.Sprintf(messageEvicted, pod.Name, pod.Status.Message)
-	}
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
-		for _, s := range statuses {
-			if w := s.State.Waiting; w != nil && failingWaitingReasons[w.Reason] {
-				message := w.Message
-				if message == "" {
-					message = fmt.Sprintf("container %s of pod %s: %s", s.Name, pod.Name, w.Reason)
-				}
-				return w.Reason, message
-			}
-		}
-	}
-	return "", ""
-}
-
-// evictedPod returns the newest of the pods that the kubelet evicted and says so in their status
-// (phase Failed, reason Evicted), or nil.
-func evictedPod(pods []*corev1.Pod) *corev1.Pod {
-	if pod := terminatedPod(pods); pod != nil && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == ReasonEvicted {
-		return pod
-	}
-	return nil
-}
-
-// terminatedPod returns the newest of the claim's pods that ended (Succeeded or Failed: a sandbox
-// pod only ends when something stopped it, an eviction above all), or nil.
-func terminatedPod(pods []*corev1.Pod) *corev1.Pod {
-	var newest *corev1.Pod
-	for _, pod := range pods {
-		if pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
-			continue
-		}
-		if newest == nil || newest.CreationTimestamp.Before(&pod.CreationTimestamp) {
-			newest = pod
-		}
-	}
-	return newest
-}
-
-// podUnschedulable returns the scheduler's message when a pod of the claim is unschedulable.
-func podUnschedulable(pods []*corev1.Pod) string {
-	for _, pod := range pods {
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				if cond.Message != "" {
-					return cond.Message
-				}
-				return "the sandbox pod cannot be scheduled"
-			}
-		}
-	}
-	return ""
 }
 
 // finishAdoption writes Bound for a Binding claim that controls a Ready warm member (its adoption
@@ -252,7 +166,7 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 		klog.FromContext(ctx).V(4).Info("The claim's adoption is in flight; leaving it to its admission pass", "claim", klog.KObj(claim))
 		return true, nil
 	}
-	if member.DeletionTimestamp == nil && readyPod([]*corev1.Pod{member}) != nil {
+	if member.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{member}) != nil {
 		_, err := c.writeWarmBound(ctx, claim, claim, member)
 		return true, err
 	}

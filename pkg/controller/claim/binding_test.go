@@ -14,6 +14,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // TestSyncChildNotControlled: a NetworkPolicy or a pod of the claim's name that nobody owns is
@@ -62,7 +63,7 @@ func TestSyncBinding(t *testing.T) {
 	began := t0.Add(-time.Minute)
 	waiting := func(reason string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, State: corev1.ContainerState{
 				Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the detail"},
 			}}}
 		}

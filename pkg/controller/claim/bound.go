@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // A Bound claim (SPEC section 3): its children are repaired from its frozen record, and it is
@@ -55,7 +56,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	record := claim.Status.Frozen
 	timeout := defaultStartupTimeout
 	if record != nil {
-		timeout = frozenStartupTimeout(record)
+		timeout = sandboxpod.StartupTimeout(record)
 	}
 	claim, err = c.reportEviction(ctx, claim, pods)
 	if err != nil {
@@ -76,11 +77,11 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 		}
 	}
 	ready := findCondition(claim, ConditionReady)
-	pod := readyPod(pods)
+	pod := sandboxpod.ReadyPod(pods)
 	readyNow := pod != nil
 	var moved []airlockv1alpha1.ClaimAddress // the addresses of a pod created again, at another IP
 	if readyNow && record != nil {
-		if want := addresses(pod.Status.PodIP, record); !apiequality.Semantic.DeepEqual(want, claim.Status.Addresses) {
+		if want := sandboxpod.Addresses(pod.Status.PodIP, record); !apiequality.Semantic.DeepEqual(want, claim.Status.Addresses) {
 			moved = want
 		}
 	}
@@ -99,7 +100,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 		return ptr.To(idleLeft), nil
 	case ready == nil || ready.Status == metav1.ConditionTrue:
 		// First seen not ready: the startupTimeout starts now.
-		reason, message := podFailure(pods)
+		reason, message := sandboxpod.Failure(pods)
 		if reason == "" {
 			reason, message = ReasonPodNotReady, messagePodNotReady
 		}
@@ -132,7 +133,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 // eviction is read from the pod's status when it says so, else from the kubelet's Evicted event
 // (one LIST per ended pod; a pod whose events say nothing is not looked up again).
 func (c *Controller) reportEviction(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
-	pod := terminatedPod(pods)
+	pod := sandboxpod.TerminatedPod(pods)
 	if pod == nil {
 		return claim, nil
 	}

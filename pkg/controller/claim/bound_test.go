@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // TestSyncBoundPodNotReady: a Bound claim whose pod stops being ready (a crash loop, a pod gone
@@ -23,7 +24,7 @@ import (
 // for the record's startupTimeout; before, it stayed Bound, holding its slot, until idle reaping.
 func TestSyncBoundPodNotReady(t *testing.T) {
 	crashLooping := func(p *corev1.Pod) {
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, State: corev1.ContainerState{
 			Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container"},
 		}}}
 	}

@@ -20,6 +20,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ensureChildren creates the claim's Secret, NetworkPolicy and pod, and repairs the drift of what
@@ -38,7 +39,7 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		// An adopted warm member: its pod and key are the member's. The claim adds its own
 		// policy, kept from its record as any claim's, and once the cache shows it, the pod
 		// leaves the pool's policy (leavePool).
-		want := buildNetworkPolicy(claim, record, allowed)
+		want := sandboxpod.ClaimNetworkPolicy(claim, record, allowed)
 		if err := c.ensureNetworkPolicy(ctx, claim, want); err != nil {
 			return err
 		}
@@ -58,12 +59,14 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if len(legacyPods(pods)) > 0 {
 		// A Deployment of an earlier version runs the claim's pod, with the claim's Secret: two
 		// pods would write one workspace. Only its policy is kept up.
-		return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed))
+		return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
 	}
 	secretName := claimtoken.ClaimSecretName(claim.Name, token)
 	ensures := []func() error{
 		func() error { return c.ensureSecret(ctx, claim, secretName, token) },
-		func() error { return c.ensureNetworkPolicy(ctx, claim, buildNetworkPolicy(claim, record, allowed)) },
+		func() error {
+			return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
+		},
 	}
 	errs := make([]error, len(ensures))
 	var wg sync.WaitGroup
@@ -74,8 +77,8 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	pod := buildPod(claim, record)
-	useTokenSecret(pod, secretName)
+	pod := sandboxpod.ClaimPod(claim, record)
+	sandboxpod.UseTokenSecret(pod, secretName)
 	return c.ensurePod(ctx, claim, pod)
 }
 
@@ -150,12 +153,12 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, name, token string) error {
 	pod, err := c.podLister.Pods(claim.Namespace).Get(claim.Name)
 	switch {
-	case err == nil && metav1.IsControlledBy(pod, claim) && tokenSecretOf(pod) == name:
+	case err == nil && metav1.IsControlledBy(pod, claim) && sandboxpod.TokenSecretOf(pod) == name:
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	err = c.children.secrets.Create(ctx, buildSecret(claim, name, token))
+	err = c.children.secrets.Create(ctx, sandboxpod.TokenSecret(claim, name, token))
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -187,10 +190,10 @@ func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err := controlled(ctx, c, claim, live, "Pod", c.children.pods); err != nil {
 		return err
 	}
-	if live.DeletionTimestamp != nil || podEnded(live) {
+	if live.DeletionTimestamp != nil || sandboxpod.Ended(live) {
 		return nil
 	}
-	if !containersMatch(live.Spec.Containers, want.Spec.Containers) || tokenSecretOf(live) != tokenSecretOf(want) {
+	if !containersMatch(live.Spec.Containers, want.Spec.Containers) || sandboxpod.TokenSecretOf(live) != sandboxpod.TokenSecretOf(want) {
 		klog.FromContext(ctx).V(2).Info("The claim's pod does not run what its record says; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(live))
 		return ignoreGone(c.children.pods.Delete(ctx, live.Namespace, live.Name, live.UID))
 	}
@@ -214,11 +217,6 @@ func containersMatch(live, want []corev1.Container) bool {
 	return true
 }
 
-// podEnded says whether a pod has ended (Succeeded or Failed): it never runs again.
-func podEnded(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
 // ignoreGone treats a deletion that found the object gone, or another object in its place
 // (the UID precondition), as done.
 func ignoreGone(err error) error {
@@ -233,7 +231,7 @@ func ignoreGone(err error) error {
 // eviction is reported first (reportEviction), from the ended pod.
 func (c *Controller) replaceEndedPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) error {
 	for _, pod := range pods {
-		if pod.DeletionTimestamp == nil && podEnded(pod) && metav1.IsControlledBy(pod, claim) {
+		if pod.DeletionTimestamp == nil && sandboxpod.Ended(pod) && metav1.IsControlledBy(pod, claim) {
 			klog.FromContext(ctx).V(2).Info("The claim's pod has ended; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "phase", pod.Status.Phase, "reason", pod.Status.Reason)
 			if err := ignoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
 				return err

@@ -19,6 +19,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // TestSyncPredecessorChildrenNeverAdopted: a claim closed and acquired again gets the same name;
@@ -152,11 +153,11 @@ func TestSyncAdmitsAndBuildsChildren(t *testing.T) {
 		t.Errorf("Ready condition %+v, want False/Binding at t0", cond)
 	}
 	secret := f.written("secrets", "").(*corev1.Secret)
-	if string(secret.Data[TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
+	if string(secret.Data[sandboxpod.TokenKey]) != testToken || secret.Type != corev1.SecretTypeOpaque || !metav1.IsControlledBy(secret, claim) {
 		t.Errorf("secret %+v is not the claim's token", secret)
 	}
-	if p := f.written("pods", "").(*corev1.Pod); tokenSecretOf(p) != secret.Name {
-		t.Errorf("the pod mounts Secret %q, want the created %q", tokenSecretOf(p), secret.Name)
+	if p := f.written("pods", "").(*corev1.Pod); sandboxpod.TokenSecretOf(p) != secret.Name {
+		t.Errorf("the pod mounts Secret %q, want the created %q", sandboxpod.TokenSecretOf(p), secret.Name)
 	}
 	if diff := cmp.Diff([]string{"Normal Admitted " + MessageAdmitted}, f.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -199,7 +200,7 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			wantActions: []string{"update networkpolicies c1"},
 		},
 		"secret with another token is left alone (never read)": {
-			mutate:      func(f *fixture) { f.secrets[0].Data[TokenKey] = []byte("other") },
+			mutate:      func(f *fixture) { f.secrets[0].Data[sandboxpod.TokenKey] = []byte("other") },
 			wantActions: nil,
 		},
 		"pod gone: the secret is created again first, AlreadyExists is done": {
@@ -207,7 +208,7 @@ func TestSyncIsIdempotentAndRepairsDrift(t *testing.T) {
 			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "create pods c1"},
 		},
 		"pod mounting a planted Secret: ours is ensured and the pod deleted, to be created again": {
-			mutate:      func(f *fixture) { useTokenSecret(f.pods[0], "planted") },
+			mutate:      func(f *fixture) { sandboxpod.UseTokenSecret(f.pods[0], "planted") },
 			wantActions: []string{"create secrets " + claimtoken.ClaimSecretName("c1", testToken), "delete pods c1"},
 		},
 		"children gone are created again, the policy before the pod": {
@@ -250,7 +251,7 @@ func TestSyncSecretCreateOnly(t *testing.T) {
 	f := newFixture(t).withDefaults()
 	claim := binding("c1", t0)
 	f.claims = append(f.claims, claim)
-	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
+	f.secrets = append(f.secrets, sandboxpod.TokenSecret(claim, tokenSecretName(claim), testToken))
 	c := f.newController(ctx)
 	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 		t.Fatal(err)
@@ -310,7 +311,7 @@ func TestLegacyDeploymentPod(t *testing.T) {
 	legacy.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "c1-7d9f8", UID: "uid-rs", Controller: ptr.To(true)}}
 	f.pods = append(f.pods, legacy)
 	c := f.newController(ctx)
-	deployment := &appsv1.Deployment{ObjectMeta: childMeta(claim, claim.Name)}
+	deployment := &appsv1.Deployment{ObjectMeta: sandboxpod.ChildMeta(claim, claim.Name)}
 	deployment.UID = "uid-deployment"
 	if err := f.kubeClient.Tracker().Add(deployment); err != nil {
 		t.Fatal(err)
@@ -359,5 +360,31 @@ func TestPodAfterItsPolicy(t *testing.T) {
 	}
 	if at["pods"] < at["networkpolicies"] || at["pods"] < at["secrets"] {
 		t.Errorf("create order %v: the pod was created before its policy or its Secret", at)
+	}
+}
+
+// TestSyncOverStrippedPods: a Bound claim whose cached pod is stripped, with drifted labels, is
+// repaired with a label patch (a stripped pod is never written back whole), and nothing else.
+func TestSyncOverStrippedPods(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	whole := newPod(claim, markReady)
+	whole.Labels[airlockv1alpha1.LabelRuntime] = "other"
+	stripped, _ := sandboxpod.StripPod(whole)
+	f.pods = append(f.pods, stripped.(*corev1.Pod))
+	c := f.newController(ctx)
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{"patch pods c1"})
+	p, err := f.kubeClient.CoreV1().Pods(testNamespace).Get(ctx, "c1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Labels[airlockv1alpha1.LabelRuntime] != claim.Spec.RuntimeName {
+		t.Errorf("pod labels %v after the repair, want the runtime label %q", p.Labels, claim.Spec.RuntimeName)
 	}
 }

@@ -28,10 +28,12 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
 
 const (
-	testNamespace = "team-a"
+	testNamespace = sandboxpodtest.Namespace
 	testToken     = "test-token"
 	testSyncImage = "ghcr.io/airlock-dev/airlock:test"
 )
@@ -39,7 +41,7 @@ const (
 var (
 	alwaysReady = func() bool { return true }
 	// t0 is the fixed start of every test's fake clock.
-	t0 = time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	t0 = sandboxpodtest.T0
 )
 
 // fixture holds the fake clients, the objects the caches and clients start with, and the clock.
@@ -200,7 +202,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	f.newClients()
 	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
-	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(StripService))
+	si := kubeinformers.NewSharedInformerFactoryWithOptions(f.kubeClient, 0, kubeinformers.WithTransform(sandboxpod.StripService))
 	f.allowedServiceInformer = si.Core().V1().Services().Informer()
 	airlock := ai.Airlock().V1alpha1()
 	f.claimInformer = airlock.SandboxClaims().Informer()
@@ -260,7 +262,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		add(ki.Core().V1().Pods().Informer(), o)
 	}
 	for _, o := range f.allowedServices {
-		stripped, _ := StripService(o)
+		stripped, _ := sandboxpod.StripService(o)
 		add(f.allowedServiceInformer, stripped)
 	}
 	return c
@@ -396,53 +398,19 @@ func newRuntime(name string, maxConcurrent, maxPerSession int32) *airlockv1alpha
 }
 
 func newRegistry(name, targetPath string) *airlockv1alpha1.ToolRegistry {
-	return &airlockv1alpha1.ToolRegistry{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
-		Spec: airlockv1alpha1.ToolRegistrySpec{Sandboxes: []airlockv1alpha1.RegistrySandbox{{
-			Name: "codegen", Class: "codegen", MaxInstances: 10, TargetPath: targetPath,
-			AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"},
-		}}},
-	}
+	return sandboxpodtest.Registry(name, targetPath)
 }
 
-func newClass(name string) *airlockv1alpha1.SandboxClass {
-	size := resourceQuantity("4Gi")
-	return &airlockv1alpha1.SandboxClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: airlockv1alpha1.SandboxClassSpec{
-			Image: "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0",
-			Args:  []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
-			Ports: []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
-			Env:   []corev1.EnvVar{{Name: "HOME", Value: "/sandbox-cache/home"}},
-			Volumes: []airlockv1alpha1.SandboxVolume{
-				{Name: "workspace", MountPath: "/workspace", Workspace: &airlockv1alpha1.WorkspaceVolumeSource{}},
-				{Name: "cache", MountPath: "/sandbox-cache", Scratch: &airlockv1alpha1.ScratchVolumeSource{SizeLimit: &size}},
-			},
-			WorkspaceClaimName: "workspace-content",
-			StartupTimeout:     &metav1.Duration{Duration: 5 * time.Minute},
-		},
-	}
-}
+func newClass(name string) *airlockv1alpha1.SandboxClass { return sandboxpodtest.Class(name) }
 
 // newClaim returns a claim of runtime "agent" created at created.
 func newClaim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
-	return &airlockv1alpha1.SandboxClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: testNamespace, UID: types.UID("uid-" + name),
-			CreationTimestamp: metav1.NewTime(created),
-			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen"},
-		},
-		Spec: airlockv1alpha1.SandboxClaimSpec{
-			RuntimeName: "agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
-			ClassName: "codegen", WorkspaceDir: testNamespace + "/sandboxes/" + name,
-		},
-		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},
-	}
+	return sandboxpodtest.Claim(name, session, phase, created)
 }
 
 // testRecord is what a claim admitted with the fixture's class and registry runs.
 func testRecord() *airlockv1alpha1.FrozenSandbox {
-	return freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
+	return sandboxpod.Freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
 }
 
 // binding returns a claim that began Binding at began, with the fixture's record.
@@ -460,7 +428,7 @@ func bound(name string, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	c.Status.Phase = airlockv1alpha1.ClaimBound
 	c.Status.BoundAt = ptr.To(metav1.NewTime(boundAt))
 	if c.Status.Frozen != nil {
-		c.Status.Addresses = addresses(testPodIP, c.Status.Frozen)
+		c.Status.Addresses = sandboxpod.Addresses(testPodIP, c.Status.Frozen)
 	}
 	setCondition(&c.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, boundAt)
 	return c
@@ -473,13 +441,13 @@ func (f *fixture) withChildren(claim *airlockv1alpha1.SandboxClaim) *fixture {
 	if record == nil {
 		record = testRecord()
 	}
-	f.netpols = append(f.netpols, buildNetworkPolicy(claim, record, nil))
-	f.secrets = append(f.secrets, buildSecret(claim, tokenSecretName(claim), testToken))
+	f.netpols = append(f.netpols, sandboxpod.ClaimNetworkPolicy(claim, record, nil))
+	f.secrets = append(f.secrets, sandboxpod.TokenSecret(claim, tokenSecretName(claim), testToken))
 	return f
 }
 
 // testPodIP is the IP of the claims' ready pods in these tests.
-const testPodIP = "10.244.0.17"
+const testPodIP = sandboxpodtest.PodIP
 
 // tokenSecretName is the name of the claim's token Secret in these tests (the token is testToken).
 func tokenSecretName(claim *airlockv1alpha1.SandboxClaim) string {
@@ -493,8 +461,8 @@ func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *core
 	if record == nil {
 		record = testRecord()
 	}
-	pod := buildPod(claim, record)
-	useTokenSecret(pod, tokenSecretName(claim))
+	pod := sandboxpod.ClaimPod(claim, record)
+	sandboxpod.UseTokenSecret(pod, tokenSecretName(claim))
 	if mutate != nil {
 		mutate(pod)
 	}
@@ -502,10 +470,7 @@ func newPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *core
 }
 
 // markReady makes the pod Ready, at testPodIP.
-func markReady(pod *corev1.Pod) {
-	pod.Status.PodIP = testPodIP
-	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
-}
+func markReady(pod *corev1.Pod) { sandboxpodtest.MarkReady(pod) }
 
 func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName {
 	return cache.MetaObjectToName(claim)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/toolnames"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // What a claim runs is frozen at admission (SPEC section 3). When the leader moves a claim to
@@ -21,60 +21,6 @@ import (
 // registry are never read for a Binding, Bound or Reaping claim, so editing or deleting them
 // never changes (nor widens) a running sandbox. A replacement is a new claim, admitted and frozen
 // on its own: it gets the class and entry as they are when it is admitted.
-
-// freeze returns what a claim of the registry entry runs when built from class now.
-func freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) *airlockv1alpha1.FrozenSandbox {
-	spec := class.Spec.DeepCopy()
-	r := &airlockv1alpha1.FrozenSandbox{
-		ClassGeneration:    class.Generation,
-		Image:              spec.Image,
-		Args:               spec.Args,
-		Ports:              spec.Ports,
-		Env:                spec.Env,
-		Resources:          boundedResources(spec.Resources),
-		RuntimeClassName:   spec.RuntimeClassName,
-		Volumes:            spec.Volumes,
-		WorkspaceClaimName: spec.WorkspaceClaimName,
-		AllowedTools:       allowedTools(entry),
-		AllowedServices:    spec.AllowedServices,
-		StartupTimeout:     metav1.Duration{Duration: defaultStartupTimeout},
-	}
-	if len(r.Args) == 0 {
-		r.Args = append([]string(nil), defaultArgs...)
-	}
-	if len(r.Ports) == 0 {
-		r.Ports = append([]airlockv1alpha1.SandboxPort(nil), defaultPorts...)
-	}
-	if r.WorkspaceClaimName == "" {
-		r.WorkspaceClaimName = defaultWorkspaceClaimName
-	}
-	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
-		r.StartupTimeout = *d
-	}
-	return r
-}
-
-// allowedTools is the entry's tool list made explicit: every tool sandboxd has (toolnames.All)
-// when the entry lists none.
-func allowedTools(entry *airlockv1alpha1.RegistrySandbox) []airlockv1alpha1.ToolName {
-	if len(entry.AllowedTools) > 0 {
-		return append([]airlockv1alpha1.ToolName(nil), entry.AllowedTools...)
-	}
-	all := toolnames.All()
-	out := make([]airlockv1alpha1.ToolName, len(all))
-	for i, name := range all {
-		out[i] = airlockv1alpha1.ToolName(name)
-	}
-	return out
-}
-
-// frozenStartupTimeout is the record's startupTimeout, defaulted.
-func frozenStartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
-	if r.StartupTimeout.Duration <= 0 {
-		return defaultStartupTimeout
-	}
-	return r.StartupTimeout.Duration
-}
 
 // cannotFreeze says why a claim that admission let through cannot be built: its class or its
 // registry entry is missing.
@@ -108,25 +54,10 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if err != nil {
 		return nil, nil, err
 	}
-	if message := classConflict(class); message != "" {
+	if message := sandboxpod.ClassConflict(class); message != "" {
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
-	return freeze(class, entry), nil, nil
-}
-
-// classConflict says why the pod of class cannot be built, or "": a volume that takes the name or
-// the mount path of the claim's token volume (the API server would refuse the Deployment, and the
-// claim would wait for its startupTimeout to fail).
-func classConflict(class *airlockv1alpha1.SandboxClass) string {
-	for _, v := range class.Spec.Volumes {
-		switch {
-		case v.Name == tokenVolumeName:
-			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
-		case v.MountPath == TokenMountPath:
-			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
-		}
-	}
-	return ""
+	return sandboxpod.Freeze(class, entry), nil, nil
 }
 
 func findEntry(registry *airlockv1alpha1.ToolRegistry, sandbox string) *airlockv1alpha1.RegistrySandbox {

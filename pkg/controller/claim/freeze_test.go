@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -19,54 +18,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
-
-// TestFreeze: the record spells out every default of the class and the entry; an entry that
-// allows every tool is written as the full list of sandboxd's tools.
-func TestFreeze(t *testing.T) {
-	class := &airlockv1alpha1.SandboxClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 7},
-		Spec:       airlockv1alpha1.SandboxClassSpec{Image: "example.com/sandbox:v1"},
-	}
-	entry := &airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "bare"}
-	got := freeze(class, entry)
-	var all []airlockv1alpha1.ToolName
-	for _, name := range toolnames.All() {
-		all = append(all, airlockv1alpha1.ToolName(name))
-	}
-	want := &airlockv1alpha1.FrozenSandbox{
-		ClassGeneration:    7,
-		Image:              "example.com/sandbox:v1",
-		Args:               []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
-		Ports:              []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
-		WorkspaceClaimName: "workspace-content",
-		AllowedTools:       all,
-		StartupTimeout:     metav1.Duration{Duration: 5 * time.Minute},
-		// A class without resources is bounded by the defaults (resources.go).
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{"cpu": resource.MustParse("100m"), "memory": resource.MustParse("256Mi"), "ephemeral-storage": resource.MustParse("512Mi")},
-			Limits:   corev1.ResourceList{"cpu": resource.MustParse("2"), "memory": resource.MustParse("4Gi"), "ephemeral-storage": resource.MustParse("10Gi")},
-		},
-	}
-	if diff := cmp.Diff(want, got, quantityEqual); diff != "" {
-		t.Errorf("record of a bare class and an entry allowing every tool (-want +got):\n%s", diff)
-	}
-
-	// The record shares nothing with the class or the entry: editing them later changes nothing.
-	full := newClass("codegen")
-	full.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
-	fullEntry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	record := freeze(full, fullEntry)
-	before := record.DeepCopy()
-	full.Spec.Args[0] = "edited"
-	full.Spec.Env[0].Value = "edited"
-	full.Spec.AllowedServices[0].Name = "edited"
-	fullEntry.AllowedTools[0] = "Write"
-	if diff := cmp.Diff(before, record); diff != "" {
-		t.Errorf("record changed with its class and entry (-before +after):\n%s", diff)
-	}
-}
 
 // TestSyncAdmitRecordsWhatItRuns: admission writes the record in the same status write as
 // Binding, and the pod is built from it.
@@ -85,7 +39,7 @@ func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
 	if got.Status.Phase != airlockv1alpha1.ClaimBinding || got.Status.Frozen == nil {
 		t.Fatalf("phase %s record %v, want Binding with a record", got.Status.Phase, got.Status.Frozen)
 	}
-	if diff := cmp.Diff(freeze(f.classes[0], &f.registries[0].Spec.Sandboxes[0]), got.Status.Frozen); diff != "" {
+	if diff := cmp.Diff(sandboxpod.Freeze(f.classes[0], &f.registries[0].Spec.Sandboxes[0]), got.Status.Frozen); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)
 	}
 	if got.Status.Frozen.ClassGeneration != 3 {
@@ -192,8 +146,8 @@ func TestSyncRunningSandboxIsFrozen(t *testing.T) {
 			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 				t.Fatal(err)
 			}
-			want := buildPod(claim, testRecord())
-			useTokenSecret(want, tokenSecretName(claim))
+			want := sandboxpod.ClaimPod(claim, testRecord())
+			sandboxpod.UseTokenSecret(want, tokenSecretName(claim))
 			got, ok := f.written("pods", "").(*corev1.Pod)
 			if !ok {
 				t.Fatalf("no pod created again; actions %q", f.actions())
@@ -322,7 +276,7 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 				c.children.pods = &fakeObjectControl[*corev1.Pod]{
 					next: c.children.pods,
 					createErr: apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "c1",
-						field.ErrorList{field.Duplicate(field.NewPath("spec", "volumes").Index(2).Child("name"), tokenVolumeName)}),
+						field.ErrorList{field.Duplicate(field.NewPath("spec", "volumes").Index(2).Child("name"), sandboxpod.TokenVolumeName)}),
 				}
 			},
 			wantReason:  "Invalid",
@@ -392,8 +346,8 @@ func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
 // admitted, with a reason that says so, rather than after its startupTimeout.
 func TestSyncAdmitInvalidClass(t *testing.T) {
 	tests := map[string]airlockv1alpha1.SandboxVolume{
-		"volume named like the token volume": {Name: tokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
-		"volume mounted at the token's path": {Name: "extra", MountPath: TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume named like the token volume": {Name: sandboxpod.TokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume mounted at the token's path": {Name: "extra", MountPath: sandboxpod.TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
 	}
 	for name, volume := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // fakeMemberKeys derives a member's key text from its name.
@@ -87,7 +88,7 @@ func poolFixture(t *testing.T, warm int32, pods []*corev1.Pod, policies ...*netw
 // currentPolicy is the pool policy of warmRegistry's sandbox for the fixture's class.
 func currentPolicy() *networkingv1.NetworkPolicy {
 	reg := warmRegistry(3)
-	return buildPoolNetworkPolicy(reg, "codegen", poolKey(reg.UID, "codegen", testRecord()), testRecord(), nil)
+	return sandboxpod.PoolNetworkPolicy(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", testRecord()), testRecord(), nil)
 }
 
 func registryKey() cache.ObjectName {
@@ -145,7 +146,7 @@ func TestPoolFillsBehindItsPolicy(t *testing.T) {
 			t.Error("a member lacks the claim label: the operator's filtered cache would not see it")
 		}
 		args := pod.Spec.Containers[0].Args
-		if !slices.Contains(args, "--warm-key-file="+MemberKeyFile) {
+		if !slices.Contains(args, "--warm-key-file="+sandboxpod.MemberKeyFile) {
 			t.Errorf("args %v lack the key file", args)
 		}
 		for _, a := range args {
@@ -180,14 +181,14 @@ func TestPoolMembersSorted(t *testing.T) {
 	starting := warmMember(reg, "tools-codegen-startingstar", record, t0, "")
 	oldClass := newClass("codegen")
 	oldClass.Generation = 3
-	stale := warmMember(reg, "tools-codegen-stalestalest", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.41")
+	stale := warmMember(reg, "tools-codegen-stalestalest", sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.41")
 	ended := warmMember(reg, "tools-codegen-endedendede", record, t0, "10.244.0.42")
 	ended.Status.Phase = corev1.PodFailed
 	crashing := warmMember(reg, "tools-codegen-crashingcra", record, t0, "")
-	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
 	slow := warmMember(reg, "tools-codegen-slowslowslo", record, t0.Add(-10*time.Minute), "")
 	// Adopted by c1, and of the old record: the claim's, never the pool's to replace.
-	adoptedPod := warmMember(reg, "tools-codegen-adoptedadop", freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.43")
+	adoptedPod := warmMember(reg, "tools-codegen-adoptedadop", sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.43")
 	warmBound("c1", adoptedPod, t0)
 	f := poolFixture(t, 3, []*corev1.Pod{ready, starting, stale, ended, crashing, slow, adoptedPod}, currentPolicy())
 	f.clock.SetTime(now)
@@ -292,13 +293,13 @@ func TestPoolPoliciesCollected(t *testing.T) {
 	reg := warmRegistry(2)
 	oldClass := newClass("codegen")
 	oldClass.Generation = 3
-	oldRecord := freeze(oldClass, &reg.Spec.Sandboxes[0])
-	oldKey := poolKey(reg.UID, "codegen", oldRecord)
-	usedPolicy := buildPoolNetworkPolicy(reg, "codegen", oldKey, oldRecord, nil)
+	oldRecord := sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0])
+	oldKey := sandboxpod.PoolKey(reg.UID, "codegen", oldRecord)
+	usedPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", oldKey, oldRecord, nil)
 	olderClass := newClass("codegen")
 	olderClass.Generation = 2
-	olderRecord := freeze(olderClass, &reg.Spec.Sandboxes[0])
-	unused := buildPoolNetworkPolicy(reg, "codegen", poolKey(reg.UID, "codegen", olderRecord), olderRecord, nil)
+	olderRecord := sandboxpod.Freeze(olderClass, &reg.Spec.Sandboxes[0])
+	unused := sandboxpod.PoolNetworkPolicy(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", olderRecord), olderRecord, nil)
 	adopted := warmMember(reg, "tools-codegen-adoptedadop", oldRecord, t0, "10.244.0.43")
 	warmBound("c1", adopted, t0)
 	f := poolFixture(t, 2, []*corev1.Pod{adopted}, usedPolicy, unused)

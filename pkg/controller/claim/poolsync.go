@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // pool is one registry sandbox's warm pool, as one sync sees it.
@@ -120,28 +121,17 @@ func (c *PoolController) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airloc
 		p.message = fmt.Sprintf(messageClassNotFound, entry.Class)
 		return p
 	}
-	if message := classConflict(class); message != "" {
+	if message := sandboxpod.ClassConflict(class); message != "" {
 		p.message = message
 		return p
 	}
-	if message := warmClassConflict(class); message != "" {
+	if message := sandboxpod.WarmClassConflict(class); message != "" {
 		p.message = message
 		return p
 	}
-	p.record = freeze(class, entry)
-	p.key = poolKey(reg.UID, entry.Name, p.record)
+	p.record = sandboxpod.Freeze(class, entry)
+	p.key = sandboxpod.PoolKey(reg.UID, entry.Name, p.record)
 	return p
-}
-
-// warmClassConflict says why a member of class cannot be built: a volume that takes the name
-// or the mount path of the member's key.
-func warmClassConflict(class *airlockv1alpha1.SandboxClass) string {
-	for _, v := range class.Spec.Volumes {
-		if v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath {
-			return fmt.Sprintf("SandboxClass %q: volume %q takes the name or the mount path (%s) of a warm member's key", class.Name, v.Name, MemberKeyMountPath)
-		}
-	}
-	return ""
 }
 
 // syncPool sorts the pool's idle members into ready and starting, deletes those that are stale
@@ -161,18 +151,18 @@ func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.Tool
 		switch {
 		case p.record == nil || pod.Labels[airlockv1alpha1.LabelWarmPool] != p.key:
 			reason = "stale: its sandbox's class or registry entry changed, or it wants no warm members"
-		case podEnded(pod):
+		case sandboxpod.Ended(pod):
 			reason = "ended: " + string(pod.Status.Phase) + " " + pod.Status.Reason
 		}
 		if reason == "" {
-			if why, message := podFailure([]*corev1.Pod{pod}); why != "" {
+			if why, message := sandboxpod.Failure([]*corev1.Pod{pod}); why != "" {
 				reason = why + ": " + message
 				p.message = fmt.Sprintf("member %s cannot start: %s: %s", pod.Name, why, message)
 			}
 		}
-		if reason == "" && readyPod([]*corev1.Pod{pod}) == nil && now.Sub(pod.CreationTimestamp.Time) > frozenStartupTimeout(p.record) {
-			reason = fmt.Sprintf("not Ready after the startupTimeout (%s)", frozenStartupTimeout(p.record))
-			if m := podUnschedulable([]*corev1.Pod{pod}); m != "" {
+		if reason == "" && sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil && now.Sub(pod.CreationTimestamp.Time) > sandboxpod.StartupTimeout(p.record) {
+			reason = fmt.Sprintf("not Ready after the startupTimeout (%s)", sandboxpod.StartupTimeout(p.record))
+			if m := sandboxpod.Unschedulable([]*corev1.Pod{pod}); m != "" {
 				p.message = fmt.Sprintf("member %s cannot be scheduled: %s", pod.Name, m)
 			}
 		}
@@ -185,7 +175,7 @@ func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.Tool
 			errs = append(errs, err)
 			continue
 		}
-		if readyPod([]*corev1.Pod{pod}) != nil {
+		if sandboxpod.ReadyPod([]*corev1.Pod{pod}) != nil {
 			p.ready = append(p.ready, pod)
 		} else {
 			p.starting = append(p.starting, pod)
@@ -213,11 +203,11 @@ func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.Tool
 // ensurePoolPolicy creates the pool's NetworkPolicy, before any of its members, and keeps it as
 // the record says (the allowed Services' pods and ports follow the Services, as a claim's do).
 func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool) error {
-	allowed, err := existingServices(c.svcLister, p.record.AllowedServices)
+	allowed, err := sandboxpod.ExistingServices(c.svcLister, p.record.AllowedServices)
 	if err != nil {
 		return err
 	}
-	want := buildPoolNetworkPolicy(reg, p.entry.Name, p.key, p.record, allowed)
+	want := sandboxpod.PoolNetworkPolicy(reg, p.entry.Name, p.key, p.record, allowed)
 	live, err := c.npLister.NetworkPolicies(reg.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
 		err = c.policies.Create(ctx, want)
@@ -262,7 +252,7 @@ func (c *PoolController) ensureMemberKey(ctx context.Context, pod *corev1.Pod) e
 	if err != nil {
 		return fmt.Errorf("deriving the key of warm member %s: %w", pod.Name, err)
 	}
-	err = c.secrets.Create(ctx, buildMemberSecret(pod, encoded))
+	err = c.secrets.Create(ctx, sandboxpod.MemberSecret(pod, encoded))
 	switch {
 	case err == nil:
 		c.keysWritten.Store(pod.UID, struct{}{})
@@ -287,8 +277,8 @@ func (c *PoolController) refill(ctx context.Context, reg *airlockv1alpha1.ToolRe
 			r.CancelAt(now)
 			return wait
 		}
-		name := memberName(reg.Name, p.entry.Name)
-		pod := buildMemberPod(reg, p.entry.Name, p.key, name, p.record)
+		name := sandboxpod.MemberName(reg.Name, p.entry.Name)
+		pod := sandboxpod.MemberPod(reg, p.entry.Name, p.key, name, p.record)
 		c.created.expect(reg.Namespace, name, p.key)
 		if err := c.pods.Create(ctx, pod); err != nil {
 			c.created.seen(reg.Namespace, name)

@@ -15,6 +15,20 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+)
+
+// What sync-back Jobs are built with.
+const (
+	LabelSyncOf            = airlockv1alpha1.LabelSyncOf
+	AnnotationSyncAttempt  = airlockv1alpha1.AnnotationSyncAttempt
+	AnnotationSyncFailures = airlockv1alpha1.AnnotationSyncFailures
+	// syncContainerName is the sync-back container's name.
+	syncContainerName = "sync"
+	// contentMountPath is where sync-back Jobs mount the content PVC.
+	contentMountPath = "/content"
+	// contentVolumeName is the content PVC's volume in sync-back Jobs.
+	contentVolumeName = "content"
 )
 
 // Sync-back (SPEC section 3, "Reaping"): a Job copies the Reaping claim's workspace into its
@@ -254,4 +268,56 @@ func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.
 		}
 	}
 	return nil
+}
+
+// workspaceClaimName is the class's content PVC, defaulted: only for the sync-back of a claim
+// admitted before records existed (every other reader uses the record's).
+func workspaceClaimName(class *airlockv1alpha1.SandboxClass) string {
+	if class.Spec.WorkspaceClaimName == "" {
+		return sandboxpod.DefaultWorkspaceClaimName
+	}
+	return class.Spec.WorkspaceClaimName
+}
+
+// syncJobName is the name of the claim's sync-back Job.
+func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
+	return claim.Name + "-sync"
+}
+
+// buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
+// airlock) copying workspaceDir into targetPath inside the content PVC, and removing the
+// workspace afterwards when removeWorkspace is set (syncJobArgs). It does not retry by
+// itself (backoffLimit 0): the controller retries with its own backoff. An attempt ends by
+// syncDeadline (activeDeadlineSeconds) whatever happens to its pod.
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool) *batchv1.Job {
+	meta := sandboxpod.ChildMeta(claim, syncJobName(claim))
+	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
+	return &batchv1.Job{
+		ObjectMeta: meta,
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: claim.Name}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext:              sandboxpod.RestrictedPodSecurityContext(),
+					Containers: []corev1.Container{{
+						Name:  syncContainerName,
+						Image: image,
+						Args:  syncJobArgs(claim, removeWorkspace),
+
+						VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
+						SecurityContext:          sandboxpod.RestrictedContainerSecurityContext(),
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
+					}}},
+				},
+			},
+		},
+	}
 }

@@ -163,3 +163,32 @@ func TestSyncBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildSyncJob(t *testing.T) {
+	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
+	claim.Spec.TargetPath = "projects/demo"
+	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2, false)
+	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
+		t.Errorf("job meta %+v", job.ObjectMeta)
+	}
+	if *job.Spec.BackoffLimit != 0 || job.Spec.TTLSecondsAfterFinished != nil {
+		t.Errorf("backoffLimit %d ttl %v, want 0 and unset", *job.Spec.BackoffLimit, job.Spec.TTLSecondsAfterFinished)
+	}
+	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d != 1800 {
+		t.Errorf("activeDeadlineSeconds %v, want 1800: every attempt ends", d)
+	}
+	pod := job.Spec.Template.Spec
+	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {
+		t.Error("sync pods carry the claim label: they would be taken for the claim's pod")
+	}
+	if pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("pod spec %+v", pod)
+	}
+	wantVolumes := []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}}
+	if diff := cmp.Diff(wantVolumes, pod.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+	if m := pod.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/content" {
+		t.Errorf("mounts %+v", m)
+	}
+}

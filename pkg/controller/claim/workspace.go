@@ -39,6 +39,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/syncback"
 )
 
@@ -58,11 +59,6 @@ const (
 	messageSyncWaitOlder   = "claim %s, older, syncs back into %s first"
 )
 
-// sandboxesDir is the directory of a namespace's workspaces inside the content volume.
-func sandboxesDir(namespace string) string {
-	return namespace + "/sandboxes"
-}
-
 // syncJobArgs are the arguments of the claim's sync-back Job: copy the workspace into the
 // targetPath and, with removeWorkspace, remove it once the copy is in place; for a claim without a
 // targetPath (then always with removeWorkspace) only remove it.
@@ -70,9 +66,9 @@ func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []st
 	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + workspaceDirOf(claim)}
 	switch {
 	case claim.Spec.TargetPath == "":
-		return append(args, "--remove-only", "--sandboxes-dir="+sandboxesDir(claim.Namespace))
+		return append(args, "--remove-only", "--sandboxes-dir="+sandboxpod.SandboxesDir(claim.Namespace))
 	case removeWorkspace:
-		return append(args, "--to="+claim.Spec.TargetPath, "--remove-source", "--sandboxes-dir="+sandboxesDir(claim.Namespace))
+		return append(args, "--to="+claim.Spec.TargetPath, "--remove-source", "--sandboxes-dir="+sandboxpod.SandboxesDir(claim.Namespace))
 	}
 	return append(args, "--to="+claim.Spec.TargetPath)
 }
@@ -80,7 +76,7 @@ func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []st
 // workspaceRemovable says whether the claim's workspace is one the operator made and may remove:
 // no mount role, and a workspaceDir of the shape the operator gives workspaces.
 func workspaceRemovable(claim *airlockv1alpha1.SandboxClaim) bool {
-	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(workspaceDirOf(claim), sandboxesDir(claim.Namespace)) == nil
+	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(workspaceDirOf(claim), sandboxpod.SandboxesDir(claim.Namespace)) == nil
 }
 
 // workspaceUser returns another live claim in the cache whose workspace is the claim's, lies

@@ -1,4 +1,4 @@
-package claim
+package sandboxpod
 
 // Bounded sandboxes (docs/decisions.md, "Bounded sandboxes"): every sandbox container has a
 // request and a limit of CPU, memory and ephemeral storage. A class sets any of them; what it

@@ -1,4 +1,4 @@
-package claim
+package sandboxpod
 
 // What the operator builds for a warm pool (docs/decisions.md, "Warm pools"): members, each a
 // sandbox pod built exactly as a claim's would be from the registry entry's record (restricted
@@ -38,12 +38,12 @@ const (
 	memberPrefixMax = 63 - 1 - memberSuffixLen
 )
 
-// poolKey identifies a pool: the registry (by UID: a registry deleted and created again has
+// PoolKey identifies a pool: the registry (by UID: a registry deleted and created again has
 // other members), the entry, and the record its members are built from. A member whose key is
 // not its entry's current one is stale (the class or the entry changed) and, while idle,
 // replaced; a claim adopts only a member of the key its own record gives, so that no claim gets
 // a member of another entry or of an older class or registry generation.
-func poolKey(registryUID types.UID, entry string, record *airlockv1alpha1.FrozenSandbox) string {
+func PoolKey(registryUID types.UID, entry string, record *airlockv1alpha1.FrozenSandbox) string {
 	data, _ := json.Marshal(record) // a struct of plain fields: cannot fail
 	h := sha256.New()
 	h.Write([]byte(registryUID))
@@ -54,8 +54,8 @@ func poolKey(registryUID types.UID, entry string, record *airlockv1alpha1.Frozen
 	return hex.EncodeToString(h.Sum(nil))[:20]
 }
 
-// memberName returns a new member's name: <registry>-<entry>, cut, and 12 random characters.
-func memberName(registry, entry string) string {
+// MemberName returns a new member's name: <registry>-<entry>, cut, and 12 random characters.
+func MemberName(registry, entry string) string {
 	prefix := registry + "-" + entry
 	if len(prefix) > memberPrefixMax {
 		prefix = strings.TrimRight(prefix[:memberPrefixMax], "-.")
@@ -63,19 +63,19 @@ func memberName(registry, entry string) string {
 	return prefix + "-" + utilrand.String(memberSuffixLen)
 }
 
-// memberWorkspaceDir is a member's workspace inside the content PVC: its own, fresh, made by
+// MemberWorkspaceDir is a member's workspace inside the content PVC: its own, fresh, made by
 // the kubelet when the pod starts; a claim that adopts the member works (and is synced back) from it.
-func memberWorkspaceDir(namespace, member string) string {
-	return sandboxesDir(namespace) + "/" + syncback.WarmDir + "/" + member
+func MemberWorkspaceDir(namespace, member string) string {
+	return SandboxesDir(namespace) + "/" + syncback.WarmDir + "/" + member
 }
 
-// memberSecretName is the name of a member's key Secret.
-func memberSecretName(member string) string {
+// MemberSecretName is the name of a member's key Secret.
+func MemberSecretName(member string) string {
 	return member + "-key"
 }
 
-// poolPolicyName is the name of a pool's NetworkPolicy.
-func poolPolicyName(entry, key string) string {
+// PoolPolicyName is the name of a pool's NetworkPolicy.
+func PoolPolicyName(entry, key string) string {
 	prefix := entry
 	if len(prefix) > 40 {
 		prefix = strings.TrimRight(prefix[:40], "-.")
@@ -83,16 +83,16 @@ func poolPolicyName(entry, key string) string {
 	return prefix + "-warm-" + key[:12]
 }
 
-// registryRef makes the registry the controller of a pool object.
-func registryRef(reg *airlockv1alpha1.ToolRegistry) metav1.OwnerReference {
+// RegistryRef makes the registry the controller of a pool object.
+func RegistryRef(reg *airlockv1alpha1.ToolRegistry) metav1.OwnerReference {
 	return *metav1.NewControllerRef(reg, airlockv1alpha1.SchemeGroupVersion.WithKind("ToolRegistry"))
 }
 
-// memberLabels are the labels of an idle member: LabelClaim with no value (claimed by nobody,
+// MemberLabels are the labels of an idle member: LabelClaim with no value (claimed by nobody,
 // and so in the operator's filtered cache), its registry, entry, pool and name.
-func memberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) map[string]string {
+func MemberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) map[string]string {
 	return map[string]string{
-		LabelClaim:                        "",
+		airlockv1alpha1.LabelClaim:        "",
 		airlockv1alpha1.LabelSandbox:      entry,
 		airlockv1alpha1.LabelWarmRegistry: reg.Name,
 		airlockv1alpha1.LabelWarmPool:     key,
@@ -100,10 +100,10 @@ func memberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) 
 	}
 }
 
-// memberArgs are the record's args and the member's key file: no token and no tool list, both
+// MemberArgs are the record's args and the member's key file: no token and no tool list, both
 // come with the adopting claim's token (docs/decisions.md, "Warm members: the token is the
 // adoption").
-func memberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
+func MemberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
 	args := append([]string(nil), record.Args...)
 	if len(args) == 0 {
 		args = append(args, defaultArgs...)
@@ -111,31 +111,31 @@ func memberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
 	return append(args, "--warm-key-file="+MemberKeyFile)
 }
 
-// buildMemberPod returns a new member's pod, controlled by the registry.
-func buildMemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
+// MemberPod returns a new member's pod, controlled by the registry.
+func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
 	meta := metav1.ObjectMeta{
 		Name:            member,
 		Namespace:       reg.Namespace,
-		Labels:          memberLabels(reg, entry, key, member),
-		OwnerReferences: []metav1.OwnerReference{registryRef(reg)},
+		Labels:          MemberLabels(reg, entry, key, member),
+		OwnerReferences: []metav1.OwnerReference{RegistryRef(reg)},
 	}
 	secret := corev1.Volume{Name: memberKeyVolumeName, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{
-			SecretName:  memberSecretName(member),
+			SecretName:  MemberSecretName(member),
 			Items:       []corev1.KeyToPath{{Key: memberKeyField, Path: memberKeyField}},
 			DefaultMode: ptr.To[int32](0o440),
 		},
 	}}
 	mount := corev1.VolumeMount{Name: memberKeyVolumeName, MountPath: MemberKeyMountPath, ReadOnly: true}
-	return sandboxPod(meta, record, memberWorkspaceDir(reg.Namespace, member), memberArgs(record), secret, mount)
+	return sandboxPod(meta, record, MemberWorkspaceDir(reg.Namespace, member), MemberArgs(record), secret, mount)
 }
 
-// buildMemberSecret returns a member's key Secret, controlled by its pod: created after the pod
+// MemberSecret returns a member's key Secret, controlled by its pod: created after the pod
 // (which does not start before it exists) and gone with it.
-func buildMemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
+func MemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      memberSecretName(pod.Name),
+			Name:      MemberSecretName(pod.Name),
 			Namespace: pod.Namespace,
 			Labels: map[string]string{
 				airlockv1alpha1.LabelWarmMember: pod.Name,
@@ -151,36 +151,27 @@ func buildMemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
 	}
 }
 
-// buildPoolNetworkPolicy returns a pool's NetworkPolicy: the one a claim of the record gets,
+// PoolNetworkPolicy returns a pool's NetworkPolicy: the one a claim of the record gets,
 // selecting the pool's members by their pool label (an adopted member keeps it until its claim's
 // own policy is in place: leavePool).
-func buildPoolNetworkPolicy(reg *airlockv1alpha1.ToolRegistry, entry, key string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+func PoolNetworkPolicy(reg *airlockv1alpha1.ToolRegistry, entry, key string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      poolPolicyName(entry, key),
+			Name:      PoolPolicyName(entry, key),
 			Namespace: reg.Namespace,
 			Labels: map[string]string{
-				LabelClaim:                        "",
+				airlockv1alpha1.LabelClaim:        "",
 				airlockv1alpha1.LabelSandbox:      entry,
 				airlockv1alpha1.LabelWarmRegistry: reg.Name,
 				airlockv1alpha1.LabelWarmPool:     key,
 			},
-			OwnerReferences: []metav1.OwnerReference{registryRef(reg)},
+			OwnerReferences: []metav1.OwnerReference{RegistryRef(reg)},
 		},
-		Spec: networkPolicySpec(reg.Namespace, map[string]string{airlockv1alpha1.LabelWarmPool: key}, record, allowed),
+		Spec: policySpec(reg.Namespace, map[string]string{airlockv1alpha1.LabelWarmPool: key}, record, allowed),
 	}
 }
 
-// warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
-// its own (not a session's, not a mount role's, not a Failed predecessor's).
-func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
-	return claim.Spec.MountRole == "" && claim.Spec.WorkspaceDir == sandboxesDir(claim.Namespace)+"/"+claim.Name
-}
-
-// workspaceDirOf is the claim's workspace inside the content PVC: its adopted member's, else its own.
-func workspaceDirOf(claim *airlockv1alpha1.SandboxClaim) string {
-	if claim.Status.Warm != nil && claim.Status.Warm.WorkspaceDir != "" {
-		return claim.Status.Warm.WorkspaceDir
-	}
-	return claim.Spec.WorkspaceDir
+// SandboxesDir is the directory of a namespace's workspaces inside the content volume.
+func SandboxesDir(namespace string) string {
+	return namespace + "/sandboxes"
 }

@@ -1,4 +1,4 @@
-package claim
+package sandboxpod
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package claim
+package sandboxpod
 
 import (
 	"testing"
@@ -13,26 +13,27 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
 
 func TestBuildPod(t *testing.T) {
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	class := newClass("codegen")
+	claim := sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	class := sandboxpodtest.Class("codegen")
 	class.Spec.RuntimeClassName = ptr.To("gvisor")
-	entry := &newRegistry("tools", "").Spec.Sandboxes[0]
-	p := buildPod(claim, freeze(class, entry))
+	entry := &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0]
+	p := ClaimPod(claim, Freeze(class, entry))
 
 	// One pod of the claim's name, controlled by it: a name is one object, so two pods never
 	// write one workspace.
-	if !metav1.IsControlledBy(p, claim) || p.Name != "c1" || p.Namespace != testNamespace {
+	if !metav1.IsControlledBy(p, claim) || p.Name != "c1" || p.Namespace != sandboxpodtest.Namespace {
 		t.Errorf("pod meta %+v", p.ObjectMeta)
 	}
 	// By UID too: a terminating pod of an earlier claim of the same name is never taken for it.
-	wantLabels := map[string]string{LabelClaim: "c1", LabelClaimUID: "uid-c1", airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName, airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox}
+	wantLabels := map[string]string{airlockv1alpha1.LabelClaim: "c1", LabelClaimUID: "uid-c1", airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName, airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox}
 	if diff := cmp.Diff(wantLabels, p.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}
-	if !labels.SelectorFromSet(selectorLabels(claim)).Matches(labels.Set(p.Labels)) || !labels.SelectorFromSet(policySelector(claim)).Matches(labels.Set(p.Labels)) {
+	if !labels.SelectorFromSet(SelectorLabels(claim)).Matches(labels.Set(p.Labels)) || !labels.SelectorFromSet(PolicySelector(claim)).Matches(labels.Set(p.Labels)) {
 		t.Error("the pod is not selected by its claim's selector or policy")
 	}
 	pod := p.Spec
@@ -67,7 +68,7 @@ func TestBuildPod(t *testing.T) {
 	wantMounts := []corev1.VolumeMount{
 		{Name: "workspace", MountPath: "/workspace", SubPath: "team-a/sandboxes/c1"},
 		{Name: "cache", MountPath: "/sandbox-cache"},
-		{Name: tokenVolumeName, MountPath: TokenMountPath, ReadOnly: true},
+		{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true},
 	}
 	if diff := cmp.Diff(wantMounts, ctr.VolumeMounts); diff != "" {
 		t.Errorf("mounts (-want +got):\n%s", diff)
@@ -76,7 +77,7 @@ func TestBuildPod(t *testing.T) {
 	wantVolumes := []corev1.Volume{
 		{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}},
 		{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
-		{Name: tokenVolumeName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		{Name: TokenVolumeName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: "c1", Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}, DefaultMode: ptr.To[int32](0o440),
 		}}},
 	}
@@ -87,7 +88,7 @@ func TestBuildPod(t *testing.T) {
 	// An entry that allows every tool: the full list, explicit (sandboxd reads no flag as "every
 	// tool", so a missing flag would be a policy nobody wrote).
 	entry.AllowedTools = nil
-	p = buildPod(claim, freeze(class, entry))
+	p = ClaimPod(claim, Freeze(class, entry))
 	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace",
 		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol,change_function_signature,edit_function_body,insert_after_method,tests_covering,run_script,search_code",
 		"--auth-token-file=/var/run/airlock/auth/token"}
@@ -117,24 +118,24 @@ func TestPullPolicyAndResources(t *testing.T) {
 }
 
 func TestAddresses(t *testing.T) {
-	class := newClass("codegen")
+	class := sandboxpodtest.Class("codegen")
 	class.Spec.Ports = append(class.Spec.Ports, airlockv1alpha1.SandboxPort{Name: "preview", Port: 3000})
-	record := freeze(class, &newRegistry("tools", "").Spec.Sandboxes[0])
+	record := Freeze(class, &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
 	wantAddresses := []airlockv1alpha1.ClaimAddress{
 		{Name: "mcp", URL: "http://10.244.0.17:8080"},
 		{Name: "preview", URL: "http://10.244.0.17:3000"},
 	}
-	if diff := cmp.Diff(wantAddresses, addresses("10.244.0.17", record)); diff != "" {
+	if diff := cmp.Diff(wantAddresses, Addresses("10.244.0.17", record)); diff != "" {
 		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
-	if got := addresses("fd00:10:96::17", record)[0].URL; got != "http://[fd00:10:96::17]:8080" {
+	if got := Addresses("fd00:10:96::17", record)[0].URL; got != "http://[fd00:10:96::17]:8080" {
 		t.Errorf("IPv6 address %q, want http://[fd00:10:96::17]:8080", got)
 	}
 }
 
 func TestBuildNetworkPolicy(t *testing.T) {
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	record := freeze(newClass("codegen"), &newRegistry("tools", "").Spec.Sandboxes[0])
+	claim := sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	record := Freeze(sandboxpodtest.Class("codegen"), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	port := func(p corev1.Protocol, v intstr.IntOrString) networkingv1.NetworkPolicyPort {
 		return networkingv1.NetworkPolicyPort{Protocol: ptr.To(p), Port: ptr.To(v)}
@@ -145,7 +146,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	}}
 
 	t.Run("no allowed Services reaches nothing, not even DNS", func(t *testing.T) {
-		np := buildNetworkPolicy(claim, record, nil)
+		np := ClaimNetworkPolicy(claim, record, nil)
 		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes); diff != "" {
 			t.Errorf("policyTypes (-want +got):\n%s", diff)
 		}
@@ -156,7 +157,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 			t.Errorf("ingress (-want +got):\n%s", diff)
 		}
 		// By name only: every pod of the claim's name, an earlier claim's still terminating too.
-		if diff := cmp.Diff(map[string]string{LabelClaim: "c1"}, np.Spec.PodSelector.MatchLabels); diff != "" {
+		if diff := cmp.Diff(map[string]string{airlockv1alpha1.LabelClaim: "c1"}, np.Spec.PodSelector.MatchLabels); diff != "" {
 			t.Errorf("podSelector (-want +got):\n%s", diff)
 		}
 	})
@@ -173,7 +174,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	t.Run("an allowed Service that does not exist yet: DNS only", func(t *testing.T) {
 		withServices := record.DeepCopy()
 		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
-		np := buildNetworkPolicy(claim, withServices, nil)
+		np := ClaimNetworkPolicy(claim, withServices, nil)
 		if diff := cmp.Diff([]networkingv1.NetworkPolicyEgressRule{dns}, np.Spec.Egress); diff != "" {
 			t.Errorf("egress (-want +got):\n%s", diff)
 		}
@@ -193,7 +194,7 @@ func TestBuildNetworkPolicy(t *testing.T) {
 		}
 		withServices := record.DeepCopy()
 		withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}, {Namespace: "infra", Name: "external"}}
-		np := buildNetworkPolicy(claim, withServices, allowed)
+		np := ClaimNetworkPolicy(claim, withServices, allowed)
 		want := []networkingv1.NetworkPolicyEgressRule{
 			{
 				To: []networkingv1.NetworkPolicyPeer{{
@@ -215,51 +216,22 @@ func TestBuildNetworkPolicy(t *testing.T) {
 }
 
 func TestUseTokenSecret(t *testing.T) {
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	d := buildPod(claim, testRecord())
-	if got := tokenSecretOf(d); got != "c1" {
+	claim := sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	d := ClaimPod(claim, testRecord())
+	if got := TokenSecretOf(d); got != "c1" {
 		t.Fatalf("token volume names %q before, want c1", got)
 	}
-	useTokenSecret(d, "c1-token-0123456789ab")
-	if got := tokenSecretOf(d); got != "c1-token-0123456789ab" {
+	UseTokenSecret(d, "c1-token-0123456789ab")
+	if got := TokenSecretOf(d); got != "c1-token-0123456789ab" {
 		t.Errorf("token volume names %q, want c1-token-0123456789ab", got)
 	}
 }
 
 func TestBuildSecret(t *testing.T) {
 	a := "a-derived-token"
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimBinding, t0)
-	s := buildSecret(claim, "c1-token-0123456789ab", a)
+	claim := sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	s := TokenSecret(claim, "c1-token-0123456789ab", a)
 	if s.Name != "c1-token-0123456789ab" || s.Type != corev1.SecretTypeOpaque || string(s.Data[TokenKey]) != a || !metav1.IsControlledBy(s, claim) {
 		t.Errorf("secret %+v", s)
-	}
-}
-
-func TestBuildSyncJob(t *testing.T) {
-	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
-	claim.Spec.TargetPath = "projects/demo"
-	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2, false)
-	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
-		t.Errorf("job meta %+v", job.ObjectMeta)
-	}
-	if *job.Spec.BackoffLimit != 0 || job.Spec.TTLSecondsAfterFinished != nil {
-		t.Errorf("backoffLimit %d ttl %v, want 0 and unset", *job.Spec.BackoffLimit, job.Spec.TTLSecondsAfterFinished)
-	}
-	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d != 1800 {
-		t.Errorf("activeDeadlineSeconds %v, want 1800: every attempt ends", d)
-	}
-	pod := job.Spec.Template.Spec
-	if _, ok := job.Spec.Template.Labels[LabelClaim]; ok {
-		t.Error("sync pods carry the claim label: they would be taken for the claim's pod")
-	}
-	if pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken || !*pod.SecurityContext.RunAsNonRoot {
-		t.Errorf("pod spec %+v", pod)
-	}
-	wantVolumes := []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}}
-	if diff := cmp.Diff(wantVolumes, pod.Volumes); diff != "" {
-		t.Errorf("volumes (-want +got):\n%s", diff)
-	}
-	if m := pod.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/content" {
-		t.Errorf("mounts %+v", m)
 	}
 }

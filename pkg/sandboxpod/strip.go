@@ -1,4 +1,4 @@
-package claim
+package sandboxpod
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +37,7 @@ func StripPod(obj any) (any, error) {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image, Args: c.Args})
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == tokenVolumeName && v.Secret != nil {
+		if v.Name == TokenVolumeName && v.Secret != nil {
 			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: v.Secret.SecretName},
 			}})
@@ -62,4 +62,25 @@ func stripContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatu
 		out = append(out, stripped)
 	}
 	return out
+}
+
+// StripService is the transform of the allowed-Service informer: it keeps of a Service only what
+// a NetworkPolicy is built from (namespace, name, selector, ports) and what a cache needs (uid,
+// resourceVersion), so that caching every Service of a large cluster costs little memory.
+// Anything else (a tombstone) passes through.
+func StripService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              svc.Name,
+			Namespace:         svc.Namespace,
+			UID:               svc.UID,
+			ResourceVersion:   svc.ResourceVersion,
+			DeletionTimestamp: svc.DeletionTimestamp,
+		},
+		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
+	}, nil
 }

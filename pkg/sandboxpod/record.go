@@ -1,0 +1,112 @@
+package sandboxpod
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
+)
+
+// What a claim runs is frozen at admission (SPEC section 3). When the leader moves a claim to
+// Binding it writes, in the same status update, status.frozen: the class and the registry entry
+// as they are at that moment, every default spelled out and the tool list always explicit. From
+// then on the claim's children are built and repaired from that record only; the live class and
+// registry are never read for a Binding, Bound or Reaping claim, so editing or deleting them
+// never changes (nor widens) a running sandbox. A replacement is a new claim, admitted and frozen
+// on its own: it gets the class and entry as they are when it is admitted.
+
+const (
+	// DefaultWorkspaceClaimName is SandboxClass.spec.workspaceClaimName's default.
+	DefaultWorkspaceClaimName = airlockv1alpha1.DefaultWorkspaceClaimName
+	// DefaultStartupTimeout is SandboxClass.spec.startupTimeout's default.
+	DefaultStartupTimeout = airlockv1alpha1.DefaultStartupTimeout
+)
+
+// defaultArgs are SandboxClass.spec.args' default.
+var defaultArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"}
+
+// defaultPorts are SandboxClass.spec.ports' default.
+var defaultPorts = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
+
+// Freeze returns what a claim of the registry entry runs when built from class now.
+func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.RegistrySandbox) *airlockv1alpha1.FrozenSandbox {
+	spec := class.Spec.DeepCopy()
+	r := &airlockv1alpha1.FrozenSandbox{
+		ClassGeneration:    class.Generation,
+		Image:              spec.Image,
+		Args:               spec.Args,
+		Ports:              spec.Ports,
+		Env:                spec.Env,
+		Resources:          boundedResources(spec.Resources),
+		RuntimeClassName:   spec.RuntimeClassName,
+		Volumes:            spec.Volumes,
+		WorkspaceClaimName: spec.WorkspaceClaimName,
+		AllowedTools:       allowedTools(entry),
+		AllowedServices:    spec.AllowedServices,
+		StartupTimeout:     metav1.Duration{Duration: DefaultStartupTimeout},
+	}
+	if len(r.Args) == 0 {
+		r.Args = append([]string(nil), defaultArgs...)
+	}
+	if len(r.Ports) == 0 {
+		r.Ports = append([]airlockv1alpha1.SandboxPort(nil), defaultPorts...)
+	}
+	if r.WorkspaceClaimName == "" {
+		r.WorkspaceClaimName = DefaultWorkspaceClaimName
+	}
+	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
+		r.StartupTimeout = *d
+	}
+	return r
+}
+
+// allowedTools is the entry's tool list made explicit: every tool sandboxd has (toolnames.All)
+// when the entry lists none.
+func allowedTools(entry *airlockv1alpha1.RegistrySandbox) []airlockv1alpha1.ToolName {
+	if len(entry.AllowedTools) > 0 {
+		return append([]airlockv1alpha1.ToolName(nil), entry.AllowedTools...)
+	}
+	all := toolnames.All()
+	out := make([]airlockv1alpha1.ToolName, len(all))
+	for i, name := range all {
+		out[i] = airlockv1alpha1.ToolName(name)
+	}
+	return out
+}
+
+// StartupTimeout is the record's startupTimeout, defaulted.
+func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
+	if r.StartupTimeout.Duration <= 0 {
+		return DefaultStartupTimeout
+	}
+	return r.StartupTimeout.Duration
+}
+
+// ClassConflict says why the pod of class cannot be built, or "": a volume that takes the name or
+// the mount path of the claim's token volume (the API server would refuse the Deployment, and the
+// claim would wait for its startupTimeout to fail).
+func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
+	for _, v := range class.Spec.Volumes {
+		switch {
+		case v.Name == TokenVolumeName:
+			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
+		case v.MountPath == TokenMountPath:
+			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
+		}
+	}
+	return ""
+}
+
+// WarmClassConflict says why a member of class cannot be built: a volume that takes the name
+// or the mount path of the member's key.
+func WarmClassConflict(class *airlockv1alpha1.SandboxClass) string {
+	for _, v := range class.Spec.Volumes {
+		if v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath {
+			return fmt.Sprintf("SandboxClass %q: volume %q takes the name or the mount path (%s) of a warm member's key", class.Name, v.Name, MemberKeyMountPath)
+		}
+	}
+	return ""
+}
