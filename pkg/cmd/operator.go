@@ -23,7 +23,7 @@ import (
 	componentbaseoptions "k8s.io/component-base/config/options"
 	"k8s.io/klog/v2"
 
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
@@ -94,7 +94,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 		Controllers: &ControllerOptions{
 			Workers:        4,
 			SyncImage:      "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
-			WarmRefillRate: claim.DefaultRefillRate,
+			WarmRefillRate: warmpool.DefaultRefillRate,
 		},
 	}
 }

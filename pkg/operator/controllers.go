@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
@@ -74,7 +75,7 @@ type controllerDescriptor struct {
 func newControllerDescriptors() []controllerDescriptor {
 	return []controllerDescriptor{
 		{name: claim.ControllerName, init: startClaimController},
-		{name: claim.PoolControllerName, init: startPoolController},
+		{name: warmpool.ControllerName, init: startPoolController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
 	}
@@ -120,9 +121,9 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 	}
 	rate := cc.WarmRefillRate
 	if rate <= 0 {
-		rate = claim.DefaultRefillRate
+		rate = warmpool.DefaultRefillRate
 	}
-	c, err := claim.NewPoolController(ctx, kube, air, claim.PoolInformers{
+	c, err := warmpool.NewController(ctx, kube, air, warmpool.Informers{
 		Registries:      airlock.ToolRegistries(),
 		Classes:         airlock.SandboxClasses(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),

@@ -12,7 +12,6 @@ package claim
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +23,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
+
+// warmMembers finds the members of a warm pool that a claim may adopt (warmpool.Members).
+type warmMembers interface {
+	// Idle returns the Ready, idle members of the pool of the registry's entry built from
+	// record, that the registry controls, oldest first.
+	Idle(reg *airlockv1alpha1.ToolRegistry, entry string, record *airlockv1alpha1.FrozenSandbox) ([]*corev1.Pod, error)
+}
 
 // ReasonWarmMember is the Ready reason of a claim Bound to an adopted warm member.
 const ReasonWarmMember = "WarmMember"
@@ -49,21 +56,12 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *
 	if err != nil || entry == nil || entry.Warm <= 0 {
 		return nil, false, err
 	}
-	candidates, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(labels.Set{
-		airlockv1alpha1.LabelWarmPool: sandboxpod.PoolKey(reg.UID, entry.Name, record),
-		LabelClaim:                    "",
-	}))
+	candidates, err := c.warm.Idle(reg, entry.Name, record)
 	if err != nil {
 		return nil, true, err
 	}
-	sort.Slice(candidates, func(i, j int) bool {
-		if !candidates[i].CreationTimestamp.Equal(&candidates[j].CreationTimestamp) {
-			return candidates[i].CreationTimestamp.Before(&candidates[j].CreationTimestamp)
-		}
-		return candidates[i].Name < candidates[j].Name
-	})
 	for _, pod := range candidates {
-		if tried[pod.UID] || !metav1.IsControlledBy(pod, reg) || sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil {
+		if tried[pod.UID] {
 			continue
 		}
 		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); !taken {
@@ -182,7 +180,7 @@ func (c *Controller) releaseMember(ctx context.Context, claim *airlockv1alpha1.S
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Deleting the warm member of a claim that is not admitted", "claim", klog.KObj(claim), "member", klog.KObj(member))
-	return ignoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID))
+	return objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID))
 }
 
 // writeWarmAdmitted writes the admission of an undecided claim bound to its adopted member: the

@@ -22,29 +22,16 @@ import (
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
 
 // warmRegistry is the fixture's registry with warm members wanted for its sandbox.
-func warmRegistry(warm int32) *airlockv1alpha1.ToolRegistry {
-	reg := newRegistry("tools", "")
-	reg.UID = "uid-reg-tools"
-	reg.Spec.Sandboxes[0].Warm = warm
-	return reg
-}
+func warmRegistry(warm int32) *airlockv1alpha1.ToolRegistry { return sandboxpodtest.WarmRegistry(warm) }
 
 // warmMember returns an idle member of reg's sandbox built from record, Ready at ip when ip is set.
 func warmMember(reg *airlockv1alpha1.ToolRegistry, name string, record *airlockv1alpha1.FrozenSandbox, created time.Time, ip string) *corev1.Pod {
 	entry := reg.Spec.Sandboxes[0].Name
-	pod := sandboxpod.MemberPod(reg, entry, sandboxpod.PoolKey(reg.UID, entry, record), name, record)
-	pod.UID = types.UID("uid-" + name)
-	pod.ResourceVersion = "7"
-	pod.CreationTimestamp = metav1.NewTime(created)
-	if ip != "" {
-		pod.Status.Phase = corev1.PodRunning
-		pod.Status.PodIP = ip
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	}
-	return pod
+	return sandboxpodtest.AsCached(sandboxpod.MemberPod(reg, entry, sandboxpod.PoolKey(reg.UID, entry, record), name, record), created, ip)
 }
 
 // warmFixture is a fixture whose registry wants warm members, with the given members cached.

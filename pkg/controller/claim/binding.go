@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -172,7 +173,7 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 	}
 	if member.DeletionTimestamp == nil {
 		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
-		if err := ignoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID)); err != nil {
+		if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID)); err != nil {
 			return false, err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -97,7 +98,7 @@ func (c *Controller) ensureChildrenIfSeen(ctx context.Context, claim *airlockv1a
 // claim closed and acquired again can meet its predecessor's) is never adopted: it is deleted, if
 // it is not being deleted already, and the claim waits for it to go (errPredecessorChild; its
 // deletion enqueues the claim, by the owner's name).
-func controlled[T metav1.Object](ctx context.Context, c *Controller, claim *airlockv1alpha1.SandboxClaim, child T, kind string, writer objectControl[T]) error {
+func controlled[T metav1.Object](ctx context.Context, c *Controller, claim *airlockv1alpha1.SandboxClaim, child T, kind string, writer objectcontrol.Interface[T]) error {
 	if metav1.IsControlledBy(child, claim) {
 		return nil
 	}
@@ -195,13 +196,13 @@ func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}
 	if !containersMatch(live.Spec.Containers, want.Spec.Containers) || sandboxpod.TokenSecretOf(live) != sandboxpod.TokenSecretOf(want) {
 		klog.FromContext(ctx).V(2).Info("The claim's pod does not run what its record says; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(live))
-		return ignoreGone(c.children.pods.Delete(ctx, live.Namespace, live.Name, live.UID))
+		return objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, live.Namespace, live.Name, live.UID))
 	}
 	if _, labelsChanged := mergeLabels(live.Labels, want.Labels); !labelsChanged {
 		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("Repairing the claim's pod labels", "claim", klog.KObj(claim))
-	return ignoreGone(c.children.pods.PatchLabels(ctx, live.Namespace, live.Name, live.UID, want.Labels))
+	return objectcontrol.IgnoreGone(c.children.pods.PatchLabels(ctx, live.Namespace, live.Name, live.UID, want.Labels))
 }
 
 // containersMatch says whether the live containers are want's: the same names, images and args.
@@ -217,15 +218,6 @@ func containersMatch(live, want []corev1.Container) bool {
 	return true
 }
 
-// ignoreGone treats a deletion that found the object gone, or another object in its place
-// (the UID precondition), as done.
-func ignoreGone(err error) error {
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	return err
-}
-
 // replaceEndedPod deletes the claim's own pod when it has ended (the kubelet evicted it, its node
 // went away): ensurePod creates it again, on the same workspace, once the deletion is seen. The
 // eviction is reported first (reportEviction), from the ended pod.
@@ -233,7 +225,7 @@ func (c *Controller) replaceEndedPod(ctx context.Context, claim *airlockv1alpha1
 	for _, pod := range pods {
 		if pod.DeletionTimestamp == nil && sandboxpod.Ended(pod) && metav1.IsControlledBy(pod, claim) {
 			klog.FromContext(ctx).V(2).Info("The claim's pod has ended; deleting it, to be created again", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "phase", pod.Status.Phase, "reason", pod.Status.Reason)
-			if err := ignoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
+			if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
 				return err
 			}
 		}
@@ -258,7 +250,7 @@ func (c *Controller) stopPods(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, claim) {
 			continue
 		}
-		if err := ignoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
+		if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {
 			return err
 		}
 	}
@@ -293,7 +285,7 @@ func (c *Controller) deleteLegacyDeployment(ctx context.Context, claim *airlockv
 		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("Deleting the claim's Deployment, built by an earlier version of the operator", "claim", klog.KObj(claim))
-	return ignoreGone(c.legacyDeployments.Delete(ctx, d.Namespace, d.Name, d.UID))
+	return objectcontrol.IgnoreGone(c.legacyDeployments.Delete(ctx, d.Namespace, d.Name, d.UID))
 }
 
 func (c *Controller) ensureNetworkPolicy(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *networkingv1.NetworkPolicy) error {
@@ -351,5 +343,5 @@ func (c *Controller) leavePool(ctx context.Context, claim *airlockv1alpha1.Sandb
 		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("The warm claim's own policy is in place; taking its pod out of the pool's", "claim", klog.KObj(claim), "pod", klog.KObj(pod))
-	return ignoreGone(c.children.adopter.DropLabel(ctx, pod, airlockv1alpha1.LabelWarmPool))
+	return objectcontrol.IgnoreGone(c.children.adopter.DropLabel(ctx, pod, airlockv1alpha1.LabelWarmPool))
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 )
 
@@ -35,17 +36,6 @@ type claimControl interface {
 	UpdateStatus(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error)
 	// Delete deletes a claim under preconditions; its children go in the background.
 	Delete(ctx context.Context, namespace, name string, preconditions *metav1.Preconditions) error
-}
-
-// objectControl writes one kind of a claim's children. Delete is always conditional on the
-// object's UID and leaves the object's own children to garbage collection in the background.
-// PatchLabels sets labels of the object with that UID (a merge patch: for an object whose cached
-// copy is stripped, StripPod, and so cannot be written back whole).
-type objectControl[T metav1.Object] interface {
-	Create(ctx context.Context, obj T) error
-	Update(ctx context.Context, obj T) error
-	PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error
-	Delete(ctx context.Context, namespace, name string, uid types.UID) error
 }
 
 // podAdopter moves an idle warm member to a claim: one merge patch of its owner references and
@@ -90,11 +80,11 @@ func (r realPodAdopter) DropLabel(ctx context.Context, pod *corev1.Pod, key stri
 
 // childControls are the writers of each kind of child.
 type childControls struct {
-	secrets         objectControl[*corev1.Secret]
-	pods            objectControl[*corev1.Pod]
+	secrets         objectcontrol.Interface[*corev1.Secret]
+	pods            objectcontrol.Interface[*corev1.Pod]
 	adopter         podAdopter
-	networkPolicies objectControl[*networkingv1.NetworkPolicy]
-	jobs            objectControl[*batchv1.Job]
+	networkPolicies objectcontrol.Interface[*networkingv1.NetworkPolicy]
+	jobs            objectcontrol.Interface[*batchv1.Job]
 }
 
 // legacyDeploymentControl reads and deletes the Deployment an earlier version of the operator
@@ -178,62 +168,13 @@ func (r realClaimControl) Delete(ctx context.Context, namespace, name string, pr
 	})
 }
 
-// typedClient is the part of a client-go typed client (one kind, one namespace) that
-// realObjectControl uses.
-type typedClient[T any] interface {
-	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
-	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-}
-
-// realObjectControl is objectControl on a client-go typed client.
-type realObjectControl[T metav1.Object] struct {
-	client func(namespace string) typedClient[T]
-}
-
-func (r realObjectControl[T]) Create(ctx context.Context, obj T) error {
-	_, err := r.client(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
-	return err
-}
-
-func (r realObjectControl[T]) Update(ctx context.Context, obj T) error {
-	_, err := r.client(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
-}
-
-func (r realObjectControl[T]) PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error {
-	// The UID in the patch is a precondition: the API server refuses to change it.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "labels": labels}})
-	if err != nil {
-		return err
-	}
-	_, err = r.client(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	return err
-}
-
-func (r realObjectControl[T]) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
-	return r.client(namespace).Delete(ctx, name, metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &uid},
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-	})
-}
-
 // realChildControls are the child writers on a kube clientset.
 func realChildControls(client kubernetes.Interface) childControls {
 	return childControls{
-		adopter: realPodAdopter{client: client},
-		secrets: realObjectControl[*corev1.Secret]{client: func(ns string) typedClient[*corev1.Secret] {
-			return client.CoreV1().Secrets(ns)
-		}},
-		pods: realObjectControl[*corev1.Pod]{client: func(ns string) typedClient[*corev1.Pod] {
-			return client.CoreV1().Pods(ns)
-		}},
-		networkPolicies: realObjectControl[*networkingv1.NetworkPolicy]{client: func(ns string) typedClient[*networkingv1.NetworkPolicy] {
-			return client.NetworkingV1().NetworkPolicies(ns)
-		}},
-		jobs: realObjectControl[*batchv1.Job]{client: func(ns string) typedClient[*batchv1.Job] {
-			return client.BatchV1().Jobs(ns)
-		}},
+		adopter:         realPodAdopter{client: client},
+		secrets:         objectcontrol.Secrets(client, FieldManager),
+		pods:            objectcontrol.Pods(client, FieldManager),
+		networkPolicies: objectcontrol.NetworkPolicies(client, FieldManager),
+		jobs:            objectcontrol.Jobs(client, FieldManager),
 	}
 }

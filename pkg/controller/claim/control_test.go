@@ -15,13 +15,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 )
 
 // fakeObjectControl is an objectControl that records the calls it gets and answers them with
 // the error set for their verb, or passes them on to next (the fixture's fake clientset) when
 // there is none.
 type fakeObjectControl[T metav1.Object] struct {
-	next                            objectControl[T]
+	next                            objectcontrol.Interface[T]
 	createErr, updateErr, deleteErr error
 
 	mu    sync.Mutex

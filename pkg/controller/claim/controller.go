@@ -45,6 +45,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
@@ -76,6 +77,8 @@ type Controller struct {
 	statusWrites statusWrites
 	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
 	podsChecked sync.Map
+	// warm finds the warm members a claim may adopt (adopt.go).
+	warm warmMembers
 	// adopting are the warm members (by pod UID) this process adopted or is adopting, so that two
 	// workers never try one member (adopt.go); forgotten when the pod is deleted.
 	adopting sync.Map
@@ -216,6 +219,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		jobsSynced:          informers.Jobs.Informer().HasSynced,
 		podLister:           informers.Pods.Lister(),
 		podsSynced:          informers.Pods.Informer().HasSynced,
+		warm:                warmpool.Members{Pods: informers.Pods.Lister()},
 
 		allowedServiceLister:  informers.AllowedServices.Lister(),
 		allowedServicesSynced: informers.AllowedServices.Informer().HasSynced,

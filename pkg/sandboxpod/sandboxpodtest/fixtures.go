@@ -76,3 +76,25 @@ func MarkReady(pod *corev1.Pod) {
 	pod.Status.PodIP = PodIP
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 }
+
+// WarmRegistry is Registry("tools", "") with warm members wanted for its sandbox.
+func WarmRegistry(warm int32) *airlockv1alpha1.ToolRegistry {
+	reg := Registry("tools", "")
+	reg.UID = "uid-reg-tools"
+	reg.Spec.Sandboxes[0].Warm = warm
+	return reg
+}
+
+// AsCached makes pod as the API server would return it, created at created, and Running and
+// Ready at ip when ip is set.
+func AsCached(pod *corev1.Pod, created time.Time, ip string) *corev1.Pod {
+	pod.UID = types.UID("uid-" + pod.Name)
+	pod.ResourceVersion = "7"
+	pod.CreationTimestamp = metav1.NewTime(created)
+	if ip != "" {
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.PodIP = ip
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	return pod
+}

@@ -1,4 +1,4 @@
-package claim
+package warmpool
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -38,7 +39,7 @@ type pool struct {
 
 // sync brings the registry's pools to their warm counts and writes its status. It returns
 // when to look again (a refill the rate limiter holds back, a status write held back).
-func (c *PoolController) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	reg, err := c.registryList.ToolRegistries(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -59,7 +60,7 @@ func (c *PoolController) sync(ctx context.Context, key cache.ObjectName) (*time.
 	inUse := map[string]bool{}         // pool keys of every member, idle or adopted
 	for _, pod := range members {
 		inUse[pod.Labels[airlockv1alpha1.LabelWarmPool]] = true
-		if metav1.IsControlledBy(pod, reg) && pod.Labels[LabelClaim] == "" {
+		if metav1.IsControlledBy(pod, reg) && pod.Labels[airlockv1alpha1.LabelClaim] == "" {
 			e := pod.Labels[airlockv1alpha1.LabelSandbox]
 			idle[e] = append(idle[e], pod)
 		}
@@ -105,7 +106,7 @@ func (c *PoolController) sync(ctx context.Context, key cache.ObjectName) (*time.
 }
 
 // poolOf returns the pool of an entry: what its members are built from now, or why none can be.
-func (c *PoolController) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1alpha1.RegistrySandbox) *pool {
+func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1alpha1.RegistrySandbox) *pool {
 	p := &pool{entry: entry}
 	if entry.Warm <= 0 {
 		return p
@@ -137,7 +138,7 @@ func (c *PoolController) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airloc
 // syncPool sorts the pool's idle members into ready and starting, deletes those that are stale
 // (another key: the class or the entry changed), ended, failing, or starting for longer than the
 // record's startupTimeout, and those beyond the warm count, and keeps the pool's policy.
-func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, idle []*corev1.Pod) error {
+func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, idle []*corev1.Pod) error {
 	var errs []error
 	if p.record != nil {
 		errs = append(errs, c.ensurePoolPolicy(ctx, reg, p))
@@ -202,7 +203,7 @@ func (c *PoolController) syncPool(ctx context.Context, reg *airlockv1alpha1.Tool
 
 // ensurePoolPolicy creates the pool's NetworkPolicy, before any of its members, and keeps it as
 // the record says (the allowed Services' pods and ports follow the Services, as a claim's do).
-func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool) error {
+func (c *Controller) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool) error {
 	allowed, err := sandboxpod.ExistingServices(c.svcLister, p.record.AllowedServices)
 	if err != nil {
 		return err
@@ -223,7 +224,7 @@ func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alp
 		return err
 	}
 	if !metav1.IsControlledBy(live, reg) {
-		return fmt.Errorf(MessageResourceExists, "NetworkPolicy", live.Name)
+		return fmt.Errorf(messageResourceExists, "NetworkPolicy", live.Name)
 	}
 	if apiequality.Semantic.DeepEqual(live.Spec, want.Spec) {
 		p.policyReady = true
@@ -244,7 +245,7 @@ func (c *PoolController) ensurePoolPolicy(ctx context.Context, reg *airlockv1alp
 // cannot vouch for (the operator may not read Secrets; another leader may have made it, or
 // someone else): the member is deleted, never adopted (fail closed). So a new leader replaces
 // the idle members of the previous term once.
-func (c *PoolController) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error {
+func (c *Controller) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error {
 	if _, ok := c.keysWritten.Load(pod.UID); ok {
 		return nil
 	}
@@ -266,7 +267,7 @@ func (c *PoolController) ensureMemberKey(ctx context.Context, pod *corev1.Pod) e
 
 // refill creates up to missing members of the pool, as the rate limiter allows, and returns how
 // long until it allows the next one (0: none missing any more).
-func (c *PoolController) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, missing int) time.Duration {
+func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, missing int) time.Duration {
 	if !p.policyReady && !p.policyCreated {
 		return 0 // no policy yet: no member; the policy's event brings the registry back
 	}
@@ -295,14 +296,14 @@ func (c *PoolController) refill(ctx context.Context, reg *airlockv1alpha1.ToolRe
 }
 
 // deleteMember deletes an idle member (its key Secret goes with it).
-func (c *PoolController) deleteMember(ctx context.Context, pod *corev1.Pod) error {
+func (c *Controller) deleteMember(ctx context.Context, pod *corev1.Pod) error {
 	c.keysWritten.Delete(pod.UID)
-	return ignoreGone(c.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID))
+	return objectcontrol.IgnoreGone(c.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID))
 }
 
 // collectPolicies deletes the registry's pool policies that no member (idle or adopted) and no
 // current pool uses.
-func (c *PoolController) collectPolicies(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, inUse map[string]bool) error {
+func (c *Controller) collectPolicies(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, inUse map[string]bool) error {
 	policies, err := c.npLister.NetworkPolicies(reg.Namespace).List(labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelWarmRegistry: reg.Name}))
 	if err != nil {
 		return err
@@ -317,14 +318,14 @@ func (c *PoolController) collectPolicies(ctx context.Context, reg *airlockv1alph
 			continue
 		}
 		klog.FromContext(ctx).V(2).Info("Deleting a warm pool policy no member uses", "registry", klog.KObj(reg), "policy", klog.KObj(np))
-		errs = append(errs, ignoreGone(c.policies.Delete(ctx, np.Namespace, np.Name, np.UID)))
+		errs = append(errs, objectcontrol.IgnoreGone(c.policies.Delete(ctx, np.Namespace, np.Name, np.UID)))
 	}
 	return errors.Join(errs...)
 }
 
 // writeStatus writes the registry's warm counts when they changed, at most once per
 // poolStatusInterval; it returns how long until a held-back write may go.
-func (c *PoolController) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, pools []*pool) (time.Duration, error) {
+func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, pools []*pool) (time.Duration, error) {
 	updated := reg.DeepCopy()
 	updated.Status.ObservedGeneration = reg.Generation
 	updated.Status.SandboxCount = int32(len(reg.Spec.Sandboxes))

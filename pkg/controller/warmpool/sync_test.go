@@ -1,4 +1,4 @@
-package claim
+package warmpool
 
 import (
 	"context"
@@ -36,12 +36,12 @@ func (k fakeMemberKeys) EncodedMemberKey(_ context.Context, namespace, member st
 
 // newPoolController builds a pool controller on the fixture's objects, creating at most rate
 // members per second.
-func (f *fixture) newPoolController(ctx context.Context, rate float64) *PoolController {
+func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	f.t.Helper()
 	f.newClients()
 	ai := airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	ki := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
-	c, err := newPoolController(ctx, f.kubeClient, f.airlockClient, PoolInformers{
+	c, err := newController(ctx, f.kubeClient, f.airlockClient, Informers{
 		Registries:      ai.Airlock().V1alpha1().ToolRegistries(),
 		Classes:         ai.Airlock().V1alpha1().SandboxClasses(),
 		Pods:            ki.Core().V1().Pods(),
@@ -113,7 +113,7 @@ func (f *fixture) createdOf(resource string) []metav1.Object {
 func TestPoolFillsBehindItsPolicy(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := poolFixture(t, 5, nil)
-	c := f.newPoolController(ctx, 2)
+	c := f.newController(ctx, 2)
 	requeue, err := c.sync(ctx, registryKey())
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +139,10 @@ func TestPoolFillsBehindItsPolicy(t *testing.T) {
 		if ref := metav1.GetControllerOf(pod); ref == nil || ref.Kind != "ToolRegistry" || ref.UID != "uid-reg-tools" {
 			t.Errorf("member %s controller %+v, want the registry", pod.Name, ref)
 		}
-		if pod.Labels[LabelClaim] != "" || pod.Labels[airlockv1alpha1.LabelWarmPool] != currentPolicy().Labels[airlockv1alpha1.LabelWarmPool] {
+		if pod.Labels[airlockv1alpha1.LabelClaim] != "" || pod.Labels[airlockv1alpha1.LabelWarmPool] != currentPolicy().Labels[airlockv1alpha1.LabelWarmPool] {
 			t.Errorf("member labels %v", pod.Labels)
 		}
-		if _, ok := pod.Labels[LabelClaim]; !ok {
+		if _, ok := pod.Labels[airlockv1alpha1.LabelClaim]; !ok {
 			t.Error("a member lacks the claim label: the operator's filtered cache would not see it")
 		}
 		args := pod.Spec.Containers[0].Args
@@ -189,10 +189,10 @@ func TestPoolMembersSorted(t *testing.T) {
 	slow := warmMember(reg, "tools-codegen-slowslowslo", record, t0.Add(-10*time.Minute), "")
 	// Adopted by c1, and of the old record: the claim's, never the pool's to replace.
 	adoptedPod := warmMember(reg, "tools-codegen-adoptedadop", sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.43")
-	warmBound("c1", adoptedPod, t0)
+	adoptBy("c1", adoptedPod)
 	f := poolFixture(t, 3, []*corev1.Pod{ready, starting, stale, ended, crashing, slow, adoptedPod}, currentPolicy())
 	f.clock.SetTime(now)
-	c := f.newPoolController(ctx, 100)
+	c := f.newController(ctx, 100)
 	c.keysWritten.Store(ready.UID, struct{}{}) // this process made the Ready one's key
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestMemberKeySecretTakenDeletesTheMember(t *testing.T) {
 	starting := warmMember(reg, "tools-codegen-startingstar", testRecord(), t0, "")
 	f := poolFixture(t, 1, []*corev1.Pod{starting}, currentPolicy())
 	f.secrets = append(f.secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: starting.Name + "-key", Namespace: testNamespace}})
-	c := f.newPoolController(ctx, 100)
+	c := f.newController(ctx, 100)
 	f.kubeClient.PrependReactor("create", "secrets", func(a core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, starting.Name+"-key")
 	})
@@ -263,7 +263,7 @@ func TestPoolSurplusAndRemovedEntries(t *testing.T) {
 	gone.Spec.Sandboxes[0].Name = "review"
 	orphan := warmMember(gone, "tools-review-orphanorphan", testRecord(), t0, "10.244.0.50")
 	f := poolFixture(t, 1, append(pods, startingPod, orphan), currentPolicy())
-	c := f.newPoolController(ctx, 100)
+	c := f.newController(ctx, 100)
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
@@ -301,10 +301,10 @@ func TestPoolPoliciesCollected(t *testing.T) {
 	olderRecord := sandboxpod.Freeze(olderClass, &reg.Spec.Sandboxes[0])
 	unused := sandboxpod.PoolNetworkPolicy(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", olderRecord), olderRecord, nil)
 	adopted := warmMember(reg, "tools-codegen-adoptedadop", oldRecord, t0, "10.244.0.43")
-	warmBound("c1", adopted, t0)
+	adoptBy("c1", adopted)
 	f := poolFixture(t, 2, []*corev1.Pod{adopted}, usedPolicy, unused)
 	f.classes = nil // the class is gone: the pool cannot be built
-	c := f.newPoolController(ctx, 100)
+	c := f.newController(ctx, 100)
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestPoolStatusWritesCoalesced(t *testing.T) {
 	reg := warmRegistry(1)
 	member := warmMember(reg, "tools-codegen-readyreadyre", testRecord(), t0, "10.244.0.40")
 	f := poolFixture(t, 1, []*corev1.Pod{member}, currentPolicy())
-	c := f.newPoolController(ctx, 100)
+	c := f.newController(ctx, 100)
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,11 @@
-package claim
-
-// The warm pool controller (issue 14; docs/decisions.md, "Warm pools"): for every ToolRegistry
+// Package warmpool is the warm pool controller (issue 14; docs/decisions.md, "Warm pools"): for every ToolRegistry
 // sandbox with warm: N, it keeps N members Ready and idle in the registry's namespace, built
 // from the entry's record as a claim of it would be, and replaces idle members that are stale
 // (the class or the entry changed), ended, or cannot start. It writes through a client of its
 // own and creates members at a bounded rate, so that refills never take the claim
-// controller's turn at the API server. Adoption is the claim controller's (adopt.go).
+// controller's turn at the API server. Adoption is the claim controller's (pkg/controller/claim,
+// adopt.go), which finds a pool's idle members through Members.
+package warmpool
 
 import (
 	"context"
@@ -31,14 +31,21 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 )
 
-// PoolControllerName is the pool controller's queue name and the field manager of its writes.
-const PoolControllerName = "airlock-warmpool-controller"
+// ControllerName is the pool controller's queue name and the field manager of its writes.
+const ControllerName = "airlock-warmpool-controller"
+
+// Messages of a pool that cannot be built.
+const (
+	messageClassNotFound  = "SandboxClass %q not found"
+	messageResourceExists = "%s %q already exists and is not controlled by the registry"
+)
 
 const (
 	// DefaultRefillRate is how many members the pool controller creates per second, at most,
@@ -58,9 +65,9 @@ type MemberKeys interface {
 	EncodedMemberKey(ctx context.Context, namespace, member string) (string, error)
 }
 
-// PoolInformers are the informers the pool controller reads; Pods and NetworkPolicies are the
+// Informers are the informers the pool controller reads; Pods and NetworkPolicies are the
 // claim controller's (filtered on LabelClaim: members carry it, empty).
-type PoolInformers struct {
+type Informers struct {
 	Registries      airlockinformers.ToolRegistryInformer
 	Classes         airlockinformers.SandboxClassInformer
 	Pods            coreinformers.PodInformer
@@ -68,12 +75,12 @@ type PoolInformers struct {
 	AllowedServices coreinformers.ServiceInformer
 }
 
-// PoolController keeps the warm pools of every ToolRegistry.
-type PoolController struct {
+// Controller keeps the warm pools of every ToolRegistry.
+type Controller struct {
 	registries   poolRegistryControl
-	pods         objectControl[*corev1.Pod]
-	secrets      objectControl[*corev1.Secret]
-	policies     objectControl[*networkingv1.NetworkPolicy]
+	pods         objectcontrol.Interface[*corev1.Pod]
+	secrets      objectcontrol.Interface[*corev1.Secret]
+	policies     objectcontrol.Interface[*networkingv1.NetworkPolicy]
 	keys         MemberKeys
 	limiter      *rate.Limiter
 	clock        clock.WithTicker
@@ -90,28 +97,27 @@ type PoolController struct {
 	svcLister    corelisters.ServiceLister
 }
 
-// NewPoolController returns a pool controller writing with kubeClient and airlockClient (the
+// NewController returns a pool controller writing with kubeClient and airlockClient (the
 // operator gives it clients of its own), creating at most refillRate members per second.
-func NewPoolController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers PoolInformers, keys MemberKeys, refillRate float64) (*PoolController, error) {
-	return newPoolController(ctx, kubeClient, airlockClient, informers, keys, refillRate, clock.RealClock{})
+func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, keys MemberKeys, refillRate float64) (*Controller, error) {
+	return newController(ctx, kubeClient, airlockClient, informers, keys, refillRate, clock.RealClock{})
 }
 
-func newPoolController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers PoolInformers, keys MemberKeys, refillRate float64, clk clock.WithTicker) (*PoolController, error) {
+func newController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, keys MemberKeys, refillRate float64, clk clock.WithTicker) (*Controller, error) {
 	if refillRate <= 0 {
 		return nil, fmt.Errorf("the warm refill rate must be > 0, got %v", refillRate)
 	}
-	children := realChildControls(kubeClient)
-	c := &PoolController{
+	c := &Controller{
 		registries: realPoolRegistryControl{client: airlockClient},
-		pods:       children.pods,
-		secrets:    children.secrets,
-		policies:   children.networkPolicies,
+		pods:       objectcontrol.Pods(kubeClient, ControllerName),
+		secrets:    objectcontrol.Secrets(kubeClient, ControllerName),
+		policies:   objectcontrol.NetworkPolicies(kubeClient, ControllerName),
 		keys:       keys,
 		limiter:    rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
 		clock:      clk,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: PoolControllerName, Clock: clk}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
 		created:      newMemberExpectations(clk),
 		registryList: informers.Registries.Lister(),
 		classLister:  informers.Classes.Lister(),
@@ -166,7 +172,7 @@ func newPoolController(ctx context.Context, kubeClient kubernetes.Interface, air
 }
 
 // enqueue adds a registry.
-func (c *PoolController) enqueue(obj any) {
+func (c *Controller) enqueue(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -176,7 +182,7 @@ func (c *PoolController) enqueue(obj any) {
 }
 
 // enqueueClassUsers adds every registry that has a warm sandbox of the class.
-func (c *PoolController) enqueueClassUsers(obj any) {
+func (c *Controller) enqueueClassUsers(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -200,7 +206,7 @@ func (c *PoolController) enqueueClassUsers(obj any) {
 
 // enqueueOwner adds the registry of a pool object: the one its LabelWarmRegistry names (an
 // adopted member keeps it, so that its deletion lets the pool's policy go).
-func (c *PoolController) enqueueOwner(obj any) {
+func (c *Controller) enqueueOwner(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -217,79 +223,17 @@ func (c *PoolController) enqueueOwner(obj any) {
 }
 
 // Run runs the controller's worker until ctx is done.
-func (c *PoolController) Run(ctx context.Context) error {
+func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.handlers.RemoveAll()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting controller", "controller", PoolControllerName)
-	defer logger.Info("Shutting down controller", "controller", PoolControllerName)
+	logger.Info("Starting controller", "controller", ControllerName)
+	defer logger.Info("Shutting down controller", "controller", ControllerName)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 	// One worker: pools are filled one registry at a time, at the refill rate.
 	workers.RunRequeue(ctx, 1, c.queue, "registry", c.sync)
 	return nil
-}
-
-// memberExpectations are the members created and not yet seen in the cache: they count as
-// starting, so that a sync over a cache that lacks them does not create more.
-type memberExpectations struct {
-	clock clock.Clock
-	mu    sync.Mutex
-	at    map[string]memberCreated // namespace/name
-}
-
-type memberCreated struct {
-	pool string
-	at   time.Time
-}
-
-func newMemberExpectations(clk clock.Clock) *memberExpectations {
-	return &memberExpectations{clock: clk, at: map[string]memberCreated{}}
-}
-
-func (e *memberExpectations) expect(namespace, name, pool string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.at[namespace+"/"+name] = memberCreated{pool: pool, at: e.clock.Now()}
-}
-
-func (e *memberExpectations) seen(namespace, name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.at, namespace+"/"+name)
-}
-
-// pending counts the members of pool in namespace created and not seen, forgetting those
-// older than memberCreateExpiry.
-func (e *memberExpectations) pending(namespace, pool string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	now := e.clock.Now()
-	for k, v := range e.at {
-		if now.Sub(v.at) > memberCreateExpiry {
-			delete(e.at, k)
-			continue
-		}
-		if v.pool == pool && len(k) > len(namespace) && k[:len(namespace)+1] == namespace+"/" {
-			n++
-		}
-	}
-	return n
-}
-
-// poolRegistryControl writes a registry's status.
-type poolRegistryControl interface {
-	UpdateStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry) error
-}
-
-type realPoolRegistryControl struct {
-	client airlockclientset.Interface
-}
-
-func (r realPoolRegistryControl) UpdateStatus(ctx context.Context, reg *airlockv1alpha1.ToolRegistry) error {
-	_, err := r.client.AirlockV1alpha1().ToolRegistries(reg.Namespace).UpdateStatus(ctx, reg, metav1.UpdateOptions{FieldManager: PoolControllerName})
-	return err
 }
