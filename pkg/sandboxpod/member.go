@@ -104,10 +104,7 @@ func MemberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) 
 // come with the adopting claim's token (docs/decisions.md, "Warm members: the token is the
 // adoption").
 func MemberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
-	args := append([]string(nil), record.Args...)
-	if len(args) == 0 {
-		args = append(args, defaultArgs...)
-	}
+	args := append([]string(nil), Defaulted(record).Args...)
 	return append(args, "--warm-key-file="+MemberKeyFile)
 }
 

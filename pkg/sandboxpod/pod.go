@@ -114,10 +114,7 @@ func RestrictedContainerSecurityContext() *corev1.SecurityContext {
 // --allowed-tools list (a record's list is never empty: freeze writes every tool out, and the
 // CRD requires one at least), and the token file.
 func ClaimArgs(record *airlockv1alpha1.FrozenSandbox) []string {
-	args := append([]string(nil), record.Args...)
-	if len(args) == 0 {
-		args = append(args, defaultArgs...)
-	}
+	args := append([]string(nil), Defaulted(record).Args...)
 	tools := make([]string, len(record.AllowedTools))
 	for i, t := range record.AllowedTools {
 		tools[i] = string(t)
@@ -128,10 +125,7 @@ func ClaimArgs(record *airlockv1alpha1.FrozenSandbox) []string {
 
 // Ports returns the record's ports (defaulted, for a record that has none).
 func Ports(record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.SandboxPort {
-	if len(record.Ports) == 0 {
-		return defaultPorts
-	}
-	return record.Ports
+	return Defaulted(record).Ports
 }
 
 // pullPolicy is the API server's default pull policy for image.
@@ -185,7 +179,8 @@ func ClaimPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 // dir of the content PVC, the class's volumes, and secret (the claim's token, or a warm
 // member's key) mounted at mount.
 func sandboxPod(meta metav1.ObjectMeta, record *airlockv1alpha1.FrozenSandbox, workspaceDir string, args []string, secret corev1.Volume, mount corev1.VolumeMount) *corev1.Pod {
-	ports := Ports(record)
+	record = Defaulted(record)
+	ports := record.Ports
 	containerPorts := make([]corev1.ContainerPort, len(ports))
 	for i, p := range ports {
 		containerPorts[i] = corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: corev1.ProtocolTCP}

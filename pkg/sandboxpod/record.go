@@ -46,8 +46,18 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 		WorkspaceClaimName: spec.WorkspaceClaimName,
 		AllowedTools:       allowedTools(entry),
 		AllowedServices:    spec.AllowedServices,
-		StartupTimeout:     metav1.Duration{Duration: DefaultStartupTimeout},
 	}
+	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
+		r.StartupTimeout = *d
+	}
+	fillDefaults(r)
+	return r
+}
+
+// fillDefaults writes into r every default that a reader of the record would otherwise have to
+// know: the one place where a record's defaults are filled, for Freeze and (through Defaulted)
+// for the builders that read a record an older operator wrote without some of them.
+func fillDefaults(r *airlockv1alpha1.FrozenSandbox) {
 	if len(r.Args) == 0 {
 		r.Args = append([]string(nil), defaultArgs...)
 	}
@@ -57,10 +67,20 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 	if r.WorkspaceClaimName == "" {
 		r.WorkspaceClaimName = DefaultWorkspaceClaimName
 	}
-	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
-		r.StartupTimeout = *d
+	if r.StartupTimeout.Duration <= 0 {
+		r.StartupTimeout = metav1.Duration{Duration: DefaultStartupTimeout}
 	}
-	return r
+}
+
+// Defaulted returns the record with every default spelled out: r itself when it has them all
+// (every record Freeze wrote), else a copy with them filled. r is never changed.
+func Defaulted(r *airlockv1alpha1.FrozenSandbox) *airlockv1alpha1.FrozenSandbox {
+	if len(r.Args) > 0 && len(r.Ports) > 0 && r.WorkspaceClaimName != "" && r.StartupTimeout.Duration > 0 {
+		return r
+	}
+	out := r.DeepCopy()
+	fillDefaults(out)
+	return out
 }
 
 // allowedTools is the entry's tool list made explicit: every tool sandboxd has (toolnames.All)
@@ -79,15 +99,14 @@ func allowedTools(entry *airlockv1alpha1.RegistrySandbox) []airlockv1alpha1.Tool
 
 // StartupTimeout is the record's startupTimeout, defaulted.
 func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
-	if r.StartupTimeout.Duration <= 0 {
-		return DefaultStartupTimeout
-	}
-	return r.StartupTimeout.Duration
+	return Defaulted(r).StartupTimeout.Duration
 }
 
-// ClassConflict says why the pod of class cannot be built, or "": a volume that takes the name or
-// the mount path of the claim's token volume (the API server would refuse the Deployment, and the
-// claim would wait for its startupTimeout to fail).
+// ClassConflict says why a sandbox of class cannot be built, or "": a volume that takes the name
+// or the mount path of what the operator mounts into every sandbox, the claim's token or a warm
+// member's key (the API server would refuse the pod, or the class would hide the token from
+// sandboxd; the claim would wait for its startupTimeout to fail). One check for claims and warm
+// members alike: a class is valid for both or for neither.
 func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
 	for _, v := range class.Spec.Volumes {
 		switch {
@@ -95,16 +114,7 @@ func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
 			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
 		case v.MountPath == TokenMountPath:
 			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
-		}
-	}
-	return ""
-}
-
-// WarmClassConflict says why a member of class cannot be built: a volume that takes the name
-// or the mount path of the member's key.
-func WarmClassConflict(class *airlockv1alpha1.SandboxClass) string {
-	for _, v := range class.Spec.Volumes {
-		if v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath {
+		case v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath:
 			return fmt.Sprintf("SandboxClass %q: volume %q takes the name or the mount path (%s) of a warm member's key", class.Name, v.Name, MemberKeyMountPath)
 		}
 	}

@@ -1,6 +1,10 @@
 package sandboxpod
 
 import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +61,185 @@ func TestFreeze(t *testing.T) {
 	fullEntry.AllowedTools[0] = "Write"
 	if diff := cmp.Diff(before, record); diff != "" {
 		t.Errorf("record changed with its class and entry (-before +after):\n%s", diff)
+	}
+}
+
+// TestClassConflict: a class volume that takes the name or the mount path of the claim's token,
+// or of a warm member's key, makes the class unbuildable, for claims and members alike.
+func TestClassConflict(t *testing.T) {
+	tests := map[string]struct {
+		volume airlockv1alpha1.SandboxVolume
+		want   string // a part of the message; "" for none
+	}{
+		"token volume's name":      {airlockv1alpha1.SandboxVolume{Name: TokenVolumeName, MountPath: "/x"}, "the claim's token"},
+		"token's mount path":       {airlockv1alpha1.SandboxVolume{Name: "x", MountPath: TokenMountPath}, "the claim's token"},
+		"member key volume's name": {airlockv1alpha1.SandboxVolume{Name: memberKeyVolumeName, MountPath: "/x"}, "warm member's key"},
+		"member key's mount path":  {airlockv1alpha1.SandboxVolume{Name: "x", MountPath: MemberKeyMountPath}, "warm member's key"},
+		"a volume of its own":      {airlockv1alpha1.SandboxVolume{Name: "x", MountPath: "/x"}, ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			class := sandboxpodtest.Class("codegen")
+			class.Spec.Volumes = append(class.Spec.Volumes, tc.volume)
+			got := ClassConflict(class)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("ClassConflict = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := ClassConflict(sandboxpodtest.Class("codegen")); got != "" {
+		t.Errorf("the fixtures' class conflicts: %q", got)
+	}
+}
+
+// TestEveryClassFieldReachesTheRecord: every field of SandboxClassSpec either reaches the frozen
+// record (set on the class, found in the record) or is listed here as deliberately left out, so
+// that a field added to the class cannot be silently dropped at admission (or silently read from
+// the live class under a running sandbox).
+func TestEveryClassFieldReachesTheRecord(t *testing.T) {
+	runtimeClass := "gvisor"
+	size := resource.MustParse("1Gi")
+	// reaches sets a field on the class and checks that the record carries it.
+	reaches := map[string]func(spec *airlockv1alpha1.SandboxClassSpec) func(r *airlockv1alpha1.FrozenSandbox) bool{
+		"Image": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Image = "example.com/other:v2"
+			return func(r *airlockv1alpha1.FrozenSandbox) bool { return r.Image == "example.com/other:v2" }
+		},
+		"Args": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Args = []string{"sandboxd", "--listen=:9090"}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				return cmp.Equal(r.Args, []string{"sandboxd", "--listen=:9090"})
+			}
+		},
+		"Ports": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Ports = []airlockv1alpha1.SandboxPort{{Name: "alt", Port: 9090}}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool { return len(r.Ports) == 1 && r.Ports[0].Port == 9090 }
+		},
+		"Env": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Env = []corev1.EnvVar{{Name: "GOFLAGS", Value: "-mod=mod"}}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool { return len(r.Env) == 1 && r.Env[0].Value == "-mod=mod" }
+		},
+		"Resources": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: size}}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				got := r.Resources.Limits[corev1.ResourceMemory]
+				return got.Cmp(size) == 0
+			}
+		},
+		"RuntimeClassName": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.RuntimeClassName = &runtimeClass
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				return r.RuntimeClassName != nil && *r.RuntimeClassName == runtimeClass
+			}
+		},
+		"Volumes": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Volumes = append(s.Volumes, airlockv1alpha1.SandboxVolume{Name: "tmp", MountPath: "/tmp", Scratch: &airlockv1alpha1.ScratchVolumeSource{}})
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				return slices.ContainsFunc(r.Volumes, func(v airlockv1alpha1.SandboxVolume) bool { return v.Name == "tmp" })
+			}
+		},
+		"WorkspaceClaimName": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.WorkspaceClaimName = "other-content"
+			return func(r *airlockv1alpha1.FrozenSandbox) bool { return r.WorkspaceClaimName == "other-content" }
+		},
+		"AllowedServices": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				return len(r.AllowedServices) == 1 && r.AllowedServices[0].Name == "proxy"
+			}
+		},
+		"StartupTimeout": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.StartupTimeout = &metav1.Duration{Duration: 42 * time.Second}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool { return r.StartupTimeout.Duration == 42*time.Second }
+		},
+	}
+	// leftOut are the class fields the record deliberately does not carry, and why.
+	leftOut := map[string]string{}
+	fields := reflect.TypeFor[airlockv1alpha1.SandboxClassSpec]()
+	for i := range fields.NumField() {
+		name := fields.Field(i).Name
+		check, ok := reaches[name]
+		if !ok {
+			if _, ok := leftOut[name]; !ok {
+				t.Errorf("SandboxClassSpec.%s neither reaches the frozen record (add it to Freeze and to this test) nor is marked as left out", name)
+			}
+			continue
+		}
+		class := sandboxpodtest.Class("codegen")
+		carried := check(&class.Spec)
+		if record := Freeze(class, &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0]); !carried(record) {
+			t.Errorf("SandboxClassSpec.%s set on the class does not reach the record %+v", name, record)
+		}
+		delete(reaches, name)
+	}
+	for name := range reaches {
+		t.Errorf("the test checks %s, which SandboxClassSpec does not have", name)
+	}
+}
+
+// recordWrittenBefore is status.frozen as the operator at 54d722f (the last one before
+// pkg/sandboxpod) wrote it for the fixtures' class and registry entry, and poolKeyBefore the pool
+// key it gave that record for the registry uid-reg-tools.
+const (
+	recordWrittenBefore = `{"classGeneration":0,"image":"ghcr.io/airlock-dev/airlock-sandbox:v0.1.0","args":["sandboxd","--listen=:8080","--workspace=/workspace"],"ports":[{"name":"mcp","port":8080}],"env":[{"name":"HOME","value":"/sandbox-cache/home"}],"resources":{"limits":{"cpu":"2","ephemeral-storage":"10Gi","memory":"4Gi"},"requests":{"cpu":"100m","ephemeral-storage":"512Mi","memory":"256Mi"}},"volumes":[{"name":"workspace","mountPath":"/workspace","workspace":{}},{"name":"cache","mountPath":"/sandbox-cache","scratch":{"sizeLimit":"4Gi"}}],"workspaceClaimName":"workspace-content","allowedTools":["Read","Bash"],"startupTimeout":"5m0s"}`
+	poolKeyBefore       = "1f9e73f9eae04ab8c8be"
+)
+
+// TestPoolKeyStable: a record an older operator wrote keeps its pool key when read by this one,
+// and today's Freeze of the same class and entry gives the same key: an upgrade never makes every
+// warm member stale (a frozen field added without omitempty would change every key).
+func TestPoolKeyStable(t *testing.T) {
+	var old airlockv1alpha1.FrozenSandbox
+	if err := json.Unmarshal([]byte(recordWrittenBefore), &old); err != nil {
+		t.Fatal(err)
+	}
+	if got := PoolKey("uid-reg-tools", "codegen", &old); got != poolKeyBefore {
+		t.Errorf("pool key of a record written before = %s, want %s", got, poolKeyBefore)
+	}
+	today := Freeze(sandboxpodtest.Class("codegen"), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
+	if got := PoolKey("uid-reg-tools", "codegen", today); got != poolKeyBefore {
+		t.Errorf("pool key of today's record = %s, want %s", got, poolKeyBefore)
+	}
+	if got := PoolKey("uid-reg-other", "codegen", today); got == poolKeyBefore {
+		t.Error("the pool key does not depend on the registry's UID")
+	}
+	// Every field the record had then; any other must be omitted when empty.
+	before := map[string]bool{"ClassGeneration": true, "Image": true, "Args": true, "Ports": true, "Env": true,
+		"Resources": true, "RuntimeClassName": true, "Volumes": true, "WorkspaceClaimName": true,
+		"AllowedTools": true, "AllowedServices": true, "StartupTimeout": true}
+	fields := reflect.TypeFor[airlockv1alpha1.FrozenSandbox]()
+	for i := range fields.NumField() {
+		f := fields.Field(i)
+		tag := f.Tag.Get("json")
+		if !before[f.Name] && !strings.Contains(tag, ",omitempty") && !strings.Contains(tag, ",omitzero") {
+			t.Errorf("FrozenSandbox.%s (json %q) is new and not omitted when empty: every pool key would change on upgrade", f.Name, tag)
+		}
+	}
+}
+
+// TestDefaulted: a record written without the defaults (by an operator before records spelled
+// them out) builds the pod a complete record builds, and is not changed; a complete record is
+// used as it is.
+func TestDefaulted(t *testing.T) {
+	complete := Freeze(sandboxpodtest.Class("codegen"), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
+	if Defaulted(complete) != complete {
+		t.Error("a complete record is copied")
+	}
+	bare := complete.DeepCopy()
+	bare.Args, bare.Ports, bare.WorkspaceClaimName, bare.StartupTimeout = nil, nil, "", metav1.Duration{}
+	kept := bare.DeepCopy()
+	claim := sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	want := ClaimPod(claim, Defaulted(Freeze(&airlockv1alpha1.SandboxClass{Spec: airlockv1alpha1.SandboxClassSpec{
+		Image: complete.Image, Env: complete.Env, Volumes: complete.Volumes, Resources: complete.Resources,
+	}}, &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])))
+	got := ClaimPod(claim, bare)
+	if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+		t.Errorf("pod of a record without defaults (-defaulted +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(kept, bare); diff != "" {
+		t.Errorf("building changed the record (-before +after):\n%s", diff)
+	}
+	if StartupTimeout(bare) != DefaultStartupTimeout || len(Ports(bare)) != 1 || Ports(bare)[0].Port != 8080 {
+		t.Errorf("startup timeout %s, ports %v: want the defaults", StartupTimeout(bare), Ports(bare))
 	}
 }

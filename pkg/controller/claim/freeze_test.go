@@ -341,13 +341,15 @@ func TestSyncBindingChildrenFailUntilStartupTimeout(t *testing.T) {
 
 func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
 
-// TestSyncAdmitInvalidClass: a class whose volume takes the token volume's name or mount path
+// TestSyncAdmitInvalidClass: a class whose volume takes the token volume's name or mount path, or
+// a warm member key's mount path (one check for claims and members: sandboxpod.ClassConflict),
 // cannot be built (the API server would refuse the pod): the claim is Failed when it is
 // admitted, with a reason that says so, rather than after its startupTimeout.
 func TestSyncAdmitInvalidClass(t *testing.T) {
 	tests := map[string]airlockv1alpha1.SandboxVolume{
 		"volume named like the token volume": {Name: sandboxpod.TokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
 		"volume mounted at the token's path": {Name: "extra", MountPath: sandboxpod.TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume mounted at a warm key's path": {Name: "extra", MountPath: sandboxpod.MemberKeyMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
 	}
 	for name, volume := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -126,10 +126,6 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 		p.message = message
 		return p
 	}
-	if message := sandboxpod.WarmClassConflict(class); message != "" {
-		p.message = message
-		return p
-	}
 	p.record = sandboxpod.Freeze(class, entry)
 	p.key = sandboxpod.PoolKey(reg.UID, entry.Name, p.record)
 	return p
