@@ -347,8 +347,8 @@ func slicesContain(s []string, v string) bool { return slices.Contains(s, v) }
 // admitted, with a reason that says so, rather than after its startupTimeout.
 func TestSyncAdmitInvalidClass(t *testing.T) {
 	tests := map[string]airlockv1alpha1.SandboxVolume{
-		"volume named like the token volume": {Name: sandboxpod.TokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
-		"volume mounted at the token's path": {Name: "extra", MountPath: sandboxpod.TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume named like the token volume":  {Name: sandboxpod.TokenVolumeName, MountPath: "/extra", Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
+		"volume mounted at the token's path":  {Name: "extra", MountPath: sandboxpod.TokenMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
 		"volume mounted at a warm key's path": {Name: "extra", MountPath: sandboxpod.MemberKeyMountPath, Scratch: &airlockv1alpha1.ScratchVolumeSource{}},
 	}
 	for name, volume := range tests {
