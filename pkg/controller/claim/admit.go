@@ -59,7 +59,7 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 	if err := c.raiseFence(ctx); err != nil {
 		return err
 	}
-	if ok, timeout := c.expectations.satisfied(logger, namespace, c.cachedClaim(namespace)); !ok {
+	if ok, timeout := c.expectations.satisfied(namespace, c.cachedClaim(namespace)); !ok {
 		logger.V(4).Info("Admission waits for the cache to show earlier writes", "namespace", namespace, "pending", c.expectations.pending(namespace))
 		// The claim events that meet them enqueue the namespace; at the latest, the oldest
 		// expectation's timeout does.

@@ -74,7 +74,7 @@ type Controller struct {
 	podEvents         podEvents
 	// statusWrites are the claims whose status this controller wrote and the cache has not shown
 	// since (statuswrites.go).
-	statusWrites statusWrites
+	statusWrites *statusWrites
 	// podsChecked are the terminated sandbox pods whose events said no eviction (looked up once).
 	podsChecked sync.Map
 	// warm finds the warm members a claim may adopt (adopt.go).
@@ -131,8 +131,8 @@ type Controller struct {
 	// syncLocks serialises, per namespace, the check that it is a claim's turn to sync back into
 	// its targetPath with the creation of its Job; syncJobsStarted are the Jobs so created that
 	// the cache may not show yet (workspace.go).
-	syncLocks       keyedLocks
-	syncJobsStarted syncJobsStarted
+	syncLocks keyedLocks
+	syncJobs  *syncJobsStarted
 
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
@@ -231,8 +231,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		admitQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-admission", Clock: clk}),
-		expectations: newClaimExpectations(clk),
-		childExpect:  newChildExpectations(clk),
+		expectations: newClaimExpectations(logger, clk),
+		childExpect:  newChildExpectations(logger, clk),
+		statusWrites: newStatusWrites(logger, clk),
+		syncJobs:     newSyncJobsStarted(logger, clk),
 		broadcaster:  broadcaster,
 		recorder:     recorder,
 		clock:        clk,
@@ -474,7 +476,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	c.childExpect.forget(claim.UID)
 	c.statusWrites.forget(claim.UID)
 	c.enqueueWaiting(claim.Namespace)
-	c.syncJobsStarted.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
+	c.syncJobs.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
 	if leftSyncLine(claim, nil) {
 		c.enqueueSyncWaiters(claim.Namespace, claim.Spec.TargetPath)
 	}

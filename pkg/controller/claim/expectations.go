@@ -13,9 +13,10 @@ package claim
 //   - when a term starts, the claims are listed once from the API server (a quorum read) and each
 //     is expected at the listed resourceVersion or later, and a cached claim the list lacks is
 //     expected gone: the fence.
-// An expectation that is not met within expectationsTimeout is dropped with a log line (an
-// event that never came would otherwise stall the namespace): the same safety valve as
-// kube-controller-manager's.
+// An expectation that is not met within expectationsTimeout is dropped with a log line and a
+// count (an event that never came would otherwise stall the namespace): the same safety valve as
+// kube-controller-manager's, and the one expiry of pkg/controller/expectations, which holds every
+// tracker here.
 
 import (
 	"strconv"
@@ -23,10 +24,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 )
 
 // expectationsTimeout bounds how long a namespace waits on one expectation.
@@ -43,7 +46,6 @@ type expectation struct {
 	uid   types.UID
 	// gone: the claim is expected deleted.
 	gone bool
-	at   time.Time
 }
 
 // met says whether the cached claim meets the expectation: cached is nil when the claim is not
@@ -66,11 +68,11 @@ func (e expectation) met(cached *airlockv1alpha1.SandboxClaim, deleted bool) boo
 	return err != nil || rv >= e.minRV
 }
 
-// claimExpectations holds the expectations of each namespace, by claim name.
+// claimExpectations holds the expectations of every claim, by namespace and name.
 type claimExpectations struct {
-	clock clock.PassiveClock
-	mu    sync.Mutex
-	byNS  map[string]map[string]expectation
+	store *expectations.Store[cache.ObjectName, expectation]
+	// mu makes the fence's check and set one critical section with the deletions it records.
+	mu sync.Mutex
 	// fenceDeleted holds, while a fence is raised (beginFence to endFence), the UIDs of the
 	// claims the cache has seen deleted since the fence began: a listed claim may be deleted,
 	// and its deletion seen, between the list and its expectation, which would then wait for a
@@ -79,8 +81,8 @@ type claimExpectations struct {
 	fenceDeleted map[types.UID]bool
 }
 
-func newClaimExpectations(clk clock.PassiveClock) *claimExpectations {
-	return &claimExpectations{clock: clk, byNS: map[string]map[string]expectation{}}
+func newClaimExpectations(logger klog.Logger, clk clock.PassiveClock) *claimExpectations {
+	return &claimExpectations{store: expectations.New[cache.ObjectName, expectation](logger, ControllerName, "claim", expectationsTimeout, clk)}
 }
 
 // beginFence starts recording the deletions the cache sees; call it before the fence's list.
@@ -97,35 +99,16 @@ func (x *claimExpectations) endFence() {
 	x.fenceDeleted = nil
 }
 
-func (x *claimExpectations) set(namespace, name string, e expectation) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.setLocked(namespace, name, e)
-}
-
-// setLocked is set with x.mu held.
-func (x *claimExpectations) setLocked(namespace, name string, e expectation) {
-	e.at = x.clock.Now()
-	m := x.byNS[namespace]
-	if m == nil {
-		m = map[string]expectation{}
-		x.byNS[namespace] = m
-	}
-	m[name] = e
-}
-
 // expectWrite expects the claim changed from resourceVersion rv: a write based on it is in flight.
 func (x *claimExpectations) expectWrite(namespace, name, rv string) {
-	x.set(namespace, name, expectation{notRV: rv})
+	x.store.Expect(cache.ObjectName{Namespace: namespace, Name: name}, expectation{notRV: rv})
 }
 
 // forgetWrite drops the expectation of a write that failed: nothing changed.
 func (x *claimExpectations) forgetWrite(namespace, name, rv string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if e, ok := x.byNS[namespace][name]; ok && e.notRV == rv {
-		delete(x.byNS[namespace], name)
-	}
+	x.store.Modify(cache.ObjectName{Namespace: namespace, Name: name}, false, func(e expectation, ok bool) (expectation, bool) {
+		return e, ok && e.notRV != rv
+	})
 }
 
 // expectAtLeast expects the claim (of that UID) at resourceVersion rv or later (the fence),
@@ -136,12 +119,12 @@ func (x *claimExpectations) expectAtLeast(namespace, name string, uid types.UID,
 	if x.fenceDeleted[uid] {
 		return
 	}
-	x.setLocked(namespace, name, expectation{minRV: rv, uid: uid})
+	x.store.Expect(cache.ObjectName{Namespace: namespace, Name: name}, expectation{minRV: rv, uid: uid})
 }
 
 // expectGone expects the claim deleted (the fence: listed no more).
 func (x *claimExpectations) expectGone(namespace, name string) {
-	x.set(namespace, name, expectation{gone: true})
+	x.store.Expect(cache.ObjectName{Namespace: namespace, Name: name}, expectation{gone: true})
 }
 
 // observe checks the expectation of the claim against what the cache now holds, and says whether
@@ -149,9 +132,7 @@ func (x *claimExpectations) expectGone(namespace, name string) {
 // (satisfied checks them against the cache; a stall when the last one to be seen is not the last
 // one left was found by TestClaimLeaderFailover).
 func (x *claimExpectations) observe(namespace, name string, cached *airlockv1alpha1.SandboxClaim) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.observeLocked(namespace, name, cached, false)
+	return x.store.Observe(cache.ObjectName{Namespace: namespace, Name: name}, func(e expectation) bool { return e.met(cached, false) })
 }
 
 // observeDeleted is observe for a claim the cache has just seen deleted.
@@ -161,47 +142,29 @@ func (x *claimExpectations) observeDeleted(claim *airlockv1alpha1.SandboxClaim) 
 	if x.fenceDeleted != nil {
 		x.fenceDeleted[claim.UID] = true
 	}
-	return x.observeLocked(claim.Namespace, claim.Name, claim, true)
-}
-
-// observeLocked is observe with x.mu held; deleted says that cached was just deleted.
-func (x *claimExpectations) observeLocked(namespace, name string, cached *airlockv1alpha1.SandboxClaim, deleted bool) bool {
-	m := x.byNS[namespace]
-	e, ok := m[name]
-	if !ok || !e.met(cached, deleted) {
-		return false
-	}
-	delete(m, name)
-	if len(m) == 0 {
-		delete(x.byNS, namespace)
-	}
-	return true
+	return x.store.Observe(cache.MetaObjectToName(claim), func(e expectation) bool { return e.met(claim, true) })
 }
 
 // satisfied says whether the namespace may be decided: every expectation is met, given the
 // cache (get returns the cached claim, or nil). Expectations older than expectationsTimeout are
-// dropped. When some are left, timeout says when the oldest of them times out: the namespace
-// must be looked at again then even if no event comes (nothing waits forever).
-func (x *claimExpectations) satisfied(logger klog.Logger, namespace string, get func(name string) *airlockv1alpha1.SandboxClaim) (ok bool, timeout time.Duration) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	m := x.byNS[namespace]
-	now := x.clock.Now()
+// dropped (the store logs and counts them). When some are left, timeout says when the oldest of
+// them times out: the namespace must be looked at again then even if no event comes (nothing
+// waits forever).
+func (x *claimExpectations) satisfied(namespace string, get func(name string) *airlockv1alpha1.SandboxClaim) (ok bool, timeout time.Duration) {
 	timeout = expectationsTimeout
-	for name, e := range m {
-		switch left := e.at.Add(expectationsTimeout).Sub(now); {
-		case e.met(get(name), false):
-			delete(m, name)
-		case left < 0:
-			logger.Info("An expected change of a claim was not seen in time; deciding without it",
-				"claim", klog.KRef(namespace, name), "waited", now.Sub(e.at))
-			delete(m, name)
-		default:
-			timeout = min(timeout, left)
+	left := 0
+	x.store.Range(func(key cache.ObjectName, e expectation, age time.Duration) bool {
+		if key.Namespace != namespace {
+			return true
 		}
-	}
-	if len(m) == 0 {
-		delete(x.byNS, namespace)
+		if e.met(get(key.Name), false) {
+			return false
+		}
+		left++
+		timeout = min(timeout, expectationsTimeout-age)
+		return true
+	})
+	if left == 0 {
 		return true, 0
 	}
 	return false, timeout
@@ -209,83 +172,48 @@ func (x *claimExpectations) satisfied(logger klog.Logger, namespace string, get 
 
 // pending returns the number of expectations of the namespace (for logs and tests).
 func (x *claimExpectations) pending(namespace string) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.byNS[namespace])
+	return x.store.Count(func(key cache.ObjectName, _ expectation) bool { return key.Namespace == namespace })
 }
 
-// childExpectations counts, per claim (by UID), the children (Deployment, Service,
-// NetworkPolicy) the leader created and the cache has not shown yet, and holds a claim the
-// leader is about to build. While a claim has any, its own sync does not write its children:
-// the cache would not show them yet, and a second create would only be answered AlreadyExists.
-// (The token Secret has no informer; it is created before the Deployment that mounts it, and
-// ensureSecret reads the Deployment.)
+// childExpectations counts, per claim (by UID), the children (pod, NetworkPolicy) the leader
+// created and the cache has not shown yet, and holds a claim the leader is about to build. While
+// a claim has any, its own sync does not write its children: the cache would not show them yet,
+// and a second create would only be answered AlreadyExists. (The token Secret has no informer;
+// it is created before the pod that mounts it, and ensureSecret reads the pod.)
 type childExpectations struct {
-	clock clock.PassiveClock
-	mu    sync.Mutex
-	byUID map[types.UID]*childExpectation
-}
-
-type childExpectation struct {
-	pending int
-	at      time.Time
+	store *expectations.Store[types.UID, int]
 }
 
 // childExpectationsTimeout bounds how long a claim's sync leaves its children alone.
 const childExpectationsTimeout = time.Minute
 
-func newChildExpectations(clk clock.PassiveClock) *childExpectations {
-	return &childExpectations{clock: clk, byUID: map[types.UID]*childExpectation{}}
+func newChildExpectations(logger klog.Logger, clk clock.PassiveClock) *childExpectations {
+	return &childExpectations{store: expectations.New[types.UID, int](logger, ControllerName, "children", childExpectationsTimeout, clk)}
 }
 
 // raise adds n to the claim's pending children (a hold before a build is 1; each create is 1).
 func (x *childExpectations) raise(uid types.UID, n int) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e := x.byUID[uid]
-	if e == nil {
-		e = &childExpectation{}
-		x.byUID[uid] = e
-	}
-	e.pending += n
-	e.at = x.clock.Now()
+	x.store.Modify(uid, true, func(pending int, _ bool) (int, bool) { return pending + n, true })
 }
 
 // lower takes one from the claim's pending children (a create answered, a hold released, or a
 // child seen) and says whether none is left.
 func (x *childExpectations) lower(uid types.UID) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e := x.byUID[uid]
-	if e == nil {
-		return false
-	}
-	e.pending--
-	if e.pending <= 0 {
-		delete(x.byUID, uid)
-		return true
-	}
-	return false
+	had := false
+	kept := x.store.Modify(uid, false, func(pending int, ok bool) (int, bool) {
+		had = ok
+		return pending - 1, ok && pending > 1
+	})
+	return had && !kept
 }
 
 // satisfied says whether the claim's sync may write its children.
 func (x *childExpectations) satisfied(uid types.UID) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e := x.byUID[uid]
-	if e == nil {
-		return true
-	}
-	if x.clock.Since(e.at) > childExpectationsTimeout {
-		delete(x.byUID, uid)
-		return true
-	}
-	return false
+	_, pending := x.store.Get(uid)
+	return !pending
 }
 
 // forget drops the claim's expectations (it is gone).
 func (x *childExpectations) forget(uid types.UID) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	delete(x.byUID, uid)
+	x.store.Delete(uid)
 }

@@ -39,7 +39,6 @@ func listedAfterDeletion(deletedUID types.UID, whileFencing bool) func(x *claimE
 // TestClaimExpectations: what meets each kind of expectation, as the handlers see events and as
 // a pass looks at the cache.
 func TestClaimExpectations(t *testing.T) {
-	logger, _ := ktesting.NewTestContext(t)
 	tests := map[string]struct {
 		expect func(x *claimExpectations)
 		cache  *airlockv1alpha1.SandboxClaim // what the pass finds; nil: not in the cache
@@ -65,10 +64,11 @@ func TestClaimExpectations(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
+			logger, _ := ktesting.NewTestContext(t)
+			x := newClaimExpectations(logger, clocktesting.NewFakePassiveClock(t0))
 			tc.expect(x)
 			get := func(string) *airlockv1alpha1.SandboxClaim { return tc.cache }
-			if got, _ := x.satisfied(logger, testNamespace, get); got != tc.want {
+			if got, _ := x.satisfied(testNamespace, get); got != tc.want {
 				t.Errorf("satisfied = %v, want %v", got, tc.want)
 			}
 		})
@@ -79,7 +79,8 @@ func TestClaimExpectations(t *testing.T) {
 // the namespace is looked at again; a deletion meets any expectation of that claim, but not the
 // fence's expectation of a listed claim when it is another claim of the same name.
 func TestClaimExpectationsObserve(t *testing.T) {
-	x := newClaimExpectations(clocktesting.NewFakePassiveClock(t0))
+	logger, _ := ktesting.NewTestContext(t)
+	x := newClaimExpectations(logger, clocktesting.NewFakePassiveClock(t0))
 	x.expectWrite(testNamespace, "c1", "5")
 	x.expectAtLeast(testNamespace, "c2", "uid-c2", 9)
 	if x.observe(testNamespace, "c1", claimAt("c1", "5")) {
@@ -109,19 +110,19 @@ func TestClaimExpectationsObserve(t *testing.T) {
 func TestClaimExpectationsTimeout(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakePassiveClock(t0)
-	x := newClaimExpectations(clk)
+	x := newClaimExpectations(logger, clk)
 	x.expectAtLeast(testNamespace, "c1", "u1", 9)
 	get := func(string) *airlockv1alpha1.SandboxClaim { return nil }
 	clk.SetTime(t0.Add(time.Minute))
-	if ok, timeout := x.satisfied(logger, testNamespace, get); ok || timeout != expectationsTimeout-time.Minute {
+	if ok, timeout := x.satisfied(testNamespace, get); ok || timeout != expectationsTimeout-time.Minute {
 		t.Errorf("satisfied %v, look again in %v; want false, in %v", ok, timeout, expectationsTimeout-time.Minute)
 	}
 	clk.SetTime(t0.Add(expectationsTimeout))
-	if ok, _ := x.satisfied(logger, testNamespace, get); ok {
+	if ok, _ := x.satisfied(testNamespace, get); ok {
 		t.Error("satisfied at the timeout")
 	}
 	clk.SetTime(t0.Add(expectationsTimeout + time.Second))
-	if ok, _ := x.satisfied(logger, testNamespace, get); !ok {
+	if ok, _ := x.satisfied(testNamespace, get); !ok {
 		t.Error("not satisfied after the timeout")
 	}
 }
@@ -129,8 +130,9 @@ func TestClaimExpectationsTimeout(t *testing.T) {
 // TestChildExpectations: a hold and the creates keep a claim's sync from writing its children
 // until the creates are answered or seen; the timeout frees it.
 func TestChildExpectations(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakePassiveClock(t0)
-	x := newChildExpectations(clk)
+	x := newChildExpectations(logger, clk)
 	uid := types.UID("u1")
 	x.raise(uid, 1) // the pass's hold
 	x.raise(uid, 1) // a create

@@ -6,7 +6,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
@@ -88,4 +90,37 @@ func TestSyncAfterItsOwnDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkActions(t, f, nil)
+}
+
+// TestStatusWritesExpire: a record of a write (or a deletion) whose change the cache never shows
+// holds the claim's syncs back for statusWritesTimeout at most, then the claim is synced again;
+// a sync-back Job the cache never shows counts as unfinished for syncJobsTimeout at most.
+func TestStatusWritesExpire(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	w := newStatusWrites(logger, clk)
+	claim := binding("c1", t0)
+	claim.ResourceVersion = "7"
+	w.wrote(claim)
+	other := binding("c2", t0)
+	w.deleted(other.UID)
+	clk.SetTime(t0.Add(statusWritesTimeout))
+	if !w.stale(claim) || !w.stale(other) {
+		t.Fatal("a write's record dropped before its timeout")
+	}
+	clk.SetTime(t0.Add(statusWritesTimeout + time.Second))
+	if w.stale(claim) || w.stale(other) {
+		t.Error("a write's record holds the claim back past its timeout")
+	}
+
+	jobs := newSyncJobsStarted(logger, clk)
+	job := cache.ObjectName{Namespace: testNamespace, Name: "c1-sync"}
+	jobs.add(job)
+	if !jobs.has(job) {
+		t.Fatal("a Job just created does not count as unfinished")
+	}
+	clk.SetTime(clk.Now().Add(syncJobsTimeout + time.Second))
+	if jobs.has(job) {
+		t.Error("a created Job the cache never showed counts as unfinished past its timeout")
+	}
 }

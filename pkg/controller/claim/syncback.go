@@ -174,9 +174,9 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		// Counted as running from before its creation, so that the Job informer's add event,
 		// which may come before Create returns, is what clears it.
 		key := cache.MetaObjectToName(job)
-		c.syncJobsStarted.add(key)
+		c.syncJobs.add(key)
 		if err := c.children.jobs.Create(ctx, job); err != nil {
-			c.syncJobsStarted.observed(key)
+			c.syncJobs.observed(key)
 			return "", err
 		}
 		return "", nil

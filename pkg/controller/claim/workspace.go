@@ -20,13 +20,12 @@ package claim
 // SyncBack condition (Unknown, SyncBackWaiting) and is enqueued again when a sync-back Job
 // finishes or is deleted, or when a Reaping claim with a targetPath is deleted: a claim ahead that
 // goes away frees the way. The check and the Job's creation are made under a per-namespace lock,
-// and Jobs created but not yet in the cache count as unfinished (syncJobsStarted), so that two
+// and Jobs created but not yet in the cache count as unfinished (syncJobs), so that two
 // workers cannot both start a Job on caches that do not show each other's.
 
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,9 +35,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/syncback"
 )
@@ -125,30 +126,28 @@ func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha
 // syncJobsStarted are the sync-back Jobs this controller created that its cache may not show yet:
 // until the Job informer has them, they count as unfinished when a claim asks for its turn.
 type syncJobsStarted struct {
-	mu   sync.Mutex
-	jobs map[cache.ObjectName]bool
+	store *expectations.Store[cache.ObjectName, struct{}]
+}
+
+// syncJobsTimeout bounds how long a created Job the cache never shows counts as unfinished.
+const syncJobsTimeout = expectationsTimeout
+
+func newSyncJobsStarted(logger klog.Logger, clk clock.PassiveClock) *syncJobsStarted {
+	return &syncJobsStarted{store: expectations.New[cache.ObjectName, struct{}](logger, ControllerName, "sync-job", syncJobsTimeout, clk)}
 }
 
 func (s *syncJobsStarted) add(job cache.ObjectName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.jobs == nil {
-		s.jobs = map[cache.ObjectName]bool{}
-	}
-	s.jobs[job] = true
+	s.store.Expect(job, struct{}{})
 }
 
 // observed forgets a Job that the cache has now (or that is gone).
 func (s *syncJobsStarted) observed(job cache.ObjectName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.jobs, job)
+	s.store.Delete(job)
 }
 
 func (s *syncJobsStarted) has(job cache.ObjectName) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.jobs[job]
+	_, ok := s.store.Get(job)
+	return ok
 }
 
 // syncAhead returns why the claim must wait before its sync-back Job is created, or "" when it is
@@ -195,7 +194,7 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 func (c *Controller) syncJobRunning(claim *airlockv1alpha1.SandboxClaim) (bool, error) {
 	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
 	if apierrors.IsNotFound(err) {
-		return c.syncJobsStarted.has(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)}), nil
+		return c.syncJobs.has(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)}), nil
 	}
 	if err != nil {
 		return false, err
@@ -261,12 +260,12 @@ func leftSyncLine(old, cur *airlockv1alpha1.SandboxClaim) bool {
 }
 
 // syncJobHandler is the Job informer's handler for sync-back turns: a Job that appears is observed
-// (syncJobsStarted); a sync-back Job that finishes or goes may give a waiting claim its turn.
+// (syncJobs); a sync-back Job that finishes or goes may give a waiting claim its turn.
 func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if job, ok := obj.(*batchv1.Job); ok {
-				c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+				c.syncJobs.observed(cache.MetaObjectToName(job))
 			}
 		},
 		UpdateFunc: func(old, cur any) {
@@ -275,7 +274,7 @@ func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
 			if !ok1 || !ok2 || oldJob.ResourceVersion == job.ResourceVersion {
 				return
 			}
-			c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+			c.syncJobs.observed(cache.MetaObjectToName(job))
 			if !jobFinished(oldJob) && jobFinished(job) {
 				c.enqueueSyncWaiters(job.Namespace, "")
 			}
@@ -285,7 +284,7 @@ func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
 				obj = tombstone.Obj
 			}
 			if job, ok := obj.(*batchv1.Job); ok {
-				c.syncJobsStarted.observed(cache.MetaObjectToName(job))
+				c.syncJobs.observed(cache.MetaObjectToName(job))
 				c.enqueueSyncWaiters(job.Namespace, "")
 			}
 		},

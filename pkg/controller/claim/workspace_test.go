@@ -504,7 +504,7 @@ func TestSyncBackTurnJobNotCachedYet(t *testing.T) {
 	}
 	// Once the informer has it, the cache decides.
 	c.syncJobHandler().AddFunc(created)
-	if c.syncJobsStarted.has(cache.MetaObjectToName(created)) {
+	if c.syncJobs.has(cache.MetaObjectToName(created)) {
 		t.Error("a Job the cache has is still counted as not observed")
 	}
 }
@@ -621,7 +621,7 @@ func TestSyncBackJobNotCreatedNotCounted(t *testing.T) {
 	if len(jobs.calls) != 1 {
 		t.Fatalf("Job calls %q, want one create", jobs.calls)
 	}
-	if c.syncJobsStarted.has(cache.ObjectName{Namespace: testNamespace, Name: "c1-sync"}) {
+	if c.syncJobs.has(cache.ObjectName{Namespace: testNamespace, Name: "c1-sync"}) {
 		t.Error("a Job that was not created counts as running")
 	}
 }

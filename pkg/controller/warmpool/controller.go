@@ -118,7 +118,7 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
-		created:      newMemberExpectations(clk),
+		created:      newMemberExpectations(klog.FromContext(ctx), clk),
 		registryList: informers.Registries.Lister(),
 		classLister:  informers.Classes.Lister(),
 		podLister:    informers.Pods.Lister(),

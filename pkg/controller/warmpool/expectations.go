@@ -1,56 +1,34 @@
 package warmpool
 
 import (
-	"sync"
-	"time"
-
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 )
 
-// memberExpectations are the members created and not yet seen in the cache: they count as
-// starting, so that a sync over a cache that lacks them does not create more.
+// memberExpectations are the members created and not yet seen in the cache, by name, with the
+// pool key each was created for: they count as starting, so that a sync over a cache that lacks
+// them does not create more. Each expires after memberCreateExpiry (as kube-controller-manager's
+// expectations do).
 type memberExpectations struct {
-	clock clock.Clock
-	mu    sync.Mutex
-	at    map[string]memberCreated // namespace/name
+	store *expectations.Store[cache.ObjectName, string]
 }
 
-type memberCreated struct {
-	pool string
-	at   time.Time
-}
-
-func newMemberExpectations(clk clock.Clock) *memberExpectations {
-	return &memberExpectations{clock: clk, at: map[string]memberCreated{}}
+func newMemberExpectations(logger klog.Logger, clk clock.PassiveClock) *memberExpectations {
+	return &memberExpectations{store: expectations.New[cache.ObjectName, string](logger, ControllerName, "member", memberCreateExpiry, clk)}
 }
 
 func (e *memberExpectations) expect(namespace, name, pool string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.at[namespace+"/"+name] = memberCreated{pool: pool, at: e.clock.Now()}
+	e.store.Expect(cache.ObjectName{Namespace: namespace, Name: name}, pool)
 }
 
 func (e *memberExpectations) seen(namespace, name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.at, namespace+"/"+name)
+	e.store.Delete(cache.ObjectName{Namespace: namespace, Name: name})
 }
 
-// pending counts the members of pool in namespace created and not seen, forgetting those
-// older than memberCreateExpiry.
+// pending counts the members of pool in namespace created and not seen.
 func (e *memberExpectations) pending(namespace, pool string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	now := e.clock.Now()
-	for k, v := range e.at {
-		if now.Sub(v.at) > memberCreateExpiry {
-			delete(e.at, k)
-			continue
-		}
-		if v.pool == pool && len(k) > len(namespace) && k[:len(namespace)+1] == namespace+"/" {
-			n++
-		}
-	}
-	return n
+	return e.store.Count(func(k cache.ObjectName, p string) bool { return k.Namespace == namespace && p == pool })
 }
