@@ -21,7 +21,7 @@ run: ## As root: a real node, airlock installed in-cluster and a short demo; els
 	hack/run.sh
 
 .PHONY: test
-test: test-unit test-mcpclients verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
+test: test-unit test-mcpclients test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the main module (helm and kubectl are built first, for the chart tests of manifests/).
@@ -31,6 +31,10 @@ test-unit: ## Unit tests of the main module (helm and kubectl are built first, f
 .PHONY: test-mcpclients
 test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI).
 	cd e2e/mcpclients && go test -count=1 ./...
+
+.PHONY: test-monitoring
+test-monitoring: ## The chart's alert rules and dashboard with Prometheus's libraries, in their own module (e2e/monitoring): PromQL parses, every metric exists, every alert has a runbook and fires on its problem only.
+	cd e2e/monitoring && GOWORK=off go test -count=1 ./...
 
 .PHONY: verify
 verify: verify-chart ## Generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), the Helm chart, gofmt, go vet.
@@ -43,6 +47,7 @@ verify: verify-chart ## Generated code and CRDs up to date (checked with an empt
 	go vet -tags e2e ./e2e/...
 	go vet -tags 'e2e realnode' ./e2e/...
 	cd e2e/mcpclients && go vet ./...
+	cd e2e/monitoring && GOWORK=off go vet ./...
 
 .PHONY: verify-chart
 verify-chart: ## The Helm chart: helm lint --strict, and its render with default values equals `kubectl kustomize manifests/` (manifests/chart_test.go; helm and kubectl built into bin/).

@@ -350,6 +350,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 			want: []string{"sandbox.codegenClass.enabled is false"}},
 		"warm members of a session workspace": {set: []string{"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,sandbox.toolRegistry.workspace=session,sandbox.toolRegistry.warm=2"},
 			want: []string{"sandbox.toolRegistry.warm must be 0"}},
+		"a scrape interval in words": {set: []string{"--set", "monitoring.serviceMonitor.interval=often"},
+			want: []string{"/monitoring/serviceMonitor/interval"}},
 		"tools without the registry": {set: []string{"--set-json", `sandbox.allowedTools=["Read"]`},
 			want: []string{"sandbox.toolRegistry.enabled is false"}},
 	}
@@ -516,7 +518,7 @@ func TestSchemaToolsAreSandboxdTools(t *testing.T) {
 func TestChartLints(t *testing.T) {
 	for name, set := range map[string][]string{
 		"defaults":      nil,
-		"everything on": {"--set", "certManager.enabled=true,sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents"},
+		"everything on": {"--set", "certManager.enabled=true,sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := run(t, "helm", append([]string{"lint", "--strict", chartDir}, set...)...); err != nil {
@@ -544,4 +546,64 @@ func (r *recorder) Helper() {}
 func (r *recorder) Errorf(format string, args ...any) {
 	r.failed = true
 	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+
+// TestChartMonitoring: the monitoring values install a ServiceMonitor of the metrics Service,
+// a PrometheusRule whose spec is files/prometheus-rules.yaml as it is (the file e2e/monitoring
+// tests), and the dashboard of files/grafana-dashboard.json in a ConfigMap for Grafana's sidecar.
+func TestChartMonitoring(t *testing.T) {
+	out, err := helmTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true,monitoring.dashboard.namespace=grafana",
+		"--set-json", `monitoring.serviceMonitor.labels={"release":"prom"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+
+	sm := objs["monitoring.coreos.com/v1/ServiceMonitor/airlock-system/airlock-operator"]
+	if sm == nil {
+		t.Fatalf("no ServiceMonitor: %v", slices.Sorted(maps.Keys(objs)))
+	}
+	svc := objs["v1/Service/airlock-system/airlock-operator-metrics"]
+	selector, _ := field(sm, "spec", "selector", "matchLabels").(map[string]any)
+	svcLabels, _ := field(svc, "metadata", "labels").(map[string]any)
+	for k, v := range selector {
+		if svcLabels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%v, the metrics Service has %v", k, v, svcLabels[k])
+		}
+	}
+	if len(selector) == 0 || field(sm, "metadata", "labels", "release") != "prom" {
+		t.Errorf("ServiceMonitor selector %v, labels %v", selector, field(sm, "metadata", "labels"))
+	}
+	endpoints, _ := field(sm, "spec", "endpoints").([]any)
+	if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" {
+		t.Errorf("ServiceMonitor endpoints %v, want the port metrics", endpoints)
+	}
+
+	rule := objs["monitoring.coreos.com/v1/PrometheusRule/airlock-system/airlock"]
+	b, err := os.ReadFile(filepath.Join(chartDir, "files", "prometheus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want any
+	if err := yaml.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, rule["spec"]); diff != "" {
+		t.Errorf("PrometheusRule spec is not files/prometheus-rules.yaml (-file +rendered):\n%s", diff)
+	}
+
+	cm := objs["v1/ConfigMap/grafana/airlock-dashboard"]
+	if cm == nil {
+		t.Fatalf("no dashboard ConfigMap in grafana: %v", slices.Sorted(maps.Keys(objs)))
+	}
+	if field(cm, "metadata", "labels", "grafana_dashboard") != "1" {
+		t.Errorf("dashboard labels %v, want grafana_dashboard: \"1\"", field(cm, "metadata", "labels"))
+	}
+	dashboard, err := os.ReadFile(filepath.Join(chartDir, "files", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := field(cm, "data", "airlock.json"); got != strings.TrimSuffix(string(dashboard), "\n") {
+		t.Errorf("the ConfigMap's airlock.json is not files/grafana-dashboard.json")
+	}
 }
