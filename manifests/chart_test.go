@@ -103,7 +103,8 @@ func decodeObjects(t *testing.T, stream []byte) map[string]object {
 		if len(obj) == 0 {
 			continue
 		}
-		key := fmt.Sprintf("%v/%v/%v/%v", obj["apiVersion"], obj["kind"], field(obj, "metadata", "namespace"), field(obj, "metadata", "name"))
+		namespace, _ := field(obj, "metadata", "namespace").(string) // "" for a cluster-scoped object
+		key := fmt.Sprintf("%v/%v/%s/%v", obj["apiVersion"], obj["kind"], namespace, field(obj, "metadata", "name"))
 		if _, dup := out[key]; dup {
 			t.Fatalf("%s rendered twice", key)
 		}
