@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -177,11 +178,10 @@ func checkType(t *testing.T, d *document, name string, goType reflect.Type, p *s
 	}
 }
 
-// routes are the Sandbox API's routes, read from where pkg/sandboxapi registers them
-// (`s.mux.Handle("POST /v1/...", ...)`).
-func routes(t *testing.T) map[string]string {
+// routes are the routes a file registers with Handle or HandleFunc("METHOD /path", ...), path
+// by method: pkg/sandboxapi's /v1/ endpoints, pkg/operator's /openapi.json.
+func routes(t *testing.T, path string) map[string]string {
 	t.Helper()
-	path := filepath.Join("..", "sandboxapi", "handlers.go")
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func routes(t *testing.T) map[string]string {
 			return true
 		}
 		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok || sel.Sel.Name != "Handle" {
+		if !ok || (sel.Sel.Name != "Handle" && sel.Sel.Name != "HandleFunc") {
 			return true
 		}
 		lit, ok := call.Args[0].(*ast.BasicLit)
@@ -201,7 +201,7 @@ func routes(t *testing.T) map[string]string {
 			return true
 		}
 		pattern, _ := strconv.Unquote(lit.Value)
-		if method, p, ok := strings.Cut(pattern, " "); ok && strings.HasPrefix(p, "/v1/") {
+		if method, p, ok := strings.Cut(pattern, " "); ok {
 			out[p] = strings.ToLower(method)
 		}
 		return true
@@ -210,6 +210,49 @@ func routes(t *testing.T) map[string]string {
 		t.Fatalf("no routes found in %s", path)
 	}
 	return out
+}
+
+// apiRoutes are the Sandbox API's endpoints, as pkg/sandboxapi registers them.
+func apiRoutes(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for p, m := range routes(t, filepath.Join("..", "sandboxapi", "handlers.go")) {
+		if strings.HasPrefix(p, "/v1/") {
+			out[p] = m
+		}
+	}
+	return out
+}
+
+// TestOpenAPIDocumentIsServed: the document describes the GET /openapi.json that pkg/operator
+// serves on the API port, without a token.
+func TestOpenAPIDocumentIsServed(t *testing.T) {
+	d := loadDocument(t)
+	if m := routes(t, filepath.Join("..", "operator", "servers.go"))["/openapi.json"]; m != "get" {
+		t.Errorf("pkg/operator registers /openapi.json with method %q, want GET", m)
+	}
+	op, ok := d.Paths["/openapi.json"]["get"]
+	if !ok {
+		t.Fatal("openapi.json does not describe GET /openapi.json")
+	}
+	if op.Security == nil || len(op.Security) != 0 {
+		t.Errorf("GET /openapi.json security %v, want [] (no token)", op.Security)
+	}
+	if _, ok := op.Responses["200"]; !ok {
+		t.Error("GET /openapi.json has no 200 answer")
+	}
+	if !bytes.Equal(OpenAPIDocument(), mustRead(t, "openapi.json")) {
+		t.Error("OpenAPIDocument() is not openapi.json")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestOpenAPIPathsAreTheRoutes: the document describes exactly the routes the server registers,
@@ -226,7 +269,12 @@ func TestOpenAPIPathsAreTheRoutes(t *testing.T) {
 		"/v1/sessions/open":     {"SessionRequest", map[string]string{"200": "SessionResponse"}},
 		"/v1/sessions/close":    {"SessionRequest", map[string]string{"202": "SessionResponse"}},
 	}
-	registered := routes(t)
+	registered := apiRoutes(t)
+	for p := range d.Paths {
+		if _, ok := want[p]; !ok && p != "/openapi.json" {
+			t.Errorf("openapi.json describes %s, which the server does not register", p)
+		}
+	}
 	for p, method := range registered {
 		if _, ok := want[p]; !ok {
 			t.Errorf("the server registers %s %s, which this test does not know: describe it in openapi.json and here", method, p)
