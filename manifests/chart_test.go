@@ -222,14 +222,10 @@ func TestChartDefaultsEqualKustomize(t *testing.T) {
 	compareInstalls(t, chart, kustomize)
 }
 
-// TestChartCertManagerEqualsComponent: certManager.enabled installs what an overlay with
-// manifests/components/cert-manager installs.
-func TestChartCertManagerEqualsComponent(t *testing.T) {
-	out, err := helmTemplate(t, "--set", "certManager.enabled=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	chart := decodeObjects(t, out)
+// overlayBuild renders an overlay of the kustomize tree with the given components, as a user's
+// overlay would use them.
+func overlayBuild(t *testing.T, components ...string) map[string]object {
+	t.Helper()
 	root, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
@@ -242,16 +238,44 @@ func TestChartCertManagerEqualsComponent(t *testing.T) {
 		}
 		return r
 	}
-	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n",
-		rel("."), rel("components/cert-manager"))
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n", rel("."))
+	for _, c := range components {
+		kustomization += "- " + rel(c) + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	kustomize := kustomizeBuild(t, overlay)
-	if _, ok := kustomize["cert-manager.io/v1/Certificate/airlock-system/airlock-sandbox-api"]; !ok {
-		t.Fatalf("the overlay has no serving Certificate: %v", slices.Sorted(maps.Keys(kustomize)))
+	return kustomizeBuild(t, overlay)
+}
+
+// TestChartComponentsEqualKustomize: the chart's optional parts install what an overlay with the
+// matching kustomize component installs: certManager.enabled and components/cert-manager, the
+// monitoring values and components/monitoring.
+func TestChartComponentsEqualKustomize(t *testing.T) {
+	tests := map[string]struct {
+		set       []string
+		component string
+		wantKey   string // an object only the component adds
+	}{
+		"cert-manager": {set: []string{"--set", "certManager.enabled=true"}, component: "components/cert-manager",
+			wantKey: "cert-manager.io/v1/Certificate/airlock-system/airlock-sandbox-api"},
+		"monitoring": {set: []string{"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
+			component: "components/monitoring", wantKey: "monitoring.coreos.com/v1/PrometheusRule/airlock-system/airlock"},
 	}
-	compareInstalls(t, chart, kustomize)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := helmTemplate(t, tc.set...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chart := decodeObjects(t, out)
+			kustomize := overlayBuild(t, tc.component)
+			if _, ok := kustomize[tc.wantKey]; !ok {
+				t.Fatalf("the overlay has no %s: %v", tc.wantKey, slices.Sorted(maps.Keys(kustomize)))
+			}
+			compareInstalls(t, chart, kustomize)
+		})
+	}
 }
 
 // TestCompareInstallsCatches: the comparison fails on what it must fail on, so that a passing
@@ -604,7 +628,7 @@ func TestChartMonitoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := field(cm, "data", "airlock.json"); got != strings.TrimSuffix(string(dashboard), "\n") {
+	if got := field(cm, "data", "airlock.json"); got != string(dashboard) {
 		t.Errorf("the ConfigMap's airlock.json is not files/grafana-dashboard.json")
 	}
 }
