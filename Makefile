@@ -6,6 +6,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X github.com/airlock-dev/airlock/pkg/version.version=$(VERSION) -X github.com/airlock-dev/airlock/pkg/version.commit=$(COMMIT)
 
+# Where hack/build-cluster-bins.sh puts the pinned binaries (helm, kubectl, the control plane's).
+BIN_DIR ?= $(or $(AIRLOCK_BIN_DIR),$(CURDIR)/bin)
+
 .PHONY: all
 all: build
 
@@ -18,18 +21,23 @@ run: ## As root: a real node, airlock installed in-cluster and a short demo; els
 	hack/run.sh
 
 .PHONY: test
-test: test-unit test-mcpclients verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
+test: test-unit test-mcpclients test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
 
 .PHONY: test-unit
-test-unit: ## Unit tests of the main module.
-	go test -count=1 ./...
+test-unit: ## Unit tests of the main module (helm and kubectl are built first, for the chart tests of manifests/).
+	AIRLOCK_BIN_DIR=$(BIN_DIR) hack/build-cluster-bins.sh helm kubectl
+	AIRLOCK_BIN_DIR=$(BIN_DIR) go test -count=1 ./...
 
 .PHONY: test-mcpclients
 test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI).
 	cd e2e/mcpclients && go test -count=1 ./...
 
+.PHONY: test-monitoring
+test-monitoring: ## The chart's alert rules and dashboard with Prometheus's libraries, in their own module (e2e/monitoring): PromQL parses, every metric exists, every alert has a runbook and fires on its problem only.
+	cd e2e/monitoring && GOWORK=off go test -count=1 ./...
+
 .PHONY: verify
-verify: ## Generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), gofmt, go vet.
+verify: verify-chart ## Generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), the Helm chart, gofmt, go vet.
 	hack/verify-codegen.sh --cold
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
@@ -39,6 +47,13 @@ verify: ## Generated code and CRDs up to date (checked with an empty module cach
 	go vet -tags e2e ./e2e/...
 	go vet -tags 'e2e realnode' ./e2e/...
 	cd e2e/mcpclients && go vet ./...
+	cd e2e/monitoring && GOWORK=off go vet ./...
+
+.PHONY: verify-chart
+verify-chart: ## The Helm chart: helm lint --strict, and its render with default values equals `kubectl kustomize manifests/` (manifests/chart_test.go; helm and kubectl built into bin/).
+	AIRLOCK_BIN_DIR=$(BIN_DIR) hack/build-cluster-bins.sh helm kubectl
+	$(BIN_DIR)/helm lint --strict manifests/chart/airlock
+	AIRLOCK_BIN_DIR=$(BIN_DIR) go test -count=1 -run 'Chart|Schema|CompareInstalls' ./manifests/
 
 .PHONY: verify-codegen
 verify-codegen: ## Generated code and CRDs up to date, with this machine's module cache (quicker than verify's cold check).

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := reportOpenAPIViolations(m.Run())
 	// The airlock binary the run built (airlockBinary) goes with the run: each run used to leave
 	// its ~40 MB copy in the temp dir.
 	if airlockBin != "" {
@@ -61,6 +61,9 @@ func setup() error {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	repoRoot = filepath.Dir(filepath.Dir(file))
+	if err := setupOpenAPICheck(); err != nil {
+		return err
+	}
 
 	var err error
 	restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)

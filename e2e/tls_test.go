@@ -58,13 +58,15 @@ func publishedBundle(t *testing.T, ns string) *corev1.ConfigMap {
 }
 
 // apiHTTPClient is an http.Client that verifies the Sandbox API as a runtime in ns does: with the
-// CA bundle published there.
+// CA bundle published there. Every exchange through it is checked against the OpenAPI document
+// (apiSpec).
 func apiHTTPClient(t *testing.T, ns string) *http.Client {
 	t.Helper()
 	hc, err := client.NewHTTPClient(client.TLSOptions{CAData: []byte(publishedBundle(t, ns).Data[cabundle.Key]), ServerName: apiServerName})
 	if err != nil {
 		t.Fatal(err)
 	}
+	hc.Transport = apiSpec.Wrap(hc.Transport)
 	return hc
 }
 

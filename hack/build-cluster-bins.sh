@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local control plane from the Go module proxy, once, into bin/.
 # Pins live in hack/tools/{kube,etcd,kwok}/go.mod, and for the real node of hack/local-node.sh
-# in hack/tools/{kube-node,coredns,kube-network-policies}/. A binary is rebuilt only when its
+# in hack/tools/{kube-node,coredns,kube-network-policies}/, and for the chart checks (make
+# verify-chart, manifests/chart_test.go) helm in hack/tools/helm/. A binary is rebuilt only when its
 # pin changes (bin/.stamp-<name> records the pin it was built from).
 #
 # usage: hack/build-cluster-bins.sh [name...]   (default: every binary the local cluster needs)
@@ -21,6 +22,7 @@ stamp_of() { # name -> the pin string for that binary
     kwok) sha256sum "$TOOLS/kwok/go.mod" | cut -c1-16 ;;
     kubelet | kube-proxy) sha256sum "$TOOLS/kube-node/go.mod" | cut -c1-16 ;;
     coredns) sha256sum "$TOOLS/coredns/go.mod" | cut -c1-16 ;;
+    helm) sha256sum "$TOOLS/helm/go.mod" | cut -c1-16 ;;
     kube-network-policies)
       sha256sum "$TOOLS/kube-network-policies/go.mod" "$TOOLS/kube-network-policies/local.patch" | sha256sum | cut -c1-16 ;;
     *) sha256sum "$TOOLS/kube/go.mod" | cut -c1-16 ;;
@@ -53,6 +55,10 @@ build_kube_network_policies() {
   rm -rf "$work"
 }
 
+helm_version() { # the helm.sh/helm/v4 version hack/tools/helm/go.mod pins
+  awk '$1 == "helm.sh/helm/v4" { print $2 }' "$TOOLS/helm/go.mod"
+}
+
 build_one() {
   local name=$1 want have
   want=$(stamp_of "$name")
@@ -75,6 +81,10 @@ build_one() {
       (cd "$TOOLS/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" github.com/coredns/coredns) ;;
     kube-network-policies)
       build_kube_network_policies ;;
+    helm) # the version helm prints is its pin's
+      (cd "$TOOLS/helm" && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(helm_version)" \
+        -o "$BIN/helm" helm.sh/helm/v4/cmd/helm) ;;
     *) echo "unknown binary: $name" >&2; return 2 ;;
   esac
   echo "$want" >"$BIN/.stamp-$name"

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/client"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
@@ -514,6 +516,29 @@ func TestAPIPlaceholderAnswersJSONNotFound(t *testing.T) {
 				t.Errorf("body = %+v, want error %q and a message naming %s", body, tc.wantError, tc.path)
 			}
 		})
+	}
+}
+
+// TestAPIServesOpenAPIDocument: GET /openapi.json answers the Sandbox API's OpenAPI document,
+// without a token.
+func TestAPIServesOpenAPIDocument(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the Sandbox API's handler was called for /openapi.json")
+	})
+	rec := httptest.NewRecorder()
+	newAPIHandler(ok, ok, api).ServeHTTP(rec, httptest.NewRequest("GET", "/openapi.json", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /openapi.json: %d %q, want 200 application/json", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	if !bytes.Equal(rec.Body.Bytes(), client.OpenAPIDocument()) {
+		t.Error("GET /openapi.json is not pkg/client's openapi.json")
+	}
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || doc.OpenAPI != "3.1.0" {
+		t.Errorf("GET /openapi.json: openapi %q, %v; want a 3.1.0 document", doc.OpenAPI, err)
 	}
 }
 

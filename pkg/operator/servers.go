@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/client"
 )
 
 // readHeaderTimeout bounds how long a client may take to send its request headers. There is no
@@ -92,13 +94,15 @@ func writeAPIError(w http.ResponseWriter, status int, code, message string) {
 }
 
 // newAPIHandler serves the Sandbox API: api (pkg/sandboxapi) under /v1/, /healthz and /readyz,
-// and a JSON 404 for everything else. /metrics is not served here, only on
+// its OpenAPI document at /openapi.json (no token: it describes, it grants nothing), and a JSON
+// 404 for everything else. /metrics is not served here, only on
 // --metrics-bind-address: the API port is open to every pod of the cluster, the metrics port only
 // to monitoring (manifests/operator/network_policy.yaml). api may be nil.
 func newAPIHandler(healthz, readyz, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readyz)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPIDocument)
 	if api != nil {
 		mux.Handle("/v1/", api)
 	}
@@ -106,4 +110,11 @@ func newAPIHandler(healthz, readyz, api http.Handler) http.Handler {
 		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", req.Method, req.URL.Path))
 	})
 	return mux
+}
+
+// serveOpenAPIDocument answers the Sandbox API's OpenAPI document (pkg/client/openapi.json).
+func serveOpenAPIDocument(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(client.OpenAPIDocument())
 }

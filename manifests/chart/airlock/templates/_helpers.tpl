@@ -1,0 +1,91 @@
+{{/*
+The labels every object carries: the two the kustomize tree sets (name and, for the operator's
+objects, component) and Helm's own. The selector labels are the kustomize tree's only, so that a
+release can take over an install made with `kubectl apply -k manifests/` (selectors are immutable).
+*/}}
+{{- define "airlock.helmLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "airlock.selectorLabels" -}}
+app.kubernetes.io/name: airlock
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels of the operator's objects. */}}
+{{- define "airlock.labels" -}}
+{{ include "airlock.selectorLabels" . }}
+{{ include "airlock.helmLabels" . }}
+{{- end }}
+
+{{/* Labels of the objects that are not the operator's (the sample class, the registry). */}}
+{{- define "airlock.sandboxLabels" -}}
+app.kubernetes.io/name: airlock
+{{ include "airlock.helmLabels" . }}
+{{- end }}
+
+{{/* The operator's image. */}}
+{{- define "airlock.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The TLS mode the operator runs with: cert-manager's certificate is served as files. */}}
+{{- define "airlock.tlsMode" -}}
+{{- if .Values.certManager.enabled -}}
+files
+{{- else -}}
+{{ .Values.operator.tls.mode }}
+{{- end -}}
+{{- end }}
+
+{{/* The Secret mounted for --tls-mode=files. */}}
+{{- define "airlock.tlsSecret" -}}
+{{- if .Values.certManager.enabled -}}
+airlock-sandbox-api-cert
+{{- else -}}
+{{ .Values.operator.tls.existingSecret }}
+{{- end -}}
+{{- end }}
+
+{{/*
+Checks of values that involve more than one value (values.schema.json checks each value alone):
+each fails the render with one line that names the values.
+*/}}
+{{- define "airlock.validate" -}}
+{{- $o := .Values.operator -}}
+{{- if and (not $o.leaderElection.enabled) (gt (int $o.replicas) 1) -}}
+{{- fail (printf "operator.replicas is %d with operator.leaderElection.enabled false: every replica would run the controllers; set replicas to 1 or enable leader election" (int $o.replicas)) -}}
+{{- end -}}
+{{- if and .Values.certManager.enabled (ne $o.tls.mode "self-signed") -}}
+{{- fail (printf "certManager.enabled is true with operator.tls.mode %q: cert-manager's certificate is served with mode files, set by the chart; leave operator.tls.mode at self-signed" $o.tls.mode) -}}
+{{- end -}}
+{{- if and (eq $o.tls.mode "files") (not .Values.certManager.enabled) (not $o.tls.existingSecret) -}}
+{{- fail "operator.tls.mode is files but operator.tls.existingSecret is empty: name the Secret (tls.crt, tls.key, optional ca.crt) to serve, or enable certManager" -}}
+{{- end -}}
+{{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) (gt (int $o.replicas) 0) -}}
+{{- fail (printf "podDisruptionBudget.minAvailable (%d) must be less than operator.replicas (%d), or no node could ever be drained; lower it or disable the budget" (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) -}}
+{{- end -}}
+{{- $managed := list "leader-elect" "api-bind-address" "tls-mode" "tls-cert-file" "tls-key-file" "tls-ca-file" "token-audiences" "metrics-bind-address" "health-probe-bind-address" "kube-api-qps" "kube-api-burst" "workers" "warm-refill-rate" "sync-image" "v" "leader-elect-lease-duration" "leader-elect-renew-deadline" "leader-elect-retry-period" -}}
+{{- range $o.extraArgs -}}
+{{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
+{{- if has $flag $managed -}}
+{{- fail (printf "operator.extraArgs has %q: --%s is set by the chart from its own value (see values.yaml); set that value instead" . $flag) -}}
+{{- end -}}
+{{- end -}}
+{{- $tr := .Values.sandbox.toolRegistry -}}
+{{- if and $tr.enabled (not $tr.namespace) -}}
+{{- fail "sandbox.toolRegistry.enabled is true but sandbox.toolRegistry.namespace is empty: name the namespace of the AgentRuntimes that use it" -}}
+{{- end -}}
+{{- if and $tr.enabled (not .Values.sandbox.codegenClass.enabled) -}}
+{{- fail "sandbox.toolRegistry.enabled is true but sandbox.codegenClass.enabled is false: the registry's codegen sandbox names that class" -}}
+{{- end -}}
+{{- if and $tr.enabled (gt (int $tr.warm) 0) (eq $tr.workspace "session") -}}
+{{- fail "sandbox.toolRegistry.warm must be 0 with sandbox.toolRegistry.workspace session: warm members serve fresh workspaces only" -}}
+{{- end -}}
+{{- if and .Values.sandbox.allowedTools (not $tr.enabled) -}}
+{{- fail "sandbox.allowedTools is set but sandbox.toolRegistry.enabled is false: the allowlist belongs to the chart's ToolRegistry; enable it (or write your own registry)" -}}
+{{- end -}}
+{{- end }}
