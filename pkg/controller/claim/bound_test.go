@@ -101,7 +101,7 @@ func TestSyncBoundPodNotReady(t *testing.T) {
 				f.pods = append(f.pods, newPod(claim, tc.pod))
 			}
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +185,7 @@ func TestSyncBoundIdle(t *testing.T) {
 				f.pods = append(f.pods, newPod(claim, markReady))
 			}
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +225,7 @@ func TestSyncBoundRecheckFindsRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.log = nil
-	requeue, err := c.sync(ctx, keyOf(claim))
+	requeue, err := syncClaim(ctx, c, keyOf(claim))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestSyncBoundPodRecoveredOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.log = nil
-	requeue, err := c.sync(ctx, keyOf(claim))
+	requeue, err := syncClaim(ctx, c, keyOf(claim))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestSyncBoundPodEvicted(t *testing.T) {
 		p.Status.Message = kubeletMessage
 	}))
 	c := f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
 	got := f.writtenClaim()
@@ -303,7 +303,7 @@ func TestSyncBoundPodEvicted(t *testing.T) {
 	// The deletion is seen, the pod is created again.
 	f.claims, f.pods = []*airlockv1alpha1.SandboxClaim{got}, nil
 	c = f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(got)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(got)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"create secrets " + tokenSecretName(claim), "create pods c1"})
@@ -311,7 +311,7 @@ func TestSyncBoundPodEvicted(t *testing.T) {
 	// The new pod is Ready, at another IP: Ready True at the new address, and no second report.
 	f.pods = []*corev1.Pod{newPod(claim, func(p *corev1.Pod) { p.UID = "uid-pod-2"; markReady(p); p.Status.PodIP = "10.244.0.99" })}
 	c = f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(got)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(got)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status c1"})
@@ -365,7 +365,7 @@ func TestSyncBoundPodEvictedSucceeded(t *testing.T) {
 			c := f.newController(ctx)
 			events := &fakePodEvents{messages: tc.events}
 			c.podEvents = events
-			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 				t.Fatal(err)
 			}
 			got := f.writtenClaim()
@@ -392,7 +392,7 @@ func TestSyncBoundPodEvictedSucceeded(t *testing.T) {
 			if err := f.claimInformer.GetIndexer().Update(got); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.sync(ctx, keyOf(got)); err != nil {
+			if _, err := syncClaim(ctx, c, keyOf(got)); err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range f.events() {

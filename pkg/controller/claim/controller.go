@@ -128,10 +128,11 @@ type Controller struct {
 	recorder    record.EventRecorder
 	clock       clock.WithTicker
 
-	// syncLocks serialises, per namespace, the check that it is a claim's turn to sync back into
-	// its targetPath with the creation of its Job; syncJobsStarted are the Jobs so created that
+	// turnQueue holds the namespaces whose claims asked for their sync-back turn (turns): one turn
+	// pass per namespace at a time (syncturns.go); syncJobs are the Jobs the passes created that
 	// the cache may not show yet (workspace.go).
-	syncLocks keyedLocks
+	turnQueue workqueue.TypedRateLimitingInterface[string]
+	turns     turnRequests
 	syncJobs  *syncJobsStarted
 
 	// syncImage is the image of sync-back Jobs (--sync-image).
@@ -231,6 +232,9 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		admitQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-admission", Clock: clk}),
+		turnQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-sync-turns", Clock: clk}),
 		expectations: newClaimExpectations(logger, clk),
 		childExpect:  newChildExpectations(logger, clk),
 		statusWrites: newStatusWrites(logger, clk),
@@ -333,6 +337,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.broadcaster.Shutdown()
 	defer c.queue.ShutDown()
 	defer c.admitQueue.ShutDown()
+	defer c.turnQueue.ShutDown()
 
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
@@ -352,10 +357,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		wg.StartWithContext(ctx, func(ctx context.Context) {
 			wait.UntilWithContext(ctx, c.runAdmissionWorker, time.Second)
 		})
+		wg.StartWithContext(ctx, func(ctx context.Context) {
+			wait.UntilWithContext(ctx, c.runSyncTurnWorker, time.Second)
+		})
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.admitQueue.ShutDown()
+	c.turnQueue.ShutDown()
 	wg.Wait()
 	c.builds.Wait()
 	return nil
@@ -475,6 +484,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	c.expectations.observeDeleted(claim)
 	c.childExpect.forget(claim.UID)
 	c.statusWrites.forget(claim.UID)
+	c.turns.forget(claim.Namespace, claim.UID)
 	c.enqueueWaiting(claim.Namespace)
 	c.syncJobs.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
 	if leftSyncLine(claim, nil) {

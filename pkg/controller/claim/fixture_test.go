@@ -497,3 +497,21 @@ func admitAndBuild(ctx context.Context, c *Controller) error {
 	c.builds.Wait()
 	return err
 }
+
+// syncClaim syncs the claim, then takes the sync-back turns its sync asked for, as the turn
+// workers would.
+func syncClaim(ctx context.Context, c *Controller, key cache.ObjectName) (*time.Duration, error) {
+	requeue, err := c.sync(ctx, key)
+	if err != nil {
+		return requeue, err
+	}
+	for c.turnQueue.Len() > 0 {
+		namespace, _ := c.turnQueue.Get()
+		err := c.takeSyncTurns(ctx, namespace)
+		c.turnQueue.Done(namespace)
+		if err != nil {
+			return requeue, err
+		}
+	}
+	return requeue, nil
+}

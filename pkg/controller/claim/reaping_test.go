@@ -75,7 +75,7 @@ func TestSyncReapRequested(t *testing.T) {
 				f.pods = append(f.pods, newPod(claim, nil)) // a Failed claim's pod, not yet deleted
 			}
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}

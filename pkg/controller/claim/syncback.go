@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -162,44 +161,8 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		return nil, nil
 	}
 
-	// One sync-back at a time into a target: the turn is checked and taken under the
-	// namespace's lock.
-	why, err := func() (string, error) {
-		unlock := c.syncLocks.lock(claim.Namespace)
-		defer unlock()
-		why, err := c.syncAhead(claim)
-		if err != nil || why != "" {
-			return why, err
-		}
-		// Counted as running from before its creation, so that the Job informer's add event,
-		// which may come before Create returns, is what clears it.
-		key := cache.MetaObjectToName(job)
-		c.syncJobs.add(key)
-		if err := c.children.jobs.Create(ctx, job); err != nil {
-			c.syncJobs.observed(key)
-			return "", err
-		}
-		return "", nil
-	}()
-	if apierrors.IsAlreadyExists(err) {
-		return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
-	}
-	if err != nil {
-		return nil, err
-	}
-	if why != "" {
-		return nil, c.waitForSyncTurn(ctx, claim, why)
-	}
-	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSyncBackStarted, MessageSyncStarted, job.Name, attempt)
-	if cond := findCondition(claim, ConditionSyncBack); cond != nil && cond.Reason == ReasonSyncBackWaiting {
-		// Its turn came: the condition says so rather than that it waits.
-		updated := claim.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionUnknown, ReasonSyncBackStarted,
-			fmt.Sprintf(MessageSyncStarted, job.Name, attempt), c.clock.Now())
-		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
-			return nil, err
-		}
-	}
+	// One sync-back at a time into a target: the turn is taken by the namespace's turn pass.
+	c.askSyncTurn(claim, job, attempt)
 	return nil, nil
 }
 

@@ -132,7 +132,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			}
 			c := f.newController(ctx)
 			f.clock.Step(tc.step)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,9 +19,9 @@ package claim
 // (creationTimestamp, then name) waits for an overlapping target. A waiting claim says why in its
 // SyncBack condition (Unknown, SyncBackWaiting) and is enqueued again when a sync-back Job
 // finishes or is deleted, or when a Reaping claim with a targetPath is deleted: a claim ahead that
-// goes away frees the way. The check and the Job's creation are made under a per-namespace lock,
-// and Jobs created but not yet in the cache count as unfinished (syncJobs), so that two
-// workers cannot both start a Job on caches that do not show each other's.
+// goes away frees the way. The check and the Job's creation are one step of the namespace's turn
+// pass, on a namespace-keyed queue (syncturns.go), and Jobs created but not yet in the cache count
+// as unfinished (syncJobs), so that no pass starts a Job on a cache that does not show the last.
 
 import (
 	"context"

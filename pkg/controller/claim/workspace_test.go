@@ -87,7 +87,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	f.claims = append(f.claims, claim)
 	f.withChildren(claim)
 	c := f.newController(ctx)
-	requeue, err := c.sync(ctx, keyOf(claim))
+	requeue, err := syncClaim(ctx, c, keyOf(claim))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	f.withChildren(claim)
 	f.jobs = append(f.jobs, syncJob(claim, true, ""))
 	c = f.newController(ctx)
-	if requeue, err := c.sync(ctx, keyOf(claim)); err != nil || requeue != nil {
+	if requeue, err := syncClaim(ctx, c, keyOf(claim)); err != nil || requeue != nil {
 		t.Fatalf("sync = %v, %v", requeue, err)
 	}
 	checkActions(t, f, nil)
@@ -115,7 +115,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	f.withChildren(claim)
 	f.jobs = append(f.jobs, syncJob(claim, true, batchv1.JobComplete))
 	c = f.newController(ctx)
-	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"})
@@ -155,7 +155,7 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 				f.jobs = append(f.jobs, syncJob(claim, true, tc.job))
 			}
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestWorkspaceNotTheOperators(t *testing.T) {
 				f.claims = append(f.claims, claim)
 				f.withChildren(claim)
 				c := f.newController(ctx)
-				if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 					t.Fatal(err)
 				}
 				if targetPath == "" {
@@ -283,7 +283,7 @@ func TestSessionWorkspaceKeptWhileShared(t *testing.T) {
 				}
 				f.withChildren(claim)
 				c := f.newController(ctx)
-				if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 					t.Fatal(err)
 				}
 				switch {
@@ -346,7 +346,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 
 	// 1. The younger is looked at first: it waits for the older, and says so.
 	f, c := setup(t, []*airlockv1alpha1.SandboxClaim{older, younger})
-	if requeue, err := c.sync(ctx, keyOf(younger)); err != nil || requeue != nil {
+	if requeue, err := syncClaim(ctx, c, keyOf(younger)); err != nil || requeue != nil {
 		t.Fatalf("sync = %v, %v; want nil, nil (events enqueue it)", requeue, err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status younger"})
@@ -361,7 +361,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 	// Looked at again with the condition written: no second write, no second event.
 	waiting := f.writtenClaimNamed("younger")
 	f, c = setup(t, []*airlockv1alpha1.SandboxClaim{older, waiting})
-	if _, err := c.sync(ctx, keyOf(waiting)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(waiting)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, nil)
@@ -371,7 +371,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 
 	// 2. The older one goes first.
 	f, c = setup(t, []*airlockv1alpha1.SandboxClaim{older, waiting})
-	if _, err := c.sync(ctx, keyOf(older)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(older)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"create jobs older-sync"})
@@ -379,7 +379,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 	// 3. While the older one's Job runs, the younger waits for it.
 	running := syncJob(older, true, "")
 	f, c = setup(t, []*airlockv1alpha1.SandboxClaim{older, waiting}, running)
-	if _, err := c.sync(ctx, keyOf(waiting)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(waiting)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status younger"})
@@ -407,7 +407,7 @@ func TestSyncBackOneAtATimeOldestFirst(t *testing.T) {
 	// 5. The older claim gone (deleted after its sync-back): the younger goes; its condition
 	// says it started.
 	f, c = setup(t, []*airlockv1alpha1.SandboxClaim{waiting})
-	if _, err := c.sync(ctx, keyOf(waiting)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(waiting)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"create jobs younger-sync", "update sandboxclaims/status younger"})
@@ -454,7 +454,7 @@ func TestSyncBackTurn(t *testing.T) {
 				f.jobs = append(f.jobs, syncJob(other, true, tc.otherJob))
 			}
 			c := f.newController(ctx)
-			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 				t.Fatal(err)
 			}
 			if tc.wantWait == "" {
@@ -483,7 +483,7 @@ func TestSyncBackTurnJobNotCachedYet(t *testing.T) {
 	f.withChildren(older)
 	c := f.newController(ctx)
 	// The younger goes while the older one is still Bound.
-	if _, err := c.sync(ctx, keyOf(younger)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(younger)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"create jobs younger-sync"})
@@ -495,7 +495,7 @@ func TestSyncBackTurnJobNotCachedYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.log = nil
-	if _, err := c.sync(ctx, keyOf(reaping)); err != nil {
+	if _, err := syncClaim(ctx, c, keyOf(reaping)); err != nil {
 		t.Fatal(err)
 	}
 	checkActions(t, f, []string{"update sandboxclaims/status older"})
@@ -521,7 +521,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			f.withChildren(claim)
 			f.jobs = append(f.jobs, syncJob(claim, true, batchv1.JobFailed))
 			c := f.newController(ctx)
-			requeue, err := c.sync(ctx, keyOf(claim))
+			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -548,7 +548,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			f.jobs = append(f.jobs, syncJob(counted, true, batchv1.JobFailed))
 			c = f.newController(ctx)
 			f.clock.Step(syncBackoffBase)
-			if _, err := c.sync(ctx, keyOf(counted)); err != nil {
+			if _, err := syncClaim(ctx, c, keyOf(counted)); err != nil {
 				t.Fatal(err)
 			}
 			checkActions(t, f, []string{"delete jobs c1-sync"})
@@ -557,7 +557,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			f.claims = append(f.claims, counted)
 			f.withChildren(counted)
 			c = f.newController(ctx)
-			if _, err := c.sync(ctx, keyOf(counted)); err != nil {
+			if _, err := syncClaim(ctx, c, keyOf(counted)); err != nil {
 				t.Fatal(err)
 			}
 			checkActions(t, f, []string{"create jobs c1-sync"})
@@ -615,7 +615,7 @@ func TestSyncBackJobNotCreatedNotCounted(t *testing.T) {
 	c := f.newController(ctx)
 	jobs := &fakeObjectControl[*batchv1.Job]{next: c.children.jobs, createErr: errors.New("the API server is away")}
 	c.children.jobs = jobs
-	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err == nil {
 		t.Fatal("sync succeeded though the Job was not created")
 	}
 	if len(jobs.calls) != 1 {
