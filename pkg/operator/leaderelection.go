@@ -60,89 +60,8 @@ func campaign(ctx context.Context, cfg *Config, watchdog *leaderelection.Healthz
 	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElection()
 
-	var (
-		mu       sync.Mutex
-		stopping bool          // no term may start any more
-		termDone chan struct{} // closed when the leading work has returned; nil if it never started
-		leadErr  error
-		leading  atomic.Bool // this replica has held the lease
-		giveUp   atomic.Bool // this replica asked to stop leading
-	)
-	leadFailed := make(chan struct{})
-	// stopLeading cancels the leading work and waits for it to return. It may be called more
-	// than once, from the elector's goroutine (before a release) and from this one.
-	stopLeading := func() {
-		mu.Lock()
-		stopping = true
-		done := termDone
-		mu.Unlock()
-		stopWork()
-		if done != nil {
-			<-done
-		}
-	}
-
-	lock := &releaseGuardLock{
-		Interface: &resourcelock.LeaseLock{
-			LeaseMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: lease.Name},
-			Client:    cfg.LeaderElectionClient.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{
-				Identity:      cfg.Identity,
-				EventRecorder: recorder,
-			},
-		},
-		beforeRelease: stopLeading,
-	}
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   cfg.LeaderElection.LeaseDuration.Duration,
-		RenewDeadline:   cfg.LeaderElection.RenewDeadline.Duration,
-		RetryPeriod:     cfg.LeaderElection.RetryPeriod.Duration,
-		WatchDog:        watchdog,
-		ReleaseOnCancel: true,
-		Name:            cfg.LeaderElection.ResourceName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(termCtx context.Context) {
-				mu.Lock()
-				if stopping {
-					mu.Unlock()
-					return
-				}
-				done := make(chan struct{})
-				termDone = done
-				leading.Store(true)
-				mu.Unlock()
-				defer close(done)
-
-				logger.Info("Started leading", "lease", lease, "identity", cfg.Identity)
-				ctx, cancel := context.WithCancel(workCtx)
-				defer cancel()
-				defer context.AfterFunc(termCtx, cancel)()
-				if err := lead(ctx); err != nil {
-					mu.Lock()
-					leadErr = err
-					mu.Unlock()
-					close(leadFailed)
-				}
-			},
-			// The elector calls this even when this replica never led.
-			OnStoppedLeading: func() {
-				switch {
-				case !leading.Load():
-				case giveUp.Load():
-					logger.Info("Stopped leading", "lease", lease)
-				default:
-					leadershipLost.Inc()
-					logger.Error(nil, "Leader election lost", "lease", lease)
-				}
-			},
-			OnNewLeader: func(identity string) {
-				if identity != cfg.Identity {
-					logger.Info("New leader elected", "lease", lease, "leader", identity)
-				}
-			},
-		},
-	})
+	t := &term{logger: logger, lease: lease, identity: cfg.Identity, workCtx: workCtx, stopWork: stopWork, lead: lead, failed: make(chan struct{})}
+	elector, err := newElector(cfg, watchdog, recorder, t)
 	if err != nil {
 		return fmt.Errorf("configuring leader election: %w", err)
 	}
@@ -158,20 +77,125 @@ func campaign(ctx context.Context, cfg *Config, watchdog *leaderelection.Healthz
 	var result error
 	select {
 	case <-ctx.Done():
-		giveUp.Store(true)
-	case <-leadFailed:
-		giveUp.Store(true)
+		t.giveUp.Store(true)
+	case <-t.failed:
+		t.giveUp.Store(true)
 	case <-electionDone:
 		// Run returns before its context ends only when a held lease could not be renewed.
 		result = errLeaderElectionLost
 	}
-	stopLeading()
+	t.stopLeading()
 	stopElection()
 	<-electionDone
 
-	mu.Lock()
-	defer mu.Unlock()
-	return errors.Join(result, leadErr)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return errors.Join(result, t.leadErr)
+}
+
+// newElector returns an elector of the lease that runs t's leading work while it holds the lease,
+// and stops it before the lease is released (releaseGuardLock).
+func newElector(cfg *Config, watchdog *leaderelection.HealthzAdaptor, recorder record.EventRecorder, t *term) (*leaderelection.LeaderElector, error) {
+	lock := &releaseGuardLock{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta: metav1.ObjectMeta{Namespace: t.lease.Namespace, Name: t.lease.Name},
+			Client:    cfg.LeaderElectionClient.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{
+				Identity:      cfg.Identity,
+				EventRecorder: recorder,
+			},
+		},
+		beforeRelease: t.stopLeading,
+	}
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   cfg.LeaderElection.LeaseDuration.Duration,
+		RenewDeadline:   cfg.LeaderElection.RenewDeadline.Duration,
+		RetryPeriod:     cfg.LeaderElection.RetryPeriod.Duration,
+		WatchDog:        watchdog,
+		ReleaseOnCancel: true,
+		Name:            cfg.LeaderElection.ResourceName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: t.run,
+			// The elector calls this even when this replica never led.
+			OnStoppedLeading: t.stopped,
+			OnNewLeader: func(identity string) {
+				if identity != cfg.Identity {
+					t.logger.Info("New leader elected", "lease", t.lease, "leader", identity)
+				}
+			},
+		},
+	})
+}
+
+// term is one campaign's leading work: whether a term may still start, the running term's end,
+// and how it ended.
+type term struct {
+	logger   klog.Logger
+	lease    klog.ObjectRef
+	identity string
+	workCtx  context.Context
+	stopWork context.CancelFunc
+	lead     func(ctx context.Context) error
+	// failed is closed when lead returned an error (leadErr).
+	failed chan struct{}
+
+	mu       sync.Mutex
+	stopping bool          // no term may start any more
+	termDone chan struct{} // closed when the leading work has returned; nil if it never started
+	leadErr  error
+	leading  atomic.Bool // this replica has held the lease
+	giveUp   atomic.Bool // this replica asked to stop leading
+}
+
+// run is the elector's OnStartedLeading: it runs lead until the term or the campaign ends.
+func (t *term) run(termCtx context.Context) {
+	t.mu.Lock()
+	if t.stopping {
+		t.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	t.termDone = done
+	t.leading.Store(true)
+	t.mu.Unlock()
+	defer close(done)
+
+	t.logger.Info("Started leading", "lease", t.lease, "identity", t.identity)
+	ctx, cancel := context.WithCancel(t.workCtx)
+	defer cancel()
+	defer context.AfterFunc(termCtx, cancel)()
+	if err := t.lead(ctx); err != nil {
+		t.mu.Lock()
+		t.leadErr = err
+		t.mu.Unlock()
+		close(t.failed)
+	}
+}
+
+// stopped is the elector's OnStoppedLeading, called even when this replica never led.
+func (t *term) stopped() {
+	switch {
+	case !t.leading.Load():
+	case t.giveUp.Load():
+		t.logger.Info("Stopped leading", "lease", t.lease)
+	default:
+		leadershipLost.Inc()
+		t.logger.Error(nil, "Leader election lost", "lease", t.lease)
+	}
+}
+
+// stopLeading cancels the leading work and waits for it to return. It may be called more than
+// once, from the elector's goroutine (before a release) and from campaign's.
+func (t *term) stopLeading() {
+	t.mu.Lock()
+	t.stopping = true
+	done := t.termDone
+	t.mu.Unlock()
+	t.stopWork()
+	if done != nil {
+		<-done
+	}
 }
 
 // releaseGuardLock stops the leading work before the elector writes the release of the lease

@@ -70,34 +70,49 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 	if err != nil {
 		return err
 	}
-	var undecided []*airlockv1alpha1.SandboxClaim
-	for _, claim := range input.Claims {
-		if _, closing := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; isUndecided(claim) && !closing {
-			// (A claim whose session was closed is deleted by its own sync: nothing to decide.)
-			undecided = append(undecided, claim)
-		}
-	}
+	undecided := undecidedClaims(input)
 	if len(undecided) == 0 {
 		return nil
 	}
 	start := c.clock.Now()
 	decisions := c.decide(input)
 	decisionPassDuration.Observe(c.clock.Since(start).Seconds())
+	logger.V(4).Info("Deciding the namespace's claims", "namespace", namespace, "claims", len(input.Claims), "undecided", len(undecided))
+
+	if err := c.releaseStillQueued(ctx, undecided, decisions); err != nil {
+		return err
+	}
+	admitted, err := c.writeDecisions(ctx, undecided, decisions, input)
+	if err != nil {
+		return err
+	}
+	// Built beside the next passes: a pass needs the cache to show this one's status writes, not
+	// its children. Run joins the builds before it returns.
+	if len(admitted) > 0 {
+		c.builds.Go(func() { c.buildAdmitted(ctx, admitted) })
+	}
+	return nil
+}
+
+// undecidedClaims returns the claims of input that admission has to place, oldest first. A claim
+// whose session was closed is not among them: its own sync deletes it.
+func undecidedClaims(input admission.Input) []*airlockv1alpha1.SandboxClaim {
+	var undecided []*airlockv1alpha1.SandboxClaim
+	for _, claim := range input.Claims {
+		if _, closing := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; isUndecided(claim) && !closing {
+			undecided = append(undecided, claim)
+		}
+	}
 	slices.SortFunc(undecided, func(a, b *airlockv1alpha1.SandboxClaim) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
-	logger.V(4).Info("Deciding the namespace's claims", "namespace", namespace, "claims", len(input.Claims), "undecided", len(undecided))
+	return undecided
+}
 
-	// Refusals first, then the decisions that take a place. Within each group the writes are
-	// independent: every one was decided over the same claims, and any part of a valid
-	// assignment is valid, so they go out concurrently.
-	var (
-		admitted []*airlockv1alpha1.SandboxClaim
-		mu       sync.Mutex
-	)
-	// A claim that stays Queued (not written) holds no warm member that an earlier pass adopted
-	// for it and could not write: let go here, before this pass's writes. Passes of a namespace
-	// never overlap, so no adoption of it is in flight.
+// releaseStillQueued lets go of the warm member an earlier pass adopted for a claim that stays
+// Queued (and could not write): a claim that is not admitted holds no pod. It runs before the
+// pass's writes; passes of a namespace never overlap, so no adoption of it is in flight.
+func (c *Controller) releaseStillQueued(ctx context.Context, undecided []*airlockv1alpha1.SandboxClaim, decisions map[string]admission.Decision) error {
 	for _, claim := range undecided {
 		if decisions[claim.Name].Action == admission.Queue && claim.Status.Phase == airlockv1alpha1.ClaimQueued {
 			if err := c.releaseMember(ctx, claim); err != nil {
@@ -105,8 +120,12 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 			}
 		}
 	}
-	// Warm members go to the oldest admitted claims: reserved in order before the concurrent
-	// writes (adopt.go).
+	return nil
+}
+
+// reserveForAdmitted reserves warm members for the claims the pass admits, oldest first, before
+// the concurrent writes (adopt.go): each for the record it is frozen with.
+func (c *Controller) reserveForAdmitted(ctx context.Context, undecided []*airlockv1alpha1.SandboxClaim, decisions map[string]admission.Decision, input admission.Input) map[types.UID]reservation {
 	records := map[types.UID]*airlockv1alpha1.FrozenSandbox{}
 	var admitting []*airlockv1alpha1.SandboxClaim
 	for _, claim := range undecided {
@@ -117,7 +136,15 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 			records[claim.UID], admitting = record, append(admitting, claim)
 		}
 	}
-	reserved := c.reserveMembers(ctx, admitting, records)
+	return c.reserveMembers(ctx, admitting, records)
+}
+
+// writeDecisions writes the pass's decisions: refusals first, then the decisions that take a
+// place. Within each group the writes are independent: every one was decided over the same
+// claims, and any part of a valid assignment is valid, so they go out concurrently. It returns
+// the claims written Binding (to be built).
+func (c *Controller) writeDecisions(ctx context.Context, undecided []*airlockv1alpha1.SandboxClaim, decisions map[string]admission.Decision, input admission.Input) ([]*airlockv1alpha1.SandboxClaim, error) {
+	reserved := c.reserveForAdmitted(ctx, undecided, decisions, input)
 	var offered sync.Map // claim UID -> its write was started with its reservation
 	defer func() {
 		// A reservation no write was given (the pass stopped first) goes back; admitWarm gives
@@ -128,6 +155,10 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 			}
 		}
 	}()
+	var (
+		admitted []*airlockv1alpha1.SandboxClaim
+		mu       sync.Mutex
+	)
 	for _, refusals := range []bool{true, false} {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(decisionWriters)
@@ -154,15 +185,10 @@ func (c *Controller) admitNamespace(ctx context.Context, namespace string) error
 		if err := g.Wait(); err != nil {
 			// Stop here: a decision that takes a place must not be written before a refusal
 			// that failed. The namespace is decided again with backoff.
-			return err
+			return nil, err
 		}
 	}
-	// Built beside the next passes: a pass needs the cache to show this one's status writes, not
-	// its children. Run joins the builds before it returns.
-	if len(admitted) > 0 {
-		c.builds.Go(func() { c.buildAdmitted(ctx, admitted) })
-	}
-	return nil
+	return admitted, nil
 }
 
 // writeDecision writes one claim's decision, expecting the write in the cache before the next

@@ -53,28 +53,44 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 	if err != nil {
 		return nil, err
 	}
+	claim, err = c.repairBound(ctx, claim, pods)
+	if err != nil {
+		return nil, err
+	}
+	return c.watchBoundPod(ctx, claim, rt, pods, idleLeft)
+}
+
+// repairBound reports an eviction of the Bound claim's pod and repairs its children from the
+// frozen record only: an ended pod is deleted and created again on the same workspace. A claim
+// bound before records existed has none: its children are left exactly as they are until it is
+// reaped (rebuilding them from the live class or registry could restart or widen the running
+// sandbox). It returns the claim as last written.
+func (c *Controller) repairBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+	claim, err := c.reportEviction(ctx, claim, pods)
+	if err != nil {
+		return nil, err
+	}
+	record := claim.Status.Frozen
+	if record == nil {
+		return claim, nil
+	}
+	if claim.Status.Warm == nil { // a warm member that ended was reaped before
+		if err := c.replaceEndedPod(ctx, claim, pods); err != nil {
+			return nil, err
+		}
+	}
+	return claim, c.ensureChildrenIfSeen(ctx, claim, record)
+}
+
+// watchBoundPod keeps the Bound claim's Ready condition and addresses as its pod is, and reaps the
+// claim (PodFailed) when the pod has not been ready for the record's startupTimeout. It returns
+// when to look again: by the idle timer, or by the startupTimeout left.
+func (c *Controller) watchBoundPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, pods []*corev1.Pod, idleLeft time.Duration) (*time.Duration, error) {
+	now := c.clock.Now()
 	record := claim.Status.Frozen
 	timeout := defaultStartupTimeout
 	if record != nil {
 		timeout = sandboxpod.StartupTimeout(record)
-	}
-	claim, err = c.reportEviction(ctx, claim, pods)
-	if err != nil {
-		return nil, err
-	}
-	// Repaired from the frozen record only: an ended pod is deleted and created again on the
-	// same workspace. A claim bound before records existed has none: its children are left
-	// exactly as they are until it is reaped (rebuilding them from the live class or registry
-	// could restart or widen the running sandbox).
-	if record != nil {
-		if claim.Status.Warm == nil { // a warm member that ended was reaped above
-			if err := c.replaceEndedPod(ctx, claim, pods); err != nil {
-				return nil, err
-			}
-		}
-		if err := c.ensureChildrenIfSeen(ctx, claim, record); err != nil {
-			return nil, err
-		}
 	}
 	ready := findCondition(claim, ConditionReady)
 	pod := sandboxpod.ReadyPod(pods)

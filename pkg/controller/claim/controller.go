@@ -187,15 +187,7 @@ func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Inter
 
 func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, clk clock.WithTicker) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	// Events reference claims: the scheme must know the airlock kinds. A scheme of its own: adding
-	// them to client-go's global scheme here raced with the lease renewals that decode with it
-	// (the controller is built once the lease is held): "concurrent map read and map write".
-	eventScheme := runtime.NewScheme()
-	utilruntime.Must(scheme.AddToScheme(eventScheme))
-	utilruntime.Must(airlockscheme.AddToScheme(eventScheme))
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: ControllerName})
-
+	broadcaster, recorder := newEventRecorder(ctx)
 	ratelimiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 1000*time.Second),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
@@ -250,15 +242,38 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	}
 	c.syncHandler = c.sync
 
-	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
+	if err := c.addEventHandlers(logger, informers); err != nil {
 		return nil, err
+	}
+	registerMetrics(c.claimLister)
+	return c, nil
+}
+
+// newEventRecorder returns the broadcaster and recorder of the controller's events. Events
+// reference claims: the scheme must know the airlock kinds. A scheme of its own: adding them to
+// client-go's global scheme here raced with the lease renewals that decode with it (the controller
+// is built once the lease is held): "concurrent map read and map write".
+func newEventRecorder(ctx context.Context) (record.EventBroadcaster, record.EventRecorder) {
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(airlockscheme.AddToScheme(eventScheme))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	return broadcaster, broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: ControllerName})
+}
+
+// addEventHandlers adds the controller's handlers to the informers (removed when Run returns):
+// claims, the runtimes and registries that change their namespace's admission, the children and
+// pods of claims, sync-back Jobs, and the allowed Services.
+func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) error {
+	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
+		return err
 	}
 	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.addClaim(logger, obj) },
 		UpdateFunc: func(old, cur any) { c.updateClaim(logger, old, cur) },
 		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
 	}); err != nil {
-		return nil, fmt.Errorf("adding the claim event handler: %w", err)
+		return fmt.Errorf("adding the claim event handler: %w", err)
 	}
 	// A runtime's or registry's change can change admission and idle timers: look at the
 	// namespace's claims again.
@@ -273,10 +288,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(obj) },
 	}
 	if err := c.handlers.Add(informers.Runtimes.Informer(), namespaceHandler); err != nil {
-		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
+		return fmt.Errorf("adding the runtime event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Registries.Informer(), namespaceHandler); err != nil {
-		return nil, fmt.Errorf("adding the registry event handler: %w", err)
+		return fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	// Children, including pods: enqueue the claim they belong to.
 	childHandler := cache.ResourceEventHandlerFuncs{
@@ -293,10 +308,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	builtHandler := childHandler
 	builtHandler.AddFunc = c.addChild
 	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), builtHandler); err != nil {
-		return nil, fmt.Errorf("adding the networkpolicy event handler: %w", err)
+		return fmt.Errorf("adding the networkpolicy event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Jobs.Informer(), childHandler); err != nil {
-		return nil, fmt.Errorf("adding the job event handler: %w", err)
+		return fmt.Errorf("adding the job event handler: %w", err)
 	}
 	podHandler := builtHandler
 	podHandler.DeleteFunc = func(obj any) {
@@ -310,20 +325,19 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		c.handleObject(obj)
 	}
 	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
-		return nil, fmt.Errorf("adding the pod event handler: %w", err)
+		return fmt.Errorf("adding the pod event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Jobs.Informer(), c.syncJobHandler()); err != nil {
-		return nil, fmt.Errorf("adding the sync-back Job event handler: %w", err)
+		return fmt.Errorf("adding the sync-back Job event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
 		UpdateFunc: c.updateAllowedService,
 		DeleteFunc: c.deleteAllowedService,
 	}); err != nil {
-		return nil, fmt.Errorf("adding the allowed-Service event handler: %w", err)
+		return fmt.Errorf("adding the allowed-Service event handler: %w", err)
 	}
-	registerMetrics(c.claimLister)
-	return c, nil
+	return nil
 }
 
 // Run starts the event broadcaster and workers, and blocks until ctx is done and every worker
