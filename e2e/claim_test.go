@@ -482,8 +482,8 @@ func TestClaimRefusedMaxPerSession(t *testing.T) {
 	}
 }
 
-// TestClaimIdleReaped: a claim idle past a short idleTimeout is Reaping, its Deployment is scaled
-// to zero, its sync-back Job runs `airlock sync` (which removes the workspace once it is copied),
+// TestClaimIdleReaped: a claim idle past a short idleTimeout is Reaping, its pod is deleted and
+// waited for, its sync-back Job runs `airlock sync` (which removes the workspace once it is copied),
 // and the claim is deleted when the Job succeeds (kwok completes Job pods).
 func TestClaimIdleReaped(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-reap", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second, targetPath: "projects/demo"})

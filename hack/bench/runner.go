@@ -18,8 +18,8 @@ import (
 const (
 	// quietFor and settleTimeout: a window ends once the API server has logged no write for claims
 	// (anything but Node and lease heartbeats) for quietFor after the last answer, or settleTimeout
-	// after it at the latest, so that the writes other components make after Bound (Deployment
-	// and EndpointSlice status, events) are counted.
+	// after it at the latest, so that the writes other components make after Bound (the pod's
+	// status, events) are counted.
 	quietFor      = 2 * time.Second
 	settleTimeout = 60 * time.Second
 	// auditPoll is how often the audit log is read while settling: the log is a file, with

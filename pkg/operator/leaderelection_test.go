@@ -24,7 +24,7 @@ type termController struct {
 	returned []chan struct{}
 	running  atomic.Int32
 	overlaps atomic.Int32
-	// informers are each term's informer of the claims' Deployments.
+	// informers are each term's informer (of any kind: a stand-in for the claim controller's).
 	informers []cache.SharedIndexInformer
 }
 

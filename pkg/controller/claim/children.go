@@ -169,8 +169,7 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 // ensurePod creates the claim's pod, and repairs what of its drift a pod allows: its labels are
 // put back; a pod that does not run what the record says (another image or args, or another
 // token Secret: only a pod the claim controls gets here, but anyone who may create pods can write
-// an ownerReference) is deleted, and created again from the record once it is gone (as a
-// Deployment replaces a pod whose template changed). A pod that has
+// an ownerReference) is deleted, and created again from the record once it is gone. A pod that has
 // ended (evicted, its node gone) or is being deleted is left to replaceEndedPod and to its deletion.
 func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Pod) error {
 	live, err := c.podLister.Pods(claim.Namespace).Get(want.Name)

@@ -1,13 +1,17 @@
 // Package claim is the SandboxClaim controller (SPEC section 3): it admits claims oldest first,
-// builds what a claim needs (SPEC section 5), binds it when its pod is ready, fails it when the
+// builds what a claim needs (SPEC section 5: a NetworkPolicy, a token Secret and one pod, from the
+// record frozen at admission; pkg/sandboxpod), binds it when its pod is ready, fails it when the
 // pod cannot start, reaps it when idle (with sync-back), and deletes refused and stale claims.
+// Warm members are the warm pool controller's (pkg/controller/warmpool); a claim adopts one
+// through warmMembers (adopt.go).
 //
-// Work is keyed by claim. Admission is decided per namespace: the sync of an undecided (Pending
-// or Queued) claim runs admission.Decide over all of the namespace's claims from the lister and
-// applies that claim's own verdict. Decide is pure and deterministic over the cache, so every
-// claim of a namespace sees the same walk; whenever a slot may have freed (a claim deleted, a
-// claim leaving Binding/Bound, a Reaping claim's pods gone) the namespace's waiting claims are
-// enqueued again.
+// Three queues. Claims are synced by claim (sync.go dispatches by phase). Admission is decided by
+// namespace: an admission pass (admit.go) runs admission.Decide over all of the namespace's claims
+// in the cache, once the cache shows this controller's own writes (expectations.go), and writes
+// the decisions of the undecided (Pending or Queued) claims; whenever a slot may have freed (a
+// claim deleted, a claim leaving Binding/Bound, a Reaping claim's pods gone) the namespace is
+// decided again. Sync-back turns are taken by namespace too (syncturns.go): one Job at a time into
+// a target, oldest claim first.
 package claim
 
 import (

@@ -28,8 +28,8 @@ const (
 	ConditionSyncBack = "SyncBack"
 	// ConditionEvicted reports the last eviction of one of the claim's pods (its ephemeral-storage
 	// limit passed, or node pressure): True, reason Evicted, with the kubelet's message and the
-	// pod's name. The Deployment starts a new pod on the same workspace; the condition stays as
-	// the claim's record of why its sandbox restarted.
+	// pod's name. The controller creates the claim's pod again on the same workspace
+	// (replaceEndedPod); the condition stays as the claim's record of why its sandbox restarted.
 	ConditionEvicted = "Evicted"
 )
 

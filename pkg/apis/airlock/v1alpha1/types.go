@@ -28,14 +28,15 @@ const (
 	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
 	ClaimTokenKey = "token"
 	// LabelSyncOf is on sync-back Jobs and their pods: the claim whose workspace they copy. They do
-	// not carry LabelClaim, so the claim's Service, Deployment and NetworkPolicy never select them.
+	// not carry LabelClaim, so the claim's NetworkPolicy never selects them, nor is a sync-back pod
+	// ever taken for the claim's sandbox pod.
 	LabelSyncOf = "airlock.dev/sync-of"
 	// AnnotationSyncAttempt numbers a sync-back Job's attempt (1, 2, ...).
 	AnnotationSyncAttempt = "airlock.dev/sync-attempt"
 	// AnnotationSyncFailures on a claim counts its failed sync-back attempts.
 	AnnotationSyncFailures = "airlock.dev/sync-failures"
-	// AnnotationClassGeneration on a claim's Deployment is the generation of the SandboxClass its
-	// pod template was built from.
+	// AnnotationClassGeneration on a claim's sandbox pod is the generation of the SandboxClass its
+	// record (status.frozen) was built from.
 	AnnotationClassGeneration = "airlock.dev/class-generation"
 )
 
@@ -113,8 +114,8 @@ type SandboxClassSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	Args []string `json:"args,omitempty"`
 
-	// Ports are the container ports; the claim's Service exposes each, and acquire returns one
-	// address per port.
+	// Ports are the container ports; acquire returns one address per port, at the sandbox pod's
+	// IP (there is no Service: the address answers the moment the claim is Bound).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -775,7 +776,7 @@ type FrozenSandbox struct {
 	// +kubebuilder:validation:MaxItems=64
 	Args []string `json:"args"`
 
-	// Ports are the container ports; the claim's Service exposes each.
+	// Ports are the container ports; the claim has one address per port, at its pod's IP.
 	// +required
 	// +listType=map
 	// +listMapKey=name
@@ -835,7 +836,7 @@ type ClaimAddress struct {
 	// Name is the class port's name.
 	// +required
 	Name string `json:"name"`
-	// URL is the address, e.g. http://<service>.<namespace>.svc:8080.
+	// URL is the address, e.g. http://10.244.0.17:8080: the sandbox pod's IP and the port.
 	// +required
 	URL string `json:"url"`
 }

@@ -25,7 +25,7 @@ package v1alpha1
 type ClaimAddressApplyConfiguration struct {
 	// Name is the class port's name.
 	Name *string `json:"name,omitempty"`
-	// URL is the address, e.g. http://<service>.<namespace>.svc:8080.
+	// URL is the address, e.g. http://10.244.0.17:8080: the sandbox pod's IP and the port.
 	URL *string `json:"url,omitempty"`
 }
 

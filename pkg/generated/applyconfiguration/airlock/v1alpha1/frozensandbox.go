@@ -38,7 +38,7 @@ type FrozenSandboxApplyConfiguration struct {
 	// Args are the class's container arguments (the per-claim switches of sandboxd are added
 	// when the pod is built).
 	Args []string `json:"args,omitempty"`
-	// Ports are the container ports; the claim's Service exposes each.
+	// Ports are the container ports; the claim has one address per port, at its pod's IP.
 	Ports []SandboxPortApplyConfiguration `json:"ports,omitempty"`
 	// Env is the container's environment.
 	Env []v1.EnvVar `json:"env,omitempty"`

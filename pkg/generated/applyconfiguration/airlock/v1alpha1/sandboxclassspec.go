@@ -32,8 +32,8 @@ type SandboxClassSpecApplyConfiguration struct {
 	Image *string `json:"image,omitempty"`
 	// Args are the container's arguments, run by the image's airlock entrypoint.
 	Args []string `json:"args,omitempty"`
-	// Ports are the container ports; the claim's Service exposes each, and acquire returns one
-	// address per port.
+	// Ports are the container ports; acquire returns one address per port, at the sandbox pod's
+	// IP (there is no Service: the address answers the moment the claim is Bound).
 	Ports []SandboxPortApplyConfiguration `json:"ports,omitempty"`
 	// Env is the container's environment, e.g. HOME, GOPATH, GOCACHE pointing into a scratch volume.
 	Env []v1.EnvVar `json:"env,omitempty"`
