@@ -1,0 +1,43 @@
+package egress
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+)
+
+// maxLoggedHost bounds the host in an audit line: a refused name is the client's text.
+const maxLoggedHost = 253
+
+// audit writes the exchange's one audit line and its metrics. It never logs a path, a query or a
+// header's value.
+func (g *Gateway) audit(ctx context.Context, ex *exchange) {
+	decision := "denied"
+	if ex.reason == ReasonAllowed {
+		decision = "allowed"
+	}
+	if ex.reason == "" {
+		ex.reason = ReasonBadRequest
+	}
+	duration := g.cfg.Clock.Since(ex.start)
+	host := ex.host
+	if len(host) > maxLoggedHost {
+		host = host[:maxLoggedHost]
+	}
+	kv := []any{"kind", ex.kind, "source", ex.source.String()}
+	if ex.id.Claim != "" {
+		kv = append(kv, "claim", klog.KRef(ex.id.Namespace, ex.id.Claim), "runtime", ex.id.Runtime)
+	}
+	kv = append(kv, "host", host, "port", ex.port)
+	if ex.dialed.IsValid() {
+		kv = append(kv, "address", ex.dialed.String())
+	}
+	kv = append(kv, "decision", decision, "reason", string(ex.reason),
+		"bytesUp", ex.up, "bytesDown", ex.down, "duration", duration)
+	klog.FromContext(ctx).Info("Egress", kv...)
+
+	requests.WithLabelValues(ex.kind, decision, string(ex.reason)).Inc()
+	durations.WithLabelValues(ex.kind, decision).Observe(duration.Seconds())
+	transferred.WithLabelValues("up").Add(float64(ex.up))
+	transferred.WithLabelValues("down").Add(float64(ex.down))
+}
