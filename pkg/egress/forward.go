@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -137,7 +138,10 @@ func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t target, upstream
 			}
 			continue
 		}
-		resp.Close = resp.Close || req.Close
+		// The client's connection is kept when the client wants it and the response has a
+		// length of its own (the upstream's connection is closed either way).
+		resp.Close = req.Close || !req.ProtoAtLeast(1, 1) ||
+			(resp.ContentLength < 0 && !slices.Contains(resp.TransferEncoding, "chunked"))
 		err = resp.Write(cc)
 		_ = resp.Body.Close()
 		return err == nil && !resp.Close

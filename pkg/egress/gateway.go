@@ -50,6 +50,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Clock times durations and the shutdown grace; default the real clock.
 	Clock clock.WithTicker
+	// Observe, if set, is called with every exchange's record once it has ended, after its audit
+	// line; it must not block.
+	Observe func(Record)
 }
 
 // Gateway is the egress proxy.
@@ -266,16 +269,10 @@ var errMalformedHead = errors.New("malformed request head")
 // the values of its Host headers, which http.ReadRequest drops. A head larger than br's buffer is
 // bufio.ErrBufferFull.
 func readHead(br *bufio.Reader) ([]string, error) {
-	n := 1
+	n, searched := 1, 0
 	for {
 		b, err := br.Peek(n)
-		if err != nil {
-			if errors.Is(err, io.EOF) && len(b) > 0 {
-				return nil, io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		if end := headEnd(b); end > 0 {
+		if end := headEnd(b, searched); end > 0 {
 			tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:end])))
 			if _, err := tp.ReadLine(); err != nil {
 				return nil, errMalformedHead
@@ -286,13 +283,26 @@ func readHead(br *bufio.Reader) ([]string, error) {
 			}
 			return hdr.Values("Host"), nil
 		}
-		n = max(n, br.Buffered()) + 1
+		if err != nil {
+			if errors.Is(err, io.EOF) && len(b) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		searched = max(0, len(b)-2)
+		// Everything buffered, else wait for one more byte.
+		if br.Buffered() > n {
+			n = br.Buffered()
+		} else {
+			n++
+		}
 	}
 }
 
-// headEnd returns the length of the head in b (through the empty line that ends it), or 0.
-func headEnd(b []byte) int {
-	for i := 0; i < len(b); i++ {
+// headEnd returns the length of the head in b (through the empty line that ends it), or 0;
+// the bytes before from have been searched already.
+func headEnd(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
 		if b[i] != '\n' {
 			continue
 		}
