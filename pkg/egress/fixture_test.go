@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -259,11 +260,23 @@ type fixture struct {
 	claims   *StaticClaims
 	addr     string
 	records  chan Record
+	// stop ends Serve's context; served receives Serve's result.
+	stop   context.CancelFunc
+	served chan error
+	g      *Gateway
 }
 
 type fixtureOption func(*fixtureOptions)
 
-type fixtureOptions struct{ unsynced bool }
+type fixtureOptions struct {
+	unsynced bool
+	grace    time.Duration
+	clock    clock.WithTicker
+}
+
+func withGrace(d time.Duration, c clock.WithTicker) fixtureOption {
+	return func(o *fixtureOptions) { o.grace, o.clock = d, c }
+}
 
 func unsynced() fixtureOption { return func(o *fixtureOptions) { o.unsynced = true } }
 
@@ -299,7 +312,9 @@ func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
 	g, err := New(Config{
 		Claims: claims, Resolver: f.resolver, Dialer: f.dialer,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
-		Observe:      func(r Record) { f.records <- r },
+		Observe:       func(r Record) { f.records <- r },
+		ShutdownGrace: o.grace,
+		Clock:         o.clock,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -309,11 +324,13 @@ func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx, ln) }()
+	f.stop, f.served, f.g = cancel, done, g
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
+		done <- nil
 	})
 	return f
 }

@@ -63,6 +63,8 @@ type Gateway struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	// draining is closed when Serve has stopped accepting and the grace begins.
+	draining chan struct{}
 }
 
 // New returns a gateway, or an error for a Config without a claim lookup.
@@ -97,7 +99,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	registerMetrics()
-	return &Gateway{cfg: cfg, conns: map[net.Conn]struct{}{}}, nil
+	return &Gateway{cfg: cfg, conns: map[net.Conn]struct{}{}, draining: make(chan struct{})}, nil
 }
 
 // Ready reports why the gateway cannot serve yet: its claim lookup has not synced.
@@ -146,10 +148,14 @@ func (g *Gateway) drain(logger klog.Logger) {
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	if g.cfg.ShutdownGrace > 0 {
+		graceEnd := g.cfg.Clock.After(g.cfg.ShutdownGrace)
+		close(g.draining)
 		select {
 		case <-done:
-		case <-g.cfg.Clock.After(g.cfg.ShutdownGrace):
+		case <-graceEnd:
 		}
+	} else {
+		close(g.draining)
 	}
 	g.mu.Lock()
 	g.closed = true
