@@ -41,19 +41,19 @@ func TestEgressInvalidFlags(t *testing.T) {
 		set  func(o *EgressOptions)
 		flag string
 	}{
-		"proxy address":        {func(o *EgressOptions) { o.ProxyBindAddress = "3128" }, "proxy-bind-address"},
-		"health address":       {func(o *EgressOptions) { o.HealthProbeBindAddress = ":99999" }, "health-probe-bind-address"},
-		"metrics address":      {func(o *EgressOptions) { o.MetricsBindAddress = "nowhere" }, "metrics-bind-address"},
-		"same addresses":       {func(o *EgressOptions) { o.MetricsBindAddress = ":3128" }, "metrics-bind-address"},
-		"missing claims file":  {func(o *EgressOptions) { o.ClaimsFile = "/nonexistent/claims.json" }, "claims-file"},
-		"not a CIDR":           {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.0"} }, "cluster-cidrs"},
-		"host bits in a CIDR":  {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.1/12"} }, "cluster-cidrs"},
-		"DNS server name":      {func(o *EgressOptions) { o.DNSServer = "kube-dns:53" }, "dns-server"},
-		"DNS server port":      {func(o *EgressOptions) { o.DNSServer = "10.96.0.10" }, "dns-server"},
-		"zero head timeout":    {func(o *EgressOptions) { o.HeadTimeout = 0 }, "head-timeout"},
-		"zero dial timeout":    {func(o *EgressOptions) { o.DialTimeout = 0 }, "dial-timeout"},
-		"zero idle timeout":    {func(o *EgressOptions) { o.IdleTimeout = 0 }, "idle-timeout"},
-		"negative grace":       {func(o *EgressOptions) { o.ShutdownGrace = -time.Second }, "shutdown-grace"},
+		"proxy address":       {func(o *EgressOptions) { o.ProxyBindAddress = "3128" }, "proxy-bind-address"},
+		"health address":      {func(o *EgressOptions) { o.HealthProbeBindAddress = ":99999" }, "health-probe-bind-address"},
+		"metrics address":     {func(o *EgressOptions) { o.MetricsBindAddress = "nowhere" }, "metrics-bind-address"},
+		"same addresses":      {func(o *EgressOptions) { o.MetricsBindAddress = ":3128" }, "metrics-bind-address"},
+		"missing claims file": {func(o *EgressOptions) { o.ClaimsFile = "/nonexistent/claims.json" }, "claims-file"},
+		"not a CIDR":          {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.0"} }, "cluster-cidrs"},
+		"host bits in a CIDR": {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.1/12"} }, "cluster-cidrs"},
+		"DNS server name":     {func(o *EgressOptions) { o.DNSServer = "kube-dns:53" }, "dns-server"},
+		"DNS server port":     {func(o *EgressOptions) { o.DNSServer = "10.96.0.10" }, "dns-server"},
+		"zero head timeout":   {func(o *EgressOptions) { o.HeadTimeout = 0 }, "head-timeout"},
+		"zero dial timeout":   {func(o *EgressOptions) { o.DialTimeout = 0 }, "dial-timeout"},
+		"zero idle timeout":   {func(o *EgressOptions) { o.IdleTimeout = 0 }, "idle-timeout"},
+		"negative grace":      {func(o *EgressOptions) { o.ShutdownGrace = -time.Second }, "shutdown-grace"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 )
 
 // The fixture: a gateway on loopback in front of a stand-in "internet" on loopback: a TLS server
@@ -301,17 +301,17 @@ func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
 	}
 	f := &fixture{t: t, in: in, resolver: &testResolver{}, claims: claims, records: make(chan Record, 16)}
 	f.dialer = &testDialer{routes: map[string]string{
-		publicV4 + ":443":              in.tlsAddr,
-		"[" + publicV6 + "]:443":       in.tlsAddr,
-		publicV4 + ":80":               in.plainAddr,
-		publicV4 + ":22":               in.echoAddr,
-		"10.1.2.3:443":                 in.tlsAddr,
-		"127.0.0.1:443":                in.tlsAddr,
-		"169.254.169.254:80":           in.plainAddr,
+		publicV4 + ":443":        in.tlsAddr,
+		"[" + publicV6 + "]:443": in.tlsAddr,
+		publicV4 + ":80":         in.plainAddr,
+		publicV4 + ":22":         in.echoAddr,
+		"10.1.2.3:443":           in.tlsAddr,
+		"127.0.0.1:443":          in.tlsAddr,
+		"169.254.169.254:80":     in.plainAddr,
 	}}
 	g, err := New(Config{
 		Claims: claims, Resolver: f.resolver, Dialer: f.dialer,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
+		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
 		Observe:       func(r Record) { f.records <- r },
 		ShutdownGrace: o.grace,
 		Clock:         o.clock,

@@ -12,27 +12,27 @@ const (
 	ReasonAllowed Reason = "allowed"
 
 	// Who is asking.
-	ReasonNotSynced      Reason = "not_synced"      // the claim source has not synced: everything is refused
-	ReasonNoCredential   Reason = "no_credential"   // no Proxy-Authorization, or not Basic
-	ReasonBadCredential  Reason = "bad_credential"  // a credential that names no claim, or the wrong secret
-	ReasonWrongSource    Reason = "wrong_source"    // a claim's credential from another address than its pod's
-	ReasonLookupFailed   Reason = "lookup_failed"   // the claim source failed
-	ReasonPolicyInvalid  Reason = "policy_invalid"  // the claim's policy does not compile: nothing is allowed
-	ReasonNotProxyReq    Reason = "not_proxy"       // an origin-form request: the gateway is no web server
-	ReasonBadRequest     Reason = "bad_request"     // a request that does not parse
+	ReasonNotSynced      Reason = "not_synced"       // the claim source has not synced: everything is refused
+	ReasonNoCredential   Reason = "no_credential"    // no Proxy-Authorization, or not Basic
+	ReasonBadCredential  Reason = "bad_credential"   // a credential that names no claim, or the wrong secret
+	ReasonWrongSource    Reason = "wrong_source"     // a claim's credential from another address than its pod's
+	ReasonLookupFailed   Reason = "lookup_failed"    // the claim source failed
+	ReasonPolicyInvalid  Reason = "policy_invalid"   // the claim's policy does not compile: nothing is allowed
+	ReasonNotProxyReq    Reason = "not_proxy"        // an origin-form request: the gateway is no web server
+	ReasonBadRequest     Reason = "bad_request"      // a request that does not parse
 	ReasonHeaderTooLarge Reason = "header_too_large" // a request head over the limit
 
 	// What is asked for.
-	ReasonInvalidHost    Reason = "invalid_host"       // a target that is neither a name nor an address
-	ReasonUserinfo       Reason = "userinfo"           // a target with user@ in it
-	ReasonScheme         Reason = "scheme"             // an absolute URI that is not http://
-	ReasonIPLiteral      Reason = "ip_literal"         // an IP address that no rule lists
-	ReasonNotAllowed     Reason = "host_not_allowed"   // a name no rule lists
-	ReasonPortNotAllowed Reason = "port_not_allowed"   // a listed host on a port its rules do not list
+	ReasonInvalidHost    Reason = "invalid_host"        // a target that is neither a name nor an address
+	ReasonUserinfo       Reason = "userinfo"            // a target with user@ in it
+	ReasonScheme         Reason = "scheme"              // an absolute URI that is not http://
+	ReasonIPLiteral      Reason = "ip_literal"          // an IP address that no rule lists
+	ReasonNotAllowed     Reason = "host_not_allowed"    // a name no rule lists
+	ReasonPortNotAllowed Reason = "port_not_allowed"    // a listed host on a port its rules do not list
 	ReasonInspection     Reason = "inspection_required" // CONNECT to a host whose rules restrict methods or paths
-	ReasonMethodOrPath   Reason = "method_or_path"     // plain HTTP with a method or path no rule allows
-	ReasonHostMismatch   Reason = "host_mismatch"      // a Host header that is not the request's target
-	ReasonUpgrade        Reason = "upgrade"            // a plain HTTP Upgrade (WebSocket, h2c): tunnel with CONNECT
+	ReasonMethodOrPath   Reason = "method_or_path"      // plain HTTP with a method or path no rule allows
+	ReasonHostMismatch   Reason = "host_mismatch"       // a Host header that is not the request's target
+	ReasonUpgrade        Reason = "upgrade"             // a plain HTTP Upgrade (WebSocket, h2c): tunnel with CONNECT
 
 	// Where it is.
 	ReasonResolveFailed  Reason = "resolve_failed"  // the allowed name does not resolve
