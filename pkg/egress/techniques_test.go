@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -330,5 +331,31 @@ func TestKeepAliveEachRequestChecked(t *testing.T) {
 	fmt.Fprint(c, getReq("http://allowed.example/after", "allowed.example"))
 	if _, err := br.ReadByte(); err == nil {
 		t.Errorf("the connection carried a request after a refusal")
+	}
+}
+
+// TestDocsListEveryTechnique keeps docs/egress.md's table true: every technique of the table is
+// a row there, with its reason.
+func TestDocsListEveryTechnique(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/egress.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) == 4 && strings.HasPrefix(cells[0], "| ") {
+			rows[strings.ReplaceAll(strings.TrimPrefix(cells[0], "| "), `\|`, "|")] = cells[2]
+		}
+	}
+	for _, tc := range techniques() {
+		reason, ok := rows[tc.name]
+		if !ok {
+			t.Errorf("docs/egress.md has no row for %q", tc.name)
+			continue
+		}
+		if !strings.HasPrefix(reason, "`"+string(tc.wantReason)+"`") {
+			t.Errorf("docs/egress.md says %s for %q, the test %q", reason, tc.name, tc.wantReason)
+		}
 	}
 }
