@@ -272,7 +272,10 @@ type fixtureOptions struct {
 	unsynced bool
 	grace    time.Duration
 	clock    clock.WithTicker
+	idle     time.Duration
 }
+
+func withIdleTimeout(d time.Duration) fixtureOption { return func(o *fixtureOptions) { o.idle = d } }
 
 func withGrace(d time.Duration, c clock.WithTicker) fixtureOption {
 	return func(o *fixtureOptions) { o.grace, o.clock = d, c }
@@ -314,6 +317,7 @@ func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
 		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
 		Observe:       func(r Record) { f.records <- r },
 		ShutdownGrace: o.grace,
+		IdleTimeout:   o.idle,
 		Clock:         o.clock,
 	})
 	if err != nil {

@@ -51,7 +51,10 @@ func (g *Gateway) serveHTTP(ctx context.Context, c net.Conn, req *http.Request, 
 	}
 	defer upstream.Close()
 	ex.reason = ReasonAllowed
-	return g.exchangeHTTP(c, req, t, upstream, ex)
+	// Neither side may stall the exchange for longer than IdleTimeout.
+	idle := &idleWatch{timeout: g.cfg.IdleTimeout, conns: []net.Conn{c, upstream}}
+	idle.touch()
+	return g.exchangeHTTP(&idleConn{Conn: c, watch: idle}, req, t, &idleConn{Conn: upstream, watch: idle}, ex)
 }
 
 // httpTarget checks an absolute-URI request's target and Host header and returns the target.

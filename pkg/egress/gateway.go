@@ -209,6 +209,8 @@ func (g *Gateway) serveConn(ctx context.Context, c net.Conn) {
 	source := remoteAddr(c)
 	br := bufio.NewReaderSize(c, g.cfg.MaxHeaderBytes)
 	for {
+		// The last exchange's deadlines go; the head has HeadTimeout.
+		_ = c.SetDeadline(time.Time{})
 		_ = c.SetReadDeadline(time.Now().Add(g.cfg.HeadTimeout))
 		hosts, err := readHead(br)
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err) {

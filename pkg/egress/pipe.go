@@ -81,3 +81,25 @@ func (w *idleWatch) touch() {
 		_ = c.SetDeadline(now.Add(w.timeout))
 	}
 }
+
+// idleConn is a connection whose every read and write moves its watch's deadlines forward.
+type idleConn struct {
+	net.Conn
+	watch *idleWatch
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.watch.touch()
+	}
+	return n, err
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.watch.touch()
+	}
+	return n, err
+}

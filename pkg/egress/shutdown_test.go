@@ -96,3 +96,16 @@ func TestShutdownGraceEndsEarly(t *testing.T) {
 	}
 	f.served <- nil
 }
+
+// TestIdleTunnelCloses: a tunnel in which nothing moves for IdleTimeout is closed by the gateway
+// (the test waits for the close, however long the machine takes).
+func TestIdleTunnelCloses(t *testing.T) {
+	f := newFixture(t, newInternet(t), withIdleTimeout(50*time.Millisecond))
+	c, _ := openEcho(t, f)
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read a byte from an idle tunnel")
+	}
+	if rec := f.record(); rec.Reason != ReasonAllowed || rec.Kind != "connect" {
+		t.Errorf("record %+v", rec)
+	}
+}
