@@ -24,7 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 )
@@ -162,7 +164,7 @@ func (in *internet) plainSeen() []string {
 	return slices.Clone(in.plainRequests)
 }
 
-func newInternet(t *testing.T) *internet {
+func newInternet(t testing.TB) *internet {
 	t.Helper()
 	in := &internet{}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -190,6 +192,10 @@ func newInternet(t *testing.T) *internet {
 	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			serveBig(w)
+			return
+		}
 		fmt.Fprintf(w, "hello %s %s %s", r.Method, r.Host, r.URL.Path)
 	})
 	tlsLn := listen(t)
@@ -236,7 +242,7 @@ func newInternet(t *testing.T) *internet {
 	return in
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -245,7 +251,7 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-func serve(t *testing.T, srv *http.Server, ln net.Listener) {
+func serve(t testing.TB, srv *http.Server, ln net.Listener) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })
@@ -253,7 +259,7 @@ func serve(t *testing.T, srv *http.Server, ln net.Listener) {
 
 // fixture is one gateway in front of the internet.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	in       *internet
 	resolver *testResolver
 	dialer   *testDialer
@@ -273,7 +279,11 @@ type fixtureOptions struct {
 	grace    time.Duration
 	clock    clock.WithTicker
 	idle     time.Duration
+	// quiet: no audit lines in the test log and no records (benchmarks).
+	quiet bool
 }
+
+func quiet() fixtureOption { return func(o *fixtureOptions) { o.quiet = true } }
 
 func withIdleTimeout(d time.Duration) fixtureOption { return func(o *fixtureOptions) { o.idle = d } }
 
@@ -283,13 +293,16 @@ func withGrace(d time.Duration, c clock.WithTicker) fixtureOption {
 
 func unsynced() fixtureOption { return func(o *fixtureOptions) { o.unsynced = true } }
 
-func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
+func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 	t.Helper()
 	var o fixtureOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	_, ctx := ktesting.NewTestContext(t)
+	if o.quiet {
+		ctx = klog.NewContext(ctx, logr.Discard())
+	}
 	claims, err := NewStaticClaims(
 		StaticClaim{Namespace: "team-a", Claim: "agent-a", Runtime: "agent", Password: passwordA,
 			Sources: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Policy: testPolicy},
@@ -312,10 +325,14 @@ func newFixture(t *testing.T, in *internet, opts ...fixtureOption) *fixture {
 		"127.0.0.1:443":          in.tlsAddr,
 		"169.254.169.254:80":     in.plainAddr,
 	}}
+	observe := func(r Record) { f.records <- r }
+	if o.quiet {
+		observe = nil
+	}
 	g, err := New(Config{
 		Claims: claims, Resolver: f.resolver, Dialer: f.dialer,
 		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
-		Observe:       func(r Record) { f.records <- r },
+		Observe:       observe,
 		ShutdownGrace: o.grace,
 		IdleTimeout:   o.idle,
 		Clock:         o.clock,
@@ -438,3 +455,16 @@ func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 var errClosed = errors.New("closed")
 
 func newReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
+
+// bigSize is the size of the upstream's /big, which the download benchmark fetches.
+const bigSize = 100 << 20
+
+func serveBig(w http.ResponseWriter) {
+	w.Header().Set("Content-Length", fmt.Sprint(bigSize))
+	chunk := make([]byte, 256<<10)
+	for sent := 0; sent < bigSize; sent += len(chunk) {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
