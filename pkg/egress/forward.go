@@ -72,6 +72,10 @@ func httpTarget(req *http.Request, hosts []string) (target, Reason) {
 	if req.URL.User != nil || strings.Contains(authority, "@") {
 		return target{}, ReasonUserinfo
 	}
+	// url.Parse decodes %-escapes in a host: the target is checked as the client wrote it.
+	if strings.Contains(authority, "%") {
+		return target{}, ReasonInvalidHost
+	}
 	t, err := parseAuthority(req.URL.Host, 80)
 	if err != nil {
 		return target{}, targetReason(err)

@@ -122,6 +122,7 @@ func techniques() []technique {
 		{name: "userinfo in CONNECT (evil@allowed)", raw: connectReq("evil.example@allowed.example:443"), wantStatus: 400, wantReason: ReasonUserinfo},
 		{name: "userinfo in an absolute URI (allowed@evil)", raw: getReq("http://allowed.example@evil.example/", "evil.example"), wantStatus: 400, wantReason: ReasonUserinfo},
 		{name: "userinfo with a backslash (evil\\@allowed)", raw: getReq(`http://evil.example\@allowed.example/`, "allowed.example"), wantStatus: 400, wantReason: ReasonBadRequest},
+		{name: "a %-escaped host in an absolute URI", raw: getReq("http://b%C3%BCcher.example/", "xn--bcher-kva.example"), wantStatus: 400, wantReason: ReasonInvalidHost},
 		{name: "a disallowed port of an allowed name", raw: connectReq("allowed.example:8443"), wantStatus: 403, wantReason: ReasonPortNotAllowed},
 		{name: "port 0", raw: connectReq("allowed.example:0"), wantStatus: 400, wantReason: ReasonInvalidHost},
 		{name: "a port with a sign (+443)", raw: connectReq("allowed.example:+443"), wantStatus: 400, wantReason: ReasonBadRequest},
