@@ -18,7 +18,7 @@ import (
 // answer; then, after "200", the tunnel must start with a TLS ClientHello whose SNI is the
 // target's name (an IP target: no SNI), unless a rule allows non-TLS tunnels and the first byte
 // is not a TLS handshake. The ClientHello goes upstream unchanged, then bytes flow both ways.
-func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, br *bufio.Reader, req *http.Request, hosts []string, ex *exchange) {
+func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, cr *clientReader, req *http.Request, hosts []string, ex *exchange) {
 	if req.RequestURI == "" || req.RequestURI[0] == '/' {
 		g.refuse(c, ex, ReasonBadRequest)
 		return
@@ -48,7 +48,7 @@ func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, br *bufio.Reader
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(g.cfg.HeadTimeout))
-	first, reason := g.checkTunnelStart(br, t, rules)
+	first, reason := g.checkTunnelStart(cr.br, t, rules)
 	_ = c.SetReadDeadline(time.Time{})
 	if reason != "" {
 		// After "200" only closing is left: the client reads the refusal from the audit and
@@ -57,12 +57,12 @@ func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, br *bufio.Reader
 		return
 	}
 	ex.reason = ReasonAllowed
-	n, err = upstream.Write(first)
+	n, err = upstream.Write(append(first, cr.release()...))
 	ex.up += int64(n)
 	if err != nil {
 		return
 	}
-	up, down := g.pipe(c, br, upstream)
+	up, down := g.pipe(c, upstream)
 	ex.up += up
 	ex.down += down
 }

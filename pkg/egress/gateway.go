@@ -207,19 +207,19 @@ type exchange struct {
 // the client or the upstream closes, or a tunnel ends.
 func (g *Gateway) serveConn(ctx context.Context, c net.Conn) {
 	source := remoteAddr(c)
-	br := bufio.NewReaderSize(c, g.cfg.MaxHeaderBytes)
+	cr := &clientReader{br: bufio.NewReaderSize(c, g.cfg.MaxHeaderBytes)}
 	for {
 		// The last exchange's deadlines go; the head has HeadTimeout.
 		_ = c.SetDeadline(time.Time{})
 		_ = c.SetReadDeadline(time.Now().Add(g.cfg.HeadTimeout))
-		hosts, err := readHead(br)
+		hosts, err := readHead(cr.br)
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err) {
 			return
 		}
 		ex := &exchange{kind: "http", source: source, start: g.cfg.Clock.Now()}
 		var req *http.Request
 		if err == nil {
-			req, err = http.ReadRequest(br)
+			req, err = http.ReadRequest(cr.br)
 		}
 		_ = c.SetReadDeadline(time.Time{})
 		var keep bool
@@ -229,7 +229,7 @@ func (g *Gateway) serveConn(ctx context.Context, c net.Conn) {
 		case err != nil:
 			g.refuse(c, ex, ReasonBadRequest)
 		default:
-			keep = g.handle(ctx, c, br, req, hosts, ex)
+			keep = g.handle(ctx, c, cr, req, hosts, ex)
 		}
 		g.audit(ctx, ex)
 		if !keep {
@@ -240,7 +240,7 @@ func (g *Gateway) serveConn(ctx context.Context, c net.Conn) {
 
 // handle decides one request and serves it; it reports whether the connection may carry
 // another request.
-func (g *Gateway) handle(ctx context.Context, c net.Conn, br *bufio.Reader, req *http.Request, hosts []string, ex *exchange) bool {
+func (g *Gateway) handle(ctx context.Context, c net.Conn, cr *clientReader, req *http.Request, hosts []string, ex *exchange) bool {
 	if req.Method == http.MethodConnect {
 		ex.kind = "connect"
 	}
@@ -264,10 +264,24 @@ func (g *Gateway) handle(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 		return false
 	}
 	if ex.kind == "connect" {
-		g.serveConnect(ctx, c, br, req, hosts, ex)
+		g.serveConnect(ctx, c, cr, req, hosts, ex)
 		return false
 	}
 	return g.serveHTTP(ctx, c, req, hosts, ex)
+}
+
+// clientReader holds a client connection's buffered reader, which a tunnel lets go of once it
+// has read the ClientHello (its MaxHeaderBytes buffer is the largest part of an idle tunnel).
+type clientReader struct {
+	br *bufio.Reader
+}
+
+// release returns a copy of what br still buffers (the client's bytes after the ClientHello),
+// and lets br go.
+func (cr *clientReader) release() []byte {
+	rest, _ := cr.br.Peek(cr.br.Buffered())
+	cr.br = nil
+	return bytes.Clone(rest)
 }
 
 // errMalformedHead is the error of a request head that does not parse.

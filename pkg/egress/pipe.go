@@ -1,53 +1,54 @@
 package egress
 
 import (
-	"errors"
 	"io"
 	"net"
 	"sync"
 	"time"
 )
 
-// pipe copies client (read through br) to upstream and upstream to client until both directions
-// have ended, and returns the bytes copied each way. A direction that ends cleanly half-closes
-// its destination; an error or IdleTimeout without a byte in either direction closes both.
-func (g *Gateway) pipe(client net.Conn, br io.Reader, upstream net.Conn) (up, down int64) {
+// copyChunk is how much one copy call moves at most before the idle deadlines are moved on: small
+// enough that a slow but live transfer (1 KiB/s) finishes a chunk well within IdleTimeout.
+const copyChunk = 128 << 10
+
+// pipe copies client to upstream and upstream to client until both directions have ended, and
+// returns the bytes copied each way. Between TCP connections the kernel moves the bytes (splice,
+// through io.Copy and TCPConn.ReadFrom): no buffer in the gateway's heap, none held by an idle
+// tunnel. A direction that ends cleanly half-closes its destination; an error or IdleTimeout
+// without a byte in either direction closes both.
+func (g *Gateway) pipe(client, upstream net.Conn) (up, down int64) {
 	idle := &idleWatch{timeout: g.cfg.IdleTimeout, conns: []net.Conn{client, upstream}}
 	idle.touch()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		down = g.copyDirection(client, upstream, upstream, idle)
+		down = copyDirection(client, upstream, idle)
 	}()
-	up = g.copyDirection(upstream, br, client, idle)
+	up = copyDirection(upstream, client, idle)
 	wg.Wait()
 	return up, down
 }
 
-// copyDirection copies src (read from r) into dst. On a clean end it half-closes dst; on an
+// copyDirection copies src into dst, chunk by chunk. On src's end it half-closes dst; on an
 // error it closes both ends, which ends the other direction too.
-func (g *Gateway) copyDirection(dst net.Conn, r io.Reader, src net.Conn, idle *idleWatch) int64 {
-	buf := make([]byte, 32<<10)
+func copyDirection(dst, src net.Conn, idle *idleWatch) int64 {
 	var total int64
 	for {
-		n, err := r.Read(buf)
+		lr := &io.LimitedReader{R: src, N: copyChunk}
+		n, err := io.Copy(dst, lr)
+		total += n
 		if n > 0 {
 			idle.touch()
-			w, werr := dst.Write(buf[:n])
-			total += int64(w)
-			if werr != nil {
-				closeBoth(dst, src)
-				return total
-			}
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-					return total
-				}
-			}
 			closeBoth(dst, src)
+			return total
+		}
+		if lr.N > 0 { // src ended before the chunk did
+			if cw, ok := dst.(interface{ CloseWrite() error }); !ok || cw.CloseWrite() != nil {
+				closeBoth(dst, src)
+			}
 			return total
 		}
 	}
