@@ -50,21 +50,16 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 	if err != nil {
 		return err
 	}
-	var lns []*listener
+	lns, err := listenAll(sc)
 	defer func() {
 		for _, l := range lns {
-			_ = l.ln.Close()
+			if l.ln != nil {
+				_ = l.ln.Close()
+			}
 		}
 	}()
-	for _, l := range []*listener{{"proxy-bind-address", sc.ProxyAddress, nil}, {"health-probe-bind-address", sc.HealthAddress, nil}, {"metrics-bind-address", sc.MetricsAddress, nil}} {
-		if l.addr == DisabledAddress {
-			lns = append(lns, l)
-			continue
-		}
-		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
-			return fmt.Errorf("cannot listen on --%s=%s: %w", l.flag, l.addr, err)
-		}
-		lns = append(lns, l)
+	if err != nil {
+		return err
 	}
 	if listening != nil {
 		var addrs []net.Addr
@@ -78,16 +73,7 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 		listening(addrs)
 	}
 	var shuttingDown atomic.Bool
-	health := http.NewServeMux()
-	health.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeCheck(w, nil) })
-	health.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		err := g.Ready()
-		if shuttingDown.Load() {
-			err = errors.New("shutting down")
-		}
-		writeCheck(w, err)
-	})
-	servers := []*http.Server{newServer(health)}
+	servers := []*http.Server{newServer(healthHandler(g, &shuttingDown))}
 	if lns[2].ln != nil {
 		metrics := http.NewServeMux()
 		metrics.Handle("GET /metrics", legacyregistry.Handler())
@@ -123,6 +109,38 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 	shuttingDown.Store(true)
 	stopProxy()
 	return eg.Wait()
+}
+
+// listenAll binds the proxy, health and metrics addresses, in that order (a nil listener for a
+// disabled one). On an error it returns what it bound, for the caller to close.
+func listenAll(sc ServeConfig) ([]*listener, error) {
+	var lns []*listener
+	for _, l := range []*listener{{"proxy-bind-address", sc.ProxyAddress, nil}, {"health-probe-bind-address", sc.HealthAddress, nil}, {"metrics-bind-address", sc.MetricsAddress, nil}} {
+		lns = append(lns, l)
+		if l.addr == DisabledAddress {
+			continue
+		}
+		var err error
+		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
+			return lns, fmt.Errorf("cannot listen on --%s=%s: %w", l.flag, l.addr, err)
+		}
+	}
+	return lns, nil
+}
+
+// healthHandler serves /healthz (the process answers) and /readyz (the claims are known and the
+// gateway is not shutting down).
+func healthHandler(g *Gateway, shuttingDown *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeCheck(w, nil) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		err := g.Ready()
+		if shuttingDown.Load() {
+			err = errors.New("shutting down")
+		}
+		writeCheck(w, err)
+	})
+	return mux
 }
 
 func newServer(h http.Handler) *http.Server {

@@ -115,3 +115,16 @@ func TestLoadClaimsFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRunBusyAddress: an address that cannot be bound fails Run with the flag that named it, and
+// the addresses bound before it are released.
+func TestRunBusyAddress(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	busy := listen(t)
+	claims, _ := NewStaticClaims()
+	err := Run(ctx, ServeConfig{Gateway: Config{Claims: claims}, ProxyAddress: "127.0.0.1:0",
+		HealthAddress: busy.Addr().String(), MetricsAddress: DisabledAddress})
+	if err == nil || !strings.Contains(err.Error(), "--health-probe-bind-address="+busy.Addr().String()) {
+		t.Errorf("Run: %v, want an error naming --health-probe-bind-address", err)
+	}
+}
