@@ -56,6 +56,14 @@ func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, cr *clientReader
 		ex.reason = reason
 		return
 	}
+	if ex.terminate {
+		if first == nil {
+			ex.reason = ReasonNotTLS
+			return
+		}
+		g.terminate(ctx, c, append(first, cr.release()...), upstream, t, rules, ex)
+		return
+	}
 	ex.reason = ReasonAllowed
 	n, err = upstream.Write(append(first, cr.release()...))
 	ex.up += int64(n)

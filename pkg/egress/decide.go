@@ -9,29 +9,39 @@ import (
 )
 
 // decide returns the rules of id's policy that allow t for a request of kind ("connect" or
-// "http", with method and escaped path), before anything is resolved; or the refusal reason.
-func decide(id Identity, t target, kind, method, path string) ([]*compiledRule, Reason) {
+// "http", with method and escaped path), before anything is resolved; or the refusal reason. A
+// CONNECT is passed through when some rule allows the host without conditions; otherwise, when
+// the gateway can terminate TLS, it is terminated (terminate), and each request in it is held to
+// the rules; otherwise it is refused. Plain HTTP never uses a rule that injects a credential.
+func decide(id Identity, t target, kind, method, path string, canTerminate bool) (rules []*compiledRule, terminate bool, reason Reason) {
 	rules, hostListed := id.Policy.candidates(t)
 	switch {
 	case !hostListed && t.isIP():
-		return nil, ReasonIPLiteral
+		return nil, false, ReasonIPLiteral
 	case !hostListed:
-		return nil, ReasonNotAllowed
+		return nil, false, ReasonNotAllowed
 	case len(rules) == 0:
-		return nil, ReasonPortNotAllowed
+		return nil, false, ReasonPortNotAllowed
 	}
 	if kind == "connect" {
-		rules = slices.DeleteFunc(rules, func(r *compiledRule) bool { return r.inspects() })
-		if len(rules) == 0 {
-			return nil, ReasonInspection
+		passthrough := slices.DeleteFunc(slices.Clone(rules), func(r *compiledRule) bool { return r.inspects() || r.Inject != nil })
+		switch {
+		case len(passthrough) > 0:
+			return passthrough, false, ""
+		case canTerminate:
+			return rules, true, ""
 		}
-		return rules, ""
+		return nil, false, ReasonInspection
 	}
-	rules = slices.DeleteFunc(rules, func(r *compiledRule) bool { return !r.allowsRequest(method, path) })
-	if len(rules) == 0 {
-		return nil, ReasonMethodOrPath
+	allowing := slices.DeleteFunc(rules, func(r *compiledRule) bool { return !r.allowsRequest(method, path) })
+	plain := slices.DeleteFunc(slices.Clone(allowing), func(r *compiledRule) bool { return r.Inject != nil })
+	switch {
+	case len(plain) > 0:
+		return plain, false, ""
+	case len(allowing) > 0:
+		return nil, false, ReasonCredentialNeedsTLS
 	}
-	return rules, ""
+	return nil, false, ReasonMethodOrPath
 }
 
 // resolve returns the addresses of an allowed target and the rules that admit all of them: the
@@ -82,7 +92,8 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port uint16) (ne
 // returns a nil connection.
 func (g *Gateway) open(ctx context.Context, ex *exchange, t target, method, path string) (net.Conn, []*compiledRule) {
 	ex.host, ex.port = t.host, t.port
-	rules, reason := decide(ex.id, t, ex.kind, method, path)
+	rules, terminate, reason := decide(ex.id, t, ex.kind, method, path, g.cfg.Terminate != nil)
+	ex.terminate = terminate
 	if reason != "" {
 		ex.reason = reason
 		return nil, nil

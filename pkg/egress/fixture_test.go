@@ -46,7 +46,7 @@ const (
 )
 
 // testNames are the names the upstream TLS server has a certificate for.
-var testNames = []string{"allowed.example", "evil.example", "*.wild.example", "*.b.wild.example", "api.example", "private-ok.example", "v6.example"}
+var testNames = []string{"allowed.example", "evil.example", "*.wild.example", "*.b.wild.example", "api.example", "private-ok.example", "v6.example", "cred.example", "nosecret.example"}
 
 // testAnswers is the test resolver's zone.
 var testAnswers = map[string][]string{
@@ -69,6 +69,9 @@ var testAnswers = map[string][]string{
 	"ula.example":        {"fd00::1"},
 	"private-ok.example": {"10.1.2.3"},
 	"private-lo.example": {"127.0.0.1"},
+	"cred.example":       {publicV4},
+	"nosecret.example":   {publicV4},
+	"badtls.example":     {publicV4},
 }
 
 // testPolicy is claim A's policy.
@@ -92,6 +95,10 @@ var testPolicy = Policy{Rules: []Rule{
 	{Host: "private-ok.example", Ports: []uint16{443}, AllowPrivate: true},
 	{Host: "private-lo.example", Ports: []uint16{443}, AllowPrivate: true},
 	{Host: "unresolvable.example", Ports: []uint16{443}},
+	{Host: "cred.example", Ports: []uint16{443, 80}, Methods: []string{"GET"}, PathPrefixes: []string{"/v1"},
+		Inject: &Injection{Header: "Authorization", Secret: "cred"}},
+	{Host: "nosecret.example", Ports: []uint16{443}, Inject: &Injection{Header: "Authorization", Secret: "missing"}},
+	{Host: "badtls.example", Ports: []uint16{443}, Methods: []string{"GET"}},
 }}
 
 type testResolver struct {
@@ -156,6 +163,15 @@ type internet struct {
 	plainRequests []string
 	plainAddr     string
 	echoAddr      string
+	// tlsRequests records the requests the TLS server received for other hosts than
+	// allowed.example, with their Authorization ("METHOD host path auth=...").
+	tlsRequests []string
+}
+
+func (in *internet) tlsSeen() []string {
+	in.plainMu.Lock()
+	defer in.plainMu.Unlock()
+	return slices.Clone(in.tlsRequests)
 }
 
 func (in *internet) plainSeen() []string {
@@ -167,20 +183,9 @@ func (in *internet) plainSeen() []string {
 func newInternet(t testing.TB) *internet {
 	t.Helper()
 	in := &internet{}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egress test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	in.pool = x509.NewCertPool()
-	in.pool.AddCert(ca)
+	caPair, pool := newTestCA(t, "egress test CA")
+	ca, caKey := caPair.Leaf, caPair.PrivateKey.(*ecdsa.PrivateKey)
+	in.pool = pool
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test internet"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: testNames,
@@ -192,6 +197,11 @@ func newInternet(t testing.TB) *internet {
 	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && r.Host != "allowed.example" {
+			in.plainMu.Lock()
+			in.tlsRequests = append(in.tlsRequests, r.Method+" "+r.Host+" "+r.URL.RequestURI()+" auth="+r.Header.Get("Authorization"))
+			in.plainMu.Unlock()
+		}
 		if r.URL.Path == "/big" {
 			serveBig(w)
 			return
@@ -280,7 +290,12 @@ type fixtureOptions struct {
 	clock    clock.WithTicker
 	idle     time.Duration
 	// quiet: no audit lines in the test log and no records (benchmarks).
-	quiet bool
+	quiet     bool
+	terminate *Terminator
+}
+
+func withTerminator(tr *Terminator) fixtureOption {
+	return func(o *fixtureOptions) { o.terminate = tr }
 }
 
 func quiet() fixtureOption { return func(o *fixtureOptions) { o.quiet = true } }
@@ -335,6 +350,7 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 		Observe:       observe,
 		ShutdownGrace: o.grace,
 		IdleTimeout:   o.idle,
+		Terminate:     o.terminate,
 		Clock:         o.clock,
 	})
 	if err != nil {
@@ -467,4 +483,24 @@ func serveBig(w http.ResponseWriter) {
 			return
 		}
 	}
+}
+
+// newTestCA returns a CA (with its Leaf and key) and a pool that trusts it.
+func newTestCA(t testing.TB, name string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
 }

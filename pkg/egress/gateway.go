@@ -50,6 +50,10 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Clock times durations and the shutdown grace; default the real clock.
 	Clock clock.WithTicker
+	// Terminate, if set, lets the gateway terminate the TLS of tunnels to hosts whose rules
+	// restrict methods or paths or inject a credential (terminate.go). Nil: such tunnels are
+	// refused.
+	Terminate *Terminator
 	// Observe, if set, is called with every exchange's record once it has ended, after its audit
 	// line; it must not block.
 	Observe func(Record)
@@ -201,6 +205,8 @@ type exchange struct {
 	reason   Reason
 	up, down int64
 	start    time.Time
+	// terminate: the tunnel is terminated, its requests checked one by one (terminate.go).
+	terminate bool
 }
 
 // serveConn reads requests from one client connection and handles each until one is refused,

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Policy is what one claim may reach through the gateway: nothing unless a rule allows it. It is
@@ -33,9 +35,21 @@ type Rule struct {
 	// the cluster's ranges. Loopback, link-local (with the metadata address), unspecified and
 	// multicast addresses are refused even so: they are the gateway's own pod and node.
 	AllowPrivate bool `json:"allowPrivate,omitempty"`
+	// Inject, when set, is a credential the gateway adds to every request to this host, in a TLS
+	// tunnel it terminates (never in plain HTTP); the sandbox never holds it.
+	Inject *Injection `json:"inject,omitempty"`
 	// AllowNonTLS lets a CONNECT tunnel to this host carry something other than TLS (ssh on
 	// port 22, say). A tunnel that starts with a ClientHello is still held to its SNI.
 	AllowNonTLS bool `json:"allowNonTLS,omitempty"`
+}
+
+// Injection is a header whose value the gateway holds and adds to a host's requests.
+type Injection struct {
+	// Header is the header's name (Authorization, say); a header of that name from the sandbox
+	// is replaced.
+	Header string `json:"header"`
+	// Secret names the value in the gateway's Terminator.Secrets, never the value itself.
+	Secret string `json:"secret"`
 }
 
 // compiledRule is a validated Rule in normalised form.
@@ -104,6 +118,14 @@ func compileRule(r Rule) (compiledRule, error) {
 	for _, m := range r.Methods {
 		if m == "" || m == "CONNECT" || strings.ToUpper(m) != m || strings.ContainsFunc(m, func(c rune) bool { return c < 'A' || c > 'Z' }) {
 			return cr, fmt.Errorf("host %q: method %q must be an upper-case HTTP method other than CONNECT", r.Host, m)
+		}
+	}
+	if in := r.Inject; in != nil {
+		if in.Header == "" || in.Secret == "" || !httpguts.ValidHeaderFieldName(in.Header) || slices.ContainsFunc(hopByHop, func(h string) bool { return strings.EqualFold(h, in.Header) }) || strings.EqualFold(in.Header, "Host") {
+			return cr, fmt.Errorf("host %q: inject needs a header (not a hop-by-hop one) and a secret name", r.Host)
+		}
+		if cr.wildcard || cr.addr.IsValid() {
+			return cr, fmt.Errorf("host %q: a credential is injected for one name only, not a wildcard or an address", r.Host)
 		}
 	}
 	for _, p := range r.PathPrefixes {

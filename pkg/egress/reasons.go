@@ -34,6 +34,11 @@ const (
 	ReasonHostMismatch   Reason = "host_mismatch"       // a Host header that is not the request's target
 	ReasonUpgrade        Reason = "upgrade"             // a plain HTTP Upgrade (WebSocket, h2c): tunnel with CONNECT
 
+	// Terminated tunnels and credentials (terminate.go).
+	ReasonCredentialNeedsTLS Reason = "credential_needs_tls"   // plain HTTP to a host only a credential-injecting rule allows
+	ReasonNoCredentialValue  Reason = "credential_unavailable" // the credential to inject is not available: refused, not sent bare
+	ReasonUpstreamTLS        Reason = "upstream_tls"           // a terminated tunnel's upstream did not verify
+
 	// Where it is.
 	ReasonResolveFailed  Reason = "resolve_failed"  // the allowed name does not resolve
 	ReasonLocalAddress   Reason = "local_address"   // an answer in loopback, link-local (metadata), unspecified, multicast
@@ -54,13 +59,13 @@ func (r Reason) status() int {
 	switch r {
 	case ReasonNoCredential, ReasonBadCredential, ReasonWrongSource:
 		return http.StatusProxyAuthRequired
-	case ReasonNotSynced, ReasonLookupFailed, ReasonShutdown:
+	case ReasonNotSynced, ReasonLookupFailed, ReasonShutdown, ReasonNoCredentialValue:
 		return http.StatusServiceUnavailable
 	case ReasonBadRequest, ReasonInvalidHost, ReasonUserinfo, ReasonNotProxyReq, ReasonHostMismatch:
 		return http.StatusBadRequest
 	case ReasonHeaderTooLarge:
 		return http.StatusRequestHeaderFieldsTooLarge
-	case ReasonResolveFailed, ReasonDialFailed:
+	case ReasonResolveFailed, ReasonDialFailed, ReasonUpstreamTLS:
 		return http.StatusBadGateway
 	}
 	return http.StatusForbidden

@@ -98,6 +98,12 @@ func TestCompileRefuses(t *testing.T) {
 		"dot segment in prefix": {Host: "a.example", Ports: []uint16{443}, PathPrefixes: []string{"/v1/../x"}},
 		"escape in prefix":      {Host: "a.example", Ports: []uint16{443}, PathPrefixes: []string{"/v1%2F"}},
 		"decimal address":       {Host: "2130706433", Ports: []uint16{443}},
+		"inject on a wildcard":  {Host: "*.a.example", Ports: []uint16{443}, Inject: &Injection{Header: "Authorization", Secret: "s"}},
+		"inject on an address":  {Host: "1.2.3.4", Ports: []uint16{443}, Inject: &Injection{Header: "Authorization", Secret: "s"}},
+		"inject hop-by-hop":     {Host: "a.example", Ports: []uint16{443}, Inject: &Injection{Header: "Proxy-Authorization", Secret: "s"}},
+		"inject Host":           {Host: "a.example", Ports: []uint16{443}, Inject: &Injection{Header: "host", Secret: "s"}},
+		"inject no secret":      {Host: "a.example", Ports: []uint16{443}, Inject: &Injection{Header: "Authorization"}},
+		"inject bad header":     {Host: "a.example", Ports: []uint16{443}, Inject: &Injection{Header: "Bad Header", Secret: "s"}},
 	}
 	for name, r := range tests {
 		if _, err := Compile(Policy{Rules: []Rule{{Host: "ok.example", Ports: []uint16{443}}, r}}); err == nil {
