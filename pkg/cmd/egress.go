@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +30,11 @@ type EgressOptions struct {
 	DialTimeout            time.Duration
 	IdleTimeout            time.Duration
 	ShutdownGrace          time.Duration
+	// Termination and credentials (all three CA flags together, or none).
+	TerminateCACertFile string
+	TerminateCAKeyFile  string
+	UpstreamCAFile      string
+	CredentialsDir      string
 }
 
 // NewEgressOptions returns the gateway's options with their defaults.
@@ -55,6 +61,10 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "Time given to resolving an allowed name and to dialing it (> 0).")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "A tunnel or exchange in which no byte moved either way for this long is closed (> 0).")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time open connections may go on after SIGTERM before they are closed (>= 0).")
+	fs.StringVar(&o.TerminateCACertFile, "terminate-ca-cert-file", o.TerminateCACertFile, "PEM CA certificate with which the gateway terminates the TLS of tunnels to hosts whose rules restrict methods or paths or inject a credential (sandboxes trust it). Empty: such tunnels are refused.")
+	fs.StringVar(&o.TerminateCAKeyFile, "terminate-ca-key-file", o.TerminateCAKeyFile, "PEM private key of --terminate-ca-cert-file.")
+	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read once at start.")
 }
 
 // Validate returns one error for each invalid flag value.
@@ -98,6 +108,41 @@ func (o *EgressOptions) Validate() []error {
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, invalidFlag("shutdown-grace", "must not be negative"))
 	}
+	return append(errs, o.validateTermination()...)
+}
+
+// validateTermination checks the termination flags: the CA's certificate and key together, the
+// others only with them.
+func (o *EgressOptions) validateTermination() []error {
+	var errs []error
+	files := []struct{ flag, name string }{{"terminate-ca-cert-file", o.TerminateCACertFile}, {"terminate-ca-key-file", o.TerminateCAKeyFile}, {"upstream-ca-file", o.UpstreamCAFile}}
+	for _, f := range files {
+		if f.name != "" {
+			if err := checkReadableFile(f.name); err != nil {
+				errs = append(errs, invalidFlag(f.flag, "%v", err))
+			}
+		}
+	}
+	switch {
+	case o.TerminateCACertFile != "" && o.TerminateCAKeyFile == "":
+		errs = append(errs, invalidFlag("terminate-ca-key-file", "must be set with --terminate-ca-cert-file"))
+	case o.TerminateCACertFile == "" && o.TerminateCAKeyFile != "":
+		errs = append(errs, invalidFlag("terminate-ca-cert-file", "must be set with --terminate-ca-key-file"))
+	case o.TerminateCACertFile == "":
+		if o.UpstreamCAFile != "" {
+			errs = append(errs, invalidFlag("upstream-ca-file", "is used only with --terminate-ca-cert-file"))
+		}
+		if o.CredentialsDir != "" {
+			errs = append(errs, invalidFlag("credentials-dir", "is used only with --terminate-ca-cert-file"))
+		}
+	}
+	if o.CredentialsDir != "" {
+		if fi, err := os.Stat(o.CredentialsDir); err != nil {
+			errs = append(errs, invalidFlag("credentials-dir", "%v", err))
+		} else if !fi.IsDir() {
+			errs = append(errs, invalidFlag("credentials-dir", "%s is not a directory", o.CredentialsDir))
+		}
+	}
 	return errs
 }
 
@@ -137,6 +182,11 @@ func (o *EgressOptions) Config() (egress.ServeConfig, error) {
 	}
 	if o.DNSServer != "" {
 		cfg.Resolver = egress.DNSResolver(o.DNSServer)
+	}
+	if o.TerminateCACertFile != "" {
+		if cfg.Terminate, err = egress.LoadTerminator(o.TerminateCACertFile, o.TerminateCAKeyFile, o.UpstreamCAFile, o.CredentialsDir); err != nil {
+			return egress.ServeConfig{}, invalidFlag("terminate-ca-cert-file", "%v", err)
+		}
 	}
 	return egress.ServeConfig{
 		Gateway:        cfg,

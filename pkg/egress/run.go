@@ -1,13 +1,18 @@
 package egress
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -191,4 +196,60 @@ func DNSResolver(address string) Resolver {
 		var d net.Dialer
 		return d.DialContext(ctx, network, address)
 	}}
+}
+
+// LoadTerminator reads the terminating CA (PEM certificate and key), the optional extra roots
+// for upstreams (PEM; empty: the system's roots only) and the credentials: every regular file of
+// credentialsDir (a mounted Secret, say), by file name, read once into memory.
+func LoadTerminator(caCertFile, caKeyFile, upstreamCAFile, credentialsDir string) (*Terminator, error) {
+	ca, err := tls.LoadX509KeyPair(caCertFile, caKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the terminating CA: %w", err)
+	}
+	if ca.Leaf == nil || !ca.Leaf.IsCA {
+		return nil, fmt.Errorf("%s is not a CA certificate", caCertFile)
+	}
+	tr := &Terminator{CA: ca}
+	if upstreamCAFile != "" {
+		pem, err := os.ReadFile(upstreamCAFile)
+		if err != nil {
+			return nil, err
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", upstreamCAFile)
+		}
+		tr.UpstreamRoots = roots
+	}
+	secrets := map[string][]byte{}
+	if credentialsDir != "" {
+		entries, err := os.ReadDir(credentialsDir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			// A mounted Secret's keys are links into its ..data directory: followed; the
+			// ..data link and the directories themselves are not keys.
+			p := filepath.Join(credentialsDir, e.Name())
+			if strings.HasPrefix(e.Name(), "..") {
+				continue
+			}
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			value, err := os.ReadFile(p)
+			if err != nil {
+				return nil, err
+			}
+			secrets[e.Name()] = bytes.TrimRight(value, "\r\n")
+		}
+	}
+	tr.Secrets = func(name string) ([]byte, bool) {
+		v, ok := secrets[name]
+		return v, ok
+	}
+	return tr, nil
 }

@@ -2,6 +2,9 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 )
@@ -126,5 +130,68 @@ func TestRunBusyAddress(t *testing.T) {
 		HealthAddress: busy.Addr().String(), MetricsAddress: DisabledAddress})
 	if err == nil || !strings.Contains(err.Error(), "--health-probe-bind-address="+busy.Addr().String()) {
 		t.Errorf("Run: %v, want an error naming --health-probe-bind-address", err)
+	}
+}
+
+// writeCA writes a test CA's certificate and key as PEM files.
+func writeCA(t *testing.T, dir string, ca tls.Certificate) (string, string) {
+	t.Helper()
+	keyDER, err := x509.MarshalPKCS8PrivateKey(ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestLoadTerminator: the CA from PEM files, credentials from a directory laid out as the
+// kubelet mounts a Secret (keys are links into ..data), trailing newlines trimmed.
+func TestLoadTerminator(t *testing.T) {
+	dir := t.TempDir()
+	ca, _ := newTestCA(t, "gateway CA")
+	certFile, keyFile := writeCA(t, dir, ca)
+	creds := filepath.Join(dir, "creds")
+	if err := os.MkdirAll(filepath.Join(creds, "..2026_01_01"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "..2026_01_01", "github"), []byte("Bearer ghp-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..2026_01_01", filepath.Join(creds, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "github"), filepath.Join(creds, "github")); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := LoadTerminator(certFile, keyFile, "", creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := tr.Secrets("github"); !ok || string(v) != "Bearer ghp-secret" {
+		t.Errorf("github: %q, %v", v, ok)
+	}
+	for _, name := range []string{"..data", "..2026_01_01", "nothing"} {
+		if _, ok := tr.Secrets(name); ok {
+			t.Errorf("%s is a credential", name)
+		}
+	}
+	if _, err := tr.certificate("cred.example", time.Now()); err != nil {
+		t.Errorf("minting: %v", err)
+	}
+	// A leaf is not a CA.
+	leaf, err := tr.certificate("leaf.example", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafDir := t.TempDir()
+	lc, lk := writeCA(t, leafDir, tls.Certificate{Certificate: leaf.Certificate[:1], PrivateKey: leaf.PrivateKey})
+	if _, err := LoadTerminator(lc, lk, "", ""); err == nil {
+		t.Error("a leaf certificate was taken as the terminating CA")
 	}
 }
