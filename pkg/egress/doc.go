@@ -15,7 +15,10 @@
 //     the very address it checked (address.go);
 //  4. what is sent: inside a CONNECT tunnel the TLS ClientHello's SNI must be the CONNECT host
 //     (connect.go); a plain HTTP request's Host header must be its target, and every request on a
-//     connection is checked on its own (forward.go).
+//     connection is checked on its own (forward.go);
+//  5. where a rule restricts methods or paths or injects a credential and no rule allows the host
+//     without conditions, a tunnel is terminated with a CA the gateway is given, each request in it
+//     held to the host and the rules, the credential added, the upstream verified (terminate.go).
 //
 // docs/egress.md is the contract: what is allowed, how names are matched, the refusal reasons and
 // the bypass techniques the tests prove refused.

@@ -92,18 +92,7 @@ func httpTarget(req *http.Request, hosts []string) (target, Reason) {
 // exchangeHTTP sends req upstream and its response (after any 1xx) back to the client, and
 // reports whether the client's connection may carry another request.
 func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t target, upstream net.Conn, ex *exchange) bool {
-	out := req.Clone(context.Background())
-	out.Body = req.Body
-	for _, h := range connectionHeaders(req.Header) {
-		out.Header.Del(h)
-	}
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header["User-Agent"] = []string{""} // Request.Write adds none then
-	}
-	out.Host = t.host
-	if t.port != 80 {
-		out.Host = t.hostPort()
-	}
+	out := outboundRequest(req, t, 80)
 	out.Close = true
 	cu := &countingWriter{w: upstream}
 	if err := out.Write(cu); err != nil {
@@ -153,6 +142,25 @@ func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t target, upstream
 		_ = resp.Body.Close()
 		return err == nil && !resp.Close
 	}
+}
+
+// outboundRequest is req as the gateway sends it upstream: its body, the normalised target in
+// Host (the port only when it is not defaultPort), without hop-by-hop headers and the proxy's
+// credential, and without a User-Agent the client did not send.
+func outboundRequest(req *http.Request, t target, defaultPort uint16) *http.Request {
+	out := req.Clone(context.Background())
+	out.Body = req.Body
+	for _, h := range connectionHeaders(req.Header) {
+		out.Header.Del(h)
+	}
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header["User-Agent"] = []string{""} // Request.Write adds none then
+	}
+	out.Host = t.host
+	if t.port != defaultPort {
+		out.Host = t.hostPort()
+	}
+	return out
 }
 
 // connectionHeaders are the hop-by-hop headers and those that h's Connection header names.

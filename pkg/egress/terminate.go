@@ -189,18 +189,7 @@ func matchTerminated(req *http.Request, rules []*compiledRule) *compiledRule {
 // reports whether the tunnel may carry another request.
 func (g *Gateway) forwardTerminated(req *http.Request, t target, rules []*compiledRule, uw *countingWriter, ubr *bufio.Reader, cw *countingWriter, ex *exchange) bool {
 	rule := matchTerminated(req, rules)
-	out := req.Clone(context.Background())
-	out.Body = req.Body
-	for _, h := range connectionHeaders(req.Header) {
-		out.Header.Del(h)
-	}
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header["User-Agent"] = []string{""}
-	}
-	out.Host = t.host
-	if t.port != 443 {
-		out.Host = t.hostPort()
-	}
+	out := outboundRequest(req, t, 443)
 	if rule.Inject != nil {
 		value, ok := g.cfg.Terminate.Secrets(rule.Inject.Secret)
 		if !ok || len(value) == 0 {
