@@ -39,6 +39,10 @@ type Terminator struct {
 	leaves  map[string]*tls.Certificate
 }
 
+// maxLeaves bounds the minted certificates kept: a wildcard rule with conditions lets a sandbox
+// ask for any number of names.
+const maxLeaves = 1024
+
 // leafValidity is how long a minted certificate is valid; it is minted again before then.
 const leafValidity = 24 * time.Hour
 
@@ -80,6 +84,9 @@ func (tr *Terminator) certificate(host string, now time.Time) (*tls.Certificate,
 	}
 	leaf, _ := x509.ParseCertificate(der)
 	c := &tls.Certificate{Certificate: [][]byte{der, tr.CA.Certificate[0]}, PrivateKey: tr.key, Leaf: leaf}
+	if len(tr.leaves) >= maxLeaves {
+		clear(tr.leaves)
+	}
 	tr.leaves[host] = c
 	return c, nil
 }

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const testSecret = "Bearer test-secret-0123456789"
@@ -179,5 +181,31 @@ func TestCredentialNeedsTLS(t *testing.T) {
 	}
 	if got := f.in.plainSeen(); len(got) != 0 {
 		t.Errorf("the upstream received %q", got)
+	}
+}
+
+// TestLeafCacheBounded: however many names a sandbox asks for under a wildcard, the minted
+// certificates kept stay bounded; a kept one is reused.
+func TestLeafCacheBounded(t *testing.T) {
+	ca, _ := newTestCA(t, "gateway CA")
+	tr := &Terminator{CA: ca}
+	now := time.Now()
+	first, err := tr.certificate("a.example", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := tr.certificate("a.example", now); again != first {
+		t.Error("a kept certificate was minted again")
+	}
+	if later, _ := tr.certificate("a.example", now.Add(leafValidity)); later == first {
+		t.Error("a certificate near its end was reused")
+	}
+	for i := range maxLeaves + 10 {
+		if _, err := tr.certificate(fmt.Sprintf("h%d.example", i), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(tr.leaves); n > maxLeaves {
+		t.Errorf("%d certificates kept, want at most %d", n, maxLeaves)
 	}
 }
