@@ -65,7 +65,12 @@ func httpTarget(req *http.Request, hosts []string) (target, Reason) {
 	if req.URL.Scheme != "http" {
 		return target{}, ReasonScheme
 	}
-	authority := req.RequestURI[len(req.URL.Scheme)+len("://"):]
+	// The authority as the client wrote it (an opaque "http:x" or a short "http:/" has none).
+	const prefix = "http://"
+	if len(req.RequestURI) < len(prefix) || !strings.EqualFold(req.RequestURI[:len(prefix)], prefix) {
+		return target{}, ReasonInvalidHost
+	}
+	authority := req.RequestURI[len(prefix):]
 	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
 		authority = authority[:i]
 	}
