@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -138,6 +139,12 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		go func() {
 			defer g.wg.Done()
 			defer g.untrack(c)
+			defer func() {
+				// A bug must cost one connection (closed: nothing more passes), not the gateway.
+				if r := recover(); r != nil {
+					logger.Error(nil, "Panic serving an egress connection", "panic", r, "stack", string(debug.Stack()))
+				}
+			}()
 			g.serveConn(ctx, c)
 		}()
 	}
