@@ -94,6 +94,10 @@ bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go S
 	go test -run '^$$' -bench BenchmarkRSSAtRest -benchtime 1x ./pkg/sandboxd/
 	@echo "load average after: $$(cat /proc/loadavg)"
 
+.PHONY: bench-egress
+bench-egress: ## The egress gateway side by side with direct TLS and tinyproxy (when installed) on loopback: connection setup, a 100 MiB download, memory per idle tunnel (hack/bench-egress.sh, ~2 min).
+	hack/bench-egress.sh
+
 .PHONY: bench
 bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/.
 	hack/bench.sh

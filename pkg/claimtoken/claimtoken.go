@@ -48,6 +48,11 @@ var ErrNoKey = errors.New("the claim token key is not available")
 // base64url(HMAC-SHA256(key, domain NUL uid NUL namespace/name)), 43 characters. A claim
 // deleted and created again under the same name has another UID, hence another token.
 func Derive(key []byte, uid types.UID, namespace, name string) (string, error) {
+	return derive(domain, key, uid, namespace, name)
+}
+
+// derive is HMAC-SHA256(key, dom NUL uid NUL namespace/name) in base64url.
+func derive(dom string, key []byte, uid types.UID, namespace, name string) (string, error) {
 	if len(key) < KeyBytes {
 		return "", fmt.Errorf("%w: the key has %d bytes, want %d", ErrNoKey, len(key), KeyBytes)
 	}
@@ -55,7 +60,7 @@ func Derive(key []byte, uid types.UID, namespace, name string) (string, error) {
 		return "", fmt.Errorf("a claim token needs the claim's UID, namespace and name (got %q, %q, %q)", uid, namespace, name)
 	}
 	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(domain))
+	mac.Write([]byte(dom))
 	mac.Write([]byte{0})
 	mac.Write([]byte(uid))
 	mac.Write([]byte{0})

@@ -1,4 +1,4 @@
-// Package cmd is the `airlock` command tree: operator, sandboxd, sync and version. Each command
+// Package cmd is the `airlock` command tree: operator, egress, sandboxd, sync and version. Each command
 // has an options struct whose AddFlags binds its flags and whose Validate returns every invalid
 // value, one error per flag, before anything runs.
 package cmd

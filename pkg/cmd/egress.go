@@ -1,0 +1,230 @@
+//go:build !sandboxd_only
+
+package cmd
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/airlock-dev/airlock/pkg/egress"
+)
+
+// EgressOptions are the flags of `airlock egress`, the egress gateway (docs/egress.md).
+type EgressOptions struct {
+	ProxyBindAddress       string
+	HealthProbeBindAddress string
+	MetricsBindAddress     string
+	ClaimsFile             string
+	ClusterCIDRs           []string
+	DNSServer              string
+	HeadTimeout            time.Duration
+	DialTimeout            time.Duration
+	IdleTimeout            time.Duration
+	ShutdownGrace          time.Duration
+	// Termination and credentials (all three CA flags together, or none).
+	TerminateCACertFile string
+	TerminateCAKeyFile  string
+	UpstreamCAFile      string
+	CredentialsDir      string
+}
+
+// NewEgressOptions returns the gateway's options with their defaults.
+func NewEgressOptions() *EgressOptions {
+	return &EgressOptions{
+		ProxyBindAddress:       ":3128",
+		HealthProbeBindAddress: ":8081",
+		MetricsBindAddress:     ":8080",
+		HeadTimeout:            30 * time.Second,
+		DialTimeout:            10 * time.Second,
+		IdleTimeout:            10 * time.Minute,
+		ShutdownGrace:          30 * time.Second,
+	}
+}
+
+func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ProxyBindAddress, "proxy-bind-address", o.ProxyBindAddress, "Address (host:port) of the HTTP proxy (CONNECT and absolute-URI requests) that sandboxes reach.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on; /readyz fails until the claims are known.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics.`)
+	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS). Required until the gateway reads the claims from the cluster.")
+	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", o.ClusterCIDRs, "The cluster's pod and Service ranges (comma list of CIDRs): an allowed name that resolves into them is refused unless its rule allows private addresses. Private ranges are refused anyway: list the ranges that are not.")
+	fs.StringVar(&o.DNSServer, "dns-server", o.DNSServer, "DNS server (ip:port) the gateway resolves allowed names with. Empty: the system's resolver (the pod's /etc/resolv.conf).")
+	fs.DurationVar(&o.HeadTimeout, "head-timeout", o.HeadTimeout, "Time a client has to send a request's head, or a tunnel's TLS ClientHello (> 0); also how long a kept connection may wait for its next request.")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "Time given to resolving an allowed name and to dialing it (> 0).")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "A tunnel or exchange in which no byte moved either way for this long is closed (> 0).")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time open connections may go on after SIGTERM before they are closed (>= 0).")
+	fs.StringVar(&o.TerminateCACertFile, "terminate-ca-cert-file", o.TerminateCACertFile, "PEM CA certificate with which the gateway terminates the TLS of tunnels to hosts whose rules restrict methods or paths or inject a credential (sandboxes trust it). Empty: such tunnels are refused.")
+	fs.StringVar(&o.TerminateCAKeyFile, "terminate-ca-key-file", o.TerminateCAKeyFile, "PEM private key of --terminate-ca-cert-file.")
+	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read once at start.")
+}
+
+// Validate returns one error for each invalid flag value.
+func (o *EgressOptions) Validate() []error {
+	var errs []error
+	if err := validateBindAddress(o.ProxyBindAddress, false); err != nil {
+		errs = append(errs, invalidFlag("proxy-bind-address", "%v", err))
+	}
+	if err := validateBindAddress(o.HealthProbeBindAddress, false); err != nil {
+		errs = append(errs, invalidFlag("health-probe-bind-address", "%v", err))
+	}
+	if err := validateBindAddress(o.MetricsBindAddress, true); err != nil {
+		errs = append(errs, invalidFlag("metrics-bind-address", "%v", err))
+	}
+	errs = append(errs, validateDistinctAddresses(
+		bindAddress{"proxy-bind-address", o.ProxyBindAddress},
+		bindAddress{"health-probe-bind-address", o.HealthProbeBindAddress},
+		bindAddress{"metrics-bind-address", o.MetricsBindAddress},
+	)...)
+	if o.ClaimsFile == "" {
+		errs = append(errs, invalidFlag("claims-file", "must be set: the gateway serves no claim without it"))
+	} else if err := checkReadableFile(o.ClaimsFile); err != nil {
+		errs = append(errs, invalidFlag("claims-file", "%v", err))
+	}
+	if _, err := o.clusterPrefixes(); err != nil {
+		errs = append(errs, invalidFlag("cluster-cidrs", "%v", err))
+	}
+	if o.DNSServer != "" {
+		if host, port, err := net.SplitHostPort(o.DNSServer); err != nil || net.ParseIP(host) == nil || port == "" || port == "0" {
+			errs = append(errs, invalidFlag("dns-server", "must be ip:port, like 10.96.0.10:53, got %q", o.DNSServer))
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"head-timeout", o.HeadTimeout}, {"dial-timeout", o.DialTimeout}, {"idle-timeout", o.IdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, invalidFlag(d.flag, "must be greater than zero"))
+		}
+	}
+	if o.ShutdownGrace < 0 {
+		errs = append(errs, invalidFlag("shutdown-grace", "must not be negative"))
+	}
+	return append(errs, o.validateTermination()...)
+}
+
+// validateTermination checks the termination flags: the CA's certificate and key together, the
+// others only with them.
+func (o *EgressOptions) validateTermination() []error {
+	var errs []error
+	files := []struct{ flag, name string }{{"terminate-ca-cert-file", o.TerminateCACertFile}, {"terminate-ca-key-file", o.TerminateCAKeyFile}, {"upstream-ca-file", o.UpstreamCAFile}}
+	for _, f := range files {
+		if f.name != "" {
+			if err := checkReadableFile(f.name); err != nil {
+				errs = append(errs, invalidFlag(f.flag, "%v", err))
+			}
+		}
+	}
+	switch {
+	case o.TerminateCACertFile != "" && o.TerminateCAKeyFile == "":
+		errs = append(errs, invalidFlag("terminate-ca-key-file", "must be set with --terminate-ca-cert-file"))
+	case o.TerminateCACertFile == "" && o.TerminateCAKeyFile != "":
+		errs = append(errs, invalidFlag("terminate-ca-cert-file", "must be set with --terminate-ca-key-file"))
+	case o.TerminateCACertFile == "":
+		if o.UpstreamCAFile != "" {
+			errs = append(errs, invalidFlag("upstream-ca-file", "is used only with --terminate-ca-cert-file"))
+		}
+		if o.CredentialsDir != "" {
+			errs = append(errs, invalidFlag("credentials-dir", "is used only with --terminate-ca-cert-file"))
+		}
+	}
+	if o.CredentialsDir != "" {
+		if fi, err := os.Stat(o.CredentialsDir); err != nil {
+			errs = append(errs, invalidFlag("credentials-dir", "%v", err))
+		} else if !fi.IsDir() {
+			errs = append(errs, invalidFlag("credentials-dir", "%s is not a directory", o.CredentialsDir))
+		}
+	}
+	return errs
+}
+
+// clusterPrefixes parses --cluster-cidrs; each must be a network address with its length.
+func (o *EgressOptions) clusterPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, text := range o.ClusterCIDRs {
+		p, err := netip.ParsePrefix(text)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR, like 10.96.0.0/12", text)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("%q has host bits set: did you mean %s?", text, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Config returns the gateway's configuration, reading --claims-file. Call it after Validate.
+func (o *EgressOptions) Config() (egress.ServeConfig, error) {
+	claims, err := egress.LoadClaimsFile(o.ClaimsFile)
+	if err != nil {
+		return egress.ServeConfig{}, invalidFlag("claims-file", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	prefixes, err := o.clusterPrefixes()
+	if err != nil {
+		return egress.ServeConfig{}, invalidFlag("cluster-cidrs", "%v", err)
+	}
+	cfg := egress.Config{
+		Claims:        claims,
+		ClusterCIDRs:  prefixes,
+		HeadTimeout:   o.HeadTimeout,
+		DialTimeout:   o.DialTimeout,
+		IdleTimeout:   o.IdleTimeout,
+		ShutdownGrace: o.ShutdownGrace,
+	}
+	if o.DNSServer != "" {
+		cfg.Resolver = egress.DNSResolver(o.DNSServer)
+	}
+	if o.TerminateCACertFile != "" {
+		if cfg.Terminate, err = egress.LoadTerminator(o.TerminateCACertFile, o.TerminateCAKeyFile, o.UpstreamCAFile, o.CredentialsDir); err != nil {
+			return egress.ServeConfig{}, invalidFlag("terminate-ca-cert-file", "%v", err)
+		}
+	}
+	return egress.ServeConfig{
+		Gateway:        cfg,
+		ProxyAddress:   o.ProxyBindAddress,
+		HealthAddress:  o.HealthProbeBindAddress,
+		MetricsAddress: o.MetricsBindAddress,
+	}, nil
+}
+
+func newEgressCommand(o *EgressOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "egress",
+		Short: "Run the egress gateway: the HTTP proxy through which sandboxes reach the hosts their policy lists",
+		Long: `Run the egress gateway: an HTTP proxy (CONNECT tunnels and absolute-URI requests) through which a
+sandbox reaches the hosts its claim's policy lists, and nothing else. A request must carry the
+claim's proxy credential (Proxy-Authorization: Basic) from the claim's pod's address; the target
+is checked against the policy before anything is resolved; the gateway resolves an allowed name
+itself, refuses answers in loopback, link-local, private and the cluster's ranges unless the rule
+allows private addresses, and dials the address it checked; a tunnel's TLS ClientHello must name
+the CONNECT host. docs/egress.md is the contract.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			cliflag.PrintFlags(cmd.Flags())
+			cfg, err := o.Config()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return egress.Run(ctx, cfg)
+		},
+	}
+	fss := newNamedFlagSets()
+	o.AddFlags(fss.FlagSet("egress"))
+	addLogsFlags(fss.FlagSet("logs"))
+	setFlags(cmd, fss)
+	return cmd
+}

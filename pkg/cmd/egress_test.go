@@ -1,0 +1,85 @@
+//go:build !sandboxd_only
+
+package cmd
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testClaimsFile = `[{"namespace":"team-a","claim":"c","runtime":"r","password":"0123456789abcdefghij",
+	"sources":["10.0.0.5"],"policy":{"rules":[{"host":"proxy.golang.org","ports":[443]}]}}]`
+
+func TestEgressDefaults(t *testing.T) {
+	o := NewEgressOptions()
+	errs := o.Validate()
+	checkOneErrorFor(t, errs, "claims-file")
+	o.ClaimsFile = tempFile(t, "claims.json", testClaimsFile)
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatalf("the defaults with a claims file do not validate: %v", errs)
+	}
+	got := []any{o.ProxyBindAddress, o.HealthProbeBindAddress, o.MetricsBindAddress, o.HeadTimeout, o.DialTimeout, o.IdleTimeout, o.ShutdownGrace}
+	want := []any{":3128", ":8081", ":8080", 30 * time.Second, 10 * time.Second, 10 * time.Minute, 30 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("defaults %v, want %v", got, want)
+	}
+	cfg, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Gateway.Claims.HasSynced() || cfg.ProxyAddress != ":3128" {
+		t.Errorf("config %+v", cfg)
+	}
+}
+
+// TestEgressInvalidFlags: each invalid value is one error that names its flag.
+func TestEgressInvalidFlags(t *testing.T) {
+	claims := tempFile(t, "claims.json", testClaimsFile)
+	tests := map[string]struct {
+		set  func(o *EgressOptions)
+		flag string
+	}{
+		"proxy address":       {func(o *EgressOptions) { o.ProxyBindAddress = "3128" }, "proxy-bind-address"},
+		"health address":      {func(o *EgressOptions) { o.HealthProbeBindAddress = ":99999" }, "health-probe-bind-address"},
+		"metrics address":     {func(o *EgressOptions) { o.MetricsBindAddress = "nowhere" }, "metrics-bind-address"},
+		"same addresses":      {func(o *EgressOptions) { o.MetricsBindAddress = ":3128" }, "metrics-bind-address"},
+		"missing claims file": {func(o *EgressOptions) { o.ClaimsFile = "/nonexistent/claims.json" }, "claims-file"},
+		"not a CIDR":          {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.0"} }, "cluster-cidrs"},
+		"host bits in a CIDR": {func(o *EgressOptions) { o.ClusterCIDRs = []string{"10.96.0.1/12"} }, "cluster-cidrs"},
+		"DNS server name":     {func(o *EgressOptions) { o.DNSServer = "kube-dns:53" }, "dns-server"},
+		"DNS server port":     {func(o *EgressOptions) { o.DNSServer = "10.96.0.10" }, "dns-server"},
+		"zero head timeout":   {func(o *EgressOptions) { o.HeadTimeout = 0 }, "head-timeout"},
+		"zero dial timeout":   {func(o *EgressOptions) { o.DialTimeout = 0 }, "dial-timeout"},
+		"zero idle timeout":   {func(o *EgressOptions) { o.IdleTimeout = 0 }, "idle-timeout"},
+		"negative grace":      {func(o *EgressOptions) { o.ShutdownGrace = -time.Second }, "shutdown-grace"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := NewEgressOptions()
+			o.ClaimsFile = claims
+			tc.set(o)
+			checkOneErrorFor(t, o.Validate(), tc.flag)
+		})
+	}
+}
+
+func TestEgressBadClaimsFileFailsAtStart(t *testing.T) {
+	bad := tempFile(t, "claims.json", strings.Replace(testClaimsFile, "proxy.golang.org", "*", 1))
+	code, _, stderr := runAirlock(t, "egress", "--claims-file="+bad, "--proxy-bind-address=127.0.0.1:0",
+		"--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=0")
+	if code != 1 || !strings.HasPrefix(stderr, "Error: invalid value for --claims-file: ") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q; want one line about --claims-file", code, stderr)
+	}
+}
+
+func TestEgressCommandInFullBuild(t *testing.T) {
+	var names []string
+	for _, c := range NewAirlockCommand().Commands() {
+		names = append(names, c.Name())
+	}
+	if !slices.Contains(names, "egress") {
+		t.Errorf("commands %v lack egress", names)
+	}
+}

@@ -1,0 +1,172 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+)
+
+// The egress benchmarks (make bench-egress; hack/bench-egress.sh): TLS connection setup and a
+// 100 MiB download, each direct, through the gateway, and through another proxy when
+// EGRESS_BENCH_PROXY names one (http://host:port, e.g. a tinyproxy on loopback), plus the
+// gateway's memory per idle tunnel. Figures depend on the machine and its load: compare runs
+// of one machine, taken side by side in one run.
+
+// benchPath is how a benchmark reaches the upstream TLS server.
+type benchPath struct {
+	name string
+	// open returns a connection on which a TLS handshake with allowed.example reaches the
+	// upstream.
+	open func(b *testing.B) (net.Conn, *bufio.Reader)
+}
+
+func benchPaths(b *testing.B, f *fixture) []benchPath {
+	paths := []benchPath{
+		{"direct", func(b *testing.B) (net.Conn, *bufio.Reader) {
+			c, err := net.Dial("tcp", f.in.tlsAddr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c, bufio.NewReader(c)
+		}},
+		{"gateway", func(b *testing.B) (net.Conn, *bufio.Reader) {
+			return connectThrough(b, f.addr, "allowed.example:443", credA)
+		}},
+	}
+	if proxy := os.Getenv("EGRESS_BENCH_PROXY"); proxy != "" {
+		u, err := url.Parse(proxy)
+		if err != nil {
+			b.Fatalf("EGRESS_BENCH_PROXY: %v", err)
+		}
+		paths = append(paths, benchPath{"other", func(b *testing.B) (net.Conn, *bufio.Reader) {
+			return connectThrough(b, u.Host, f.in.tlsAddr, "")
+		}})
+	}
+	return paths
+}
+
+// connectThrough opens a CONNECT tunnel to target through the proxy at addr.
+func connectThrough(b *testing.B, addr, target, cred string) (net.Conn, *bufio.Reader) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := ""
+	if cred != "" {
+		auth = "Proxy-Authorization: " + cred + "\r\n"
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, auth)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("CONNECT %s through %s: %v %v", target, addr, resp, err)
+	}
+	return c, br
+}
+
+func benchTLS(b *testing.B, f *fixture, c net.Conn, br *bufio.Reader) *tls.Conn {
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "allowed.example", RootCAs: f.in.pool})
+	if err := tc.Handshake(); err != nil {
+		b.Fatal(err)
+	}
+	return tc
+}
+
+func benchFixture(b *testing.B) *fixture {
+	return newFixture(b, newInternet(b), quiet())
+}
+
+// BenchmarkConnectSetup: from dial to a finished TLS handshake with the upstream; p50 and p90
+// are reported beside the mean.
+func BenchmarkConnectSetup(b *testing.B) {
+	f := benchFixture(b)
+	for _, p := range benchPaths(b, f) {
+		b.Run(p.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				c, br := p.open(b)
+				tc := benchTLS(b, f, c, br)
+				lat = append(lat, time.Since(start))
+				tc.Close()
+			}
+			reportPercentiles(b, lat)
+		})
+	}
+}
+
+// BenchmarkDownload: a 100 MiB GET over TLS; MB/s is the throughput.
+func BenchmarkDownload(b *testing.B) {
+	f := benchFixture(b)
+	for _, p := range benchPaths(b, f) {
+		b.Run(p.name, func(b *testing.B) {
+			b.SetBytes(bigSize)
+			for b.Loop() {
+				c, br := p.open(b)
+				tc := benchTLS(b, f, c, br)
+				fmt.Fprint(tc, "GET /big HTTP/1.1\r\nHost: allowed.example\r\nConnection: close\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, resp.Body)
+				if err != nil || n != bigSize {
+					b.Fatalf("downloaded %d bytes, %v", n, err)
+				}
+				tc.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkIdleTunnelMemory: the heap that 200 idle, established TLS tunnels through the gateway
+// hold, less what 200 direct TLS connections hold (client and upstream ends are in both), per
+// tunnel.
+func BenchmarkIdleTunnelMemory(b *testing.B) {
+	f := benchFixture(b)
+	const n = 200
+	heapOf := func(open func(b *testing.B) (net.Conn, *bufio.Reader)) uint64 {
+		before := heapInUse()
+		var conns []net.Conn
+		for range n {
+			c, br := open(b)
+			conns = append(conns, benchTLS(b, f, c, br))
+		}
+		after := heapInUse()
+		for _, c := range conns {
+			c.Close()
+		}
+		return after - min(before, after)
+	}
+	paths := benchPaths(b, f)
+	for b.Loop() {
+		direct := heapOf(paths[0].open)
+		gateway := heapOf(paths[1].open)
+		b.ReportMetric(float64(gateway-min(direct, gateway))/n, "B/idle-tunnel")
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds()), "p90-µs")
+}

@@ -1,0 +1,46 @@
+package egress
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// The gateway's metrics. Labels are bounded: kind (connect, http), decision (allowed, denied),
+// reason (the Reason constants), direction (up, down); never a claim, host or address.
+var (
+	requests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_requests_total",
+		Help:           "Egress decisions: CONNECT tunnels and plain HTTP requests, by kind, decision and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "decision", "reason"})
+	transferred = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_bytes_total",
+		Help:           "Bytes through the gateway, by direction: up (sandbox to upstream) and down.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"direction"})
+	durations = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_duration_seconds",
+		Help:           "Duration of tunnels and plain HTTP exchanges, from the request's head to the end, by kind and decision.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 4, 12),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "decision"})
+	openConnections = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_open_connections",
+		Help:           "Client connections open to the gateway.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(requests, transferred, durations, openConnections)
+	})
+}

@@ -1,0 +1,255 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+)
+
+// DisabledAddress is the listen address that turns a listener off.
+const DisabledAddress = "0"
+
+// ServeConfig is what `airlock egress` runs: the gateway and its listeners.
+type ServeConfig struct {
+	Gateway Config
+	// ProxyAddress is the proxy's listen address (--proxy-bind-address).
+	ProxyAddress string
+	// HealthAddress serves /healthz and /readyz (--health-probe-bind-address).
+	HealthAddress string
+	// MetricsAddress serves /metrics (--metrics-bind-address); DisabledAddress for none.
+	MetricsAddress string
+}
+
+type listener struct {
+	flag, addr string
+	ln         net.Listener
+}
+
+// Run serves the proxy, the health probes and the metrics until ctx ends, then stops
+// accepting, fails /readyz, drains the proxy (Config.ShutdownGrace) and shuts the servers down.
+// Every address is bound before anything is served, so that a bad or busy one fails the start.
+func Run(ctx context.Context, sc ServeConfig) error {
+	return run(ctx, sc, nil)
+}
+
+// run is Run; listening, if set, is told the bound addresses (proxy, health, metrics; nil for
+// a disabled one) before anything is served.
+func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error {
+	logger := klog.FromContext(ctx)
+	g, err := New(sc.Gateway)
+	if err != nil {
+		return err
+	}
+	lns, err := listenAll(sc)
+	defer func() {
+		for _, l := range lns {
+			if l.ln != nil {
+				_ = l.ln.Close()
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	if listening != nil {
+		var addrs []net.Addr
+		for _, l := range lns {
+			if l.ln != nil {
+				addrs = append(addrs, l.ln.Addr())
+			} else {
+				addrs = append(addrs, nil)
+			}
+		}
+		listening(addrs)
+	}
+	var shuttingDown atomic.Bool
+	servers := []*http.Server{newServer(healthHandler(g, &shuttingDown))}
+	if lns[2].ln != nil {
+		metrics := http.NewServeMux()
+		metrics.Handle("GET /metrics", legacyregistry.Handler())
+		servers = append(servers, newServer(metrics))
+	}
+
+	eg, egCtx := errgroup.WithContext(ctx)
+	for i, srv := range servers {
+		ln := lns[i+1].ln
+		logger.Info("Serving", "server", lns[i+1].flag, "address", ln.Addr().String())
+		eg.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving --%s: %w", lns[i+1].flag, err)
+			}
+			return nil
+		})
+	}
+	proxyCtx, stopProxy := context.WithCancel(ctx)
+	defer stopProxy()
+	logger.Info("Serving the egress proxy", "address", lns[0].ln.Addr().String())
+	eg.Go(func() error {
+		err := g.Serve(proxyCtx, lns[0].ln)
+		shuttingDown.Store(true)
+		for _, srv := range servers {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+		}
+		return err
+	})
+	// An error of any server stops the proxy too.
+	<-egCtx.Done()
+	shuttingDown.Store(true)
+	stopProxy()
+	return eg.Wait()
+}
+
+// listenAll binds the proxy, health and metrics addresses, in that order (a nil listener for a
+// disabled one). On an error it returns what it bound, for the caller to close.
+func listenAll(sc ServeConfig) ([]*listener, error) {
+	var lns []*listener
+	for _, l := range []*listener{{"proxy-bind-address", sc.ProxyAddress, nil}, {"health-probe-bind-address", sc.HealthAddress, nil}, {"metrics-bind-address", sc.MetricsAddress, nil}} {
+		lns = append(lns, l)
+		if l.addr == DisabledAddress {
+			continue
+		}
+		var err error
+		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
+			return lns, fmt.Errorf("cannot listen on --%s=%s: %w", l.flag, l.addr, err)
+		}
+	}
+	return lns, nil
+}
+
+// healthHandler serves /healthz (the process answers) and /readyz (the claims are known and the
+// gateway is not shutting down).
+func healthHandler(g *Gateway, shuttingDown *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeCheck(w, nil) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		err := g.Ready()
+		if shuttingDown.Load() {
+			err = errors.New("shutting down")
+		}
+		writeCheck(w, err)
+	})
+	return mux
+}
+
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: klog.NewStandardLogger("WARNING")}
+}
+
+func writeCheck(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	fmt.Fprint(w, "ok")
+}
+
+// LoadClaimsFile reads a JSON list of StaticClaim (--claims-file) into a synced lookup. Unknown
+// fields are errors: a misspelt field must not leave a rule wider than it reads.
+func LoadClaimsFile(name string) (*StaticClaims, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	var claims []StaticClaim
+	if err := dec.Decode(&claims); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s, err := NewStaticClaims(claims...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, c := range claims {
+		if _, err := Compile(c.Policy); err != nil {
+			return nil, fmt.Errorf("%s: claim %s/%s: %w", name, c.Namespace, c.Claim, err)
+		}
+	}
+	s.SetSynced()
+	return s, nil
+}
+
+// DNSResolver returns a resolver that asks only the DNS server at address (host:port).
+func DNSResolver(address string) Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}}
+}
+
+// LoadTerminator reads the terminating CA (PEM certificate and key), the optional extra roots
+// for upstreams (PEM; empty: the system's roots only) and the credentials: every regular file of
+// credentialsDir (a mounted Secret, say), by file name, read once into memory.
+func LoadTerminator(caCertFile, caKeyFile, upstreamCAFile, credentialsDir string) (*Terminator, error) {
+	ca, err := tls.LoadX509KeyPair(caCertFile, caKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the terminating CA: %w", err)
+	}
+	if ca.Leaf == nil || !ca.Leaf.IsCA {
+		return nil, fmt.Errorf("%s is not a CA certificate", caCertFile)
+	}
+	tr := &Terminator{CA: ca}
+	if upstreamCAFile != "" {
+		pem, err := os.ReadFile(upstreamCAFile)
+		if err != nil {
+			return nil, err
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", upstreamCAFile)
+		}
+		tr.UpstreamRoots = roots
+	}
+	secrets := map[string][]byte{}
+	if credentialsDir != "" {
+		entries, err := os.ReadDir(credentialsDir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			// A mounted Secret's keys are links into its ..data directory: followed; the
+			// ..data link and the directories themselves are not keys.
+			p := filepath.Join(credentialsDir, e.Name())
+			if strings.HasPrefix(e.Name(), "..") {
+				continue
+			}
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			value, err := os.ReadFile(p)
+			if err != nil {
+				return nil, err
+			}
+			secrets[e.Name()] = bytes.TrimRight(value, "\r\n")
+		}
+	}
+	tr.Secrets = func(name string) ([]byte, bool) {
+		v, ok := secrets[name]
+		return v, ok
+	}
+	return tr, nil
+}

@@ -1,0 +1,225 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Terminator lets the gateway terminate a tunnel's TLS for hosts whose rules restrict methods or
+// paths or inject a credential: it answers the sandbox with a certificate for the CONNECT host
+// issued by CA (which the sandbox trusts through its mounted bundle), reads each request, holds it
+// to the rules, adds the credential, and sends it on its own TLS connection to the checked
+// address, verifying the real server's certificate against UpstreamRoots (nil: the system's).
+type Terminator struct {
+	CA            tls.Certificate
+	UpstreamRoots *x509.CertPool
+	// Secrets returns the value of a credential by name; false when it has none (the request
+	// is then refused, never sent without it).
+	Secrets func(name string) ([]byte, bool)
+
+	once    sync.Once
+	key     *ecdsa.PrivateKey
+	caCert  *x509.Certificate
+	initErr error
+	mu      sync.Mutex
+	leaves  map[string]*tls.Certificate
+}
+
+// maxLeaves bounds the minted certificates kept: a wildcard rule with conditions lets a sandbox
+// ask for any number of names.
+const maxLeaves = 1024
+
+// leafValidity is how long a minted certificate is valid; it is minted again before then.
+const leafValidity = 24 * time.Hour
+
+func (tr *Terminator) init() error {
+	tr.once.Do(func() {
+		if len(tr.CA.Certificate) == 0 || tr.CA.PrivateKey == nil {
+			tr.initErr = errors.New("egress: the terminating CA has no certificate or key")
+			return
+		}
+		tr.caCert, tr.initErr = x509.ParseCertificate(tr.CA.Certificate[0])
+		if tr.initErr == nil {
+			tr.key, tr.initErr = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		}
+		tr.leaves = map[string]*tls.Certificate{}
+	})
+	return tr.initErr
+}
+
+// certificate returns a certificate for host (a normalised name), minted on first use.
+func (tr *Terminator) certificate(host string, now time.Time) (*tls.Certificate, error) {
+	if err := tr.init(); err != nil {
+		return nil, err
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if c, ok := tr.leaves[host]; ok && now.Before(c.Leaf.NotAfter.Add(-leafValidity/4)) {
+		return c, nil
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(leafValidity),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tr.caCert, &tr.key.PublicKey, tr.CA.PrivateKey.(crypto.Signer))
+	if err != nil {
+		return nil, fmt.Errorf("egress: minting a certificate for %s: %w", host, err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	c := &tls.Certificate{Certificate: [][]byte{der, tr.CA.Certificate[0]}, PrivateKey: tr.key, Leaf: leaf}
+	if len(tr.leaves) >= maxLeaves {
+		clear(tr.leaves)
+	}
+	tr.leaves[host] = c
+	return c, nil
+}
+
+// prefixConn replays prefix (the ClientHello already read) before reading from its Conn.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// terminate serves a terminated tunnel: TLS with the sandbox (HTTP/1.1 only), TLS with the
+// checked upstream, verified, then request by request: origin form, Host the CONNECT host, a
+// rule allowing method and path, its credential added; the first refusal ends the tunnel.
+func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstream net.Conn, t target, rules []*compiledRule, ex *exchange) {
+	tr := g.cfg.Terminate
+	cert, err := tr.certificate(t.host, g.cfg.Clock.Now())
+	if err != nil {
+		ex.reason = ReasonUpstreamTLS
+		return
+	}
+	client := tls.Server(&prefixConn{Conn: c, prefix: hello}, &tls.Config{
+		Certificates: []tls.Certificate{*cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	defer client.Close()
+	hctx, cancel := context.WithTimeout(ctx, g.cfg.HeadTimeout)
+	defer cancel()
+	if err := client.HandshakeContext(hctx); err != nil {
+		ex.reason = ReasonNotTLS
+		return
+	}
+	server := tls.Client(upstream, &tls.Config{ServerName: t.host, RootCAs: tr.UpstreamRoots,
+		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	dctx, cancel2 := context.WithTimeout(ctx, g.cfg.DialTimeout)
+	defer cancel2()
+	if err := server.HandshakeContext(dctx); err != nil {
+		ex.reason = ReasonUpstreamTLS
+		return
+	}
+	ex.reason = ReasonAllowed
+	idle := &idleWatch{timeout: g.cfg.IdleTimeout, conns: []net.Conn{c, upstream}}
+	cw, uw := &countingWriter{w: &idleConn{Conn: client, watch: idle}}, &countingWriter{w: &idleConn{Conn: server, watch: idle}}
+	defer func() { ex.up += uw.n; ex.down += cw.n }()
+	cbr, ubr := bufio.NewReader(&idleConn{Conn: client, watch: idle}), bufio.NewReader(&idleConn{Conn: server, watch: idle})
+	for {
+		idle.touch()
+		req, err := http.ReadRequest(cbr)
+		if err != nil {
+			return
+		}
+		if reason := g.checkTerminated(req, t, rules); reason != "" {
+			g.refuse(cw, &exchange{}, reason)
+			ex.reason = reason
+			return
+		}
+		if !g.forwardTerminated(req, t, rules, uw, ubr, cw, ex) {
+			return
+		}
+	}
+}
+
+// checkTerminated holds one request of a terminated tunnel to the tunnel's host and rules.
+func (g *Gateway) checkTerminated(req *http.Request, t target, rules []*compiledRule) Reason {
+	if req.URL.IsAbs() || req.URL.Host != "" || req.Method == http.MethodConnect {
+		return ReasonHostMismatch
+	}
+	ht, err := parseAuthority(req.Host, 443)
+	if err != nil || ht != t {
+		return ReasonHostMismatch
+	}
+	if req.Header.Get("Upgrade") != "" {
+		return ReasonUpgrade
+	}
+	if matchTerminated(req, rules) == nil {
+		return ReasonMethodOrPath
+	}
+	return ""
+}
+
+// matchTerminated returns the rule that allows req: one without a credential first, so that a
+// credential is added only where nothing else allows the request.
+func matchTerminated(req *http.Request, rules []*compiledRule) *compiledRule {
+	path := req.URL.EscapedPath()
+	var withCredential *compiledRule
+	for _, r := range rules {
+		if !r.allowsRequest(req.Method, path) {
+			continue
+		}
+		if r.Inject == nil {
+			return r
+		}
+		if withCredential == nil {
+			withCredential = r
+		}
+	}
+	return withCredential
+}
+
+// forwardTerminated sends req upstream with its rule's credential and the response back; it
+// reports whether the tunnel may carry another request.
+func (g *Gateway) forwardTerminated(req *http.Request, t target, rules []*compiledRule, uw *countingWriter, ubr *bufio.Reader, cw *countingWriter, ex *exchange) bool {
+	rule := matchTerminated(req, rules)
+	out := outboundRequest(req, t, 443)
+	if rule.Inject != nil {
+		value, ok := g.cfg.Terminate.Secrets(rule.Inject.Secret)
+		if !ok || len(value) == 0 {
+			g.refuse(cw, &exchange{}, ReasonNoCredentialValue)
+			ex.reason = ReasonNoCredentialValue
+			return false
+		}
+		out.Header.Set(rule.Inject.Header, string(value))
+	}
+	if err := out.Write(uw); err != nil {
+		return false
+	}
+	resp, err := http.ReadResponse(ubr, out)
+	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		return false
+	}
+	defer resp.Body.Close()
+	for _, h := range connectionHeaders(resp.Header) {
+		resp.Header.Del(h)
+	}
+	resp.Close = req.Close || resp.Close
+	if err := resp.Write(cw); err != nil {
+		return false
+	}
+	return !resp.Close
+}
