@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -15,9 +16,24 @@ import (
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
-// readHeaderTimeout bounds how long a client may take to send its request headers. There is no
-// write timeout: Sandbox API acquires wait up to 300 s for a bind.
-const readHeaderTimeout = 10 * time.Second
+// The operator's servers parse network input from anyone who reaches them, so every phase of a
+// connection is bounded: readHeaderTimeout for the request headers, bodyReadTimeout for a
+// request's body (at most 64 KiB: boundBodyRead), idleTimeout for a kept-alive connection between
+// requests. There is no write timeout, and no net/http ReadTimeout: Sandbox API acquires wait up
+// to 300 s for a bind, and a read deadline that passes while a handler waits cancels the
+// request's context (net/http's background read fails, and it cancels the request).
+const (
+	readHeaderTimeout = 10 * time.Second
+	bodyReadTimeout   = 30 * time.Second
+	idleTimeout       = 120 * time.Second
+)
+
+// serverTimeouts are the timeouts of newHTTPServer's servers; tests shorten them.
+type serverTimeouts struct {
+	readHeader, body, idle time.Duration
+}
+
+var defaultServerTimeouts = serverTimeouts{readHeader: readHeaderTimeout, body: bodyReadTimeout, idle: idleTimeout}
 
 // httpServer is one of the operator's listeners.
 type httpServer struct {
@@ -32,20 +48,65 @@ type httpServer struct {
 }
 
 func newHTTPServer(name, flag, addr string, handler http.Handler, tlsConfig *tls.Config, baseCtx context.Context) *httpServer {
+	return newHTTPServerWithTimeouts(name, flag, addr, handler, tlsConfig, baseCtx, defaultServerTimeouts)
+}
+
+func newHTTPServerWithTimeouts(name, flag, addr string, handler http.Handler, tlsConfig *tls.Config, baseCtx context.Context, t serverTimeouts) *httpServer {
 	return &httpServer{
 		name: name,
 		flag: flag,
 		addr: addr,
 		server: &http.Server{
-			Handler:           handler,
+			Handler:           boundBodyRead(handler, t.body),
 			TLSConfig:         tlsConfig,
-			ReadHeaderTimeout: readHeaderTimeout,
+			ReadHeaderTimeout: t.readHeader,
+			IdleTimeout:       t.idle,
 			ErrorLog:          klog.NewStandardLogger("WARNING"),
 			// Handlers see their request's context end when shutdown begins, so that long waits
 			// return promptly instead of holding Shutdown until its timeout.
 			BaseContext: func(net.Listener) context.Context { return baseCtx },
 		},
 	}
+}
+
+// boundBodyRead gives each request timeout to send its body: the connection's read deadline is
+// set when the handler starts and lifted once the body has been read to its end (or closed), so
+// that a client trickling a body holds a handler for timeout at most, and a handler that then
+// waits long (an acquire) is not cut short.
+func boundBodyRead(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rc := http.NewResponseController(w)
+		if req.Body == nil || req.Body == http.NoBody || rc.SetReadDeadline(time.Now().Add(timeout)) != nil {
+			next.ServeHTTP(w, req)
+			return
+		}
+		req.Body = &deadlineBody{ReadCloser: req.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// deadlineBody lifts the connection's read deadline once the body is read to its end or closed.
+type deadlineBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error {
+	if !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return b.ReadCloser.Close()
 }
 
 // listen binds the address, so that a bad or busy address fails the start.
