@@ -43,7 +43,8 @@ const (
 
 // TestsCoveringInput is the input of the tests_covering tool.
 type TestsCoveringInput struct {
-	FilePath string `json:"file_path" jsonschema:"the Go source file (not a _test.go file): relative to the workspace, or absolute inside it"`
+	FilePath string `json:"file_path,omitempty" jsonschema:"the Go source file (not a _test.go file): relative to the workspace, or absolute inside it; give file_path or file"`
+	File     string `json:"file,omitempty" jsonschema:"the same as file_path"`
 	Function string `json:"function,omitempty" jsonschema:"only tests that run this function or method of the file: Foo, (*T).Foo, (T).Foo or T.Foo; default the whole file"`
 	Line     int    `json:"line,omitempty" jsonschema:"only tests that run this line of the file (1-based, as Read numbers lines); default the whole file or function"`
 	Timeout  int    `json:"timeout,omitempty" jsonschema:"timeout in milliseconds for the build and every test run together; default 300000 (5 minutes), maximum 600000 (10 minutes)"`
@@ -80,7 +81,14 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 	if in.Line < 0 {
 		return nil, TestsCoveringOutput{}, fmt.Errorf("line must be 1 or more, got %d", in.Line)
 	}
-	rel, err := tb.ws.rel(in.FilePath)
+	filePath, err := oneOf("file_path", in.FilePath, "file", in.File)
+	if err != nil {
+		return nil, TestsCoveringOutput{}, err
+	}
+	if filePath == "" {
+		return nil, TestsCoveringOutput{}, errors.New("file_path is required: the Go source file whose tests you want")
+	}
+	rel, err := tb.ws.rel(filePath)
 	if err != nil {
 		return nil, TestsCoveringOutput{}, err
 	}

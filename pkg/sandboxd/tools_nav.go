@@ -37,6 +37,7 @@ type NavPositionInput struct {
 	FilePath string `json:"file_path" jsonschema:"the file where the symbol occurs: relative to the workspace, or absolute inside it"`
 	Line     int    `json:"line" jsonschema:"the line of the symbol, 1-based, as Read numbers lines"`
 	Column   int    `json:"column,omitempty" jsonschema:"the column of the symbol, 1-based, in characters of the line as Read shows it (a tab is one); give column or symbol or both"`
+	Col      int    `json:"col,omitempty" jsonschema:"the same as column"`
 	Symbol   string `json:"symbol,omitempty" jsonschema:"the symbol's name as written on that line; used to find the column (the occurrence nearest column when both are given)"`
 }
 
@@ -123,6 +124,11 @@ type navTarget struct {
 // resolveTarget checks the position an agent gave and turns it into an LSP
 // position.
 func (tb *toolbox) resolveTarget(in NavPositionInput) (navTarget, error) {
+	column, err := oneOf("column", in.Column, "col", in.Col)
+	if err != nil {
+		return navTarget{}, err
+	}
+	in.Column, in.Col = column, 0
 	if in.Line < 1 {
 		return navTarget{}, fmt.Errorf("line must be 1 or more, got %d", in.Line)
 	}
