@@ -206,7 +206,7 @@ func TestMetrics(t *testing.T) {
 			t.Fatal("a call of a tool that is not served succeeded")
 		}
 	}
-	callOK(t, cs, ToolBash, map[string]any{"command": "echo " + fakeGitHubPAT})
+	callOK(t, cs, ToolBash, map[string]any{"command": "echo " + testGitHubPAT})
 	_, body := get(t, ts.url+"/metrics", nil)
 	if strings.Contains(body, "not-a-tool") || strings.Contains(body, "a.txt") {
 		t.Errorf("/metrics has a tool name or path as a label:\n%s", body)

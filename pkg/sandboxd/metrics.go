@@ -85,7 +85,7 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.startTools(served)
-	for _, kind := range secretKinds() {
+	for _, kind := range SecretKinds() {
 		m.secretsScrubbed.WithLabelValues(kind)
 	}
 	return m
@@ -122,8 +122,8 @@ func (m *metrics) adopted() {
 }
 
 // scrubbed counts the secrets redacted from one result.
-func (m *metrics) scrubbed(found scrubbed) {
-	for kind, n := range found.counts() {
+func (m *metrics) scrubbed(found Found) {
+	for kind, n := range found.Counts() {
 		m.secretsScrubbed.WithLabelValues(kind).Add(float64(n))
 	}
 }

@@ -364,12 +364,12 @@ func (b *cappedBuffer) String() string {
 	// Neither half ends in a token the cut split: half a secret would be
 	// shown, and not be recognised as one.
 	head := trimPartialRune(b.head)
-	if isTokenByte(b.afterHead) {
-		head = trimTokenEnd(head)
+	if IsTokenByte(b.afterHead) {
+		head = TrimTokenEnd(head)
 	}
 	kept := skipPartialRune(tail)
-	if isTokenByte(b.lastElided) {
-		kept = trimTokenStart(kept)
+	if IsTokenByte(b.lastElided) {
+		kept = TrimTokenStart(kept)
 	}
 	elided := b.elided + int64(len(b.head)-len(head)) + int64(len(tail)-len(kept))
 	tail = kept

@@ -107,9 +107,9 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 					res, err = failed, nil
 				}
 				if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-					if found := scrubResult(r); len(found) > 0 {
+					if found := Result(r); len(found) > 0 {
 						m.scrubbed(found)
-						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.counts())
+						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.Counts())
 					}
 				}
 				result := callStatus(ctx, res, err)

@@ -371,8 +371,8 @@ func (b *streamBuffer) take() (string, int64) {
 	s, d := string(b.buf), b.dropped
 	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
 		kept := skipPartialRune(b.buf)
-		if isTokenByte(b.lastDropped) {
-			kept = trimTokenStart(kept)
+		if IsTokenByte(b.lastDropped) {
+			kept = TrimTokenStart(kept)
 		}
 		s, d = string(kept), d+int64(len(b.buf)-len(kept))
 	}
