@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -107,7 +108,7 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 					res, err = failed, nil
 				}
 				if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-					if found := Result(r); len(found) > 0 {
+					if found := scrub.Result(r); len(found) > 0 {
 						m.scrubbed(found)
 						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.Counts())
 					}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 // Fake secrets of the formats the scrubber knows (none is live), for the
@@ -40,7 +42,7 @@ func TestSecretAcrossTheCap(t *testing.T) {
 			b := newCappedBuffer(limit)
 			filler := strings.Repeat("filler line\n", 100)
 			fmt.Fprintf(b, "%s%s\n%s\nend\n", strings.Repeat(" ", limit/2-shift), secret, filler)
-			text := Text(b.String(), Found{})
+			text := scrub.Text(b.String(), scrub.Found{})
 			noFragment(t, text, secret)
 			if !strings.Contains(text, "bytes of output elided") {
 				t.Fatalf("the output was not cut: %q", text)
@@ -48,7 +50,7 @@ func TestSecretAcrossTheCap(t *testing.T) {
 			// Across the tail's start: the tail holds its last shift bytes.
 			b = newCappedBuffer(limit)
 			fmt.Fprintf(b, "start\n%s%s%s", filler, secret, strings.Repeat(" ", limit/2-(len(secret)-shift)))
-			text = Text(b.String(), Found{})
+			text = scrub.Text(b.String(), scrub.Found{})
 			noFragment(t, text, secret)
 			if !strings.Contains(text, "bytes of output elided") {
 				t.Fatalf("the output was not cut: %q", text)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -371,8 +373,8 @@ func (b *streamBuffer) take() (string, int64) {
 	s, d := string(b.buf), b.dropped
 	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
 		kept := skipPartialRune(b.buf)
-		if IsTokenByte(b.lastDropped) {
-			kept = TrimTokenStart(kept)
+		if scrub.IsTokenByte(b.lastDropped) {
+			kept = scrub.TrimTokenStart(kept)
 		}
 		s, d = string(kept), d+int64(len(b.buf)-len(kept))
 	}

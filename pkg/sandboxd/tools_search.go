@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -229,7 +231,7 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			if mode == grepContent && !full {
 				shownBytes := line
 				if len(line) > grepMaxShownBytes { // cut, but not in a token (half a secret)
-					shownBytes = TrimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
+					shownBytes = scrub.TrimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
 				}
 				shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
 				if emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {

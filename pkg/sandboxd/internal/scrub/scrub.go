@@ -1,4 +1,7 @@
-package sandboxd
+// Package scrub is sandboxd's secret scrubber: it finds secrets of known formats in
+// the text and structured results of tool calls and redacts them, and never cuts an
+// output in the middle of a token. It needs nothing of the server.
+package scrub
 
 import (
 	"bytes"

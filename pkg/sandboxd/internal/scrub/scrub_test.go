@@ -1,4 +1,4 @@
-package sandboxd
+package scrub
 
 import (
 	"encoding/json"
