@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"path"
 	"strings"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
 )
 
 // The files of parsed test failures, made relative to the workspace.
@@ -28,7 +30,7 @@ func (tb *toolbox) goModulePath() string {
 // localizeGoFailures makes the files of go test failures relative to the
 // workspace: a test's log line names its file within its package's
 // directory, a panic's frame an absolute path.
-func (tb *toolbox) localizeGoFailures(failures []Failure) {
+func (tb *toolbox) localizeGoFailures(failures []testfailures.Failure) {
 	module := tb.goModulePath()
 	for i := range failures {
 		f := &failures[i]
@@ -54,7 +56,7 @@ func (tb *toolbox) localizeGoFailures(failures []Failure) {
 // localizeNodeFailures makes the absolute paths node reports (files, and
 // the names of test files that failed to load) relative to the workspace
 // when they are in it.
-func (tb *toolbox) localizeNodeFailures(failures []Failure) {
+func (tb *toolbox) localizeNodeFailures(failures []testfailures.Failure) {
 	rel := func(p string) string {
 		if !path.IsAbs(p) {
 			return p

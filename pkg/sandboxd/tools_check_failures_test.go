@@ -9,15 +9,17 @@ import (
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
 )
 
 // The test tools' failures as run_tests, run_failing_tests and
 // last_test_failures give them, from real runners (the parsers' own tests
 // run on recorded output).
 
-func sortFailures(fs []Failure) []Failure {
+func sortFailures(fs []testfailures.Failure) []testfailures.Failure {
 	fs = slices.Clone(fs)
-	slices.SortFunc(fs, func(a, b Failure) int {
+	slices.SortFunc(fs, func(a, b testfailures.Failure) int {
 		return cmp.Or(strings.Compare(a.Package, b.Package), strings.Compare(a.Test, b.Test), strings.Compare(a.File, b.File))
 	})
 	return fs
@@ -51,7 +53,7 @@ func TestPanic(t *testing.T) { panic("boom") }
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Failure{
+	want := []testfailures.Failure{
 		{Package: "example.com/m/a", Test: "TestBad", File: "a/a_test.go", Line: 7, Message: "got 1, want 2"},
 		{Package: "example.com/m/a", Test: "TestBad/sub", File: "a/a_test.go", Line: 8, Message: "sub broke\nsecond line"},
 		{Package: "example.com/m/a", Test: "TestPanic", File: "a/a_test.go", Line: 10, Message: "panic: boom [recovered, repanicked]"},
@@ -98,22 +100,22 @@ func TestPanic(t *testing.T) { panic("boom") }
 func TestFailingTestsCommand(t *testing.T) {
 	tests := map[string]struct {
 		lang     string
-		failures []Failure
+		failures []testfailures.Failure
 		want     string
 		wantErr  string
 	}{
-		"go tests of two packages, subtests by their test": {lang: "go", failures: []Failure{
+		"go tests of two packages, subtests by their test": {lang: "go", failures: []testfailures.Failure{
 			{Package: "example.com/m/a", Test: "TestA/sub"}, {Package: "example.com/m/a", Test: "TestA"}, {Package: "example.com/m/b", Test: "TestB"},
 		}, want: `go test -run '^(TestA|TestB)$' 'example.com/m/a' 'example.com/m/b'`},
-		"go test name that is not one": {lang: "go", failures: []Failure{{Package: "p", Test: "Test'; rm -rf /"}}, wantErr: "not a Go test name"},
-		"go package that is a flag":    {lang: "go", failures: []Failure{{Package: "-exec=evil", Test: "TestA"}}, wantErr: "cannot tell"},
-		"rust": {lang: "rust", failures: []Failure{{Test: "tests::bad"}, {Test: "tests::boom"}},
+		"go test name that is not one": {lang: "go", failures: []testfailures.Failure{{Package: "p", Test: "Test'; rm -rf /"}}, wantErr: "not a Go test name"},
+		"go package that is a flag":    {lang: "go", failures: []testfailures.Failure{{Package: "-exec=evil", Test: "TestA"}}, wantErr: "cannot tell"},
+		"rust": {lang: "rust", failures: []testfailures.Failure{{Test: "tests::bad"}, {Test: "tests::boom"}},
 			want: `cargo test -- --exact 'tests::bad' 'tests::boom'`},
-		"rust name with a quote": {lang: "rust", failures: []Failure{{Test: "a'b"}}, wantErr: "not a Rust test name"},
-		"python ids are quoted": {lang: "python", failures: []Failure{{Test: "t.py::test_x[it's]"}, {File: "tests/test_broken.py"}},
+		"rust name with a quote": {lang: "rust", failures: []testfailures.Failure{{Test: "a'b"}}, wantErr: "not a Rust test name"},
+		"python ids are quoted": {lang: "python", failures: []testfailures.Failure{{Test: "t.py::test_x[it's]"}, {File: "tests/test_broken.py"}},
 			want: `python3 -m pytest -q 't.py::test_x[it'\''s]' 'tests/test_broken.py'`},
-		"python id that is a flag": {lang: "python", failures: []Failure{{Test: "--co"}}, wantErr: "cannot run"},
-		"node":                     {lang: "node", failures: []Failure{{Test: "x"}}, wantErr: "cannot run single tests of node"},
+		"python id that is a flag": {lang: "python", failures: []testfailures.Failure{{Test: "--co"}}, wantErr: "cannot run"},
+		"node":                     {lang: "node", failures: []testfailures.Failure{{Test: "x"}}, wantErr: "cannot run single tests of node"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -143,7 +145,7 @@ head -c 300000 /dev/zero | tr '\0' 'y'; echo`
 	if strings.Contains(out.Output, "TestLate") || !strings.Contains(out.Output, "bytes of output elided") {
 		t.Fatalf("the failure was not in the elided part of the output")
 	}
-	want := []Failure{{Package: "example.com/m", Test: "TestLate", File: "late_test.go", Line: 3, Message: "late"}}
+	want := []testfailures.Failure{{Package: "example.com/m", Test: "TestLate", File: "late_test.go", Line: 3, Message: "late"}}
 	if d := gocmp.Diff(want, out.Failures); d != "" {
 		t.Errorf("failures (-want +got):\n%s", d)
 	}

@@ -1,4 +1,6 @@
-package sandboxd
+// Package testfailures parses test runners' output (go test, cargo test, pytest,
+// node --test, jest) into failures as it streams. It needs nothing of the server.
+package testfailures
 
 import (
 	"bytes"
