@@ -59,11 +59,11 @@ func runFakeLSP(mode string) int {
 	root := ""
 	r := bufio.NewReader(os.Stdin)
 	for {
-		body, err := readLSPFrame(r)
+		body, err := ReadFrame(r)
 		if err != nil {
 			return 0
 		}
-		var msg lspMessage
+		var msg Message
 		if err := json.Unmarshal(body, &msg); err != nil {
 			return 2
 		}

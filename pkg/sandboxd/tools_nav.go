@@ -218,7 +218,7 @@ func (tb *toolbox) readConfined(rel string) (string, fs.FileInfo, error) {
 func (s *langServer) request(ctx context.Context, ws *resolver, t navTarget, method string, extra map[string]any, result any) error {
 	uri := pathURI(ws.dir + "/" + t.rel)
 	s.ver++
-	if err := s.conn.notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{
+	if err := s.conn.Notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{
 		"uri": uri, "languageId": t.spec.language, "version": s.ver, "text": t.content}}); err != nil {
 		return err
 	}
@@ -226,8 +226,8 @@ func (s *langServer) request(ctx context.Context, ws *resolver, t navTarget, met
 	for k, v := range extra {
 		params[k] = v
 	}
-	err := s.conn.call(ctx, method, params, result)
-	if cerr := s.conn.notify("textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": uri}}); err == nil {
+	err := s.conn.Call(ctx, method, params, result)
+	if cerr := s.conn.Notify("textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": uri}}); err == nil {
 		err = cerr
 	}
 	return err
