@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 )
 
 // The language servers behind find_definition, find_references and
@@ -109,7 +111,7 @@ type langServer struct {
 	spec   langServerSpec
 	cmd    *exec.Cmd
 	pgid   int
-	conn   *Conn
+	conn   *lsp.Conn
 	stdin  *os.File
 	stderr *cappedBuffer
 	exited chan struct{} // closed once the process is reaped and its group killed
@@ -176,7 +178,7 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		}
 		return err
 	}
-	var le *Error
+	var le *lsp.Error
 	if errors.As(err, &le) { // the server answered with an error: it is fine
 		s.idle.Reset(l.opts.idleTimeout)
 		return fmt.Errorf("%s: %v", spec.name, le.Message)
@@ -261,7 +263,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 		return nil, fmt.Errorf("starting %s: %v", spec.name, err)
 	}
 	s.pgid = cmd.Process.Pid
-	s.conn = NewConn(outR, inW)
+	s.conn = lsp.NewConn(outR, inW)
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
 	go func() {

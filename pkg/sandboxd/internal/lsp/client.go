@@ -1,4 +1,6 @@
-package sandboxd
+// Package lsp is a small client of the Language Server Protocol, for sandboxd's
+// navigation tools. It needs nothing of the server.
+package lsp
 
 import (
 	"bufio"
