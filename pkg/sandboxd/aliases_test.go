@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 func TestOneOf(t *testing.T) {
@@ -47,15 +49,15 @@ func TestAliasFieldsInSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		ToolSnapshotCreate:  {"name", "description", "label"},
-		ToolSnapshotRestore: {"name", "id"},
-		ToolSnapshotDiff:    {"name", "id", "to_id"},
-		ToolFindDefinition:  {"col", "column"},
-		ToolFindReferences:  {"col", "column"},
-		ToolRenameSymbol:    {"col", "column"},
-		ToolTestsCovering:   {"file", "file_path"},
-		ToolBashOutput:      {"bash_id", "shell_id"},
-		ToolGrep:            {"-i", "case_insensitive"},
+		toolnames.SnapshotCreate:  {"name", "description", "label"},
+		toolnames.SnapshotRestore: {"name", "id"},
+		toolnames.SnapshotDiff:    {"name", "id", "to_id"},
+		toolnames.FindDefinition:  {"col", "column"},
+		toolnames.FindReferences:  {"col", "column"},
+		toolnames.RenameSymbol:    {"col", "column"},
+		toolnames.TestsCovering:   {"file", "file_path"},
+		toolnames.BashOutput:      {"bash_id", "shell_id"},
+		toolnames.Grep:            {"-i", "case_insensitive"},
 	}
 	seen := 0
 	for _, tool := range res.Tools {
@@ -92,11 +94,11 @@ func TestAliasFieldsOverMCP(t *testing.T) {
 	// Grep: Claude Code's -i is case_insensitive.
 	for _, args := range []map[string]any{{"-i": true}, {"case_insensitive": true}} {
 		args["pattern"], args["output_mode"] = "hello", "content"
-		if got := callOK(t, cs, ToolGrep, args); !strings.Contains(got, "a.txt:1:Hello") {
+		if got := callOK(t, cs, toolnames.Grep, args); !strings.Contains(got, "a.txt:1:Hello") {
 			t.Errorf("Grep %v = %q, want the match", args, got)
 		}
 	}
-	if got := callOK(t, cs, ToolGrep, map[string]any{"pattern": "hello", "output_mode": "content"}); strings.Contains(got, "Hello") {
+	if got := callOK(t, cs, toolnames.Grep, map[string]any{"pattern": "hello", "output_mode": "content"}); strings.Contains(got, "Hello") {
 		t.Errorf("Grep without -i matched across case: %q", got)
 	}
 
@@ -105,7 +107,7 @@ func TestAliasFieldsOverMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callOK(t, cs, ToolBashOutput, map[string]any{"bash_id": out.ShellID})
+	callOK(t, cs, toolnames.BashOutput, map[string]any{"bash_id": out.ShellID})
 	for _, tc := range []struct {
 		args    map[string]any
 		wantErr string
@@ -114,7 +116,7 @@ func TestAliasFieldsOverMCP(t *testing.T) {
 		{map[string]any{}, "shell_id is required"},
 		{map[string]any{"bash_id": "shell-nope"}, "no background shell"},
 	} {
-		res := callTool(t, cs, ToolBashOutput, tc.args)
+		res := callTool(t, cs, toolnames.BashOutput, tc.args)
 		if !res.IsError || !strings.Contains(contentText(res), tc.wantErr) {
 			t.Errorf("BashOutput %v = %v %q, want a tool error with %q", tc.args, res.IsError, contentText(res), tc.wantErr)
 		}
@@ -132,7 +134,7 @@ func TestAliasFieldsOverMCP(t *testing.T) {
 		{map[string]any{"file": "a.go", "file_path": "b.go"}, "differ"},
 		{map[string]any{}, "file_path is required"},
 	} {
-		res := callTool(t, cs, ToolTestsCovering, tc.args)
+		res := callTool(t, cs, toolnames.TestsCovering, tc.args)
 		if !res.IsError || !strings.Contains(contentText(res), tc.wantErr) {
 			t.Errorf("tests_covering %v = %v %q, want a tool error with %q", tc.args, res.IsError, contentText(res), tc.wantErr)
 		}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -124,7 +125,7 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			if gateHeld(ctx) {
 				return next(ctx, method, req) // a direct call that entered it
 			}
-			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore || tool == ToolSnapshotCreate)
+			release, gerr := gate.enter(ctx, tool == toolnames.SnapshotRestore || tool == toolnames.SnapshotCreate)
 			if gerr != nil {
 				failed := &mcp.CallToolResult{}
 				failed.SetError(fmt.Errorf("cancelled while waiting for the tool calls before it to finish (a snapshot runs alone): %v", gerr))

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // Fake secrets of the formats the scrubber knows (none is live), for the
@@ -65,7 +66,7 @@ func TestSecretAcrossTheCap(t *testing.T) {
 func TestSecretsScrubbedThroughMCP(t *testing.T) {
 	cs, _, m := newInMemoryWithMetrics(t, false, nil)
 	cmd := fmt.Sprintf("echo %s; echo 'Authorization: Bearer %s'", testGitHubPAT, testBearer)
-	res := callTool(t, cs, ToolBash, map[string]any{"command": cmd})
+	res := callTool(t, cs, toolnames.Bash, map[string]any{"command": cmd})
 	text := contentText(res)
 	for _, s := range []string{testGitHubPAT, testBearer} {
 		noFragment(t, text, s)
@@ -83,7 +84,7 @@ func TestSecretsScrubbedThroughMCP(t *testing.T) {
 	head := foregroundOutputBytes / 2
 	cmd = fmt.Sprintf("head -c %d /dev/zero | tr '\\0' 'a'; echo; printf '%%s' %q; head -c 200000 /dev/zero | tr '\\0' '\\n'",
 		head-10-1, testGitHubPAT)
-	text = contentText(callTool(t, cs, ToolBash, map[string]any{"command": cmd}))
+	text = contentText(callTool(t, cs, toolnames.Bash, map[string]any{"command": cmd}))
 	if !strings.Contains(text, "bytes of output elided") {
 		t.Fatalf("the output was not cut")
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // snapshotIDs returns the ids snapshot_list gives, oldest first.
@@ -196,17 +198,17 @@ func TestSnapshotNamesAreRefComponents(t *testing.T) {
 func TestSnapshotNamesOverMCP(t *testing.T) {
 	cs, ws := newInMemory(t, false, nil, nil)
 	writeFile(t, filepath.Join(ws, "a.txt"), "a\n")
-	callOK(t, cs, ToolSnapshotCreate, map[string]any{"name": "checkpoint", "description": "before the change"})
+	callOK(t, cs, toolnames.SnapshotCreate, map[string]any{"name": "checkpoint", "description": "before the change"})
 	writeFile(t, filepath.Join(ws, "a.txt"), "b\n")
-	if text := callOK(t, cs, ToolSnapshotDiff, map[string]any{"name": "checkpoint"}); !strings.Contains(text, "+b") {
+	if text := callOK(t, cs, toolnames.SnapshotDiff, map[string]any{"name": "checkpoint"}); !strings.Contains(text, "+b") {
 		t.Errorf("snapshot_diff {name} = %q, want the patch", text)
 	}
-	callOK(t, cs, ToolSnapshotRestore, map[string]any{"name": "checkpoint"})
+	callOK(t, cs, toolnames.SnapshotRestore, map[string]any{"name": "checkpoint"})
 	checkFile(t, filepath.Join(ws, "a.txt"), "a\n")
-	if text := callOK(t, cs, ToolSnapshotList, map[string]any{}); !strings.Contains(text, "checkpoint") || !strings.Contains(text, "before the change") {
+	if text := callOK(t, cs, toolnames.SnapshotList, map[string]any{}); !strings.Contains(text, "checkpoint") || !strings.Contains(text, "before the change") {
 		t.Errorf("snapshot_list = %q", text)
 	}
-	res := callTool(t, cs, ToolSnapshotCreate, map[string]any{"name": "../../x"})
+	res := callTool(t, cs, toolnames.SnapshotCreate, map[string]any{"name": "../../x"})
 	if !res.IsError {
 		t.Errorf("snapshot_create {name: ../../x} over MCP succeeded: %q", contentText(res))
 	}
