@@ -84,8 +84,8 @@
 // symbolic links nor descend into .git.
 //
 // run_tests parses the failing tests out of the whole output as it streams
-// (testfailures.go: go test, cargo test, pytest, and node --test's TAP and
-// spec reporters and jest's in testfailures_node.go; not vitest or mocha):
+// (internal/testfailures: go test, cargo test, pytest, and node --test's TAP and
+// spec reporters and jest; not vitest or mocha):
 // package, test, file, line, message. The last test run is kept for
 // last_test_failures, and run_failing_tests runs only its failures again
 // (names that are not test names are refused, the others shell-quoted).
@@ -108,7 +108,7 @@
 // # Code navigation
 //
 // find_definition, find_references and rename_symbol ask a language server
-// (gopls for Go) spoken to over stdio by a small LSP client (lsp_client.go).
+// (gopls for Go) spoken to over stdio by a small LSP client (internal/lsp).
 // lsp_server.go runs it: started on the first call, reused, one call at a
 // time, each bounded by a timeout; stopped when idle, killed (its whole
 // process group) past a memory bound, on a timeout, and at shutdown; a
@@ -212,7 +212,7 @@
 //
 // # Output hygiene
 //
-// Every tool result passes one secret scrubber on its way out (scrub.go):
+// Every tool result passes one secret scrubber on its way out (internal/scrub):
 // private key blocks, JWTs, passwords in URLs, bearer and basic
 // Authorization values, AWS, GitHub, GitLab, Slack, Google, Stripe, npm and
 // OpenAI/Anthropic-style keys are replaced by [REDACTED:<kind>] in the text

@@ -13,7 +13,7 @@ import (
 )
 
 // Output hygiene: every tool result passes the secret scrubber on its way
-// out (toolCallMiddleware calls scrubResult), whatever the tool. A secret of
+// out (sandboxd's toolCallMiddleware calls Result), whatever the tool. A secret of
 // a known format is replaced by [REDACTED:<kind>] in the text the model
 // reads and in the structured result alike, and counted by kind; the secret
 // itself is never logged. Scrubbing is hygiene, not a boundary: Bash can

@@ -105,7 +105,7 @@ func TestScrubText(t *testing.T) {
 			found := Found{}
 			got := Text(tt.in, found)
 			if got != tt.want {
-				t.Errorf("scrubText:\n got %q\nwant %q", got, tt.want)
+				t.Errorf("Text:\n got %q\nwant %q", got, tt.want)
 			}
 			if diff := cmp.Diff(tt.wantKinds, found.Counts()); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
