@@ -71,10 +71,12 @@ func TestConcurrentSessions(t *testing.T) {
 		connected.Add(1)
 		finished.Go(func() {
 			var tr mcp.Transport = &mcp.SSEClientTransport{Endpoint: ts.url + "/sse"}
-			if i%2 == 1 {
+			var opts *mcp.ClientSessionOptions
+			if i%2 == 1 { // a session of the newest stateful revision (2026-07-28 has none)
 				tr = &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp", DisableStandaloneSSE: true}
+				opts = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 			}
-			cs, err := mcp.NewClient(&mcp.Implementation{Name: fmt.Sprintf("c%d", i), Version: "v0"}, nil).Connect(t.Context(), tr, nil)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: fmt.Sprintf("c%d", i), Version: "v0"}, nil).Connect(t.Context(), tr, opts)
 			connected.Done()
 			if err != nil {
 				errs <- fmt.Errorf("session %d: connect: %v", i, err)

@@ -191,7 +191,11 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
-	cs := connectStreamable(t, ts.url, nil)
+	// A client of the newest revision with a session; a stateless one
+	// (2026-07-28) beside it has none, and is not counted.
+	cs := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	stateless := connectStreamable(t, ts.url, nil)
+	callOK(t, stateless, toolnames.LS, map[string]any{})
 	callOK(t, cs, toolnames.Write, map[string]any{"file_path": "a.txt", "content": "a"})
 	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
 	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})

@@ -67,8 +67,8 @@ func TestGoSDKSSEClient(t *testing.T) {
 func TestGoSDKStreamableClient(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
 	cs := connectStreamable(t, ts.url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
-		t.Errorf("negotiated %q over Streamable HTTP, want 2025-11-25", v)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("negotiated %q over Streamable HTTP, want 2026-07-28 (the SDK's newest, stateless)", v)
 	}
 	roundTrip(t, cs, ts.ws)
 	for _, v := range []string{"2025-03-26", "2025-06-18"} {

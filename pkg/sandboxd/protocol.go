@@ -32,7 +32,13 @@ const MaxMessageBytes = 4 << 20
 // protocolVersions are the MCP protocol versions sandboxd negotiates, newest
 // first. A client that asks for another version is answered with the newest
 // of these (initialize) or refused (server/discover), and falls back.
-var protocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+var protocolVersions = []string{protocolStateless, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// protocolStateless is the stateless revision: no initialize, no session,
+// each request's version and capabilities in its _meta. It is served on
+// /mcp only (the stateless handler, transport_streamable.go); initialize
+// never negotiates it (the SDK caps initialize at 2025-11-25).
+const protocolStateless = "2026-07-28"
 
 // serverName is the name sandboxd gives in its initialize result.
 const serverName = "airlock-sandboxd"

@@ -66,8 +66,8 @@ func TestProtocolVersionNegotiation(t *testing.T) {
 		"2025-03-26": "2025-03-26",
 		"2025-06-18": "2025-06-18",
 		"2025-11-25": "2025-11-25",
-		"2026-07-28": "2025-11-25", // probes server/discover, is refused, falls back to initialize
-		"":           "2025-11-25", // the SDK's newest: the same
+		"2026-07-28": "2026-07-28", // server/discover, no initialize
+		"":           "2026-07-28", // the SDK's newest: the same
 	}
 	for asked, want := range tests {
 		t.Run(asked, func(t *testing.T) {
