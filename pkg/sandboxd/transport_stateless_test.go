@@ -152,3 +152,59 @@ func TestStatelessHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestStatelessNeedsTheToken: a stateless request is behind the same guard
+// as the others: without the claim's bearer token, or with a Host that is
+// not the listener's on loopback, it is refused and its tool does not run.
+func TestStatelessNeedsTheToken(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{AuthTokenFile: tokenFile}, options{})
+	body := `{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "Write", "arguments": {"file_path": "x.txt", "content": "x"}, ` + statelessMeta + `}}`
+	for name, tc := range map[string]struct {
+		auth, host string
+		want       int
+	}{
+		"no token":     {want: http.StatusUnauthorized},
+		"wrong token":  {auth: "Bearer nope", want: http.StatusUnauthorized},
+		"foreign Host": {auth: "Bearer s3cret-token", host: "evil.example", want: http.StatusForbidden},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.url+"/mcp", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", protocolStateless)
+			req.Header.Set("Mcp-Method", "tools/call")
+			req.Header.Set("Mcp-Name", "Write")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("HTTP %d, want %d", resp.StatusCode, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(ts.ws, "x.txt")); !os.IsNotExist(err) {
+				t.Errorf("the refused call wrote x.txt: %v", err)
+			}
+		})
+	}
+	// With the token, the same request runs.
+	got := statelessPost(t, ts.url, map[string]string{"Authorization": "Bearer s3cret-token", "Mcp-Protocol-Version": protocolStateless,
+		"Mcp-Method": "tools/call", "Mcp-Name": "Write"}, body)
+	if r, _ := got["result"].(map[string]any); r == nil || r["isError"] == true {
+		t.Errorf("with the token: %v", got)
+	}
+	checkFile(t, filepath.Join(ts.ws, "x.txt"), "x")
+}
