@@ -151,6 +151,19 @@ func TestStatelessHeaders(t *testing.T) {
 			}
 		})
 	}
+
+	// A revision sandboxd does not serve, in header and _meta alike, is
+	// refused with the revisions it does serve.
+	future := statelessPost(t, ts.url, map[string]string{"Mcp-Protocol-Version": "9999-99-99", "Mcp-Method": "tools/call", "Mcp-Name": "Write"},
+		strings.ReplaceAll(write(4, "future.txt"), protocolStateless, "9999-99-99"))
+	e, _ := future["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if e == nil || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) || data["requested"] != "9999-99-99" {
+		t.Errorf("an unknown revision: %v, want an unsupported-version error", future)
+	}
+	if _, err := os.Stat(filepath.Join(ts.ws, "future.txt")); !os.IsNotExist(err) {
+		t.Errorf("the call of an unknown revision wrote future.txt: %v", err)
+	}
 }
 
 // TestStatelessNeedsTheToken: a stateless request is behind the same guard
