@@ -23,6 +23,8 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpgoserver "github.com/mark3labs/mcp-go/server"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // benchSmallFile is the small file both servers Read in the side-by-side
@@ -57,8 +59,8 @@ func BenchmarkSideBySide(b *testing.B) {
 		tool string
 		args map[string]any
 	}{
-		{name: "Read", tool: ToolRead, args: map[string]any{"file_path": "small.txt"}},
-		{name: "BashTrue", tool: ToolBash, args: map[string]any{"command": "true"}},
+		{name: "Read", tool: toolnames.Read, args: map[string]any{"file_path": "small.txt"}},
+		{name: "BashTrue", tool: toolnames.Bash, args: map[string]any{"command": "true"}},
 	}
 	root, err := moduleRoot()
 	if err != nil {
@@ -330,7 +332,7 @@ func newMCPGoServer(ws string) (http.Handler, func(), error) {
 		return nil, nil, err
 	}
 	s := mcpgoserver.NewMCPServer("mcp-go-bench", "v0", mcpgoserver.WithToolCapabilities(false))
-	s.AddTool(mcpgo.NewTool(ToolRead, mcpgo.WithString("file_path", mcpgo.Required())),
+	s.AddTool(mcpgo.NewTool(toolnames.Read, mcpgo.WithString("file_path", mcpgo.Required())),
 		func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			path, err := req.RequireString("file_path")
 			if err != nil {
@@ -351,7 +353,7 @@ func newMCPGoServer(ws string) (http.Handler, func(), error) {
 			}
 			return mcpgo.NewToolResultText(out.String()), nil
 		})
-	s.AddTool(mcpgo.NewTool(ToolBash, mcpgo.WithString("command", mcpgo.Required())),
+	s.AddTool(mcpgo.NewTool(toolnames.Bash, mcpgo.WithString("command", mcpgo.Required())),
 		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			command, err := req.RequireString("command")
 			if err != nil {

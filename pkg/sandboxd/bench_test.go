@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // BenchmarkToolCall measures the round trip of a tool call through a real
@@ -26,8 +28,8 @@ func BenchmarkToolCall(b *testing.B) {
 		tool string
 		args map[string]any
 	}{
-		{name: "Read", tool: ToolRead, args: map[string]any{"file_path": "small.txt"}},
-		{name: "BashTrue", tool: ToolBash, args: map[string]any{"command": "true"}},
+		{name: "Read", tool: toolnames.Read, args: map[string]any{"file_path": "small.txt"}},
+		{name: "BashTrue", tool: toolnames.Bash, args: map[string]any{"command": "true"}},
 	}
 	for _, transport := range []string{"sse", "streamable"} {
 		for _, c := range calls {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // The workspace of BenchmarkSnapshotCreate: 10,000 files of 10 KiB in 100
@@ -59,7 +61,7 @@ func BenchmarkSnapshotCreate(b *testing.B) {
 	snapshot := func() time.Duration {
 		b.Helper()
 		t0 := time.Now()
-		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: ToolSnapshotCreate, Arguments: map[string]any{"label": "bench"}})
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: toolnames.SnapshotCreate, Arguments: map[string]any{"label": "bench"}})
 		elapsed := time.Since(t0)
 		if err != nil || res.IsError {
 			b.Fatalf("snapshot_create: %v %s", err, contentText(res))
@@ -139,7 +141,7 @@ func BenchmarkFindReferences(b *testing.B) {
 	find := func() time.Duration {
 		b.Helper()
 		t0 := time.Now()
-		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: ToolFindReferences, Arguments: args})
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: toolnames.FindReferences, Arguments: args})
 		elapsed := time.Since(t0)
 		if err != nil || res.IsError {
 			b.Fatalf("find_references: %v %s", err, contentText(res))

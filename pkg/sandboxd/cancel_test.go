@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // waitMetric waits (bounded) until /metrics shows line.
@@ -46,7 +48,7 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() {
-				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolBash, Arguments: map[string]any{
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: toolnames.Bash, Arguments: map[string]any{
 					"command": fmt.Sprintf("mkdir -p %[1]s; echo $$ > %[1]s/leader.pid; sleep 300 & echo $! > %[1]s/bg.pid; wait", dir),
 				}})
 				done <- err
@@ -64,7 +66,7 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 			waitDead(t, pids...)
 			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{result="canceled",tool="Bash"} %d`, i+1))
 			// The session goes on.
-			callOK(t, cs, ToolBash, map[string]any{"command": "true"})
+			callOK(t, cs, toolnames.Bash, map[string]any{"command": "true"})
 		})
 	}
 }

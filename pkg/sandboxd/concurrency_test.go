@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // goroutineSlack is how many goroutines above the baseline a finished test
@@ -69,10 +71,12 @@ func TestConcurrentSessions(t *testing.T) {
 		connected.Add(1)
 		finished.Go(func() {
 			var tr mcp.Transport = &mcp.SSEClientTransport{Endpoint: ts.url + "/sse"}
-			if i%2 == 1 {
+			var opts *mcp.ClientSessionOptions
+			if i%2 == 1 { // a session of the newest stateful revision (2026-07-28 has none)
 				tr = &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp", DisableStandaloneSSE: true}
+				opts = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 			}
-			cs, err := mcp.NewClient(&mcp.Implementation{Name: fmt.Sprintf("c%d", i), Version: "v0"}, nil).Connect(t.Context(), tr, nil)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: fmt.Sprintf("c%d", i), Version: "v0"}, nil).Connect(t.Context(), tr, opts)
 			connected.Done()
 			if err != nil {
 				errs <- fmt.Errorf("session %d: connect: %v", i, err)
@@ -86,10 +90,10 @@ func TestConcurrentSessions(t *testing.T) {
 				args map[string]any
 				want string
 			}{
-				{ToolWrite, map[string]any{"file_path": file, "content": fmt.Sprintf("session %d\n", i)}, "Created " + file},
-				{ToolRead, map[string]any{"file_path": file}, fmt.Sprintf("     1\tsession %d\n", i)},
-				{ToolBash, map[string]any{"command": "cat " + file}, fmt.Sprintf("session %d\n", i)},
-				{ToolGrep, map[string]any{"pattern": fmt.Sprintf("^session %d$", i), "output_mode": "files_with_matches"}, file + "\n"},
+				{toolnames.Write, map[string]any{"file_path": file, "content": fmt.Sprintf("session %d\n", i)}, "Created " + file},
+				{toolnames.Read, map[string]any{"file_path": file}, fmt.Sprintf("     1\tsession %d\n", i)},
+				{toolnames.Bash, map[string]any{"command": "cat " + file}, fmt.Sprintf("session %d\n", i)},
+				{toolnames.Grep, map[string]any{"pattern": fmt.Sprintf("^session %d$", i), "output_mode": "files_with_matches"}, file + "\n"},
 			}
 			for _, s := range steps {
 				res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: s.tool, Arguments: s.args})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // Direct tool calls.
@@ -204,7 +206,7 @@ func (s *sseSession) takeCall(msg jsonrpc.Message) bool {
 // "sandboxd transport speed"). A tool that runs processes, walks trees or
 // can wait is never run so: its POST would be held as long as it runs, and
 // clients time out POSTs (Node's fetch after 300 s).
-var inlineTools = map[string]bool{ToolRead: true}
+var inlineTools = map[string]bool{toolnames.Read: true}
 
 // encodeResponse is the JSON-RPC response to a call with id that ended
 // with res or err, as the SDK's connection encodes it (jsonrpc2's

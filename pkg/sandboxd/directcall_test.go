@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // initializedSession opens a raw SSE session and initializes it.
@@ -50,19 +52,19 @@ func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 		name, id, tool, args string
 		meta                 string // the direct call's _meta, if any
 	}{
-		{name: "Read", id: `7`, tool: ToolRead, args: `{"file_path":"a.txt"}`},
-		{name: "string id with HTML", id: `"r-<&>\u2028"`, tool: ToolRead, args: `{"file_path":"a.txt","offset":2}`},
-		{name: "tool error", id: `8`, tool: ToolRead, args: `{"file_path":"missing.txt"}`},
-		{name: "escape refused", id: `9`, tool: ToolRead, args: `{"file_path":"../../etc/passwd"}`},
-		{name: "invalid arguments", id: `10`, tool: ToolRead, args: `{"file_path":5}`},
-		{name: "argument in another case", id: `11`, tool: ToolRead, args: `{"file_path":"a.txt","FILE_PATH":"b"}`},
-		{name: "arguments not an object", id: `12`, tool: ToolRead, args: `[1]`},
-		{name: "null arguments", id: `13`, tool: ToolLS, args: `null`},
-		{name: "Glob", id: `14`, tool: ToolGlob, args: `{"pattern":"*.txt"}`},
-		{name: "Bash", id: `15`, tool: ToolBash, args: `{"command":"printf '<%s>' \"$((6*7))\"; echo oops >&2; exit 3"}`},
-		{name: "secret scrubbed", id: `16`, tool: ToolBash, args: `{"command":"echo ghp_0123456789abcdefghijABCDEFGHIJ012345"}`},
-		{name: "a client's _meta", id: `17`, tool: ToolRead, args: `{"file_path":"a.txt"}`, meta: `{"progressToken":"p-1","claudecode/toolUseId":"toolu_01"}`},
-		{name: "an empty _meta", id: `18`, tool: ToolGlob, args: `{"pattern":"*"}`, meta: `{}`},
+		{name: "Read", id: `7`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`},
+		{name: "string id with HTML", id: `"r-<&>\u2028"`, tool: toolnames.Read, args: `{"file_path":"a.txt","offset":2}`},
+		{name: "tool error", id: `8`, tool: toolnames.Read, args: `{"file_path":"missing.txt"}`},
+		{name: "escape refused", id: `9`, tool: toolnames.Read, args: `{"file_path":"../../etc/passwd"}`},
+		{name: "invalid arguments", id: `10`, tool: toolnames.Read, args: `{"file_path":5}`},
+		{name: "argument in another case", id: `11`, tool: toolnames.Read, args: `{"file_path":"a.txt","FILE_PATH":"b"}`},
+		{name: "arguments not an object", id: `12`, tool: toolnames.Read, args: `[1]`},
+		{name: "null arguments", id: `13`, tool: toolnames.LS, args: `null`},
+		{name: "Glob", id: `14`, tool: toolnames.Glob, args: `{"pattern":"*.txt"}`},
+		{name: "Bash", id: `15`, tool: toolnames.Bash, args: `{"command":"printf '<%s>' \"$((6*7))\"; echo oops >&2; exit 3"}`},
+		{name: "secret scrubbed", id: `16`, tool: toolnames.Bash, args: `{"command":"echo ghp_0123456789abcdefghijABCDEFGHIJ012345"}`},
+		{name: "a client's _meta", id: `17`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`, meta: `{"progressToken":"p-1","claudecode/toolUseId":"toolu_01"}`},
+		{name: "an empty _meta", id: `18`, tool: toolnames.Glob, args: `{"pattern":"*"}`, meta: `{}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,7 +95,7 @@ var durationMS = regexp.MustCompile(`"duration_ms":[0-9]+`)
 // TestDirectPathLeavesTheRestToTheSDK: what the direct path does not take
 // is answered by the SDK as before.
 func TestDirectPathLeavesTheRestToTheSDK(t *testing.T) {
-	ts := startServer(t, Config{AllowedTools: []string{ToolRead}}, options{})
+	ts := startServer(t, Config{AllowedTools: []string{toolnames.Read}}, options{})
 	s, endpoint := rawSession(t, ts)
 	// Before initialize: the SDK refuses.
 	r := decodeReply(t, callRaw(t, s, endpoint, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Read","arguments":{"file_path":"x"}}}`))

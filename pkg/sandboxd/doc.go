@@ -23,8 +23,18 @@
 //     SSE comments every 15 s, and a stream that is removed as soon as its
 //     client goes.
 //   - the Streamable HTTP transport (2025-03-26 and later) on /mcp, served by
-//     the official MCP Go SDK's handler. A session with no request for 30
-//     minutes is closed.
+//     the official MCP Go SDK's handlers: 2025-03-26 to 2025-11-25 with
+//     sessions (one with no request for 30 minutes is closed), and the
+//     stateless 2026-07-28 (a POST whose MCP-Protocol-Version header names it,
+//     or whose params carry its _meta, goes to the SDK's stateless handler:
+//     server/discover, no initialize, no session; the MCP-Protocol-Version,
+//     Mcp-Method and Mcp-Name headers must agree with the body, else the
+//     header-mismatch error; the POST is the whole call, so a client that
+//     goes away cancels its tool). What the tools share (read marks,
+//     background shells, the last test run, snapshots) is the sandbox's, not
+//     a session's, so a stateless request sees what a session would.
+//
+// The 2026-07-28 revision deprecates HTTP+SSE, with a 12-month window.
 //
 // The legacy SSE transport is a deliberate choice, not an oversight: the MCP
 // specification deprecated it in 2025-03-26, but agent runtimes and MCP
@@ -41,9 +51,10 @@
 // # Protocol
 //
 // Protocol versions 2024-11-05, 2025-03-26, 2025-06-18 and 2025-11-25 are
-// negotiated; a client that asks for another is answered with 2025-11-25. A
-// client that probes a newer protocol first (server/discover, as the newest
-// SDKs do) gets a JSON-RPC error at once and falls back to initialize. A
+// negotiated by initialize; a client that asks for another is answered with
+// 2025-11-25 (initialize never negotiates 2026-07-28). 2026-07-28 is served
+// without initialize, on /mcp only; over SSE a client initializes (the
+// SDK's SSE client does not offer 2026-07-28). A
 // request for a method the server does not have gets -32601 from the
 // transport, before and after initialize alike, never a hang and never an
 // HTTP error. A POST that is not JSON gets HTTP 400 with a JSON-RPC -32700
@@ -84,8 +95,8 @@
 // symbolic links nor descend into .git.
 //
 // run_tests parses the failing tests out of the whole output as it streams
-// (testfailures.go: go test, cargo test, pytest, and node --test's TAP and
-// spec reporters and jest's in testfailures_node.go; not vitest or mocha):
+// (internal/testfailures: go test, cargo test, pytest, and node --test's TAP and
+// spec reporters and jest; not vitest or mocha):
 // package, test, file, line, message. The last test run is kept for
 // last_test_failures, and run_failing_tests runs only its failures again
 // (names that are not test names are refused, the others shell-quoted).
@@ -108,7 +119,7 @@
 // # Code navigation
 //
 // find_definition, find_references and rename_symbol ask a language server
-// (gopls for Go) spoken to over stdio by a small LSP client (lsp_client.go).
+// (gopls for Go) spoken to over stdio by a small LSP client (internal/lsp).
 // lsp_server.go runs it: started on the first call, reused, one call at a
 // time, each bounded by a timeout; stopped when idle, killed (its whole
 // process group) past a memory bound, on a timeout, and at shutdown; a
@@ -212,7 +223,7 @@
 //
 // # Output hygiene
 //
-// Every tool result passes one secret scrubber on its way out (scrub.go):
+// Every tool result passes one secret scrubber on its way out (internal/scrub):
 // private key blocks, JWTs, passwords in URLs, bearer and basic
 // Authorization values, AWS, GitHub, GitLab, Slack, Google, Stripe, npm and
 // OpenAI/Anthropic-style keys are replaced by [REDACTED:<kind>] in the text

@@ -14,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 func get(t *testing.T, url string, header http.Header) (int, string) {
@@ -91,7 +93,7 @@ func TestAuthToken(t *testing.T) {
 	// A real client with the token works.
 	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer s3cret-token"}}
 	cs := connect(t, &mcp.SSEClientTransport{Endpoint: ts.url + "/sse", HTTPClient: client}, nil)
-	callOK(t, cs, ToolGlob, map[string]any{"pattern": "*"})
+	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
 }
 
 // headerTransport adds headers to every request.
@@ -189,11 +191,15 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
-	cs := connectStreamable(t, ts.url, nil)
-	callOK(t, cs, ToolWrite, map[string]any{"file_path": "a.txt", "content": "a"})
-	callOK(t, cs, ToolRead, map[string]any{"file_path": "a.txt"})
-	callOK(t, cs, ToolRead, map[string]any{"file_path": "a.txt"})
-	if res := callTool(t, cs, ToolRead, map[string]any{"file_path": "missing"}); !res.IsError {
+	// A client of the newest revision with a session; a stateless one
+	// (2026-07-28) beside it has none, and is not counted.
+	cs := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	stateless := connectStreamable(t, ts.url, nil)
+	callOK(t, stateless, toolnames.LS, map[string]any{})
+	callOK(t, cs, toolnames.Write, map[string]any{"file_path": "a.txt", "content": "a"})
+	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
+	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
+	if res := callTool(t, cs, toolnames.Read, map[string]any{"file_path": "missing"}); !res.IsError {
 		t.Fatal("Read of a missing file succeeded")
 	}
 	// Tools that are not served count as "unknown": names never become
@@ -206,7 +212,7 @@ func TestMetrics(t *testing.T) {
 			t.Fatal("a call of a tool that is not served succeeded")
 		}
 	}
-	callOK(t, cs, ToolBash, map[string]any{"command": "echo " + fakeGitHubPAT})
+	callOK(t, cs, toolnames.Bash, map[string]any{"command": "echo " + testGitHubPAT})
 	_, body := get(t, ts.url+"/metrics", nil)
 	if strings.Contains(body, "not-a-tool") || strings.Contains(body, "a.txt") {
 		t.Errorf("/metrics has a tool name or path as a label:\n%s", body)
@@ -254,7 +260,7 @@ func TestShutdownClosesStreams(t *testing.T) {
 	raw.next(t) // the endpoint
 	sseClient := connectSSE(t, url, nil)
 	streamClient := connectStreamable(t, url, nil)
-	callOK(t, streamClient, ToolGlob, map[string]any{"pattern": "*"})
+	callOK(t, streamClient, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	cancel()
 	select {

@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	mcpgoclient "github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // mcpgoRoundTrip runs the tools/list and Write → Read → Edit → Grep → Bash
@@ -61,37 +63,37 @@ func mcpgoRoundTrip(t *testing.T, c *mcpgoclient.Client, ws, prefix string) {
 		return b.String()
 	}
 	file := prefix + "/notes.md"
-	call(ToolWrite, map[string]any{"file_path": file, "content": "# Notes\nairlock mcp-go\n"})
-	if got := call(ToolRead, map[string]any{"file_path": ws + "/" + file}); got != "     1\t# Notes\n     2\tairlock mcp-go\n" {
+	call(toolnames.Write, map[string]any{"file_path": file, "content": "# Notes\nairlock mcp-go\n"})
+	if got := call(toolnames.Read, map[string]any{"file_path": ws + "/" + file}); got != "     1\t# Notes\n     2\tairlock mcp-go\n" {
 		t.Errorf("Read answered %q", got)
 	}
-	call(ToolEdit, map[string]any{"file_path": file, "old_string": "mcp-go", "new_string": "sandbox"})
-	if got := call(ToolGrep, map[string]any{"pattern": "airlock", "path": prefix, "output_mode": "content"}); got != file+":2:airlock sandbox\n" {
+	call(toolnames.Edit, map[string]any{"file_path": file, "old_string": "mcp-go", "new_string": "sandbox"})
+	if got := call(toolnames.Grep, map[string]any{"pattern": "airlock", "path": prefix, "output_mode": "content"}); got != file+":2:airlock sandbox\n" {
 		t.Errorf("Grep answered %q", got)
 	}
-	if got := call(ToolBash, map[string]any{"command": "wc -l < " + file}); !strings.HasPrefix(got, "2\n") {
+	if got := call(toolnames.Bash, map[string]any{"command": "wc -l < " + file}); !strings.HasPrefix(got, "2\n") {
 		t.Errorf("Bash answered %q", got)
 	}
 	// Issue 15's tools.
-	call(ToolSnapshotCreate, map[string]any{"label": "mcp-go"})
-	got := call(ToolMultiEdit, map[string]any{"file_path": file, "edits": []any{
+	call(toolnames.SnapshotCreate, map[string]any{"label": "mcp-go"})
+	got := call(toolnames.MultiEdit, map[string]any{"file_path": file, "edits": []any{
 		map[string]any{"old_string": "# Notes", "new_string": "# Log"},
 		map[string]any{"old_string": "sandbox", "new_string": "mcp-go again", "replace_all": true},
 	}})
 	if !strings.Contains(got, "2 edit(s), 2 replacement(s)") {
 		t.Errorf("MultiEdit answered %q", got)
 	}
-	if got := call(ToolLS, map[string]any{"path": prefix}); got != prefix+"/\n  - notes.md\n" {
+	if got := call(toolnames.LS, map[string]any{"path": prefix}); got != prefix+"/\n  - notes.md\n" {
 		t.Errorf("LS answered %q", got)
 	}
-	if got := call(ToolSnapshotDiff, map[string]any{"id": "s1"}); !strings.Contains(got, "-# Notes\n-airlock sandbox\n+# Log\n+airlock mcp-go again") {
+	if got := call(toolnames.SnapshotDiff, map[string]any{"id": "s1"}); !strings.Contains(got, "-# Notes\n-airlock sandbox\n+# Log\n+airlock mcp-go again") {
 		t.Errorf("snapshot_diff answered %q", got)
 	}
-	call(ToolSnapshotRestore, map[string]any{"id": "s1"})
-	if got := call(ToolBash, map[string]any{"command": "cat " + file}); got != "# Notes\nairlock sandbox\n" {
+	call(toolnames.SnapshotRestore, map[string]any{"id": "s1"})
+	if got := call(toolnames.Bash, map[string]any{"command": "cat " + file}); got != "# Notes\nairlock sandbox\n" {
 		t.Errorf("after snapshot_restore the file is %q", got)
 	}
-	if got := call(ToolSnapshotList, map[string]any{}); !strings.Contains(got, `"before restoring s1"`) {
+	if got := call(toolnames.SnapshotList, map[string]any{}); !strings.Contains(got, `"before restoring s1"`) {
 		t.Errorf("snapshot_list answered %q", got)
 	}
 }

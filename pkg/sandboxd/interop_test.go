@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // roundTrip lists the tools and runs Write → Read → Edit → Grep (→ Bash
@@ -21,25 +23,25 @@ func roundTrip(t *testing.T, cs *mcp.ClientSession, ws string) {
 		t.Fatalf("tools/list (-want +got):\n%s", diff)
 	}
 
-	if text := callOK(t, cs, ToolWrite, map[string]any{"file_path": "src/hello.txt", "content": "hello world\nsecond line\n"}); !strings.Contains(text, "Created src/hello.txt") {
+	if text := callOK(t, cs, toolnames.Write, map[string]any{"file_path": "src/hello.txt", "content": "hello world\nsecond line\n"}); !strings.Contains(text, "Created src/hello.txt") {
 		t.Errorf("Write answered %q", text)
 	}
-	if text := callOK(t, cs, ToolRead, map[string]any{"file_path": ws + "/src/hello.txt"}); text != "     1\thello world\n     2\tsecond line\n" {
+	if text := callOK(t, cs, toolnames.Read, map[string]any{"file_path": ws + "/src/hello.txt"}); text != "     1\thello world\n     2\tsecond line\n" {
 		t.Errorf("Read answered %q", text)
 	}
-	if text := callOK(t, cs, ToolEdit, map[string]any{"file_path": "src/hello.txt", "old_string": "world", "new_string": "sandbox"}); !strings.Contains(text, "1 replacement") {
+	if text := callOK(t, cs, toolnames.Edit, map[string]any{"file_path": "src/hello.txt", "old_string": "world", "new_string": "sandbox"}); !strings.Contains(text, "1 replacement") {
 		t.Errorf("Edit answered %q", text)
 	}
-	if text := callOK(t, cs, ToolGrep, map[string]any{"pattern": "hello s[a-z]+", "output_mode": "content"}); text != "src/hello.txt:1:hello sandbox\n" {
+	if text := callOK(t, cs, toolnames.Grep, map[string]any{"pattern": "hello s[a-z]+", "output_mode": "content"}); text != "src/hello.txt:1:hello sandbox\n" {
 		t.Errorf("Grep answered %q", text)
 	}
-	if slices.Contains(got, ToolBash) {
-		if text := callOK(t, cs, ToolBash, map[string]any{"command": "cat src/hello.txt | tr a-z A-Z"}); !strings.Contains(text, "HELLO SANDBOX") {
+	if slices.Contains(got, toolnames.Bash) {
+		if text := callOK(t, cs, toolnames.Bash, map[string]any{"command": "cat src/hello.txt | tr a-z A-Z"}); !strings.Contains(text, "HELLO SANDBOX") {
 			t.Errorf("Bash answered %q", text)
 		}
 	}
 	// A structured result comes along with the text.
-	res := callTool(t, cs, ToolGlob, map[string]any{"pattern": "**/*.txt"})
+	res := callTool(t, cs, toolnames.Glob, map[string]any{"pattern": "**/*.txt"})
 	if res.IsError || res.StructuredContent == nil {
 		t.Errorf("Glob result = %+v, want structured content", res)
 	}
@@ -59,14 +61,14 @@ func TestGoSDKSSEClient(t *testing.T) {
 	if v := old.InitializeResult().ProtocolVersion; v != "2024-11-05" {
 		t.Errorf("negotiated %q, want 2024-11-05", v)
 	}
-	callOK(t, old, ToolRead, map[string]any{"file_path": "src/hello.txt"})
+	callOK(t, old, toolnames.Read, map[string]any{"file_path": "src/hello.txt"})
 }
 
 func TestGoSDKStreamableClient(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
 	cs := connectStreamable(t, ts.url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
-		t.Errorf("negotiated %q over Streamable HTTP, want 2025-11-25", v)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("negotiated %q over Streamable HTTP, want 2026-07-28 (the SDK's newest, stateless)", v)
 	}
 	roundTrip(t, cs, ts.ws)
 	for _, v := range []string{"2025-03-26", "2025-06-18"} {
@@ -74,7 +76,7 @@ func TestGoSDKStreamableClient(t *testing.T) {
 		if got := cs.InitializeResult().ProtocolVersion; got != v {
 			t.Errorf("negotiated %q, want %q", got, v)
 		}
-		callOK(t, cs, ToolGlob, map[string]any{"pattern": "**"})
+		callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "**"})
 	}
 }
 
@@ -85,7 +87,7 @@ func TestReadOnlyOverHTTP(t *testing.T) {
 		if diff := cmp.Diff(sorted(readOnlyToolNames()), sorted(got)); diff != "" {
 			t.Errorf("tools/list with --readonly (-want +got):\n%s", diff)
 		}
-		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: ToolWrite, Arguments: map[string]any{"file_path": "x", "content": "y"}}); err == nil {
+		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: toolnames.Write, Arguments: map[string]any{"file_path": "x", "content": "y"}}); err == nil {
 			t.Error("Write was callable with --readonly")
 		}
 	}

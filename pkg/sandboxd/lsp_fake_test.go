@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 )
 
 // A fake language server: the test binary itself, run again with
@@ -59,11 +61,11 @@ func runFakeLSP(mode string) int {
 	root := ""
 	r := bufio.NewReader(os.Stdin)
 	for {
-		body, err := readLSPFrame(r)
+		body, err := lsp.ReadFrame(r)
 		if err != nil {
 			return 0
 		}
-		var msg lspMessage
+		var msg lsp.Message
 		if err := json.Unmarshal(body, &msg); err != nil {
 			return 2
 		}

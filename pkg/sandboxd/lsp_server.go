@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 )
 
 // The language servers behind find_definition, find_references and
@@ -109,7 +111,7 @@ type langServer struct {
 	spec   langServerSpec
 	cmd    *exec.Cmd
 	pgid   int
-	conn   *lspConn
+	conn   *lsp.Conn
 	stdin  *os.File
 	stderr *cappedBuffer
 	exited chan struct{} // closed once the process is reaped and its group killed
@@ -176,7 +178,7 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		}
 		return err
 	}
-	var le *lspError
+	var le *lsp.Error
 	if errors.As(err, &le) { // the server answered with an error: it is fine
 		s.idle.Reset(l.opts.idleTimeout)
 		return fmt.Errorf("%s: %v", spec.name, le.Message)
@@ -261,7 +263,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 		return nil, fmt.Errorf("starting %s: %v", spec.name, err)
 	}
 	s.pgid = cmd.Process.Pid
-	s.conn = newLSPConn(outR, inW)
+	s.conn = lsp.NewConn(outR, inW)
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
 	go func() {
@@ -292,9 +294,9 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 			},
 		},
 	}
-	err = s.conn.call(ctx, "initialize", init, nil)
+	err = s.conn.Call(ctx, "initialize", init, nil)
 	if err == nil {
-		err = s.conn.notify("initialized", map[string]any{})
+		err = s.conn.Notify("initialized", map[string]any{})
 	}
 	if err != nil {
 		s.kill("")
@@ -346,8 +348,8 @@ func (l *langServers) stopIdle(s *langServer) {
 	ctx, cancel := context.WithTimeout(context.Background(), lspStopGrace)
 	defer cancel()
 	_ = s.stdin.SetWriteDeadline(time.Now().Add(lspStopGrace))
-	if s.conn.call(ctx, "shutdown", nil, nil) == nil {
-		_ = s.conn.notify("exit", nil)
+	if s.conn.Call(ctx, "shutdown", nil, nil) == nil {
+		_ = s.conn.Notify("exit", nil)
 	}
 	select {
 	case <-s.exited:
@@ -407,7 +409,7 @@ func (s *langServer) kill(reason string) {
 // alive reports whether the server's output is still open.
 func (s *langServer) alive() bool {
 	select {
-	case <-s.conn.closed():
+	case <-s.conn.Closed():
 		return false
 	default:
 		return true
@@ -510,7 +512,7 @@ func (s *langServer) syncFiles(ws *resolver) error {
 	if len(events) == 0 {
 		return nil
 	}
-	return s.conn.notify("workspace/didChangeWatchedFiles", map[string]any{"changes": events})
+	return s.conn.Notify("workspace/didChangeWatchedFiles", map[string]any{"changes": events})
 }
 
 // scanWatched walks the workspace (not following symbolic links, skipping

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 // Tool call results, the result label of airlock_sandboxd_tool_calls_total.
@@ -85,7 +87,7 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.startTools(served)
-	for _, kind := range secretKinds() {
+	for _, kind := range scrub.SecretKinds() {
 		m.secretsScrubbed.WithLabelValues(kind)
 	}
 	return m
@@ -122,8 +124,8 @@ func (m *metrics) adopted() {
 }
 
 // scrubbed counts the secrets redacted from one result.
-func (m *metrics) scrubbed(found scrubbed) {
-	for kind, n := range found.counts() {
+func (m *metrics) scrubbed(found scrub.Found) {
+	for kind, n := range found.Counts() {
 		m.secretsScrubbed.WithLabelValues(kind).Add(float64(n))
 	}
 }

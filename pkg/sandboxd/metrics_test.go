@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // gaugeValue reads a gauge.
@@ -22,17 +24,17 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 // airlock_sandboxd_first_tool_call_seconds once; a warm member's adoption starts the clock again.
 func TestFirstToolCallMetric(t *testing.T) {
 	zero := func() float64 { return 0 }
-	m := newMetrics([]string{ToolRead}, zero, zero, zero)
+	m := newMetrics([]string{toolnames.Read}, zero, zero, zero)
 	if v := gaugeValue(t, m.firstCall); v != 0 {
 		t.Fatalf("before any call: %v, want 0", v)
 	}
 	m.servingSince.Store(time.Now().Add(-2 * time.Second).UnixNano())
-	m.observe(ToolRead, statusOK, time.Millisecond)
+	m.observe(toolnames.Read, statusOK, time.Millisecond)
 	first := gaugeValue(t, m.firstCall)
 	if first < 2 || first > 60 {
 		t.Fatalf("after the first call: %v s, want the 2 s since serving began", first)
 	}
-	m.observe(ToolRead, statusOK, time.Millisecond)
+	m.observe(toolnames.Read, statusOK, time.Millisecond)
 	if v := gaugeValue(t, m.firstCall); v != first {
 		t.Errorf("a second call changed it: %v → %v", first, v)
 	}
@@ -40,7 +42,7 @@ func TestFirstToolCallMetric(t *testing.T) {
 	if v := gaugeValue(t, m.firstCall); v != 0 {
 		t.Errorf("after an adoption: %v, want 0 until the next call", v)
 	}
-	m.observe(ToolRead, statusOK, time.Millisecond)
+	m.observe(toolnames.Read, statusOK, time.Millisecond)
 	if v := gaugeValue(t, m.firstCall); v <= 0 || v >= first {
 		t.Errorf("first call after the adoption: %v s, want counted from the adoption (less than %v)", v, first)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -364,12 +366,12 @@ func (b *cappedBuffer) String() string {
 	// Neither half ends in a token the cut split: half a secret would be
 	// shown, and not be recognised as one.
 	head := trimPartialRune(b.head)
-	if isTokenByte(b.afterHead) {
-		head = trimTokenEnd(head)
+	if scrub.IsTokenByte(b.afterHead) {
+		head = scrub.TrimTokenEnd(head)
 	}
 	kept := skipPartialRune(tail)
-	if isTokenByte(b.lastElided) {
-		kept = trimTokenStart(kept)
+	if scrub.IsTokenByte(b.lastElided) {
+		kept = scrub.TrimTokenStart(kept)
 	}
 	elided := b.elided + int64(len(b.head)-len(head)) + int64(len(tail)-len(kept))
 	tail = kept

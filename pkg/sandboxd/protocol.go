@@ -19,6 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -30,7 +32,13 @@ const MaxMessageBytes = 4 << 20
 // protocolVersions are the MCP protocol versions sandboxd negotiates, newest
 // first. A client that asks for another version is answered with the newest
 // of these (initialize) or refused (server/discover), and falls back.
-var protocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+var protocolVersions = []string{protocolStateless, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// protocolStateless is the stateless revision: no initialize, no session,
+// each request's version and capabilities in its _meta. It is served on
+// /mcp only (the stateless handler, transport_streamable.go); initialize
+// never negotiates it (the SDK caps initialize at 2025-11-25).
+const protocolStateless = "2026-07-28"
 
 // serverName is the name sandboxd gives in its initialize result.
 const serverName = "airlock-sandboxd"
@@ -107,9 +115,9 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 					res, err = failed, nil
 				}
 				if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-					if found := scrubResult(r); len(found) > 0 {
+					if found := scrub.Result(r); len(found) > 0 {
 						m.scrubbed(found)
-						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.counts())
+						logger.V(2).Info("Secrets redacted from a tool result", "tool", tool, "kinds", found.Counts())
 					}
 				}
 				result := callStatus(ctx, res, err)
@@ -123,7 +131,7 @@ func toolCallMiddleware(gate *callGate, served []string, m *metrics, logger klog
 			if gateHeld(ctx) {
 				return next(ctx, method, req) // a direct call that entered it
 			}
-			release, gerr := gate.enter(ctx, tool == ToolSnapshotRestore || tool == ToolSnapshotCreate)
+			release, gerr := gate.enter(ctx, tool == toolnames.SnapshotRestore || tool == toolnames.SnapshotCreate)
 			if gerr != nil {
 				failed := &mcp.CallToolResult{}
 				failed.SetError(fmt.Errorf("cancelled while waiting for the tool calls before it to finish (a snapshot runs alone): %v", gerr))

@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // newInMemory connects an SDK client to a fresh protocol layer over the
@@ -64,8 +66,8 @@ func TestProtocolVersionNegotiation(t *testing.T) {
 		"2025-03-26": "2025-03-26",
 		"2025-06-18": "2025-06-18",
 		"2025-11-25": "2025-11-25",
-		"2026-07-28": "2025-11-25", // probes server/discover, is refused, falls back to initialize
-		"":           "2025-11-25", // the SDK's newest: the same
+		"2026-07-28": "2026-07-28", // server/discover, no initialize
+		"":           "2026-07-28", // the SDK's newest: the same
 	}
 	for asked, want := range tests {
 		t.Run(asked, func(t *testing.T) {
@@ -94,14 +96,14 @@ func TestToolSelection(t *testing.T) {
 		want     []string
 	}{
 		"all":                                   {want: ToolNames()},
-		"readonly":                              {readOnly: true, want: []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences, ToolSearchCode}},
-		"the code tools are allowed one by one": {allowed: []string{ToolSearchCode, ToolEditBody}, want: []string{ToolSearchCode, ToolEditBody}},
+		"readonly":                              {readOnly: true, want: []string{toolnames.Read, toolnames.Glob, toolnames.Grep, toolnames.LS, toolnames.SnapshotList, toolnames.SnapshotDiff, toolnames.LastTestFailures, toolnames.FindDefinition, toolnames.FindReferences, toolnames.SearchCode}},
+		"the code tools are allowed one by one": {allowed: []string{toolnames.SearchCode, toolnames.EditFunctionBody}, want: []string{toolnames.SearchCode, toolnames.EditFunctionBody}},
 		"search_code is not mutating, the AST edits, tests_covering and run_script are": {readOnly: true,
-			allowed: []string{ToolSearchCode, ToolEditBody, ToolChangeSignature, ToolInsertAfter, ToolTestsCovering, ToolRunScript}, want: []string{ToolSearchCode}},
-		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolLS}},
-		"allowed new tools":                {allowed: []string{ToolMultiEdit, ToolLS}, want: []string{ToolMultiEdit, ToolLS}},
-		"allowed":                          {allowed: []string{ToolGrep, ToolRead}, want: []string{ToolRead, ToolGrep}},
-		"allowed + readonly":               {readOnly: true, allowed: []string{ToolWrite, ToolRead, ToolBash}, want: []string{ToolRead}},
+			allowed: []string{toolnames.SearchCode, toolnames.EditFunctionBody, toolnames.ChangeFunctionSignature, toolnames.InsertAfterMethod, toolnames.TestsCovering, toolnames.RunScript}, want: []string{toolnames.SearchCode}},
+		"MultiEdit is mutating, LS is not": {readOnly: true, allowed: []string{toolnames.MultiEdit, toolnames.LS}, want: []string{toolnames.LS}},
+		"allowed new tools":                {allowed: []string{toolnames.MultiEdit, toolnames.LS}, want: []string{toolnames.MultiEdit, toolnames.LS}},
+		"allowed":                          {allowed: []string{toolnames.Grep, toolnames.Read}, want: []string{toolnames.Read, toolnames.Grep}},
+		"allowed + readonly":               {readOnly: true, allowed: []string{toolnames.Write, toolnames.Read, toolnames.Bash}, want: []string{toolnames.Read}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -139,9 +141,6 @@ func TestToolSpecsAgree(t *testing.T) {
 	var names []string
 	for _, spec := range toolSpecs {
 		names = append(names, spec.name)
-		if spec.mutating == slices.Contains(readOnlyToolNames(), spec.name) {
-			t.Errorf("%s: mutating=%v disagrees with readOnlyToolNames", spec.name, spec.mutating)
-		}
 	}
 	if diff := cmp.Diff(ToolNames(), names); diff != "" {
 		t.Errorf("toolSpecs order/names (-ToolNames +toolSpecs):\n%s", diff)
@@ -151,9 +150,14 @@ func TestToolSpecsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var listed []string
 	for _, tool := range res.Tools {
+		listed = append(listed, tool.Name)
 		if tool.Description == "" {
 			t.Errorf("%s has no description", tool.Name)
+		}
+		if toolnames.ReadOnly(tool.Name) && (tool.Annotations == nil || !tool.Annotations.ReadOnlyHint) {
+			t.Errorf("%s is read-only (pkg/toolnames) but not annotated readOnlyHint", tool.Name)
 		}
 		for kind, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
 			m, ok := schema.(map[string]any)
@@ -169,6 +173,9 @@ func TestToolSpecsAgree(t *testing.T) {
 			}
 		}
 	}
+	if diff := cmp.Diff(sorted(ToolNames()), sorted(listed)); diff != "" {
+		t.Errorf("tools/list (-ToolNames +listed):\n%s", diff)
+	}
 }
 
 func TestToolErrorsAreResults(t *testing.T) {
@@ -182,13 +189,13 @@ func TestToolErrorsAreResults(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{name: "outside", tool: ToolRead, args: map[string]any{"file_path": "/etc/passwd"}, want: "outside the workspace"},
-		{name: "missing", tool: ToolRead, args: map[string]any{"file_path": "nope"}, want: "no such file"},
-		{name: "missing required field", tool: ToolRead, args: map[string]any{}, want: "file_path"},
-		{name: "wrong type", tool: ToolRead, args: map[string]any{"file_path": 3}, want: "file_path"},
-		{name: "unknown field", tool: ToolRead, args: map[string]any{"file_path": "f.txt", "bogus": 1}, want: "bogus"},
-		{name: "enum", tool: ToolGrep, args: map[string]any{"pattern": "x", "output_mode": "lines"}, want: "output_mode"},
-		{name: "overwrite unread", tool: ToolWrite, args: map[string]any{"file_path": "f.txt", "content": "y"}, want: "has not been Read"},
+		{name: "outside", tool: toolnames.Read, args: map[string]any{"file_path": "/etc/passwd"}, want: "outside the workspace"},
+		{name: "missing", tool: toolnames.Read, args: map[string]any{"file_path": "nope"}, want: "no such file"},
+		{name: "missing required field", tool: toolnames.Read, args: map[string]any{}, want: "file_path"},
+		{name: "wrong type", tool: toolnames.Read, args: map[string]any{"file_path": 3}, want: "file_path"},
+		{name: "unknown field", tool: toolnames.Read, args: map[string]any{"file_path": "f.txt", "bogus": 1}, want: "bogus"},
+		{name: "enum", tool: toolnames.Grep, args: map[string]any{"pattern": "x", "output_mode": "lines"}, want: "output_mode"},
+		{name: "overwrite unread", tool: toolnames.Write, args: map[string]any{"file_path": "f.txt", "content": "y"}, want: "has not been Read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -259,40 +259,86 @@ type Snapshot struct {
 	commit  string
 }
 
-// create takes a snapshot of the workspace. s.lock is held.
-func (s *snapshotStore) create(ctx context.Context, label string) (Snapshot, int, error) {
+// create takes a snapshot of the workspace, under name or, when name is
+// empty, a generated id. A name already taken is given to the new
+// snapshot and the older one moved to a generated id (replaced), in one
+// ref transaction: nothing is lost. s.lock is held.
+func (s *snapshotStore) create(ctx context.Context, name, label string) (sn Snapshot, files int, replaced string, err error) {
+	if name != "" {
+		if err := checkSnapshotName(name); err != nil {
+			return Snapshot{}, 0, "", err
+		}
+	}
 	if err := s.init(ctx); err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
 	if err := s.stage(ctx); err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
 	tree, err := s.git(ctx, nil, nil, "write-tree")
 	if err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
-	files, err := s.git(ctx, nil, nil, "ls-files", "-z")
+	listed, err := s.git(ctx, nil, nil, "ls-files", "-z")
 	if err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
 	commit, err := s.git(ctx, []byte(label+"\n"), nil, "commit-tree", strings.TrimSpace(string(tree)))
 	if err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
 	all, err := s.list(ctx)
 	if err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, 0, "", err
 	}
-	next := 1
-	if len(all) > 0 {
-		next = snapshotNumber(all[len(all)-1].ID) + 1
-	}
-	id := "s" + strconv.Itoa(next)
+	next := "s" + strconv.Itoa(nextSnapshotNumber(all))
 	c := strings.TrimSpace(string(commit))
-	if _, err := s.git(ctx, nil, nil, "update-ref", snapshotRefs+id, c, ""); err != nil {
-		return Snapshot{}, 0, err
+	var refs strings.Builder // the transaction git update-ref --stdin runs, all or nothing
+	id := next
+	if name != "" {
+		id = name
+		if i := slices.IndexFunc(all, func(o Snapshot) bool { return o.ID == name }); i >= 0 {
+			replaced = next
+			fmt.Fprintf(&refs, "create %s%s %s\n", snapshotRefs, next, all[i].commit)
+			fmt.Fprintf(&refs, "update %s%s %s %s\n", snapshotRefs, name, c, all[i].commit)
+		}
 	}
-	return Snapshot{ID: id, Label: label, Created: time.Now().UTC().Format(time.RFC3339), commit: c}, bytes.Count(files, []byte{0}), nil
+	if replaced == "" {
+		fmt.Fprintf(&refs, "create %s%s %s\n", snapshotRefs, id, c)
+	}
+	if _, err := s.git(ctx, []byte(refs.String()), nil, "update-ref", "--stdin"); err != nil {
+		return Snapshot{}, 0, "", err
+	}
+	return Snapshot{ID: id, Label: label, Created: time.Now().UTC().Format(time.RFC3339), commit: c}, bytes.Count(listed, []byte{0}), replaced, nil
+}
+
+// nextSnapshotNumber returns the number of the next generated id: one more
+// than the highest there is.
+func nextSnapshotNumber(all []Snapshot) int {
+	n := 0
+	for _, sn := range all {
+		n = max(n, snapshotNumber(sn.ID))
+	}
+	return n + 1
+}
+
+// compareSnapshots orders snapshots oldest first: by creation time (to the
+// second, as git records it), then generated ids by number, before names,
+// which sort by name.
+func compareSnapshots(a, b Snapshot) int {
+	if c := strings.Compare(a.Created, b.Created); c != 0 {
+		return c
+	}
+	na, nb := snapshotNumber(a.ID), snapshotNumber(b.ID)
+	switch {
+	case na != 0 && nb != 0:
+		return na - nb
+	case na != 0:
+		return -1
+	case nb != 0:
+		return 1
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // list returns the snapshots, oldest first. s.lock is held.
@@ -307,7 +353,7 @@ func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
 	var all []Snapshot
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.SplitN(line, "\x00", 4)
-		if len(f) != 4 || snapshotNumber(f[0]) == 0 {
+		if len(f) != 4 || !isSnapshotID(f[0]) {
 			continue
 		}
 		created := f[2]
@@ -316,14 +362,14 @@ func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
 		}
 		all = append(all, Snapshot{ID: f[0], commit: f[1], Created: created, Label: f[3]})
 	}
-	slices.SortFunc(all, func(a, b Snapshot) int { return snapshotNumber(a.ID) - snapshotNumber(b.ID) })
+	slices.SortFunc(all, compareSnapshots)
 	return all, nil
 }
 
 // find returns the snapshot id. s.lock is held.
 func (s *snapshotStore) find(ctx context.Context, id string) (Snapshot, error) {
-	if snapshotNumber(id) == 0 {
-		return Snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... as snapshot_create and snapshot_list give them", id)
+	if !isSnapshotID(id) {
+		return Snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... or the names given to snapshot_create, as snapshot_list gives them", id)
 	}
 	all, err := s.list(ctx)
 	if err != nil {
@@ -358,6 +404,54 @@ func snapshotNumber(id string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// snapshotNameBytes bounds a snapshot name.
+const snapshotNameBytes = 100
+
+// isSnapshotID reports whether id is a generated id or a valid name.
+func isSnapshotID(id string) bool {
+	return snapshotNumber(id) != 0 || checkSnapshotName(id) == nil
+}
+
+// checkSnapshotName checks a name an agent gives a snapshot. It becomes a
+// ref component (refs/airlock/snapshots/<name>), so it is held to a subset
+// of what git check-ref-format allows: ASCII letters, digits, '_', '.' and
+// '-', the first a letter, digit or '_' (no dotfile, nothing git or a
+// shell would read as a flag), no "..", not ending in '.' or ".lock", no
+// '/', '@', control or space characters. 's' followed only by digits is
+// kept for generated ids.
+func checkSnapshotName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the snapshot name is empty")
+	case len(name) > snapshotNameBytes:
+		return fmt.Errorf("the snapshot name is %d bytes, more than %d", len(name), snapshotNameBytes)
+	case !isNameStart(name[0]):
+		return fmt.Errorf("snapshot name %q must start with a letter, a digit or _", name)
+	case strings.Contains(name, ".."):
+		return fmt.Errorf("snapshot name %q must not contain ..", name)
+	case strings.HasSuffix(name, ".") || strings.HasSuffix(name, ".lock"):
+		return fmt.Errorf("snapshot name %q must not end in . or .lock", name)
+	case isGeneratedForm(name):
+		return fmt.Errorf("snapshot name %q has the form of a generated id (s followed by digits): choose another", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !isNameStart(c) && c != '.' && c != '-' {
+			return fmt.Errorf("snapshot name %q may hold only letters, digits, _, . and - (not %q)", name, name[i:i+1])
+		}
+	}
+	return nil
+}
+
+func isNameStart(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+// isGeneratedForm reports whether name is 's' followed by digits only.
+func isGeneratedForm(name string) bool {
+	digits, ok := strings.CutPrefix(name, "s")
+	return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 }
 
 // FileChange is one file a diff names.

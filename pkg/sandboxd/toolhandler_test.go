@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // pairedServers are two MCP servers with the same tools, added with
@@ -60,14 +62,14 @@ func TestTypedToolMatchesSDK(t *testing.T) {
 		fast: mcp.NewServer(&mcp.Implementation{Name: "fast", Version: "v0"}, nil),
 		sdk:  mcp.NewServer(&mcp.Implementation{Name: "sdk", Version: "v0"}, nil),
 	}
-	addPaired(p, &mcp.Tool{Name: ToolRead, InputSchema: schemaFor[ReadInput](func(s *jsonschema.Schema) {
+	addPaired(p, &mcp.Tool{Name: toolnames.Read, InputSchema: schemaFor[ReadInput](func(s *jsonschema.Schema) {
 		s.Properties["offset"].Minimum = ptr(0.0)
 	})}, tb.read)
-	addPaired(p, &mcp.Tool{Name: ToolGrep, InputSchema: schemaFor[GrepInput](func(s *jsonschema.Schema) {
+	addPaired(p, &mcp.Tool{Name: toolnames.Grep, InputSchema: schemaFor[GrepInput](func(s *jsonschema.Schema) {
 		s.Properties["output_mode"].Enum = []any{grepContent, grepFilesWithMatches, grepCount}
 	})}, tb.grep)
-	addPaired(p, &mcp.Tool{Name: ToolMultiEdit}, tb.multiEdit)
-	addPaired(p, &mcp.Tool{Name: ToolLS}, tb.ls)
+	addPaired(p, &mcp.Tool{Name: toolnames.MultiEdit}, tb.multiEdit)
+	addPaired(p, &mcp.Tool{Name: toolnames.LS}, tb.ls)
 	fast, sdk := connectServer(t, p.fast), connectServer(t, p.sdk)
 
 	list := func(cs *mcp.ClientSession) []*mcp.Tool {
@@ -82,33 +84,33 @@ func TestTypedToolMatchesSDK(t *testing.T) {
 	}
 
 	for _, c := range []struct{ tool, args string }{
-		{ToolRead, `{"file_path":"a.txt"}`},
-		{ToolRead, `{"file_path":"a.txt","offset":2,"limit":1}`},
-		{ToolRead, `{"file_path":"a.txt","offset":2.0,"limit":1e0}`},
-		{ToolRead, `{"file_path":"a.txt","offset":1.5}`},
-		{ToolRead, `{"file_path":"a.txt","offset":-1}`},
-		{ToolRead, `{"file_path":"a.txt","offset":"2"}`},
-		{ToolRead, `{"File_Path":"a.txt"}`},
-		{ToolRead, `{"file_path":"a.txt","FILE_PATH":"b.txt"}`},
-		{ToolRead, `{"file_path":"a.txt","extra":1}`},
-		{ToolRead, `{"file_path":"missing.txt"}`},
-		{ToolRead, `{"file_path":"../outside"}`},
-		{ToolRead, `{}`},
-		{ToolRead, `null`},
-		{ToolRead, `[]`},
-		{ToolRead, `"a.txt"`},
-		{ToolRead, `{"file_path":null}`},
-		{ToolGrep, `{"pattern":"t","output_mode":"content"}`},
-		{ToolGrep, `{"pattern":"t","output_mode":"lines"}`},
-		{ToolGrep, `{"pattern":"(","output_mode":"count"}`},
-		{ToolGrep, `{"pattern":"t","head_limit":1e2}`},
-		{ToolMultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"zzz","new_string":"y"}]}`},
-		{ToolMultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"one","new_string":"1","Replace_All":true}]}`},
-		{ToolMultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"one"}]}`},
-		{ToolMultiEdit, `{"file_path":"a.txt","edits":null}`},
-		{ToolLS, ``},
-		{ToolLS, `{"ignore":["*.txt"]}`},
-		{ToolLS, `{"ignore":"*.txt"}`},
+		{toolnames.Read, `{"file_path":"a.txt"}`},
+		{toolnames.Read, `{"file_path":"a.txt","offset":2,"limit":1}`},
+		{toolnames.Read, `{"file_path":"a.txt","offset":2.0,"limit":1e0}`},
+		{toolnames.Read, `{"file_path":"a.txt","offset":1.5}`},
+		{toolnames.Read, `{"file_path":"a.txt","offset":-1}`},
+		{toolnames.Read, `{"file_path":"a.txt","offset":"2"}`},
+		{toolnames.Read, `{"File_Path":"a.txt"}`},
+		{toolnames.Read, `{"file_path":"a.txt","FILE_PATH":"b.txt"}`},
+		{toolnames.Read, `{"file_path":"a.txt","extra":1}`},
+		{toolnames.Read, `{"file_path":"missing.txt"}`},
+		{toolnames.Read, `{"file_path":"../outside"}`},
+		{toolnames.Read, `{}`},
+		{toolnames.Read, `null`},
+		{toolnames.Read, `[]`},
+		{toolnames.Read, `"a.txt"`},
+		{toolnames.Read, `{"file_path":null}`},
+		{toolnames.Grep, `{"pattern":"t","output_mode":"content"}`},
+		{toolnames.Grep, `{"pattern":"t","output_mode":"lines"}`},
+		{toolnames.Grep, `{"pattern":"(","output_mode":"count"}`},
+		{toolnames.Grep, `{"pattern":"t","head_limit":1e2}`},
+		{toolnames.MultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"zzz","new_string":"y"}]}`},
+		{toolnames.MultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"one","new_string":"1","Replace_All":true}]}`},
+		{toolnames.MultiEdit, `{"file_path":"a.txt","edits":[{"old_string":"one"}]}`},
+		{toolnames.MultiEdit, `{"file_path":"a.txt","edits":null}`},
+		{toolnames.LS, ``},
+		{toolnames.LS, `{"ignore":["*.txt"]}`},
+		{toolnames.LS, `{"ignore":"*.txt"}`},
 	} {
 		call := func(cs *mcp.ClientSession) any {
 			params := &mcp.CallToolParams{Name: c.tool}

@@ -13,58 +13,24 @@ import (
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
-// The tool names, as agents already know them (SPEC section 6), from the one
-// list shared with the claim controller (pkg/toolnames). They match the enum
-// of v1alpha1.ToolName.
 const (
-	ToolRead             = toolnames.Read
-	ToolWrite            = toolnames.Write
-	ToolEdit             = toolnames.Edit
-	ToolGlob             = toolnames.Glob
-	ToolGrep             = toolnames.Grep
-	ToolBash             = toolnames.Bash
-	ToolBashOutput       = toolnames.BashOutput
-	ToolKillShell        = toolnames.KillShell
-	ToolRunTests         = toolnames.RunTests
-	ToolRunLint          = toolnames.RunLint
-	ToolRunTypecheck     = toolnames.RunTypecheck
-	ToolMultiEdit        = toolnames.MultiEdit
-	ToolLS               = toolnames.LS
-	ToolSnapshotCreate   = toolnames.SnapshotCreate
-	ToolSnapshotList     = toolnames.SnapshotList
-	ToolSnapshotRestore  = toolnames.SnapshotRestore
-	ToolSnapshotDiff     = toolnames.SnapshotDiff
-	ToolRunFailingTests  = toolnames.RunFailingTests
-	ToolLastTestFailures = toolnames.LastTestFailures
-	ToolFindDefinition   = toolnames.FindDefinition
-	ToolFindReferences   = toolnames.FindReferences
-	ToolRenameSymbol     = toolnames.RenameSymbol
-	ToolChangeSignature  = toolnames.ChangeFunctionSignature
-	ToolEditBody         = toolnames.EditFunctionBody
-	ToolInsertAfter      = toolnames.InsertAfterMethod
-	ToolTestsCovering    = toolnames.TestsCovering
-	ToolRunScript        = toolnames.RunScript
-	ToolSearchCode       = toolnames.SearchCode
-	toolNameUnknown      = "unknown" // metrics label for calls of tools that are not served
-	toolNameMaxLength    = 128
+	toolNameUnknown   = "unknown" // metrics label for calls of tools that are not served
+	toolNameMaxLength = 128
 )
 
-// toolSpec describes one tool: its name, whether it may change anything
-// (runs commands, writes files, or, for BashOutput, only serves a tool that
-// does), and how it is added to an MCP server. Only the tools that are not
-// mutating (Read, Glob, Grep, LS, snapshot_list, snapshot_diff, last_test_failures,
-// find_definition, find_references, search_code) are served with --readonly.
+// toolSpec describes one tool: its name (of pkg/toolnames, which says which
+// tools are read-only, the only ones served with --readonly), and how it is
+// added to an MCP server.
 type toolSpec struct {
-	name     string
-	mutating bool
-	add      func(s *toolSet, tb *toolbox)
+	name string
+	add  func(s *toolSet, tb *toolbox)
 }
 
 // toolSpecs lists every tool, in the canonical order.
 var toolSpecs = []toolSpec{
-	{name: ToolRead, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Read, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolRead,
+			Name:        toolnames.Read,
 			Description: "Read a text file of the workspace. Returns numbered lines (cat -n style), up to 2000 lines from offset; long lines are cut at 2000 bytes. Reading a file marks it read, which Write (to overwrite) and Edit require.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[ReadInput](func(s *jsonschema.Schema) {
@@ -73,25 +39,25 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.read)
 	}},
-	{name: ToolWrite, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Write, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolWrite,
+			Name: toolnames.Write,
 			Description: "Write a file of the workspace with the given content, atomically (temporary file, fsync, rename), creating parent directories. Overwriting an existing file needs a prior Read of it. " +
 				"A .go file that does not parse or is not gofmt-clean is reported in the result (lint); it is written all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.write)
 	}},
-	{name: ToolEdit, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Edit, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolEdit,
+			Name: toolnames.Edit,
 			Description: "Replace old_string with new_string in a file of the workspace. The file must have been Read first. old_string must occur exactly once, unless replace_all is set; no match or an ambiguous match is an error. " +
 				"A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.edit)
 	}},
-	{name: ToolGlob, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Glob, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolGlob,
+			Name:        toolnames.Glob,
 			Description: "Find files of the workspace whose path matches a glob pattern (** matches any number of directories, {a,b} alternatives). Returns workspace-relative paths, newest first. .git directories are skipped unless the pattern names them; symlinked directories are not followed.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[GlobInput](func(s *jsonschema.Schema) {
@@ -100,9 +66,9 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.glob)
 	}},
-	{name: ToolGrep, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Grep, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolGrep,
+			Name:        toolnames.Grep,
 			Description: "Search the contents of workspace files with an RE2 regular expression, line by line. Output modes: files_with_matches (default), content (path:line:text), count. Skips .git directories and binary files; symlinked directories are not followed.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[GrepInput](func(s *jsonschema.Schema) {
@@ -111,9 +77,9 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.grep)
 	}},
-	{name: ToolBash, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.Bash, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolBash,
+			Name: toolnames.Bash,
 			Description: "Run a command with /bin/bash -c in the workspace (stdin is empty). The command runs in its own process group, which is killed whole on timeout (exit code 124), on cancellation, and when the command exits, so nothing it started outlives it: " +
 				"use run_in_background for servers and watchers. Output (stdout and stderr) is capped at 100 KiB, first and last halves kept. Timeout in milliseconds: default 120000, maximum 600000.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
@@ -123,34 +89,34 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.bash)
 	}},
-	{name: ToolBashOutput, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.BashOutput, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolBashOutput,
+			Name:        toolnames.BashOutput,
 			Description: "Read what a background shell (Bash with run_in_background) wrote since the last read, and its status. At most 1 MiB of unread output is kept per stream; older unread output is dropped and counted.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.bashOutput)
 	}},
-	{name: ToolKillShell, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.KillShell, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolKillShell,
+			Name:        toolnames.KillShell,
 			Description: "Kill a background shell: its whole process group.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.killShell)
 	}},
-	{name: ToolRunTests, mutating: true, add: func(s *toolSet, tb *toolbox) {
-		addCheckTool(s, ToolRunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
+	{name: toolnames.RunTests, add: func(s *toolSet, tb *toolbox) {
+		addCheckTool(s, toolnames.RunTests, "Run the workspace's tests with its usual command (go test ./..., cargo test, npm test, python3 -m pytest -q), detected from the workspace or chosen by language. "+
 			"The failing tests (package, test, file, line, message) are parsed from the whole output for go, rust, python and node (node --test, TAP or spec reporter, and jest), returned as failures and kept for last_test_failures and run_failing_tests.", tb.runTests)
 	}},
-	{name: ToolRunLint, mutating: true, add: func(s *toolSet, tb *toolbox) {
-		addCheckTool(s, ToolRunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
+	{name: toolnames.RunLint, add: func(s *toolSet, tb *toolbox) {
+		addCheckTool(s, toolnames.RunLint, "Run the workspace's linter with its usual command (golangci-lint or go vet, cargo clippy, eslint, ruff or flake8), detected from the workspace or chosen by language.", tb.runLint)
 	}},
-	{name: ToolRunTypecheck, mutating: true, add: func(s *toolSet, tb *toolbox) {
-		addCheckTool(s, ToolRunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
+	{name: toolnames.RunTypecheck, add: func(s *toolSet, tb *toolbox) {
+		addCheckTool(s, toolnames.RunTypecheck, "Type-check the workspace with its usual command (go build ./..., cargo check, tsc --noEmit, mypy), detected from the workspace or chosen by language.", tb.runTypecheck)
 	}},
 
-	{name: ToolMultiEdit, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.MultiEdit, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolMultiEdit,
+			Name: toolnames.MultiEdit,
 			Description: "Make several edits to one file of the workspace, all or nothing: the edits (each an old_string, new_string and optional replace_all, as in Edit) apply in order, each to the result of the ones before, to a copy in memory; " +
 				"if any edit fails (no match, an ambiguous match) nothing is written and the error names the edit. The file must have been Read first. A .go file that does not parse or is not gofmt-clean afterwards is reported in the result (lint); the edit is made all the same.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
@@ -159,48 +125,48 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.multiEdit)
 	}},
-	{name: ToolLS, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.LS, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolLS,
+			Name: toolnames.LS,
 			Description: "List the tree below a directory of the workspace (default the workspace itself): directories end in /, symlinks show their target and are not followed. Nearest levels first, at most 1000 entries. " +
 				"ignore takes glob patterns of entries to leave out and not descend into (matched against the name, or with a slash, the path below path). .git directories are listed but not descended into. Prefer Glob and Grep when you know what you look for.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.ls)
 	}},
-	{name: ToolSnapshotCreate, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.SnapshotCreate, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolSnapshotCreate,
+			Name: toolnames.SnapshotCreate,
 			Description: "Take a snapshot (checkpoint) of the whole workspace, git repository or not, with an optional label; returns its id (s1, s2, ...). " +
 				"It runs alone (it waits for the tool calls in flight, later calls wait for it), so it holds the workspace as it was between two calls. Snapshots are kept in a git store outside the workspace: the workspace's own .git (HEAD, index, branches) is never touched, and ignored files are included. Left out: .git directories and nested repositories (a subdirectory with its own .git). File modes other than executable are not kept. Snapshots last as long as the sandbox's state directory.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 		}, tb.snapshotCreate)
 	}},
-	{name: ToolSnapshotList, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.SnapshotList, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolSnapshotList,
+			Name:        toolnames.SnapshotList,
 			Description: "List the snapshots of the workspace, oldest first: id, time taken, label.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotList)
 	}},
-	{name: ToolSnapshotRestore, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.SnapshotRestore, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolSnapshotRestore,
+			Name: toolnames.SnapshotRestore,
 			Description: "Restore the workspace to a snapshot: files created since are removed, modified and deleted ones come back as they were; nested repositories and the workspace's own .git are left alone. " +
 				"It runs alone: it waits for the tool calls in flight, and later calls wait for it, so none sees a half-restored workspace (background shells are not stopped: KillShell them first). " +
 				"The state just before is saved as a new snapshot, whose id the result gives, so a restore can be undone. Files must be Read again before Write or Edit.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotRestore)
 	}},
-	{name: ToolSnapshotDiff, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.SnapshotDiff, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name:        ToolSnapshotDiff,
+			Name:        toolnames.SnapshotDiff,
 			Description: "Show what changed from a snapshot (id) to another (to_id) or, by default, to the workspace as it is now: the files (added, modified, deleted, type_changed) and a unified diff, capped at 100 KiB with the elision said.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.snapshotDiff)
 	}},
-	{name: ToolRunFailingTests, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.RunFailingTests, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolRunFailingTests,
+			Name: toolnames.RunFailingTests,
 			Description: "Run again only the tests that failed in the last run_tests (or run_failing_tests): go test -run '^(TestA|TestB)$' on their packages (a package that did not build: all of it), cargo test -- --exact names, python3 -m pytest -q node ids. " +
 				"Not for node workspaces. It runs like run_tests (own process group, killed on timeout or cancellation, output capped at 100 KiB) and returns the same structure, failures included. Timeout in milliseconds: default 300000, maximum 600000.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -210,68 +176,68 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.runFailingTests)
 	}},
-	{name: ToolLastTestFailures, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.LastTestFailures, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolLastTestFailures,
+			Name: toolnames.LastTestFailures,
 			Description: "The failures of the last run_tests or run_failing_tests, without running anything: for each, the package, the test, the file and line it points at, and the runner's message (parsed for go, rust, python, node --test and jest; at most 200). " +
 				"An error before any test run.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 		}, tb.lastTestFailures)
 	}},
-	{name: ToolFindDefinition, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.FindDefinition, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolFindDefinition,
+			Name: toolnames.FindDefinition,
 			Description: "Find where a symbol is defined, through the language server (Go: gopls; started on first use, so the first call can take a while). " + navPositionHelp +
 				" Definitions outside the workspace (the standard library, dependencies) are counted, not shown.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[FindDefinitionInput](navSchema),
 		}, tb.findDefinition)
 	}},
-	{name: ToolFindReferences, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.FindReferences, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolFindReferences,
+			Name: toolnames.FindReferences,
 			Description: "Find every use of a symbol in the workspace, through the language server (Go: gopls; started on first use). " + navPositionHelp +
 				" Returns file:line:column and the line, at most 500; uses outside the workspace are counted, not shown. include_declaration (default true) lists the declaration too.",
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[FindReferencesInput](navSchema),
 		}, tb.findReferences)
 	}},
-	{name: ToolRenameSymbol, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.RenameSymbol, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolRenameSymbol,
+			Name: toolnames.RenameSymbol,
 			Description: "Rename a symbol everywhere it is used, through the language server (Go: gopls), as a refactoring that keeps the code compiling. " + navPositionHelp +
 				" The edits are applied to every file or to none (written atomically like Edit, no prior Read needed); a rename that would change a file outside the workspace, follow a symbolic link out of it, or create, move or delete files is refused and nothing is written. Files that were Read stay read.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 			InputSchema: schemaFor[RenameSymbolInput](navSchema),
 		}, tb.renameSymbol)
 	}},
-	{name: ToolChangeSignature, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.ChangeFunctionSignature, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolChangeSignature,
+			Name: toolnames.ChangeFunctionSignature,
 			Description: "Replace the signature of one Go function or method (everything from func up to the body's opening brace) and keep its doc comment and body as they are. " + astEditHelp +
 				" new_signature is the new declaration without its body, e.g. func (s *Server) Start(ctx context.Context, addr string) error; it may rename the function, but a function stays a function and a method a method. Callers are not updated: run run_typecheck to find them.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.changeFunctionSignature)
 	}},
-	{name: ToolEditBody, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.EditFunctionBody, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolEditBody,
+			Name: toolnames.EditFunctionBody,
 			Description: "Replace the body of one Go function or method, keeping its doc comment and signature: safer than Edit for a whole body (it cannot eat a brace or a neighbour). " + astEditHelp +
 				" new_body is the statements without the enclosing braces; it must parse as the body of one function (it cannot close it and declare more).",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.editFunctionBody)
 	}},
-	{name: ToolInsertAfter, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.InsertAfterMethod, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolInsertAfter,
+			Name: toolnames.InsertAfterMethod,
 			Description: "Insert a new Go method right after an existing method of the same type (receiver_type, method_name), separated by a blank line. " + astEditHelp +
 				" new_method is one complete method declaration (doc comment allowed) on that same type; a method of that name already on the type in the file is refused.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		}, tb.insertAfterMethod)
 	}},
-	{name: ToolTestsCovering, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.TestsCovering, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolTestsCovering,
+			Name: toolnames.TestsCovering,
 			Description: "Find which tests execute a Go file, one function or method of it, or one line, by running them: the package's test binary is built once with coverage (go test -c -cover), then each test of the file's own package runs alone (-test.run '^TestX$') with a coverage profile, and a test covers the target when its profile shows a block of the target's lines executed. " +
 				"Only the tests of the file's package run (not tests in other packages that use it); at most 200 tests, each in its own process group, killed on timeout or cancellation. Results list every test run, whether it covers the target and whether it passed. Go only. Timeout in milliseconds for the build and the runs together: default 300000, maximum 600000.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -282,9 +248,9 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.testsCovering)
 	}},
-	{name: ToolRunScript, mutating: true, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.RunScript, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolRunScript,
+			Name: toolnames.RunScript,
 			Description: "Run a script the workspace declares, by name, without arguments: a script of package.json (npm run name; pnpm or yarn when their lock file is at the top), a target of the Makefile (make name) or a recipe of the justfile (just name), read from the top of the workspace. " +
 				"A name none of them declares is refused, and the error lists what they declare; a name several declare needs source. It runs like run_tests: /bin/bash -c in the workspace, own process group, killed whole on timeout or cancellation, output capped at 100 KiB. A runner (npm, pnpm, yarn, make, just) that is not installed is an error that says so. Timeout in milliseconds: default 300000, maximum 600000.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
@@ -295,9 +261,9 @@ var toolSpecs = []toolSpec{
 			}),
 		}, tb.runScript)
 	}},
-	{name: ToolSearchCode, add: func(s *toolSet, tb *toolbox) {
+	{name: toolnames.SearchCode, add: func(s *toolSet, tb *toolbox) {
 		addTool(s, &mcp.Tool{
-			Name: ToolSearchCode,
+			Name: toolnames.SearchCode,
 			Description: "Find where things are declared, by name (case-insensitive; exact names first, then names starting with query, then names containing it): Go functions, methods, types, struct fields, interface methods, constants and variables through the Go parser, with their signature and doc line; " +
 				"in Python, JavaScript/TypeScript and Rust files the lines that declare the name (def, class, function, const, fn, struct, ...), as Go files that do not parse. Query Type.Name for a method or field of a type. Unlike Grep, it finds declarations, not every use, and says what kind of thing each is. " +
 				"Skips .git, node_modules, vendor and target directories and files over 2 MiB; at most 500 results (default 50).",
@@ -348,9 +314,7 @@ func ToolNames() []string {
 
 // readOnlyToolNames returns the tools that change nothing: the only ones
 // served with --readonly.
-func readOnlyToolNames() []string {
-	return []string{ToolRead, ToolGlob, ToolGrep, ToolLS, ToolSnapshotList, ToolSnapshotDiff, ToolLastTestFailures, ToolFindDefinition, ToolFindReferences, ToolSearchCode}
-}
+func readOnlyToolNames() []string { return toolnames.ReadOnlyNames() }
 
 // selectTools returns the names of the tools to serve: all of them, or those
 // in allowed (when it is not empty), less the mutating ones when readOnly is

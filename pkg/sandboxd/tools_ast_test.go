@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 const astSource = `package shop
@@ -258,15 +260,15 @@ func TestConfinementOfASTEdits(t *testing.T) {
 	paths := append(f.escapePaths(), "../outside/evil.go", filepath.Join(f.outside, "evil.go"), "linked.go", "dir-link/evil.go", "a/b/up/evil.go")
 	for _, p := range paths {
 		calls := map[string]func() error{
-			ToolEditBody: func() error {
+			toolnames.EditFunctionBody: func() error {
 				_, _, err := f.tb.editFunctionBody(t.Context(), EditFunctionBodyInput{FilePath: p, FunctionName: "X", NewBody: "panic(1)"})
 				return err
 			},
-			ToolChangeSignature: func() error {
+			toolnames.ChangeFunctionSignature: func() error {
 				_, _, err := f.tb.changeFunctionSignature(t.Context(), ChangeFunctionSignatureInput{FilePath: p, FunctionName: "X", NewSignature: "func X(a int)"})
 				return err
 			},
-			ToolInsertAfter: func() error {
+			toolnames.InsertAfterMethod: func() error {
 				_, _, err := f.tb.insertAfterMethod(t.Context(), InsertAfterMethodInput{FilePath: p, ReceiverType: "T", MethodName: "X", NewMethod: "func (T) Y() {}"})
 				return err
 			},

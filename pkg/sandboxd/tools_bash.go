@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -53,7 +55,8 @@ type BashOutput struct {
 
 // BashOutputInput is the input of the BashOutput tool.
 type BashOutputInput struct {
-	ShellID string `json:"shell_id" jsonschema:"id of the background shell, as Bash returned it"`
+	ShellID string `json:"shell_id,omitempty" jsonschema:"id of the background shell, as Bash returned it; give shell_id or bash_id"`
+	BashID  string `json:"bash_id,omitempty" jsonschema:"the same as shell_id"`
 }
 
 // BashOutputOutput is the structured result of the BashOutput tool.
@@ -139,7 +142,14 @@ func timeoutFrom(ms int, def, max time.Duration) (time.Duration, error) {
 
 // bashOutput is the BashOutput tool.
 func (tb *toolbox) bashOutput(_ context.Context, in BashOutputInput) (*mcp.CallToolResult, BashOutputOutput, error) {
-	sh, err := tb.shells.get(in.ShellID)
+	id, err := oneOf("shell_id", in.ShellID, "bash_id", in.BashID)
+	if err != nil {
+		return nil, BashOutputOutput{}, err
+	}
+	if id == "" {
+		return nil, BashOutputOutput{}, errors.New("shell_id is required: the id Bash returned for a run_in_background command")
+	}
+	sh, err := tb.shells.get(id)
 	if err != nil {
 		return nil, BashOutputOutput{}, err
 	}
@@ -363,8 +373,8 @@ func (b *streamBuffer) take() (string, int64) {
 	s, d := string(b.buf), b.dropped
 	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
 		kept := skipPartialRune(b.buf)
-		if isTokenByte(b.lastDropped) {
-			kept = trimTokenStart(kept)
+		if scrub.IsTokenByte(b.lastDropped) {
+			kept = scrub.TrimTokenStart(kept)
 		}
 		s, d = string(kept), d+int64(len(b.buf)-len(kept))
 	}

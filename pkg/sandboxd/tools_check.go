@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
 )
 
 const (
@@ -98,7 +100,7 @@ type RunTestsOutput struct {
 	Output     string `json:"output,omitempty" jsonschema:"stdout and stderr, interleaved; capped at 100 KiB with the elision said"`
 	DurationMs int64  `json:"duration_ms" jsonschema:"how long the command ran, in milliseconds"`
 	// Failures is set by run_tests and run_failing_tests only.
-	Failures []TestFailure `json:"failures,omitempty" jsonschema:"run_tests: the failing tests (and build errors) as the runner reported them, parsed from the whole output (go, rust, python, node --test, jest; at most 200)"`
+	Failures []testfailures.Failure `json:"failures,omitempty" jsonschema:"run_tests: the failing tests (and build errors) as the runner reported them, parsed from the whole output (go, rust, python, node --test, jest; at most 200)"`
 }
 
 // RunLintInput is the input of the run_lint tool.
@@ -149,9 +151,9 @@ func (tb *toolbox) runCheck(ctx context.Context, kind string, in RunTestsInput) 
 // runCommandCheck runs command as the check kind of lang; a test run's
 // failures are parsed and kept for last_test_failures.
 func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command string, timeout time.Duration) (*mcp.CallToolResult, RunTestsOutput, error) {
-	var parser *failureParser
+	var parser *testfailures.Parser
 	if kind == checkTests {
-		parser = newFailureParser(lang)
+		parser = testfailures.NewParser(lang)
 	}
 	var tee io.Writer
 	if parser != nil {
@@ -174,7 +176,7 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 		DurationMs: res.elapsed.Milliseconds(),
 	}
 	if parser != nil {
-		out.Failures = parser.result()
+		out.Failures = parser.Result()
 		switch lang {
 		case "go":
 			tb.localizeGoFailures(out.Failures)

@@ -43,7 +43,8 @@ const (
 
 // TestsCoveringInput is the input of the tests_covering tool.
 type TestsCoveringInput struct {
-	FilePath string `json:"file_path" jsonschema:"the Go source file (not a _test.go file): relative to the workspace, or absolute inside it"`
+	FilePath string `json:"file_path,omitempty" jsonschema:"the Go source file (not a _test.go file): relative to the workspace, or absolute inside it; give file_path or file"`
+	File     string `json:"file,omitempty" jsonschema:"the same as file_path"`
 	Function string `json:"function,omitempty" jsonschema:"only tests that run this function or method of the file: Foo, (*T).Foo, (T).Foo or T.Foo; default the whole file"`
 	Line     int    `json:"line,omitempty" jsonschema:"only tests that run this line of the file (1-based, as Read numbers lines); default the whole file or function"`
 	Timeout  int    `json:"timeout,omitempty" jsonschema:"timeout in milliseconds for the build and every test run together; default 300000 (5 minutes), maximum 600000 (10 minutes)"`
@@ -80,35 +81,9 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 	if in.Line < 0 {
 		return nil, TestsCoveringOutput{}, fmt.Errorf("line must be 1 or more, got %d", in.Line)
 	}
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, src, fset, file, err := tb.coveringSource(in)
 	if err != nil {
 		return nil, TestsCoveringOutput{}, err
-	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
-		return nil, TestsCoveringOutput{}, err
-	}
-	if path.Ext(rel) != ".go" {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("%s is not a Go file: tests_covering works for Go packages only", rel)
-	}
-	if strings.HasSuffix(rel, "_test.go") {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("%s is a test file: give the source file whose code the tests should run", rel)
-	}
-	f, fi, err := tb.ws.openRegular(rel)
-	if err != nil {
-		return nil, TestsCoveringOutput{}, err
-	}
-	src, err := io.ReadAll(io.LimitReader(f, editMaxFileBytes+1))
-	f.Close()
-	if err != nil {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("reading %s: %v", rel, err)
-	}
-	if fi.Size() > editMaxFileBytes || len(src) > editMaxFileBytes {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("%s is larger than %d bytes", rel, editMaxFileBytes)
-	}
-	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
-	if err != nil {
-		return nil, TestsCoveringOutput{}, fmt.Errorf("%s does not parse as Go: %s", rel, firstParseError(err))
 	}
 	from, to := 1, fset.File(file.Pos()).LineCount()
 	target := "the file " + rel
@@ -168,6 +143,49 @@ func (tb *toolbox) testsCovering(ctx context.Context, in TestsCoveringInput) (*m
 	}
 	out.DurationMs = time.Since(start).Milliseconds()
 	return textResult(coveringText(out)), out, nil
+}
+
+// coveringSource finds, reads and parses the Go source file a
+// tests_covering input names (file_path or file), inside the workspace.
+func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token.FileSet, *ast.File, error) {
+	filePath, err := oneOf("file_path", in.FilePath, "file", in.File)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	if filePath == "" {
+		return "", nil, nil, nil, errors.New("file_path is required: the Go source file whose tests you want")
+	}
+	rel, err := tb.ws.rel(filePath)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+		return "", nil, nil, nil, err
+	}
+	if path.Ext(rel) != ".go" {
+		return "", nil, nil, nil, fmt.Errorf("%s is not a Go file: tests_covering works for Go packages only", rel)
+	}
+	if strings.HasSuffix(rel, "_test.go") {
+		return "", nil, nil, nil, fmt.Errorf("%s is a test file: give the source file whose code the tests should run", rel)
+	}
+	f, fi, err := tb.ws.openRegular(rel)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	src, err := io.ReadAll(io.LimitReader(f, editMaxFileBytes+1))
+	f.Close()
+	if err != nil {
+		return "", nil, nil, nil, fmt.Errorf("reading %s: %v", rel, err)
+	}
+	if fi.Size() > editMaxFileBytes || len(src) > editMaxFileBytes {
+		return "", nil, nil, nil, fmt.Errorf("%s is larger than %d bytes", rel, editMaxFileBytes)
+	}
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
+	if err != nil {
+		return "", nil, nil, nil, fmt.Errorf("%s does not parse as Go: %s", rel, firstParseError(err))
+	}
+	return rel, src, fset, file, nil
 }
 
 // buildCoverageTests builds the test binary of the package in dir, with

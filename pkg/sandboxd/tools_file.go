@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -235,7 +237,7 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 		}
 	}
 	if cut { // not in a rune, nor in a token (half a secret would not be recognised)
-		buf = bytes.ToValidUTF8(trimTokenEnd(trimPartialRune(buf)), nil)
+		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(trimPartialRune(buf)), nil)
 	}
 	return strings.TrimSuffix(string(buf), "\r"), cut, nil
 }

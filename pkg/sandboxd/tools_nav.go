@@ -37,6 +37,7 @@ type NavPositionInput struct {
 	FilePath string `json:"file_path" jsonschema:"the file where the symbol occurs: relative to the workspace, or absolute inside it"`
 	Line     int    `json:"line" jsonschema:"the line of the symbol, 1-based, as Read numbers lines"`
 	Column   int    `json:"column,omitempty" jsonschema:"the column of the symbol, 1-based, in characters of the line as Read shows it (a tab is one); give column or symbol or both"`
+	Col      int    `json:"col,omitempty" jsonschema:"the same as column"`
 	Symbol   string `json:"symbol,omitempty" jsonschema:"the symbol's name as written on that line; used to find the column (the occurrence nearest column when both are given)"`
 }
 
@@ -123,6 +124,11 @@ type navTarget struct {
 // resolveTarget checks the position an agent gave and turns it into an LSP
 // position.
 func (tb *toolbox) resolveTarget(in NavPositionInput) (navTarget, error) {
+	column, err := oneOf("column", in.Column, "col", in.Col)
+	if err != nil {
+		return navTarget{}, err
+	}
+	in.Column, in.Col = column, 0
 	if in.Line < 1 {
 		return navTarget{}, fmt.Errorf("line must be 1 or more, got %d", in.Line)
 	}
@@ -212,7 +218,7 @@ func (tb *toolbox) readConfined(rel string) (string, fs.FileInfo, error) {
 func (s *langServer) request(ctx context.Context, ws *resolver, t navTarget, method string, extra map[string]any, result any) error {
 	uri := pathURI(ws.dir + "/" + t.rel)
 	s.ver++
-	if err := s.conn.notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{
+	if err := s.conn.Notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{
 		"uri": uri, "languageId": t.spec.language, "version": s.ver, "text": t.content}}); err != nil {
 		return err
 	}
@@ -220,8 +226,8 @@ func (s *langServer) request(ctx context.Context, ws *resolver, t navTarget, met
 	for k, v := range extra {
 		params[k] = v
 	}
-	err := s.conn.call(ctx, method, params, result)
-	if cerr := s.conn.notify("textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": uri}}); err == nil {
+	err := s.conn.Call(ctx, method, params, result)
+	if cerr := s.conn.Notify("textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": uri}}); err == nil {
 		err = cerr
 	}
 	return err

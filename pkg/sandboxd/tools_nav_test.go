@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // navWorkspace writes files into a fresh workspace.
@@ -83,6 +85,9 @@ func TestNavPosition(t *testing.T) {
 		"symbol and column: nearest occurence":   {in: NavPositionInput{FilePath: "wide.go", Line: 3, Column: 25, Symbol: "x"}, wantChar: 27},
 		"symbol not inside a longer name":        {in: NavPositionInput{FilePath: "wide.go", Line: 3, Symbol: "x"}, wantChar: 12},
 		"columns are characters, sent as UTF-16": {in: NavPositionInput{FilePath: "wide.go", Line: 3, Column: 9}, wantChar: 9},
+		"col, CodeGen-Sandbox's column":          {in: NavPositionInput{FilePath: "main.go", Line: 3, Col: 6}, wantChar: 5},
+		"column and col alike":                   {in: NavPositionInput{FilePath: "main.go", Line: 3, Column: 6, Col: 6}, wantChar: 5},
+		"column and col differ":                  {in: NavPositionInput{FilePath: "main.go", Line: 3, Column: 6, Col: 7}, wantErr: "column 6 and col 7 differ"},
 		"neither column nor symbol":              {in: NavPositionInput{FilePath: "main.go", Line: 3}, wantErr: "give the column"},
 		"symbol not on the line":                 {in: NavPositionInput{FilePath: "main.go", Line: 1, Symbol: "helper"}, wantErr: `symbol "helper" does not occur`},
 		"line past the end":                      {in: at(99, 1), wantErr: "line 99 is past the end of main.go, which has 6 lines"},
@@ -336,17 +341,17 @@ func TestNavToolsOverMCP(t *testing.T) {
 	fake := useFakeLSP(t, tb, "ok", map[string]string{"textDocument/references": `[{"uri": "$ROOT/main.go", "range": {"start": {"line": 2, "character": 4}, "end": {"line": 2, "character": 7}}}]`})
 	cs, _ := connectInMemory(t, tb, false, nil, nil)
 
-	got := callOK(t, cs, ToolFindReferences, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key"})
+	got := callOK(t, cs, toolnames.FindReferences, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key"})
 	if want := "main.go:3:5: var key = \"[REDACTED:github_token]\"\n"; got != want {
 		t.Errorf("find_references answered %q, want %q", got, want)
 	}
-	res := callTool(t, cs, ToolFindDefinition, map[string]any{"file_path": "main.go", "line": 0, "column": 1})
+	res := callTool(t, cs, toolnames.FindDefinition, map[string]any{"file_path": "main.go", "line": 0, "column": 1})
 	if !res.IsError || !strings.Contains(contentText(res), "line") {
 		t.Errorf("line 0: %v %q, want a tool error", res.IsError, contentText(res))
 	}
 	fake.setMode(tb, "crash")
 	tb.nav.forget(tb.nav.running["go"]) // the next call starts a crashing one
-	res = callTool(t, cs, ToolRenameSymbol, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key", "new_name": "k"})
+	res = callTool(t, cs, toolnames.RenameSymbol, map[string]any{"file_path": "main.go", "line": 3, "symbol": "key", "new_name": "k"})
 	if text := contentText(res); !res.IsError || !strings.Contains(text, "gopls exited unexpectedly") || !strings.Contains(text, "nothing was written") {
 		t.Errorf("rename with a crashing server: %v %q, want a tool error", res.IsError, text)
 	}

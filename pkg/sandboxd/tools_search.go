@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
 const (
@@ -60,6 +62,7 @@ type GrepInput struct {
 	Path            string `json:"path,omitempty" jsonschema:"file or directory to search, relative to the workspace or absolute inside it; default the workspace"`
 	Glob            string `json:"glob,omitempty" jsonschema:"only search files whose name (or, if it has a slash, whose path below path) matches this glob, e.g. *.go or **/*.{ts,tsx}"`
 	CaseInsensitive bool   `json:"case_insensitive,omitempty" jsonschema:"match case-insensitively; default false"`
+	DashI           bool   `json:"-i,omitempty" jsonschema:"the same as case_insensitive"`
 	OutputMode      string `json:"output_mode,omitempty" jsonschema:"content (matching lines as path:line:text), files_with_matches (default: paths of files that match) or count (path:number of matching lines)"`
 	HeadLimit       int    `json:"head_limit,omitempty" jsonschema:"return at most this many lines, files or counts; default no limit (the result is still cut at 100 KiB)"`
 }
@@ -169,7 +172,7 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 		return nil, GrepOutput{}, errors.New("pattern is empty")
 	}
 	expr := in.Pattern
-	if in.CaseInsensitive {
+	if in.CaseInsensitive || in.DashI {
 		expr = "(?i)" + expr
 	}
 	re, err := regexp.Compile(expr)
@@ -228,7 +231,7 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			if mode == grepContent && !full {
 				shownBytes := line
 				if len(line) > grepMaxShownBytes { // cut, but not in a token (half a secret)
-					shownBytes = trimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
+					shownBytes = scrub.TrimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
 				}
 				shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
 				if emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {

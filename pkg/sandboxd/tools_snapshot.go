@@ -15,13 +15,16 @@ const snapshotDiffBytes = foregroundOutputBytes
 
 // SnapshotCreateInput is the input of the snapshot_create tool.
 type SnapshotCreateInput struct {
-	Label string `json:"label,omitempty" jsonschema:"a few words on what state this is, e.g. before the refactor (one line, at most 200 bytes)"`
+	Name        string `json:"name,omitempty" jsonschema:"the snapshot's id, chosen by you, e.g. before-refactor: letters, digits, _ . and -, starting with a letter, digit or _, at most 100 bytes (s followed by digits is kept for generated ids); default a generated id s1, s2, ...; a name already taken moves the older snapshot to a generated id"`
+	Description string `json:"description,omitempty" jsonschema:"a few words on what state this is, e.g. before the refactor (one line, at most 200 bytes); the same as label"`
+	Label       string `json:"label,omitempty" jsonschema:"the same as description"`
 }
 
 // SnapshotCreateOutput is the structured result of the snapshot_create tool.
 type SnapshotCreateOutput struct {
 	Snapshot
-	Files int `json:"files" jsonschema:"number of files in the snapshot"`
+	Files    int    `json:"files" jsonschema:"number of files in the snapshot"`
+	Replaced string `json:"replaced,omitempty" jsonschema:"when the name was taken: the generated id the older snapshot of that name now has"`
 }
 
 // SnapshotListInput is the input of the snapshot_list tool.
@@ -34,7 +37,8 @@ type SnapshotListOutput struct {
 
 // SnapshotRestoreInput is the input of the snapshot_restore tool.
 type SnapshotRestoreInput struct {
-	ID string `json:"id" jsonschema:"id of the snapshot to restore, e.g. s3"`
+	ID   string `json:"id,omitempty" jsonschema:"id of the snapshot to restore, e.g. s3 or the name given to snapshot_create; give id or name"`
+	Name string `json:"name,omitempty" jsonschema:"the same as id"`
 }
 
 // SnapshotRestoreOutput is the structured result of the snapshot_restore tool.
@@ -46,7 +50,8 @@ type SnapshotRestoreOutput struct {
 
 // SnapshotDiffInput is the input of the snapshot_diff tool.
 type SnapshotDiffInput struct {
-	ID   string `json:"id" jsonschema:"id of the snapshot to compare from, e.g. s3"`
+	ID   string `json:"id,omitempty" jsonschema:"id of the snapshot to compare from, e.g. s3 or the name given to snapshot_create; give id or name"`
+	Name string `json:"name,omitempty" jsonschema:"the same as id"`
 	ToID string `json:"to_id,omitempty" jsonschema:"id of the snapshot to compare to; default the workspace as it is now"`
 }
 
@@ -78,20 +83,32 @@ func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *sn
 
 // snapshotCreate is the snapshot_create tool.
 func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (*mcp.CallToolResult, SnapshotCreateOutput, error) {
-	label, err := cleanLabel(in.Label)
+	label, err := oneOf("description", in.Description, "label", in.Label)
 	if err != nil {
 		return nil, SnapshotCreateOutput{}, err
 	}
+	if label, err = cleanLabel(label); err != nil {
+		return nil, SnapshotCreateOutput{}, err
+	}
+	if in.Name != "" {
+		if err := checkSnapshotName(in.Name); err != nil {
+			return nil, SnapshotCreateOutput{}, err
+		}
+	}
 	var out SnapshotCreateOutput
 	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		sn, files, err := s.create(ctx, label)
-		out = SnapshotCreateOutput{Snapshot: sn, Files: files}
+		sn, files, replaced, err := s.create(ctx, in.Name, label)
+		out = SnapshotCreateOutput{Snapshot: sn, Files: files, Replaced: replaced}
 		return err
 	})
 	if err != nil {
 		return nil, SnapshotCreateOutput{}, err
 	}
-	return textResult(fmt.Sprintf("Snapshot %s taken (%d files)%s. Restore it with snapshot_restore, compare with snapshot_diff.", out.ID, out.Files, labelSuffix(label))), out, nil
+	moved := ""
+	if out.Replaced != "" {
+		moved = fmt.Sprintf(" The snapshot that had the name %s before is now %s.", out.ID, out.Replaced)
+	}
+	return textResult(fmt.Sprintf("Snapshot %s taken (%d files)%s.%s Restore it with snapshot_restore, compare with snapshot_diff.", out.ID, out.Files, labelSuffix(label), moved)), out, nil
 }
 
 // snapshotList is the snapshot_list tool.
@@ -118,13 +135,17 @@ func (tb *toolbox) snapshotList(ctx context.Context, _ SnapshotListInput) (*mcp.
 // snapshotRestore is the snapshot_restore tool. The call gate runs it
 // alone: no other tool call is in flight while it works.
 func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput) (*mcp.CallToolResult, SnapshotRestoreOutput, error) {
+	id, err := snapshotArg(in.ID, in.Name)
+	if err != nil {
+		return nil, SnapshotRestoreOutput{}, err
+	}
 	var out SnapshotRestoreOutput
-	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		target, err := s.find(ctx, in.ID)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		target, err := s.find(ctx, id)
 		if err != nil {
 			return err
 		}
-		backup, _, err := s.create(ctx, "before restoring "+target.ID)
+		backup, _, _, err := s.create(ctx, "", "before restoring "+target.ID)
 		if err != nil {
 			return fmt.Errorf("saving the workspace before the restore: %v; nothing was restored", err)
 		}
@@ -154,10 +175,14 @@ func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput)
 
 // snapshotDiff is the snapshot_diff tool.
 func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp.CallToolResult, SnapshotDiffOutput, error) {
-	out := SnapshotDiffOutput{From: in.ID, To: "workspace"}
+	id, err := snapshotArg(in.ID, in.Name)
+	if err != nil {
+		return nil, SnapshotDiffOutput{}, err
+	}
+	out := SnapshotDiffOutput{From: id, To: "workspace"}
 	patch := newCappedBuffer(snapshotDiffBytes)
-	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		from, err := s.find(ctx, in.ID)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
+		from, err := s.find(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -194,6 +219,19 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 	b.WriteString("\n")
 	b.WriteString(out.Patch)
 	return textResult(b.String()), out, nil
+}
+
+// snapshotArg returns the snapshot an input names by id or by name (the
+// field CodeGen-Sandbox's agents use): one of them, or both alike.
+func snapshotArg(id, name string) (string, error) {
+	v, err := oneOf("id", id, "name", name)
+	if err != nil {
+		return "", err
+	}
+	if v == "" {
+		return "", errors.New("id (or name) is required: the snapshot's id as snapshot_create and snapshot_list give it")
+	}
+	return v, nil
 }
 
 // cleanLabel checks a snapshot label: one line of printable text.

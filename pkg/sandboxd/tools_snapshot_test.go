@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // treeState returns every entry below dir (not following links): a regular
@@ -213,10 +215,10 @@ func TestSnapshotWithoutGit(t *testing.T) {
 		tool string
 		args map[string]any
 	}{
-		{ToolSnapshotCreate, map[string]any{}},
-		{ToolSnapshotList, map[string]any{}},
-		{ToolSnapshotRestore, map[string]any{"id": "s1"}},
-		{ToolSnapshotDiff, map[string]any{"id": "s1"}},
+		{toolnames.SnapshotCreate, map[string]any{}},
+		{toolnames.SnapshotList, map[string]any{}},
+		{toolnames.SnapshotRestore, map[string]any{"id": "s1"}},
+		{toolnames.SnapshotDiff, map[string]any{"id": "s1"}},
 	} {
 		res := callTool(t, cs, call.tool, call.args)
 		if !res.IsError || !strings.Contains(contentText(res), "git, which is not installed") {
@@ -324,8 +326,8 @@ func TestSnapshotRestoreIsAtomic(t *testing.T) {
 	setAll := func(v string) string {
 		return fmt.Sprintf("for i in $(seq -w 1 %d); do echo %s > f$i.txt; done", files, v)
 	}
-	callOK(t, cs, ToolBash, map[string]any{"command": setAll("v1")})
-	callOK(t, cs, ToolSnapshotCreate, map[string]any{})
+	callOK(t, cs, toolnames.Bash, map[string]any{"command": setAll("v1")})
+	callOK(t, cs, toolnames.SnapshotCreate, map[string]any{})
 	uniform := func(what, text string) {
 		t.Helper()
 		vs := strings.Fields(text)
@@ -339,15 +341,15 @@ func TestSnapshotRestoreIsAtomic(t *testing.T) {
 		}
 	}
 	for round := range 15 {
-		callOK(t, cs, ToolBash, map[string]any{"command": setAll("v2")})
+		callOK(t, cs, toolnames.Bash, map[string]any{"command": setAll("v2")})
 		var wg sync.WaitGroup
 		var read string
 		if round%2 == 0 {
-			wg.Go(func() { callOK(t, cs, ToolBash, map[string]any{"command": setAll("v3")}) })
+			wg.Go(func() { callOK(t, cs, toolnames.Bash, map[string]any{"command": setAll("v3")}) })
 		} else {
-			wg.Go(func() { read = callOK(t, cs, ToolBash, map[string]any{"command": "cat f*.txt"}) })
+			wg.Go(func() { read = callOK(t, cs, toolnames.Bash, map[string]any{"command": "cat f*.txt"}) })
 		}
-		wg.Go(func() { callOK(t, cs, ToolSnapshotRestore, map[string]any{"id": "s1"}) })
+		wg.Go(func() { callOK(t, cs, toolnames.SnapshotRestore, map[string]any{"id": "s1"}) })
 		wg.Wait()
 		if round%2 == 1 {
 			uniform("a read racing a restore", read)
@@ -374,17 +376,17 @@ func TestSnapshotCreateIsAtomic(t *testing.T) {
 		return fmt.Sprintf("for i in $(seq -w 1 %d); do echo %s > f$i.txt; done", files, v)
 	}
 	for range 10 {
-		callOK(t, cs, ToolBash, map[string]any{"command": setAll("v1")})
+		callOK(t, cs, toolnames.Bash, map[string]any{"command": setAll("v1")})
 		var wg sync.WaitGroup
 		var created *mcp.CallToolResult
-		wg.Go(func() { callOK(t, cs, ToolBash, map[string]any{"command": setAll("v2")}) })
-		wg.Go(func() { created = callTool(t, cs, ToolSnapshotCreate, map[string]any{}) })
+		wg.Go(func() { callOK(t, cs, toolnames.Bash, map[string]any{"command": setAll("v2")}) })
+		wg.Go(func() { created = callTool(t, cs, toolnames.SnapshotCreate, map[string]any{}) })
 		wg.Wait()
 		if created.IsError {
 			t.Fatalf("snapshot_create: %s", contentText(created))
 		}
 		id := strings.Fields(contentText(created))[1] // "Snapshot <id> taken ..."
-		callOK(t, cs, ToolSnapshotRestore, map[string]any{"id": id})
+		callOK(t, cs, toolnames.SnapshotRestore, map[string]any{"id": id})
 		seen := map[string]bool{}
 		for i := 1; i <= files; i++ {
 			data, err := os.ReadFile(filepath.Join(ws, fmt.Sprintf("f%02d.txt", i)))

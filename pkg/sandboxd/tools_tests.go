@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
 )
 
 // maxFailuresShown bounds the failures a result's text lists.
@@ -27,11 +29,11 @@ type LastTestFailuresInput struct{}
 // LastTestFailuresOutput is the structured result of the last_test_failures
 // tool.
 type LastTestFailuresOutput struct {
-	Language string        `json:"language" jsonschema:"the language of the last test run"`
-	Command  string        `json:"command" jsonschema:"the command it ran"`
-	Passed   bool          `json:"passed" jsonschema:"true when it passed"`
-	RanAt    string        `json:"ran_at" jsonschema:"when it ended (RFC 3339)"`
-	Failures []TestFailure `json:"failures" jsonschema:"its failing tests and build errors"`
+	Language string                 `json:"language" jsonschema:"the language of the last test run"`
+	Command  string                 `json:"command" jsonschema:"the command it ran"`
+	Passed   bool                   `json:"passed" jsonschema:"true when it passed"`
+	RanAt    string                 `json:"ran_at" jsonschema:"when it ended (RFC 3339)"`
+	Failures []testfailures.Failure `json:"failures" jsonschema:"its failing tests and build errors"`
 }
 
 // testRecord keeps the last run of run_tests or run_failing_tests.
@@ -45,7 +47,7 @@ func (r *testRecord) record(out RunTestsOutput) {
 	defer r.mu.Unlock()
 	failures := slices.Clone(out.Failures)
 	if failures == nil {
-		failures = []TestFailure{}
+		failures = []testfailures.Failure{}
 	}
 	r.last = &LastTestFailuresOutput{Language: out.Language, Command: out.Command, Passed: out.Passed,
 		RanAt: time.Now().UTC().Format(time.RFC3339), Failures: failures}
@@ -108,7 +110,7 @@ var (
 
 // failingTestsCommand returns the command that runs only the failures of
 // the last run (a build error: its whole package).
-func failingTestsCommand(lang string, failures []TestFailure) (string, error) {
+func failingTestsCommand(lang string, failures []testfailures.Failure) (string, error) {
 	switch lang {
 	case "go":
 		var pkgs, tests []string
@@ -175,7 +177,7 @@ func shellQuoteAll(words []string) string {
 }
 
 // failureSummary lists failures for a result's text.
-func failureSummary(failures []TestFailure) string {
+func failureSummary(failures []testfailures.Failure) string {
 	if len(failures) == 0 {
 		return ""
 	}

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -21,9 +22,10 @@ const defaultSessionTimeout = 30 * time.Minute
 // bounded and checked, so that garbage gets a JSON-RPC -32700 or -32600 error
 // like on the SSE transport, and new sessions are refused during shutdown.
 type streamableTransport struct {
-	handler  http.Handler
-	maxBytes int64
-	closing  atomic.Bool
+	handler   http.Handler // stateful: 2025-03-26 to 2025-11-25, with sessions
+	stateless http.Handler // 2026-07-28: every request on its own
+	maxBytes  int64
+	closing   atomic.Bool
 }
 
 func newStreamableTransport(server *mcp.Server, maxBytes int64, sessionTimeout time.Duration, logger klog.Logger) *streamableTransport {
@@ -33,8 +35,38 @@ func newStreamableTransport(server *mcp.Server, maxBytes int64, sessionTimeout t
 			MaxRequestBodyBytes: maxBytes,
 			Logger:              sdkLogger(logger.WithName("streamable")),
 		}),
+		stateless: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+			Stateless: true,
+			// The POST is the whole call: a client that goes away (or
+			// cancels) cancels the tool, which kills its process group.
+			PropagateRequestCancellation: true,
+			MaxRequestBodyBytes:          maxBytes,
+			Logger:                       sdkLogger(logger.WithName("stateless")),
+		}),
 		maxBytes: maxBytes,
 	}
+}
+
+// isStateless reports whether a POSTed message is of the stateless
+// revision: its MCP-Protocol-Version header names it or a later one, or
+// its params carry the revision's _meta (then the stateless handler checks
+// that the header is there and agrees, and refuses it otherwise).
+func isStateless(r *http.Request, msg jsonrpc.Message) bool {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= protocolStateless {
+		return true
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || len(req.Params) == 0 {
+		return false
+	}
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(req.Params, &p) != nil {
+		return false
+	}
+	_, ok = p.Meta[mcp.MetaKeyProtocolVersion]
+	return ok
 }
 
 func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,6 +101,10 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		}
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		r.ContentLength = int64(len(data))
+		if isStateless(r, msg) {
+			t.stateless.ServeHTTP(w, r)
+			return
+		}
 	}
 	t.handler.ServeHTTP(w, r)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // warmMemberKey derives the key of member warm-<n> from a fixed operator key.
@@ -110,7 +111,7 @@ func TestWarmMember(t *testing.T) {
 	}
 
 	// Nobody is served before adoption: no token, garbage, the wrong scheme, a forged token.
-	forged := adoptionToken(t, warmMemberKey(t, 1), "claim-forged", ToolRead, ToolBash)
+	forged := adoptionToken(t, warmMemberKey(t, 1), "claim-forged", toolnames.Read, toolnames.Bash)
 	refused := map[string]http.Header{
 		"no token":                      nil,
 		"empty bearer":                  {"Authorization": {"Bearer "}},
@@ -119,10 +120,10 @@ func TestWarmMember(t *testing.T) {
 		"two dots":                      bearer("aw1..."),
 		"binary":                        bearer("aw1.\xff\xfe.\xc3"),
 		"huge":                          bearer("aw1." + strings.Repeat("A", 40<<10) + ".x"),
-		"basic scheme":                  {"Authorization": {"Basic " + adoptionToken(t, key, "claim-basic", ToolRead)}},
-		"no scheme":                     {"Authorization": {adoptionToken(t, key, "claim-noscheme", ToolRead)}},
+		"basic scheme":                  {"Authorization": {"Basic " + adoptionToken(t, key, "claim-basic", toolnames.Read)}},
+		"no scheme":                     {"Authorization": {adoptionToken(t, key, "claim-noscheme", toolnames.Read)}},
 		"another member's key":          bearer(forged),
-		"tampered":                      bearer(tampered(adoptionToken(t, key, "claim-1", ToolRead))),
+		"tampered":                      bearer(tampered(adoptionToken(t, key, "claim-1", toolnames.Read))),
 		"token of an unknown tool only": bearer(adoptionToken(t, key, "claim-newer", "WebFetch")),
 	}
 	for name, h := range refused {
@@ -134,21 +135,21 @@ func TestWarmMember(t *testing.T) {
 
 	// The first valid token adopts: the official SDK client over SSE lists exactly its tools
 	// (the unknown name ignored) and may call them, and no other.
-	tok := adoptionToken(t, key, "claim-1", ToolGlob, ToolRead, ToolGrep, "WebFetch")
+	tok := adoptionToken(t, key, "claim-1", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch")
 	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer " + tok}}
 	cs := connect(t, &mcp.SSEClientTransport{Endpoint: ts.url + "/sse", HTTPClient: client}, nil)
 	got := toolNames(t, cs)
 	slices.Sort(got)
-	if want := []string{ToolGlob, ToolGrep, ToolRead}; !slices.Equal(got, want) {
+	if want := []string{toolnames.Glob, toolnames.Grep, toolnames.Read}; !slices.Equal(got, want) {
 		t.Errorf("tools/list = %v, want %v", got, want)
 	}
-	callOK(t, cs, ToolGlob, map[string]any{"pattern": "*"})
+	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
 	if n := ts.sse.directCalls.Load(); n != 1 {
 		t.Errorf("direct calls = %d, want the adopted Glob (directcall.go)", n)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolBash, Arguments: map[string]any{"command": "touch pwned"}}); err == nil {
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: toolnames.Bash, Arguments: map[string]any{"command": "touch pwned"}}); err == nil {
 		t.Errorf("Bash, not in the token, was called: %+v", res)
 	}
 	if n := ts.sse.directCalls.Load(); n != 1 {
@@ -160,18 +161,18 @@ func TestWarmMember(t *testing.T) {
 
 	// The same token on the other transport: accepted.
 	cs2 := connect(t, &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp", HTTPClient: client}, nil)
-	callOK(t, cs2, ToolGlob, map[string]any{"pattern": "*"})
+	callOK(t, cs2, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	// Another valid token (another claim, or the same claim with more tools) is refused now.
 	for name, other := range map[string]string{
-		"another claim":        adoptionToken(t, key, "claim-2", ToolGlob, ToolRead, ToolGrep, "WebFetch"),
-		"more tools":           adoptionToken(t, key, "claim-1", ToolBash, ToolGlob, ToolRead, ToolGrep, "WebFetch"),
+		"another claim":        adoptionToken(t, key, "claim-2", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
+		"more tools":           adoptionToken(t, key, "claim-1", toolnames.Bash, toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
 		"another member's key": forged,
 		"the token, truncated": tok[:len(tok)-1],
 	} {
 		t.Run("after adoption/"+name, func(t *testing.T) { wantRefused(t, ts.url, bearer(other)) })
 	}
-	callOK(t, cs, ToolGlob, map[string]any{"pattern": "*"})
+	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	// Metrics: the adopted tools' series (Grep's at zero, started at adoption), none of the others.
 	_, metrics := get(t, ts.url+"/metrics", nil)
@@ -230,7 +231,7 @@ func TestWarmAdoptionRace(t *testing.T) {
 	const n = 16
 	tokens := make([]string, n)
 	for i := range tokens {
-		tokens[i] = adoptionToken(t, key, types.UID(fmt.Sprintf("claim-%d", i)), ToolRead)
+		tokens[i] = adoptionToken(t, key, types.UID(fmt.Sprintf("claim-%d", i)), toolnames.Read)
 	}
 	start := make(chan struct{})
 	won := make([]bool, n)
@@ -263,7 +264,7 @@ func TestWarmAdoptionRace(t *testing.T) {
 func TestWarmAdoptionRaceHTTP(t *testing.T) {
 	ts := startWarmServer(t)
 	key := warmMemberKey(t, 0)
-	tokens := []string{adoptionToken(t, key, "claim-a", ToolRead), adoptionToken(t, key, "claim-b", ToolGrep)}
+	tokens := []string{adoptionToken(t, key, "claim-a", toolnames.Read), adoptionToken(t, key, "claim-b", toolnames.Grep)}
 	codes := make([]int, len(tokens))
 	errs := make([]error, len(tokens))
 	start := make(chan struct{})
@@ -308,7 +309,7 @@ func TestWarmAdoptionRaceHTTP(t *testing.T) {
 func TestWarmRestartAdoptsAgain(t *testing.T) {
 	key := warmMemberKey(t, 0)
 	file := writeWarmKey(t, key)
-	tok := adoptionToken(t, key, "claim-1", ToolRead)
+	tok := adoptionToken(t, key, "claim-1", toolnames.Read)
 	for range 2 {
 		ts := startServer(t, Config{WarmKeyFile: file}, options{})
 		if code, body := post(t, ts.url+"/mcp", "application/json", initializeRequest, bearer(tok)); code != http.StatusOK {
@@ -337,7 +338,7 @@ func TestWarmBadConfig(t *testing.T) {
 		"short key":        {cfg: Config{WarmKeyFile: short}, want: "member key"},
 		"key is a token":   {cfg: Config{WarmKeyFile: tokenFile}, want: "member key"},
 		"with a token":     {cfg: Config{WarmKeyFile: keyFile, AuthTokenFile: tokenFile}, want: "auth token file"},
-		"with tools":       {cfg: Config{WarmKeyFile: keyFile, AllowedTools: []string{ToolRead}}, want: "allowed tools"},
+		"with tools":       {cfg: Config{WarmKeyFile: keyFile, AllowedTools: []string{toolnames.Read}}, want: "allowed tools"},
 		"with read-only":   {cfg: Config{WarmKeyFile: keyFile, ReadOnly: true}, want: "read-only"},
 	}
 	for name, tt := range tests {

@@ -4,6 +4,10 @@
 // is always started with an explicit list. The v1alpha1.ToolName enum must name the same tools
 // (a test here checks the CRD against All).
 //
+// Every other list of the tools (sandboxd's tool specs, the read-only set,
+// the package docs, docs/sandboxd-tools.md, the CRD enum marker and the CRD)
+// is checked against All by a test.
+//
 // It imports nothing, so that the API-side code and sandboxd can both depend on it.
 package toolnames
 
@@ -40,10 +44,33 @@ const (
 	SearchCode              = "search_code"
 )
 
+// readOnly are the tools that change nothing (no command runs, no file is
+// written): the only ones sandboxd serves with --readonly.
+var readOnly = map[string]bool{
+	Read: true, Glob: true, Grep: true, LS: true, SnapshotList: true, SnapshotDiff: true, LastTestFailures: true,
+	FindDefinition: true, FindReferences: true, SearchCode: true,
+}
+
 // All returns every tool name, in canonical order (a fresh slice each call).
 func All() []string {
 	return []string{Read, Write, Edit, Glob, Grep, Bash, BashOutput, KillShell, RunTests, RunLint, RunTypecheck,
 		MultiEdit, LS, SnapshotCreate, SnapshotList, SnapshotRestore, SnapshotDiff, RunFailingTests, LastTestFailures,
 		FindDefinition, FindReferences, RenameSymbol, ChangeFunctionSignature, EditFunctionBody, InsertAfterMethod,
 		TestsCovering, RunScript, SearchCode}
+}
+
+// ReadOnly reports whether the tool changes nothing: it runs no command
+// and writes no file (BashOutput only reads, but serves Bash's background
+// shells, so it is not read-only).
+func ReadOnly(name string) bool { return readOnly[name] }
+
+// ReadOnlyNames returns the read-only tools, in canonical order.
+func ReadOnlyNames() []string {
+	var out []string
+	for _, name := range All() {
+		if readOnly[name] {
+			out = append(out, name)
+		}
+	}
+	return out
 }

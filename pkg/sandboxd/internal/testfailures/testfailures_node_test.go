@@ -1,8 +1,6 @@
-package sandboxd
+package testfailures
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -313,44 +311,18 @@ test at test/math.test.js:20:8
   }
 `
 
-// nodeFixtureTests are the tests of those runs.
-const nodeFixtureTests = `const test = require('node:test');
-const assert = require('node:assert');
-
-test('adds', () => {
-  assert.strictEqual(1 + 1, 2);
-});
-
-test('subtracts wrong', () => {
-  assert.strictEqual(3 - 1, 1);
-});
-
-test('suite of things', async (t) => {
-  await t.test('inner ok', () => {});
-  await t.test('inner bad', () => {
-    throw new Error('inner boom');
-  });
-});
-
-test.describe('a describe', () => {
-  test.it('it fails', () => {
-    assert.deepStrictEqual({a: 1}, {a: 2});
-  });
-});
-`
-
 func TestNodeFailures(t *testing.T) {
 	tests := map[string]struct {
 		output string
-		want   []TestFailure
+		want   []Failure
 	}{
-		"TAP": {output: nodeTAPOutput, want: []TestFailure{
+		"TAP": {output: nodeTAPOutput, want: []Failure{
 			{Package: "/w/test", Test: "/w/test/broken.test.js", File: "/w/test/broken.test.js", Line: 1, Message: "test failed"},
 			{Package: "/w/test", Test: "subtracts wrong", File: "/w/test/math.test.js", Line: 9, Message: "Expected values to be strictly equal:\n\n2 !== 1"},
 			{Package: "/w/test", Test: "suite of things > inner bad", File: "/w/test/math.test.js", Line: 15, Message: "inner boom"},
 			{Package: "/w/test", Test: "a describe > it fails", File: "/w/test/math.test.js", Line: 21, Message: "Expected values to be strictly deep-equal:\n+ actual - expected\n\n  {\n+   a: 1\n-   a: 2\n  }"},
 		}},
-		"spec": {output: nodeSpecOutput, want: []TestFailure{
+		"spec": {output: nodeSpecOutput, want: []Failure{
 			{Package: "test", Test: "/w/test/broken.test.js", File: "test/broken.test.js", Line: 1, Message: "'test failed'"},
 			{Package: "test", Test: "subtracts wrong", File: "/w/test/math.test.js", Line: 9, Message: "AssertionError [ERR_ASSERTION]: Expected values to be strictly equal:\n\n2 !== 1"},
 			{Package: "test", Test: "inner bad", File: "/w/test/math.test.js", Line: 15, Message: "Error: inner boom"},
@@ -359,13 +331,13 @@ func TestNodeFailures(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := newFailureParser("node")
+			p := NewParser("node")
 			for rest := tt.output; rest != ""; { // in odd pieces, as a pipe delivers them
 				n := min(len(rest), 41)
 				p.Write([]byte(rest[:n]))
 				rest = rest[n:]
 			}
-			if d := gocmp.Diff(tt.want, p.result()); d != "" {
+			if d := gocmp.Diff(tt.want, p.Result()); d != "" {
 				t.Errorf("failures (-want +got):\n%s", d)
 			}
 		})
@@ -375,41 +347,11 @@ func TestNodeFailures(t *testing.T) {
 // TestNodeFailuresCutMidBlock: output that ends inside a failure's YAML
 // block (a killed run) still gives the failure.
 func TestNodeFailuresCutMidBlock(t *testing.T) {
-	p := newFailureParser("node")
+	p := NewParser("node")
 	p.Write([]byte("# Subtest: slow\nnot ok 1 - slow\n  ---\n  location: '/w/t.test.js:3:1'\n  error: 'timed out'\n"))
-	want := []TestFailure{{Package: "/w", Test: "slow", File: "/w/t.test.js", Line: 3, Message: "timed out"}}
-	if d := gocmp.Diff(want, p.result()); d != "" {
+	want := []Failure{{Package: "/w", Test: "slow", File: "/w/t.test.js", Line: 3, Message: "timed out"}}
+	if d := gocmp.Diff(want, p.Result()); d != "" {
 		t.Errorf("failures (-want +got):\n%s", d)
-	}
-}
-
-// TestNodeTestRun runs the real node --test through npm test, as run_tests
-// does: the failures come back with workspace-relative files.
-func TestNodeTestRun(t *testing.T) {
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Skipf("npm is not installed (%v): the parser is checked against recorded output by TestNodeFailures", err)
-	}
-	tb, ws := newTestToolbox(t)
-	writeFile(t, filepath.Join(ws, "package.json"), `{"name":"fx","version":"1.0.0","scripts":{"test":"node --test"}}`+"\n")
-	writeFile(t, filepath.Join(ws, "test", "math.test.js"), nodeFixtureTests)
-	_, out, err := tb.runTests(t.Context(), RunTestsInput{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.Language != "node" || out.Passed {
-		t.Fatalf("run_tests: %+v", out)
-	}
-	var got []string
-	for _, f := range out.Failures {
-		got = append(got, f.Test+" @ "+f.File+":"+itoa(f.Line))
-	}
-	want := []string{"subtracts wrong @ test/math.test.js:9", "suite of things > inner bad @ test/math.test.js:15", "a describe > it fails @ test/math.test.js:21"}
-	if d := gocmp.Diff(want, got); d != "" {
-		t.Errorf("failures (-want +got):\n%s\noutput:\n%s", d, out.Output)
-	}
-	last := tb.tests.get()
-	if last == nil || len(last.Failures) != 3 || last.Failures[0].Package != "test" {
-		t.Errorf("last_test_failures keeps %+v", last)
 	}
 }
 
@@ -554,14 +496,14 @@ Ran all test suites.
 `
 
 func TestJestFailures(t *testing.T) {
-	p := newFailureParser("node")
+	p := NewParser("node")
 	for rest := jestOutput; rest != ""; {
 		n := min(len(rest), 53)
 		p.Write([]byte(rest[:n]))
 		rest = rest[n:]
 	}
-	got := p.result()
-	want := []TestFailure{
+	got := p.Result()
+	want := []Failure{
 		{Package: "test", Test: "math › subtracts wrong", File: "test/math.test.js", Line: 9, Message: "expect(received).toBe(expected) // Object.is equality\n\nExpected: 1\nReceived: 2"},
 		{Package: "test", Test: "math › nested › throws", File: "test/math.test.js", Line: 14, Message: "inner boom"},
 		{Package: "test", Test: "top level fails", File: "test/math.test.js", Line: 20, Message: "expect(received).toEqual(expected) // deep equality\n\n- Expected  - 1\n+ Received  + 1\n\n  Object {\n-   \"a\": 2,\n+   \"a\": 1,\n  }"},

@@ -1,4 +1,6 @@
-package sandboxd
+// Package lsp is a small client of the Language Server Protocol, for sandboxd's
+// navigation tools. It needs nothing of the server.
+package lsp
 
 import (
 	"bufio"
@@ -23,11 +25,11 @@ import (
 // announces more is treated as broken.
 const lspMaxMessageBytes = 64 << 20
 
-// errLSPClosed is the error of a call on a connection whose server is gone.
-var errLSPClosed = errors.New("the language server closed its output")
+// ErrClosed is the error of a call on a connection whose server is gone.
+var ErrClosed = errors.New("the language server closed its output")
 
-// lspConn is one connection to a language server.
-type lspConn struct {
+// Conn is one connection to a language server.
+type Conn struct {
 	wmu sync.Mutex
 	w   io.Writer
 
@@ -44,35 +46,35 @@ type lspResponse struct {
 	err    error
 }
 
-// lspMessage is any JSON-RPC message, as read.
-type lspMessage struct {
+// Message is any JSON-RPC message, as read.
+type Message struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *lspError       `json:"error,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
 }
 
-// lspError is a JSON-RPC error object.
-type lspError struct {
+// Error is a JSON-RPC error object.
+type Error struct {
 	Code    int64  `json:"code"`
 	Message string `json:"message"`
 }
 
-func (e *lspError) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
+func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
 
-// newLSPConn starts reading the server's messages from r; requests are
+// NewConn starts reading the server's messages from r; requests are
 // written to w. The reader stops at the end of r or on a broken message.
-func newLSPConn(r io.Reader, w io.Writer) *lspConn {
-	c := &lspConn{w: w, pending: make(map[int64]chan lspResponse), done: make(chan struct{})}
+func NewConn(r io.Reader, w io.Writer) *Conn {
+	c := &Conn{w: w, pending: make(map[int64]chan lspResponse), done: make(chan struct{})}
 	go c.readLoop(bufio.NewReaderSize(r, 64<<10))
 	return c
 }
 
-// call sends a request and waits for its answer, decoded into result (when
+// Call sends a request and waits for its answer, decoded into result (when
 // it is not nil), or until ctx ends.
-func (c *lspConn) call(ctx context.Context, method string, params, result any) error {
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -105,18 +107,18 @@ func (c *lspConn) call(ctx context.Context, method string, params, result any) e
 		}
 		return nil
 	case <-ctx.Done():
-		_ = c.notify("$/cancelRequest", map[string]any{"id": id})
+		_ = c.Notify("$/cancelRequest", map[string]any{"id": id})
 		return ctx.Err()
 	}
 }
 
-// notify sends a notification.
-func (c *lspConn) notify(method string, params any) error {
+// Notify sends a notification.
+func (c *Conn) Notify(method string, params any) error {
 	return c.send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
 }
 
 // send writes one framed message.
-func (c *lspConn) send(msg any) error {
+func (c *Conn) send(msg any) error {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return err
@@ -129,18 +131,18 @@ func (c *lspConn) send(msg any) error {
 	return nil
 }
 
-// closed is closed when the server's output has ended.
-func (c *lspConn) closed() <-chan struct{} { return c.done }
+// Closed is Closed when the server's output has ended.
+func (c *Conn) Closed() <-chan struct{} { return c.done }
 
 // readLoop dispatches the server's messages until its output ends.
-func (c *lspConn) readLoop(r *bufio.Reader) {
+func (c *Conn) readLoop(r *bufio.Reader) {
 	var err error
 	for {
 		var body []byte
-		if body, err = readLSPFrame(r); err != nil {
+		if body, err = ReadFrame(r); err != nil {
 			break
 		}
-		var msg lspMessage
+		var msg Message
 		if json.Unmarshal(body, &msg) != nil {
 			continue // not JSON-RPC: ignored
 		}
@@ -154,7 +156,7 @@ func (c *lspConn) readLoop(r *bufio.Reader) {
 		}
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		err = errLSPClosed
+		err = ErrClosed
 	}
 	c.mu.Lock()
 	c.err = err
@@ -167,7 +169,7 @@ func (c *lspConn) readLoop(r *bufio.Reader) {
 }
 
 // deliver hands a response to the call that waits for it.
-func (c *lspConn) deliver(msg lspMessage) {
+func (c *Conn) deliver(msg Message) {
 	id, err := strconv.ParseInt(string(msg.ID), 10, 64)
 	if err != nil {
 		return
@@ -189,7 +191,7 @@ func (c *lspConn) deliver(msg lspMessage) {
 // answerServerRequest answers a request of the server: an array of nulls
 // for workspace/configuration (no settings), else a null result, which is
 // what the server gets for capabilities the client does not have.
-func (c *lspConn) answerServerRequest(msg lspMessage) {
+func (c *Conn) answerServerRequest(msg Message) {
 	var result any
 	if msg.Method == "workspace/configuration" {
 		var p struct {
@@ -201,9 +203,9 @@ func (c *lspConn) answerServerRequest(msg lspMessage) {
 	go func() { _ = c.send(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result}) }()
 }
 
-// readLSPFrame reads one message: headers up to an empty line, then
+// ReadFrame reads one message: headers up to an empty line, then
 // Content-Length bytes.
-func readLSPFrame(r *bufio.Reader) ([]byte, error) {
+func ReadFrame(r *bufio.Reader) ([]byte, error) {
 	length := -1
 	for {
 		line, err := r.ReadString('\n')

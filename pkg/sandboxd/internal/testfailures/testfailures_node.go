@@ -1,4 +1,4 @@
-package sandboxd
+package testfailures
 
 import (
 	"path"
@@ -25,12 +25,12 @@ type nodeState struct {
 	// inError: the lines of a block-scalar error: message are being read.
 	inError  bool
 	inStack  bool
-	pending  TestFailure
+	pending  Failure
 	skip     bool // a parent that failed only because a subtest did
 	haveStak bool // the file and line come from the stack, not location
 	// spec: inside the "failing tests:" summary.
 	specSummary bool
-	specAt      TestFailure
+	specAt      Failure
 	specHasAt   bool
 	// jest: its default reporter, the file of the suite being read, and
 	// whether the failure's details have reached its code frame or stack.
@@ -52,7 +52,7 @@ var (
 )
 
 // nodeLine parses node --test output, or jest's.
-func (p *failureParser) nodeLine(line string) {
+func (p *Parser) nodeLine(line string) {
 	s := p.node
 	if s.jest || (s.yaml < 0 && !s.specSummary && jestSuite.MatchString(line)) {
 		s.jest = true
@@ -122,13 +122,13 @@ func (p *failureParser) nodeLine(line string) {
 	if m := nodeNotOK.FindStringSubmatch(line); m != nil {
 		depth := len(m[1]) / 4
 		names := append(append([]string{}, s.names[:min(depth, len(s.names))]...), m[2])
-		s.pending = TestFailure{Test: strings.Join(names, " > ")}
+		s.pending = Failure{Test: strings.Join(names, " > ")}
 		s.yaml, s.skip, s.haveStak, s.inError, s.inStack = len(m[1])+2, false, false, false, false
 	}
 }
 
 // nodeNote adds a line to the pending failure's message.
-func (p *failureParser) nodeNote(line string) {
+func (p *Parser) nodeNote(line string) {
 	f := &p.node.pending
 	if f.Message != "" {
 		line = "\n" + line
@@ -140,7 +140,7 @@ func (p *failureParser) nodeNote(line string) {
 
 // nodeCommit records the pending failure, unless it is a parent that
 // failed only through its subtests (they are recorded themselves).
-func (p *failureParser) nodeCommit() {
+func (p *Parser) nodeCommit() {
 	s := p.node
 	if !s.skip {
 		f := s.pending
@@ -150,12 +150,12 @@ func (p *failureParser) nodeCommit() {
 		}
 		p.add(f)
 	}
-	s.yaml, s.pending, s.skip, s.haveStak, s.inError, s.inStack = -1, TestFailure{}, false, false, false, false
+	s.yaml, s.pending, s.skip, s.haveStak, s.inError, s.inStack = -1, Failure{}, false, false, false, false
 }
 
 // nodeEnd finishes a node run's failures: one cut inside its YAML block
 // (a killed run) is kept, and messages lose the blank lines at their end.
-func (p *failureParser) nodeEnd() {
+func (p *Parser) nodeEnd() {
 	if p.node.yaml >= 0 {
 		p.nodeCommit()
 	}
@@ -171,10 +171,10 @@ func (p *failureParser) nodeEnd() {
 //	  AssertionError [ERR_ASSERTION]: Expected values to be strictly equal:
 //	  ...
 //	      at TestContext.<anonymous> (/w/test/math.test.js:9:10)
-func (p *failureParser) nodeSpecLine(line string) {
+func (p *Parser) nodeSpecLine(line string) {
 	s := p.node
 	if m := nodeSpecAt.FindStringSubmatch(line); m != nil {
-		s.specAt, s.specHasAt = TestFailure{File: m[1], Line: atoi(m[2])}, true
+		s.specAt, s.specHasAt = Failure{File: m[1], Line: atoi(m[2])}, true
 		p.current = -1
 		return
 	}
@@ -219,28 +219,6 @@ func unquoteYAML(s string) string {
 	return s
 }
 
-// localizeNodeFailures makes the absolute paths node reports (files, and
-// the names of test files that failed to load) relative to the workspace
-// when they are in it.
-func (tb *toolbox) localizeNodeFailures(failures []TestFailure) {
-	rel := func(p string) string {
-		if !path.IsAbs(p) {
-			return p
-		}
-		if r, err := tb.ws.rel(p); err == nil {
-			return r
-		}
-		return p
-	}
-	for i := range failures {
-		f := &failures[i]
-		f.File, f.Test = rel(f.File), rel(f.Test)
-		if f.File != "" {
-			f.Package = path.Dir(f.File)
-		}
-	}
-}
-
 var (
 	jestSuite     = regexp.MustCompile(`^(FAIL|PASS) (\S+)`)
 	jestTest      = regexp.MustCompile(`^  ● (.+)$`)
@@ -262,7 +240,7 @@ var (
 //
 // A suite that did not load is "● Test suite failed to run": a failure of
 // its file with no test, like a build error.
-func (p *failureParser) jestLine(line string) {
+func (p *Parser) jestLine(line string) {
 	s := p.node
 	if s.jestDone {
 		return
@@ -276,7 +254,7 @@ func (p *failureParser) jestLine(line string) {
 		return
 	}
 	if m := jestTest.FindStringSubmatch(line); m != nil && s.jestFile != "" {
-		f := TestFailure{Package: path.Dir(s.jestFile), Test: m[1], File: s.jestFile}
+		f := Failure{Package: path.Dir(s.jestFile), Test: m[1], File: s.jestFile}
 		if m[1] == "Test suite failed to run" {
 			f.Test = ""
 		}

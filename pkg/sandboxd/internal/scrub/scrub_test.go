@@ -1,15 +1,12 @@
-package sandboxd
+package scrub
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // Fake secrets in the formats the scrubber knows. None of them is live.
@@ -105,16 +102,16 @@ func TestScrubText(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			found := scrubbed{}
-			got := scrubText(tt.in, found)
+			found := Found{}
+			got := Text(tt.in, found)
 			if got != tt.want {
-				t.Errorf("scrubText:\n got %q\nwant %q", got, tt.want)
+				t.Errorf("Text:\n got %q\nwant %q", got, tt.want)
 			}
-			if diff := cmp.Diff(tt.wantKinds, found.counts()); diff != "" {
+			if diff := cmp.Diff(tt.wantKinds, found.Counts()); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
 			// Scrubbing is idempotent: a redaction is never a secret.
-			if again := scrubText(got, scrubbed{}); again != got {
+			if again := Text(got, Found{}); again != got {
 				t.Errorf("scrubbing twice changed %q into %q", got, again)
 			}
 		})
@@ -124,7 +121,11 @@ func TestScrubText(t *testing.T) {
 // TestScrubResult checks that the text and the structured result are both
 // scrubbed, and that a secret shown in both counts once.
 func TestScrubResult(t *testing.T) {
-	out, err := json.Marshal(BashOutput{Output: "key " + fakeGitHubPAT + "\n", ExitCode: 0})
+	type shown struct {
+		Output   string `json:"output"`
+		ExitCode int    `json:"exit_code"`
+	}
+	out, err := json.Marshal(shown{Output: "key " + fakeGitHubPAT + "\n", ExitCode: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,130 +133,19 @@ func TestScrubResult(t *testing.T) {
 		Content:           []mcp.Content{&mcp.TextContent{Text: "key " + fakeGitHubPAT + "\n"}},
 		StructuredContent: json.RawMessage(out),
 	}
-	found := scrubResult(res)
+	found := Result(res)
 	if got := res.Content[0].(*mcp.TextContent).Text; got != "key [REDACTED:github_token]\n" {
 		t.Errorf("text = %q", got)
 	}
 	raw, _ := res.StructuredContent.(json.RawMessage)
-	var got BashOutput
+	var got shown
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatalf("structured content %s: %v", raw, err)
 	}
 	if got.Output != "key [REDACTED:github_token]\n" {
 		t.Errorf("structured output = %q", got.Output)
 	}
-	if diff := cmp.Diff(map[string]int{secretGitHubToken: 1}, found.counts()); diff != "" {
+	if diff := cmp.Diff(map[string]int{secretGitHubToken: 1}, found.Counts()); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
-	}
-}
-
-// noFragment fails if any 6-byte piece of secret's body shows in text.
-func noFragment(t *testing.T, text, secret string) {
-	t.Helper()
-	for i := 0; i+6 <= len(secret); i++ {
-		if piece := secret[i : i+6]; strings.Contains(text, piece) {
-			t.Errorf("the output shows %q, a piece of the secret %q", piece, secret)
-			return
-		}
-	}
-}
-
-// TestSecretAcrossTheCap puts a secret across each cut of Bash's capped
-// output, at every offset around the cut: neither half of it is shown.
-func TestSecretAcrossTheCap(t *testing.T) {
-	const limit = 512
-	for _, secret := range []string{fakeGitHubPAT, fakeAWSKeyID, fakeJWT} {
-		for shift := 1; shift < len(secret); shift += 3 {
-			// Across the head's end: the head holds the first shift bytes.
-			b := newCappedBuffer(limit)
-			filler := strings.Repeat("filler line\n", 100)
-			fmt.Fprintf(b, "%s%s\n%s\nend\n", strings.Repeat(" ", limit/2-shift), secret, filler)
-			text := scrubText(b.String(), scrubbed{})
-			noFragment(t, text, secret)
-			if !strings.Contains(text, "bytes of output elided") {
-				t.Fatalf("the output was not cut: %q", text)
-			}
-			// Across the tail's start: the tail holds its last shift bytes.
-			b = newCappedBuffer(limit)
-			fmt.Fprintf(b, "start\n%s%s%s", filler, secret, strings.Repeat(" ", limit/2-(len(secret)-shift)))
-			text = scrubText(b.String(), scrubbed{})
-			noFragment(t, text, secret)
-			if !strings.Contains(text, "bytes of output elided") {
-				t.Fatalf("the output was not cut: %q", text)
-			}
-		}
-	}
-}
-
-// TestSecretsScrubbedThroughMCP runs Bash through the protocol layer: the
-// model reads no secret, in the text nor in the structured result, a
-// secret cut by the cap is not half shown, and the secrets are counted.
-func TestSecretsScrubbedThroughMCP(t *testing.T) {
-	cs, _, m := newInMemoryWithMetrics(t, false, nil)
-	cmd := fmt.Sprintf("echo %s; echo 'Authorization: Bearer %s'", fakeGitHubPAT, fakeBearer)
-	res := callTool(t, cs, ToolBash, map[string]any{"command": cmd})
-	text := contentText(res)
-	for _, s := range []string{fakeGitHubPAT, fakeBearer} {
-		noFragment(t, text, s)
-	}
-	structured, err := json.Marshal(res.StructuredContent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	noFragment(t, string(structured), fakeGitHubPAT)
-	if !strings.Contains(text, "[REDACTED:github_token]") || !strings.Contains(string(structured), "[REDACTED:github_token]") {
-		t.Errorf("no redaction marker in %q / %s", text, structured)
-	}
-
-	// A token right across the first half's end of 100 KiB of output.
-	head := foregroundOutputBytes / 2
-	cmd = fmt.Sprintf("head -c %d /dev/zero | tr '\\0' 'a'; echo; printf '%%s' %q; head -c 200000 /dev/zero | tr '\\0' '\\n'",
-		head-10-1, fakeGitHubPAT)
-	text = contentText(callTool(t, cs, ToolBash, map[string]any{"command": cmd}))
-	if !strings.Contains(text, "bytes of output elided") {
-		t.Fatalf("the output was not cut")
-	}
-	noFragment(t, text, fakeGitHubPAT)
-
-	if got := counterValue(t, m.secretsScrubbed.WithLabelValues(secretGitHubToken)); got != 1 {
-		t.Errorf("github tokens scrubbed = %v, want 1 (the same token in text and structured result counts once)", got)
-	}
-	if got := counterValue(t, m.secretsScrubbed.WithLabelValues(secretBearerToken)); got != 1 {
-		t.Errorf("bearer tokens scrubbed = %v, want 1", got)
-	}
-}
-
-// counterValue reads a counter.
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// TestSecretAcrossLineCuts puts a token across Read's and Grep's long-line
-// cuts: the part before the cut is not shown either.
-func TestSecretAcrossLineCuts(t *testing.T) {
-	tb, ws := newTestToolbox(t)
-	for _, cut := range []int{readMaxLineBytes, grepMaxShownBytes} {
-		line := strings.Repeat("a ", (cut-10)/2) + fakeGitHubPAT + " tail"
-		writeFile(t, ws+"/long.txt", line+"\n")
-		_, out, err := tb.read(t.Context(), ReadInput{FilePath: "long.txt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cut == readMaxLineBytes {
-			if !out.Truncated {
-				t.Fatalf("Read did not cut the line")
-			}
-			noFragment(t, out.Content, fakeGitHubPAT)
-		}
-		_, g, err := tb.grep(t.Context(), GrepInput{Pattern: "tail", OutputMode: grepContent})
-		if err != nil || len(g.Matches) != 1 {
-			t.Fatalf("Grep: %v, %+v", err, g)
-		}
-		noFragment(t, g.Matches[0].Text, fakeGitHubPAT)
 	}
 }

@@ -1,7 +1,8 @@
-package sandboxd
+// Package testfailures parses test runners' output (go test, cargo test, pytest,
+// node --test, jest) into failures as it streams. It needs nothing of the server.
+package testfailures
 
 import (
-	"bufio"
 	"bytes"
 	"path"
 	"regexp"
@@ -26,9 +27,9 @@ const (
 	maxParsedLine = 64 << 10
 )
 
-// TestFailure is one failing test, or one build error that kept tests from
+// Failure is one failing test, or one build error that kept tests from
 // running.
-type TestFailure struct {
+type Failure struct {
 	Package string `json:"package,omitempty" jsonschema:"the package (go: import path) whose tests failed"`
 	Test    string `json:"test,omitempty" jsonschema:"the failing test: go TestName or TestName/sub, rust module::name, python file::test; empty for a build error"`
 	File    string `json:"file,omitempty" jsonschema:"the file the failure points at, relative to the workspace when it is in it"`
@@ -36,12 +37,12 @@ type TestFailure struct {
 	Message string `json:"message,omitempty" jsonschema:"what the runner said about the failure (cut at 2000 bytes)"`
 }
 
-// failureParser parses a runner's output line by line as it is written.
-type failureParser struct {
+// Parser parses a runner's output line by line as it is written.
+type Parser struct {
 	mu       sync.Mutex
 	pending  []byte
 	parse    func(line string)
-	failures []TestFailure
+	failures []Failure
 	dropped  int
 	// go
 	current   int // index of the failure the next lines belong to, or -1
@@ -49,16 +50,16 @@ type failureParser struct {
 	inPanic   bool
 	firstFail int // first failure of the package being read
 	// python
-	sectionLines map[string]TestFailure
+	sectionLines map[string]Failure
 	section      string
 	// node
 	node *nodeState
 }
 
-// newFailureParser returns a parser for language's runner, or nil when
+// NewParser returns a parser for language's runner, or nil when
 // there is none.
-func newFailureParser(language string) *failureParser {
-	p := &failureParser{current: -1, sectionLines: map[string]TestFailure{}}
+func NewParser(language string) *Parser {
+	p := &Parser{current: -1, sectionLines: map[string]Failure{}}
 	switch language {
 	case "go":
 		p.parse = p.goLine
@@ -75,7 +76,7 @@ func newFailureParser(language string) *failureParser {
 	return p
 }
 
-func (p *failureParser) Write(b []byte) (int, error) {
+func (p *Parser) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(b)
@@ -97,8 +98,8 @@ func (p *failureParser) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// result returns the failures found, after the last line.
-func (p *failureParser) result() []TestFailure {
+// Result returns the failures found, after the last line.
+func (p *Parser) Result() []Failure {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.pending) > 0 {
@@ -113,7 +114,7 @@ func (p *failureParser) result() []TestFailure {
 
 // add records a failure and makes it current; it returns its index, or -1
 // once maxTestFailures are kept.
-func (p *failureParser) add(f TestFailure) int {
+func (p *Parser) add(f Failure) int {
 	if len(p.failures) >= maxTestFailures {
 		p.dropped++
 		p.current = -1
@@ -125,7 +126,7 @@ func (p *failureParser) add(f TestFailure) int {
 }
 
 // note adds a line to the current failure's message.
-func (p *failureParser) note(line string) {
+func (p *Parser) note(line string) {
 	if p.current < 0 {
 		return
 	}
@@ -147,7 +148,7 @@ var (
 )
 
 // goLine parses `go test` output.
-func (p *failureParser) goLine(line string) {
+func (p *Parser) goLine(line string) {
 	switch m := goPkgSummary.FindStringSubmatch(line); {
 	case m != nil:
 		for i := p.firstFail; i < len(p.failures); i++ {
@@ -155,9 +156,9 @@ func (p *failureParser) goLine(line string) {
 				p.failures[i].Package = m[2]
 			}
 		}
-		known := slices.ContainsFunc(p.failures, func(f TestFailure) bool { return f.Package == m[2] })
+		known := slices.ContainsFunc(p.failures, func(f Failure) bool { return f.Package == m[2] })
 		if m[1] == "FAIL" && !known {
-			p.add(TestFailure{Package: m[2], Message: strings.TrimSpace(line)}) // [setup failed], os.Exit, ...: nothing else parsed
+			p.add(Failure{Package: m[2], Message: strings.TrimSpace(line)}) // [setup failed], os.Exit, ...: nothing else parsed
 		}
 		p.firstFail, p.current, p.buildPkg, p.inPanic = len(p.failures), -1, "", false
 		return
@@ -167,13 +168,13 @@ func (p *failureParser) goLine(line string) {
 	}
 	if m := goFailLine.FindStringSubmatch(line); m != nil {
 		p.buildPkg, p.inPanic = "", false
-		p.add(TestFailure{Test: m[2]})
+		p.add(Failure{Test: m[2]})
 		return
 	}
 	if p.buildPkg != "" {
 		if m := goBuildLine.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[2])
-			p.add(TestFailure{Package: p.buildPkg, File: path.Clean(m[1]), Line: n, Message: m[3]})
+			p.add(Failure{Package: p.buildPkg, File: path.Clean(m[1]), Line: n, Message: m[3]})
 		}
 		return
 	}
@@ -218,9 +219,9 @@ var (
 )
 
 // rustLine parses `cargo test` output.
-func (p *failureParser) rustLine(line string) {
+func (p *Parser) rustLine(line string) {
 	if m := rustTestHeader.FindStringSubmatch(line); m != nil {
-		p.add(TestFailure{Test: m[1]})
+		p.add(Failure{Test: m[1]})
 		p.inPanic = false
 		return
 	}
@@ -252,14 +253,14 @@ var (
 
 // pythonLine parses pytest output: the FAILURES sections for where each
 // test failed, and the short summary for which tests failed.
-func (p *failureParser) pythonLine(line string) {
+func (p *Parser) pythonLine(line string) {
 	if m := pySection.FindStringSubmatch(line); m != nil {
 		p.section = m[1]
 		return
 	}
 	if m := pyWhere.FindStringSubmatch(line); m != nil && p.section != "" {
 		if _, seen := p.sectionLines[p.section]; !seen {
-			p.sectionLines[p.section] = TestFailure{File: m[1], Line: atoi(m[2]), Message: m[3]}
+			p.sectionLines[p.section] = Failure{File: m[1], Line: atoi(m[2]), Message: m[3]}
 		}
 		return
 	}
@@ -269,7 +270,7 @@ func (p *failureParser) pythonLine(line string) {
 	}
 	id := m[2]
 	file, test, _ := strings.Cut(id, "::")
-	f := TestFailure{Package: path.Dir(file), Test: id, File: file, Message: m[3]}
+	f := Failure{Package: path.Dir(file), Test: id, File: file, Message: m[3]}
 	if test == "" {
 		f.Test = ""
 	}
@@ -287,47 +288,4 @@ func (p *failureParser) pythonLine(line string) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
-}
-
-// goModulePath returns the module path of the go.mod at the top of the
-// workspace, or "".
-func (tb *toolbox) goModulePath() string {
-	f, err := tb.ws.root.Open("go.mod")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`)
-		}
-	}
-	return ""
-}
-
-// localizeGoFailures makes the files of go test failures relative to the
-// workspace: a test's log line names its file within its package's
-// directory, a panic's frame an absolute path.
-func (tb *toolbox) localizeGoFailures(failures []TestFailure) {
-	module := tb.goModulePath()
-	for i := range failures {
-		f := &failures[i]
-		if f.File == "" {
-			continue
-		}
-		if rel, err := tb.ws.rel(f.File); err == nil && path.IsAbs(f.File) {
-			f.File = rel
-			continue
-		}
-		if strings.Contains(f.File, "/") || module == "" || f.Package == "" {
-			continue
-		}
-		if f.Package == module {
-			continue
-		}
-		if dir, ok := strings.CutPrefix(f.Package, module+"/"); ok {
-			f.File = dir + "/" + f.File
-		}
-	}
 }

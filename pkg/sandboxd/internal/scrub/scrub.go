@@ -1,4 +1,7 @@
-package sandboxd
+// Package scrub is sandboxd's secret scrubber: it finds secrets of known formats in
+// the text and structured results of tool calls and redacts them, and never cuts an
+// output in the middle of a token. It needs nothing of the server.
+package scrub
 
 import (
 	"bytes"
@@ -10,7 +13,7 @@ import (
 )
 
 // Output hygiene: every tool result passes the secret scrubber on its way
-// out (toolCallMiddleware calls scrubResult), whatever the tool. A secret of
+// out (sandboxd's toolCallMiddleware calls Result), whatever the tool. A secret of
 // a known format is replaced by [REDACTED:<kind>] in the text the model
 // reads and in the structured result alike, and counted by kind; the secret
 // itself is never logged. Scrubbing is hygiene, not a boundary: Bash can
@@ -99,8 +102,8 @@ var secretRules = []secretRule{
 		re: regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}\b`)},
 }
 
-// secretKinds returns every kind, each once, in rule order.
-func secretKinds() []string {
+// SecretKinds returns every kind, each once, in rule order.
+func SecretKinds() []string {
 	var kinds []string
 	for _, r := range secretRules {
 		if len(kinds) == 0 || kinds[len(kinds)-1] != r.kind {
@@ -110,16 +113,16 @@ func secretKinds() []string {
 	return kinds
 }
 
-// redaction is what a secret of kind is replaced with.
-func redaction(kind string) string { return "[REDACTED:" + kind + "]" }
+// Redaction is what a secret of kind is replaced with.
+func Redaction(kind string) string { return "[REDACTED:" + kind + "]" }
 
-// scrubbed collects what one tool result's scrubbing found: the distinct
+// Found collects what one tool result's scrubbing found: the distinct
 // secrets per kind, so that a secret shown both in the text and in the
 // structured result counts once.
-type scrubbed map[string]map[string]struct{}
+type Found map[string]map[string]struct{}
 
-// counts returns the number of distinct secrets found per kind.
-func (s scrubbed) counts() map[string]int {
+// Counts returns the number of distinct secrets found per kind.
+func (s Found) Counts() map[string]int {
 	out := make(map[string]int, len(s))
 	for kind, set := range s {
 		out[kind] = len(set)
@@ -127,7 +130,7 @@ func (s scrubbed) counts() map[string]int {
 	return out
 }
 
-func (s scrubbed) add(kind, secret string) {
+func (s Found) Add(kind, secret string) {
 	set, ok := s[kind]
 	if !ok {
 		set = make(map[string]struct{})
@@ -159,9 +162,9 @@ func rawMayHoldSecret(raw []byte) bool {
 	return false
 }
 
-// scrubText returns text with every secret replaced by its redaction,
+// Text returns text with every secret replaced by its redaction,
 // recording what it found in found.
-func scrubText(text string, found scrubbed) string {
+func Text(text string, found Found) string {
 	for _, r := range secretRules {
 		if !containsAny(text, r.anchors) {
 			continue
@@ -177,9 +180,9 @@ func scrubText(text string, found scrubbed) string {
 			if start < 0 {
 				continue
 			}
-			found.add(r.kind, text[start:end])
+			found.Add(r.kind, text[start:end])
 			b.WriteString(text[last:start])
-			b.WriteString(redaction(r.kind))
+			b.WriteString(Redaction(r.kind))
 			last = end
 		}
 		b.WriteString(text[last:])
@@ -197,13 +200,13 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
-// scrubResult scrubs a tool result in place: its text content and its
+// Result scrubs a tool result in place: its text content and its
 // structured content. It returns what it found.
-func scrubResult(res *mcp.CallToolResult) scrubbed {
-	found := scrubbed{}
+func Result(res *mcp.CallToolResult) Found {
+	found := Found{}
 	for _, c := range res.Content {
 		if tc, ok := c.(*mcp.TextContent); ok && mayHoldSecret(tc.Text) {
-			tc.Text = scrubText(tc.Text, found)
+			tc.Text = Text(tc.Text, found)
 		}
 	}
 	if res.StructuredContent != nil {
@@ -214,7 +217,7 @@ func scrubResult(res *mcp.CallToolResult) scrubbed {
 
 // scrubStructured scrubs every string of a structured result (the JSON the
 // SDK marshalled from a tool's output, or any other value).
-func scrubStructured(v any, found scrubbed) any {
+func scrubStructured(v any, found Found) any {
 	raw, ok := v.(json.RawMessage)
 	if !ok {
 		var err error
@@ -241,11 +244,11 @@ func scrubStructured(v any, found scrubbed) any {
 	return json.RawMessage(bytes.TrimSuffix(out.Bytes(), []byte("\n")))
 }
 
-func scrubValue(v any, found scrubbed) any {
+func scrubValue(v any, found Found) any {
 	switch x := v.(type) {
 	case string:
 		if mayHoldSecret(x) {
-			return scrubText(x, found)
+			return Text(x, found)
 		}
 		return x
 	case []any:
@@ -262,35 +265,35 @@ func scrubValue(v any, found scrubbed) any {
 	return v
 }
 
-// isTokenByte reports whether c can be part of a token-like secret (keys,
+// IsTokenByte reports whether c can be part of a token-like secret (keys,
 // tokens, base64, JWTs).
-func isTokenByte(c byte) bool {
+func IsTokenByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		c == '-' || c == '_' || c == '+' || c == '/' || c == '=' || c == '.' || c == '~'
 }
 
-// trimTokenEnd drops the run of token bytes at the end of b, which a cut
+// TrimTokenEnd drops the run of token bytes at the end of b, which a cut
 // right after b may have split, unless the run is longer than maxCutToken.
 // It returns the bytes kept.
-func trimTokenEnd(b []byte) []byte {
+func TrimTokenEnd(b []byte) []byte {
 	i := len(b)
-	for i > 0 && isTokenByte(b[i-1]) && len(b)-i < maxCutToken {
+	for i > 0 && IsTokenByte(b[i-1]) && len(b)-i < maxCutToken {
 		i--
 	}
-	if i > 0 && isTokenByte(b[i-1]) {
+	if i > 0 && IsTokenByte(b[i-1]) {
 		return b // a run longer than maxCutToken: not a secret we know
 	}
 	return b[:i]
 }
 
-// trimTokenStart drops the run of token bytes at the start of b, which a cut
+// TrimTokenStart drops the run of token bytes at the start of b, which a cut
 // right before b may have split, unless the run is longer than maxCutToken.
-func trimTokenStart(b []byte) []byte {
+func TrimTokenStart(b []byte) []byte {
 	i := 0
-	for i < len(b) && isTokenByte(b[i]) && i < maxCutToken {
+	for i < len(b) && IsTokenByte(b[i]) && i < maxCutToken {
 		i++
 	}
-	if i < len(b) && isTokenByte(b[i]) {
+	if i < len(b) && IsTokenByte(b[i]) {
 		return b
 	}
 	return b[i:]

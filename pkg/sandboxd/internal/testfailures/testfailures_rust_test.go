@@ -1,4 +1,4 @@
-package sandboxd
+package testfailures
 
 import (
 	"testing"
@@ -77,17 +77,17 @@ error: test failed, to rerun pass ` + "`" + `--lib` + "`" + `
 // TestRustFailuresFromCargo checks the rust parser against recorded cargo
 // output, backtraces included.
 func TestRustFailuresFromCargo(t *testing.T) {
-	p := newFailureParser("rust")
+	p := NewParser("rust")
 	for rest := cargoTestOutput; rest != ""; {
 		n := min(len(rest), 29)
 		p.Write([]byte(rest[:n]))
 		rest = rest[n:]
 	}
-	want := []TestFailure{
+	want := []Failure{
 		{Test: "tests::bad", File: "src/lib.rs", Line: 16, Message: "assertion `left == right` failed\n  left: 2\n right: 3"},
 		{Test: "tests::boom", File: "src/lib.rs", Line: 21, Message: "boom 1"},
 	}
-	if d := gocmp.Diff(want, p.result()); d != "" {
+	if d := gocmp.Diff(want, p.Result()); d != "" {
 		t.Errorf("failures (-want +got):\n%s", d)
 	}
 }

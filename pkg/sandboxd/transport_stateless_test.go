@@ -1,0 +1,223 @@
+package sandboxd
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestStatelessRevisionThroughTheSDK: the official Go SDK's client (v1.8.0)
+// asking for 2026-07-28 gets it on /mcp (server/discover, no initialize,
+// no session), and the tools work; one asking for 2025-11-25 still gets a
+// session of that revision.
+func TestStatelessRevisionThroughTheSDK(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	cs := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: protocolStateless})
+	if got := cs.InitializeResult().ProtocolVersion; got != protocolStateless {
+		t.Fatalf("negotiated %q, want %s (server/discover, not the initialize fallback)", got, protocolStateless)
+	}
+	if id := cs.ID(); id != "" {
+		t.Errorf("a stateless client has session id %q", id)
+	}
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tools) != len(ToolNames()) {
+		t.Errorf("tools/list gave %d tools, want %d", len(res.Tools), len(ToolNames()))
+	}
+	callOK(t, cs, "Write", map[string]any{"file_path": "a.txt", "content": "one\n"})
+	// The read mark lives in the sandbox, not in a session: a Read in one
+	// request lets an Edit in another change the file.
+	callOK(t, cs, "Read", map[string]any{"file_path": "a.txt"})
+	callOK(t, cs, "Edit", map[string]any{"file_path": "a.txt", "old_string": "one", "new_string": "two"})
+	checkFile(t, filepath.Join(ts.ws, "a.txt"), "two\n")
+
+	old := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if got := old.InitializeResult().ProtocolVersion; got != "2025-11-25" {
+		t.Errorf("a 2025-11-25 client negotiated %q", got)
+	}
+	if old.ID() == "" {
+		t.Error("a 2025-11-25 client has no session")
+	}
+	if text := callOK(t, old, "Read", map[string]any{"file_path": "a.txt"}); !strings.Contains(text, "two") {
+		t.Errorf("Read over 2025-11-25 = %q", text)
+	}
+}
+
+// statelessPost POSTs one 2026-07-28 request to /mcp with the given headers
+// and returns the JSON-RPC response.
+func statelessPost(t *testing.T, url string, headers map[string]string, body string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		sc := bufio.NewScanner(strings.NewReader(string(data)))
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				data = []byte(d)
+				break
+			}
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("HTTP %d, body %q: %v", resp.StatusCode, data, err)
+	}
+	return m
+}
+
+const statelessMeta = `"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}`
+
+// TestStatelessHeaders: server/discover answers the revisions sandboxd
+// serves; results say resultType complete; a request whose Mcp-Method,
+// Mcp-Name or MCP-Protocol-Version header is missing or disagrees with its
+// body is refused with the header-mismatch error, and its tool does not run.
+func TestStatelessHeaders(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	good := func(method, name string) map[string]string {
+		h := map[string]string{"Mcp-Protocol-Version": protocolStateless, "Mcp-Method": method}
+		if name != "" {
+			h["Mcp-Name"] = name
+		}
+		return h
+	}
+
+	disc := statelessPost(t, ts.url, good("server/discover", ""), `{"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {`+statelessMeta+`}}`)
+	result, _ := disc["result"].(map[string]any)
+	versions, _ := result["supportedVersions"].([]any)
+	for _, want := range []string{protocolStateless, "2025-11-25", "2024-11-05"} {
+		found := false
+		for _, v := range versions {
+			found = found || v == want
+		}
+		if !found {
+			t.Errorf("server/discover = %v: lacks %s", disc, want)
+		}
+	}
+
+	write := func(id int, file string) string {
+		return `{"jsonrpc": "2.0", "id": ` + string(rune('0'+id)) + `, "method": "tools/call", "params": {"name": "Write", "arguments": {"file_path": "` + file + `", "content": "x"}, ` + statelessMeta + `}}`
+	}
+	ok := statelessPost(t, ts.url, good("tools/call", "Write"), write(2, "ok.txt"))
+	if r, _ := ok["result"].(map[string]any); r == nil || r["resultType"] != "complete" || r["isError"] == true {
+		t.Errorf("tools/call = %v, want a complete result", ok)
+	}
+	checkFile(t, filepath.Join(ts.ws, "ok.txt"), "x")
+
+	for name, tc := range map[string]struct {
+		headers map[string]string
+		file    string
+	}{
+		"Mcp-Name names another tool": {headers: good("tools/call", "Read"), file: "name.txt"},
+		"no Mcp-Name":                 {headers: good("tools/call", ""), file: "noname.txt"},
+		"Mcp-Method another method":   {headers: good("tools/list", "Write"), file: "method.txt"},
+		"no Mcp-Method":               {headers: map[string]string{"Mcp-Protocol-Version": protocolStateless, "Mcp-Name": "Write"}, file: "nomethod.txt"},
+		"no MCP-Protocol-Version":     {headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "Write"}, file: "noversion.txt"},
+		"MCP-Protocol-Version another revision": {headers: map[string]string{"Mcp-Protocol-Version": "2025-11-25", "Mcp-Method": "tools/call", "Mcp-Name": "Write"},
+			file: "otherversion.txt"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := statelessPost(t, ts.url, tc.headers, write(3, tc.file))
+			e, _ := got["error"].(map[string]any)
+			if e == nil || e["code"] != float64(mcp.CodeHeaderMismatch) && e["code"] != float64(-32602) {
+				t.Errorf("answer %v, want a header-mismatch (or invalid params) error", got)
+			}
+			if _, err := os.Stat(filepath.Join(ts.ws, tc.file)); !os.IsNotExist(err) {
+				t.Errorf("the refused call wrote %s: %v", tc.file, err)
+			}
+		})
+	}
+
+	// A revision sandboxd does not serve, in header and _meta alike, is
+	// refused with the revisions it does serve.
+	future := statelessPost(t, ts.url, map[string]string{"Mcp-Protocol-Version": "9999-99-99", "Mcp-Method": "tools/call", "Mcp-Name": "Write"},
+		strings.ReplaceAll(write(4, "future.txt"), protocolStateless, "9999-99-99"))
+	e, _ := future["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if e == nil || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) || data["requested"] != "9999-99-99" {
+		t.Errorf("an unknown revision: %v, want an unsupported-version error", future)
+	}
+	if _, err := os.Stat(filepath.Join(ts.ws, "future.txt")); !os.IsNotExist(err) {
+		t.Errorf("the call of an unknown revision wrote future.txt: %v", err)
+	}
+}
+
+// TestStatelessNeedsTheToken: a stateless request is behind the same guard
+// as the others: without the claim's bearer token, or with a Host that is
+// not the listener's on loopback, it is refused and its tool does not run.
+func TestStatelessNeedsTheToken(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{AuthTokenFile: tokenFile}, options{})
+	body := `{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "Write", "arguments": {"file_path": "x.txt", "content": "x"}, ` + statelessMeta + `}}`
+	for name, tc := range map[string]struct {
+		auth, host string
+		want       int
+	}{
+		"no token":     {want: http.StatusUnauthorized},
+		"wrong token":  {auth: "Bearer nope", want: http.StatusUnauthorized},
+		"foreign Host": {auth: "Bearer s3cret-token", host: "evil.example", want: http.StatusForbidden},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.url+"/mcp", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", protocolStateless)
+			req.Header.Set("Mcp-Method", "tools/call")
+			req.Header.Set("Mcp-Name", "Write")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("HTTP %d, want %d", resp.StatusCode, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(ts.ws, "x.txt")); !os.IsNotExist(err) {
+				t.Errorf("the refused call wrote x.txt: %v", err)
+			}
+		})
+	}
+	// With the token, the same request runs.
+	got := statelessPost(t, ts.url, map[string]string{"Authorization": "Bearer s3cret-token", "Mcp-Protocol-Version": protocolStateless,
+		"Mcp-Method": "tools/call", "Mcp-Name": "Write"}, body)
+	if r, _ := got["result"].(map[string]any); r == nil || r["isError"] == true {
+		t.Errorf("with the token: %v", got)
+	}
+	checkFile(t, filepath.Join(ts.ws, "x.txt"), "x")
+}
