@@ -67,6 +67,14 @@ func (f *fakeObjectControl[T]) Delete(ctx context.Context, namespace, name strin
 	return f.next.Delete(ctx, namespace, name, uid)
 }
 
+func (f *fakeObjectControl[T]) DeleteUnchanged(ctx context.Context, obj T) error {
+	f.record("delete " + obj.GetNamespace() + "/" + obj.GetName() + " " + string(obj.GetUID()) + " rv " + obj.GetResourceVersion())
+	if f.deleteErr != nil {
+		return f.deleteErr
+	}
+	return f.next.DeleteUnchanged(ctx, obj)
+}
+
 // fakeClaimControl is a claimControl that records deletions with their preconditions and
 // answers writes with the errors set, or passes the calls on to next.
 type fakeClaimControl struct {

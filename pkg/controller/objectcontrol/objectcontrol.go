@@ -27,6 +27,10 @@ type Interface[T metav1.Object] interface {
 	Update(ctx context.Context, obj T) error
 	PatchLabels(ctx context.Context, namespace, name string, uid types.UID, labels map[string]string) error
 	Delete(ctx context.Context, namespace, name string, uid types.UID) error
+	// DeleteUnchanged deletes the object only as it was read: its UID and resourceVersion are
+	// preconditions, so that a decision taken over a stale cache (an idle warm member that a claim
+	// adopted a moment ago) deletes nothing; the API server answers 409 Conflict then.
+	DeleteUnchanged(ctx context.Context, obj T) error
 }
 
 // TypedClient is the part of a client-go typed client (one kind, one namespace) that
@@ -72,6 +76,14 @@ func (r realObjectControl[T]) PatchLabels(ctx context.Context, namespace, name s
 func (r realObjectControl[T]) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
 	return r.client(namespace).Delete(ctx, name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+}
+
+func (r realObjectControl[T]) DeleteUnchanged(ctx context.Context, obj T) error {
+	uid, rv := obj.GetUID(), obj.GetResourceVersion()
+	return r.client(obj.GetNamespace()).Delete(ctx, obj.GetName(), metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
 		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
 	})
 }

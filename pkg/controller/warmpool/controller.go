@@ -161,7 +161,17 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		},
 		DeleteFunc: c.enqueueOwner,
 	}
-	if err := c.handlers.Add(informers.Pods.Informer(), member); err != nil {
+	podHandler := member
+	podHandler.DeleteFunc = func(obj any) {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			c.keysWritten.Delete(pod.UID) // an adopted member is deleted by its claim, not here
+		}
+		c.enqueueOwner(obj)
+	}
+	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
 		return nil, fmt.Errorf("adding the pod event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), member); err != nil {

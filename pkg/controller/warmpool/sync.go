@@ -291,10 +291,13 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 	return 0
 }
 
-// deleteMember deletes an idle member (its key Secret goes with it).
+// deleteMember deletes an idle member (its key Secret goes with it), only as the cache showed
+// it: a member adopted since (its owner and labels patched, so another resourceVersion) is the
+// claim's now, and the refused deletion (409) is taken as done; the adoption's event brings the
+// registry back.
 func (c *Controller) deleteMember(ctx context.Context, pod *corev1.Pod) error {
 	c.keysWritten.Delete(pod.UID)
-	return objectcontrol.IgnoreGone(c.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID))
+	return objectcontrol.IgnoreGone(c.pods.DeleteUnchanged(ctx, pod))
 }
 
 // collectPolicies deletes the registry's pool policies that no member (idle or adopted) and no

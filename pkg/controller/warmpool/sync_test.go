@@ -372,3 +372,48 @@ func TestPoolStatusWritesCoalesced(t *testing.T) {
 		t.Error("the held-back status was not written once the interval passed")
 	}
 }
+
+// TestPoolDeletesOnlyWhatItSaw: the pool deletes an idle member only as its cache showed it (UID
+// and resourceVersion): a member the cache shows idle and stale, but that a claim adopted a moment
+// ago (the API server has it at another resourceVersion), is not deleted.
+func TestPoolDeletesOnlyWhatItSaw(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(1)
+	oldClass := newClass("codegen")
+	oldClass.Generation = 9
+	// Cached: idle and of an older record, so stale: the pool deletes it.
+	cached := warmMember(reg, "tools-codegen-adoptedjust", sandboxpod.Freeze(oldClass, &reg.Spec.Sandboxes[0]), t0, "10.244.0.60")
+	f := poolFixture(t, 1, []*corev1.Pod{cached}, currentPolicy())
+	c := f.newController(ctx, 100)
+	// At the API server it was adopted since: another resourceVersion.
+	adopted := cached.DeepCopy()
+	adoptBy("c1", adopted)
+	adopted.ResourceVersion = "8"
+	if err := f.kubeClient.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), adopted, adopted.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	var tried []string
+	f.kubeClient.PrependReactor("delete", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		del := action.(core.DeleteAction)
+		tried = append(tried, del.GetName())
+		live, err := f.kubeClient.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), del.GetNamespace(), del.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		pre := del.GetDeleteOptions().Preconditions
+		// As the API server does: only a resourceVersion precondition that does not match refuses.
+		if pre != nil && pre.ResourceVersion != nil && *pre.ResourceVersion != live.(metav1.Object).GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, del.GetName(), fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(tried, cached.Name) {
+		t.Fatalf("deletions tried %v: the stale member was not even tried", tried)
+	}
+	if _, err := f.kubeClient.CoreV1().Pods(testNamespace).Get(ctx, cached.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the adopted member was deleted from a stale cache: %v", err)
+	}
+}
