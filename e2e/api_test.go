@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,27 @@ func TestInvalidObjectsRejected(t *testing.T) {
 				return err
 			},
 			wantMsg: "Unsupported value: \"Teleport\"",
+		},
+		{
+			name: "registry with an empty tool list (it would read as every tool)",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "tools-empty"
+				raw, err := json.Marshal(r)
+				if err != nil {
+					return err
+				}
+				var obj map[string]any
+				if err := json.Unmarshal(raw, &obj); err != nil {
+					return err
+				}
+				obj["spec"].(map[string]any)["sandboxes"].([]any)[0].(map[string]any)["allowedTools"] = []any{}
+				if raw, err = json.Marshal(obj); err != nil {
+					return err
+				}
+				return c.RESTClient().Post().Namespace(ns).Resource("toolregistries").Body(raw).Do(ctx).Error()
+			},
+			wantMsg: "spec.sandboxes[0].allowedTools",
 		},
 		{
 			name: "registry unknown workspace mode",

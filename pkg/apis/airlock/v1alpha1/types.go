@@ -359,10 +359,12 @@ type RegistrySandbox struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	MountRole string `json:"mountRole,omitempty"`
 
-	// AllowedTools are the tools this sandbox exposes; empty exposes all. With Bash allowed this is
-	// least privilege, not a boundary: the pod is the boundary.
+	// AllowedTools are the tools this sandbox exposes; omitted, it exposes all. Given, it names
+	// one tool at least: an empty list is refused rather than read as "all". With Bash allowed
+	// this is least privilege, not a boundary: the pod is the boundary.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	AllowedTools []ToolName `json:"allowedTools,omitempty"`
 

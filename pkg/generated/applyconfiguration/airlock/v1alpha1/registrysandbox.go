@@ -44,8 +44,9 @@ type RegistrySandboxApplyConfiguration struct {
 	TargetPath *string `json:"targetPath,omitempty"`
 	// MountRole makes the workspace the directory that the runtime's connection for this role names.
 	MountRole *string `json:"mountRole,omitempty"`
-	// AllowedTools are the tools this sandbox exposes; empty exposes all. With Bash allowed this is
-	// least privilege, not a boundary: the pod is the boundary.
+	// AllowedTools are the tools this sandbox exposes; omitted, it exposes all. Given, it names
+	// one tool at least: an empty list is refused rather than read as "all". With Bash allowed
+	// this is least privilege, not a boundary: the pod is the boundary.
 	AllowedTools []airlockv1alpha1.ToolName `json:"allowedTools,omitempty"`
 	// Warm is how many sandboxes of this entry the operator keeps Ready, built ahead of any
 	// claim, each with a fresh workspace of its own. An acquire that one can serve (a fresh
