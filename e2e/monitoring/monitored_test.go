@@ -102,11 +102,11 @@ func TestMonitoredFamiliesKnown(t *testing.T) {
 	}
 	for name, want := range map[string]family{
 		"airlock_sandboxapi_acquire_duration_seconds": {kind: histogram, exporter: "operator"},
-		"airlock_claims":                              {kind: custom, exporter: "operator"},
-		"airlock_operator_leadership_lost_total":      {kind: counter, exporter: "operator"},
-		"airlock_sandboxd_tool_calls_total":           {kind: counter, exporter: "sandboxd"},
-		"workqueue_depth":                             {kind: gauge, exporter: "operator"},
-		"up":                                          {kind: gauge, exporter: "prometheus"},
+		"airlock_claims":                         {kind: custom, exporter: "operator"},
+		"airlock_operator_leadership_lost_total": {kind: counter, exporter: "operator"},
+		"airlock_sandboxd_tool_calls_total":      {kind: counter, exporter: "sandboxd"},
+		"workqueue_depth":                        {kind: gauge, exporter: "operator"},
+		"up":                                     {kind: gauge, exporter: "prometheus"},
 	} {
 		if f, ok := got[name]; !ok || f.family != want {
 			t.Errorf("%s: %+v (listed %v), want %+v", name, f.family, ok, want)
