@@ -136,7 +136,65 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 	e := newRealnodeEnv(t, "airlock-rn-metrics", realnodeOptions{
 		maxConcurrent: 5, maxPerSession: 3, maxInstances: 5, targetPath: "results/metrics", warm: 1,
 	})
+	kept := e.metricsEvents(t)
 
+	pods := operatorPods(t, ctx)
+	var operatorURLs []string
+	for _, p := range pods {
+		operatorURLs = append(operatorURLs, fmt.Sprintf("http://%s:8080/metrics", p.Status.PodIP))
+	}
+	sort.Strings(operatorURLs)
+	sandboxURL := kept.URL + "/metrics"
+
+	var opScrape, rtScrape map[string]scrapeResult
+	var opErr, rtErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		opScrape, opErr = runScraper(ctx, mon, "scrape-operator", operatorURLs, 60)
+	}()
+	// From the runtimes' namespace: the sandbox answers; the operator's metrics port does not
+	// (10 s without an answer counts as refused; the sandbox answers at once).
+	rtScrape, rtErr = runScraper(ctx, e.ns, "scrape-sandbox", append([]string{sandboxURL}, operatorURLs[0]), 10)
+	wg.Wait()
+	if opErr != nil || rtErr != nil {
+		t.Fatalf("scraper pods: %v / %v", opErr, rtErr)
+	}
+
+	served := map[string]map[string]string{ // exporter -> family -> type
+		"operator": servedFamilies(t, "operator replica", opScrape, operatorURLs...),
+		"sandboxd": servedFamilies(t, "sandboxd", rtScrape, sandboxURL),
+	}
+	if r := rtScrape[operatorURLs[0]]; r.Status != 0 || r.Error == "" {
+		t.Errorf("scrape of the operator's metrics port from the runtime's namespace %s answered %d (%d families): the NetworkPolicy admits only %s", e.ns, r.Status, len(r.Families), mon)
+	}
+
+	var report []string
+	for _, f := range monitored {
+		if f.exporter == "prometheus" {
+			report = append(report, fmt.Sprintf("  %-62s made by Prometheus itself, not scraped", f.name))
+			continue
+		}
+		got, ok := served[f.exporter][f.name]
+		switch {
+		case !ok:
+			t.Errorf("%s (%s) is used by the alerts or the dashboard, but %s does not serve it", f.name, f.kind, f.exporter)
+		case f.kind != "custom" && got != f.kind:
+			t.Errorf("%s is served by %s as a %s, the list says %s", f.name, f.exporter, got, f.kind)
+		default:
+			report = append(report, fmt.Sprintf("  %-62s %-9s served by %s", f.name, got, f.exporter))
+		}
+	}
+	t.Logf("monitored families in the scrapes (%d operator replicas, one sandbox):\n%s", len(operatorURLs), strings.Join(report, "\n"))
+}
+
+// metricsEvents makes the events after which the monitored labelled families have a series: two
+// sessions of the codegen sandbox (warm adoptions, acquires, admission, binding, a tool call and a
+// renewal each), one closed and synced back (reaping, sync-back), one left Bound (the
+// claims-by-phase gauge). It returns the session left Bound.
+func (e *realnodeEnv) metricsEvents(t *testing.T) rnSession {
+	t.Helper()
 	write := []map[string]any{step("write", "Write", map[string]any{"file_path": "metrics.txt", "content": "scraped\n"})}
 	kept := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "kept", "handle": "codegen/default", "steps": write}
 	closed := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "closed", "handle": "codegen/default", "steps": write, "close": true}
@@ -161,7 +219,6 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 			t.Fatalf("Write in %s: %q %s", r.Claim, c.Err, c.Text)
 		}
 	}
-	// The closed session's claim is reaped and synced back: the sync-back and reaping counters.
 	eventually(t, 3*time.Minute, "claim "+closedRes.Claim+" to be synced back and deleted", func(ctx context.Context) (bool, error) {
 		_, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, closedRes.Claim, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -169,70 +226,24 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 		}
 		return false, err
 	})
+	return keptRes
+}
 
-	pods := operatorPods(t, ctx)
-	var operatorURLs []string
-	for _, p := range pods {
-		operatorURLs = append(operatorURLs, fmt.Sprintf("http://%s:8080/metrics", p.Status.PodIP))
-	}
-	sort.Strings(operatorURLs)
-	sandboxURL := keptRes.URL + "/metrics"
-
-	var opScrape, rtScrape map[string]scrapeResult
-	var opErr, rtErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		opScrape, opErr = runScraper(ctx, mon, "scrape-operator", operatorURLs, 60)
-	}()
-	// From the runtimes' namespace: the sandbox answers; the operator's metrics port does not
-	// (10 s without an answer counts as refused; the sandbox answers at once).
-	rtScrape, rtErr = runScraper(ctx, e.ns, "scrape-sandbox", append([]string{sandboxURL}, operatorURLs[0]), 10)
-	wg.Wait()
-	if opErr != nil || rtErr != nil {
-		t.Fatalf("scraper pods: %v / %v", opErr, rtErr)
-	}
-
-	served := map[string]map[string]string{"operator": {}, "sandboxd": {}} // exporter -> family -> type
-	for _, u := range operatorURLs {
-		r := opScrape[u]
+// servedFamilies checks that each of urls answered a scrape with 200 and returns the union of
+// the families with samples that they serve, with their types.
+func servedFamilies(t *testing.T, what string, scrapes map[string]scrapeResult, urls ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, u := range urls {
+		r := scrapes[u]
 		if r.Status != 200 || r.Error != "" || len(r.Families) == 0 {
-			t.Errorf("scrape of operator replica %s from namespace %s: status %d, %d families, error %q", u, mon, r.Status, len(r.Families), r.Error)
+			t.Errorf("scrape of %s %s: status %d, %d families, error %q", what, u, r.Status, len(r.Families), r.Error)
 		}
 		for name, f := range r.Families {
 			if f.Samples > 0 {
-				served["operator"][name] = f.Type
+				out[name] = f.Type
 			}
 		}
 	}
-	if r := rtScrape[sandboxURL]; r.Status != 200 || r.Error != "" {
-		t.Errorf("scrape of sandboxd %s from the runtime's namespace: status %d, error %q", sandboxURL, r.Status, r.Error)
-	} else {
-		for name, f := range r.Families {
-			if f.Samples > 0 {
-				served["sandboxd"][name] = f.Type
-			}
-		}
-	}
-	if r := rtScrape[operatorURLs[0]]; r.Status != 0 || r.Error == "" {
-		t.Errorf("scrape of the operator's metrics port from the runtime's namespace %s answered %d (%d families): the NetworkPolicy admits only %s", e.ns, r.Status, len(r.Families), mon)
-	}
-
-	var report []string
-	for _, f := range monitored {
-		if f.exporter == "prometheus" {
-			report = append(report, fmt.Sprintf("  %-62s made by Prometheus itself, not scraped", f.name))
-			continue
-		}
-		got, ok := served[f.exporter][f.name]
-		switch {
-		case !ok:
-			t.Errorf("%s (%s) is used by the alerts or the dashboard, but %s does not serve it", f.name, f.kind, f.exporter)
-		case f.kind != "custom" && got != f.kind:
-			t.Errorf("%s is served by %s as a %s, the list says %s", f.name, f.exporter, got, f.kind)
-		default:
-			report = append(report, fmt.Sprintf("  %-62s %-9s served by %s", f.name, got, f.exporter))
-		}
-	}
-	t.Logf("monitored families in the scrapes (%d operator replicas, one sandbox):\n%s", len(operatorURLs), strings.Join(report, "\n"))
+	return out
 }
