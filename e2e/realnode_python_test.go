@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +27,41 @@ func realnodePythonImage() string {
 		return image
 	}
 	return "localhost/airlock-e2e/python-runtime:v0.1.0"
+}
+
+// watchPodIPs records the IP of every pod of namespace ns from now until the test ends; the
+// function it returns gives them by pod name.
+func watchPodIPs(t *testing.T, ns string) func() map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := kubeClient.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		t.Fatalf("watching the pods of %s: %v", ns, err)
+	}
+	var mu sync.Mutex
+	ips := map[string]string{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.PodIP != "" {
+				mu.Lock()
+				ips[p.Name] = p.Status.PodIP
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		<-done
+	})
+	return func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(ips)
+	}
 }
 
 // pythonResult is runtime.py's RESULT document.
@@ -70,6 +107,9 @@ func TestRealNodePythonRuntime(t *testing.T) {
 		}
 		args = append(args, "--call", string(b))
 	}
+	// sessions/close reaps the claim at once, its pod first: the pods' IPs are recorded while the
+	// runtime runs, to know the claim pod's IP afterwards.
+	podIPs := watchPodIPs(t, e.ns)
 	pod := restrictedPod("runtime-python", map[string]string{"app": "runtime"}, realnodePythonImage(), args)
 	pod.Spec.ServiceAccountName = "agent"
 	withAirlockToken(pod) // the token at /var/run/secrets/airlock/token, airlock-ca at /var/run/airlock/ca
@@ -89,12 +129,9 @@ func TestRealNodePythonRuntime(t *testing.T) {
 		t.Fatalf("the Python runtime ended %s, error %q; logs:\n%s", phase, res.Error, logs)
 	}
 
-	sandboxPod, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, res.Claim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the claim's pod: %v", err)
-	}
-	if res.Phase != "Bound" || res.URL != "http://"+sandboxPod.Status.PodIP+":8080" {
-		t.Errorf("acquire answered %s at %s, want Bound at the pod's IP %s", res.Phase, res.URL, sandboxPod.Status.PodIP)
+	sandboxIP := podIPs()[res.Claim]
+	if sandboxIP == "" || res.Phase != "Bound" || res.URL != "http://"+sandboxIP+":8080" {
+		t.Errorf("acquire answered %s at %s, want Bound at the claim pod's IP %q", res.Phase, res.URL, sandboxIP)
 	}
 	if res.NoHeaderStatus != http.StatusUnauthorized {
 		t.Errorf("MCP without the acquire answer's Authorization: %d, want 401", res.NoHeaderStatus)
