@@ -13,6 +13,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/e2e/openapicheck"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 )
@@ -90,10 +92,12 @@ func startSandboxd(t *testing.T, token string) (url, workspace string) {
 	}
 }
 
-// request is one request the stand-in API received.
+// request is one request the stand-in API received, and its answer.
 type request struct {
 	Path, Authorization string
 	Body                map[string]any
+	raw, answer         []byte
+	status              int
 }
 
 // fakeAPI is a stand-in of the Sandbox API over TLS: it records the requests and answers with
@@ -109,21 +113,26 @@ func newFakeAPI(t *testing.T, answer func(n int, path string) (int, any)) *fakeA
 	t.Helper()
 	f := &fakeAPI{}
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
 		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
+		_ = json.Unmarshal(raw, &body)
 		f.mu.Lock()
 		n := len(f.got)
-		f.got = append(f.got, request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
 		f.mu.Unlock()
 		status, out := answer(n, r.URL.Path)
+		var answerBody []byte
 		if loc, ok := out.(redirect); ok {
 			w.Header().Set("Location", string(loc))
+		} else if out != nil && status != http.StatusNoContent {
+			answerBody, _ = json.Marshal(out)
 		}
+		f.mu.Lock()
+		f.got = append(f.got, request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body,
+			raw: raw, answer: answerBody, status: status})
+		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		if out != nil && status != http.StatusNoContent {
-			_ = json.NewEncoder(w).Encode(out)
-		}
+		_, _ = w.Write(answerBody)
 	}))
 	t.Cleanup(f.srv.Close)
 	// httptest's certificate is its own CA, for 127.0.0.1 and example.com.
@@ -286,6 +295,18 @@ func TestRuntimeAcquiresCallsAndCloses(t *testing.T) {
 	}
 	if got, want := strings.Join(paths, " "), "/v1/sandboxes/acquire /v1/sandboxes/acquire /v1/sandboxes/renew /v1/sessions/close"; got != want {
 		t.Errorf("requests %s, want %s", got, want)
+	}
+
+	// Every request the script sent, and every answer the stand-in gave it, is what
+	// pkg/client/openapi.json describes (the stand-in is held to the document too).
+	spec, err := openapicheck.New(client.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range api.requests() {
+		if v := spec.Check(http.MethodPost, r.Path, r.raw, r.status, r.answer); v != "" {
+			t.Errorf("not as openapi.json says: %s (request %s)", v, r.raw)
+		}
 	}
 }
 
