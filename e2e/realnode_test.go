@@ -1,9 +1,10 @@
 //go:build e2e && realnode
 
 // The real-node e2e tests: they need a cluster whose pods really run (hack/local-node.sh, or
-// kind), with NetworkPolicy enforced, airlock installed in-cluster from its images (`kubectl
-// apply -k manifests/`), and the runtime stand-in image (hack/imagebuild/build-images.sh
-// e2e-client) present on the node. hack/e2e-node.sh sets all of that up and runs
+// kind), with NetworkPolicy enforced, airlock installed in-cluster from its images (`helm
+// install` of manifests/chart/airlock, or `kubectl apply -k manifests/`: AIRLOCK_E2E_INSTALL),
+// and the runtime stand-in images (hack/imagebuild/build-images.sh e2e-client e2e-python)
+// present on the node. hack/e2e-node.sh sets all of that up and runs
 // `go test -tags 'e2e realnode' -run TestRealNode ./e2e/`.
 package e2e
 

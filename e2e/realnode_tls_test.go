@@ -61,7 +61,7 @@ func restarts(p corev1.Pod) int32 {
 	return n
 }
 
-// TestRealNodeTLS: installed by `kubectl apply -k manifests/`, both operator replicas serve the
+// TestRealNodeTLS: installed by hack/e2e-node.sh (the chart, or manifests/), both operator replicas serve the
 // certificate of the operator's Secret, and the operator publishes its CA in the runtime's
 // namespace. A runtime pod that trusts another CA, or speaks plain HTTP, is refused before any
 // claim exists. When the Secret is replaced, both replicas serve the new certificate without a

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The e2e suite on real pods: brings up a real single node (hack/local-node.sh), builds and imports
-# airlock's images and the runtime stand-in (hack/imagebuild), installs airlock in-cluster as a
-# user would (`kubectl apply -k manifests/`: CRDs, RBAC, the operator's 2 replicas with leader
-# election, the Sandbox API Service), runs the tests tagged `e2e realnode` (e2e/realnode_test.go),
-# and takes the node down again, whatever happens.
+# airlock's images and the runtime stand-ins (hack/imagebuild), installs airlock in-cluster as a
+# user would, with `helm install` of manifests/chart/airlock (CRDs, RBAC, the operator's 2
+# replicas with leader election, the Sandbox API Service; docs/helm.md, "The real-node e2e
+# installs with Helm"), runs the tests tagged `e2e realnode` (e2e/realnode*_test.go), and takes
+# the node down again, whatever happens.
 #
 # usage: hack/e2e-node.sh [--if-possible] [go test flags...]
 #
 #   --if-possible  when this machine cannot run a real node (not root, no br_netfilter, or a node
 #                  of someone else's is up), say why and exit 0 instead of failing (`make test`)
+#   go test flags  passed last, so they win: `-run '^TestRealNodePython'` runs only those tests
+#                  (the default is -run '^TestRealNode', all of them)
 #
 # Settings: AIRLOCK_E2E_NODE_KEEP=1 leaves the node up afterwards (then: hack/local-node.sh down);
 # a node that was already up (e.g. from `make run`) is used and left up.
+# AIRLOCK_E2E_INSTALL=helm (default) installs with the chart; =kustomize with `kubectl apply -k
+# manifests/` instead (one install path per run: manifests/chart_test.go holds the two equal).
+# HELM names the helm binary (default bin/helm, built by hack/build-cluster-bins.sh if missing).
 # With KUBECONFIG set and AIRLOCK_E2E_USE_KUBECONFIG=1 it runs against that cluster instead (pods
 # must really run there, e.g. kind, with the images loaded: hack/e2e-kind.sh); airlock is
 # installed there too.
@@ -66,7 +72,7 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   fi
   # The images are built from this tree every time (tens of seconds), then imported.
   AIRLOCK_NODE_IMPORT_IMAGES=0 hack/local-node.sh up
-  hack/local-node.sh images operator sandbox sandbox-go e2e-client
+  hack/local-node.sh images operator sandbox sandbox-go e2e-client e2e-python
   eval "$(hack/local-node.sh env)"
   log "node up and images imported in $((SECONDS - t0))s"
 else
@@ -74,18 +80,62 @@ else
 fi
 export KUBECONFIG
 
+INSTALL=${AIRLOCK_E2E_INSTALL:-helm}
+export AIRLOCK_E2E_INSTALL=$INSTALL
+CRDS=(crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev
+  crd/sandboxclaims.airlock.dev)
+
+# apply_crds: the CRDs of manifests/crd, server-side (Helm installs them on `helm install` but
+# never upgrades them: docs/helm.md), and wait until they are served.
+apply_crds() {
+  "$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
+  "$KUBECTL" wait --for=condition=Established --timeout=60s "${CRDS[@]}" >/dev/null
+}
+
+# install_kustomize: `kubectl apply -k manifests/`, the CRDs first.
+install_kustomize() {
+  log "installing airlock: kubectl apply -k manifests/"
+  apply_crds
+  "$KUBECTL" apply --server-side --force-conflicts -k manifests/ >/dev/null
+}
+
+# install_helm: the chart, as docs/helm.md tells users. A fresh cluster gets `helm install`,
+# which installs the CRDs itself; a release already there (a node kept up) is upgraded, its CRDs
+# applied first; an install of `kubectl apply -k` (e.g. `make run`'s node) is taken over by the
+# release (--take-ownership), its CRDs applied first.
+install_helm() {
+  local helm=${HELM:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/helm}
+  if [[ -z ${HELM:-} && ! -x $helm ]]; then
+    hack/build-cluster-bins.sh helm
+  fi
+  local chart=manifests/chart/airlock
+  local -a common=(--namespace airlock-system --kubeconfig "$KUBECONFIG")
+  if "$helm" status airlock "${common[@]}" >/dev/null 2>&1; then
+    log "upgrading the Helm release airlock: helm upgrade airlock $chart"
+    apply_crds
+    "$helm" upgrade airlock "$chart" "${common[@]}" >/dev/null
+  elif [[ -n $installed ]]; then
+    log "taking the kustomize install over: helm install --take-ownership airlock $chart"
+    apply_crds
+    "$helm" install airlock "$chart" "${common[@]}" --take-ownership >/dev/null
+  else
+    log "installing airlock: helm install airlock $chart --namespace airlock-system --create-namespace"
+    "$helm" install airlock "$chart" "${common[@]}" --create-namespace >/dev/null
+  fi
+}
+
 t1=$SECONDS
-log "installing airlock: kubectl apply -k manifests/"
-"$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
-"$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev \
-  crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
 installed=$("$KUBECTL" -n airlock-system get deployment/airlock-operator -o name 2>/dev/null || true)
-"$KUBECTL" apply --server-side --force-conflicts -k manifests/ >/dev/null
+case $INSTALL in
+  helm) install_helm ;;
+  kustomize) install_kustomize ;;
+  *) log "error: AIRLOCK_E2E_INSTALL=$INSTALL: want helm or kustomize"; exit 1 ;;
+esac
 if [[ -n $installed ]]; then
   # The images were just rebuilt under the same tags: the running replicas must pick them up.
   "$KUBECTL" -n airlock-system rollout restart deployment/airlock-operator >/dev/null
 fi
 "$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
-log "airlock installed, operator 2/2 available in $((SECONDS - t1))s"
+log "airlock installed ($INSTALL), operator 2/2 available in $((SECONDS - t1))s"
 
 go test -tags 'e2e realnode' -count=1 -timeout 20m -v -run '^TestRealNode' "$@" ./e2e/

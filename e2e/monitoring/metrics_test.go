@@ -25,14 +25,24 @@ import (
 // repoRoot is airlock's checkout, two levels up.
 var repoRoot = filepath.Join("..", "..")
 
-// metricKind says which series a metric family exports.
-type metricKind int
+// metricKind is a metric family's type, as the exposition format's TYPE line names it; custom
+// is a collector's NewDesc, whose type is decided when it is collected.
+type metricKind string
 
 const (
-	plain metricKind = iota
-	histogram
-	summary
+	counter   metricKind = "counter"
+	gauge     metricKind = "gauge"
+	histogram metricKind = "histogram"
+	summary   metricKind = "summary"
+	custom    metricKind = "custom"
 )
+
+// family is one metric family airlock registers: its type and the process that exports it
+// (sandboxd for pkg/sandboxd, the operator for the rest).
+type family struct {
+	kind     metricKind
+	exporter string
+}
 
 // prometheusSeries are series Prometheus makes itself for every target.
 var prometheusSeries = []string{"up", "scrape_duration_seconds", "scrape_samples_scraped"}
@@ -41,7 +51,19 @@ var prometheusSeries = []string{"up", "scrape_duration_seconds", "scrape_samples
 // summaries with their _bucket, _sum and _count series) plus Prometheus's own.
 func exportedSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	families := map[string]metricKind{}
+	series := map[string]bool{}
+	for s := range seriesFamilies(t) {
+		series[s] = true
+	}
+	return series
+}
+
+// seriesFamilies maps every series name airlock's operator and sandboxd export to its family's
+// name and family (histograms and summaries with their _bucket, _sum and _count series), plus
+// Prometheus's own series (exporter "prometheus").
+func seriesFamilies(t *testing.T) map[string]namedFamily {
+	t.Helper()
+	families := map[string]family{}
 	walk := func(root string) {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -64,20 +86,27 @@ func exportedSeries(t *testing.T) map[string]bool {
 	for _, dir := range []string{"clientgo", "workqueue", "restclient"} {
 		walk(filepath.Join(componentBase, "metrics", "prometheus", dir))
 	}
-	series := map[string]bool{}
-	for name, kind := range families {
-		series[name] = true
-		switch kind {
+	series := map[string]namedFamily{}
+	for name, f := range families {
+		nf := namedFamily{name: name, family: f}
+		series[name] = nf
+		switch f.kind {
 		case histogram:
-			series[name+"_bucket"], series[name+"_sum"], series[name+"_count"] = true, true, true
+			series[name+"_bucket"], series[name+"_sum"], series[name+"_count"] = nf, nf, nf
 		case summary:
-			series[name+"_sum"], series[name+"_count"] = true, true
+			series[name+"_sum"], series[name+"_count"] = nf, nf
 		}
 	}
 	for _, s := range prometheusSeries {
-		series[s] = true
+		series[s] = namedFamily{name: s, family: family{kind: gauge, exporter: "prometheus"}}
 	}
 	return series
+}
+
+// namedFamily is a family with its name.
+type namedFamily struct {
+	name string
+	family
 }
 
 // moduleDir is the directory of a module at the version airlock's go.mod requires, downloaded
@@ -102,8 +131,12 @@ func moduleDir(t *testing.T, module string) string {
 }
 
 // scanPackage adds the metric families registered by the non-test files of one directory.
-func scanPackage(t *testing.T, dir string, families map[string]metricKind) {
+func scanPackage(t *testing.T, dir string, families map[string]family) {
 	t.Helper()
+	exporter := "operator"
+	if rel, err := filepath.Rel(filepath.Join(repoRoot, "pkg", "sandboxd"), dir); err == nil && !strings.HasPrefix(rel, "..") {
+		exporter = "sandboxd"
+	}
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -127,13 +160,13 @@ func scanPackage(t *testing.T, dir string, families map[string]metricKind) {
 			case *ast.CompositeLit:
 				if kind, ok := optsKind(n.Type); ok {
 					if name := optsName(n, consts); name != "" {
-						families[name] = kind
+						families[name] = family{kind: kind, exporter: exporter}
 					}
 				}
 			case *ast.CallExpr:
 				if callName(n.Fun) == "NewDesc" && len(n.Args) > 0 {
 					if name, ok := eval(n.Args[0], consts); ok {
-						families[name] = plain
+						families[name] = family{kind: custom, exporter: exporter}
 					}
 				}
 			}
@@ -202,14 +235,16 @@ func optsKind(typ ast.Expr) (metricKind, bool) {
 		typ = u.X
 	}
 	switch callName(typ) {
-	case "CounterOpts", "GaugeOpts":
-		return plain, true
+	case "CounterOpts":
+		return counter, true
+	case "GaugeOpts":
+		return gauge, true
 	case "HistogramOpts":
 		return histogram, true
 	case "SummaryOpts":
 		return summary, true
 	}
-	return plain, false
+	return "", false
 }
 
 // callName is the last name of an identifier or selector (metrics.NewDesc -> NewDesc).

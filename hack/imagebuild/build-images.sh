@@ -18,6 +18,11 @@
 #   coredns      bin/coredns (hack/build-cluster-bins.sh coredns) at /coredns
 #   e2e-client   the real-node e2e suite's runtime stand-in (e2e/realnode/runtimeclient, static)
 #                at /runtimeclient; ENTRYPOINT ["/runtimeclient"], USER 65532
+#   e2e-python   the real-node e2e's runtime in Python: this host's python3 (Debian's; or
+#                AIRLOCK_PYTHON) with its shared libraries and its standard library (without
+#                tests, IDLE, tkinter, ensurepip, site-packages), and e2e/realnode/python/
+#                runtime.py at /runtime.py; ENTRYPOINT ["/usr/bin/python3", "-I", "/runtime.py"],
+#                USER 65532
 #   (default: operator sandbox sandbox-go)
 #
 # Output: $AIRLOCK_IMAGES_DIR/<image>.tar (default _output/images). Names (environment):
@@ -27,6 +32,7 @@
 #   AIRLOCK_PAUSE_IMAGE    default registry.k8s.io/pause:3.10
 #   AIRLOCK_COREDNS_IMAGE  default localhost/airlock-node/coredns:v1.14.7
 #   AIRLOCK_E2E_CLIENT_IMAGE default localhost/airlock-e2e/runtimeclient:v0.1.0
+#   AIRLOCK_E2E_PYTHON_IMAGE default localhost/airlock-e2e/python-runtime:v0.1.0
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -39,6 +45,7 @@ SANDBOX_IMAGE=${AIRLOCK_SANDBOX_IMAGE:-ghcr.io/airlock-dev/airlock-sandbox:v0.1.
 PAUSE_IMAGE=${AIRLOCK_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
 COREDNS_IMAGE=${AIRLOCK_COREDNS_IMAGE:-localhost/airlock-node/coredns:v1.14.7}
 E2E_CLIENT_IMAGE=${AIRLOCK_E2E_CLIENT_IMAGE:-localhost/airlock-e2e/runtimeclient:v0.1.0}
+E2E_PYTHON_IMAGE=${AIRLOCK_E2E_PYTHON_IMAGE:-localhost/airlock-e2e/python-runtime:v0.1.0}
 NONROOT=65532
 
 log() { echo "build-images: $*" >&2; }
@@ -188,6 +195,45 @@ sandbox_fs() {
   done
 }
 
+# python_fs DIR: a Python interpreter and its standard library, copied from this host at the
+# same paths (so that it finds its prefix as on the host), and runtime.py. The interpreter must
+# be a real executable, not a wrapper script (pyenv's shims are): /usr/bin/python3 by default.
+python_fs() {
+  local fs=$1 py=${AIRLOCK_PYTHON:-/usr/bin/python3}
+  if [[ ! -x $py ]]; then
+    log "no $py: installing python3 with apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null; } ||
+      die "could not install python3"
+  fi
+  ldd "$(realpath "$py")" >/dev/null 2>&1 || die "$py is not a dynamically linked executable (a wrapper script?): set AIRLOCK_PYTHON"
+  local stdlib dynload
+  read -r stdlib dynload < <("$py" -I -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"], sysconfig.get_config_var("DESTSHARED"))')
+  [[ -f $stdlib/os.py && -d $dynload ]] || die "$py: no standard library at $stdlib ($dynload)"
+  base_fs "$fs"
+  copy_elf "$fs" "$py"
+  # /usr/bin/python3, whatever the interpreter's own name, for the entrypoint.
+  [[ -e $fs/usr/bin/python3 ]] || ln -s "$(realpath "$py")" "$fs/usr/bin/python3"
+  mkdir -p "$fs$stdlib"
+  (cd "$stdlib" && tar -cf - --exclude=./test --exclude=./idlelib --exclude=./tkinter \
+    --exclude=./turtledemo --exclude=./ensurepip --exclude=./lib2to3 --exclude=./site-packages \
+    --exclude=./dist-packages --exclude=__pycache__ --exclude="./${dynload#"$stdlib"/}" .) |
+    tar -xf - -C "$fs$stdlib"
+  # The extension modules with the shared libraries they load (ssl: libssl, libcrypto).
+  local so
+  for so in "$dynload"/*.so; do
+    case $so in *_test*|*xxlimited*|*_ctypes_test*) continue ;; esac
+    copy_elf "$fs" "$so"
+  done
+  cp "$ROOT/e2e/realnode/python/runtime.py" "$fs/runtime.py"
+  chmod 0644 "$fs/runtime.py"
+  # The interpreter starts and has what runtime.py imports (as root only: chroot).
+  if [[ $EUID -eq 0 ]]; then
+    chroot "$fs" /usr/bin/python3 -I -c 'import argparse, json, ssl, urllib.request; ssl.create_default_context()' ||
+      die "the Python image's interpreter does not start or lacks a module"
+  fi
+}
+
 # build IMAGE: assemble its rootfs under $WORK and write $OUT/IMAGE.tar.
 build() {
   local name=$1 fs=$WORK/$1
@@ -232,7 +278,12 @@ build() {
       (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$fs/runtimeclient" ./e2e/realnode/runtimeclient)
       imagebuild -rootfs "$fs" -tag "$E2E_CLIENT_IMAGE" -o "$OUT/e2e-client.tar" -user "$NONROOT:$NONROOT" -entrypoint '["/runtimeclient"]'
       ;;
-    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns, e2e-client)" ;;
+    e2e-python)
+      python_fs "$fs"
+      imagebuild -rootfs "$fs" -tag "$E2E_PYTHON_IMAGE" -o "$OUT/e2e-python.tar" -user "$NONROOT:$NONROOT" \
+        -env PYTHONDONTWRITEBYTECODE=1 -entrypoint '["/usr/bin/python3", "-I", "/runtime.py"]'
+      ;;
+    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns, e2e-client, e2e-python)" ;;
   esac
 }
 

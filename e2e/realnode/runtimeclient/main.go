@@ -13,6 +13,9 @@
 //	                                            previous round's token, close
 //	runtimeclient acquire -plan '<JSON plan>'   acquire the plan's handle and close the session:
 //	                                            the Sandbox API alone (its TLS, its answer)
+//	runtimeclient scrape -plan '<JSON plan>'    GET each of the plan's URLs (Prometheus's
+//	                                            /metrics) until it answers or the plan's time is
+//	                                            up, and report the metric families it serves
 //	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
 //	                                            (a target for the NetworkPolicy checks)
 package main
@@ -68,6 +71,10 @@ type Plan struct {
 	GapMillis int `json:"gapMillis,omitempty"`
 	// Connect makes the runtime's first call of the Sandbox API before the timed sessions.
 	Connect bool `json:"connect,omitempty"`
+	// scrape: the URLs, and how long each may take to answer (connections may be refused or
+	// dropped while a new pod's NetworkPolicy peers are learned).
+	URLs          []string `json:"urls,omitempty"`
+	ScrapeSeconds int      `json:"scrapeSeconds,omitempty"`
 }
 
 // Step is one tool call.
@@ -231,7 +238,7 @@ func main() {
 	case "serve":
 		serve(*listen)
 		return
-	case "session", "bench", "reacquire", "acquire":
+	case "session", "bench", "reacquire", "acquire", "scrape":
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -265,6 +272,8 @@ func main() {
 		out = runReacquire(ctx, plan)
 	case "acquire":
 		out = runAcquire(ctx, plan)
+	case "scrape":
+		out = runScrape(ctx, plan)
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println("RESULT " + string(b))

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// ScrapeResult is one URL's answer in `scrape`.
+type ScrapeResult struct {
+	Status int `json:"status"`
+	// Families maps each metric family served to its type (counter, gauge, histogram, summary,
+	// untyped) and how many samples it has.
+	Families map[string]ScrapedFamily `json:"families,omitempty"`
+	Error    string                   `json:"error,omitempty"`
+}
+
+// ScrapedFamily is one family of a scrape.
+type ScrapedFamily struct {
+	Type    string `json:"type"`
+	Samples int    `json:"samples"`
+}
+
+// runScrape GETs every URL of the plan, as Prometheus scrapes a target (Accept: the text format),
+// and parses the answer with the Prometheus text parser.
+func runScrape(ctx context.Context, p Plan) map[string]*ScrapeResult {
+	limit := time.Duration(p.ScrapeSeconds) * time.Second
+	if limit <= 0 {
+		limit = 60 * time.Second
+	}
+	out := map[string]*ScrapeResult{}
+	for _, u := range p.URLs {
+		out[u] = scrapeRetry(ctx, u, limit)
+		say("scrape %s: status %d, %d families %s", u, out[u].Status, len(out[u].Families), out[u].Error)
+	}
+	return out
+}
+
+// scrapeRetry scrapes u until it answers (any HTTP status) or limit has passed.
+func scrapeRetry(ctx context.Context, u string, limit time.Duration) *ScrapeResult {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		r, err := scrape(ctx, u)
+		if err == nil {
+			return r
+		}
+		select {
+		case <-ctx.Done():
+			return &ScrapeResult{Error: err.Error()}
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func scrape(ctx context.Context, u string) (*ScrapeResult, error) {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	r := &ScrapeResult{Status: resp.StatusCode}
+	if resp.StatusCode != http.StatusOK {
+		r.Error = firstLine(string(body))
+		return r, nil
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		r.Error = fmt.Sprintf("parsing the answer: %v", err)
+		return r, nil
+	}
+	r.Families = map[string]ScrapedFamily{}
+	for name, f := range families {
+		r.Families[name] = ScrapedFamily{Type: strings.ToLower(f.GetType().String()), Samples: len(f.GetMetric())}
+	}
+	return r, nil
+}
