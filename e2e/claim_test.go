@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -224,6 +225,18 @@ func TestClaimBinds(t *testing.T) {
 		t.Errorf("addresses %+v, want [{mcp %s}]", bound.Status.Addresses, wantURL)
 	}
 	checkOwned(t, "Pod", p.ObjectMeta, c)
+	// The class says it can be built (pkg/controller/sandboxclass), and kubectl shows it.
+	eventually(t, 30*time.Second, "the class's Valid condition", func(ctx context.Context) (bool, error) {
+		class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(ctx, e.class, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(class.Status.Conditions, "Valid")
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == class.Generation, nil
+	})
+	if out, err := kubectl(ctx, "get", "sbc", e.class); err != nil || !strings.Contains(strings.SplitN(out, "\n", 2)[0], "VALID") || !strings.Contains(out, "True") {
+		t.Errorf("kubectl get sbc %s: %v\n%s", e.class, err, out)
+	}
 	pod := p.Spec
 	if pod.RestartPolicy != corev1.RestartPolicyAlways {
 		t.Errorf("restartPolicy %s, want Always", pod.RestartPolicy)

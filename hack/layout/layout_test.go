@@ -42,6 +42,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{module + "pkg/controller/claim", module + "pkg/controller/warmpool"}},
 		{pkg: "pkg/controller/cabundle", why: "one controller per package",
 			forbidden: []string{module + "pkg/controller/claim", module + "pkg/controller/warmpool"}},
+		{pkg: "pkg/controller/sandboxclass", why: "one controller per package",
+			forbidden: []string{module + "pkg/controller/claim", module + "pkg/controller/warmpool", module + "pkg/controller/agentruntime"}},
 		{pkg: "pkg/controller/expectations", why: "shared by every controller: depends on none",
 			forbidden: []string{module + "pkg/"}},
 		{pkg: "pkg/controller/objectcontrol", why: "shared by every controller: depends on none",

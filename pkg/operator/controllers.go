@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -78,7 +79,18 @@ func newControllerDescriptors() []controllerDescriptor {
 		{name: warmpool.ControllerName, init: startPoolController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
+		{name: sandboxclass.ControllerName, init: startClassController},
 	}
+}
+
+// startClassController builds the SandboxClass status controller.
+func startClassController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	c, err := sandboxclass.NewController(ctx, cc.AirlockClient, cc.AirlockInformers.Airlock().V1alpha1().SandboxClasses())
+	if err != nil {
+		return nil, err
+	}
+	// Classes change rarely: one worker.
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
 // startCABundleController builds the CA bundle controller; without a bundle to publish it only

@@ -85,6 +85,8 @@ const AnnotationReapRequested = "airlock.dev/reap-requested"
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
 // +kubebuilder:printcolumn:name="Runtime-Class",type=string,JSONPath=`.spec.runtimeClassName`
+// +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=`.status.conditions[?(@.type=="Valid")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Valid")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // SandboxClass says what a sandbox pod is: an image, its ports and its filesystem. It grants no
@@ -607,8 +609,10 @@ const (
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeName`
 // +kubebuilder:printcolumn:name="Handle",type=string,JSONPath=`.spec.handle`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Warm",type=string,JSONPath=`.status.warm.member`
+// +kubebuilder:printcolumn:name="Last-Used",type=date,JSONPath=`.status.lastUsedAt`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
