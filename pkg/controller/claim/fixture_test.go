@@ -26,6 +26,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
@@ -270,30 +271,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 
 // actions returns the clients' actions, without list and watch, as "verb resource[/sub] name".
 func (f *fixture) actions() []string {
-	var out []string
-	for _, a := range f.log {
-		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
-			continue
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		name := ""
-		switch a := a.(type) {
-		case core.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.UpdateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.GetAction:
-			name = a.GetName()
-		case core.DeleteAction:
-			name = a.GetName()
-		case core.PatchAction:
-			name = a.GetName()
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
+	out := controllertest.Actions(f.log)
 	// The children are written concurrently: order each run of child writes.
 	child := func(s string) bool {
 		for _, r := range []string{" secrets ", " networkpolicies ", " pods "} {

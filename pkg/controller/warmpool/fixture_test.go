@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
@@ -82,33 +83,9 @@ func (f *fixture) newClients() {
 	f.airlockClient.PrependReactor("*", "*", recordAction)
 }
 
-// actions returns the clients' actions, without list and watch, as "verb resource[/sub] name",
-// in the order they were made (the pool controller writes from one worker).
-func (f *fixture) actions() []string {
-	var out []string
-	for _, a := range f.log {
-		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
-			continue
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		name := ""
-		switch a := a.(type) {
-		case core.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.UpdateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.DeleteAction:
-			name = a.GetName()
-		case core.PatchAction:
-			name = a.GetName()
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
-	return out
-}
+// actions returns the clients' actions, without list and watch, in the order they were made
+// (the pool controller writes from one worker).
+func (f *fixture) actions() []string { return controllertest.Actions(f.log) }
 
 // written returns the last object the clients created or updated with the given resource.
 func (f *fixture) written(resource, subresource string) runtime.Object {
