@@ -290,6 +290,7 @@ func TestInvalidObjectsRejected(t *testing.T) {
 				if err := json.Unmarshal(raw, &obj); err != nil {
 					return err
 				}
+				obj["apiVersion"], obj["kind"] = airlockv1alpha1.SchemeGroupVersion.String(), "ToolRegistry"
 				obj["spec"].(map[string]any)["sandboxes"].([]any)[0].(map[string]any)["allowedTools"] = []any{}
 				if raw, err = json.Marshal(obj); err != nil {
 					return err
