@@ -454,7 +454,7 @@ func TestKubectlShortNamesAndColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	header = strings.Fields(strings.SplitN(trOut, "\n", 2)[0])
-	if want := []string{"NAME", "SANDBOXES", "WARM-READY", "WARM-WANTED", "AGE"}; strings.Join(header, " ") != strings.Join(want, " ") {
+	if want := []string{"NAME", "SANDBOXES", "READY", "WARM-READY", "WARM-WANTED", "AGE"}; strings.Join(header, " ") != strings.Join(want, " ") {
 		t.Errorf("kubectl get tr columns %v, want %v", header, want)
 	}
 	if !strings.Contains(out, "codegen/default") {

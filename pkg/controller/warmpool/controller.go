@@ -3,7 +3,8 @@
 // from the entry's record as a claim of it would be, and replaces idle members that are stale
 // (the class or the entry changed), ended, or cannot start. It writes through a client of its
 // own and creates members at a bounded rate, so that refills never take the claim
-// controller's turn at the API server. Adoption is the claim controller's (pkg/controller/claim,
+// controller's turn at the API server. It writes the registry's status: the pools' counts, and
+// whether each of its sandboxes can be built now (readiness.go). Adoption is the claim controller's (pkg/controller/claim,
 // adopt.go), which finds a pool's idle members through Members.
 package warmpool
 
@@ -191,7 +192,8 @@ func (c *Controller) enqueue(obj any) {
 	}
 }
 
-// enqueueClassUsers adds every registry that has a warm sandbox of the class.
+// enqueueClassUsers adds every registry that has a sandbox of the class (its pools, and its
+// sandboxes' readiness, follow the class).
 func (c *Controller) enqueueClassUsers(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
@@ -206,7 +208,7 @@ func (c *Controller) enqueueClassUsers(obj any) {
 	}
 	for _, reg := range regs {
 		for _, e := range reg.Spec.Sandboxes {
-			if e.Class == class.GetName() && e.Warm > 0 {
+			if e.Class == class.GetName() {
 				c.enqueue(reg)
 				break
 			}

@@ -328,6 +328,7 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 	updated := reg.DeepCopy()
 	updated.Status.ObservedGeneration = reg.Generation
 	updated.Status.SandboxCount = int32(len(reg.Spec.Sandboxes))
+	updated.Status.Sandboxes, updated.Status.ReadySandboxes = c.entriesReady(reg)
 	updated.Status.Warm = nil
 	updated.Status.WarmReady, updated.Status.WarmWanted = 0, 0
 	for _, p := range pools {

@@ -50,6 +50,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandbox"):
 		return &airlockv1alpha1.RegistrySandboxApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandboxStatus"):
+		return &airlockv1alpha1.RegistrySandboxStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"):
 		return &airlockv1alpha1.SandboxClaimApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaimSpec"):

@@ -287,6 +287,7 @@ type ToolName string
 // +kubebuilder:resource:shortName=tr,categories=airlock
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Sandboxes",type=integer,JSONPath=`.status.sandboxCount`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readySandboxes`
 // +kubebuilder:printcolumn:name="Warm-Ready",type=integer,JSONPath=`.status.warmReady`
 // +kubebuilder:printcolumn:name="Warm-Wanted",type=integer,JSONPath=`.status.warmWanted`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -400,6 +401,21 @@ type WarmPoolStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
+// RegistrySandboxStatus says whether sandboxes of one registry entry can be built now.
+type RegistrySandboxStatus struct {
+	// Name is the registry sandbox's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Ready is true when the entry's class exists and a sandbox can be built from it (the checks
+	// admission makes).
+	Ready bool `json:"ready"`
+	// Message says why not, when Ready is false.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
 // ToolRegistryStatus is the observed state of a ToolRegistry.
 type ToolRegistryStatus struct {
 	// ObservedGeneration is the generation the status was computed for.
@@ -408,6 +424,14 @@ type ToolRegistryStatus struct {
 	// SandboxCount is the number of sandboxes in the registry.
 	// +optional
 	SandboxCount int32 `json:"sandboxCount,omitempty"`
+	// ReadySandboxes is the number of the registry's sandboxes whose class exists and can be built.
+	// +optional
+	ReadySandboxes int32 `json:"readySandboxes,omitempty"`
+	// Sandboxes says, per registry sandbox, whether it can be built now, and why not.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Sandboxes []RegistrySandboxStatus `json:"sandboxes,omitempty"`
 	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
 	// +optional
 	WarmReady int32 `json:"warmReady,omitempty"`

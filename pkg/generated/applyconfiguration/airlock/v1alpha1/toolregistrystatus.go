@@ -31,6 +31,10 @@ type ToolRegistryStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// SandboxCount is the number of sandboxes in the registry.
 	SandboxCount *int32 `json:"sandboxCount,omitempty"`
+	// ReadySandboxes is the number of the registry's sandboxes whose class exists and can be built.
+	ReadySandboxes *int32 `json:"readySandboxes,omitempty"`
+	// Sandboxes says, per registry sandbox, whether it can be built now, and why not.
+	Sandboxes []RegistrySandboxStatusApplyConfiguration `json:"sandboxes,omitempty"`
 	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
 	WarmReady *int32 `json:"warmReady,omitempty"`
 	// WarmWanted is the sum of the sandboxes' warm.
@@ -60,6 +64,27 @@ func (b *ToolRegistryStatusApplyConfiguration) WithObservedGeneration(value int6
 // If called multiple times, the SandboxCount field is set to the value of the last call.
 func (b *ToolRegistryStatusApplyConfiguration) WithSandboxCount(value int32) *ToolRegistryStatusApplyConfiguration {
 	b.SandboxCount = &value
+	return b
+}
+
+// WithReadySandboxes sets the ReadySandboxes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReadySandboxes field is set to the value of the last call.
+func (b *ToolRegistryStatusApplyConfiguration) WithReadySandboxes(value int32) *ToolRegistryStatusApplyConfiguration {
+	b.ReadySandboxes = &value
+	return b
+}
+
+// WithSandboxes adds the given value to the Sandboxes field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Sandboxes field.
+func (b *ToolRegistryStatusApplyConfiguration) WithSandboxes(values ...*RegistrySandboxStatusApplyConfiguration) *ToolRegistryStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithSandboxes")
+		}
+		b.Sandboxes = append(b.Sandboxes, *values[i])
+	}
 	return b
 }
 
