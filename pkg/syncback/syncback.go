@@ -16,6 +16,11 @@
 //     logged warning. Links are never followed, so a link to a directory copies as a link.
 //   - nothing else: devices, sockets and named pipes are skipped with a logged warning.
 //
+// An empty workspace (a session opened and closed before any tool wrote to it) never replaces a
+// target: Copy leaves the target as it is, so that saved work is never wiped by a sandbox that did
+// nothing. An agent that means to empty a target removes its files one by one in a workspace that
+// still holds something (a marker file), or the platform team does it.
+//
 // A run that is killed leaves its staging directory (".<target>.airlock-staging-<random>") or the
 // previous target (".<target>.airlock-old-<random>") next to the target; both are safe to delete.
 package syncback
@@ -68,7 +73,8 @@ func isUnder(p, dir string) bool {
 
 // Copy replaces the directory `to` with a copy of the directory `from`; both are relative to
 // contentRoot. The parents of `to` are created when missing; `to` itself, when it exists, must be a
-// directory, and it is replaced whole. See the package comment for what is copied.
+// directory, and it is replaced whole, unless `from` is empty: then nothing is copied and `to`
+// is left as it is. See the package comment for what is copied.
 func Copy(ctx context.Context, contentRoot, from, to string) error {
 	if err := ValidatePath(from); err != nil {
 		return fmt.Errorf("source %w", err)
@@ -94,6 +100,12 @@ func Copy(ctx context.Context, contentRoot, from, to string) error {
 		return fmt.Errorf("opening source %q: %w", from, err)
 	}
 	defer src.Close()
+	if empty, err := emptyDir(src); err != nil {
+		return fmt.Errorf("reading source %q: %w", from, err)
+	} else if empty {
+		klog.FromContext(ctx).Info("The workspace is empty: the target is left as it is", "from", from, "to", to)
+		return nil
+	}
 
 	parentDir, base := filepath.Dir(to), filepath.Base(to)
 	if err := checkRealDirs(root, parentDir, false); err != nil {
@@ -143,6 +155,20 @@ func Copy(ctx context.Context, contentRoot, from, to string) error {
 	klog.FromContext(ctx).Info("Synced workspace", "from", from, "to", to,
 		"dirs", c.dirs, "files", c.files, "symlinks", c.symlinks, "bytes", c.bytes, "skipped", c.skipped)
 	return nil
+}
+
+// emptyDir reports whether the directory root is opened on has no entries at all.
+func emptyDir(root *os.Root) (bool, error) {
+	d, err := root.Open(".")
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
 }
 
 // checkRealDirs checks that no existing component of p (a path in root) is a symlink or a

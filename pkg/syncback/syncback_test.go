@@ -2,6 +2,7 @@ package syncback
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io/fs"
 	"os"
@@ -398,5 +399,32 @@ func TestOverlaps(t *testing.T) {
 		if got := Overlaps(tc.a, tc.b); got != tc.want {
 			t.Errorf("Overlaps(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestCopyEmptyWorkspaceKeepsTarget: an empty workspace (a session closed before any tool wrote)
+// never replaces saved work: the target keeps every file, byte for byte; a workspace with anything
+// in it (a lone empty directory included) still replaces the target.
+func TestCopyEmptyWorkspaceKeepsTarget(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	mkdir(t, filepath.Join(root, "ws"), 0o755)
+	writeFile(t, filepath.Join(root, "target", "proj", "a.txt"), "saved work\n", 0o644, t0)
+	before := sha256.Sum256([]byte(readFile(t, filepath.Join(root, "target", "proj", "a.txt"))))
+	if err := Copy(ctx, root, "ws", "target"); err != nil {
+		t.Fatalf("Copy: %v", err)
+	}
+	if after := sha256.Sum256([]byte(readFile(t, filepath.Join(root, "target", "proj", "a.txt")))); after != before {
+		t.Error("the saved file changed")
+	}
+	if got := hiddenLeftovers(t, root); len(got) != 0 {
+		t.Errorf("staging or previous target left behind: %v", got)
+	}
+	mkdir(t, filepath.Join(root, "ws", "sub"), 0o755)
+	if err := Copy(ctx, root, "ws", "target"); err != nil {
+		t.Fatalf("Copy: %v", err)
+	}
+	if diff := cmp.Diff([]string{". d--------- -rwxr-xr-x", "sub d--------- -rwxr-xr-x"}, listTree(t, filepath.Join(root, "target"))); diff != "" {
+		t.Errorf("a workspace with a directory did not replace the target (-want +got):\n%s", diff)
 	}
 }
