@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -57,7 +58,28 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if message := sandboxpod.ClassConflict(class); message != "" {
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
-	return sandboxpod.Freeze(class, entry), nil, nil
+	record := sandboxpod.Freeze(class, entry)
+	if record.Egress != nil {
+		// The gateway is frozen with the record: a sandbox keeps the one it was admitted with.
+		gw, why := sandboxpod.FreezeGateway(c.egressGateway, c.egressGatewayService())
+		if why != "" {
+			return nil, &cannotFreeze{ReasonEgressUnavailable, fmt.Sprintf("SandboxClass %q: %s", class.Name, why)}, nil
+		}
+		record.Egress.Gateway = *gw
+	}
+	return record, nil, nil
+}
+
+// egressGatewayService is the gateway's Service from the allowed-Service cache, or nil.
+func (c *Controller) egressGatewayService() *corev1.Service {
+	if c.egressGateway == nil {
+		return nil
+	}
+	svc, err := c.allowedServiceLister.Services(c.egressGateway.Namespace).Get(c.egressGateway.Name)
+	if err != nil {
+		return nil
+	}
+	return svc
 }
 
 func findEntry(registry *airlockv1alpha1.ToolRegistry, sandbox string) *airlockv1alpha1.RegistrySandbox {
