@@ -12,13 +12,18 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	airlockinformersfactory "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 )
@@ -229,4 +234,46 @@ func (c *ClusterClaims) policy(claim *airlockv1alpha1.SandboxClaim) (*CompiledPo
 	c.policies[claim.UID] = compiledRecord{record: record.DeepCopy(), policy: policy, err: err}
 	c.mu.Unlock()
 	return policy, err
+}
+
+// ClusterInformers are the informers a ClusterClaims reads: every SandboxClaim, the pods
+// labelled with a claim's UID, and the one key Secret of the key's namespace (a field selector
+// on its name: the gateway needs no read of any other Secret).
+type ClusterInformers struct {
+	kube, secrets kubeinformers.SharedInformerFactory
+	airlock       airlockinformersfactory.SharedInformerFactory
+}
+
+// NewClusterLookup returns a ClusterClaims over new informers of the cluster kube and air reach;
+// start them with Start, and stop them with Shutdown once the gateway has stopped.
+func NewClusterLookup(kube kubernetes.Interface, air airlockclientset.Interface, keyNamespace string) (*ClusterClaims, *ClusterInformers, error) {
+	inf := &ClusterInformers{
+		kube: kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = SandboxPodSelector
+		})),
+		secrets: kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(keyNamespace),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", claimtoken.SecretName).String()
+			})),
+		airlock: airlockinformersfactory.NewSharedInformerFactory(air, 0),
+	}
+	c, err := NewClusterClaims(inf.airlock.Airlock().V1alpha1().SandboxClaims(), inf.kube.Core().V1().Pods(), inf.secrets.Core().V1().Secrets(), keyNamespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, inf, nil
+}
+
+// Start starts the informers until stop is closed.
+func (i *ClusterInformers) Start(stop <-chan struct{}) {
+	i.kube.Start(stop)
+	i.secrets.Start(stop)
+	i.airlock.Start(stop)
+}
+
+// Shutdown waits for the informers' goroutines to end (after stop was closed).
+func (i *ClusterInformers) Shutdown() {
+	i.kube.Shutdown()
+	i.secrets.Shutdown()
+	i.airlock.Shutdown()
 }

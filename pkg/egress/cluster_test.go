@@ -10,14 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
-	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 )
 
 const clusterKeyNS = "airlock-system"
@@ -66,12 +64,7 @@ func startClusterClaims(t *testing.T, objs ...runtime.Object) *ClusterClaims {
 			kubeObjs = append(kubeObjs, o)
 		}
 	}
-	kube := k8sfake.NewClientset(kubeObjs...)
-	air := airlockfake.NewClientset(airlockObjs...)
-	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
-	sf := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(clusterKeyNS))
-	af := airlockinformers.NewSharedInformerFactory(air, 0)
-	c, err := NewClusterClaims(af.Airlock().V1alpha1().SandboxClaims(), kf.Core().V1().Pods(), sf.Core().V1().Secrets(), clusterKeyNS)
+	c, inf, err := NewClusterLookup(k8sfake.NewClientset(kubeObjs...), airlockfake.NewClientset(airlockObjs...), clusterKeyNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +77,9 @@ func startClusterClaims(t *testing.T, objs ...runtime.Object) *ClusterClaims {
 	stop := make(chan struct{})
 	t.Cleanup(func() {
 		close(stop)
-		kf.Shutdown()
-		sf.Shutdown()
-		af.Shutdown()
+		inf.Shutdown()
 	})
-	kf.Start(stop)
-	sf.Start(stop)
-	af.Start(stop)
+	inf.Start(stop)
 	if !cache.WaitForCacheSync(stop, c.hasSyncedFn...) {
 		t.Fatal("caches did not sync")
 	}
