@@ -279,7 +279,7 @@ type EgressHost struct {
 	// continues after a "/" ("/v1" matches "/v1" and "/v1/x", not "/v1beta").
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	PathPrefixes []EgressPathPrefix `json:"pathPrefixes,omitempty"`
 
 	// AllowPrivate lets the host resolve to private (RFC 1918, ULA), CGNAT, reserved or cluster
@@ -312,7 +312,7 @@ type EgressCredential struct {
 	// PathPrefixes, when set, are the only paths the credential's requests may ask for.
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	PathPrefixes []EgressPathPrefix `json:"pathPrefixes,omitempty"`
 
 	// Header is the header the gateway sets (replacing the sandbox's own), e.g. Authorization.
@@ -344,10 +344,10 @@ type EgressMethod string
 // EgressPathPrefix is a path prefix: it starts with "/" and holds no dot segments, empty
 // segments, %-escapes or backslashes (servers differ in how they read them).
 // +kubebuilder:validation:MinLength=1
-// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:MaxLength=256
 // +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="a path prefix starts with /"
 // +kubebuilder:validation:XValidation:rule="!self.contains('%') && !self.contains('\\\\') && !self.contains('?') && !self.contains('#')",message="a path prefix holds no %-escapes, backslashes, ? or #"
-// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '.' && s != '..') && !self.contains('//')",message="a path prefix holds no dot segments and no empty segments"
+// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)') && !self.contains('//')",message="a path prefix holds no dot segments and no empty segments"
 type EgressPathPrefix string
 
 // FrozenEgress is a claim's egress as frozen at admission: the class's policy and the gateway the
