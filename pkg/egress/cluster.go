@@ -72,6 +72,9 @@ func NewClusterClaims(claims airlockinformers.SandboxClaimInformer, pods coreinf
 	if err := podInformer.SetTransform(stripPod); err != nil {
 		return nil, fmt.Errorf("stripping pods: %w", err)
 	}
+	if err := claims.Informer().SetTransform(stripClaim); err != nil {
+		return nil, fmt.Errorf("stripping claims: %w", err)
+	}
 	c := &ClusterClaims{
 		claims:   claims.Lister(),
 		pods:     podInformer.GetIndexer(),
@@ -111,6 +114,27 @@ func stripPod(obj any) (any, error) {
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs},
 	}, nil
+}
+
+// stripClaim keeps of a claim only what the lookup reads: its identity, runtime, phase and frozen
+// egress.
+func stripClaim(obj any) (any, error) {
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok {
+		return obj, nil
+	}
+	out := &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: claim.Name, Namespace: claim.Namespace, UID: claim.UID, ResourceVersion: claim.ResourceVersion,
+			DeletionTimestamp: claim.DeletionTimestamp,
+		},
+		Spec:   airlockv1alpha1.SandboxClaimSpec{RuntimeName: claim.Spec.RuntimeName},
+		Status: airlockv1alpha1.SandboxClaimStatus{Phase: claim.Status.Phase},
+	}
+	if f := claim.Status.Frozen; f != nil {
+		out.Status.Frozen = &airlockv1alpha1.FrozenSandbox{Egress: f.Egress}
+	}
+	return out, nil
 }
 
 // forget drops a deleted claim's compiled policy.
