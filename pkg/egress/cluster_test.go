@@ -228,3 +228,43 @@ func TestClusterClaimsInvalidPolicy(t *testing.T) {
 		t.Errorf("err %v, want ErrPolicyInvalid", err)
 	}
 }
+
+// TestClusterClaimsThroughTheGateway: a claim's frozen egress, read from the cluster's caches,
+// is what the gateway enforces: its hosts, ports, methods and paths, from its pod's address only.
+func TestClusterClaimsThroughTheGateway(t *testing.T) {
+	claim := clusterClaim("a", "uid-a", airlockv1alpha1.ClaimBound, "allowed.example")
+	claim.Status.Frozen.Egress.Hosts = append(claim.Status.Frozen.Egress.Hosts, airlockv1alpha1.EgressHost{
+		Host: "api.example", Ports: []airlockv1alpha1.EgressPort{80}, Methods: []airlockv1alpha1.EgressMethod{"GET"}, PathPrefixes: []airlockv1alpha1.EgressPathPrefix{"/v1"},
+	})
+	lookup := startClusterClaims(t, keySecret(), claim, clusterPod("a", "uid-a", "127.0.0.1", corev1.PodRunning))
+	f := newFixture(t, newInternet(t), withLookup(lookup))
+	cred := credentialOf(t, claim)
+	auth := basic(cred.Username, cred.Password)
+
+	r, br, c := f.send("", "CONNECT allowed.example:443 HTTP/1.1\r\nHost: allowed.example:443\r\nProxy-Authorization: "+auth+"\r\n\r\n")
+	if r.status != 200 {
+		t.Fatalf("CONNECT to an allowed host: %+v", r)
+	}
+	if body, err := f.tlsGet(c, br, "allowed.example", "allowed.example"); err != nil || body == "" {
+		t.Errorf("TLS through the tunnel: %q, %v", body, err)
+	}
+	for _, tc := range []struct {
+		name, source, raw string
+		status            int
+		reason            Reason
+	}{
+		{"a host the record does not list", "", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\nProxy-Authorization: " + auth + "\r\n\r\n", 403, ReasonNotAllowed},
+		{"a port the record does not list", "", "CONNECT allowed.example:8443 HTTP/1.1\r\nHost: allowed.example:8443\r\nProxy-Authorization: " + auth + "\r\n\r\n", 403, ReasonPortNotAllowed},
+		{"a method and path the record lists", "", "GET http://api.example/v1/x HTTP/1.1\r\nHost: api.example\r\nProxy-Authorization: " + auth + "\r\n\r\n", 200, ""}, // the upstream's answer
+		{"a method the record does not list", "", "POST http://api.example/v1/x HTTP/1.1\r\nHost: api.example\r\nProxy-Authorization: " + auth + "\r\nContent-Length: 0\r\n\r\n", 403, ReasonMethodOrPath},
+		{"a path the record does not list", "", "GET http://api.example/v2 HTTP/1.1\r\nHost: api.example\r\nProxy-Authorization: " + auth + "\r\n\r\n", 403, ReasonMethodOrPath},
+		{"the claim's credential from another address", "127.0.0.2", "CONNECT allowed.example:443 HTTP/1.1\r\nHost: allowed.example:443\r\nProxy-Authorization: " + auth + "\r\n\r\n", 407, ReasonWrongSource},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _, _ := f.send(tc.source, tc.raw)
+			if r.status != tc.status || r.reason != tc.reason {
+				t.Errorf("got %d %s, want %d %s", r.status, r.reason, tc.status, tc.reason)
+			}
+		})
+	}
+}
