@@ -250,7 +250,7 @@ func overlayBuild(t *testing.T, components ...string) map[string]object {
 
 // TestChartComponentsEqualKustomize: the chart's optional parts install what an overlay with the
 // matching kustomize component installs: certManager.enabled and components/cert-manager, the
-// monitoring values and components/monitoring.
+// monitoring values and components/monitoring, egress.enabled and components/egress.
 func TestChartComponentsEqualKustomize(t *testing.T) {
 	tests := map[string]struct {
 		set       []string
@@ -261,6 +261,8 @@ func TestChartComponentsEqualKustomize(t *testing.T) {
 			wantKey: "cert-manager.io/v1/Certificate/airlock-system/airlock-sandbox-api"},
 		"monitoring": {set: []string{"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
 			component: "components/monitoring", wantKey: "monitoring.coreos.com/v1/PrometheusRule/airlock-system/airlock"},
+		"egress": {set: []string{"--set", "egress.enabled=true"}, component: "components/egress",
+			wantKey: "apps/v1/Deployment/airlock-system/airlock-egress"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,10 @@
 package claimtoken
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // proxyDomain separates the egress proxy credential from the bearer token and any other use of
 // the key.
@@ -13,4 +17,13 @@ const proxyDomain = "airlock.dev/egress-proxy-credential/v1"
 // it in its proxy URL.
 func DeriveProxy(key []byte, uid types.UID, namespace, name string) (string, error) {
 	return derive(proxyDomain, key, uid, namespace, name)
+}
+
+// ProxyCredential derives the egress proxy credential of a claim with the Source's key.
+func (s *Source) ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error) {
+	key, err := s.Key(ctx)
+	if err != nil {
+		return "", err
+	}
+	return DeriveProxy(key, uid, namespace, name)
 }

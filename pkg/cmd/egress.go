@@ -13,9 +13,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/egress"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	"github.com/airlock-dev/airlock/pkg/version"
 )
 
 // EgressOptions are the flags of `airlock egress`, the egress gateway (docs/egress.md).
@@ -35,10 +40,15 @@ type EgressOptions struct {
 	TerminateCAKeyFile  string
 	UpstreamCAFile      string
 	CredentialsDir      string
+	// The cluster (without --claims-file): how to reach it, and where the token key is.
+	KubeClient        *KubeClientOptions
+	TokenKeyNamespace string
 }
 
 // NewEgressOptions returns the gateway's options with their defaults.
-func NewEgressOptions() *EgressOptions {
+func NewEgressOptions() *EgressOptions { return newEgressOptionsWithEnv(os.Getenv) }
+
+func newEgressOptionsWithEnv(getenv func(string) string) *EgressOptions {
 	return &EgressOptions{
 		ProxyBindAddress:       ":3128",
 		HealthProbeBindAddress: ":8081",
@@ -47,14 +57,25 @@ func NewEgressOptions() *EgressOptions {
 		DialTimeout:            10 * time.Second,
 		IdleTimeout:            10 * time.Minute,
 		ShutdownGrace:          30 * time.Second,
+		KubeClient:             &KubeClientOptions{QPS: 20, Burst: 40},
+		TokenKeyNamespace:      defaultNamespace(getenv),
 	}
+}
+
+// defaultNamespace is $POD_NAMESPACE, else airlock-system.
+func defaultNamespace(getenv func(string) string) string {
+	if ns := getenv(podNamespaceEnv); ns != "" {
+		return ns
+	}
+	return defaultLeaseNamespace
 }
 
 func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ProxyBindAddress, "proxy-bind-address", o.ProxyBindAddress, "Address (host:port) of the HTTP proxy (CONNECT and absolute-URI requests) that sandboxes reach.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on; /readyz fails until the claims are known.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics.`)
-	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS). Required until the gateway reads the claims from the cluster.")
+	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS), for a gateway run beside a cluster. Empty: the claims, their pods and the token key are read from the cluster (--kubeconfig, or in-cluster).")
+	fs.StringVar(&o.TokenKeyNamespace, "token-key-namespace", o.TokenKeyNamespace, "Namespace of the operator's token key Secret ("+claimtoken.SecretName+"), from which claims' proxy credentials are derived; the operator's. Defaults to $"+podNamespaceEnv+" when it is set, else "+defaultLeaseNamespace+".")
 	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", o.ClusterCIDRs, "The cluster's pod and Service ranges (comma list of CIDRs): an allowed name that resolves into them is refused unless its rule allows private addresses. Private ranges are refused anyway: list the ranges that are not.")
 	fs.StringVar(&o.DNSServer, "dns-server", o.DNSServer, "DNS server (ip:port) the gateway resolves allowed names with. Empty: the system's resolver (the pod's /etc/resolv.conf).")
 	fs.DurationVar(&o.HeadTimeout, "head-timeout", o.HeadTimeout, "Time a client has to send a request's head, or a tunnel's TLS ClientHello (> 0); also how long a kept connection may wait for its next request.")
@@ -85,7 +106,10 @@ func (o *EgressOptions) Validate() []error {
 		bindAddress{"metrics-bind-address", o.MetricsBindAddress},
 	)...)
 	if o.ClaimsFile == "" {
-		errs = append(errs, invalidFlag("claims-file", "must be set: the gateway serves no claim without it"))
+		errs = append(errs, o.KubeClient.Validate()...)
+		if msgs := validation.IsDNS1123Label(o.TokenKeyNamespace); len(msgs) > 0 {
+			errs = append(errs, invalidFlag("token-key-namespace", "%q: %s", o.TokenKeyNamespace, strings.Join(msgs, "; ")))
+		}
 	} else if err := checkReadableFile(o.ClaimsFile); err != nil {
 		errs = append(errs, invalidFlag("claims-file", "%v", err))
 	}
@@ -162,12 +186,49 @@ func (o *EgressOptions) clusterPrefixes() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Config returns the gateway's configuration, reading --claims-file. Call it after Validate.
-func (o *EgressOptions) Config() (egress.ServeConfig, error) {
-	claims, err := egress.LoadClaimsFile(o.ClaimsFile)
+// Config returns the gateway's configuration, reading --claims-file, or, without it, building
+// the cluster's claim lookup, whose informers (nil with a claims file) the caller starts and
+// stops. Call it after Validate.
+func (o *EgressOptions) Config() (egress.ServeConfig, *egress.ClusterInformers, error) {
+	claims, informers, err := o.claimLookup()
 	if err != nil {
-		return egress.ServeConfig{}, invalidFlag("claims-file", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return egress.ServeConfig{}, nil, err
 	}
+	cfg, err := o.gatewayConfig(claims)
+	return cfg, informers, err
+}
+
+// claimLookup is --claims-file's lookup, or the cluster's.
+func (o *EgressOptions) claimLookup() (egress.ClaimLookup, *egress.ClusterInformers, error) {
+	if o.ClaimsFile != "" {
+		claims, err := egress.LoadClaimsFile(o.ClaimsFile)
+		if err != nil {
+			return nil, nil, invalidFlag("claims-file", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+		return claims, nil, nil
+	}
+	restConfig, err := o.KubeClient.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	restConfig.UserAgent = "airlock-egress/" + version.Get().Version
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	air, err := airlockclientset.NewForConfig(restConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building the airlock client: %w", err)
+	}
+	claims, informers, err := egress.NewClusterLookup(kube, air, o.TokenKeyNamespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return claims, informers, nil
+}
+
+// gatewayConfig is the gateway's configuration with claims.
+func (o *EgressOptions) gatewayConfig(claims egress.ClaimLookup) (egress.ServeConfig, error) {
 	prefixes, err := o.clusterPrefixes()
 	if err != nil {
 		return egress.ServeConfig{}, invalidFlag("cluster-cidrs", "%v", err)
@@ -213,17 +274,25 @@ the CONNECT host. docs/egress.md is the contract.`,
 				return utilerrors.NewAggregate(errs)
 			}
 			cliflag.PrintFlags(cmd.Flags())
-			cfg, err := o.Config()
+			cfg, informers, err := o.Config()
 			if err != nil {
 				return err
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			if informers != nil {
+				// The gateway refuses everything, and is not ready, until they have synced.
+				informersDone := make(chan struct{})
+				informers.Start(informersDone)
+				defer informers.Shutdown()
+				defer close(informersDone)
+			}
 			return egress.Run(ctx, cfg)
 		},
 	}
 	fss := newNamedFlagSets()
 	o.AddFlags(fss.FlagSet("egress"))
+	o.KubeClient.AddFlags(fss.FlagSet("kubernetes client"))
 	addLogsFlags(fss.FlagSet("logs"))
 	setFlags(cmd, fss)
 	return cmd

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/egress"
 )
 
 const testClaimsFile = `[{"namespace":"team-a","claim":"c","runtime":"r","password":"0123456789abcdefghij",
@@ -14,8 +16,9 @@ const testClaimsFile = `[{"namespace":"team-a","claim":"c","runtime":"r","passwo
 
 func TestEgressDefaults(t *testing.T) {
 	o := NewEgressOptions()
-	errs := o.Validate()
-	checkOneErrorFor(t, errs, "claims-file")
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatalf("the defaults (claims from the cluster) do not validate: %v", errs)
+	}
 	o.ClaimsFile = tempFile(t, "claims.json", testClaimsFile)
 	if errs := o.Validate(); len(errs) != 0 {
 		t.Fatalf("the defaults with a claims file do not validate: %v", errs)
@@ -25,12 +28,41 @@ func TestEgressDefaults(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("defaults %v, want %v", got, want)
 	}
-	cfg, err := o.Config()
+	cfg, informers, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Gateway.Claims.HasSynced() || cfg.ProxyAddress != ":3128" {
-		t.Errorf("config %+v", cfg)
+	if !cfg.Gateway.Claims.HasSynced() || cfg.ProxyAddress != ":3128" || informers != nil {
+		t.Errorf("config %+v, informers %v", cfg, informers)
+	}
+}
+
+// TestEgressClusterLookup: without --claims-file the gateway reads the cluster the kubeconfig
+// names: a lookup that has not synced (its informers are the caller's to start), over the
+// token key's namespace.
+func TestEgressClusterLookup(t *testing.T) {
+	o := newEgressOptionsWithEnv(func(name string) string {
+		if name == "POD_NAMESPACE" {
+			return "gateway-ns"
+		}
+		return ""
+	})
+	if o.TokenKeyNamespace != "gateway-ns" {
+		t.Errorf("token key namespace %q, want $POD_NAMESPACE", o.TokenKeyNamespace)
+	}
+	o.KubeClient.Kubeconfig = tempFile(t, "kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\ncurrent-context: c\n")
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	cfg, informers, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if informers == nil || cfg.Gateway.Claims.HasSynced() {
+		t.Errorf("informers %v, synced %v: want informers to start, not synced", informers, cfg.Gateway.Claims.HasSynced())
+	}
+	if _, ok := cfg.Gateway.Claims.(*egress.ClusterClaims); !ok {
+		t.Errorf("lookup %T, want the cluster's", cfg.Gateway.Claims)
 	}
 }
 
@@ -54,6 +86,11 @@ func TestEgressInvalidFlags(t *testing.T) {
 		"zero dial timeout":   {func(o *EgressOptions) { o.DialTimeout = 0 }, "dial-timeout"},
 		"zero idle timeout":   {func(o *EgressOptions) { o.IdleTimeout = 0 }, "idle-timeout"},
 		"negative grace":      {func(o *EgressOptions) { o.ShutdownGrace = -time.Second }, "shutdown-grace"},
+		"missing kubeconfig": {func(o *EgressOptions) {
+			o.ClaimsFile, o.KubeClient.Kubeconfig = "", "/nonexistent/kubeconfig"
+		}, "kubeconfig"},
+		"token key namespace": {func(o *EgressOptions) { o.ClaimsFile, o.TokenKeyNamespace = "", "Not_A_Namespace" }, "token-key-namespace"},
+		"zero QPS":            {func(o *EgressOptions) { o.ClaimsFile, o.KubeClient.QPS = "", 0 }, "kube-api-qps"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

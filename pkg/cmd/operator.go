@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
@@ -189,6 +190,11 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		return nil, fmt.Errorf("getting the hostname for the lease identity: %w", err)
 	}
 
+	egressGateway, err := o.Controllers.egressGateway()
+	if err != nil {
+		return nil, err
+	}
+
 	return &operator.Config{
 		KubeClient:             kubeClient,
 		EventClient:            eventClient,
@@ -215,6 +221,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		PoolKubeClient:         poolKubeClient,
 		PoolAirlockClient:      poolAirlockClient,
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
+		EgressGateway:          egressGateway,
 	}, nil
 }
 
@@ -458,11 +465,16 @@ type ControllerOptions struct {
 	Workers        int
 	SyncImage      string
 	WarmRefillRate float64
+	// EgressGatewayService and EgressCABundleConfigMap name the egress gateway (docs/egress.md).
+	EgressGatewayService    string
+	EgressCABundleConfigMap string
 }
 
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Workers of each controller: claims synced at once (>= 1).")
 	fs.StringVar(&o.SyncImage, "sync-image", o.SyncImage, "Image of the sync-back Jobs, which run \"airlock sync\".")
+	fs.StringVar(&o.EgressGatewayService, "egress-gateway-service", o.EgressGatewayService, "The egress gateway's Service, namespace/name:port (like airlock-system/airlock-egress:3128): sandboxes of classes with egress reach it at its cluster IP, and their NetworkPolicy opens its pods' target port. Empty: a class with egress is refused (its claims fail, EgressUnavailable).")
+	fs.StringVar(&o.EgressCABundleConfigMap, "egress-ca-bundle-configmap", o.EgressCABundleConfigMap, "With --egress-gateway-service, optional: the ConfigMap (key ca.crt, in each claim's namespace) mounted into sandboxes with egress and named by SSL_CERT_FILE and the like: public roots and the gateway's terminating CA. The operator does not create it yet. Empty: no bundle is mounted.")
 	fs.Float64Var(&o.WarmRefillRate, "warm-refill-rate", o.WarmRefillRate, "Warm members the leader creates per second at most, across every pool (> 0); they are written with a client of their own, so that refills never take the claims' turn.")
 }
 
@@ -477,7 +489,36 @@ func (o *ControllerOptions) Validate() []error {
 	if o.SyncImage == "" || strings.ContainsAny(o.SyncImage, " \t\n") {
 		errs = append(errs, invalidFlag("sync-image", "must be an image reference, like ghcr.io/airlock-dev/airlock:v0.1.0"))
 	}
+	if _, err := o.egressGateway(); err != nil {
+		errs = append(errs, err)
+	}
 	return errs
+}
+
+// egressGateway is the gateway the flags name, nil for none; its error names the flag.
+func (o *ControllerOptions) egressGateway() (*sandboxpod.GatewayRef, error) {
+	if o.EgressGatewayService == "" {
+		if o.EgressCABundleConfigMap != "" {
+			return nil, invalidFlag("egress-ca-bundle-configmap", "is used only with --egress-gateway-service")
+		}
+		return nil, nil
+	}
+	ref, err := sandboxpod.ParseGatewayRef(o.EgressGatewayService)
+	if err != nil {
+		return nil, invalidFlag("egress-gateway-service", "%v", err)
+	}
+	for _, name := range []string{ref.Namespace, ref.Name} {
+		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+			return nil, invalidFlag("egress-gateway-service", "%q: %s", name, strings.Join(msgs, "; "))
+		}
+	}
+	if cm := o.EgressCABundleConfigMap; cm != "" {
+		if msgs := validation.IsDNS1123Subdomain(cm); len(msgs) > 0 {
+			return nil, invalidFlag("egress-ca-bundle-configmap", "%q: %s", cm, strings.Join(msgs, "; "))
+		}
+	}
+	ref.CABundleConfigMap = o.EgressCABundleConfigMap
+	return ref, nil
 }
 
 type bindAddress struct {

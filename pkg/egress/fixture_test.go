@@ -292,7 +292,11 @@ type fixtureOptions struct {
 	// quiet: no audit lines in the test log and no records (benchmarks).
 	quiet     bool
 	terminate *Terminator
+	// lookup, if set, is the gateway's ClaimLookup instead of the static claims A and B.
+	lookup ClaimLookup
 }
+
+func withLookup(l ClaimLookup) fixtureOption { return func(o *fixtureOptions) { o.lookup = l } }
 
 func withTerminator(tr *Terminator) fixtureOption {
 	return func(o *fixtureOptions) { o.terminate = tr }
@@ -344,8 +348,12 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 	if o.quiet {
 		observe = nil
 	}
+	var lookup ClaimLookup = claims
+	if o.lookup != nil {
+		lookup = o.lookup
+	}
 	g, err := New(Config{
-		Claims: claims, Resolver: f.resolver, Dialer: f.dialer,
+		Claims: lookup, Resolver: f.resolver, Dialer: f.dialer,
 		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("34.118.224.0/20")},
 		Observe:       observe,
 		ShutdownGrace: o.grace,

@@ -9,6 +9,7 @@ import (
 	componentbaseconfig "k8s.io/component-base/config"
 
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ComponentName names the operator in events, field managers, user agents and the lease.
@@ -93,4 +94,7 @@ type Config struct {
 	PoolKubeClient    kubernetes.Interface
 	PoolAirlockClient airlockclientset.Interface
 	WarmRefillRate    float64
+	// EgressGateway is the egress gateway claims of classes with egress are frozen with
+	// (--egress-gateway-service); nil: such claims fail (docs/egress.md).
+	EgressGateway *sandboxpod.GatewayRef
 }

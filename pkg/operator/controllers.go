@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ControllerContext is what a controller is built from. The informer factories are shared by
@@ -51,6 +52,8 @@ type ControllerContext struct {
 	PoolKubeClient    kubernetes.Interface
 	PoolAirlockClient airlockclientset.Interface
 	WarmRefillRate    float64
+	// EgressGateway is the egress gateway (--egress-gateway-service), nil for none.
+	EgressGateway *sandboxpod.GatewayRef
 	// CABundle is the CA bundle the leader publishes for runtimes; nil when there is none to
 	// publish (--tls-mode=none, or files without --tls-ca-file).
 	CABundle cabundle.Source
@@ -175,6 +178,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	if err != nil {
 		return nil, err
 	}
+	c.SetEgressGateway(cc.EgressGateway)
 	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
 }
 

@@ -315,6 +315,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		PoolKubeClient:    o.cfg.PoolKubeClient,
 		PoolAirlockClient: o.cfg.PoolAirlockClient,
 		WarmRefillRate:    o.cfg.WarmRefillRate,
+		EgressGateway:     o.cfg.EgressGateway,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no

@@ -172,7 +172,16 @@ func ClaimPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 		},
 	}}
 	mount := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true}
-	return sandboxPod(meta, record, claim.Spec.WorkspaceDir, ClaimArgs(record), secret, mount)
+	pod := sandboxPod(meta, record, claim.Spec.WorkspaceDir, ClaimArgs(record), secret, mount)
+	// Egress (egress.go): the operator's variables last, the class's of the same names dropped,
+	// and the CA bundle beside the token.
+	c := &pod.Spec.Containers[0]
+	c.Env = withoutReserved(c.Env, egressEnv(claim, record, claim.Name))
+	if v, m := egressVolume(record); v != nil {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, *v)
+		c.VolumeMounts = append(c.VolumeMounts, *m)
+	}
+	return pod
 }
 
 // sandboxPod returns a sandbox pod of meta running what record says, with args, the workspace
@@ -274,11 +283,27 @@ func TokenSecret(claim *airlockv1alpha1.SandboxClaim, name, token string) *corev
 	}
 }
 
-// UseTokenSecret points the pod's token volume at the Secret name.
+// TokenSecretWithProxy is TokenSecret with the claim's proxy credential under ProxyKey (a claim
+// with egress): the pod reads it through a secretKeyRef, so that it is never in the pod's spec.
+func TokenSecretWithProxy(claim *airlockv1alpha1.SandboxClaim, name, token, proxyCredential string) *corev1.Secret {
+	s := TokenSecret(claim, name, token)
+	s.Data[ProxyKey] = []byte(proxyCredential)
+	return s
+}
+
+// UseTokenSecret points the pod's token volume, and its proxy credential's variable, at the
+// Secret name.
 func UseTokenSecret(pod *corev1.Pod, name string) {
 	for i := range pod.Spec.Volumes {
 		if v := &pod.Spec.Volumes[i]; v.Name == TokenVolumeName && v.Secret != nil {
 			v.Secret.SecretName = name
+		}
+	}
+	for i := range pod.Spec.Containers {
+		for j := range pod.Spec.Containers[i].Env {
+			if e := &pod.Spec.Containers[i].Env[j]; e.Name == ProxyCredentialEnv && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				e.ValueFrom.SecretKeyRef.Name = name
+			}
 		}
 	}
 }

@@ -52,6 +52,18 @@ func policySpec(namespace string, selector map[string]string, record *airlockv1a
 		}
 		egress = append(egress, rule)
 	}
+	if egressReady(record) {
+		// The egress gateway's pods on their port (egress.go), and nothing else new: no DNS, the
+		// gateway resolves the names.
+		gw := record.Egress.Gateway
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: gw.Namespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: maps(gw.PodSelector)},
+			}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(tcp), Port: ptr.To(gw.TargetPort)}},
+		})
+	}
 	if len(record.AllowedServices) > 0 {
 		// DNS whenever the record allows some Service (SPEC section 5), whether or not the
 		// Service exists yet or names pods: the sandbox reaches it by name.

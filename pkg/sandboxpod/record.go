@@ -47,6 +47,11 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 		AllowedTools:       allowedTools(entry),
 		AllowedServices:    spec.AllowedServices,
 	}
+	if e := spec.Egress; e != nil {
+		// The gateway is frozen beside it by the claim controller (FreezeGateway): a record
+		// without one gets nothing of its egress.
+		r.Egress = &airlockv1alpha1.FrozenEgress{Hosts: e.Hosts, Credentials: e.Credentials}
+	}
 	if d := spec.StartupTimeout; d != nil && d.Duration > 0 {
 		r.StartupTimeout = *d
 	}
@@ -108,6 +113,9 @@ func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
 // sandboxd; the claim would wait for its startupTimeout to fail). One check for claims and warm
 // members alike: a class is valid for both or for neither.
 func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
+	if message := egressConflict(class); message != "" {
+		return message
+	}
 	for _, v := range class.Spec.Volumes {
 		switch {
 		case v.Name == TokenVolumeName:

@@ -148,6 +148,16 @@ func TestEveryClassFieldReachesTheRecord(t *testing.T) {
 				return len(r.AllowedServices) == 1 && r.AllowedServices[0].Name == "proxy"
 			}
 		},
+		"Egress": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Egress = &airlockv1alpha1.SandboxEgress{
+				Hosts:       []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}, AllowPrivate: true}},
+				Credentials: []airlockv1alpha1.EgressCredential{{Host: "github.com", Port: 443, Header: "Authorization", SecretName: "gh"}},
+			}
+			return func(r *airlockv1alpha1.FrozenSandbox) bool {
+				return r.Egress != nil && cmp.Equal(r.Egress.Hosts, s.Egress.Hosts) && cmp.Equal(r.Egress.Credentials, s.Egress.Credentials) &&
+					r.Egress.Gateway.Address == "" // the gateway is the operator's, frozen by the claim controller
+			}
+		},
 		"StartupTimeout": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
 			s.StartupTimeout = &metav1.Duration{Duration: 42 * time.Second}
 			return func(r *airlockv1alpha1.FrozenSandbox) bool { return r.StartupTimeout.Duration == 42*time.Second }

@@ -65,7 +65,8 @@ func stripContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatu
 }
 
 // StripService is the transform of the allowed-Service informer: it keeps of a Service only what
-// a NetworkPolicy is built from (namespace, name, selector, ports) and what a cache needs (uid,
+// a NetworkPolicy is built from (namespace, name, selector, ports), the cluster IP (the egress
+// gateway's address, FreezeGateway) and what a cache needs (uid,
 // resourceVersion), so that caching every Service of a large cluster costs little memory.
 // Anything else (a tombstone) passes through.
 func StripService(obj any) (any, error) {
@@ -81,6 +82,6 @@ func StripService(obj any) (any, error) {
 			ResourceVersion:   svc.ResourceVersion,
 			DeletionTimestamp: svc.DeletionTimestamp,
 		},
-		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
+		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports, ClusterIP: svc.Spec.ClusterIP},
 	}, nil
 }

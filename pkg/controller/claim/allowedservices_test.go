@@ -222,7 +222,8 @@ func TestAllowedServiceOfNoClaim(t *testing.T) {
 	}
 }
 
-// TestStripService keeps what a NetworkPolicy is built from and drops the rest.
+// TestStripService keeps what a NetworkPolicy is built from, and the cluster IP (the egress
+// gateway's address), and drops the rest.
 func TestStripService(t *testing.T) {
 	svc := proxyService("proxy")
 	svc.UID = "u1"
@@ -236,7 +237,7 @@ func TestStripService(t *testing.T) {
 	}
 	want := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: "infra", UID: "u1", ResourceVersion: "1"},
-		Spec:       corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
+		Spec:       corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports, ClusterIP: "10.0.0.1"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("StripService (-want +got):\n%s", diff)

@@ -62,9 +62,20 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		// pods would write one workspace. Only its policy is kept up.
 		return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
 	}
-	secretName := claimtoken.ClaimSecretName(claim.Name, token)
+	secret := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, token), token)
+	if record.Egress != nil {
+		proxy, err := c.newProxyCredential(ctx, claim)
+		if err != nil {
+			return fmt.Errorf("deriving the claim's egress proxy credential: %w", err)
+		}
+		if proxy == "" {
+			return errors.New("deriving the claim's egress proxy credential: empty credential")
+		}
+		secret = sandboxpod.TokenSecretWithProxy(claim, secret.Name, token, proxy)
+	}
+	secretName := secret.Name
 	ensures := []func() error{
-		func() error { return c.ensureSecret(ctx, claim, secretName, token) },
+		func() error { return c.ensureSecret(ctx, claim, secret) },
 		func() error {
 			return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
 		},
@@ -142,8 +153,8 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 	return out, changed
 }
 
-// ensureSecret creates the claim's token Secret, name (claimtoken.ClaimSecretName), holding the
-// token derived from the operator's key. The operator may create Secrets outside its own
+// ensureSecret creates the claim's token Secret, secret (named claimtoken.ClaimSecretName), holding
+// the token derived from the operator's key (and, with egress, the proxy credential). The operator may create Secrets outside its own
 // namespace but not read them, so the Secret is created, never read or repaired: only while the
 // claim's pod (in the cache) does not mount it yet (the pod is written after the Secret, so once
 // it mounts it the Secret was created), and AlreadyExists counts as done: the name is a hash of
@@ -151,15 +162,15 @@ func mergeLabels(live, want map[string]string) (map[string]string, bool) {
 // sync created (docs/decisions.md, "Least privilege"). The token is derived from the claim's UID,
 // so an earlier claim of the same name had another token and another Secret: a predecessor's
 // Secret is never taken for this claim's.
-func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, name, token string) error {
+func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, secret *corev1.Secret) error {
 	pod, err := c.podLister.Pods(claim.Namespace).Get(claim.Name)
 	switch {
-	case err == nil && metav1.IsControlledBy(pod, claim) && sandboxpod.TokenSecretOf(pod) == name:
+	case err == nil && metav1.IsControlledBy(pod, claim) && sandboxpod.TokenSecretOf(pod) == secret.Name:
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	err = c.children.secrets.Create(ctx, sandboxpod.TokenSecret(claim, name, token))
+	err = c.children.secrets.Create(ctx, secret)
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}

@@ -54,6 +54,7 @@ import (
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ControllerName is the queue's name, the events' component and the field manager of every write.
@@ -144,6 +145,11 @@ type Controller struct {
 
 	// newToken returns a claim's bearer token (derived from the operator's key); a seam for tests.
 	newToken func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
+	// newProxyCredential returns a claim's egress proxy credential; a seam for tests.
+	newProxyCredential func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
+	// egressGateway is the operator's egress gateway (--egress-gateway-service); nil: a class
+	// with egress is refused (SetEgressGateway).
+	egressGateway *sandboxpod.GatewayRef
 	// decide is admission.Decide; a seam for tests.
 	decide func(admission.Input) map[string]admission.Decision
 	// syncHandler is sync; a seam for tests of the worker loop.
@@ -171,6 +177,8 @@ type Informers struct {
 // TokenSource derives a claim's bearer token; *claimtoken.Source is one.
 type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+	// ProxyCredential derives a claim's egress proxy credential (claimtoken.DeriveProxy).
+	ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 }
 
 // NewController returns a SandboxClaim controller on the given informers. Events are recorded
@@ -186,8 +194,15 @@ func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Inter
 	c.newToken = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
 		return tokens.Token(ctx, claim.UID, claim.Namespace, claim.Name)
 	}
+	c.newProxyCredential = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		return tokens.ProxyCredential(ctx, claim.UID, claim.Namespace, claim.Name)
+	}
 	return c, nil
 }
+
+// SetEgressGateway names the egress gateway that claims of classes with egress are frozen with
+// (docs/egress.md); without one such claims are Failed (EgressUnavailable). Call before Run.
+func (c *Controller) SetEgressGateway(ref *sandboxpod.GatewayRef) { c.egressGateway = ref }
 
 func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, clk clock.WithTicker) (*Controller, error) {
 	logger := klog.FromContext(ctx)
@@ -241,6 +256,9 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		syncImage:    syncImage,
 		newToken: func(context.Context, *airlockv1alpha1.SandboxClaim) (string, error) {
 			return "", errors.New("no token source") // NewController sets it: fail closed
+		},
+		newProxyCredential: func(context.Context, *airlockv1alpha1.SandboxClaim) (string, error) {
+			return "", errors.New("no token source")
 		},
 		decide: admission.Decide,
 	}

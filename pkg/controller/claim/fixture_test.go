@@ -36,7 +36,9 @@ import (
 const (
 	testNamespace = sandboxpodtest.Namespace
 	testToken     = "test-token"
-	testSyncImage = "ghcr.io/airlock-dev/airlock:test"
+	// testProxyCredential starts every claim's proxy credential (then its UID).
+	testProxyCredential = "test-proxy-credential"
+	testSyncImage       = "ghcr.io/airlock-dev/airlock:test"
 )
 
 var (
@@ -234,6 +236,9 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 			return "", f.tokenErr
 		}
 		return testToken, nil
+	}
+	c.newProxyCredential = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
+		return testProxyCredential + "-" + string(claim.UID), nil
 	}
 
 	add := func(informer cache.SharedIndexInformer, obj any) {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -54,10 +56,31 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if err != nil {
 		return nil, nil, err
 	}
-	if message := sandboxpod.ClassConflict(class); message != "" {
+	if message := classConflict(class); message != "" {
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
-	return sandboxpod.Freeze(class, entry), nil, nil
+	record := sandboxpod.Freeze(class, entry)
+	if record.Egress != nil {
+		// The gateway is frozen with the record: a sandbox keeps the one it was admitted with.
+		gw, why := sandboxpod.FreezeGateway(c.egressGateway, c.egressGatewayService())
+		if why != "" {
+			return nil, &cannotFreeze{ReasonEgressUnavailable, fmt.Sprintf("SandboxClass %q: %s", class.Name, why)}, nil
+		}
+		record.Egress.Gateway = *gw
+	}
+	return record, nil, nil
+}
+
+// egressGatewayService is the gateway's Service from the allowed-Service cache, or nil.
+func (c *Controller) egressGatewayService() *corev1.Service {
+	if c.egressGateway == nil {
+		return nil
+	}
+	svc, err := c.allowedServiceLister.Services(c.egressGateway.Namespace).Get(c.egressGateway.Name)
+	if err != nil {
+		return nil
+	}
+	return svc
 }
 
 func findEntry(registry *airlockv1alpha1.ToolRegistry, sandbox string) *airlockv1alpha1.RegistrySandbox {
@@ -111,4 +134,16 @@ func (c *Controller) freezeLegacy(ctx context.Context, claim *airlockv1alpha1.Sa
 	updated.Status.Frozen = record
 	written, err := c.updateClaimStatus(ctx, claim, updated)
 	return written, nil, err
+}
+
+// classConflict says why no sandbox can be built from class, or "": sandboxpod's checks of what a
+// class may set, and whether the gateway compiles its egress.
+func classConflict(class *airlockv1alpha1.SandboxClass) string {
+	if message := sandboxpod.ClassConflict(class); message != "" {
+		return message
+	}
+	if err := egress.ClassPolicyError(class.Spec.Egress); err != nil {
+		return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package sandboxclass
 
 import (
 	"context"
+	"fmt"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -34,7 +36,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: messageValid, ObservedGeneration: class.Generation}
-	if why := sandboxpod.ClassConflict(class); why != "" {
+	why := sandboxpod.ClassConflict(class)
+	if err := egress.ClassPolicyError(class.Spec.Egress); why == "" && err != nil {
+		why = fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
+	}
+	if why != "" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonInvalidClass, why
 	}
 	updated := class.DeepCopy()

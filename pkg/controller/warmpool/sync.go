@@ -126,6 +126,12 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 		p.message = message
 		return p
 	}
+	if class.Spec.Egress != nil {
+		// A member's environment would need the adopting claim's proxy credential, known only
+		// at admission (docs/egress.md): claims of such a class are built cold.
+		p.message = fmt.Sprintf("SandboxClass %q has egress: warm members are not kept for it (its proxy credential is the claim's)", class.Name)
+		return p
+	}
 	p.record = sandboxpod.Freeze(class, entry)
 	p.key = sandboxpod.PoolKey(reg.UID, entry.Name, p.record)
 	return p

@@ -417,3 +417,24 @@ func TestPoolDeletesOnlyWhatItSaw(t *testing.T) {
 		t.Errorf("the adopted member was deleted from a stale cache: %v", err)
 	}
 }
+
+// TestNoWarmMembersWithEgress: a pool whose class has egress creates no member (a member would
+// need its adopting claim's proxy credential) and says why; claims of it are built cold.
+func TestNoWarmMembersWithEgress(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := poolFixture(t, 2, nil)
+	f.classes[0].Spec.Egress = &airlockv1alpha1.SandboxEgress{
+		Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}},
+	}
+	c := f.newController(ctx, 100)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.createdOf("pods")); n != 0 {
+		t.Errorf("created %d members", n)
+	}
+	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+	if st := written.Status.Warm[0]; st.Ready != 0 || !strings.Contains(st.Message, "has egress") {
+		t.Errorf("status %+v, want why no member is built", st)
+	}
+}

@@ -44,6 +44,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ClaimCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Connection"):
 		return &airlockv1alpha1.ConnectionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EgressCredential"):
+		return &airlockv1alpha1.EgressCredentialApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EgressGateway"):
+		return &airlockv1alpha1.EgressGatewayApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EgressHost"):
+		return &airlockv1alpha1.EgressHostApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FrozenEgress"):
+		return &airlockv1alpha1.FrozenEgressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FrozenSandbox"):
 		return &airlockv1alpha1.FrozenSandboxApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
@@ -64,6 +72,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.SandboxClassSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClassStatus"):
 		return &airlockv1alpha1.SandboxClassStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxEgress"):
+		return &airlockv1alpha1.SandboxEgressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPolicy"):
 		return &airlockv1alpha1.SandboxPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPort"):

@@ -89,3 +89,14 @@ each fails the render with one line that names the values.
 {{- fail "sandbox.allowedTools is set but sandbox.toolRegistry.enabled is false: the allowlist belongs to the chart's ToolRegistry; enable it (or write your own registry)" -}}
 {{- end -}}
 {{- end }}
+
+{{/* Labels of the egress gateway's objects (manifests/components/egress). */}}
+{{- define "airlock.egressSelectorLabels" -}}
+app.kubernetes.io/name: airlock
+app.kubernetes.io/component: egress
+{{- end }}
+
+{{- define "airlock.egressLabels" -}}
+{{ include "airlock.egressSelectorLabels" . }}
+{{ include "airlock.helmLabels" . }}
+{{- end }}

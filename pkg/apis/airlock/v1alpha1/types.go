@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Labels the operator puts on every SandboxClaim (SPEC section 2).
@@ -163,6 +164,13 @@ type SandboxClassSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	AllowedServices []ServiceReference `json:"allowedServices,omitempty"`
 
+	// Egress is what the sandbox may reach outside the cluster, through airlock's egress gateway
+	// (docs/egress.md): only the hosts it lists, with the credentials it names injected by the
+	// gateway. Absent: the sandbox reaches nothing outside the cluster. A class with egress is
+	// admitted only by an operator that knows its gateway (--egress-gateway-service).
+	// +optional
+	Egress *SandboxEgress `json:"egress,omitempty"`
+
 	// StartupTimeout is how long a claim may take to become Bound before it is Failed.
 	// +optional
 	// +kubebuilder:default="5m"
@@ -216,6 +224,180 @@ type ScratchVolumeSource struct {
 	// SizeLimit caps the emptyDir.
 	// +optional
 	SizeLimit *resource.Quantity `json:"sizeLimit,omitempty"`
+}
+
+// SandboxEgress is what a sandbox may reach through the egress gateway: nothing that no host
+// entry or credential allows.
+// +kubebuilder:validation:XValidation:rule="(has(self.hosts) && size(self.hosts) > 0) || (has(self.credentials) && size(self.credentials) > 0)",message="egress must list at least one host or credential"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.hosts) || self.credentials.all(c, !self.hosts.exists(h, h.host == c.host && c.port in h.ports))",message="a credential's host and port must not also be listed in hosts: requests would pass there without the credential (the credential entry allows the host itself)"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentials) || self.credentials.all(c, self.credentials.exists_one(d, d.host == c.host && d.port == c.port))",message="at most one credential per host and port"
+type SandboxEgress struct {
+	// Hosts are the hosts the sandbox may reach, each on its ports.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Hosts []EgressHost `json:"hosts,omitempty"`
+
+	// Credentials are headers the gateway adds to the requests to one host (it terminates the TLS
+	// of that host's tunnels with its own CA, which the sandbox trusts through the mounted CA
+	// bundle). The sandbox never holds them: they live in Secrets of the operator's namespace.
+	// Each credential also allows its host, on its port, with its methods and paths.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+}
+
+// EgressHost allows one host, or every name below a suffix, on some ports.
+type EgressHost struct {
+	// Host is an exact name ("proxy.golang.org") or a wildcard "*.suffix" ("*.githubusercontent.com":
+	// every name below the suffix at any depth, not the suffix itself; the suffix has two labels
+	// or more). Lower case, ASCII (IDNA A-labels: xn--...), no trailing dot; IP addresses are not
+	// hosts.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([*][.])?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')",message="host must be a lower-case DNS name (ASCII, IDNA A-labels, no trailing dot) or *.suffix"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('*.') || self.split('.').size() >= 3",message="a wildcard needs a suffix of two labels or more (*.example.com, not *.com)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|[.])(0x[0-9a-f]*|[0-9]+)$')",message="host must be a name, not an IP address: its last label may not be numeric"
+	Host string `json:"host"`
+
+	// Ports are the allowed ports (443 for HTTPS).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Ports []EgressPort `json:"ports"`
+
+	// Methods, when set, are the only HTTP methods allowed. The gateway reads the requests only
+	// of plain HTTP and of the tunnels it terminates: a CONNECT to a host whose every entry
+	// restricts methods or paths is terminated (or refused by a gateway without a CA).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	Methods []EgressMethod `json:"methods,omitempty"`
+
+	// PathPrefixes, when set, are the only paths allowed: a path matches a prefix it equals or
+	// continues after a "/" ("/v1" matches "/v1" and "/v1/x", not "/v1beta").
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	PathPrefixes []EgressPathPrefix `json:"pathPrefixes,omitempty"`
+
+	// AllowPrivate lets the host resolve to private (RFC 1918, ULA), CGNAT, reserved or cluster
+	// addresses. Loopback, link-local (the metadata address) and multicast stay refused.
+	// +optional
+	AllowPrivate bool `json:"allowPrivate,omitempty"`
+}
+
+// EgressCredential is a header the gateway injects into the requests to one host.
+type EgressCredential struct {
+	// Host is the one exact name the credential is sent to (no wildcard, no address).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')",message="a credential's host must be one lower-case DNS name (ASCII, no trailing dot): no wildcard"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|[.])(0x[0-9a-f]*|[0-9]+)$')",message="host must be a name, not an IP address: its last label may not be numeric"
+	Host string `json:"host"`
+
+	// Port is the host's port (TLS: the credential never crosses the network in clear).
+	// +optional
+	// +kubebuilder:default=443
+	Port EgressPort `json:"port,omitempty"`
+
+	// Methods, when set, are the only methods the credential's requests may use.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	Methods []EgressMethod `json:"methods,omitempty"`
+
+	// PathPrefixes, when set, are the only paths the credential's requests may ask for.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	PathPrefixes []EgressPathPrefix `json:"pathPrefixes,omitempty"`
+
+	// Header is the header the gateway sets (replacing the sandbox's own), e.g. Authorization.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-!#$%&*+.^_|~0-9A-Za-z]+$')",message="header must be an HTTP header name (letters, digits and !#$%&*+-.^_|~)"
+	// +kubebuilder:validation:XValidation:rule="!(self.lowerAscii() in ['host', 'connection', 'proxy-connection', 'keep-alive', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade'])",message="header may not be Host nor a hop-by-hop header"
+	Header string `json:"header"`
+
+	// SecretName is the Secret, in the operator's namespace, that holds the header's whole value
+	// (e.g. "Bearer ..."); the gateway reads it, the sandbox never does.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	SecretName string `json:"secretName"`
+}
+
+// EgressPort is a TCP port.
+// +kubebuilder:validation:Minimum=1
+// +kubebuilder:validation:Maximum=65535
+type EgressPort int32
+
+// EgressMethod is an HTTP method (CONNECT is the gateway's, never a rule's).
+// +kubebuilder:validation:Enum=GET;HEAD;POST;PUT;PATCH;DELETE;OPTIONS
+type EgressMethod string
+
+// EgressPathPrefix is a path prefix: it starts with "/" and holds no dot segments, empty
+// segments, %-escapes or backslashes (servers differ in how they read them).
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="a path prefix starts with /"
+// +kubebuilder:validation:XValidation:rule="!self.contains('%') && !self.contains('\\\\') && !self.contains('?') && !self.contains('#')",message="a path prefix holds no %-escapes, backslashes, ? or #"
+// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)') && !self.contains('//')",message="a path prefix holds no dot segments and no empty segments"
+type EgressPathPrefix string
+
+// FrozenEgress is a claim's egress as frozen at admission: the class's policy and the gateway the
+// operator named then. The gateway enforces the policy; the claim's NetworkPolicy opens the
+// gateway's pods on its port, and the pod's environment points the proxy variables at it.
+type FrozenEgress struct {
+	// Hosts are the class's allowed hosts.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Hosts []EgressHost `json:"hosts,omitempty"`
+
+	// Credentials are the class's credentials.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+
+	// Gateway is where the sandbox reaches the gateway.
+	// +required
+	Gateway EgressGateway `json:"gateway"`
+}
+
+// EgressGateway is the egress gateway as the operator found it when the claim was admitted.
+type EgressGateway struct {
+	// Namespace of the gateway's Service and pods.
+	// +required
+	Namespace string `json:"namespace"`
+	// Service is the gateway's Service's name.
+	// +required
+	Service string `json:"service"`
+	// Address is the Service's cluster IP: a sandbox has no DNS server, so its proxy URL names
+	// the gateway by address.
+	// +required
+	Address string `json:"address"`
+	// Port is the Service's port, in the proxy URL.
+	// +required
+	Port int32 `json:"port"`
+	// TargetPort is the gateway pods' port the Service sends it to, opened by the NetworkPolicy.
+	// +required
+	TargetPort intstr.IntOrString `json:"targetPort"`
+	// PodSelector is the Service's selector: the gateway's pods.
+	// +required
+	PodSelector map[string]string `json:"podSelector"`
+	// CABundleConfigMap, when set, is the ConfigMap of the claim's namespace (key ca.crt) that
+	// holds the bundle the sandbox trusts: public roots and the gateway's terminating CA.
+	// +optional
+	CABundleConfigMap string `json:"caBundleConfigMap,omitempty"`
 }
 
 // ServiceReference names an in-cluster Service.
@@ -855,6 +1037,10 @@ type FrozenSandbox struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	AllowedServices []ServiceReference `json:"allowedServices,omitempty"`
+
+	// Egress is the class's egress and its gateway; absent, the sandbox reaches nothing outside.
+	// +optional
+	Egress *FrozenEgress `json:"egress,omitempty"`
 
 	// StartupTimeout is how long the claim may take to become Bound before it is Failed.
 	// +required

@@ -55,6 +55,8 @@ type FrozenSandboxApplyConfiguration struct {
 	AllowedTools []airlockv1alpha1.ToolName `json:"allowedTools,omitempty"`
 	// AllowedServices are the in-cluster Services the sandbox may reach; empty reaches nothing.
 	AllowedServices []ServiceReferenceApplyConfiguration `json:"allowedServices,omitempty"`
+	// Egress is the class's egress and its gateway; absent, the sandbox reaches nothing outside.
+	Egress *FrozenEgressApplyConfiguration `json:"egress,omitempty"`
 	// StartupTimeout is how long the claim may take to become Bound before it is Failed.
 	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
 }
@@ -171,6 +173,14 @@ func (b *FrozenSandboxApplyConfiguration) WithAllowedServices(values ...*Service
 		}
 		b.AllowedServices = append(b.AllowedServices, *values[i])
 	}
+	return b
+}
+
+// WithEgress sets the Egress field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Egress field is set to the value of the last call.
+func (b *FrozenSandboxApplyConfiguration) WithEgress(value *FrozenEgressApplyConfiguration) *FrozenSandboxApplyConfiguration {
+	b.Egress = value
 	return b
 }
 

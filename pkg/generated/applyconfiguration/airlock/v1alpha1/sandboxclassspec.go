@@ -48,6 +48,11 @@ type SandboxClassSpecApplyConfiguration struct {
 	WorkspaceClaimName *string `json:"workspaceClaimName,omitempty"`
 	// AllowedServices are the in-cluster Services the sandbox may reach; empty reaches nothing.
 	AllowedServices []ServiceReferenceApplyConfiguration `json:"allowedServices,omitempty"`
+	// Egress is what the sandbox may reach outside the cluster, through airlock's egress gateway
+	// (docs/egress.md): only the hosts it lists, with the credentials it names injected by the
+	// gateway. Absent: the sandbox reaches nothing outside the cluster. A class with egress is
+	// admitted only by an operator that knows its gateway (--egress-gateway-service).
+	Egress *SandboxEgressApplyConfiguration `json:"egress,omitempty"`
 	// StartupTimeout is how long a claim may take to become Bound before it is Failed.
 	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
 }
@@ -146,6 +151,14 @@ func (b *SandboxClassSpecApplyConfiguration) WithAllowedServices(values ...*Serv
 		}
 		b.AllowedServices = append(b.AllowedServices, *values[i])
 	}
+	return b
+}
+
+// WithEgress sets the Egress field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Egress field is set to the value of the last call.
+func (b *SandboxClassSpecApplyConfiguration) WithEgress(value *SandboxEgressApplyConfiguration) *SandboxClassSpecApplyConfiguration {
+	b.Egress = value
 	return b
 }
 

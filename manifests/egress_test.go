@@ -1,0 +1,86 @@
+package manifests
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// TestEgressComponent: components/egress installs the gateway as docs/egress.md says (two
+// restricted replicas under their own ServiceAccount, reading claims and pods and no Secret but
+// the token key, never writing), and points the operator at its Service; it composes with
+// components/cert-manager.
+func TestEgressComponent(t *testing.T) {
+	for name, components := range map[string][]string{
+		"alone":             {"components/egress"},
+		"with cert-manager": {"components/cert-manager", "components/egress"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := overlayBuild(t, components...)
+			dep := objs["apps/v1/Deployment/airlock-system/airlock-egress"]
+			if dep == nil {
+				t.Fatal("no gateway Deployment")
+			}
+			pod := field(dep, "spec", "template", "spec").(map[string]any)
+			if fmt.Sprint(field(dep, "spec", "replicas")) != "2" || pod["serviceAccountName"] != "airlock-egress" {
+				t.Errorf("replicas %v, serviceAccountName %v", field(dep, "spec", "replicas"), pod["serviceAccountName"])
+			}
+			if sc := pod["securityContext"].(map[string]any); sc["runAsNonRoot"] != true || field(sc, "seccompProfile", "type") != "RuntimeDefault" {
+				t.Errorf("pod securityContext %v", sc)
+			}
+			c := pod["containers"].([]any)[0].(map[string]any)
+			csc := c["securityContext"].(map[string]any)
+			if csc["allowPrivilegeEscalation"] != false || csc["readOnlyRootFilesystem"] != true || fmt.Sprint(field(csc, "capabilities", "drop")) != "[ALL]" {
+				t.Errorf("container securityContext %v", csc)
+			}
+			if args := c["args"].([]any); args[0] != "egress" {
+				t.Errorf("args %v", args)
+			}
+			if objs["policy/v1/PodDisruptionBudget/airlock-system/airlock-egress"] == nil || objs["networking.k8s.io/v1/NetworkPolicy/airlock-system/airlock-egress"] == nil {
+				t.Error("no PodDisruptionBudget or NetworkPolicy for the gateway")
+			}
+
+			// The Service the operator's flag names selects the gateway's pods on port 3128.
+			op := objs["apps/v1/Deployment/airlock-system/airlock-operator"]
+			args := field(op, "spec", "template", "spec").(map[string]any)["containers"].([]any)[0].(map[string]any)["args"].([]any)
+			if !slices.Contains(args, any("--egress-gateway-service=airlock-system/airlock-egress:3128")) {
+				t.Errorf("operator args %v lack --egress-gateway-service", args)
+			}
+			if len(components) == 2 && !slices.Contains(args, any("--tls-mode=files")) {
+				t.Errorf("operator args %v lost cert-manager's", args)
+			}
+			svc := objs["v1/Service/airlock-system/airlock-egress"]
+			port := field(svc, "spec").(map[string]any)["ports"].([]any)[0].(map[string]any)
+			if fmt.Sprint(port["port"]) != "3128" || port["targetPort"] != "proxy" {
+				t.Errorf("service port %v", port)
+			}
+			sel := field(svc, "spec", "selector").(map[string]any)
+			labels := field(dep, "spec", "template", "metadata", "labels").(map[string]any)
+			for k, v := range sel {
+				if labels[k] != v {
+					t.Errorf("the Service's selector %v does not select the gateway's pods %v", sel, labels)
+				}
+			}
+
+			// RBAC: read only; Secrets only the token key, in the gateway's namespace.
+			cr := objs["rbac.authorization.k8s.io/v1/ClusterRole//airlock-egress"]
+			if cr == nil || objs["rbac.authorization.k8s.io/v1/ClusterRoleBinding//airlock-egress"] == nil || objs["rbac.authorization.k8s.io/v1/RoleBinding/airlock-system/airlock-egress"] == nil {
+				t.Fatal("no ClusterRole, ClusterRoleBinding or RoleBinding airlock-egress")
+			}
+			for _, r := range cr["rules"].([]any) {
+				rule := r.(map[string]any)
+				if fmt.Sprint(rule["verbs"]) != "[list watch]" || slices.Contains(rule["resources"].([]any), any("secrets")) {
+					t.Errorf("ClusterRole rule %v: want list and watch of claims and pods only", rule)
+				}
+			}
+			role := objs["rbac.authorization.k8s.io/v1/Role/airlock-system/airlock-egress"]
+			if role == nil {
+				t.Fatal("no Role airlock-egress")
+			}
+			rules := role["rules"].([]any)
+			if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[airlock-token-key]" || fmt.Sprint(rules[0].(map[string]any)["verbs"]) != "[list watch]" {
+				t.Errorf("Role rules %v: want list and watch of the token key only", rules)
+			}
+		})
+	}
+}
