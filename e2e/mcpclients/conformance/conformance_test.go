@@ -159,22 +159,33 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestConformanceNewFailureFails checks that the baseline is enforced: a
-// failing scenario left out of the expected failures fails the run.
-func TestConformanceNewFailureFails(t *testing.T) {
+// TestConformanceBaselineEnforced checks that the baseline is enforced both
+// ways: a failing scenario left out of the expected failures fails the run,
+// and so does a listed scenario that passes.
+func TestConformanceBaselineEnforced(t *testing.T) {
 	s := install(t)
 	sd := harness.Start(t)
-	baseline := filepath.Join(t.TempDir(), "expected-failures.yaml")
-	if err := os.WriteFile(baseline, []byte("server:\n  - tools-call-image\n"), 0o644); err != nil {
-		t.Fatal(err)
+	tests := map[string]struct {
+		scenario, baseline, wantOutput string
+	}{
+		"new failure":    {scenario: "tools-call-simple-text", baseline: "server:\n  - tools-call-image\n", wantOutput: "Unexpected failures"},
+		"stale baseline": {scenario: "ping", baseline: "server:\n  - ping\n", wantOutput: "Stale baseline"},
 	}
-	out, err := s.run(t, "--url", sd.URL+"/mcp", "--scenario", "tools-call-simple-text", "--expected-failures", baseline)
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
-		t.Fatalf("the suite passed (or did not run: %v) with tools-call-simple-text failing and not in the baseline:\n%s", err, out)
-	}
-	if !strings.Contains(out, "tools-call-simple-text") || !strings.Contains(out, "Unexpected failures") {
-		t.Errorf("the suite's output does not name the unexpected failure:\n%s", out)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			baseline := filepath.Join(t.TempDir(), "expected-failures.yaml")
+			if err := os.WriteFile(baseline, []byte(tc.baseline), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.run(t, "--url", sd.URL+"/mcp", "--scenario", tc.scenario, "--expected-failures", baseline)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite exited with %v on scenario %s with baseline %q, want a failure:\n%s", err, tc.scenario, tc.baseline, out)
+			}
+			if !strings.Contains(out, tc.wantOutput) || !strings.Contains(out, tc.scenario) {
+				t.Errorf("the suite's output does not say %q about %s:\n%s", tc.wantOutput, tc.scenario, out)
+			}
+		})
 	}
 }
 
