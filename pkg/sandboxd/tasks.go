@@ -32,7 +32,7 @@ import (
 // its context (which kills its process group), tasks/update is acknowledged
 // (sandboxd never asks for input). A finished task is kept for the
 // retention, then dropped; the store holds at most maxTasks tasks and
-// maxTaskBytes of results, dropping the oldest finished ones first; when
+// maxBytes of results (taskOptions), dropping the oldest finished ones first; when
 // it is full of running tasks, a call stays a plain call.
 
 // tasksExtension is the extension's identifier.
@@ -49,8 +49,8 @@ const (
 	defaultTaskThreshold = 10 * time.Second // a call still running then becomes a task
 	defaultTaskRetention = time.Hour        // a finished task is kept this long
 	taskPollInterval     = time.Second      // suggested to clients
-	maxTasks             = 64
-	maxTaskBytes         = 32 << 20 // the results kept, together
+	defaultMaxTasks      = 64
+	defaultMaxTaskBytes  = 32 << 20 // the results kept, together
 )
 
 // Task statuses.
@@ -65,6 +65,8 @@ const (
 type taskOptions struct {
 	threshold time.Duration
 	retention time.Duration
+	maxTasks  int // kept at once, running or finished
+	maxBytes  int // of the finished tasks' results, together
 	clock     clock.WithDelayedExecution
 }
 
@@ -109,6 +111,12 @@ func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger)
 	if opts.retention <= 0 {
 		opts.retention = defaultTaskRetention
 	}
+	if opts.maxTasks <= 0 {
+		opts.maxTasks = defaultMaxTasks
+	}
+	if opts.maxBytes <= 0 {
+		opts.maxBytes = defaultMaxTaskBytes
+	}
 	base, stop := context.WithCancel(context.Background())
 	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}}
 }
@@ -125,6 +133,13 @@ func (s *taskStore) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("tasks still running: %w", ctx.Err())
 	}
+}
+
+// count is the number of tasks kept.
+func (s *taskStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tasks)
 }
 
 // taskCall is a tools/call's params as a task-capable call sends them.
@@ -228,7 +243,7 @@ func (s *taskStore) add(t *task) bool {
 	if t.status != taskWorking {
 		return false
 	}
-	for len(s.order) >= maxTasks {
+	for len(s.order) >= s.opts.maxTasks {
 		if !s.dropOldestFinishedLocked() {
 			return false
 		}
@@ -274,7 +289,7 @@ func (s *taskStore) record(t *task, res mcp.Result, err error) bool {
 		t.result = data
 	}
 	s.bytes += len(t.result)
-	for s.bytes > maxTaskBytes && s.dropOldestFinishedLocked() {
+	for s.bytes > s.opts.maxBytes && s.dropOldestFinishedLocked() {
 	}
 	return true
 }

@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/airlock-dev/airlock/pkg/toolnames"
@@ -220,7 +223,7 @@ func TestTaskOutlivesItsStream(t *testing.T) {
 	if resp := getTask(id).call(t, ts.url); errorCode(resp) != -32602 {
 		t.Fatalf("after the retention, tasks/get = %v, want invalid params (collected)", resp)
 	}
-	if n := len(ts.streamable.tasks.tasks); n != 0 {
+	if n := ts.streamable.tasks.count(); n != 0 {
 		t.Errorf("%d tasks kept after the retention", n)
 	}
 }
@@ -316,7 +319,7 @@ func TestTaskAfterThreshold(t *testing.T) {
 	if res := read.call(t, ts.url); res["result"] != nil && result(t, res)["resultType"] == "task" {
 		t.Errorf("Read, not a task tool, became a task: %v", res)
 	}
-	if n := len(ts.streamable.tasks.tasks); n != 1 {
+	if n := ts.streamable.tasks.count(); n != 1 {
 		t.Errorf("%d tasks kept, want the one long call", n)
 	}
 }
@@ -442,5 +445,98 @@ func TestTaskNeedsTheToken(t *testing.T) {
 	get.header = authed
 	if got := result(t, get.call(t, ts.url)); got["status"] != taskWorking || got["statusMessage"] != nil {
 		t.Errorf("after the refused requests the task is %v, want working, no cancellation", got)
+	}
+}
+
+// TestTaskStoreBounds: the store keeps at most maxTasks tasks and maxBytes
+// of results, dropping the oldest finished tasks first; full of running
+// tasks, it takes no more (the call stays plain); a dropped task's bytes
+// are given back.
+func TestTaskStoreBounds(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC))
+	s := newTaskStore(taskOptions{maxTasks: 3, maxBytes: 80, clock: fc}, func() *callTable { return nil }, klog.Background())
+	newTask := func(id string) *task {
+		return &task{id: id, createdAt: fc.Now(), status: taskWorking, done: make(chan struct{}), cancel: func() {}}
+	}
+	text := func(n int) mcp.Result {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", n)}}}
+	}
+	ids := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var out []string
+		for _, t := range s.order {
+			out = append(out, t.id)
+		}
+		return out
+	}
+	a, b, c, d := newTask("a"), newTask("b"), newTask("c"), newTask("d")
+	for _, tk := range []*task{a, b, c} {
+		if !s.add(tk) {
+			t.Fatalf("add(%s) refused with room left", tk.id)
+		}
+	}
+	if s.add(d) {
+		t.Fatal("a store full of running tasks took one more")
+	}
+	s.finish(b, text(10), nil)
+	if !s.add(d) {
+		t.Fatal("add refused while a finished task could be dropped")
+	}
+	if got, want := fmt.Sprint(ids()), "[a c d]"; got != want {
+		t.Errorf("tasks = %s, want %s (the finished b dropped)", got, want)
+	}
+	s.finish(a, text(10), nil) // 49 bytes of JSON
+	s.finish(c, text(10), nil) // over 80 together: a, the oldest finished, goes
+	if got, want := fmt.Sprint(ids()), "[c d]"; got != want {
+		t.Errorf("tasks = %s, want %s (over the byte bound, the oldest finished dropped)", got, want)
+	}
+	s.mu.Lock()
+	kept := s.bytes
+	s.mu.Unlock()
+	if kept != len(c.result) || kept == 0 {
+		t.Errorf("bytes = %d, want c's %d", kept, len(c.result))
+	}
+	s.finish(d, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "boom"})
+	s.mu.Lock()
+	view := s.viewLocked(d)
+	s.mu.Unlock()
+	if view["status"] != taskFailed || view["statusMessage"] != "boom" || view["error"] == nil {
+		t.Errorf("a call that returned a protocol error: %v, want failed with the error", view)
+	}
+	fc.Step(defaultTaskRetention)
+	if got := ids(); len(got) != 0 {
+		t.Errorf("after the retention: %v kept", got)
+	}
+	s.mu.Lock()
+	kept = s.bytes
+	s.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("bytes = %d after every task was dropped", kept)
+	}
+}
+
+// TestTaskClientGoesBeforeTheThreshold: a call that may become a task but
+// whose client goes away before the threshold is a plain call that lost its
+// client: cancelled, its processes killed, no task kept.
+func TestTaskClientGoesBeforeTheThreshold(t *testing.T) {
+	ts, _ := taskServer(t)
+	req := rpc{method: "tools/call", name: toolnames.Bash, tasks: true, params: map[string]any{
+		"name": toolnames.Bash, "arguments": map[string]any{"command": "echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait"},
+	}}
+	ctx, cancel := context.WithCancel(t.Context())
+	sent := make(chan error, 1)
+	go func() {
+		_, err := req.send(ctx, t, ts.url)
+		sent <- err
+	}()
+	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	cancel()
+	if err := <-sent; !errors.Is(err, context.Canceled) {
+		t.Errorf("the client's POST ended with %v, want its cancellation", err)
+	}
+	waitDead(t, pids...)
+	if n := ts.streamable.tasks.count(); n != 0 {
+		t.Errorf("%d tasks kept for a call whose client left before the threshold", n)
 	}
 }
