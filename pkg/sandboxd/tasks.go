@@ -95,10 +95,11 @@ type taskStore struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
-	tasks map[string]*task
-	order []*task // oldest first
-	bytes int
+	mu     sync.Mutex
+	closed bool
+	tasks  map[string]*task
+	order  []*task // oldest first
+	bytes  int
 }
 
 func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger) *taskStore {
@@ -124,6 +125,9 @@ func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger)
 // close cancels every call in flight, tasks or not, and waits for them to
 // return (their process groups killed), or for ctx.
 func (s *taskStore) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true // no call starts after this
+	s.mu.Unlock()
 	s.stop()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -190,7 +194,14 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 	params := &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: p.Meta}
 	var res mcp.Result
 	var err error
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		return false // shutting down: the SDK's handler answers
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
@@ -201,7 +212,7 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 		close(t.done) // res and err are not written again
 		s.finish(t, res, err)
 	}()
-	if len(p.Task) == 0 {
+	if asked := len(p.Task) > 0 && string(p.Task) != "null"; !asked {
 		select {
 		case <-t.done:
 			writeCallResponse(w, req.ID, res, err, s.logger)
