@@ -183,7 +183,7 @@ func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, ar
 	} else {
 		cmd.Stdout = &stdout
 	}
-	stderr := newCappedBuffer(gitStderrBytes)
+	stderr := New(gitStderrBytes)
 	cmd.Stderr = stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {

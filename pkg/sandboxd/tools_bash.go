@@ -372,7 +372,7 @@ func (b *streamBuffer) take() (string, int64) {
 	defer b.mu.Unlock()
 	s, d := string(b.buf), b.dropped
 	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
-		kept := skipPartialRune(b.buf)
+		kept := SkipPartialRune(b.buf)
 		if scrub.IsTokenByte(b.lastDropped) {
 			kept = scrub.TrimTokenStart(kept)
 		}

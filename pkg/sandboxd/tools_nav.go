@@ -378,7 +378,7 @@ func truncateText(s string) string {
 	if len(s) <= navLineTextBytes {
 		return s
 	}
-	return string(trimPartialRune([]byte(s[:navLineTextBytes]))) + "..."
+	return string(TrimPartialRune([]byte(s[:navLineTextBytes]))) + "..."
 }
 
 // runesToUTF16 is the UTF-16 offset of the rune column col of line.

@@ -446,7 +446,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func cutSignature(s string) string {
 	s = oneLine(s)
 	if len(s) > searchCodeMaxSignature {
-		s = string(trimPartialRune([]byte(s[:searchCodeMaxSignature]))) + "..."
+		s = string(TrimPartialRune([]byte(s[:searchCodeMaxSignature]))) + "..."
 	}
 	return s
 }
@@ -458,7 +458,7 @@ func docLine(doc *ast.CommentGroup) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(doc.Text()), "\n")
 	if len(line) > searchCodeMaxDoc {
-		line = string(trimPartialRune([]byte(line[:searchCodeMaxDoc]))) + "..."
+		line = string(TrimPartialRune([]byte(line[:searchCodeMaxDoc]))) + "..."
 	}
 	return line
 }

@@ -180,7 +180,7 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 		return nil, SnapshotDiffOutput{}, err
 	}
 	out := SnapshotDiffOutput{From: id, To: "workspace"}
-	patch := newCappedBuffer(snapshotDiffBytes)
+	patch := New(snapshotDiffBytes)
 	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
 		from, err := s.find(ctx, id)
 		if err != nil {
