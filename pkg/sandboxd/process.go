@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 const (
@@ -249,7 +251,7 @@ func runForeground(ctx context.Context, groups *processGroups, dir, command stri
 // runForegroundTee is runForeground that also writes the whole output, as it
 // comes and before the cap, to tee (when it is not nil).
 func runForegroundTee(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration, tee io.Writer) (runResult, error) {
-	out := New(foregroundOutputBytes)
+	out := outcap.New(foregroundOutputBytes)
 	var w io.Writer = out
 	if tee != nil {
 		w = io.MultiWriter(out, tee)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -237,7 +238,7 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 		}
 	}
 	if cut { // not in a rune, nor in a token (half a secret would not be recognised)
-		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(TrimPartialRune(buf)), nil)
+		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(outcap.TrimPartialRune(buf)), nil)
 	}
 	return strings.TrimSuffix(string(buf), "\r"), cut, nil
 }

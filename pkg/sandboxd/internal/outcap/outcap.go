@@ -1,4 +1,8 @@
-package sandboxd
+// Package outcap caps the output of commands: a Buffer keeps
+// the first and last halves of a command's output and says how much it
+// elided, never half a token (a secret cut in two would be shown and not
+// be recognised); the rune helpers cut text on whole UTF-8 sequences.
+package outcap
 
 import (
 	"fmt"
@@ -6,11 +10,6 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
-
-// The output cap of commands (to move to internal/outcap): a Buffer keeps
-// the first and last halves of a command's output and says how much it
-// elided, never half a token (a secret cut in two would be shown and not
-// be recognised); the rune helpers cut text on whole UTF-8 sequences.
 
 // Buffer keeps the first and last halves of at most limit bytes of
 // output and counts what it drops in between.

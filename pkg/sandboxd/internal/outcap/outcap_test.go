@@ -1,4 +1,4 @@
-package sandboxd
+package outcap
 
 import (
 	"strings"
