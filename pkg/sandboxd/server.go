@@ -94,7 +94,9 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.sse.calls.Store(calls)
 	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
-	s.streamable.tasks = newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
+	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
+	s.streamable.tasks = tasks
+	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) })
 	return s, nil
 }
 

@@ -146,6 +146,19 @@ func (s *taskStore) count() int {
 	return len(s.tasks)
 }
 
+// running is the number of tasks still working.
+func (s *taskStore) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, t := range s.order {
+		if t.status == taskWorking {
+			n++
+		}
+	}
+	return n
+}
+
 // taskCall is a tools/call's params as a task-capable call sends them.
 type taskCall struct {
 	Name      string          `json:"name"`

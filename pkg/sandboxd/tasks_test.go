@@ -235,6 +235,7 @@ func TestTaskCancelKillsItsProcesses(t *testing.T) {
 	res := result(t, bashTask("echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait").call(t, ts.url))
 	id, _ := res["taskId"].(string)
 	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	waitMetric(t, ts.url, "airlock_sandboxd_tasks_running 1")
 	ack := result(t, rpc{method: "tasks/cancel", name: id, tasks: true, params: map[string]any{"taskId": id}}.call(t, ts.url))
 	if len(ack) != 1 || ack["resultType"] != "complete" {
 		t.Errorf("tasks/cancel = %v, want an empty acknowledgement", ack)
@@ -243,6 +244,8 @@ func TestTaskCancelKillsItsProcesses(t *testing.T) {
 	if got := waitTask(t, ts.url, id); got["status"] != taskCancelled || got["result"] != nil {
 		t.Errorf("cancelled task = %v, want status cancelled, no result", got)
 	}
+	waitMetric(t, ts.url, "airlock_sandboxd_tasks_running 0")
+	waitMetric(t, ts.url, "airlock_sandboxd_tasks_kept 1")
 }
 
 // TestTaskAfterThreshold: a call that declares the extension becomes a task
