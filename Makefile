@@ -21,7 +21,7 @@ run: ## As root: a real node, airlock installed in-cluster and a short demo; els
 	hack/run.sh
 
 .PHONY: test
-test: test-unit test-mcpclients test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
+test: test-unit test-mcpclients test-conformance test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the main module (helm and kubectl are built first, for the chart tests of manifests/).
@@ -29,8 +29,12 @@ test-unit: ## Unit tests of the main module (helm and kubectl are built first, f
 	AIRLOCK_BIN_DIR=$(BIN_DIR) go test -count=1 ./...
 
 .PHONY: test-mcpclients
-test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI).
-	cd e2e/mcpclients && go test -count=1 ./...
+test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI); the conformance suite is test-conformance.
+	cd e2e/mcpclients && go test -count=1 $$(go list ./... | grep -v '/conformance$$')
+
+.PHONY: test-conformance
+test-conformance: ## The official MCP conformance suite (npm @modelcontextprotocol/conformance and Node.js 22, pinned in e2e/mcpclients/conformance, npm ci into _output/conformance) against a real sandboxd, every revision it tests; a failure not in its expected-failures.yaml fails.
+	cd e2e/mcpclients && go test -count=1 ./conformance/
 
 .PHONY: test-monitoring
 test-monitoring: ## The chart's alert rules and dashboard with Prometheus's libraries, in their own module (e2e/monitoring): PromQL parses, every metric exists, every alert has a runbook and fires on its problem only.

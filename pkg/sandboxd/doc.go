@@ -36,6 +36,13 @@
 //
 // The 2026-07-28 revision deprecates HTTP+SSE, with a 12-month window.
 //
+// At 2026-07-28, a Bash, run_tests, run_failing_tests, run_script or
+// run_lint call whose _meta declares the extension io.modelcontextprotocol/tasks
+// becomes a task when it outlives a threshold (or at once, when its params
+// carry task): its POST gets a CreateTaskResult, the call runs on without
+// it, and tasks/get, tasks/cancel (which kills its process group) and
+// tasks/update reach it (tasks.go).
+//
 // The legacy SSE transport is a deliberate choice, not an oversight: the MCP
 // specification deprecated it in 2025-03-26, but agent runtimes and MCP
 // clients in use today still speak it (several speak only it), and an agent

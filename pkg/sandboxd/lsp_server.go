@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 // The language servers behind find_definition, find_references and
@@ -113,7 +114,7 @@ type langServer struct {
 	pgid   int
 	conn   *lsp.Conn
 	stdin  *os.File
-	stderr *cappedBuffer
+	stderr *outcap.Buffer
 	exited chan struct{} // closed once the process is reaped and its group killed
 	idle   *time.Timer
 	files  map[string]fileStamp // the watched files as last told to the server
@@ -249,7 +250,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	cmd.Dir = l.ws.dir
 	cmd.Env = append(os.Environ(), spec.env...)
 	cmd.Stdin, cmd.Stdout = inR, outW
-	s := &langServer{spec: spec, cmd: cmd, stdin: inW, stderr: newCappedBuffer(8 << 10), exited: make(chan struct{})}
+	s := &langServer{spec: spec, cmd: cmd, stdin: inW, stderr: outcap.New(8 << 10), exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	cmd.WaitDelay = lspStopGrace // a process that left the group and kept stderr
 	// Its own process group, killed whole; and killed if sandboxd dies.

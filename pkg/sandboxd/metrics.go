@@ -36,6 +36,20 @@ type metrics struct {
 
 // newMetrics registers the metrics. sessions and shells are read when
 // /metrics is scraped.
+// registerTasks adds the gauges of the task store (tasks.go).
+func (m *metrics) registerTasks(running, kept func() float64) {
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_running",
+			Help: "Tool calls that became tasks (io.modelcontextprotocol/tasks) and still run.",
+		}, running),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_kept",
+			Help: "Tasks kept for tasks/get, running or finished (finished ones until their retention passes).",
+		}, kept),
+	)
+}
+
 func newMetrics(served []string, sseStreams, sessions, shells func() float64) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),

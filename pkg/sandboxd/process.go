@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 const (
@@ -251,7 +251,7 @@ func runForeground(ctx context.Context, groups *processGroups, dir, command stri
 // runForegroundTee is runForeground that also writes the whole output, as it
 // comes and before the cap, to tee (when it is not nil).
 func runForegroundTee(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration, tee io.Writer) (runResult, error) {
-	out := newCappedBuffer(foregroundOutputBytes)
+	out := outcap.New(foregroundOutputBytes)
 	var w io.Writer = out
 	if tee != nil {
 		w = io.MultiWriter(out, tee)
@@ -281,112 +281,4 @@ func runForegroundTee(ctx context.Context, groups *processGroups, dir, command s
 		res.exitCode = exitTimedOut
 	}
 	return res, nil
-}
-
-// cappedBuffer keeps the first and last halves of at most limit bytes of
-// output and counts what it drops in between.
-type cappedBuffer struct {
-	mu     sync.Mutex
-	limit  int
-	head   []byte
-	tail   []byte // a ring of the last limit/2 bytes once head is full
-	pos    int    // next write position in tail, once it is full
-	full   bool   // tail has wrapped
-	total  int64
-	elided int64
-	// afterHead is the first byte that did not fit in head, and lastElided
-	// the newest byte elided (the one before the tail's oldest): they say
-	// whether a cut split a token.
-	afterHead, lastElided byte
-	hasAfterHead          bool
-}
-
-func newCappedBuffer(limit int) *cappedBuffer { return &cappedBuffer{limit: limit} }
-
-func (b *cappedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := len(p)
-	b.total += int64(n)
-	headCap := b.limit / 2
-	if room := headCap - len(b.head); room > 0 {
-		k := min(room, len(p))
-		b.head = append(b.head, p[:k]...)
-		p = p[k:]
-	}
-	tailCap := b.limit - headCap
-	if len(p) > 0 && !b.hasAfterHead {
-		b.afterHead, b.hasAfterHead = p[0], true
-	}
-	for len(p) > 0 {
-		if !b.full {
-			k := min(tailCap-len(b.tail), len(p))
-			b.tail = append(b.tail, p[:k]...)
-			p = p[k:]
-			if len(b.tail) == tailCap {
-				b.full = true
-				b.pos = 0
-			}
-			continue
-		}
-		if len(p) >= tailCap { // only the last tailCap bytes of p can stay
-			b.elided += int64(tailCap) + int64(len(p)-tailCap)
-			if len(p) > tailCap {
-				b.lastElided = p[len(p)-tailCap-1]
-			} else {
-				b.lastElided = b.tail[(b.pos+tailCap-1)%tailCap]
-			}
-			p = p[len(p)-tailCap:]
-			copy(b.tail, p)
-			b.pos = 0
-			p = nil
-			continue
-		}
-		k := min(tailCap-b.pos, len(p))
-		b.elided += int64(k)
-		b.lastElided = b.tail[b.pos+k-1]
-		copy(b.tail[b.pos:], p[:k])
-		b.pos = (b.pos + k) % tailCap
-		p = p[k:]
-	}
-	return n, nil
-}
-
-// String returns the output kept, with a line that says how much was elided.
-func (b *cappedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	tail := b.tail
-	if b.full && b.pos > 0 {
-		tail = append(append([]byte{}, b.tail[b.pos:]...), b.tail[:b.pos]...)
-	}
-	if b.elided == 0 {
-		return string(b.head) + string(tail)
-	}
-	// Neither half ends in a token the cut split: half a secret would be
-	// shown, and not be recognised as one.
-	head := trimPartialRune(b.head)
-	if scrub.IsTokenByte(b.afterHead) {
-		head = scrub.TrimTokenEnd(head)
-	}
-	kept := skipPartialRune(tail)
-	if scrub.IsTokenByte(b.lastElided) {
-		kept = scrub.TrimTokenStart(kept)
-	}
-	elided := b.elided + int64(len(b.head)-len(head)) + int64(len(tail)-len(kept))
-	tail = kept
-	return string(head) +
-		fmt.Sprintf("\n[... %d bytes of output elided: output is capped at %d KiB (first and last halves kept); redirect it to a file and Read or Grep that ...]\n", elided, b.limit>>10) +
-		string(tail)
-}
-
-// skipPartialRune drops UTF-8 continuation bytes at the start of b.
-func skipPartialRune(b []byte) []byte {
-	for i := 0; i < len(b) && i < 3; i++ {
-		if b[0]&0xC0 != 0x80 {
-			break
-		}
-		b = b[1:]
-	}
-	return b
 }

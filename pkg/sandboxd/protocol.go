@@ -51,14 +51,21 @@ func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) 
 	return s, serveTools(s, tb, served, m, logger)
 }
 
+// serverImplementation is how sandboxd names itself to clients.
+func serverImplementation() *mcp.Implementation {
+	return &mcp.Implementation{Name: serverName, Version: version.Get().Version}
+}
+
 // newBareMCPServer builds the SDK's MCP server without tools: a warm
 // member's until its adoption (serveTools).
 func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
-	return mcp.NewServer(&mcp.Implementation{Name: serverName, Version: version.Get().Version}, &mcp.ServerOptions{
+	return mcp.NewServer(serverImplementation(), &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("airlock codegen sandbox. File tools work inside the workspace %s (relative paths are taken from it); "+
 			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.dir),
-		Logger:                    sdkLogger(logger),
-		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Logger: sdkLogger(logger),
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{},
+			// Served to 2026-07-28 requests that declare it (tasks.go).
+			Extensions: map[string]any{tasksExtension: map[string]any{}}},
 		SupportedProtocolVersions: protocolVersions,
 	})
 }

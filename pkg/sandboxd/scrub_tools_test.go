@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -40,7 +41,7 @@ func TestSecretAcrossTheCap(t *testing.T) {
 	for _, secret := range []string{testGitHubPAT, testAWSKeyID, testJWT} {
 		for shift := 1; shift < len(secret); shift += 3 {
 			// Across the head's end: the head holds the first shift bytes.
-			b := newCappedBuffer(limit)
+			b := outcap.New(limit)
 			filler := strings.Repeat("filler line\n", 100)
 			fmt.Fprintf(b, "%s%s\n%s\nend\n", strings.Repeat(" ", limit/2-shift), secret, filler)
 			text := scrub.Text(b.String(), scrub.Found{})
@@ -49,7 +50,7 @@ func TestSecretAcrossTheCap(t *testing.T) {
 				t.Fatalf("the output was not cut: %q", text)
 			}
 			// Across the tail's start: the tail holds its last shift bytes.
-			b = newCappedBuffer(limit)
+			b = outcap.New(limit)
 			fmt.Fprintf(b, "start\n%s%s%s", filler, secret, strings.Repeat(" ", limit/2-(len(secret)-shift)))
 			text = scrub.Text(b.String(), scrub.Found{})
 			noFragment(t, text, secret)

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 )
@@ -24,6 +25,7 @@ type options struct {
 	keepAlive       time.Duration // interval of SSE keepalive comments
 	maxMessageBytes int64         // bound of one POSTed message
 	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
+	tasks           taskOptions   // when a call becomes a task, how long one is kept
 }
 
 func defaultOptions() options {
@@ -31,6 +33,7 @@ func defaultOptions() options {
 		keepAlive:       defaultSSEKeepAlive,
 		maxMessageBytes: MaxMessageBytes,
 		sessionTimeout:  defaultSessionTimeout,
+		tasks:           taskOptions{threshold: defaultTaskThreshold, retention: defaultTaskRetention, clock: clock.RealClock{}},
 	}
 }
 
@@ -91,6 +94,9 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.sse.calls.Store(calls)
 	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
+	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
+	s.streamable.tasks = tasks
+	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) })
 	return s, nil
 }
 
@@ -201,6 +207,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	}
 	for _, ss := range slices.Collect(s.mcp.Sessions()) {
 		_ = ss.Close()
+	}
+	if err := s.streamable.tasks.close(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := s.tb.stop(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("waiting for background shells: %w", err))

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 // The snapshot store: a git directory outside the workspace, used with
@@ -183,7 +185,7 @@ func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, ar
 	} else {
 		cmd.Stdout = &stdout
 	}
-	stderr := newCappedBuffer(gitStderrBytes)
+	stderr := outcap.New(gitStderrBytes)
 	cmd.Stderr = stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {

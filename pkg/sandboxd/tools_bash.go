@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -372,7 +373,7 @@ func (b *streamBuffer) take() (string, int64) {
 	defer b.mu.Unlock()
 	s, d := string(b.buf), b.dropped
 	if d > 0 { // the oldest bytes were dropped: drop a token they cut too
-		kept := skipPartialRune(b.buf)
+		kept := outcap.SkipPartialRune(b.buf)
 		if scrub.IsTokenByte(b.lastDropped) {
 			kept = scrub.TrimTokenStart(kept)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -237,33 +238,9 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 		}
 	}
 	if cut { // not in a rune, nor in a token (half a secret would not be recognised)
-		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(trimPartialRune(buf)), nil)
+		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(outcap.TrimPartialRune(buf)), nil)
 	}
 	return strings.TrimSuffix(string(buf), "\r"), cut, nil
-}
-
-// trimPartialRune drops an incomplete UTF-8 sequence at the end of b.
-func trimPartialRune(b []byte) []byte {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
-		c := b[i]
-		if c < 0x80 {
-			return b
-		}
-		if c >= 0xC0 { // a leading byte: keep it only if its sequence is whole
-			need := 2
-			switch {
-			case c >= 0xF0:
-				need = 4
-			case c >= 0xE0:
-				need = 3
-			}
-			if len(b)-i < need {
-				return b[:i]
-			}
-			return b
-		}
-	}
-	return b
 }
 
 // write is the Write tool.

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 // Code navigation through a language server (lsp_server.go): the position
@@ -378,7 +380,7 @@ func truncateText(s string) string {
 	if len(s) <= navLineTextBytes {
 		return s
 	}
-	return string(trimPartialRune([]byte(s[:navLineTextBytes]))) + "..."
+	return string(outcap.TrimPartialRune([]byte(s[:navLineTextBytes]))) + "..."
 }
 
 // runesToUTF16 is the UTF-16 offset of the rune column col of line.

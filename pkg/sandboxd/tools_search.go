@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -231,7 +232,7 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			if mode == grepContent && !full {
 				shownBytes := line
 				if len(line) > grepMaxShownBytes { // cut, but not in a token (half a secret)
-					shownBytes = scrub.TrimTokenEnd(trimPartialRune(line[:grepMaxShownBytes]))
+					shownBytes = scrub.TrimTokenEnd(outcap.TrimPartialRune(line[:grepMaxShownBytes]))
 				}
 				shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
 				if emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {

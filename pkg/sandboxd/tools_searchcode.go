@@ -19,6 +19,8 @@ import (
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 // search_code finds declarations by name: in Go files through go/ast
@@ -446,7 +448,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func cutSignature(s string) string {
 	s = oneLine(s)
 	if len(s) > searchCodeMaxSignature {
-		s = string(trimPartialRune([]byte(s[:searchCodeMaxSignature]))) + "..."
+		s = string(outcap.TrimPartialRune([]byte(s[:searchCodeMaxSignature]))) + "..."
 	}
 	return s
 }
@@ -458,7 +460,7 @@ func docLine(doc *ast.CommentGroup) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(doc.Text()), "\n")
 	if len(line) > searchCodeMaxDoc {
-		line = string(trimPartialRune([]byte(line[:searchCodeMaxDoc]))) + "..."
+		line = string(outcap.TrimPartialRune([]byte(line[:searchCodeMaxDoc]))) + "..."
 	}
 	return line
 }

@@ -8,6 +8,8 @@ import (
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 )
 
 // snapshotDiffBytes caps the patch snapshot_diff returns.
@@ -180,7 +182,7 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 		return nil, SnapshotDiffOutput{}, err
 	}
 	out := SnapshotDiffOutput{From: id, To: "workspace"}
-	patch := newCappedBuffer(snapshotDiffBytes)
+	patch := outcap.New(snapshotDiffBytes)
 	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
 		from, err := s.find(ctx, id)
 		if err != nil {

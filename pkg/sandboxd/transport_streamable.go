@@ -24,6 +24,7 @@ const defaultSessionTimeout = 30 * time.Minute
 type streamableTransport struct {
 	handler   http.Handler // stateful: 2025-03-26 to 2025-11-25, with sessions
 	stateless http.Handler // 2026-07-28: every request on its own
+	tasks     *taskStore   // 2026-07-28 calls that may become tasks, and tasks/*
 	maxBytes  int64
 	closing   atomic.Bool
 }
@@ -83,6 +84,9 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		msg, rerr := checkMessage(data, true)
 		if rerr != nil {
 			rerr.write(w)
+			return
+		}
+		if req, ok := msg.(*jsonrpc.Request); ok && t.tasks != nil && isStateless(r, msg) && t.tasks.serve(w, r, req) {
 			return
 		}
 		if resp, handled := unknownMethod(msg); handled {

@@ -1,0 +1,236 @@
+// Package conformance runs the official MCP conformance suite
+// (@modelcontextprotocol/conformance, pinned with the Node.js it needs in
+// package.json and package-lock.json beside this file) against a real
+// sandboxd, built from this repository, on every protocol revision the
+// suite has server scenarios for. The suite and Node.js 22 (the npm package
+// `node`, which brings its own binary: the system's Node.js is only used by
+// npm to install it) are installed with `npm ci` into _output/conformance
+// at the repository root (git-ignored), and reinstalled only when the lock
+// file changes.
+//
+// expected-failures.yaml lists the scenarios that need the suite's
+// reference fixtures, each with its reason; the suite fails the run on a
+// failure not listed there and on a listed scenario that passes.
+package conformance
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/e2e/mcpclients/internal/harness"
+)
+
+// nodeVersion is the Node.js that package.json pins (the suite needs 22 or later).
+const nodeVersion = "v22.23.3"
+
+// specVersions are the revisions the pinned suite has server scenarios for
+// (`conformance list --server --spec-version V`: 2025-03-26 has none, draft
+// and extension none). Its client negotiates its SDK's newest revision,
+// 2025-11-25, in both: the version selects the scenarios.
+var specVersions = []string{"2025-06-18", "2025-11-25"}
+
+// mustPass are the scenarios that apply to a server with sandboxd's
+// capabilities, by the revisions that have them; each must have run and
+// passed every check (the suite's own baseline check would also pass if a
+// scenario silently did not run).
+var mustPass = map[string][]string{
+	"2025-06-18": {"server-initialize", "ping", "logging-set-level", "tools-list", "resources-list", "prompts-list"},
+	"2025-11-25": {"server-initialize", "ping", "logging-set-level", "tools-list", "resources-list", "prompts-list",
+		"server-sse-multiple-streams", "dns-rebinding-protection"},
+}
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// suite is the installed conformance suite.
+type suite struct {
+	node, cli, dir string
+}
+
+// install installs the pinned suite and Node.js into _output/conformance
+// unless the same lock file is installed there already.
+func install(t *testing.T) suite {
+	t.Helper()
+	npm, err := harness.LookNPM()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the conformance suite needs npm: %v (CI is set; .ci/run installs Node.js and npm)", err)
+		}
+		t.Skipf("skipping the MCP conformance suite: %v (install npm to run it)", err)
+	}
+	here, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.ReadFile(filepath.Join(here, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(here, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(harness.RepoRoot(t), "_output", "conformance")
+	s := suite{
+		node: filepath.Join(dir, "node_modules", "node", "bin", "node"),
+		cli:  filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"),
+		dir:  dir,
+	}
+	installed, _ := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	if !bytes.Equal(installed, lock) || !s.nodeIs(nodeVersion) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The lock file last: a failed install is retried on the next run.
+		_ = os.Remove(filepath.Join(dir, "package-lock.json"))
+		for name, data := range map[string][]byte{"package.json": manifest, "package-lock.json": lock} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(filepath.Join(dir, "package-lock.json"))
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	if !s.nodeIs(nodeVersion) {
+		t.Fatalf("%s is not Node.js %s after npm ci", s.node, nodeVersion)
+	}
+	return s
+}
+
+// nodeIs reports whether the installed Node.js binary runs and is version v.
+func (s suite) nodeIs(v string) bool {
+	out, err := exec.Command(s.node, "--version").Output()
+	return err == nil && strings.TrimSpace(string(out)) == v
+}
+
+// run runs `conformance server` with args and returns its exit error and
+// combined output. PATH starts with the pinned Node.js's directory, so that
+// nothing the suite starts runs the system's.
+func (s suite) run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(s.node, append([]string{s.cli, "server"}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(s.node)+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestConformance(t *testing.T) {
+	s := install(t)
+	sd := harness.Start(t)
+	expected, err := filepath.Abs("expected-failures.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, version := range specVersions {
+		t.Run(version, func(t *testing.T) {
+			results := t.TempDir()
+			out, err := s.run(t, "--url", sd.URL+"/mcp", "--suite", "all", "--spec-version", version,
+				"--expected-failures", expected, "-o", results)
+			if err != nil {
+				t.Fatalf("conformance suite (spec version %s) against sandboxd: %v\n%s", version, err, out)
+			}
+			checks := readChecks(t, results)
+			for _, scenario := range mustPass[version] {
+				got, ok := checks[scenario]
+				if !ok {
+					t.Errorf("scenario %s did not run (results in %v)", scenario, keys(checks))
+					continue
+				}
+				if len(got) == 0 {
+					t.Errorf("scenario %s ran no checks", scenario)
+				}
+				for _, c := range got {
+					if c.Status != "SUCCESS" && c.Status != "INFO" {
+						t.Errorf("scenario %s: check %s is %s: %s", scenario, c.ID, c.Status, c.ErrorMessage)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestConformanceBaselineEnforced checks that the baseline is enforced both
+// ways: a failing scenario left out of the expected failures fails the run,
+// and so does a listed scenario that passes.
+func TestConformanceBaselineEnforced(t *testing.T) {
+	s := install(t)
+	sd := harness.Start(t)
+	tests := map[string]struct {
+		scenario, baseline, wantOutput string
+	}{
+		"new failure":    {scenario: "tools-call-simple-text", baseline: "server:\n  - tools-call-image\n", wantOutput: "Unexpected failures"},
+		"stale baseline": {scenario: "ping", baseline: "server:\n  - ping\n", wantOutput: "Stale baseline"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			baseline := filepath.Join(t.TempDir(), "expected-failures.yaml")
+			if err := os.WriteFile(baseline, []byte(tc.baseline), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.run(t, "--url", sd.URL+"/mcp", "--scenario", tc.scenario, "--expected-failures", baseline)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite exited with %v on scenario %s with baseline %q, want a failure:\n%s", err, tc.scenario, tc.baseline, out)
+			}
+			if !strings.Contains(out, tc.wantOutput) || !strings.Contains(out, tc.scenario) {
+				t.Errorf("the suite's output does not say %q about %s:\n%s", tc.wantOutput, tc.scenario, out)
+			}
+		})
+	}
+}
+
+// check is one entry of a scenario's checks.json.
+type check struct {
+	ID           string `json:"id"`
+	Status       string `json:"status"`
+	ErrorMessage string `json:"errorMessage"`
+}
+
+// resultDir is the name of a scenario's results directory.
+var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T[0-9-]+Z$`)
+
+// readChecks reads the suite's results directory: one directory per
+// scenario, named server-<scenario>-<timestamp>, holding checks.json.
+func readChecks(t *testing.T, dir string) map[string][]check {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string][]check{}
+	for _, e := range entries {
+		m := resultDir.FindStringSubmatch(e.Name())
+		if !e.IsDir() || m == nil {
+			continue
+		}
+		name := m[1]
+		data, err := os.ReadFile(filepath.Join(dir, e.Name(), "checks.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs []check
+		if err := json.Unmarshal(data, &cs); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		checks[name] = append(checks[name], cs...)
+	}
+	return checks
+}
+
+func keys(m map[string][]check) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

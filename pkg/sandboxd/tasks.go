@@ -1,0 +1,534 @@
+package sandboxd
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
+)
+
+// Tasks: long work with a handle (the extension io.modelcontextprotocol/tasks
+// of the 2026-07-28 revision; docs/sandboxd-tools.md, "Tasks").
+//
+// A stateless tools/call of one of taskTools whose _meta declares the
+// extension runs under a context of the sandbox's, not of its POST. If it
+// ends within the threshold, its POST gets the plain result; if the client
+// goes away before, the call is cancelled, as any call. Once the threshold
+// passes (at once when the call's params carry `task`, the client's
+// request), the call becomes a task: the POST gets a CreateTaskResult
+// (resultType "task"), the task is kept in the store, and it runs on
+// whatever happens to that POST. tasks/get polls it, tasks/cancel cancels
+// its context (which kills its process group), tasks/update is acknowledged
+// (sandboxd never asks for input). A finished task is kept for the
+// retention, then dropped; the store holds at most maxTasks tasks and
+// maxBytes of results (taskOptions), dropping the oldest finished ones first; when
+// it is full of running tasks, a call stays a plain call.
+
+// tasksExtension is the extension's identifier.
+const tasksExtension = "io.modelcontextprotocol/tasks"
+
+// taskTools are the tools whose calls may become tasks: those that run the
+// workspace's processes, for as long as their timeout.
+var taskTools = map[string]bool{
+	toolnames.Bash: true, toolnames.RunTests: true, toolnames.RunFailingTests: true,
+	toolnames.RunScript: true, toolnames.RunLint: true,
+}
+
+const (
+	defaultTaskThreshold = 10 * time.Second // a call still running then becomes a task
+	defaultTaskRetention = time.Hour        // a finished task is kept this long
+	taskPollInterval     = time.Second      // suggested to clients
+	defaultMaxTasks      = 64
+	defaultMaxTaskBytes  = 32 << 20 // the results kept, together
+)
+
+// Task statuses.
+const (
+	taskWorking   = "working"
+	taskCompleted = "completed"
+	taskFailed    = "failed"
+	taskCancelled = "cancelled"
+)
+
+// taskOptions are the store's knobs; tests shorten them and step the clock.
+type taskOptions struct {
+	threshold time.Duration
+	retention time.Duration
+	maxTasks  int // kept at once, running or finished
+	maxBytes  int // of the finished tasks' results, together
+	clock     clock.WithDelayedExecution
+}
+
+// task is one call that became a task (or may yet become one).
+type task struct {
+	id        string
+	createdAt time.Time
+	done      chan struct{} // closed when the call has returned
+	cancel    context.CancelFunc
+
+	// Under the store's lock.
+	status          string
+	updatedAt       time.Time
+	expiresAt       time.Time // zero while working
+	cancelRequested bool
+	result          json.RawMessage // completed: the CallToolResult
+	rpcErr          *jsonrpc.Error  // failed
+}
+
+// taskStore holds the tasks of one sandboxd.
+type taskStore struct {
+	opts   taskOptions
+	calls  func() *callTable // nil until a warm member's adoption
+	logger klog.Logger
+	base   context.Context // the tasks' parent: ends at shutdown
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	tasks  map[string]*task
+	order  []*task // oldest first
+	bytes  int
+}
+
+func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger) *taskStore {
+	if opts.clock == nil {
+		opts.clock = clock.RealClock{}
+	}
+	if opts.threshold <= 0 {
+		opts.threshold = defaultTaskThreshold
+	}
+	if opts.retention <= 0 {
+		opts.retention = defaultTaskRetention
+	}
+	if opts.maxTasks <= 0 {
+		opts.maxTasks = defaultMaxTasks
+	}
+	if opts.maxBytes <= 0 {
+		opts.maxBytes = defaultMaxTaskBytes
+	}
+	base, stop := context.WithCancel(context.Background())
+	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}}
+}
+
+// close cancels every call in flight, tasks or not, and waits for them to
+// return (their process groups killed), or for ctx.
+func (s *taskStore) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true // no call starts after this
+	s.mu.Unlock()
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("tasks still running: %w", ctx.Err())
+	}
+}
+
+// count is the number of tasks kept.
+func (s *taskStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tasks)
+}
+
+// running is the number of tasks still working.
+func (s *taskStore) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, t := range s.order {
+		if t.status == taskWorking {
+			n++
+		}
+	}
+	return n
+}
+
+// taskCall is a tools/call's params as a task-capable call sends them.
+type taskCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Meta      mcp.Meta        `json:"_meta,omitempty"`
+	Task      json.RawMessage `json:"task,omitempty"`
+}
+
+// serve answers req when it is the store's: tasks/get, tasks/cancel,
+// tasks/update, and a tools/call that may become a task. It reports
+// whether it answered; everything else goes to the SDK.
+func (s *taskStore) serve(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	if !req.IsCall() {
+		return false
+	}
+	switch req.Method {
+	case "tasks/get", "tasks/cancel", "tasks/update":
+		s.serveTaskMethod(w, r, req)
+		return true
+	case "tools/call":
+		return s.serveCall(w, r, req)
+	}
+	return false
+}
+
+// serveCall runs a tools/call that may become a task; see the comment at
+// the top of this file.
+func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	var p taskCall
+	if json.Unmarshal(req.Params, &p) != nil || !taskTools[p.Name] || !declaresTasks(p.Meta) {
+		return false
+	}
+	table := s.calls()
+	if table == nil {
+		return false
+	}
+	if _, served := table.handlers[p.Name]; !served {
+		return false // the SDK refuses it
+	}
+	if headerErr(r, req, p.Meta, p.Name) != nil {
+		return false // the SDK refuses it, with the same checks
+	}
+	ctx, cancel := context.WithCancel(s.base)
+	now := s.opts.clock.Now()
+	t := &task{id: rand.Text(), createdAt: now, updatedAt: now, status: taskWorking, done: make(chan struct{}), cancel: cancel}
+	params := &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: p.Meta}
+	var res mcp.Result
+	var err error
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		return false // shutting down: the SDK's handler answers
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		res, err = table.call(ctx, "tools/call", &mcp.CallToolRequest{Params: params})
+		if err == nil && res != nil {
+			annotateServerInfo(res) // as the SDK's results of 2026-07-28
+		}
+		close(t.done) // res and err are not written again
+		s.finish(t, res, err)
+	}()
+	if asked := len(p.Task) > 0 && string(p.Task) != "null"; !asked {
+		select {
+		case <-t.done:
+			writeCallResponse(w, req.ID, res, err, s.logger)
+			return true
+		case <-r.Context().Done():
+			cancel() // the client went away before it had a task: a plain call's fate
+			<-t.done
+			return true
+		case <-s.opts.clock.After(s.opts.threshold):
+		}
+	}
+	if !s.add(t) {
+		// Finished at the threshold, or the store is full of running
+		// tasks: a plain call, then.
+		select {
+		case <-t.done:
+			writeCallResponse(w, req.ID, res, err, s.logger)
+		case <-r.Context().Done():
+			cancel()
+			<-t.done
+		}
+		return true
+	}
+	s.mu.Lock()
+	view := s.viewLocked(t)
+	s.mu.Unlock()
+	view["resultType"] = "task"
+	view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation()}
+	writeResult(w, req.ID, view)
+	return true
+}
+
+// add keeps t, dropping the oldest finished tasks while the store is full,
+// and reports whether it could. A call that has finished already (at the
+// threshold) is not added: its POST gets its result.
+func (s *taskStore) add(t *task) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.status != taskWorking {
+		return false
+	}
+	for len(s.order) >= s.opts.maxTasks {
+		if !s.dropOldestFinishedLocked() {
+			return false
+		}
+	}
+	s.tasks[t.id] = t
+	s.order = append(s.order, t)
+	return true
+}
+
+// finish records how t's call ended. A task whose cancellation was asked
+// for is cancelled, whatever its call returned. A task is dropped after the
+// retention (the timer is set outside the lock: a fake clock runs it
+// within Step).
+func (s *taskStore) finish(t *task, res mcp.Result, err error) {
+	if s.record(t, res, err) {
+		s.opts.clock.AfterFunc(s.opts.retention, func() { s.expire(t) })
+	}
+}
+
+// record is finish under the lock; it reports whether t is a task.
+func (s *taskStore) record(t *task, res mcp.Result, err error) bool {
+	now := s.opts.clock.Now() // before the lock: a fake clock's Step runs expire under its own
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.updatedAt = now
+	t.expiresAt = now.Add(s.opts.retention)
+	switch {
+	case t.cancelRequested:
+		t.status = taskCancelled
+	case err != nil:
+		t.status, t.rpcErr = taskFailed, asRPCError(err)
+	default:
+		t.status = taskCompleted
+	}
+	if s.tasks[t.id] != t {
+		return false // a plain call: its POST has the result
+	}
+	if t.status == taskCompleted {
+		data, merr := json.Marshal(res)
+		if merr != nil {
+			t.status, t.rpcErr = taskFailed, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the result failed: " + merr.Error()}
+		}
+		t.result = data
+	}
+	s.bytes += len(t.result)
+	for s.bytes > s.opts.maxBytes && s.dropOldestFinishedLocked() {
+	}
+	return true
+}
+
+// expire drops t once its retention has passed.
+func (s *taskStore) expire(t *task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tasks[t.id] == t {
+		s.dropLocked(t)
+	}
+}
+
+func (s *taskStore) dropOldestFinishedLocked() bool {
+	for _, t := range s.order {
+		if t.status != taskWorking {
+			s.dropLocked(t)
+			return true
+		}
+	}
+	return false
+}
+
+func (s *taskStore) dropLocked(t *task) {
+	delete(s.tasks, t.id)
+	for i, o := range s.order {
+		if o == t {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+	s.bytes -= len(t.result)
+}
+
+// serveTaskMethod answers tasks/get, tasks/cancel and tasks/update.
+func (s *taskStore) serveTaskMethod(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) {
+	var p struct {
+		TaskID string   `json:"taskId"`
+		Meta   mcp.Meta `json:"_meta"`
+	}
+	if err := json.Unmarshal(req.Params, &p); err != nil || p.TaskID == "" {
+		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: req.Method + " needs params.taskId, a string"})
+		return
+	}
+	if err := headerErr(r, req, p.Meta, p.TaskID); err != nil {
+		writeError(w, http.StatusBadRequest, req.ID, err)
+		return
+	}
+	if !declaresTasks(p.Meta) {
+		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
+		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
+			Message: "Missing required client capability: the extension " + tasksExtension, Data: data})
+		return
+	}
+	s.mu.Lock()
+	t, ok := s.tasks[p.TaskID]
+	var view map[string]any
+	if ok {
+		if req.Method == "tasks/cancel" && t.status == taskWorking && !t.cancelRequested {
+			t.cancelRequested = true
+			t.cancel()
+		}
+		view = s.viewLocked(t)
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: task not found (unknown, or dropped after its retention)"})
+		return
+	}
+	if req.Method == "tasks/get" {
+		view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation()}
+	} else {
+		view = map[string]any{} // an empty acknowledgement (no _meta, as the SDK's)
+	}
+	view["resultType"] = "complete"
+	writeResult(w, req.ID, view)
+}
+
+// viewLocked is t as tasks/get shows it.
+func (s *taskStore) viewLocked(t *task) map[string]any {
+	v := map[string]any{
+		"taskId":         t.id,
+		"status":         t.status,
+		"createdAt":      t.createdAt.UTC().Format(time.RFC3339Nano),
+		"lastUpdatedAt":  t.updatedAt.UTC().Format(time.RFC3339Nano),
+		"pollIntervalMs": taskPollInterval.Milliseconds(),
+		"ttlMs":          nil, // running: kept until it ends, then for the retention
+	}
+	if !t.expiresAt.IsZero() {
+		v["ttlMs"] = t.expiresAt.Sub(t.createdAt).Milliseconds()
+	}
+	switch {
+	case t.status == taskWorking && t.cancelRequested:
+		v["statusMessage"] = "cancellation requested: its processes are being killed"
+	case t.status == taskCompleted:
+		v["result"] = t.result
+	case t.status == taskFailed:
+		v["error"] = t.rpcErr
+		v["statusMessage"] = t.rpcErr.Message
+	case t.status == taskCancelled:
+		v["statusMessage"] = "cancelled by tasks/cancel; its processes were killed"
+	}
+	return v
+}
+
+// declaresTasks reports whether a request's _meta declares the extension
+// in its client capabilities.
+func declaresTasks(meta mcp.Meta) bool {
+	caps, ok := meta[mcp.MetaKeyClientCapabilities].(map[string]any)
+	if !ok {
+		return false
+	}
+	ext, ok := caps["extensions"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = ext[tasksExtension].(map[string]any)
+	return ok
+}
+
+// headerErr checks the headers of a 2026-07-28 request as the SDK does for
+// its own: MCP-Protocol-Version present and equal to _meta's version,
+// Mcp-Method equal to the method, and Mcp-Name equal to name (the tool,
+// or the task id for tasks/*).
+func headerErr(r *http.Request, req *jsonrpc.Request, meta mcp.Meta, name string) *jsonrpc.Error {
+	mismatch := func(format string, args ...any) *jsonrpc.Error {
+		return &jsonrpc.Error{Code: mcp.CodeHeaderMismatch, Message: fmt.Sprintf(format, args...)}
+	}
+	version, _ := meta[mcp.MetaKeyProtocolVersion].(string)
+	switch header := r.Header.Get("Mcp-Protocol-Version"); {
+	case header == "":
+		return mismatch("MCP-Protocol-Version header is required")
+	case version == "":
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("missing or invalid _meta field %q", mcp.MetaKeyProtocolVersion)}
+	case header != version:
+		return mismatch("MCP-Protocol-Version header %q does not match request %s %q", header, mcp.MetaKeyProtocolVersion, version)
+	}
+	if got := r.Header.Get("Mcp-Method"); got != req.Method {
+		return mismatch("Mcp-Method header %q does not match body value %q", got, req.Method)
+	}
+	if got := r.Header.Get("Mcp-Name"); got != name {
+		return mismatch("Mcp-Name header %q does not match body value %q", got, name)
+	}
+	return nil
+}
+
+// annotateServerInfo names the server in res's _meta, unless it does.
+func annotateServerInfo(res mcp.Result) {
+	m := res.GetMeta()
+	if m == nil {
+		m = map[string]any{}
+	}
+	if _, ok := m[mcp.MetaKeyServerInfo]; !ok {
+		m[mcp.MetaKeyServerInfo] = serverImplementation()
+		res.SetMeta(m)
+	}
+}
+
+// asRPCError is err as a JSON-RPC error.
+func asRPCError(err error) *jsonrpc.Error {
+	if e, ok := err.(*jsonrpc.Error); ok {
+		return e
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+}
+
+// writeCallResponse answers a call that did not become a task with its
+// result, with resultType "complete" as the SDK answers 2026-07-28.
+func writeCallResponse(w http.ResponseWriter, id jsonrpc.ID, res mcp.Result, err error, logger klog.Logger) {
+	if err != nil {
+		writeError(w, http.StatusOK, id, asRPCError(err))
+		return
+	}
+	data, eerr := json.Marshal(res)
+	if eerr == nil && !bytes.HasPrefix(data, []byte("{")) {
+		eerr = fmt.Errorf("a tool result that is not an object: %.40s", data)
+	}
+	if eerr != nil {
+		logger.Error(eerr, "Encoding a tool call's response failed")
+		writeError(w, http.StatusOK, id, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the response failed: " + eerr.Error()})
+		return
+	}
+	typed := []byte(`{"resultType":"complete"`)
+	if rest := data[1:]; !bytes.HasPrefix(bytes.TrimSpace(rest), []byte("}")) {
+		typed = append(typed, ',')
+	}
+	writeRaw(w, id, append(typed, data[1:]...))
+}
+
+func writeResult(w http.ResponseWriter, id jsonrpc.ID, result map[string]any) {
+	data, err := json.Marshal(result)
+	if err != nil {
+		writeError(w, http.StatusOK, id, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()})
+		return
+	}
+	writeRaw(w, id, data)
+}
+
+func writeRaw(w http.ResponseWriter, id jsonrpc.ID, data json.RawMessage) {
+	body, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Result: data})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
+func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, rpcErr *jsonrpc.Error) {
+	body, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: rpcErr})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
