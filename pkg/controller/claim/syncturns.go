@@ -119,7 +119,13 @@ func (c *Controller) processNextSyncTurns(ctx context.Context) bool {
 		return false
 	}
 	defer c.turnQueue.Done(namespace)
-	if err := c.takeSyncTurns(ctx, namespace); err != nil {
+	switch err := c.takeSyncTurns(ctx, namespace); {
+	case apierrors.IsConflict(err):
+		// A waiting claim's condition written from a claim the cache had not updated yet: normal.
+		klog.FromContext(ctx).V(4).Info("Conflict taking sync-back turns; taking them again", "namespace", namespace, "err", err)
+		c.turnQueue.AddRateLimited(namespace)
+		return true
+	case err != nil:
 		utilruntime.HandleErrorWithContext(ctx, err, "Error taking the namespace's sync-back turns", "namespace", namespace)
 		c.turnQueue.AddRateLimited(namespace)
 		return true
