@@ -188,16 +188,8 @@ func (f *fixture) newClients() {
 	}
 	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
 	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
-	// Record the actions of both clients in one sequence.
 	f.log = nil
-	recordAction := func(a core.Action) (bool, runtime.Object, error) {
-		f.logMu.Lock()
-		f.log = append(f.log, a)
-		f.logMu.Unlock()
-		return false, nil, nil
-	}
-	f.kubeClient.PrependReactor("*", "*", recordAction)
-	f.airlockClient.PrependReactor("*", "*", recordAction)
+	controllertest.Record(&f.logMu, &f.log, f.kubeClient, f.airlockClient)
 }
 
 func (f *fixture) newController(ctx context.Context) *Controller {

@@ -3,7 +3,10 @@
 package controllertest
 
 import (
+	"sync"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	core "k8s.io/client-go/testing"
 )
 
@@ -40,4 +43,24 @@ func Describe(a core.Action) string {
 		name = a.GetName()
 	}
 	return a.GetVerb() + " " + res + " " + name
+}
+
+// reactor is a fake clientset, as far as Record needs it.
+type reactor interface {
+	PrependReactor(verb, resource string, reaction core.ReactionFunc)
+}
+
+// Record appends every action of the clients to *log, in the one order they were made (each
+// fake clientset serialises only its own reactors: mu guards the log across them). The actions
+// still reach the clients' object trackers.
+func Record(mu *sync.Mutex, log *[]core.Action, clients ...reactor) {
+	record := func(a core.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		*log = append(*log, a)
+		mu.Unlock()
+		return false, nil, nil
+	}
+	for _, c := range clients {
+		c.PrependReactor("*", "*", record)
+	}
 }

@@ -73,14 +73,7 @@ func (f *fixture) newClients() {
 	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
 	f.airlockClient = airlockfake.NewClientset(airlockObjects...)
 	f.log = nil
-	recordAction := func(a core.Action) (bool, runtime.Object, error) {
-		f.logMu.Lock()
-		f.log = append(f.log, a)
-		f.logMu.Unlock()
-		return false, nil, nil
-	}
-	f.kubeClient.PrependReactor("*", "*", recordAction)
-	f.airlockClient.PrependReactor("*", "*", recordAction)
+	controllertest.Record(&f.logMu, &f.log, f.kubeClient, f.airlockClient)
 }
 
 // actions returns the clients' actions, without list and watch, in the order they were made
