@@ -133,8 +133,8 @@ func maps(in map[string]string) map[string]string {
 
 // egressConflict says why the class's egress cannot be built, or "": no host and no credential, or
 // env or volumes that take what the operator sets. Whether the gateway compiles the class's host
-// list is egress.ClassPolicyError's to say (the claim controller and the class controller ask
-// both): this package stays free of the gateway's clients.
+// list is the compiler's that ClassConflict is given (egress.ClassPolicyError): this package stays
+// free of the gateway's clients.
 func egressConflict(class *airlockv1alpha1.SandboxClass) string {
 	e := class.Spec.Egress
 	if e == nil {

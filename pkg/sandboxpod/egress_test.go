@@ -264,12 +264,12 @@ func TestHostileEgressClass(t *testing.T) {
 		t.Run("env "+name, func(t *testing.T) {
 			class := egressClass()
 			class.Spec.Env = append(class.Spec.Env, corev1.EnvVar{Name: name, Value: "http://evil.example:1"})
-			if why := ClassConflict(class); !strings.Contains(why, name) {
+			if why := ClassConflict(class, nil); !strings.Contains(why, name) {
 				t.Errorf("ClassConflict = %q, want a refusal naming %s", why, name)
 			}
 			// Without egress the variable is the class's business: nothing to override.
 			class.Spec.Egress = nil
-			if why := ClassConflict(class); why != "" {
+			if why := ClassConflict(class, nil); why != "" {
 				t.Errorf("without egress: %q", why)
 			}
 		})
@@ -283,12 +283,12 @@ func TestHostileEgressClass(t *testing.T) {
 		t.Run("volume at "+name, func(t *testing.T) {
 			class := egressClass()
 			class.Spec.Volumes = append(class.Spec.Volumes, v)
-			if why := ClassConflict(class); why == "" {
+			if why := ClassConflict(class, nil); why == "" {
 				t.Error("accepted")
 			}
 		})
 	}
-	if why := ClassConflict(egressClass()); why != "" {
+	if why := ClassConflict(egressClass(), nil); why != "" {
 		t.Errorf("a plain egress class refused: %s", why)
 	}
 
@@ -310,7 +310,7 @@ func TestHostileEgressClass(t *testing.T) {
 func TestInvalidEgressClass(t *testing.T) {
 	class := egressClass()
 	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{}
-	if why := ClassConflict(class); !strings.Contains(why, "egress") {
+	if why := ClassConflict(class, nil); !strings.Contains(why, "egress") {
 		t.Errorf("ClassConflict = %q", why)
 	}
 }

@@ -107,14 +107,24 @@ func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
 	return Defaulted(r).StartupTimeout.Duration
 }
 
+// EgressCompiler says why the egress gateway would not compile a class's host list, or nil.
+type EgressCompiler func(*airlockv1alpha1.SandboxEgress) error
+
 // ClassConflict says why a sandbox of class cannot be built, or "": a volume that takes the name
 // or the mount path of what the operator mounts into every sandbox, the claim's token or a warm
 // member's key (the API server would refuse the pod, or the class would hide the token from
 // sandboxd; the claim would wait for its startupTimeout to fail). One check for claims and warm
-// members alike: a class is valid for both or for neither.
-func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
+// members alike, and for the class controller: a class is valid for all or for none. compile is
+// the egress gateway's compiler of a host list (egress.ClassPolicyError; passed in, so that this
+// package links nothing of the gateway's clients); nil skips that one check (tests).
+func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) string {
 	if message := egressConflict(class); message != "" {
 		return message
+	}
+	if compile != nil && class.Spec.Egress != nil {
+		if err := compile(class.Spec.Egress); err != nil {
+			return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
+		}
 	}
 	for _, v := range class.Spec.Volumes {
 		switch {

@@ -2,6 +2,7 @@ package sandboxpod
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -81,13 +82,13 @@ func TestClassConflict(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			class := sandboxpodtest.Class("codegen")
 			class.Spec.Volumes = append(class.Spec.Volumes, tc.volume)
-			got := ClassConflict(class)
+			got := ClassConflict(class, nil)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("ClassConflict = %q, want %q", got, tc.want)
 			}
 		})
 	}
-	if got := ClassConflict(sandboxpodtest.Class("codegen")); got != "" {
+	if got := ClassConflict(sandboxpodtest.Class("codegen"), nil); got != "" {
 		t.Errorf("the fixtures' class conflicts: %q", got)
 	}
 }
@@ -251,5 +252,22 @@ func TestDefaulted(t *testing.T) {
 	}
 	if StartupTimeout(bare) != DefaultStartupTimeout || len(Ports(bare)) != 1 || Ports(bare)[0].Port != 8080 {
 		t.Errorf("startup timeout %s, ports %v: want the defaults", StartupTimeout(bare), Ports(bare))
+	}
+}
+
+// TestClassConflictAsksTheCompiler: a class whose egress the gateway's compiler refuses cannot be
+// built, with the compiler's reason; a class without egress is never given to it.
+func TestClassConflictAsksTheCompiler(t *testing.T) {
+	refuse := func(*airlockv1alpha1.SandboxEgress) error { return errors.New("no such host list") }
+	class := sandboxpodtest.Class("codegen")
+	if got := ClassConflict(class, refuse); got != "" {
+		t.Errorf("a class without egress: %q", got)
+	}
+	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}}}
+	if got := ClassConflict(class, refuse); !strings.Contains(got, "no such host list") {
+		t.Errorf("ClassConflict = %q, want the compiler's reason", got)
+	}
+	if got := ClassConflict(class, func(*airlockv1alpha1.SandboxEgress) error { return nil }); got != "" {
+		t.Errorf("a host list the compiler takes: %q", got)
 	}
 }

@@ -56,7 +56,7 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if err != nil {
 		return nil, nil, err
 	}
-	if message := classConflict(class); message != "" {
+	if message := sandboxpod.ClassConflict(class, egress.ClassPolicyError); message != "" {
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
 	record := sandboxpod.Freeze(class, entry)
@@ -134,16 +134,4 @@ func (c *Controller) freezeLegacy(ctx context.Context, claim *airlockv1alpha1.Sa
 	updated.Status.Frozen = record
 	written, err := c.updateClaimStatus(ctx, claim, updated)
 	return written, nil, err
-}
-
-// classConflict says why no sandbox can be built from class, or "": sandboxpod's checks of what a
-// class may set, and whether the gateway compiles its egress.
-func classConflict(class *airlockv1alpha1.SandboxClass) string {
-	if message := sandboxpod.ClassConflict(class); message != "" {
-		return message
-	}
-	if err := egress.ClassPolicyError(class.Spec.Egress); err != nil {
-		return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
-	}
-	return ""
 }

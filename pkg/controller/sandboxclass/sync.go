@@ -2,7 +2,6 @@ package sandboxclass
 
 import (
 	"context"
-	"fmt"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,11 +35,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: messageValid, ObservedGeneration: class.Generation}
-	why := sandboxpod.ClassConflict(class)
-	if err := egress.ClassPolicyError(class.Spec.Egress); why == "" && err != nil {
-		why = fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
-	}
-	if why != "" {
+	if why := sandboxpod.ClassConflict(class, egress.ClassPolicyError); why != "" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonInvalidClass, why
 	}
 	updated := class.DeepCopy()

@@ -6,6 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -25,10 +26,12 @@ func (c *Controller) entriesReady(reg *airlockv1alpha1.ToolRegistry) ([]airlockv
 			st.Ready, st.Message = false, fmt.Sprintf(messageClassNotFound, entry.Class)
 		case err != nil:
 			st.Ready, st.Message = false, fmt.Sprintf("reading SandboxClass %q: %v", entry.Class, err)
-		case sandboxpod.ClassConflict(class) != "":
-			st.Ready, st.Message = false, truncateMessage(sandboxpod.ClassConflict(class), 4096)
 		default:
-			ready++
+			if why := sandboxpod.ClassConflict(class, egress.ClassPolicyError); why != "" {
+				st.Ready, st.Message = false, truncateMessage(why, 4096)
+			} else {
+				ready++
+			}
 		}
 		out = append(out, st)
 	}

@@ -19,6 +19,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
+	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -122,7 +123,7 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 		p.message = fmt.Sprintf(messageClassNotFound, entry.Class)
 		return p
 	}
-	if message := sandboxpod.ClassConflict(class); message != "" {
+	if message := sandboxpod.ClassConflict(class, egress.ClassPolicyError); message != "" {
 		p.message = message
 		return p
 	}
