@@ -159,26 +159,9 @@ func (tb *toolbox) glob(ctx context.Context, in GlobInput) (*mcp.CallToolResult,
 
 // grep is the Grep tool.
 func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult, GrepOutput, error) {
-	mode := in.OutputMode
-	if mode == "" {
-		mode = grepFilesWithMatches
-	}
-	if mode != grepFilesWithMatches && mode != grepContent && mode != grepCount {
-		return nil, GrepOutput{}, fmt.Errorf("output_mode must be one of content, files_with_matches, count; got %q", in.OutputMode)
-	}
-	if in.HeadLimit < 0 {
-		return nil, GrepOutput{}, fmt.Errorf("head_limit must be 1 or more, got %d", in.HeadLimit)
-	}
-	if in.Pattern == "" {
-		return nil, GrepOutput{}, errors.New("pattern is empty")
-	}
-	expr := in.Pattern
-	if in.CaseInsensitive || in.DashI {
-		expr = "(?i)" + expr
-	}
-	re, err := regexp.Compile(expr)
+	mode, re, err := grepRequest(in)
 	if err != nil {
-		return nil, GrepOutput{}, fmt.Errorf("pattern is not a valid RE2 regular expression: %v", err)
+		return nil, GrepOutput{}, err
 	}
 	base, err := tb.searchBase(in.Path, false)
 	if err != nil {
@@ -190,81 +173,14 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			return nil, GrepOutput{}, err
 		}
 	}
-
-	out := GrepOutput{OutputMode: mode}
-	var text strings.Builder
-	entries := 0
-	full := false // head_limit or the output bound reached
-	emit := func(line string) bool {
-		if in.HeadLimit > 0 && entries >= in.HeadLimit || text.Len()+len(line)+1 > grepMaxOutputBytes {
-			full = true
-			return false
-		}
-		entries++
-		text.WriteString(line)
-		text.WriteByte('\n')
-		return true
-	}
-	searchFile := func(rel string) error {
-		f, _, err := tb.ws.openRegular(rel)
-		if err != nil {
-			return nil // vanished, swapped or refused: not a match
-		}
-		defer f.Close()
-		br := getFileReader(f)
-		defer putFileReader(br)
-		if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
-			return nil // binary
-		}
-		sc := bufio.NewScanner(br)
-		sc.Buffer(make([]byte, 0, 64<<10), grepMaxLineBytes)
-		count := 0
-		for n := 1; sc.Scan(); n++ {
-			if n%4096 == 0 && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			line := sc.Bytes()
-			if !re.Match(line) {
-				continue
-			}
-			count++
-			out.NumLines++
-			if mode == grepContent && !full {
-				shownBytes := line
-				if len(line) > grepMaxShownBytes { // cut, but not in a token (half a secret)
-					shownBytes = scrub.TrimTokenEnd(outcap.TrimPartialRune(line[:grepMaxShownBytes]))
-				}
-				shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
-				if emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {
-					out.Matches = append(out.Matches, GrepMatch{File: rel, Line: n, Text: shown})
-				}
-			}
-		}
-		if count == 0 {
-			return nil
-		}
-		out.NumFiles++
-		switch {
-		case full:
-		case mode == grepFilesWithMatches:
-			if emit(rel) {
-				out.Files = append(out.Files, rel)
-			}
-		case mode == grepCount:
-			if emit(fmt.Sprintf("%s:%d", rel, count)) {
-				out.Counts = append(out.Counts, GrepCount{File: rel, Count: count})
-			}
-		}
-		return nil
-	}
-
+	g := &grepper{tb: tb, re: re, mode: mode, headLimit: in.HeadLimit, out: GrepOutput{OutputMode: mode}}
 	fi, err := tb.ws.root.Stat(base)
 	if err != nil {
 		return nil, GrepOutput{}, tb.ws.explain(base, err)
 	}
 	var walkErr error
 	if fi.Mode().IsRegular() {
-		walkErr = searchFile(base)
+		walkErr = g.searchFile(ctx, base)
 	} else if !fi.IsDir() {
 		return nil, GrepOutput{}, checkRegular(base, fi)
 	} else {
@@ -275,22 +191,133 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 			if filter != nil && !filter.matchFile(below) {
 				return nil
 			}
-			return searchFile(rel)
+			return g.searchFile(ctx, rel)
 		})
 	}
 	if errors.Is(walkErr, errWalkBound) {
-		full = true
+		g.full = true
 	} else if walkErr != nil {
 		return nil, GrepOutput{}, walkErr
 	}
-	out.Truncated = full
-	result := text.String()
-	if out.NumLines == 0 {
+	g.out.Truncated = g.full
+	result := g.text.String()
+	if g.out.NumLines == 0 {
 		result = fmt.Sprintf("No matches for %q", in.Pattern)
-	} else if full {
-		result += fmt.Sprintf("(output cut: %d matching lines in %d files in all; use head_limit, glob or path to narrow the search)\n", out.NumLines, out.NumFiles)
+	} else if g.full {
+		result += fmt.Sprintf("(output cut: %d matching lines in %d files in all; use head_limit, glob or path to narrow the search)\n", g.out.NumLines, g.out.NumFiles)
 	}
-	return textResult(result), out, nil
+	return textResult(result), g.out, nil
+}
+
+// grepRequest checks a Grep call's input and returns its output mode and compiled pattern.
+func grepRequest(in GrepInput) (string, *regexp.Regexp, error) {
+	mode := in.OutputMode
+	if mode == "" {
+		mode = grepFilesWithMatches
+	}
+	if mode != grepFilesWithMatches && mode != grepContent && mode != grepCount {
+		return "", nil, fmt.Errorf("output_mode must be one of content, files_with_matches, count; got %q", in.OutputMode)
+	}
+	if in.HeadLimit < 0 {
+		return "", nil, fmt.Errorf("head_limit must be 1 or more, got %d", in.HeadLimit)
+	}
+	if in.Pattern == "" {
+		return "", nil, errors.New("pattern is empty")
+	}
+	expr := in.Pattern
+	if in.CaseInsensitive || in.DashI {
+		expr = "(?i)" + expr
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return "", nil, fmt.Errorf("pattern is not a valid RE2 regular expression: %v", err)
+	}
+	return mode, re, nil
+}
+
+// grepper is one Grep call's search: the files it has matched and the text it has written.
+type grepper struct {
+	tb        *toolbox
+	re        *regexp.Regexp
+	mode      string
+	headLimit int
+	out       GrepOutput
+	text      strings.Builder
+	entries   int
+	full      bool // head_limit or the output bound reached
+}
+
+// emit writes one line of the answer, unless head_limit or the output bound is reached.
+func (g *grepper) emit(line string) bool {
+	if g.headLimit > 0 && g.entries >= g.headLimit || g.text.Len()+len(line)+1 > grepMaxOutputBytes {
+		g.full = true
+		return false
+	}
+	g.entries++
+	g.text.WriteString(line)
+	g.text.WriteByte('\n')
+	return true
+}
+
+// searchFile searches one workspace file; a file that vanished, was swapped or is binary is no
+// match.
+func (g *grepper) searchFile(ctx context.Context, rel string) error {
+	f, _, err := g.tb.ws.openRegular(rel)
+	if err != nil {
+		return nil // vanished, swapped or refused: not a match
+	}
+	defer f.Close()
+	br := getFileReader(f)
+	defer putFileReader(br)
+	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
+		return nil // binary
+	}
+	sc := bufio.NewScanner(br)
+	sc.Buffer(make([]byte, 0, 64<<10), grepMaxLineBytes)
+	count := 0
+	for n := 1; sc.Scan(); n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		line := sc.Bytes()
+		if !g.re.Match(line) {
+			continue
+		}
+		count++
+		g.out.NumLines++
+		if g.mode == grepContent && !g.full {
+			g.emitContent(rel, n, line)
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	g.out.NumFiles++
+	switch {
+	case g.full:
+	case g.mode == grepFilesWithMatches:
+		if g.emit(rel) {
+			g.out.Files = append(g.out.Files, rel)
+		}
+	case g.mode == grepCount:
+		if g.emit(fmt.Sprintf("%s:%d", rel, count)) {
+			g.out.Counts = append(g.out.Counts, GrepCount{File: rel, Count: count})
+		}
+	}
+	return nil
+}
+
+// emitContent writes one matching line in content mode, cut at grepMaxShownBytes but never in a
+// token (half a secret).
+func (g *grepper) emitContent(rel string, n int, line []byte) {
+	shownBytes := line
+	if len(line) > grepMaxShownBytes {
+		shownBytes = scrub.TrimTokenEnd(outcap.TrimPartialRune(line[:grepMaxShownBytes]))
+	}
+	shown := string(bytes.ToValidUTF8(shownBytes, []byte("\uFFFD")))
+	if g.emit(fmt.Sprintf("%s:%d:%s", rel, n, shown)) {
+		g.out.Matches = append(g.out.Matches, GrepMatch{File: rel, Line: n, Text: shown})
+	}
 }
 
 // searchBase resolves the optional path of Glob and Grep; dirOnly refuses a

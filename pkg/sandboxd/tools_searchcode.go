@@ -146,43 +146,17 @@ func (q symbolQuery) rank(owner, name string) int {
 
 // searchCode is the search_code tool.
 func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.CallToolResult, SearchCodeOutput, error) {
-	query := strings.TrimSpace(in.Query)
-	if query == "" {
-		return nil, SearchCodeOutput{}, errors.New("query is empty: give a name or part of one")
+	query, q, limit, err := searchCodeRequest(in)
+	if err != nil {
+		return nil, SearchCodeOutput{}, err
 	}
-	if in.Limit < 0 {
-		return nil, SearchCodeOutput{}, fmt.Errorf("limit must be 1 or more, got %d", in.Limit)
-	}
-	limit := in.Limit
-	if limit == 0 {
-		limit = searchCodeDefaultLimit
-	}
-	limit = min(limit, searchCodeMaxLimit)
-	kinds := []string{symFunc, symMethod, symType, symField, symConst, symVar, symClass}
-	if in.Kind != "" && !slices.Contains(kinds, in.Kind) {
-		return nil, SearchCodeOutput{}, fmt.Errorf("kind must be one of %s; got %q", strings.Join(kinds, ", "), in.Kind)
-	}
-	q := symbolQuery{exact: in.Exact, kind: in.Kind}
-	if owner, name, ok := strings.Cut(query, "."); ok {
-		q.owner, q.name = strings.TrimPrefix(strings.Trim(owner, "()"), "*"), name
-	} else {
-		q.name = query
-	}
-	if !isIdentLike(q.name) || (q.owner != "" && !isIdentLike(q.owner)) {
-		return nil, SearchCodeOutput{}, fmt.Errorf("query %q is not a name: give a name (or part of one) made of letters, digits, _ and $, or Type.Name; search text with Grep", query)
-	}
-	q.name, q.owner = strings.ToLower(q.name), strings.ToLower(q.owner)
 	needle := []byte(q.name)
 
 	base, err := tb.searchBase(in.Path, false)
 	if err != nil {
 		return nil, SearchCodeOutput{}, err
 	}
-	type hit struct {
-		sym  CodeSymbol
-		rank int
-	}
-	var hits []hit
+	var hits []codeHit
 	out := SearchCodeOutput{}
 	searchFile := func(rel string) error {
 		ext := path.Ext(rel)
@@ -228,7 +202,7 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 			if r == 1 && name == lastSegment(query) {
 				r = 0 // the same case as asked
 			}
-			hits = append(hits, hit{sym: s, rank: r})
+			hits = append(hits, codeHit{sym: s, rank: r})
 		}
 		return nil
 	}
@@ -254,7 +228,51 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 	} else if walkErr != nil {
 		return nil, SearchCodeOutput{}, walkErr
 	}
-	slices.SortStableFunc(hits, func(a, b hit) int {
+	return textResult(searchCodeAnswer(query, hits, limit, &out)), out, nil
+}
+
+// codeHit is a declaration search_code found, and how well it matches the query (0 best).
+type codeHit struct {
+	sym  CodeSymbol
+	rank int
+}
+
+// searchCodeRequest checks a search_code call's input and returns the query as given, as parsed,
+// and the limit.
+func searchCodeRequest(in SearchCodeInput) (string, symbolQuery, int, error) {
+	query := strings.TrimSpace(in.Query)
+	if query == "" {
+		return "", symbolQuery{}, 0, errors.New("query is empty: give a name or part of one")
+	}
+	if in.Limit < 0 {
+		return "", symbolQuery{}, 0, fmt.Errorf("limit must be 1 or more, got %d", in.Limit)
+	}
+	limit := in.Limit
+	if limit == 0 {
+		limit = searchCodeDefaultLimit
+	}
+	limit = min(limit, searchCodeMaxLimit)
+	kinds := []string{symFunc, symMethod, symType, symField, symConst, symVar, symClass}
+	if in.Kind != "" && !slices.Contains(kinds, in.Kind) {
+		return "", symbolQuery{}, 0, fmt.Errorf("kind must be one of %s; got %q", strings.Join(kinds, ", "), in.Kind)
+	}
+	q := symbolQuery{exact: in.Exact, kind: in.Kind}
+	if owner, name, ok := strings.Cut(query, "."); ok {
+		q.owner, q.name = strings.TrimPrefix(strings.Trim(owner, "()"), "*"), name
+	} else {
+		q.name = query
+	}
+	if !isIdentLike(q.name) || (q.owner != "" && !isIdentLike(q.owner)) {
+		return "", symbolQuery{}, 0, fmt.Errorf("query %q is not a name: give a name (or part of one) made of letters, digits, _ and $, or Type.Name; search text with Grep", query)
+	}
+	q.name, q.owner = strings.ToLower(q.name), strings.ToLower(q.owner)
+	return query, q, limit, nil
+}
+
+// searchCodeAnswer orders the hits (best match, then file and line), keeps limit of them in out,
+// and returns the answer's text.
+func searchCodeAnswer(query string, hits []codeHit, limit int, out *SearchCodeOutput) string {
+	slices.SortStableFunc(hits, func(a, b codeHit) int {
 		if a.rank != b.rank {
 			return a.rank - b.rank
 		}
@@ -287,7 +305,7 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 	if out.Skipped > 0 {
 		fmt.Fprintf(&b, "\n(%d files over 2 MiB were not read)", out.Skipped)
 	}
-	return textResult(strings.TrimSuffix(b.String(), "\n")), out, nil
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func lastSegment(s string) string {
