@@ -74,6 +74,14 @@ const (
 	DefaultWorkspaceClaimName = "workspace-content"
 )
 
+// ConditionPodLost is the SandboxClaim condition that says its pod cannot run and cannot be
+// replaced yet (docs/nothing-lost.md): True while a pod of the claim is on a Node that is NotReady
+// or unreachable, or is stuck terminating, with the reason (NodeNotReady, NodeUnreachable,
+// NodeGone, NodeOutOfService, PodStuckTerminating) and a message naming the pod and its Node. The
+// Sandbox API answers an acquire of such a claim with that reason and message rather than an
+// address that does not answer.
+const ConditionPodLost = "PodLost"
+
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
 // timeout had passed; the Sandbox API's sessions/close sets it (value: the RFC 3339 time of the
 // request). A claim not yet Binding is deleted instead: it has no work to save.
