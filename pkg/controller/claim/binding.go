@@ -43,6 +43,10 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		}
 		return c.idleRequeue(claim, rt), nil
 	}
+	claim, waits, err := c.waitForPredecessor(ctx, claim)
+	if err != nil || waits != nil {
+		return waits, err
+	}
 	now := c.clock.Now()
 	timeout := sandboxpod.StartupTimeout(record)
 	left, inTime := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), timeout, now)
@@ -79,6 +83,9 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 	}
 	if reason, message := sandboxpod.Failure(pods); reason != "" {
 		return c.fail(ctx, claim, rt, reason, message)
+	}
+	if requeue, done, err := c.bindingLostPod(ctx, claim, rt, pods, left, inTime); done || err != nil {
+		return requeue, err
 	}
 	if inTime {
 		return ptr.To(left), nil
@@ -178,4 +185,81 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 		}
 	}
 	return false, nil
+}
+
+// bindingLostPod looks at a Binding claim's pods on their Nodes (nodeloss.go) when one is being
+// deleted (the taint manager evicts the pods of an unreachable Node) or the startupTimeout has
+// passed; a pod not yet ready is otherwise only starting, and its Node is not read. A lost pod is
+// reported, and released when dead (ensureChildren creates it again, on another Node); at the
+// startupTimeout the claim fails with the loss's reason. It says whether it decided (done).
+func (c *Controller) bindingLostPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime,
+	pods []*corev1.Pod, left time.Duration, inTime bool) (*time.Duration, bool, error) {
+	deleting := false
+	for _, pod := range pods {
+		deleting = deleting || pod.DeletionTimestamp != nil
+	}
+	if inTime && !deleting {
+		return nil, false, nil
+	}
+	loss, recheck, err := c.lostPod(ctx, claim, pods)
+	if err != nil {
+		return nil, true, err
+	}
+	if loss == nil {
+		if cond := findCondition(claim, ConditionPodLost); cond == nil || cond.Status != metav1.ConditionTrue {
+			return nil, false, nil
+		}
+	}
+	written, err := c.reportPodLoss(ctx, claim, nil, loss)
+	if err != nil {
+		return nil, true, err
+	}
+	switch {
+	case loss == nil:
+		return ptr.To(left), true, nil // the condition cleared; looked at again by its update
+	case !inTime:
+		requeue, err := c.fail(ctx, written, rt, loss.reason, loss.message)
+		return requeue, true, err
+	}
+	return ptr.To(min(left, *recheck)), true, nil
+}
+
+// waitForPredecessor holds a replacement that shares its workspace with the claim it replaces
+// while a pod of that claim still exists (one writer per workspace, even when that pod is lost
+// on its Node: nodeloss.go). While it waits, its Ready condition says so (reason
+// WaitingForPredecessorPod, which stops its startupTimeout) and so does PodLost, which the Sandbox
+// API answers an acquire with; once the pod is gone, Ready is Binding again and the
+// startupTimeout starts then. It returns the claim as written, and when to look again when it
+// waits (the predecessor's sync enqueues it when its pods are gone; failed.go).
+func (c *Controller) waitForPredecessor(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, *time.Duration, error) {
+	pod, pred, err := c.predecessorPod(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	ready := findCondition(claim, ConditionReady)
+	waited := ready != nil && ready.Reason == ReasonWaitingForPredecessor
+	if pod == nil && !waited {
+		return claim, nil, nil
+	}
+	now := c.clock.Now()
+	updated := claim.DeepCopy()
+	var loss *podLoss
+	if pod != nil {
+		message := predecessorWait(pod, pred)
+		loss = &podLoss{pod: pod, reason: ReasonWaitingForPredecessor, message: message}
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonWaitingForPredecessor, message, now)
+	} else {
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonBinding, messageBinding, now)
+	}
+	if _, err := c.reportPodLoss(ctx, claim, updated, loss); err != nil {
+		return nil, nil, err
+	}
+	written, err := c.updateClaimStatus(ctx, claim, updated)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pod != nil {
+		return nil, ptr.To(lostPodRecheck), nil
+	}
+	return written, nil, nil
 }

@@ -101,19 +101,29 @@ func (c *Controller) watchBoundPod(ctx context.Context, claim *airlockv1alpha1.S
 			moved = want
 		}
 	}
+	lost := findCondition(claim, ConditionPodLost)
+	wasLost := lost != nil && lost.Status == metav1.ConditionTrue
 	switch {
-	case readyNow && (ready == nil || ready.Status != metav1.ConditionTrue || moved != nil):
-		// Recovered (a pod created again after an eviction is at another IP: the next acquire
-		// answers with it).
+	case readyNow && (ready == nil || ready.Status != metav1.ConditionTrue || moved != nil || wasLost):
+		// Recovered (a pod created again after an eviction or on another Node is at another IP:
+		// the next acquire answers with it).
 		updated := claim.DeepCopy()
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
 		if moved != nil {
 			updated.Status.Addresses = moved
 		}
+		if _, err := c.reportPodLoss(ctx, claim, updated, nil); err != nil {
+			return nil, err
+		}
 		_, err := c.updateClaimStatus(ctx, claim, updated)
 		return ptr.To(idleLeft), err
 	case readyNow:
 		return ptr.To(idleLeft), nil
+	}
+	if requeue, handled, err := c.watchLostPod(ctx, claim, pods, idleLeft); handled || err != nil {
+		return requeue, err
+	}
+	switch {
 	case ready == nil || ready.Status == metav1.ConditionTrue:
 		// First seen not ready: the startupTimeout starts now.
 		reason, message := sandboxpod.Failure(pods)
@@ -183,4 +193,41 @@ func (c *Controller) reportEviction(ctx context.Context, claim *airlockv1alpha1.
 	}
 	c.recorder.Event(claim, corev1.EventTypeWarning, ReasonEvicted, message)
 	return written, nil
+}
+
+// watchLostPod reports a Bound claim's pod that cannot run (nodeloss.go): the Ready condition and
+// the PodLost condition say why, with an event, and a dead pod is released, to be created again
+// on the same workspace (repairBound), on another Node. While its pod is lost the claim is not
+// reaped for it (PodFailed): reaping could not go on while the pod may still run, and staying
+// Bound lets the claim recover in place when the Node comes back or is declared dead; its idle
+// timeout still reaps it. It says whether the claim's pod was lost (handled), and when to look
+// again.
+func (c *Controller) watchLostPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod, idleLeft time.Duration) (*time.Duration, bool, error) {
+	loss, recheck, err := c.lostPod(ctx, claim, pods)
+	if err != nil {
+		return nil, true, err
+	}
+	if loss == nil {
+		if cond := findCondition(claim, ConditionPodLost); cond != nil && cond.Status == metav1.ConditionTrue {
+			// No longer lost (its pod released and not created again yet, or its Node back):
+			// the conditions say so, and the startupTimeout starts now for the pod as it is.
+			updated := claim.DeepCopy()
+			setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, c.clock.Now())
+			if _, err := c.reportPodLoss(ctx, claim, updated, nil); err != nil {
+				return nil, true, err
+			}
+			_, err := c.updateClaimStatus(ctx, claim, updated)
+			return ptr.To(idleLeft), true, err
+		}
+		return nil, false, nil
+	}
+	updated := claim.DeepCopy()
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, loss.reason, loss.message, c.clock.Now())
+	if _, err := c.reportPodLoss(ctx, claim, updated, loss); err != nil {
+		return nil, true, err
+	}
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return nil, true, err
+	}
+	return ptr.To(min(idleLeft, *recheck)), true, nil
 }

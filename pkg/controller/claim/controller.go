@@ -75,6 +75,8 @@ type Controller struct {
 	// legacyDeployments removes the Deployments an earlier version built (children.go).
 	legacyDeployments legacyDeploymentControl
 	podEvents         podEvents
+	// lostPods reads the Nodes of pods that cannot run and releases dead ones (nodeloss.go).
+	lostPods lostPodControl
 	// statusWrites are the claims whose status this controller wrote and the cache has not shown
 	// since (statuswrites.go).
 	statusWrites *statusWrites
@@ -215,6 +217,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		children:            realChildControls(kubeClient),
 		legacyDeployments:   realLegacyDeployments{client: kubeClient},
 		podEvents:           realPodEvents{client: kubeClient},
+		lostPods:            realLostPodControl{client: kubeClient},
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
 		runtimeLister:       informers.Runtimes.Lister(),

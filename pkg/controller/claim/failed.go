@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -24,18 +25,33 @@ import (
 // making a second claim, and deleted (ReplacementGone) once the replacement is gone, which is
 // confirmed with the API server: the cache may not have a replacement created a moment ago.
 
-// syncFailed keeps a Failed claim without a pod, links it to its replacement, keeps it
+// syncFailed keeps a Failed claim without a pod (kept while its pods go), links it to its replacement, keeps it
 // while the replacement lives, and deletes it max(idleTimeout, 10m) after it failed when it was
 // never replaced.
 func (c *Controller) syncFailed(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
 	if err := c.stopPods(ctx, claim); err != nil {
 		return nil, err
 	}
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) > 0 {
+		// Kept while its pods go: a replacement on the same workspace waits for them (binding.go,
+		// waitForPredecessor), and a pod that cannot go is reported (nodeloss.go).
+		return c.waitForPods(ctx, claim, pods)
+	}
+	if cond := findCondition(claim, ConditionPodLost); cond != nil && cond.Status == metav1.ConditionTrue {
+		_, err := c.reportPodLoss(ctx, claim, nil, nil)
+		return nil, err // its update syncs it again
+	}
 	replacement, err := c.cachedReplacement(claim)
 	if err != nil {
 		return nil, err
 	}
 	if replacement != "" {
+		// Its pods are gone: a replacement waiting for them may start.
+		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: replacement})
 		if claim.Status.ReplacedBy == replacement {
 			return nil, nil // kept; the replacement's deletion enqueues it
 		}

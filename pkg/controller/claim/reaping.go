@@ -52,7 +52,7 @@ func (c *Controller) beginReaping(ctx context.Context, claim *airlockv1alpha1.Sa
 	return c.syncReaping(ctx, written, rt)
 }
 
-// syncReaping deletes the claim's pod, waits for its pods to go, runs the
+// syncReaping deletes the claim's pod, waits for its pods to go (saying why when one cannot), runs the
 // sync-back Job when the claim has a targetPath (or the cleanup Job that removes its workspace
 // when it has none: workspace.go), and deletes the claim when its work is saved.
 func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
@@ -67,10 +67,19 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 		return nil, err
 	}
 	if len(pods) > 0 {
-		return nil, nil // their deletion enqueues the claim
+		// Their deletion enqueues the claim; a pod that cannot go (its Node lost, or stuck
+		// terminating) is reported, and released once Kubernetes says it is dead (nodeloss.go).
+		return c.waitForPods(ctx, claim, pods)
 	}
 	// The pod is gone: the claim no longer holds a slot.
 	c.enqueueWaiting(claim.Namespace)
+	if cond := findCondition(claim, ConditionPodLost); cond != nil && cond.Status == metav1.ConditionTrue {
+		written, err := c.reportPodLoss(ctx, claim, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		claim = written
+	}
 	return c.syncBack(ctx, claim)
 }
 
