@@ -34,8 +34,12 @@ type AcquireResponse struct {
 	Claim string `json:"claim"`
 	// Phase is the claim's phase: "Bound" for a 200.
 	Phase string `json:"phase"`
-	// Reason is the claim's status.reason, when it has one (202 only).
+	// Reason is the claim's status.reason, when it has one, or, while a pod of the claim cannot
+	// run, the reason of its PodLost condition (NodeUnreachable, ...) (202 only).
 	Reason string `json:"reason,omitempty"`
+	// Message says, while a pod of the claim cannot run, why, naming the pod and its node, for a
+	// person to read (202 only).
+	Message string `json:"message,omitempty"`
 	// Addresses are the sandbox's addresses, one per class port (200 only).
 	Addresses []Address `json:"addresses,omitempty"`
 	// Headers are the HTTP headers to send to the sandbox: Authorization, the per-claim bearer

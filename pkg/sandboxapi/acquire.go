@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -236,8 +237,8 @@ type acquisition struct {
 	createdUID types.UID
 	// phase is the last phase seen, for a 202.
 	phase string
-	// reason is the last reason seen, for a 202.
-	reason string
+	// reason is the last reason seen, for a 202; message the PodLost condition's message.
+	reason, message string
 }
 
 // stepResult is the end of an acquire, or nothing yet (done false).
@@ -310,7 +311,7 @@ func (a *acquisition) accepted() (int, any, error) {
 			name = c.Name
 		}
 	}
-	return http.StatusAccepted, client.AcquireResponse{Claim: name, Phase: a.phase, Reason: a.reason}, nil
+	return http.StatusAccepted, client.AcquireResponse{Claim: name, Phase: a.phase, Reason: a.reason, Message: a.message}, nil
 }
 
 // current returns the claim that answers for the handle now, from the cache: the base claim, or
@@ -361,9 +362,17 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 		return stepResult{done: true, err: errorf(http.StatusConflict, client.CodeConflict,
 			"claim %s exists for another runtime, session or handle", c.Name)}
 	}
-	a.phase, a.reason = string(c.Status.Phase), c.Status.Reason
+	a.phase, a.reason, a.message = string(c.Status.Phase), c.Status.Reason, ""
 	if a.phase == "" {
 		a.phase = string(airlockv1alpha1.ClaimPending)
+	}
+	if lost := meta.FindStatusCondition(c.Status.Conditions, airlockv1alpha1.ConditionPodLost); lost != nil && lost.Status == metav1.ConditionTrue {
+		// Its pod cannot run (issue 24): the 202 says why, and a Bound claim's address, which
+		// does not answer, is not handed out.
+		a.reason, a.message = lost.Reason, lost.Message
+		if c.Status.Phase == airlockv1alpha1.ClaimBound {
+			return stepResult{}
+		}
 	}
 	_, reapRequested := c.Annotations[airlockv1alpha1.AnnotationReapRequested]
 	if c.DeletionTimestamp != nil || reapRequested {
