@@ -126,7 +126,7 @@ func (c *Controller) updateClaim(logger klog.Logger, old, cur any) {
 		logger.V(4).Info("Claim freed a slot", "claim", klog.KObj(curClaim), "phase", curClaim.Status.Phase)
 		c.enqueueWaiting(curClaim.Namespace)
 	}
-	if leftSyncLine(oldClaim, curClaim) {
+	if leftSyncLine(oldClaim, curClaim) || gaveUpSync(oldClaim, curClaim) {
 		c.enqueueSyncWaiters(curClaim.Namespace, oldClaim.Spec.TargetPath)
 	}
 }

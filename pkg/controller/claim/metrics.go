@@ -45,7 +45,7 @@ var (
 	syncBackResults = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_syncback_total",
-		Help:           "Finished sync-back Jobs, by result (succeeded, failed).",
+		Help:           "Finished sync-back Jobs, by result (succeeded, failed; gaveup: the claim's last attempt failed and it is Failed with its workspace kept).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 

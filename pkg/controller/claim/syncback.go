@@ -38,6 +38,61 @@ const (
 // claim, reported (condition SyncBack=False with the reason, a Warning event) and retried after a
 // backoff; the claim is never deleted while its work is unsaved.
 
+// Bounded retries (issue 24): after syncMaxAttempts failed attempts the claim leaves Reaping for
+// Failed (reason SyncBackFailed, or WorkspaceCleanupFailed), with its workspace left exactly as it
+// is in the content volume: nothing saved is destroyed, and the message says where the work is.
+// It no longer holds up the younger claims of an overlapping target (they sync back in turn), nor
+// its maxConcurrent slot; it counts as live for maxPerSession and maxInstances, as any Failed
+// claim, until it is replaced or expires (max(idleTimeout, 10m)); the next acquire of its handle
+// replaces it.
+const (
+	// syncMaxAttempts is how many sync-back (or cleanup) attempts a claim gets: with the backoff
+	// of 10 s doubling, the last starts some five minutes after the first failed.
+	syncMaxAttempts = 5
+	// ReasonSyncBackGaveUp is the SyncBack condition's reason and the event of a claim whose
+	// sync-back (or cleanup) failed syncMaxAttempts times.
+	ReasonSyncBackGaveUp = "SyncBackGaveUp"
+	// messageSyncGaveUp: the Job's name, the attempts, the last failure, the workspace and its PVC.
+	messageSyncGaveUp = "sync-back Job %s failed %d times (last: %s); gave up: the work is kept, untouched, in %s of PVC %s; the target is as the last successful sync-back left it"
+	// messageCleanupGaveUp: the same for the cleanup of a workspace with nothing to save.
+	messageCleanupGaveUp = "workspace cleanup Job %s failed %d times (last: %s); gave up: %s of PVC %s is left as it is"
+)
+
+// giveUpSyncBack moves a Reaping claim whose sync-back (or cleanup) failed syncMaxAttempts times to
+// Failed, keeping its workspace, and tells the claims waiting behind it that the way is free.
+func (c *Controller) giveUpSyncBack(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, job *batchv1.Job, attempt int, why string) error {
+	pvc, err := c.contentClaimName(claim)
+	if err != nil {
+		return err
+	}
+	reason, format := ReasonSyncBackFailed, messageSyncGaveUp
+	if claim.Spec.TargetPath == "" {
+		reason, format = ReasonCleanupFailed, messageCleanupGaveUp
+	}
+	message := fmt.Sprintf(format, job.Name, attempt, why, workspaceDirOf(claim), pvc)
+	now := c.clock.Now()
+	updated := claim.DeepCopy()
+	setPhase(updated, airlockv1alpha1.ClaimFailed, reason, message)
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, reason, message, now)
+	setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackGaveUp, message, now)
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return err
+	}
+	if claim.Spec.TargetPath != "" {
+		syncBackResults.WithLabelValues("gaveup").Inc()
+	}
+	c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackGaveUp, message)
+	klog.FromContext(ctx).Info("Gave up syncing back; the workspace is kept", "claim", klog.KObj(claim), "job", klog.KObj(job),
+		"attempts", attempt, "workspaceDir", workspaceDirOf(claim), "pvc", pvc)
+	return nil
+}
+
+// gaveUpSync says whether a claim change took a claim out of the sync-back line without deleting
+// it (Reaping to Failed, giveUpSyncBack): the claims behind it may have their turn.
+func gaveUpSync(old, cur *airlockv1alpha1.SandboxClaim) bool {
+	return cur != nil && old.Status.Phase == airlockv1alpha1.ClaimReaping && cur.Status.Phase != airlockv1alpha1.ClaimReaping && old.Spec.TargetPath != ""
+}
+
 // syncBack runs the claim's sync-back Job (or, for a claim without a targetPath, its workspace
 // cleanup Job: workspace.go), retrying a failed one with backoff, and deletes the claim once the
 // Job has succeeded.
@@ -85,6 +140,9 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	}
 	attempt, _ := strconv.Atoi(job.Annotations[AnnotationSyncAttempt])
 	attempt = max(attempt, 1)
+	if attempt >= syncMaxAttempts {
+		return nil, c.giveUpSyncBack(ctx, claim, job, attempt, why)
+	}
 	backoff := syncBackoff(attempt)
 	if failures < attempt {
 		// First look at this failure: count it on the claim (so the count survives the Job's
