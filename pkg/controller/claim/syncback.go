@@ -147,28 +147,9 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	if failures < attempt {
 		// First look at this failure: count it on the claim (so the count survives the Job's
 		// deletion), report it, then wait out the backoff.
-		reason, format := ReasonSyncBackFailed, MessageSyncFailed
-		if saves {
-			syncBackResults.WithLabelValues("failed").Inc()
-		} else {
-			reason, format = ReasonCleanupFailed, MessageCleanupFailed
-		}
-		counted := claim.DeepCopy()
-		if counted.Annotations == nil {
-			counted.Annotations = map[string]string{}
-		}
-		counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
-		written, err := c.claims.Update(ctx, counted)
-		if err != nil {
+		if err := c.countSyncFailure(ctx, claim, job, attempt, backoff, why); err != nil {
 			return nil, err
 		}
-		message := fmt.Sprintf(format, job.Name, attempt, backoff, why)
-		updated := written.DeepCopy()
-		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, reason, message, now)
-		if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
-			return nil, err
-		}
-		c.recorder.Event(claim, corev1.EventTypeWarning, reason, message)
 	}
 	if left, ok := timeLeft(failedAt, backoff, now); ok {
 		return ptr.To(left), nil
@@ -341,4 +322,32 @@ func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image s
 			},
 		},
 	}
+}
+
+// countSyncFailure records the claim's attempt-th failed sync-back (or cleanup) attempt: the count
+// in its annotation, condition SyncBack False with the failure, a Warning event.
+func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, job *batchv1.Job, attempt int, backoff time.Duration, why string) error {
+	reason, format := ReasonSyncBackFailed, MessageSyncFailed
+	if claim.Spec.TargetPath != "" {
+		syncBackResults.WithLabelValues("failed").Inc()
+	} else {
+		reason, format = ReasonCleanupFailed, MessageCleanupFailed
+	}
+	counted := claim.DeepCopy()
+	if counted.Annotations == nil {
+		counted.Annotations = map[string]string{}
+	}
+	counted.Annotations[AnnotationSyncFailures] = strconv.Itoa(attempt)
+	written, err := c.claims.Update(ctx, counted)
+	if err != nil {
+		return err
+	}
+	message := fmt.Sprintf(format, job.Name, attempt, backoff, why)
+	updated := written.DeepCopy()
+	setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, reason, message, c.clock.Now())
+	if _, err := c.updateClaimStatus(ctx, written, updated); err != nil {
+		return err
+	}
+	c.recorder.Event(claim, corev1.EventTypeWarning, reason, message)
+	return nil
 }
