@@ -165,3 +165,96 @@ func TestCopyRefusedTargetsLoseNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoSessionsIntoOneTargetKeepTheOlder (issue 24, item 3): two sessions whose sandboxes share
+// a target sync back one after the other (the controller runs them one at a time, oldest first).
+// The target holds the younger's workspace, and the older's files are not lost: they are the
+// target's newest kept version, byte for byte (content hashes). Before, the younger's copy
+// silently replaced the older's.
+func TestTwoSessionsIntoOneTargetKeepTheOlder(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	older, younger, target := "ns/sandboxes/older", "ns/sandboxes/younger", "ns/projects/shared"
+	writeWorkspace(t, filepath.Join(root, older))
+	writeFile(t, filepath.Join(root, older, "only-older.txt"), "the older session's file\n", 0o644, t1)
+	writeFile(t, filepath.Join(root, younger, "only-younger.txt"), "the younger session's file\n", 0o644, t2)
+	olderHash, youngerHash := treeHash(t, filepath.Join(root, older)), treeHash(t, filepath.Join(root, younger))
+
+	for _, ws := range []string{older, younger} {
+		if err := CopyAndRemove(ctx, root, testSandboxes, ws, target); err != nil {
+			t.Fatalf("sync-back of %s: %v", ws, err)
+		}
+	}
+	if got := treeHash(t, filepath.Join(root, target)); got != youngerHash {
+		t.Errorf("the target's hash is %s, want the younger workspace's %s", got, youngerHash)
+	}
+	versions := versionsOf(t, filepath.Join(root, target))
+	if len(versions) != 1 || treeHash(t, versions[0]) != olderHash {
+		t.Errorf("versions %v, want one holding the older session's workspace (hash %s)", versions, olderHash)
+	}
+}
+
+// TestVersionsRetention: after any sequence of sync-backs into a target, it holds the last
+// workspace synced (an empty workspace changes nothing), and its versions directory the
+// KeepVersions contents before it, newest last; older ones are removed, and an entry of the
+// versions directory that is not a version is left alone.
+func TestVersionsRetention(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	target := "ns/projects/web"
+	var hashes []string // of each workspace synced, in order
+	for i := range KeepVersions + 3 {
+		ws := fmt.Sprintf("ns/sandboxes/c%d", i)
+		writeFile(t, filepath.Join(root, ws, "round.txt"), fmt.Sprintf("round %d\n", i), 0o644, t1)
+		hashes = append(hashes, treeHash(t, filepath.Join(root, ws)))
+		if i == 1 {
+			writeFile(t, filepath.Join(root, "ns/projects", VersionsDir("web"), "README"), "not a version\n", 0o644, t0)
+		}
+		if err := CopyAndRemove(ctx, root, testSandboxes, ws, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir(t, filepath.Join(root, "ns/sandboxes/empty"), 0o755)
+	if err := CopyAndRemove(ctx, root, testSandboxes, "ns/sandboxes/empty", target); err != nil {
+		t.Fatal(err)
+	}
+	last := len(hashes) - 1
+	if got := treeHash(t, filepath.Join(root, target)); got != hashes[last] {
+		t.Errorf("the target holds %s, want the last workspace's %s", got, hashes[last])
+	}
+	var versions []string
+	for _, v := range versionsOf(t, filepath.Join(root, target)) {
+		if filepath.Base(v) != "README" {
+			versions = append(versions, v)
+		}
+	}
+	if len(versions) != KeepVersions {
+		t.Fatalf("%d versions kept, want %d: %v", len(versions), KeepVersions, versions)
+	}
+	for i, v := range versions {
+		if want := hashes[last-KeepVersions+i]; treeHash(t, v) != want {
+			t.Errorf("version %d (%s) is not workspace %d", i, v, last-KeepVersions+i)
+		}
+	}
+	if got := readFile(t, filepath.Join(root, "ns/projects", VersionsDir("web"), "README")); got != "not a version\n" {
+		t.Errorf("a file of the versions directory that is not a version changed: %q", got)
+	}
+}
+
+// TestVersionsDirMustBeReal: a versions directory that is a link (planted to send the previous
+// target elsewhere in the volume) fails the sync-back, and nothing changes.
+func TestVersionsDirMustBeReal(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	writeWorkspace(t, filepath.Join(root, "ns/sandboxes/c1"))
+	writeFile(t, filepath.Join(root, "ns/projects/web/saved.txt"), "saved\n", 0o644, t0)
+	mkdir(t, filepath.Join(root, "elsewhere"), 0o755)
+	symlink(t, "../../elsewhere", filepath.Join(root, "ns/projects", VersionsDir("web")))
+	before := treeHash(t, root)
+	if err := CopyAndRemove(ctx, root, testSandboxes, "ns/sandboxes/c1", "ns/projects/web"); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("error %v, want the versions directory refused", err)
+	}
+	if after := treeHash(t, root); after != before {
+		t.Errorf("the content root changed")
+	}
+}

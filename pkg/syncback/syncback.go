@@ -21,8 +21,13 @@
 // nothing. An agent that means to empty a target removes its files one by one in a workspace that
 // still holds something (a marker file), or the platform team does it.
 //
-// A run that is killed leaves its staging directory (".<target>.airlock-staging-<random>") or the
-// previous target (".<target>.airlock-old-<random>") next to the target; both are safe to delete.
+// The previous content of a target that is replaced is not deleted: it is kept as a version,
+// ".<target>.airlock-versions/<UTC time>-<random>" next to the target, the newest KeepVersions of
+// them (issue 24; docs/nothing-lost.md says what a target holds after any sequence of sync-backs).
+//
+// A run that is killed leaves its staging directory (".<target>.airlock-staging-<random>") next to
+// the target, safe to delete; killed between the two renames of the swap, the target is absent and
+// its previous content is the newest version.
 package syncback
 
 import (
@@ -73,8 +78,9 @@ func isUnder(p, dir string) bool {
 
 // Copy replaces the directory `to` with a copy of the directory `from`; both are relative to
 // contentRoot. The parents of `to` are created when missing; `to` itself, when it exists, must be a
-// directory, and it is replaced whole, unless `from` is empty: then nothing is copied and `to`
-// is left as it is. See the package comment for what is copied.
+// directory, and it is replaced whole (its previous content kept as a version), unless `from` is
+// empty: then nothing is copied and `to` is left as it is. See the package comment for what is
+// copied.
 func Copy(ctx context.Context, contentRoot, from, to string) error {
 	if err := ValidatePath(from); err != nil {
 		return fmt.Errorf("source %w", err)
@@ -148,11 +154,15 @@ func Copy(ctx context.Context, contentRoot, from, to string) error {
 		return err
 	}
 
-	if err := swapIn(ctx, parent, stagingName, base, suffix, targetExists); err != nil {
+	version, err := swapIn(ctx, parent, stagingName, base, suffix, targetExists)
+	if err != nil {
 		return fmt.Errorf("replacing target %q: %w", to, err)
 	}
 	staged = true
-	klog.FromContext(ctx).Info("Synced workspace", "from", from, "to", to,
+	if version != "" {
+		version = filepath.Join(parentDir, version)
+	}
+	klog.FromContext(ctx).Info("Synced workspace", "from", from, "to", to, "previousVersion", version,
 		"dirs", c.dirs, "files", c.files, "symlinks", c.symlinks, "bytes", c.bytes, "skipped", c.skipped)
 	return nil
 }
@@ -212,33 +222,111 @@ func existingDir(parent *os.Root, name string) (bool, error) {
 	return true, nil
 }
 
-// swapIn renames the staging directory to name, moving an existing name out of the way first and
-// removing it afterwards.
-func swapIn(ctx context.Context, parent *os.Root, stagingName, name, suffix string, exists bool) error {
+// KeepVersions is how many previous contents of a target are kept (issue 24, docs/nothing-lost.md):
+// every sync-back that replaces a target moves what it held into the target's versions directory,
+// ".<target>.airlock-versions/<UTC time>-<random>" next to it, and removes the oldest beyond this
+// many. Three: the older of two sessions that share a target, and two sync-backs more, are
+// recoverable, for at most three more copies of the target's size.
+const KeepVersions = 3
+
+// VersionsDir is the name of the directory next to a target (named base) that keeps its previous
+// contents.
+func VersionsDir(base string) string { return "." + base + ".airlock-versions" }
+
+// versionTimeFormat names versions so that their names sort as their times.
+const versionTimeFormat = "20060102T150405.000000000Z"
+
+// swapIn renames the staging directory to name, moving an existing name into its versions
+// directory first (versions beyond KeepVersions are removed). It returns the kept version's path
+// in parent, or "" when there was no previous target.
+func swapIn(ctx context.Context, parent *os.Root, stagingName, name, suffix string, exists bool) (string, error) {
 	if !exists {
 		if err := parent.Rename(stagingName, name); err != nil {
-			return err
+			return "", err
 		}
-		return syncDir(parent, ".")
+		return "", syncDir(parent, ".")
 	}
-	oldName := "." + name + ".airlock-old-" + suffix
-	if err := parent.Rename(name, oldName); err != nil {
-		return fmt.Errorf("moving the previous target aside: %w", err)
+	versions := VersionsDir(name)
+	if err := ensureRealDir(parent, versions); err != nil {
+		return "", fmt.Errorf("the versions directory %q: %w", versions, err)
+	}
+	version := versions + "/" + time.Now().UTC().Format(versionTimeFormat) + "-" + suffix
+	if err := parent.Rename(name, version); err != nil {
+		return "", fmt.Errorf("keeping the previous target as a version: %w", err)
 	}
 	if err := parent.Rename(stagingName, name); err != nil {
-		if restoreErr := parent.Rename(oldName, name); restoreErr != nil {
-			return fmt.Errorf("moving the copy in: %w (and restoring the previous target: %v)", err, restoreErr)
+		if restoreErr := parent.Rename(version, name); restoreErr != nil {
+			return "", fmt.Errorf("moving the copy in: %w (and restoring the previous target: %v)", err, restoreErr)
 		}
-		return fmt.Errorf("moving the copy in: %w", err)
+		return "", fmt.Errorf("moving the copy in: %w", err)
 	}
-	if err := syncDir(parent, "."); err != nil {
+	if err := errors.Join(syncDir(parent, "."), syncDir(parent, versions)); err != nil {
+		return "", err
+	}
+	if err := pruneVersions(parent, versions, KeepVersions); err != nil {
+		// The new tree is in place and the previous one kept; what is left is an old version.
+		klog.FromContext(ctx).Error(err, "Failed to remove old versions of the target", "path", versions)
+	}
+	return version, nil
+}
+
+// ensureRealDir makes name in parent a directory, or checks that it is one (not a link).
+func ensureRealDir(parent *os.Root, name string) error {
+	err := parent.Mkdir(name, 0o755)
+	if err == nil || !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if err := removeAll(parent, oldName); err != nil {
-		// The new tree is in place; what is left is garbage, not lost work.
-		klog.FromContext(ctx).Error(err, "Failed to remove the previous target", "path", oldName)
+	fi, err := parent.Lstat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("exists and is not a directory (%s)", fi.Mode().Type())
 	}
 	return nil
+}
+
+// pruneVersions removes the oldest versions in versions beyond keep (names that sort first are
+// the oldest; entries not named as versions are left alone).
+func pruneVersions(parent *os.Root, versions string, keep int) error {
+	dir, err := parent.OpenRoot(versions)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	names, err := versionNames(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for len(names) > keep {
+		errs = append(errs, removeAll(dir, names[0]))
+		names = names[1:]
+	}
+	return errors.Join(errs...)
+}
+
+// versionNames lists the versions in dir, oldest first.
+func versionNames(dir *os.Root) ([]string, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	all, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range all {
+		if stamp, _, ok := strings.Cut(n, "-"); ok {
+			if _, err := time.Parse(versionTimeFormat, stamp); err == nil {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // copier copies the tree of src into dst, which exists and is empty.

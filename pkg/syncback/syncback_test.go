@@ -95,7 +95,8 @@ func listTree(t *testing.T, dir string) []string {
 	return out
 }
 
-// hiddenLeftovers lists the staging and old directories Copy may leave in dir.
+// hiddenLeftovers lists the staging and old directories Copy may leave in dir (a target's
+// versions directory is not a leftover: versionsOf).
 func hiddenLeftovers(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -104,7 +105,7 @@ func hiddenLeftovers(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if strings.Contains(e.Name(), ".airlock-") {
+		if strings.Contains(e.Name(), ".airlock-") && !strings.HasSuffix(e.Name(), ".airlock-versions") {
 			out = append(out, e.Name())
 		}
 	}
@@ -263,6 +264,15 @@ func TestCopyReplacesExistingTarget(t *testing.T) {
 	}
 	if got := hiddenLeftovers(t, root); len(got) != 0 {
 		t.Errorf("staging or previous target left behind: %v", got)
+	}
+	// The previous target is kept, whole, as a version.
+	versions := versionsOf(t, filepath.Join(root, "target"))
+	if len(versions) != 1 {
+		t.Fatalf("versions %v, want the previous target", versions)
+	}
+	wantOld := []string{". d--------- -rwxr-xr-x", "ro d--------- -r-xr-xr-x", "ro/locked.txt ---------- -r--r--r--", "stale.txt ---------- -rw-r--r--"}
+	if diff := cmp.Diff(wantOld, listTree(t, versions[0])); diff != "" {
+		t.Errorf("kept version (-want +got):\n%s", diff)
 	}
 	if got := readFile(t, filepath.Join(root, "sibling", "keep.txt")); got != "sibling\n" {
 		t.Errorf("sibling of the target changed: %q", got)
@@ -427,4 +437,23 @@ func TestCopyEmptyWorkspaceKeepsTarget(t *testing.T) {
 	if diff := cmp.Diff([]string{". d--------- -rwxr-xr-x", "sub d--------- -rwxr-xr-x"}, listTree(t, filepath.Join(root, "target"))); diff != "" {
 		t.Errorf("a workspace with a directory did not replace the target (-want +got):\n%s", diff)
 	}
+}
+
+// versionsOf returns the paths of the kept versions of the target, oldest first.
+func versionsOf(t *testing.T, target string) []string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(target), VersionsDir(filepath.Base(target)))
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, filepath.Join(dir, e.Name()))
+	}
+	sort.Strings(out)
+	return out
 }
