@@ -420,3 +420,59 @@ func TestSyncFailedKeptWhileItsPodGoes(t *testing.T) {
 		}
 	}
 }
+
+// TestWhatAClaimThatCannotBeServedCounts (docs/nothing-lost.md): a claim whose pod is lost keeps
+// what it holds, since its sandbox may still run; a claim whose sync-back gave up frees its
+// maxConcurrent slot but counts for maxPerSession until it is replaced or expires.
+func TestWhatAClaimThatCannotBeServedCounts(t *testing.T) {
+	stuck := t0.Add(-time.Hour)
+	lostPodOf := func(c *airlockv1alpha1.SandboxClaim) *corev1.Pod { return newPod(c, onNode(true, &stuck)) }
+	reapingLost := func() *airlockv1alpha1.SandboxClaim {
+		c := reapingClaim("old", t0.Add(-time.Hour), "projects/demo")
+		setCondition(&c.Status, ConditionPodLost, metav1.ConditionTrue, ReasonNodeUnreachable, "pod old is on node node-a", t0.Add(-time.Hour))
+		return c
+	}
+	boundLost := func() *airlockv1alpha1.SandboxClaim {
+		c := bound("old", t0.Add(-time.Hour))
+		c.Spec.Session = "s1"
+		setCondition(&c.Status, ConditionPodLost, metav1.ConditionTrue, ReasonNodeUnreachable, "pod old is on node node-a", t0.Add(-time.Hour))
+		return c
+	}
+	gaveUp := func() *airlockv1alpha1.SandboxClaim {
+		c := reapingClaim("old", t0.Add(-time.Hour), "projects/demo")
+		c.Spec.Session = "s1"
+		setPhase(c, airlockv1alpha1.ClaimFailed, ReasonSyncBackFailed, "gave up")
+		setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonSyncBackFailed, "gave up", t0.Add(-time.Minute))
+		return c
+	}
+	tests := map[string]struct {
+		maxConcurrent, maxPerSession int32
+		old                          *airlockv1alpha1.SandboxClaim
+		withPod                      bool
+		wantPhase                    airlockv1alpha1.ClaimPhase
+	}{
+		"Reaping, pod lost: holds its maxConcurrent slot": {maxConcurrent: 1, maxPerSession: 3, old: reapingLost(), withPod: true, wantPhase: airlockv1alpha1.ClaimQueued},
+		"Reaping, lost pod released: frees it":            {maxConcurrent: 1, maxPerSession: 3, old: reapingLost(), wantPhase: airlockv1alpha1.ClaimBinding},
+		"Bound, pod lost: counts for maxPerSession":       {maxConcurrent: 5, maxPerSession: 1, old: boundLost(), withPod: true, wantPhase: airlockv1alpha1.ClaimRefused},
+		"Bound, pod lost: counts for maxConcurrent":       {maxConcurrent: 1, maxPerSession: 3, old: boundLost(), withPod: true, wantPhase: airlockv1alpha1.ClaimQueued},
+		"sync-back gave up: frees maxConcurrent":          {maxConcurrent: 1, maxPerSession: 3, old: gaveUp(), wantPhase: airlockv1alpha1.ClaimBinding},
+		"sync-back gave up: counts for maxPerSession":     {maxConcurrent: 5, maxPerSession: 1, old: gaveUp(), wantPhase: airlockv1alpha1.ClaimRefused},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixtureWithLimits(t, tc.maxConcurrent, tc.maxPerSession)
+			f.claims = append(f.claims, tc.old, newClaim("c1", "s1", airlockv1alpha1.ClaimPending, t0))
+			if tc.withPod {
+				f.pods = append(f.pods, lostPodOf(tc.old))
+			}
+			c := f.newController(ctx)
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.writtenClaimNamed("c1"); got.Status.Phase != tc.wantPhase {
+				t.Errorf("the new claim is %s (%s), want %s", got.Status.Phase, got.Status.Reason, tc.wantPhase)
+			}
+		})
+	}
+}
