@@ -4,10 +4,14 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,37 +25,63 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
-// kwokNodeAnnotation is what kwok manages fake Nodes by (hack/local-cluster.sh runs it with
-// --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake): without it, kwok stops
-// posting the Node's status, as a kubelet that stopped would.
-const kwokNodeAnnotation = "kwok.x-k8s.io/node"
-
-// stopKwokNode makes kwok stop managing the Node (its "kubelet" stops), and puts it back when the
-// test ends: managed again, without the out-of-service taint, re-created if the test deleted it
-// (from the object as it was), and Ready again, so that the tests after this one have their Nodes.
-func stopKwokNode(t *testing.T, name string) *corev1.Node {
+// kwokProcess returns the PID of the kwok of the cluster hack/e2e.sh started for this run
+// (AIRLOCK_E2E_CLUSTER_DIR), which plays every fake Node's kubelet; ok is false on a cluster the
+// suite did not start.
+func kwokProcess(t *testing.T) (pid int, ok bool) {
 	t.Helper()
-	ctx := context.Background()
-	node, err := kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	dir := os.Getenv("AIRLOCK_E2E_CLUSTER_DIR")
+	if dir == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kwok.pid"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the e2e cluster's kwok pid file: %v", err)
 	}
-	if node.Annotations[kwokNodeAnnotation] == "" {
-		t.Skipf("node %s is not a kwok node: this test stops a kwok node (the API-only plane)", name)
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the e2e cluster's kwok pid file: %v", err)
 	}
-	saved := node.DeepCopy()
-	t.Cleanup(func() { restoreKwokNode(t, saved) })
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kwokNodeAnnotation: nil}}})
-	if _, err := kubeClient.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("stopping node %s: %v", name, err)
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "kwok" {
+		t.Fatalf("pid %d of %s is not a running kwok (%q, %v)", pid, dir, comm, err)
 	}
-	t.Logf("node %s: kwok no longer manages it", name)
-	return saved
+	return pid, true
 }
 
-func restoreKwokNode(t *testing.T, saved *corev1.Node) {
+// kubelets stops and resumes kwok, the kubelet of every fake Node: stopped (SIGSTOP), the Nodes'
+// leases and statuses are no longer renewed and the node lifecycle controller marks them
+// Unknown and their pods not ready, as with kubelets that stopped. (Removing one Node's kwok
+// annotation does not do it: kwok goes on renewing that Node's lease.)
+type kubelets struct {
+	t   *testing.T
+	pid int
+}
+
+func (k kubelets) stop() {
+	k.t.Helper()
+	if err := syscall.Kill(k.pid, syscall.SIGSTOP); err != nil {
+		k.t.Fatalf("stopping kwok: %v", err)
+	}
+	k.t.Log("kwok stopped: no Node's kubelet posts its status")
+}
+
+func (k kubelets) resume() {
+	k.t.Helper()
+	if err := syscall.Kill(k.pid, syscall.SIGCONT); err != nil {
+		k.t.Errorf("resuming kwok: %v", err)
+	}
+	k.t.Log("kwok resumed")
+}
+
+// restoreNode puts a Node the test deleted or tainted back as saved was (re-created from it, kwok
+// manages it again), without the out-of-service taint, and waits for it to be Ready and untainted,
+// so that the tests after this one have their Nodes.
+func restoreNode(t *testing.T, saved *corev1.Node) {
+	t.Helper()
 	ctx := context.Background()
 	node, err := kubeClient.CoreV1().Nodes().Get(ctx, saved.Name, metav1.GetOptions{})
 	switch {
@@ -68,20 +98,18 @@ func restoreKwokNode(t *testing.T, saved *corev1.Node) {
 		t.Errorf("restoring node %s: %v", saved.Name, err)
 		return
 	default:
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-		node.Annotations[kwokNodeAnnotation] = saved.Annotations[kwokNodeAnnotation]
 		var taints []corev1.Taint
 		for _, taint := range node.Spec.Taints {
-			if taint.Key != "node.kubernetes.io/out-of-service" {
+			if taint.Key != claim.TaintOutOfService {
 				taints = append(taints, taint)
 			}
 		}
-		node.Spec.Taints = taints
-		if _, err := kubeClient.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-			t.Errorf("restoring node %s: %v", saved.Name, err)
-			return
+		if len(taints) != len(node.Spec.Taints) {
+			node.Spec.Taints = taints
+			if _, err := kubeClient.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("restoring node %s: %v", saved.Name, err)
+				return
+			}
 		}
 	}
 	eventually(t, 3*time.Minute, "node "+saved.Name+" Ready and untainted again", func(ctx context.Context) (bool, error) {
@@ -95,6 +123,29 @@ func restoreKwokNode(t *testing.T, saved *corev1.Node) {
 			}
 		}
 		return false, nil
+	})
+}
+
+// saveNode returns the Node as it is now, and restores it when the test ends.
+func saveNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	node, err := kubeClient.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restoreNode(t, node) })
+	return node
+}
+
+// waitPodGone waits for the pod with uid to be gone (released, or deleted by the pod GC).
+func waitPodGone(t *testing.T, ns, name string, uid types.UID) {
+	t.Helper()
+	eventually(t, 3*time.Minute, "pod "+name+" ("+string(uid)+") gone", func(ctx context.Context) (bool, error) {
+		p, err := kubeClient.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && p.UID != uid, nil
 	})
 }
 
@@ -206,18 +257,26 @@ func acquireRecovered(t *testing.T, c *client.Client, req client.AcquireRequest,
 	return pod, url
 }
 
-// TestClaimSurvivesLostNode (issue 24, item 1): a Bound claim whose Node stops (kwok no longer
-// manages it: the Node goes Unknown, is tainted unreachable and its pods are marked not ready)
-// says why, on the claim (PodLost naming the pod, its Node and the reason, and an event) and in
-// the acquire's answer, within its waitSeconds; no second pod is started on its workspace while
-// the first may still run; and once Kubernetes says the pod is dead, first by the Node's deletion,
-// then by the out-of-service taint on another stopped Node, the claim recovers on another Node by
-// itself, and its Bound answer carries the new address. Before, an acquire answered 200 with the
-// dead address, then 202 "Reaping" without a word of the Node, for as long as the pod stayed.
+// TestClaimSurvivesLostNode (issue 24, item 1): a Bound claim whose Node's kubelet stops (kwok
+// stopped: the Node goes Unknown and its pods are marked not ready) says why, on the claim
+// (PodLost naming the pod, its Node and the reason, and an event) and in the acquire's answer,
+// within its waitSeconds; no second pod is started on its workspace while the first may still run;
+// and once Kubernetes says the pod is dead, first by the Node's deletion, then by the
+// out-of-service taint on another Node, the pod is released and the claim recovers on another
+// Node by itself, its Bound answer carrying the new address. Before, an acquire answered 200 with
+// the dead address, then 202 "Reaping" without a word of the Node, for as long as the pod stayed.
 func TestClaimSurvivesLostNode(t *testing.T) {
+	pid, ok := kwokProcess(t)
+	if !ok {
+		t.Skip("the suite runs against a cluster it did not start: it cannot stop that cluster's kubelets")
+	}
 	if nodes, err := kubeClient.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err != nil || len(nodes.Items) < 2 {
 		t.Skipf("needs two nodes (%v)", err)
 	}
+	k := kubelets{t: t, pid: pid}
+	resume := sync.OnceFunc(k.resume)
+	t.Cleanup(func() { resume() }) // whatever fails, the cluster's kubelets are not left stopped
+
 	e := newClaimEnv(t, "airlock-nodeloss", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	op := startAPIOperator(t, e.ns)
 	c := op.client(serviceAccountToken(t, e.ns, "agent"))
@@ -239,41 +298,49 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A Node that stops, then is deleted.
+	// The Node's kubelet stops; then the Node is deleted.
 	nodeA := pod.Spec.NodeName
-	savedA := stopKwokNode(t, nodeA)
+	savedA := saveNode(t, nodeA)
+	k.stop()
 	lost := waitPodLost(t, e.ns, name, "NodeUnreachable", pod.Name, nodeA)
+	t.Logf("PodLost: %s", lost.Message)
 	acquireAnswersLost(t, c, req, "NodeUnreachable", nodeA)
-	events, err := kubeClient.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=NodeUnreachable"})
+	events, err := kubeClient.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=NodeUnreachable"})
 	if err != nil || len(events.Items) == 0 {
 		t.Errorf("no NodeUnreachable event on the claim (%v)", err)
 	}
-	if pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim + "=" + name}); err != nil || len(pods.Items) != 1 || pods.Items[0].UID != pod.UID {
-		t.Errorf("pods of the claim while its node is lost: %v %v, want only the first", len(pods.Items), err)
+	if pods, err := kubeClient.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim + "=" + name}); err != nil || len(pods.Items) != 1 || pods.Items[0].UID != pod.UID {
+		t.Errorf("pods of the claim while its node is lost: %d %v, want only the first", len(pods.Items), err)
 	}
-	t.Logf("PodLost: %s", lost.Message)
-	if err := kubeClient.CoreV1().Nodes().Delete(ctx, nodeA, metav1.DeleteOptions{}); err != nil {
+	if err := kubeClient.CoreV1().Nodes().Delete(context.Background(), nodeA, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting node %s: %v", nodeA, err)
 	}
+	waitPodGone(t, e.ns, name, pod.UID)
+	resume()
 	moved, movedURL := acquireRecovered(t, c, req, e.ns, name, nodeA, oldURL)
-	restoreKwokNode(t, savedA) // for the second half: a Node to move to
 	t.Logf("recovered on node %s after node %s was deleted", moved.Spec.NodeName, nodeA)
+	restoreNode(t, savedA) // for the second half: a Node to move to
 
-	// A Node that stops, then is tainted out-of-service (non-graceful node shutdown).
+	// Another Node's kubelet stops; then the Node is tainted out-of-service (non-graceful node
+	// shutdown).
 	nodeB := moved.Spec.NodeName
-	stopKwokNode(t, nodeB)
+	saveNode(t, nodeB)
+	k2 := kubelets{t: t, pid: pid}
+	resume2 := sync.OnceFunc(k2.resume)
+	t.Cleanup(func() { resume2() })
+	k2.stop()
 	waitPodLost(t, e.ns, name, "NodeUnreachable", moved.Name, nodeB)
 	acquireAnswersLost(t, c, req, "NodeUnreachable", nodeB)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel2()
-	node, err := kubeClient.CoreV1().Nodes().Get(ctx2, nodeB, metav1.GetOptions{})
+	node, err := kubeClient.CoreV1().Nodes().Get(context.Background(), nodeB, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	if _, err := kubeClient.CoreV1().Nodes().Update(ctx2, node, metav1.UpdateOptions{}); err != nil {
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: claim.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	if _, err := kubeClient.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("tainting node %s out-of-service: %v", nodeB, err)
 	}
+	waitPodGone(t, e.ns, name, moved.UID)
+	resume2()
 	again, _ := acquireRecovered(t, c, req, e.ns, name, nodeB, movedURL)
 	t.Logf("recovered on node %s after node %s was tainted out-of-service", again.Spec.NodeName, nodeB)
 
