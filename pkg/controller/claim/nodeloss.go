@@ -209,7 +209,11 @@ func (c *Controller) reportPodLoss(ctx context.Context, claim, updated *airlockv
 		return written, nil
 	}
 	if old == nil || old.Status != metav1.ConditionTrue || old.Reason != loss.reason || old.Message != loss.message {
-		c.recorder.Event(claim, corev1.EventTypeWarning, loss.reason, loss.message)
+		eventType := corev1.EventTypeWarning
+		if loss.reason == ReasonWaitingForPredecessor {
+			eventType = corev1.EventTypeNormal // mostly a pod that is going, a few seconds
+		}
+		c.recorder.Event(claim, eventType, loss.reason, loss.message)
 	}
 	if loss.dead {
 		klog.FromContext(ctx).Info("Releasing a lost pod", "claim", klog.KObj(claim), "pod", klog.KObj(loss.pod), "node", loss.pod.Spec.NodeName, "reason", loss.reason)
