@@ -126,14 +126,18 @@ func restoreNode(t *testing.T, saved *corev1.Node) {
 	})
 }
 
-// saveNode returns the Node as it is now, and restores it when the test ends.
-func saveNode(t *testing.T, name string) *corev1.Node {
+// saveNode returns the Node as it is now, and restores it when the test ends, after resuming the
+// kubelets (a SIGCONT to a kwok that runs is nothing).
+func saveNode(t *testing.T, k kubelets, name string) *corev1.Node {
 	t.Helper()
 	node, err := kubeClient.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { restoreNode(t, node) })
+	t.Cleanup(func() {
+		k.resume()
+		restoreNode(t, node)
+	})
 	return node
 }
 
@@ -274,8 +278,7 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 		t.Skipf("needs two nodes (%v)", err)
 	}
 	k := kubelets{t: t, pid: pid}
-	resume := sync.OnceFunc(k.resume)
-	t.Cleanup(func() { resume() }) // whatever fails, the cluster's kubelets are not left stopped
+	t.Cleanup(k.resume) // whatever fails, the cluster's kubelets are not left stopped
 
 	e := newClaimEnv(t, "airlock-nodeloss", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	op := startAPIOperator(t, e.ns)
@@ -300,7 +303,7 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 
 	// The Node's kubelet stops; then the Node is deleted.
 	nodeA := pod.Spec.NodeName
-	savedA := saveNode(t, nodeA)
+	savedA := saveNode(t, k, nodeA)
 	k.stop()
 	lost := waitPodLost(t, e.ns, name, "NodeUnreachable", pod.Name, nodeA)
 	t.Logf("PodLost: %s", lost.Message)
@@ -316,7 +319,7 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 		t.Fatalf("deleting node %s: %v", nodeA, err)
 	}
 	waitPodGone(t, e.ns, name, pod.UID)
-	resume()
+	k.resume()
 	moved, movedURL := acquireRecovered(t, c, req, e.ns, name, nodeA, oldURL)
 	t.Logf("recovered on node %s after node %s was deleted", moved.Spec.NodeName, nodeA)
 	restoreNode(t, savedA) // for the second half: a Node to move to
@@ -324,11 +327,8 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 	// Another Node's kubelet stops; then the Node is tainted out-of-service (non-graceful node
 	// shutdown).
 	nodeB := moved.Spec.NodeName
-	saveNode(t, nodeB)
-	k2 := kubelets{t: t, pid: pid}
-	resume2 := sync.OnceFunc(k2.resume)
-	t.Cleanup(func() { resume2() })
-	k2.stop()
+	saveNode(t, k, nodeB)
+	k.stop()
 	waitPodLost(t, e.ns, name, "NodeUnreachable", moved.Name, nodeB)
 	acquireAnswersLost(t, c, req, "NodeUnreachable", nodeB)
 	node, err := kubeClient.CoreV1().Nodes().Get(context.Background(), nodeB, metav1.GetOptions{})
@@ -340,7 +340,7 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 		t.Fatalf("tainting node %s out-of-service: %v", nodeB, err)
 	}
 	waitPodGone(t, e.ns, name, moved.UID)
-	resume2()
+	k.resume()
 	again, _ := acquireRecovered(t, c, req, e.ns, name, nodeB, movedURL)
 	t.Logf("recovered on node %s after node %s was tainted out-of-service", again.Spec.NodeName, nodeB)
 

@@ -133,6 +133,7 @@ func (c *Controller) lostPod(ctx context.Context, claim *airlockv1alpha1.Sandbox
 		if loss != nil {
 			return loss, ptr.To(lostPodRecheck), nil
 		}
+		klog.FromContext(ctx).V(4).Info("A pod of the claim is not ready or terminating; its Node is Ready", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
 		if pod.DeletionTimestamp != nil {
 			left, _ := timeLeft(pod.DeletionTimestamp.Time, podStuckGrace, now)
 			if recheck == nil || left < *recheck {

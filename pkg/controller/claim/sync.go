@@ -80,6 +80,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
 			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
 		case airlockv1alpha1.ClaimFailed:
+			if gaveUpSyncBack(claim) {
+				break // its session was closed before: kept to say where its work is (syncback.go)
+			}
 			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
 			// save. Deleted now, so that a new acquire of the handle does not wait on it.
 			if err := c.stopPods(ctx, claim); err != nil {

@@ -87,6 +87,14 @@ func (c *Controller) giveUpSyncBack(ctx context.Context, claim *airlockv1alpha1.
 	return nil
 }
 
+// gaveUpSyncBack says whether the claim is Failed because its sync-back gave up: its workspace
+// holds work that is not saved, so a closed session does not delete it at once (sync.go); it is
+// kept, saying where the work is, until it is replaced or expires, as any Failed claim.
+func gaveUpSyncBack(claim *airlockv1alpha1.SandboxClaim) bool {
+	cond := findCondition(claim, ConditionSyncBack)
+	return claim.Status.Phase == airlockv1alpha1.ClaimFailed && cond != nil && cond.Reason == ReasonSyncBackGaveUp
+}
+
 // gaveUpSync says whether a claim change took a claim out of the sync-back line without deleting
 // it (Reaping to Failed, giveUpSyncBack): the claims behind it may have their turn.
 func gaveUpSync(old, cur *airlockv1alpha1.SandboxClaim) bool {

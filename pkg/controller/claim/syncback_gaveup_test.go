@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
@@ -156,4 +157,30 @@ func TestFailingSyncBackDoesNotHoldUpTheYounger(t *testing.T) {
 			t.Errorf("created Job %s, want the younger's sync-back", got.Name)
 		}
 	})
+}
+
+// TestGaveUpClaimOfAClosedSessionIsKept: the session of a claim whose sync-back gave up was
+// closed (the reap-requested annotation, which deletes a Failed claim at once: it never ran); it
+// is kept, saying where its work is, and expires as any Failed claim. Found on the real node: it
+// was deleted the moment it gave up.
+func TestGaveUpClaimOfAClosedSessionIsKept(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
+	claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
+	setPhase(claim, airlockv1alpha1.ClaimFailed, ReasonSyncBackFailed, "gave up: the work is kept in ns/sandboxes/c1")
+	setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonSyncBackFailed, "gave up", t0.Add(-time.Minute))
+	setCondition(&claim.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackGaveUp, "gave up", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	c := f.newController(ctx)
+	requeue, err := syncClaim(ctx, c, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.actions() {
+		if a == "delete sandboxclaims c1" {
+			t.Fatalf("the claim was deleted at once: %v", f.actions())
+		}
+	}
+	checkRequeue(t, requeue, ptr.To(waitingTTL(f.runtimes[0])-time.Minute))
 }
