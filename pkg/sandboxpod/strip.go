@@ -6,8 +6,8 @@ import (
 )
 
 // StripPod is the transform of the sandbox pod informer: it keeps of a pod only what the claim
-// controller reads (whose pod it is, what it runs, the token Secret it mounts, whether it is
-// ready, at which IP, and why it is not), so that 2,000 cached sandbox pods cost little memory.
+// controller reads (whose pod it is, what it runs, the token Secret it mounts, its Node, whether
+// it is ready, at which IP, and why it is not), so that 2,000 cached sandbox pods cost little memory.
 // A stripped pod is never written back: its labels are repaired with a patch
 // (objectControl.PatchLabels). Anything else (a tombstone) passes through.
 func StripPod(obj any) (any, error) {
@@ -33,6 +33,9 @@ func StripPod(obj any) (any, error) {
 			PodIP:   pod.Status.PodIP,
 		},
 	}
+	// Its Node: a pod that is not ready or is stuck terminating is looked at on it (issue 24,
+	// the claim controller's nodeloss.go).
+	out.Spec.NodeName = pod.Spec.NodeName
 	for _, c := range pod.Spec.Containers {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image, Args: c.Args})
 	}

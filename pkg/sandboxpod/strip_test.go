@@ -19,6 +19,7 @@ func TestStripPod(t *testing.T) {
 	whole := newPod(claim, func(p *corev1.Pod) {
 		sandboxpodtest.MarkReady(p)
 		p.UID, p.ResourceVersion = "uid-pod", "42"
+		p.Spec.NodeName = "node-a"
 		p.DeletionTimestamp = ptr.To(metav1.NewTime(sandboxpodtest.T0))
 		p.Annotations = map[string]string{"big": "annotation"}
 		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
@@ -39,7 +40,8 @@ func TestStripPod(t *testing.T) {
 	}
 	// What the controller reads of it is the same.
 	if Ended(pod) != Ended(whole) || !metav1.IsControlledBy(pod, claim) ||
-		pod.Labels[LabelClaimUID] != string(claim.UID) || pod.DeletionTimestamp == nil || pod.UID != "uid-pod" || pod.ResourceVersion != "42" {
+		pod.Labels[LabelClaimUID] != string(claim.UID) || pod.DeletionTimestamp == nil || pod.UID != "uid-pod" || pod.ResourceVersion != "42" ||
+		pod.Spec.NodeName != "node-a" {
 		t.Errorf("stripped pod %+v differs where the controller reads it", pod.ObjectMeta)
 	}
 	if TokenSecretOf(pod) != TokenSecretOf(whole) || !sameContainers(pod.Spec.Containers, whole.Spec.Containers) {
