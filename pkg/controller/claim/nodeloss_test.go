@@ -54,6 +54,17 @@ func onNode(notReady bool, deleting *time.Time) func(*corev1.Pod) {
 	}
 }
 
+// stripped is the pod as the operator's pod informer caches it (sandboxpod.StripPod): a pod lost
+// to its Node must be told from what the cache keeps.
+func stripped(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	out, err := sandboxpod.StripPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.(*corev1.Pod)
+}
+
 // releasedWithGraceZero says whether the pod was deleted with a grace period of 0 and its UID.
 func releasedWithGraceZero(f *fixture, pod *corev1.Pod) bool {
 	for _, a := range f.log {
@@ -158,7 +169,7 @@ func TestSyncReapingLostPod(t *testing.T) {
 			claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim)
-			pod := newPod(claim, onNode(true, tc.deleting))
+			pod := stripped(t, newPod(claim, onNode(true, tc.deleting)))
 			f.pods = append(f.pods, pod)
 			c := f.newController(ctx)
 			if tc.node != nil {
@@ -218,7 +229,7 @@ func TestSyncBoundLostPod(t *testing.T) {
 			setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, t0.Add(-10*time.Minute))
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim)
-			pod := newPod(claim, onNode(true, nil))
+			pod := stripped(t, newPod(claim, onNode(true, nil)))
 			f.pods = append(f.pods, pod)
 			c := f.newController(ctx)
 			if tc.node != nil {
