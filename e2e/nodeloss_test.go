@@ -308,10 +308,10 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 	lost := waitPodLost(t, e.ns, name, "NodeUnreachable", pod.Name, nodeA)
 	t.Logf("PodLost: %s", lost.Message)
 	acquireAnswersLost(t, c, req, "NodeUnreachable", nodeA)
-	events, err := kubeClient.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=NodeUnreachable"})
-	if err != nil || len(events.Items) == 0 {
-		t.Errorf("no NodeUnreachable event on the claim (%v)", err)
-	}
+	eventually(t, time.Minute, "a NodeUnreachable event on the claim", func(ctx context.Context) (bool, error) {
+		events, err := kubeClient.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=NodeUnreachable"})
+		return err == nil && len(events.Items) > 0, err
+	})
 	if pods, err := kubeClient.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelClaim + "=" + name}); err != nil || len(pods.Items) != 1 || pods.Items[0].UID != pod.UID {
 		t.Errorf("pods of the claim while its node is lost: %d %v, want only the first", len(pods.Items), err)
 	}
