@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -857,6 +858,15 @@ type SandboxClaimSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	RuntimeName string `json:"runtimeName"`
+
+	// RuntimeUID is the metadata.uid of that AgentRuntime: the claim is that runtime's, and
+	// never another's of the same name (one deleted and created again is someone else). Set by
+	// the Sandbox API; a claim written before it existed is the runtime's its controller
+	// ownerReference names.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	RuntimeUID types.UID `json:"runtimeUID,omitempty"`
 
 	// Session is the runtime's session id.
 	// +required
