@@ -931,7 +931,9 @@ func TestWorkspaceInUse(t *testing.T) {
 		in(claimSpec{name: "j", runtime: "r2", session: "s7", at: 10}.build(), "team/proj/inner"),
 	}
 	got := Decide(NewInput(claims, []*airlockv1alpha1.AgentRuntime{rt, other}, []*airlockv1alpha1.ToolRegistry{reg}))
-	inUse := func(holder string) Decision { return Decision{Action: Refuse, Reason: ReasonWorkspaceInUse, Holder: holder} }
+	inUse := func(holder string) Decision {
+		return Decision{Action: Refuse, Reason: ReasonWorkspaceInUse, Holder: holder}
+	}
 	want := map[string]Decision{
 		"a": {Action: Admit}, "b": inUse("a"), "c": inUse("a"), "d": inUse("a"), "e": inUse("a"),
 		"a-r1": {Action: Admit}, "f": {Action: Admit},
