@@ -117,6 +117,7 @@ func TestRecreatedRuntimeInheritsNothing(t *testing.T) {
 		for ev := range w.ResultChan() {
 			if c, ok := ev.Object.(*airlockv1alpha1.SandboxClaim); ok && c.UID == oldClaim.UID {
 				reasons <- string(c.Status.Phase) + "/" + c.Status.Reason
+				t.Logf("old claim: %s %s/%s owners %d deleting %v", ev.Type, c.Status.Phase, c.Status.Reason, len(c.OwnerReferences), c.DeletionTimestamp != nil)
 			}
 		}
 	}()
@@ -159,8 +160,11 @@ func TestRecreatedRuntimeInheritsNothing(t *testing.T) {
 		t.Errorf("while the old runtime's claim is there: %d %+v, want 202 with reason %s", status, got, client.ReasonPreviousRuntime)
 	}
 
-	// The orphaned claim is reaped (Orphaned), and the new runtime gets a claim of its own.
-	e.waitGone(t, oldClaim.Name, 90*time.Second)
+	// The orphaned claim is reaped (Orphaned), and the new runtime gets a claim of its own (of the
+	// same name: gone means that UID gone).
+	eventually(t, 90*time.Second, "the old runtime's claim to be gone", func(ctx context.Context) (bool, error) {
+		return !oldThere(), nil
+	})
 	w.Stop()
 	var seen []string
 	for r := range reasons {
