@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,8 +54,15 @@ func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) 
 
 // serverImplementation is how sandboxd names itself to clients.
 func serverImplementation() *mcp.Implementation {
-	return &mcp.Implementation{Name: serverName, Version: version.Get().Version}
+	impl := *implementation() // a copy: the caller may change it
+	return &impl
 }
+
+// implementation is sandboxd's name and version, read once: version.Get
+// reads the build information, which every 2026-07-28 result names.
+var implementation = sync.OnceValue(func() *mcp.Implementation {
+	return &mcp.Implementation{Name: serverName, Version: version.Get().Version}
+})
 
 // newBareMCPServer builds the SDK's MCP server without tools: a warm
 // member's until its adoption (serveTools).

@@ -26,6 +26,9 @@ type options struct {
 	maxMessageBytes int64         // bound of one POSTed message
 	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
 	tasks           taskOptions   // when a call becomes a task, how long one is kept
+	// clock runs the idle timeout of Streamable HTTP sessions (nil: the
+	// real one).
+	clock clock.WithDelayedExecution
 }
 
 func defaultOptions() options {
@@ -33,6 +36,7 @@ func defaultOptions() options {
 		keepAlive:       defaultSSEKeepAlive,
 		maxMessageBytes: MaxMessageBytes,
 		sessionTimeout:  defaultSessionTimeout,
+		clock:           clock.RealClock{},
 		tasks:           taskOptions{threshold: defaultTaskThreshold, retention: defaultTaskRetention, clock: clock.RealClock{}},
 	}
 }
@@ -93,7 +97,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	}
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.sse.calls.Store(calls)
-	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
+	s.streamable = newStreamableTransport(s.mcp, s.sse.calls.Load, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
 	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
 	s.streamable.tasks = tasks
 	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) })
@@ -207,6 +211,12 @@ func (s *server) shutdown(ctx context.Context) error {
 	}
 	for _, ss := range slices.Collect(s.mcp.Sessions()) {
 		_ = ss.Close()
+	}
+	if err := s.streamable.sessions.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.streamable.direct.close(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := s.streamable.tasks.close(ctx); err != nil {
 		errs = append(errs, err)

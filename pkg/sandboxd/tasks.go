@@ -129,13 +129,19 @@ func (s *taskStore) close(ctx context.Context) error {
 	s.closed = true // no call starts after this
 	s.mu.Unlock()
 	s.stop()
+	return waitUntil(ctx, s.wg.Wait, "tasks still running")
+}
+
+// waitUntil runs wait and returns once it did, or when ctx is done, with
+// an error that says what was still going on.
+func waitUntil(ctx context.Context, wait func(), what string) error {
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("tasks still running: %w", ctx.Err())
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 }
 
@@ -187,6 +193,14 @@ func (s *taskStore) serve(w http.ResponseWriter, r *http.Request, req *jsonrpc.R
 // serveCall runs a tools/call that may become a task; see the comment at
 // the top of this file.
 func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	// The name first, which decodes nothing else: most calls are not of
+	// taskTools, and their _meta need not be decoded here.
+	var named struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(req.Params, &named) != nil || !taskTools[named.Name] {
+		return false
+	}
 	var p taskCall
 	if json.Unmarshal(req.Params, &p) != nil || !taskTools[p.Name] || !declaresTasks(p.Meta) {
 		return false
