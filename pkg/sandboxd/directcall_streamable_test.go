@@ -437,3 +437,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // the condition is another goroutine's
 	}
 }
+
+// TestStatelessCancelNoticeIsIgnored: at 2026-07-28 a client cancels a
+// call by closing its POST (TestStatelessDirectCallEndsWithItsPOST); a
+// notifications/cancelled in a POST of its own names a request id that,
+// with no session, could be any client's, and is ignored, as the SDK
+// ignores it: the call it names runs to its end.
+func TestStatelessCancelNoticeIsIgnored(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	fifo := mkfifo(t, ts, "gate")
+	replied := make(chan mcpReply, 1)
+	go func() {
+		replied <- postMCP(context.Background(), t, ts.url, statelessHeaders(toolnames.Bash),
+			`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"_meta":`+statelessCallMeta+`,"name":"Bash","arguments":{"command":"echo $$ > leader.pid; read line < gate; echo \"got $line\""}}}`)
+	}()
+	readPID(t, filepath.Join(ts.ws, "leader.pid")) // the call runs
+	notice := postMCP(t.Context(), t, ts.url, map[string]string{"Mcp-Protocol-Version": protocolStateless, "Mcp-Method": "notifications/cancelled"},
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"_meta":`+statelessCallMeta+`,"requestId":9,"reason":"test"}}`)
+	if notice.status != http.StatusAccepted {
+		t.Errorf("the notice = %d %v, want 202", notice.status, notice.msg)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(w, "through")
+	w.Close()
+	r := <-replied
+	if !strings.Contains(fmt.Sprint(r.msg), "got through") {
+		t.Errorf("the call named by the notice = %d %v, want its own end", r.status, r.msg)
+	}
+}
