@@ -99,9 +99,9 @@ func TestClientVanishesMidCall(t *testing.T) {
 	s.close() // the client goes away
 	waitDead(t, pids...)
 	deadline := time.Now().Add(testTimeout)
-	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.count() != 0 {
+	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.Count() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.count())
+			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.Count())
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices the disconnect asynchronously
 	}

@@ -174,7 +174,7 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		return nil
 	}
 	if s == nil {
-		if ctx.Err() != nil && !errors.Is(err, errStopped) {
+		if ctx.Err() != nil && !errors.Is(err, ErrStopped) {
 			return fmt.Errorf("cancelled while %s started: %v; it is started again on the next call", spec.name, ctx.Err())
 		}
 		return err
@@ -209,7 +209,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, errStopped
+		return nil, ErrStopped
 	}
 	if s, ok := l.running[spec.language]; ok {
 		l.mu.Unlock()
@@ -224,7 +224,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	defer l.mu.Unlock()
 	if l.closed { // shutdown began while it started
 		s.kill("sandboxd is shutting down")
-		return nil, errStopped
+		return nil, ErrStopped
 	}
 	l.running[spec.language] = s
 	return s, nil
@@ -268,8 +268,8 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
 	go func() {
-		waitExit(s.pgid)
-		killGroup(s.pgid) // the leader is a zombie: the group id is still ours
+		WaitExit(s.pgid)
+		KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
 		_ = cmd.Wait()
 		inW.Close()
 		outR.Close() // ends the reader, even if a process that left the group holds the pipe
@@ -403,7 +403,7 @@ func (s *langServer) kill(reason string) {
 	select {
 	case <-s.exited: // reaped: the group id may belong to someone else now
 	default:
-		killGroup(s.pgid)
+		KillGroup(s.pgid)
 	}
 }
 

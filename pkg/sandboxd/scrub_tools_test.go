@@ -82,7 +82,7 @@ func TestSecretsScrubbedThroughMCP(t *testing.T) {
 	}
 
 	// A token right across the first half's end of 100 KiB of output.
-	head := foregroundOutputBytes / 2
+	head := ForegroundOutputBytes / 2
 	cmd = fmt.Sprintf("head -c %d /dev/zero | tr '\\0' 'a'; echo; printf '%%s' %q; head -c 200000 /dev/zero | tr '\\0' '\\n'",
 		head-10-1, testGitHubPAT)
 	text = contentText(callTool(t, cs, toolnames.Bash, map[string]any{"command": cmd}))

@@ -174,8 +174,8 @@ func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, ar
 		"GIT_COMMITTER_NAME=airlock-sandboxd", "GIT_COMMITTER_EMAIL=sandboxd@airlock.invalid",
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { killGroup(cmd.Process.Pid); return nil }
-	cmd.WaitDelay = pipeDrainGrace
+	cmd.Cancel = func() error { KillGroup(cmd.Process.Pid); return nil }
+	cmd.WaitDelay = DrainGrace
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

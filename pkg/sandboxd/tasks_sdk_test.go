@@ -181,7 +181,7 @@ func TestTaskThroughTheGoSDKClient(t *testing.T) {
 		if got.Status != taskCancelled {
 			t.Errorf("a cancelled task is %s (%s)", got.Status, got.StatusMessage)
 		}
-		if n := ts.tb.procs.count(); n != 0 {
+		if n := ts.tb.procs.Count(); n != 0 {
 			t.Errorf("%d process groups left after the cancelled task", n)
 		}
 	})

@@ -373,7 +373,7 @@ func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 type toolbox struct {
 	ws     *resolver
 	reads  *readMarks
-	procs  *processGroups
+	procs  *Groups
 	shells *shellTable
 	gate   *callGate
 	snaps  *snapshotStore // nil: no snapshots
@@ -387,20 +387,20 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: NewGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)
 // and refuses new ones, then waits, until ctx is done, for the background
 // shells to be reaped.
 func (tb *toolbox) stop(ctx context.Context) error {
-	tb.procs.killAll()
+	tb.procs.KillAll()
 	return errors.Join(tb.nav.close(ctx), tb.shells.waitAll(ctx))
 }
 
 // close kills what still runs and releases the workspace.
 func (tb *toolbox) close() error {
-	tb.procs.killAll()
+	tb.procs.KillAll()
 	ctx, cancel := context.WithTimeout(context.Background(), lspStopGrace)
 	defer cancel()
 	return errors.Join(tb.nav.close(ctx), tb.ws.Close())

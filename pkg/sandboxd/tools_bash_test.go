@@ -142,7 +142,7 @@ func TestBashTimeoutKillsTheWholeGroup(t *testing.T) {
 		t.Errorf("timedOut=%v exit=%d, want true and 124", out.TimedOut, out.ExitCode)
 	}
 	waitDead(t, pids...)
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still registered", n)
 	}
 }
@@ -217,7 +217,7 @@ func TestBashOutputCap(t *testing.T) {
 	if !strings.Contains(out.Output, "bytes of output elided") {
 		t.Errorf("output does not say it was cut")
 	}
-	if len(out.Output) > foregroundOutputBytes+300 {
+	if len(out.Output) > ForegroundOutputBytes+300 {
 		t.Errorf("output is %d bytes", len(out.Output))
 	}
 }

@@ -159,21 +159,21 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	if parser != nil {
 		tee = parser
 	}
-	res, err := runForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
+	res, err := RunForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}
-	if res.canceled {
-		return nil, RunTestsOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.elapsed.Round(time.Millisecond))
+	if res.Canceled {
+		return nil, RunTestsOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
 	out := RunTestsOutput{
 		Language:   lang,
 		Command:    command,
-		Passed:     res.exitCode == 0 && !res.timedOut,
-		ExitCode:   res.exitCode,
-		TimedOut:   res.timedOut,
-		Output:     res.output,
-		DurationMs: res.elapsed.Milliseconds(),
+		Passed:     res.ExitCode == 0 && !res.TimedOut,
+		ExitCode:   res.ExitCode,
+		TimedOut:   res.TimedOut,
+		Output:     res.Output,
+		DurationMs: res.Elapsed.Milliseconds(),
 	}
 	if parser != nil {
 		out.Failures = parser.Result()

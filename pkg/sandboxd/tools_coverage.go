@@ -193,20 +193,20 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 // package of a module nested in the workspace builds in its own module.
 func (tb *toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
+	res, err := RunForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
 	if err != nil {
 		return err
 	}
 	switch {
-	case res.canceled:
-		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.elapsed.Round(time.Millisecond))
-	case res.timedOut:
+	case res.Canceled:
+		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.Elapsed.Round(time.Millisecond))
+	case res.TimedOut:
 		return fmt.Errorf("the test build (%s) did not finish within the timeout of %v", build, timeout)
-	case res.exitCode != 0:
-		return fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.exitCode, res.output)
+	case res.ExitCode != 0:
+		return fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.ExitCode, res.Output)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.output)
+		return fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.Output)
 	}
 	return nil
 }
@@ -236,22 +236,22 @@ func (tb *toolbox) runEachTest(ctx context.Context, dir, bin string, tests []str
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
-		res, err := runForeground(ctx, tb.procs, tb.ws.dir, run, left)
+		res, err := RunForeground(ctx, tb.procs, tb.ws.dir, run, left)
 		if err != nil {
 			return err
 		}
-		if res.canceled {
+		if res.Canceled {
 			return fmt.Errorf("cancelled after %v, in %s: its process group was killed", time.Since(start).Round(time.Millisecond), name)
 		}
-		t := CoveringTest{Name: name, Passed: res.exitCode == 0 && !res.timedOut}
-		if !res.timedOut { // a killed test's profile, if any, is not its whole run
+		t := CoveringTest{Name: name, Passed: res.ExitCode == 0 && !res.TimedOut}
+		if !res.TimedOut { // a killed test's profile, if any, is not its whole run
 			t.Covers, t.Profile = profileCovers(profile, target.base, target.from, target.to)
 		}
 		out.Tests = append(out.Tests, t)
 		if t.Covers {
 			out.Covering = append(out.Covering, name)
 		}
-		if res.timedOut {
+		if res.TimedOut {
 			out.TimedOut = true
 			out.NotRun = append(slices.Clone(tests[i+1:]), out.NotRun...)
 			return nil

@@ -121,15 +121,15 @@ func (tb *toolbox) runScript(ctx context.Context, in RunScriptInput) (*mcp.CallT
 	if _, err := exec.LookPath(runner); err != nil {
 		return nil, RunScriptOutput{}, fmt.Errorf("%s is not installed in this sandbox (not on PATH), so %q (%s) cannot run: use an image that has it", runner, in.Name, src)
 	}
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
+	res, err := RunForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
 	if err != nil {
 		return nil, RunScriptOutput{}, err
 	}
-	if res.canceled {
-		return nil, RunScriptOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.elapsed.Round(time.Millisecond))
+	if res.Canceled {
+		return nil, RunScriptOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
-	out := RunScriptOutput{Source: src, Name: in.Name, Command: command, Passed: res.exitCode == 0 && !res.timedOut,
-		ExitCode: res.exitCode, TimedOut: res.timedOut, Output: res.output, DurationMs: res.elapsed.Milliseconds()}
+	out := RunScriptOutput{Source: src, Name: in.Name, Command: command, Passed: res.ExitCode == 0 && !res.TimedOut,
+		ExitCode: res.ExitCode, TimedOut: res.TimedOut, Output: res.Output, DurationMs: res.Elapsed.Milliseconds()}
 	verdict := "passed"
 	if !out.Passed {
 		verdict = "FAILED"

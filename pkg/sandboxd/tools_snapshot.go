@@ -13,7 +13,7 @@ import (
 )
 
 // snapshotDiffBytes caps the patch snapshot_diff returns.
-const snapshotDiffBytes = foregroundOutputBytes
+const snapshotDiffBytes = ForegroundOutputBytes
 
 // SnapshotCreateInput is the input of the snapshot_create tool.
 type SnapshotCreateInput struct {
