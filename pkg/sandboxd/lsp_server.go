@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // The language servers behind find_definition, find_references and
@@ -174,7 +175,7 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		return nil
 	}
 	if s == nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrStopped) {
+		if ctx.Err() != nil && !errors.Is(err, procgroup.ErrStopped) {
 			return fmt.Errorf("cancelled while %s started: %v; it is started again on the next call", spec.name, ctx.Err())
 		}
 		return err
@@ -209,7 +210,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, ErrStopped
+		return nil, procgroup.ErrStopped
 	}
 	if s, ok := l.running[spec.language]; ok {
 		l.mu.Unlock()
@@ -224,7 +225,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	defer l.mu.Unlock()
 	if l.closed { // shutdown began while it started
 		s.kill("sandboxd is shutting down")
-		return nil, ErrStopped
+		return nil, procgroup.ErrStopped
 	}
 	l.running[spec.language] = s
 	return s, nil
@@ -268,8 +269,8 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
 	go func() {
-		WaitExit(s.pgid)
-		KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
+		procgroup.WaitExit(s.pgid)
+		procgroup.KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
 		_ = cmd.Wait()
 		inW.Close()
 		outR.Close() // ends the reader, even if a process that left the group holds the pipe
@@ -403,7 +404,7 @@ func (s *langServer) kill(reason string) {
 	select {
 	case <-s.exited: // reaped: the group id may belong to someone else now
 	default:
-		KillGroup(s.pgid)
+		procgroup.KillGroup(s.pgid)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // The snapshot store: a git directory outside the workspace, used with
@@ -174,8 +175,8 @@ func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, ar
 		"GIT_COMMITTER_NAME=airlock-sandboxd", "GIT_COMMITTER_EMAIL=sandboxd@airlock.invalid",
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { KillGroup(cmd.Process.Pid); return nil }
-	cmd.WaitDelay = DrainGrace
+	cmd.Cancel = func() error { procgroup.KillGroup(cmd.Process.Pid); return nil }
+	cmd.WaitDelay = procgroup.DrainGrace
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -373,7 +374,7 @@ func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 type toolbox struct {
 	ws     *resolver
 	reads  *readMarks
-	procs  *Groups
+	procs  *procgroup.Groups
 	shells *shellTable
 	gate   *callGate
 	snaps  *snapshotStore // nil: no snapshots
@@ -387,7 +388,7 @@ func newToolbox(dir string) (*toolbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: NewGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: procgroup.NewGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -98,7 +99,7 @@ func (tb *toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 		out := BashOutput{ShellID: sh.id}
 		return textResult(fmt.Sprintf("Started background shell %s. Read its output with BashOutput (shell_id %q); stop it with KillShell.", sh.id, sh.id)), out, nil
 	}
-	res, err := RunForeground(ctx, tb.procs, tb.ws.dir, in.Command, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, in.Command, timeout)
 	if err != nil {
 		return nil, BashOutput{}, err
 	}
@@ -110,7 +111,7 @@ func (tb *toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 }
 
 // commandResult is the text the model reads for a finished command.
-func commandResult(res Result, timeout time.Duration) *mcp.CallToolResult {
+func commandResult(res procgroup.Result, timeout time.Duration) *mcp.CallToolResult {
 	var b strings.Builder
 	b.WriteString(res.Output)
 	if res.Output != "" && !strings.HasSuffix(res.Output, "\n") {
@@ -118,7 +119,7 @@ func commandResult(res Result, timeout time.Duration) *mcp.CallToolResult {
 	}
 	switch {
 	case res.TimedOut:
-		fmt.Fprintf(&b, "[timed out after %v: the command's process group was killed; exit code %d]", timeout, ExitTimedOut)
+		fmt.Fprintf(&b, "[timed out after %v: the command's process group was killed; exit code %d]", timeout, procgroup.ExitTimedOut)
 	case res.ExitCode != 0:
 		fmt.Fprintf(&b, "[exit code %d]", res.ExitCode)
 	case res.Output == "":
@@ -199,13 +200,13 @@ type shell struct {
 	id      string
 	command string
 	started time.Time
-	proc    *Process
+	proc    *procgroup.Process
 	stdout  *streamBuffer
 	stderr  *streamBuffer
 }
 
 // start starts a background shell, if fewer than maxRunningShells run.
-func (t *shellTable) start(groups *Groups, dir, command string) (*shell, error) {
+func (t *shellTable) start(groups *procgroup.Groups, dir, command string) (*shell, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	running := 0
@@ -227,7 +228,7 @@ func (t *shellTable) start(groups *Groups, dir, command string) (*shell, error) 
 		stdout:  &streamBuffer{limit: backgroundOutputBytes},
 		stderr:  &streamBuffer{limit: backgroundOutputBytes},
 	}
-	p, err := Start(groups, dir, command, sh.stdout, sh.stderr)
+	p, err := procgroup.Start(groups, dir, command, sh.stdout, sh.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +277,7 @@ func (t *shellTable) running() int {
 // waitAll waits until every background shell is done, or ctx is.
 func (t *shellTable) waitAll(ctx context.Context) error {
 	t.mu.Lock()
-	procs := make([]*Process, 0, len(t.shells))
+	procs := make([]*procgroup.Process, 0, len(t.shells))
 	for _, sh := range t.shells {
 		procs = append(procs, sh.proc)
 	}

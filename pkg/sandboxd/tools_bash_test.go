@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // alive reports whether the process pid exists and is not a zombie (orphans
@@ -217,7 +219,7 @@ func TestBashOutputCap(t *testing.T) {
 	if !strings.Contains(out.Output, "bytes of output elided") {
 		t.Errorf("output does not say it was cut")
 	}
-	if len(out.Output) > ForegroundOutputBytes+300 {
+	if len(out.Output) > procgroup.ForegroundOutputBytes+300 {
 		t.Errorf("output is %d bytes", len(out.Output))
 	}
 }

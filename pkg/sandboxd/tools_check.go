@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
 )
 
@@ -159,7 +160,7 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	if parser != nil {
 		tee = parser
 	}
-	res, err := RunForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
+	res, err := procgroup.RunForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}

@@ -22,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // tests_covering answers which tests of a Go package execute a file, a
@@ -193,7 +195,7 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 // package of a module nested in the workspace builds in its own module.
 func (tb *toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
-	res, err := RunForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
 	if err != nil {
 		return err
 	}
@@ -236,7 +238,7 @@ func (tb *toolbox) runEachTest(ctx context.Context, dir, bin string, tests []str
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
-		res, err := RunForeground(ctx, tb.procs, tb.ws.dir, run, left)
+		res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, run, left)
 		if err != nil {
 			return err
 		}

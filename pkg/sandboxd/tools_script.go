@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // run_script runs a script that the workspace declares, by name: a script
@@ -121,7 +123,7 @@ func (tb *toolbox) runScript(ctx context.Context, in RunScriptInput) (*mcp.CallT
 	if _, err := exec.LookPath(runner); err != nil {
 		return nil, RunScriptOutput{}, fmt.Errorf("%s is not installed in this sandbox (not on PATH), so %q (%s) cannot run: use an image that has it", runner, in.Name, src)
 	}
-	res, err := RunForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
 	if err != nil {
 		return nil, RunScriptOutput{}, err
 	}

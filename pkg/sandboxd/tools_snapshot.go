@@ -10,10 +10,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // snapshotDiffBytes caps the patch snapshot_diff returns.
-const snapshotDiffBytes = ForegroundOutputBytes
+const snapshotDiffBytes = procgroup.ForegroundOutputBytes
 
 // SnapshotCreateInput is the input of the snapshot_create tool.
 type SnapshotCreateInput struct {
