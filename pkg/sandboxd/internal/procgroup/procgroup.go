@@ -1,3 +1,8 @@
+// Package procgroup runs sandboxd's commands: /bin/bash -c in a process
+// group of its own, killed whole when the leader exits, when a timeout or
+// a context ends, or at shutdown (Groups.KillAll), so that nothing a
+// command started outlives it; RunForeground waits for one and returns its
+// capped output and exit code.
 package procgroup
 
 import (
@@ -250,12 +255,12 @@ type Result struct {
 
 // RunForeground runs command in dir and waits for it, for at most timeout;
 // on timeout or when ctx ends, the whole process group is killed. The
-// output (stdout and stderr, interleaved) is capped at foregroundOutputBytes.
+// output (stdout and stderr, interleaved) is capped at ForegroundOutputBytes.
 func RunForeground(ctx context.Context, groups *Groups, dir, command string, timeout time.Duration) (Result, error) {
 	return RunForegroundTee(ctx, groups, dir, command, timeout, nil)
 }
 
-// RunForegroundTee is runForeground that also writes the whole output, as it
+// RunForegroundTee is RunForeground that also writes the whole output, as it
 // comes and before the cap, to tee (when it is not nil).
 func RunForegroundTee(ctx context.Context, groups *Groups, dir, command string, timeout time.Duration, tee io.Writer) (Result, error) {
 	out := outcap.New(ForegroundOutputBytes)
