@@ -32,16 +32,6 @@ func newTestResolver(t *testing.T) (*resolver, string, string) {
 	return r, ws, outside
 }
 
-func writeFile(t *testing.T, name, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestResolverRel(t *testing.T) {
 	r, ws, outside := newTestResolver(t)
 	tests := []struct {
@@ -243,13 +233,6 @@ func TestIsEscape(t *testing.T) {
 	}
 	if isEscape(errors.New("other")) || isEscape(nil) {
 		t.Fatal("isEscape is true for an unrelated error")
-	}
-}
-
-func mustSymlink(t *testing.T, target, name string) {
-	t.Helper()
-	if err := os.Symlink(target, name); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -288,68 +286,6 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 		verb = "Created"
 	}
 	return textResult(withLint(fmt.Sprintf("%s %s (%d bytes)", verb, rel, out.Bytes), out.Lint)), out, nil
-}
-
-// atomicWrite replaces rel with data: a temporary file in the same directory
-// is written, synced and renamed over rel, and the directory is synced. It
-// returns the new file's info.
-func (r *resolver) atomicWrite(rel string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
-	tmp, err := r.writeTemp(rel, data, mode)
-	if err != nil {
-		return nil, err
-	}
-	return r.commitTemp(tmp, rel)
-}
-
-// writeTemp writes data, synced, to a new temporary file beside rel, and
-// returns its path; commitTemp (or the root's Remove) takes it from there.
-func (r *resolver) writeTemp(rel string, data []byte, mode fs.FileMode) (string, error) {
-	dir, base := path.Split(rel)
-	tmp := path.Join(dir, "."+base+".airlock-"+rand.Text()[:10]+".tmp")
-	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return "", r.explain(rel, err)
-	}
-	cleanup := func() { _ = r.root.Remove(tmp) }
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	if err := f.Chmod(mode); err != nil { // OpenFile's mode is subject to the umask
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("syncing %s: %v", rel, err)
-	}
-	if err := f.Close(); err != nil {
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	return tmp, nil
-}
-
-// commitTemp renames the temporary file tmp over rel and syncs the
-// directory. It returns the new file's info.
-func (r *resolver) commitTemp(tmp, rel string) (fs.FileInfo, error) {
-	if err := r.root.Rename(tmp, rel); err != nil {
-		_ = r.root.Remove(tmp)
-		return nil, r.explain(rel, err)
-	}
-	dir := path.Dir(rel)
-	if d, err := r.root.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	fi, err := r.root.Lstat(rel)
-	if err != nil {
-		return nil, r.explain(rel, err)
-	}
-	return fi, nil
 }
 
 // textResult is a successful tool result whose text is what the model reads.
