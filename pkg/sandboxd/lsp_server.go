@@ -94,7 +94,7 @@ func defaultNavOptions() navOptions {
 
 // langServers runs the language servers of one workspace.
 type langServers struct {
-	ws    *resolver
+	ws    *Resolver
 	specs []langServerSpec
 	opts  navOptions
 	turn  chan struct{} // one navigation call at a time
@@ -104,7 +104,7 @@ type langServers struct {
 	running map[string]*langServer // by language
 }
 
-func newLangServers(ws *resolver) *langServers {
+func newLangServers(ws *Resolver) *langServers {
 	return &langServers{ws: ws, specs: defaultLangServers(), opts: defaultNavOptions(), turn: make(chan struct{}, 1), running: map[string]*langServer{}}
 }
 
@@ -248,7 +248,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 		return nil, err
 	}
 	cmd := exec.Command(bin, spec.args...)
-	cmd.Dir = l.ws.dir
+	cmd.Dir = l.ws.Dir()
 	cmd.Env = append(os.Environ(), spec.env...)
 	cmd.Stdin, cmd.Stdout = inR, outW
 	s := &langServer{spec: spec, cmd: cmd, stdin: inW, stderr: outcap.New(8 << 10), exited: make(chan struct{})}
@@ -278,13 +278,13 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	}()
 	go s.watchMemory(l.opts)
 
-	root := pathURI(l.ws.dir)
+	root := pathURI(l.ws.Dir())
 	init := map[string]any{
 		"processId":  os.Getpid(),
 		"clientInfo": map[string]any{"name": serverName},
 		"rootUri":    root,
 		"workspaceFolders": []map[string]any{
-			{"uri": root, "name": path.Base(filepath.ToSlash(l.ws.dir))},
+			{"uri": root, "name": path.Base(filepath.ToSlash(l.ws.Dir()))},
 		},
 		"capabilities": map[string]any{
 			"general":   map[string]any{"positionEncodings": []string{"utf-16"}},
@@ -493,21 +493,21 @@ func residentBytes(pid int) int64 {
 // syncFiles tells the server which watched files were created, changed or
 // deleted since it last heard (by Write, Edit, Bash or anything else), so
 // that it answers on the workspace as it is.
-func (s *langServer) syncFiles(ws *resolver) error {
+func (s *langServer) syncFiles(ws *Resolver) error {
 	now := scanWatched(ws, s.spec.watched)
 	var events []map[string]any
 	for rel, st := range now {
 		old, ok := s.files[rel]
 		switch {
 		case !ok:
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 1})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 1})
 		case old != st:
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 2})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 2})
 		}
 	}
 	for rel := range s.files {
 		if _, ok := now[rel]; !ok {
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 3})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 3})
 		}
 	}
 	s.files = now
@@ -520,10 +520,10 @@ func (s *langServer) syncFiles(ws *resolver) error {
 // scanWatched walks the workspace (not following symbolic links, skipping
 // .git and node_modules) for the files a server watches, links to files
 // included.
-func scanWatched(ws *resolver, watched func(string) bool) map[string]fileStamp {
+func scanWatched(ws *Resolver, watched func(string) bool) map[string]fileStamp {
 	files := map[string]fileStamp{}
 	seen := 0
-	_ = fs.WalkDir(ws.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(ws.Root().FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}

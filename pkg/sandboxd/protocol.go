@@ -69,7 +69,7 @@ var implementation = sync.OnceValue(func() *mcp.Implementation {
 func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
 	return mcp.NewServer(serverImplementation(), &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("airlock codegen sandbox. File tools work inside the workspace %s (relative paths are taken from it); "+
-			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.dir),
+			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.Dir()),
 		Logger: sdkLogger(logger),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{},
 			// Served to 2026-07-28 requests that declare it (tasks.go).

@@ -155,7 +155,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *resolver, logger klog.Logger) (*snapshotStore, error) {
+func newStateStore(stateDir string, ws *Resolver, logger klog.Logger) (*snapshotStore, error) {
 	if stateDir != "" {
 		return newSnapshotStore(stateDir, ws)
 	}

@@ -73,23 +73,23 @@ type snapshotStore struct {
 // newSnapshotStore returns the store of the workspace ws under stateDir,
 // which must not lie inside the workspace. Nothing is created until the
 // first snapshot.
-func newSnapshotStore(stateDir string, ws *resolver) (*snapshotStore, error) {
+func newSnapshotStore(stateDir string, ws *Resolver) (*snapshotStore, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("state dir %q: %w", stateDir, err)
 	}
-	for _, base := range []string{ws.dir, ws.real} {
+	for _, base := range []string{ws.Dir(), ws.Real()} {
 		for _, p := range []string{abs, resolveExisting(abs)} {
 			if within(p, base) {
-				return nil, fmt.Errorf("state dir %s is inside the workspace %s: the snapshot store must be out of the file tools' reach", stateDir, ws.dir)
+				return nil, fmt.Errorf("state dir %s is inside the workspace %s: the snapshot store must be out of the file tools' reach", stateDir, ws.Dir())
 			}
 		}
 	}
-	sum := sha256.Sum256([]byte(ws.real))
+	sum := sha256.Sum256([]byte(ws.Real()))
 	return &snapshotStore{
 		dir:      filepath.Join(abs, "snapshots-"+hex.EncodeToString(sum[:6])+".git"),
-		workTree: ws.dir,
-		root:     ws.root,
+		workTree: ws.Dir(),
+		root:     ws.Root(),
 		lock:     make(chan struct{}, 1),
 	}, nil
 }

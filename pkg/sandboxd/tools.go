@@ -372,7 +372,7 @@ func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 // the process groups and background shells they run, and the gate that
 // serialises snapshot_restore against the other calls.
 type toolbox struct {
-	ws     *resolver
+	ws     *Resolver
 	reads  *readMarks
 	procs  *procgroup.Groups
 	shells *shellTable
@@ -384,7 +384,7 @@ type toolbox struct {
 
 // newToolbox opens the workspace dir for the tools.
 func newToolbox(dir string) (*toolbox, error) {
-	ws, err := newResolver(dir)
+	ws, err := NewResolver(dir)
 	if err != nil {
 		return nil, err
 	}

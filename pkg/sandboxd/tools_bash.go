@@ -92,14 +92,14 @@ func (tb *toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 		return nil, BashOutput{}, err
 	}
 	if in.RunInBackground {
-		sh, err := tb.shells.start(tb.procs, tb.ws.dir, in.Command)
+		sh, err := tb.shells.start(tb.procs, tb.ws.Dir(), in.Command)
 		if err != nil {
 			return nil, BashOutput{}, err
 		}
 		out := BashOutput{ShellID: sh.id}
 		return textResult(fmt.Sprintf("Started background shell %s. Read its output with BashOutput (shell_id %q); stop it with KillShell.", sh.id, sh.id)), out, nil
 	}
-	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, in.Command, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), in.Command, timeout)
 	if err != nil {
 		return nil, BashOutput{}, err
 	}

@@ -160,7 +160,7 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	if parser != nil {
 		tee = parser
 	}
-	res, err := procgroup.RunForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
+	res, err := procgroup.RunForegroundTee(ctx, tb.procs, tb.ws.Dir(), command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}
@@ -202,12 +202,12 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 func (tb *toolbox) detectLanguage() (string, error) {
 	for _, l := range languages {
 		for _, m := range l.markers {
-			fi, err := tb.ws.root.Stat(m)
+			fi, err := tb.ws.Root().Stat(m)
 			if err == nil && fi.Mode().IsRegular() {
 				return l.name, nil
 			}
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && !isEscape(err) {
-				return "", tb.ws.explain(m, err)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) && !IsEscape(err) {
+				return "", tb.ws.Explain(m, err)
 			}
 		}
 	}

@@ -157,11 +157,11 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 	if filePath == "" {
 		return "", nil, nil, nil, errors.New("file_path is required: the Go source file whose tests you want")
 	}
-	rel, err := tb.ws.rel(filePath)
+	rel, err := tb.ws.Rel(filePath)
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return "", nil, nil, nil, err
 	}
 	if path.Ext(rel) != ".go" {
@@ -170,7 +170,7 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 	if strings.HasSuffix(rel, "_test.go") {
 		return "", nil, nil, nil, fmt.Errorf("%s is a test file: give the source file whose code the tests should run", rel)
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
@@ -195,7 +195,7 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 // package of a module nested in the workspace builds in its own module.
 func (tb *toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
-	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), build, timeout)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func (tb *toolbox) runEachTest(ctx context.Context, dir, bin string, tests []str
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
-		res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.dir, run, left)
+		res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), run, left)
 		if err != nil {
 			return err
 		}
@@ -305,9 +305,9 @@ func coveringText(out TestsCoveringOutput) string {
 // TestX(t *testing.T) in its _test.go files (the package's own and its
 // external _test package), sorted.
 func (tb *toolbox) packageTests(dir string) ([]string, error) {
-	entries, err := fs.ReadDir(tb.ws.root.FS(), dir)
+	entries, err := fs.ReadDir(tb.ws.Root().FS(), dir)
 	if err != nil {
-		return nil, tb.ws.explain(dir, err)
+		return nil, tb.ws.Explain(dir, err)
 	}
 	var tests []string
 	for _, e := range entries {
@@ -315,7 +315,7 @@ func (tb *toolbox) packageTests(dir string) ([]string, error) {
 			continue
 		}
 		rel := path.Join(dir, e.Name())
-		f, fi, err := tb.ws.openRegular(rel)
+		f, fi, err := tb.ws.OpenRegular(rel)
 		if err != nil {
 			continue
 		}

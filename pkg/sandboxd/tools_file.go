@@ -132,14 +132,14 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	if limit == 0 || limit > readDefaultLimit {
 		limit = readDefaultLimit
 	}
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, err := tb.ws.Rel(in.FilePath)
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return nil, ReadOutput{}, err
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
@@ -243,22 +243,22 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 
 // write is the Write tool.
 func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult, WriteOutput, error) {
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, err := tb.ws.Rel(in.FilePath)
 	if err != nil {
 		return nil, WriteOutput{}, err
 	}
 	if rel == "." {
 		return nil, WriteOutput{}, errors.New("file_path names the workspace directory itself, not a file")
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return nil, WriteOutput{}, err
 	}
 	mode := fs.FileMode(0o644)
 	created := false
-	fi, err := tb.ws.root.Stat(rel)
+	fi, err := tb.ws.Root().Stat(rel)
 	switch {
 	case err == nil:
-		if err := checkRegular(rel, fi); err != nil {
+		if err := CheckRegular(rel, fi); err != nil {
 			return nil, WriteOutput{}, err
 		}
 		if err := tb.reads.requireRead(rel, fi, "overwrite"); err != nil {
@@ -268,14 +268,14 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 	case errors.Is(err, fs.ErrNotExist):
 		created = true
 		if dir := path.Dir(rel); dir != "." {
-			if err := tb.ws.root.MkdirAll(dir, 0o755); err != nil {
-				return nil, WriteOutput{}, tb.ws.explain(dir, err)
+			if err := tb.ws.Root().MkdirAll(dir, 0o755); err != nil {
+				return nil, WriteOutput{}, tb.ws.Explain(dir, err)
 			}
 		}
 	default:
-		return nil, WriteOutput{}, tb.ws.explain(rel, err)
+		return nil, WriteOutput{}, tb.ws.Explain(rel, err)
 	}
-	nfi, err := tb.ws.atomicWrite(rel, []byte(in.Content), mode)
+	nfi, err := tb.ws.AtomicWrite(rel, []byte(in.Content), mode)
 	if err != nil {
 		return nil, WriteOutput{}, err
 	}
