@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // The language servers behind find_definition, find_references and
@@ -94,7 +95,7 @@ func defaultNavOptions() navOptions {
 
 // langServers runs the language servers of one workspace.
 type langServers struct {
-	ws    *Resolver
+	ws    *workspace.Resolver
 	specs []langServerSpec
 	opts  navOptions
 	turn  chan struct{} // one navigation call at a time
@@ -104,7 +105,7 @@ type langServers struct {
 	running map[string]*langServer // by language
 }
 
-func newLangServers(ws *Resolver) *langServers {
+func newLangServers(ws *workspace.Resolver) *langServers {
 	return &langServers{ws: ws, specs: defaultLangServers(), opts: defaultNavOptions(), turn: make(chan struct{}, 1), running: map[string]*langServer{}}
 }
 
@@ -493,7 +494,7 @@ func residentBytes(pid int) int64 {
 // syncFiles tells the server which watched files were created, changed or
 // deleted since it last heard (by Write, Edit, Bash or anything else), so
 // that it answers on the workspace as it is.
-func (s *langServer) syncFiles(ws *Resolver) error {
+func (s *langServer) syncFiles(ws *workspace.Resolver) error {
 	now := scanWatched(ws, s.spec.watched)
 	var events []map[string]any
 	for rel, st := range now {
@@ -520,7 +521,7 @@ func (s *langServer) syncFiles(ws *Resolver) error {
 // scanWatched walks the workspace (not following symbolic links, skipping
 // .git and node_modules) for the files a server watches, links to files
 // included.
-func scanWatched(ws *Resolver, watched func(string) bool) map[string]fileStamp {
+func scanWatched(ws *workspace.Resolver, watched func(string) bool) map[string]fileStamp {
 	files := map[string]fileStamp{}
 	seen := 0
 	_ = fs.WalkDir(ws.Root().FS(), ".", func(p string, d fs.DirEntry, err error) error {

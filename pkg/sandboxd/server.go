@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
@@ -155,7 +156,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *Resolver, logger klog.Logger) (*snapshotStore, error) {
+func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*snapshotStore, error) {
 	if stateDir != "" {
 		return newSnapshotStore(stateDir, ws)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // The snapshot store: a git directory outside the workspace, used with
@@ -73,7 +74,7 @@ type snapshotStore struct {
 // newSnapshotStore returns the store of the workspace ws under stateDir,
 // which must not lie inside the workspace. Nothing is created until the
 // first snapshot.
-func newSnapshotStore(stateDir string, ws *Resolver) (*snapshotStore, error) {
+func newSnapshotStore(stateDir string, ws *workspace.Resolver) (*snapshotStore, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("state dir %q: %w", stateDir, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -372,7 +373,7 @@ func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 // the process groups and background shells they run, and the gate that
 // serialises snapshot_restore against the other calls.
 type toolbox struct {
-	ws     *Resolver
+	ws     *workspace.Resolver
 	reads  *readMarks
 	procs  *procgroup.Groups
 	shells *shellTable
@@ -384,7 +385,7 @@ type toolbox struct {
 
 // newToolbox opens the workspace dir for the tools.
 func newToolbox(dir string) (*toolbox, error) {
-	ws, err := NewResolver(dir)
+	ws, err := workspace.NewResolver(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -206,7 +207,7 @@ func (tb *toolbox) detectLanguage() (string, error) {
 			if err == nil && fi.Mode().IsRegular() {
 				return l.name, nil
 			}
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && !IsEscape(err) {
+			if err != nil && !errors.Is(err, fs.ErrNotExist) && !workspace.IsEscape(err) {
 				return "", tb.ws.Explain(m, err)
 			}
 		}

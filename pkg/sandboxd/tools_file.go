@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -258,7 +259,7 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 	fi, err := tb.ws.Root().Stat(rel)
 	switch {
 	case err == nil:
-		if err := CheckRegular(rel, fi); err != nil {
+		if err := workspace.CheckRegular(rel, fi); err != nil {
 			return nil, WriteOutput{}, err
 		}
 		if err := tb.reads.requireRead(rel, fi, "overwrite"); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // Code navigation through a language server (lsp_server.go): the position
@@ -217,7 +218,7 @@ func (tb *toolbox) readConfined(rel string) (string, fs.FileInfo, error) {
 
 // request asks the server about the target: the file is opened (as it is
 // on disk) for the request and closed after it.
-func (s *langServer) request(ctx context.Context, ws *Resolver, t navTarget, method string, extra map[string]any, result any) error {
+func (s *langServer) request(ctx context.Context, ws *workspace.Resolver, t navTarget, method string, extra map[string]any, result any) error {
 	uri := pathURI(ws.Dir() + "/" + t.rel)
 	s.ver++
 	if err := s.conn.Notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{

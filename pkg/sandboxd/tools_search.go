@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -182,7 +183,7 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 	if fi.Mode().IsRegular() {
 		walkErr = g.searchFile(ctx, base)
 	} else if !fi.IsDir() {
-		return nil, GrepOutput{}, CheckRegular(base, fi)
+		return nil, GrepOutput{}, workspace.CheckRegular(base, fi)
 	} else {
 		walkErr = tb.walk(ctx, base, false, func(rel, below string, d fs.DirEntry) error {
 			if !d.Type().IsRegular() {

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // search_code finds declarations by name: in Go files through go/ast
@@ -221,7 +222,7 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 	case fi.IsDir():
 		walkErr = tb.walkSource(ctx, base, searchFile)
 	default:
-		return nil, SearchCodeOutput{}, CheckRegular(base, fi)
+		return nil, SearchCodeOutput{}, workspace.CheckRegular(base, fi)
 	}
 	if errors.Is(walkErr, errWalkBound) {
 		out.Truncated = true
