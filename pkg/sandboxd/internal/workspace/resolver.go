@@ -1,3 +1,8 @@
+// Package workspace is how sandboxd's tools reach the workspace: a Resolver
+// turns the paths tools receive into workspace-relative ones and opens,
+// writes and replaces files through an os.Root, so that no path (through
+// "..", a symbolic link, or a directory swapped mid-operation) leads out of
+// the tree; special files are refused where a regular one is wanted.
 package workspace
 
 import (
@@ -12,7 +17,7 @@ import (
 	"syscall"
 )
 
-// maxSymlinkHops bounds how many final-component symbolic links resolveFinal
+// maxSymlinkHops bounds how many final-component symbolic links ResolveFinal
 // follows, like SYMLOOP_MAX.
 const maxSymlinkHops = 8
 
@@ -270,7 +275,7 @@ func (r *Resolver) AtomicWrite(rel string, data []byte, mode fs.FileMode) (fs.Fi
 }
 
 // WriteTemp writes data, synced, to a new temporary file beside rel, and
-// returns its path; commitTemp (or the root's Remove) takes it from there.
+// returns its path; CommitTemp (or the root's Remove) takes it from there.
 func (r *Resolver) WriteTemp(rel string, data []byte, mode fs.FileMode) (string, error) {
 	dir, base := path.Split(rel)
 	tmp := path.Join(dir, "."+base+".airlock-"+rand.Text()[:10]+".tmp")
