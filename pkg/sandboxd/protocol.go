@@ -274,17 +274,25 @@ func checkMessage(data []byte, allowBatch bool) (jsonrpc.Message, *rpcError) {
 	if len(trimmed) == 0 {
 		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is empty"}
 	}
+	notJSON := &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is not valid JSON"}
+	if trimmed[0] == '{' {
+		// Decoded first: the decode checks that the whole message is JSON
+		// as json.Valid does, and a message that decodes (nearly all) is
+		// scanned once less.
+		msg, err := decodeMessage(trimmed)
+		if err == nil {
+			return msg, nil
+		}
+		if !json.Valid(trimmed) {
+			return nil, notJSON
+		}
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
+			msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
+	}
 	if !json.Valid(trimmed) {
-		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is not valid JSON"}
+		return nil, notJSON
 	}
 	switch trimmed[0] {
-	case '{':
-		msg, err := decodeMessage(trimmed)
-		if err != nil {
-			return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
-				msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
-		}
-		return msg, nil
 	case '[':
 		if allowBatch {
 			return nil, nil

@@ -199,19 +199,29 @@ func (s *taskStore) serve(w http.ResponseWriter, r *http.Request, req *jsonrpc.R
 	return false
 }
 
-// serveCall runs a tools/call that may become a task; see the comment at
-// the top of this file.
-func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+// taskCallOf decodes req's params when it is a call that may become a
+// task: of one of taskTools, declaring the extension.
+func taskCallOf(req *jsonrpc.Request) (*taskCall, bool) {
 	// The name first, which decodes nothing else: most calls are not of
 	// taskTools, and their _meta need not be decoded here.
 	var named struct {
 		Name string `json:"name"`
 	}
 	if json.Unmarshal(req.Params, &named) != nil || !taskTools[named.Name] {
-		return false
+		return nil, false
 	}
 	var p taskCall
 	if json.Unmarshal(req.Params, &p) != nil || !taskTools[p.Name] || !declaresTasks(p.Meta) {
+		return nil, false
+	}
+	return &p, true
+}
+
+// serveCall runs a tools/call that may become a task; see the comment at
+// the top of this file.
+func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	p, ok := taskCallOf(req)
+	if !ok {
 		return false
 	}
 	table := s.calls()
