@@ -156,9 +156,9 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*snapshotStore, error) {
+func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*Store, error) {
 	if stateDir != "" {
-		return newSnapshotStore(stateDir, ws)
+		return NewStore(stateDir, ws)
 	}
 	var candidates []string
 	if cache, err := os.UserCacheDir(); err == nil {
@@ -167,9 +167,9 @@ func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) 
 	candidates = append(candidates, filepath.Join(os.TempDir(), fmt.Sprintf("airlock-sandboxd-%d", os.Getuid())))
 	var errs []error
 	for _, dir := range candidates {
-		store, err := newSnapshotStore(dir, ws)
+		store, err := NewStore(dir, ws)
 		if err == nil {
-			logger.V(2).Info("Snapshot store", "dir", store.dir)
+			logger.V(2).Info("Snapshot store", "dir", store.Dir())
 			return store, nil
 		}
 		errs = append(errs, err)

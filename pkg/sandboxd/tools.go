@@ -378,7 +378,7 @@ type toolbox struct {
 	procs  *procgroup.Groups
 	shells *shellTable
 	gate   *callGate
-	snaps  *snapshotStore // nil: no snapshots
+	snaps  *Store // nil: no snapshots
 	tests  *testRecord
 	nav    *langServers
 }

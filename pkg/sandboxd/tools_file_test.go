@@ -25,7 +25,7 @@ func newTestToolbox(t *testing.T) (*toolbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb.snaps, err = newSnapshotStore(filepath.Join(filepath.Dir(ws), "state"), tb.ws); err != nil {
+	if tb.snaps, err = NewStore(filepath.Join(filepath.Dir(ws), "state"), tb.ws); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tb.close() })

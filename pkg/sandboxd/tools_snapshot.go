@@ -70,13 +70,13 @@ type SnapshotDiffOutput struct {
 var errNoSnapshots = errors.New("snapshots are not available in this sandbox (no state directory)")
 
 // snapshotCall runs f with the store's lock held and a bound on its time.
-func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *snapshotStore) error) error {
+func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *Store) error) error {
 	if tb.snaps == nil {
 		return errNoSnapshots
 	}
-	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	release, err := tb.snaps.acquire(ctx)
+	release, err := tb.snaps.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("cancelled while waiting for another snapshot operation: %v", err)
 	}
@@ -94,13 +94,13 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 		return nil, SnapshotCreateOutput{}, err
 	}
 	if in.Name != "" {
-		if err := checkSnapshotName(in.Name); err != nil {
+		if err := CheckName(in.Name); err != nil {
 			return nil, SnapshotCreateOutput{}, err
 		}
 	}
 	var out SnapshotCreateOutput
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		sn, files, replaced, err := s.create(ctx, in.Name, label)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *Store) error {
+		sn, files, replaced, err := s.Create(ctx, in.Name, label)
 		out = SnapshotCreateOutput{Snapshot: sn, Files: files, Replaced: replaced}
 		return err
 	})
@@ -117,8 +117,8 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 // snapshotList is the snapshot_list tool.
 func (tb *toolbox) snapshotList(ctx context.Context, _ SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
 	out := SnapshotListOutput{Snapshots: []Snapshot{}}
-	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		all, err := s.list(ctx)
+	err := tb.snapshotCall(ctx, func(ctx context.Context, s *Store) error {
+		all, err := s.List(ctx)
 		out.Snapshots = append(out.Snapshots, all...)
 		return err
 	})
@@ -143,20 +143,20 @@ func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput)
 		return nil, SnapshotRestoreOutput{}, err
 	}
 	var out SnapshotRestoreOutput
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		target, err := s.find(ctx, id)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *Store) error {
+		target, err := s.Find(ctx, id)
 		if err != nil {
 			return err
 		}
-		backup, _, _, err := s.create(ctx, "", "before restoring "+target.ID)
+		backup, _, _, err := s.Create(ctx, "", "before restoring "+target.ID)
 		if err != nil {
 			return fmt.Errorf("saving the workspace before the restore: %v; nothing was restored", err)
 		}
-		changes, err := s.changes(ctx, backup.commit, target.commit)
+		changes, err := s.Changes(ctx, backup.Commit(), target.Commit())
 		if err != nil {
 			return err
 		}
-		if err := s.restore(ctx, target); err != nil {
+		if err := s.Restore(ctx, target); err != nil {
 			return fmt.Errorf("%v (the workspace as it was before is snapshot %s)", err, backup.ID)
 		}
 		out = SnapshotRestoreOutput{ID: target.ID, Backup: backup.ID, Changes: changes}
@@ -184,25 +184,25 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 	}
 	out := SnapshotDiffOutput{From: id, To: "workspace"}
 	patch := outcap.New(snapshotDiffBytes)
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		from, err := s.find(ctx, id)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *Store) error {
+		from, err := s.Find(ctx, id)
 		if err != nil {
 			return err
 		}
 		to := ""
 		if in.ToID != "" {
-			sn, err := s.find(ctx, in.ToID)
+			sn, err := s.Find(ctx, in.ToID)
 			if err != nil {
 				return err
 			}
-			to, out.To = sn.commit, sn.ID
-		} else if err := s.stage(ctx); err != nil {
+			to, out.To = sn.Commit(), sn.ID
+		} else if err := s.Stage(ctx); err != nil {
 			return err
 		}
-		if out.Changes, err = s.changes(ctx, from.commit, to); err != nil {
+		if out.Changes, err = s.Changes(ctx, from.Commit(), to); err != nil {
 			return err
 		}
-		return s.patch(ctx, from.commit, to, patch)
+		return s.Patch(ctx, from.Commit(), to, patch)
 	})
 	if err != nil {
 		return nil, SnapshotDiffOutput{}, err
@@ -240,8 +240,8 @@ func snapshotArg(id, name string) (string, error) {
 // cleanLabel checks a snapshot label: one line of printable text.
 func cleanLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
-	if len(label) > snapshotLabelBytes {
-		return "", fmt.Errorf("label is %d bytes, more than %d", len(label), snapshotLabelBytes)
+	if len(label) > LabelBytes {
+		return "", fmt.Errorf("label is %d bytes, more than %d", len(label), LabelBytes)
 	}
 	if strings.IndexFunc(label, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return "", errors.New("label must be one line of printable text")
