@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
@@ -156,9 +157,9 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*Store, error) {
+func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*snapshot.Store, error) {
 	if stateDir != "" {
-		return NewStore(stateDir, ws)
+		return snapshot.NewStore(stateDir, ws)
 	}
 	var candidates []string
 	if cache, err := os.UserCacheDir(); err == nil {
@@ -167,7 +168,7 @@ func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) 
 	candidates = append(candidates, filepath.Join(os.TempDir(), fmt.Sprintf("airlock-sandboxd-%d", os.Getuid())))
 	var errs []error
 	for _, dir := range candidates {
-		store, err := NewStore(dir, ws)
+		store, err := snapshot.NewStore(dir, ws)
 		if err == nil {
 			logger.V(2).Info("Snapshot store", "dir", store.Dir())
 			return store, nil

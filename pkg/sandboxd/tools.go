@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -378,7 +379,7 @@ type toolbox struct {
 	procs  *procgroup.Groups
 	shells *shellTable
 	gate   *callGate
-	snaps  *Store // nil: no snapshots
+	snaps  *snapshot.Store // nil: no snapshots
 	tests  *testRecord
 	nav    *langServers
 }
