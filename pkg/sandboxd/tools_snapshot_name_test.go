@@ -164,7 +164,7 @@ func TestSnapshotRefusesBadNames(t *testing.T) {
 	}
 }
 
-// TestSnapshotNamesAreRefComponents: every name checkSnapshotName accepts
+// TestSnapshotNamesAreRefComponents: every name snapshot.CheckName accepts
 // is one git check-ref-format accepts as a component under the store's
 // ref prefix (the rules are a subset of git's, this checks they stay so).
 func TestSnapshotNamesAreRefComponents(t *testing.T) {
@@ -175,7 +175,7 @@ func TestSnapshotNamesAreRefComponents(t *testing.T) {
 		"a.locked", "x" + strings.Repeat("y", snapshot.NameBytes-1)}
 	for _, name := range good {
 		if err := snapshot.CheckName(name); err != nil {
-			t.Errorf("checkSnapshotName(%q) = %v", name, err)
+			t.Errorf("snapshot.CheckName(%q) = %v", name, err)
 			continue
 		}
 		out, err := exec.Command("git", "check-ref-format", snapshot.Refs+name).CombinedOutput()
@@ -189,7 +189,7 @@ func TestSnapshotNamesAreRefComponents(t *testing.T) {
 			t.Errorf("git accepts %q: the sample is wrong", name)
 		}
 		if snapshot.CheckName(name) == nil {
-			t.Errorf("checkSnapshotName(%q) accepts what git refuses", name)
+			t.Errorf("snapshot.CheckName(%q) accepts what git refuses", name)
 		}
 	}
 }

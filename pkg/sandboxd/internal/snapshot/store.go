@@ -1,3 +1,12 @@
+// Package snapshot is sandboxd's snapshot store: a git directory outside
+// the workspace, used with --git-dir=<store> --work-tree=<workspace> and
+// the store's own index, so that the workspace's own repository (its .git, HEAD, index, refs and
+// config) is never read nor written, and the file tools, confined to the
+// workspace, cannot reach it. A snapshot is a commit of the whole workspace
+// (ignored files included) under refs/airlock/snapshots/<id>. Left out:
+// every .git entry, nested repositories (a directory below the top with a
+// .git of its own: restore leaves them as they are) and sandboxd's own
+// transient files (the /readyz probe, Write's temporary files).
 package snapshot
 
 import (
@@ -23,16 +32,6 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
-
-// The snapshot store: a git directory outside the workspace, used with
-// --git-dir=<store> --work-tree=<workspace> and the store's own index, so
-// that the workspace's own repository (its .git, HEAD, index, refs and
-// config) is never read nor written, and the file tools, confined to the
-// workspace, cannot reach it. A snapshot is a commit of the whole workspace
-// (ignored files included) under refs/airlock/snapshots/<id>. Left out:
-// every .git entry, nested repositories (a directory below the top with a
-// .git of its own: restore leaves them as they are) and sandboxd's own
-// transient files (the /readyz probe, Write's temporary files).
 
 const (
 	// Timeout bounds one snapshot operation (all of its git runs).
