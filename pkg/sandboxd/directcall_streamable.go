@@ -46,9 +46,9 @@ import (
 //     Cancellation is the SDK's for this revision (PropagateRequestCancellation):
 //     the POST's end cancels the call;
 //   - stateful (2025-03-26 … 2025-11-25): Mcp-Session-Id names a session
-//     that this transport tracks (transport_streamable_sessions.go) and that is initialized, no
-//     MCP-Protocol-Version or one of those revisions, a _meta without the
-//     protocol's own keys (plainMeta). A notifications/cancelled for a
+//     that this transport tracks (transport_streamable_sessions.go) and
+//     that is initialized, no MCP-Protocol-Version or one of those
+//     revisions, a _meta without the protocol's own keys (plainMeta). A notifications/cancelled for a
 //     direct call cancels it; the session's end cancels them all; an id
 //     already in flight on the direct path is refused as the SDK refuses
 //     one (400, -32600).
