@@ -468,3 +468,25 @@ func TestStatelessCancelNoticeIsIgnored(t *testing.T) {
 		t.Errorf("the call named by the notice = %d %v, want its own end", r.status, r.msg)
 	}
 }
+
+// TestStatelessIgnoresASessionID: a stray Mcp-Session-Id on a 2026-07-28
+// request (unknown, or a live session's) is ignored: the call is answered
+// as without it, on the direct path, and the session is left as it was.
+func TestStatelessIgnoresASessionID(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	session := openStatefulSession(t, ts)
+	body := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":` + statelessCallMeta + `,"name":"LS","arguments":{}}}`
+	want := postMCP(t.Context(), t, ts.url, statelessHeaders(toolnames.LS), body)
+	for _, id := range []string{"nope", session} {
+		header := statelessHeaders(toolnames.LS)
+		header["Mcp-Session-Id"] = id
+		before := ts.streamable.direct.taken.Load()
+		got := postMCP(t.Context(), t, ts.url, header, body)
+		if n := ts.streamable.direct.taken.Load() - before; n != 1 || !reflect.DeepEqual(normalReply(t, got), normalReply(t, want)) {
+			t.Errorf("with session id %q: %d direct, answer %v, want %v", id, n, got.msg, want.msg)
+		}
+	}
+	if n := countSessions(ts.mcp); n != 1 {
+		t.Errorf("%d sessions, want the one opened", n)
+	}
+}
