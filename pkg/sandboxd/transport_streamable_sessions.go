@@ -85,7 +85,8 @@ func (s *streamableSessions) startIdleLocked(sess *streamableSession) {
 		return
 	}
 	if sess.idle != nil {
-		sess.idle.Stop()
+		sess.idle.Reset(s.timeout) // stopped by begin: one timer per session, not per POST
+		return
 	}
 	ss := sess.ss
 	sess.idle = s.clock.AfterFunc(s.timeout, func() { _ = ss.Close() })
