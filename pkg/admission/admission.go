@@ -9,7 +9,7 @@
 //
 // Three counters bound the claims of a namespace:
 //
-//   - per session, keyed by (spec.runtimeName, spec.session): the live claims, at most the
+//   - per session, keyed by (the claim's runtime, spec.session): the live claims, at most the
 //     runtime's spec.sandbox.maxPerSession;
 //   - per registry sandbox, keyed by (the runtime's spec.toolRegistryRef.name, spec.sandbox): the
 //     live claims of every runtime of the namespace that uses that registry, at most the registry
@@ -24,20 +24,27 @@
 // when another claim of the input replaces it (Replaced). Then it walks the undecided claims (phase "", Pending or Queued)
 // oldest first, by (creationTimestamp, name), and gives each the first of these that applies:
 //
-//  1. Refuse RuntimeNotFound: spec.runtimeName is not in Input.Runtimes;
+//  1. Refuse RuntimeNotFound: spec.runtimeName is not in Input.Runtimes, or names a runtime that is
+//     not the claim's (OwnedBy: another of the same name, created after the claim's was deleted);
 //  2. Refuse Disabled: the runtime's spec.sandbox.enabled is false;
 //  3. Refuse UnknownSandbox: the runtime's registry is not in Input.Registries, or has no entry
 //     named spec.sandbox;
-//  4. Refuse MaxPerSession: the session's counter already reaches maxPerSession;
-//  5. Refuse MaxInstances: the registry sandbox's counter already reaches maxInstances;
-//  6. Admit, when the runtime holds fewer than maxConcurrent claims; the claim then counts on all
+//  4. Refuse WorkspaceInUse: the claim's spec.workspaceDir is, holds or lies in the directory of a
+//     live claim (counted so far) of another runtime, session or handle: one writer per workspace,
+//     decided where claims are decided (a claim and its replacement share one, as they should);
+//  5. Refuse MaxPerSession: the session's counter already reaches maxPerSession;
+//  6. Refuse MaxInstances: the registry sandbox's counter already reaches maxInstances;
+//  7. Admit, when the runtime holds fewer than maxConcurrent claims; the claim then counts on all
 //     three counters;
-//  7. Queue otherwise; a queued claim is live, so it counts per session and per sandbox, but not
+//  8. Queue otherwise; a queued claim is live, so it counts per session and per sandbox, but not
 //     per runtime.
 //
 // A refused claim counts for nothing. Because Queued claims are walked again on every call, the
 // oldest Queued claim of a runtime is the one admitted when a slot frees; a Queued claim may also
 // turn Refused (its runtime was disabled, or an older claim of its session was seen late).
+//
+// A claim's runtime is identified by name and UID (RuntimeUID): a runtime deleted and created again
+// under the same name is a new owner, whose counters the old runtime's claims never fill.
 //
 // Limits left at zero take the CRD schema's defaults (DefaultMaxPerSession, DefaultMaxConcurrent,
 // DefaultMaxInstances), so objects that never went through an API server behave like served ones.
@@ -47,6 +54,9 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
@@ -70,6 +80,7 @@ const (
 	ReasonDisabled        = "Disabled"
 	ReasonRuntimeNotFound = "RuntimeNotFound"
 	ReasonUnknownSandbox  = "UnknownSandbox"
+	ReasonWorkspaceInUse  = "WorkspaceInUse"
 )
 
 // Decision is the verdict on one claim.
@@ -77,6 +88,8 @@ type Decision struct {
 	Action Action
 	// Reason is set for Refuse (one of the Reason constants) and empty otherwise.
 	Reason string
+	// Holder is, for WorkspaceInUse, the live claim whose workspace directory is in the way.
+	Holder string
 }
 
 // Input is everything one namespace's decision depends on.
@@ -197,8 +210,40 @@ func Replaced(claims []*airlockv1alpha1.SandboxClaim) map[string]bool {
 	return out
 }
 
+// RuntimeUID is the UID of the AgentRuntime the claim is for: spec.runtimeUID, else (a claim
+// written before that field) the UID its controller ownerReference names, else "".
+func RuntimeUID(c *airlockv1alpha1.SandboxClaim) types.UID {
+	if c.Spec.RuntimeUID != "" {
+		return c.Spec.RuntimeUID
+	}
+	if ref := metav1.GetControllerOf(c); ref != nil && ref.Kind == "AgentRuntime" && ref.Name == c.Spec.RuntimeName {
+		return ref.UID
+	}
+	return ""
+}
+
+// OwnedBy says whether the claim is rt's: rt has the claim's spec.runtimeName and its UID is the
+// claim's RuntimeUID. A runtime deleted and created again under the same name has another UID,
+// and owns none of the old one's claims.
+func OwnedBy(c *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) bool {
+	return c != nil && rt != nil && c.Spec.RuntimeName == rt.Name && RuntimeUID(c) == rt.UID
+}
+
+// runtimeKey identifies a claim's runtime: its name and UID.
+type runtimeKey struct {
+	name string
+	uid  types.UID
+}
+
+func claimRuntime(c *airlockv1alpha1.SandboxClaim) runtimeKey {
+	return runtimeKey{c.Spec.RuntimeName, RuntimeUID(c)}
+}
+
 // sessionKey identifies a session's claims: sessions are per runtime.
-type sessionKey struct{ runtime, session string }
+type sessionKey struct {
+	runtime runtimeKey
+	session string
+}
 
 // sandboxKey identifies a registry sandbox: every runtime that uses the registry shares it.
 type sandboxKey struct{ registry, sandbox string }
@@ -220,15 +265,19 @@ type sandboxKey struct{ registry, sandbox string }
 //
 // A claim in a phase the CRD schema does not know is walked like a Pending one.
 //
-// Sticky claims whose runtime is missing count per session (the key needs only spec.runtimeName)
-// but not per registry sandbox, because their registry cannot be known.
+// Sticky claims whose runtime is missing count per session and per runtime under their own
+// runtime's key, but not per registry sandbox, because their registry cannot be known. Those of
+// an earlier runtime of the same name (not OwnedBy the one in the input) count under their own
+// runtime's key too, never under the new runtime's, and per registry sandbox under the new one's
+// registry, the likeliest (erring towards fewer sandboxes).
 func Decide(in Input) map[string]Decision {
 	d := decider{
 		in:         in,
 		perSession: make(map[sessionKey]int32),
 		perSandbox: make(map[sandboxKey]int32),
-		perRuntime: make(map[string]int32),
+		perRuntime: make(map[runtimeKey]int32),
 		sandboxes:  registryIndex{registries: in.Registries},
+		workspaces: newWorkspaceIndex(),
 	}
 	out := make(map[string]Decision, len(in.Claims))
 	undecided := make([]*airlockv1alpha1.SandboxClaim, 0, len(in.Claims))
@@ -279,26 +328,32 @@ type decider struct {
 	in         Input
 	perSession map[sessionKey]int32
 	perSandbox map[sandboxKey]int32
-	perRuntime map[string]int32 // claims holding a slot under maxConcurrent
+	perRuntime map[runtimeKey]int32 // claims holding a slot under maxConcurrent
 	sandboxes  registryIndex
+	workspaces workspaceIndex // the directories of the claims counted so far
 }
 
 // count adds a live claim to its session's and its sandbox's counters and, if it holds a slot
 // under maxConcurrent, to its runtime's.
 func (d *decider) count(c *airlockv1alpha1.SandboxClaim, holdsSlot bool) {
-	d.perSession[sessionKey{c.Spec.RuntimeName, c.Spec.Session}]++
+	key := claimRuntime(c)
+	d.perSession[sessionKey{key, c.Spec.Session}]++
+	// Per registry sandbox by the runtime's name, even one that is not the claim's (created again
+	// since): the claim's sandbox runs, and its registry is most likely that one's; counting it
+	// errs on the side of fewer sandboxes.
 	if rt := d.in.Runtimes[c.Spec.RuntimeName]; rt != nil {
 		d.perSandbox[sandboxKey{rt.Spec.ToolRegistryRef.Name, c.Spec.Sandbox}]++
 	}
 	if holdsSlot {
-		d.perRuntime[c.Spec.RuntimeName]++
+		d.perRuntime[key]++
 	}
+	d.workspaces.add(c)
 }
 
 // decide walks one undecided claim: the rules 1 to 7 of the package documentation.
 func (d *decider) decide(c *airlockv1alpha1.SandboxClaim) Decision {
 	rt := d.in.Runtimes[c.Spec.RuntimeName]
-	if rt == nil {
+	if !OwnedBy(c, rt) {
 		return refuse(ReasonRuntimeNotFound)
 	}
 	if !rt.Spec.Sandbox.Enabled {
@@ -309,13 +364,17 @@ func (d *decider) decide(c *airlockv1alpha1.SandboxClaim) Decision {
 	if sb == nil {
 		return refuse(ReasonUnknownSandbox)
 	}
-	if d.perSession[sessionKey{c.Spec.RuntimeName, c.Spec.Session}] >= MaxPerSession(rt) {
+	if holder := d.workspaces.conflict(c); holder != "" {
+		return Decision{Action: Refuse, Reason: ReasonWorkspaceInUse, Holder: holder}
+	}
+	key := claimRuntime(c)
+	if d.perSession[sessionKey{key, c.Spec.Session}] >= MaxPerSession(rt) {
 		return refuse(ReasonMaxPerSession)
 	}
 	if d.perSandbox[sandboxKey{registry, c.Spec.Sandbox}] >= MaxInstances(sb) {
 		return refuse(ReasonMaxInstances)
 	}
-	admit := d.perRuntime[c.Spec.RuntimeName] < MaxConcurrent(rt)
+	admit := d.perRuntime[key] < MaxConcurrent(rt)
 	d.count(c, admit)
 	if admit {
 		return Decision{Action: Admit}

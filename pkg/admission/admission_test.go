@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
@@ -849,5 +850,97 @@ func TestNewInput(t *testing.T) {
 	}
 	if in.Runtimes["a"] == nil || in.Runtimes["b"] == nil || len(in.Runtimes) != 2 || in.Registries["tools"] == nil || len(in.Registries) != 1 {
 		t.Errorf("runtimes %v registries %v, want them by name", in.Runtimes, in.Registries)
+	}
+}
+
+// TestRecreatedRuntimeInheritsNothing: a runtime deleted and created again under the same name
+// (another UID) owns none of the old one's claims. Its new claims are admitted whatever the old
+// claims hold per session and per runtime (they count under the old runtime), and a claim of the
+// old runtime still undecided is refused RuntimeNotFound. The old claims still count per registry
+// sandbox, since their sandboxes run. A claim written before spec.runtimeUID is the runtime's its
+// controller ownerReference names.
+func TestRecreatedRuntimeInheritsNothing(t *testing.T) {
+	rt := runtimeSpec{name: "r1", registry: "reg", maxConcurrent: 1, maxPerSession: 1}.build()
+	rt.UID = "uid-new"
+	reg := registrySpec{name: "reg", sandboxes: map[string]int32{"box": 3}}.build()
+	of := func(c *airlockv1alpha1.SandboxClaim, uid string) *airlockv1alpha1.SandboxClaim {
+		c.Spec.RuntimeUID = types.UID(uid)
+		return c
+	}
+	oldBound := of(claimSpec{name: "old-bound", at: 0, phase: airlockv1alpha1.ClaimBound}.build(), "uid-old")
+	oldPending := of(claimSpec{name: "old-pending", session: "s2", at: 1}.build(), "uid-old")
+	newClaim := of(claimSpec{name: "new", at: 2}.build(), "uid-new")
+	legacy := claimSpec{name: "legacy", session: "s3", at: 3}.build()
+	legacy.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rt, airlockv1alpha1.SchemeGroupVersion.WithKind("AgentRuntime"))}
+	overflow := of(claimSpec{name: "overflow", session: "s4", at: 4}.build(), "uid-new")
+
+	got := Decide(NewInput([]*airlockv1alpha1.SandboxClaim{oldBound, oldPending, newClaim, legacy, overflow},
+		[]*airlockv1alpha1.AgentRuntime{rt}, []*airlockv1alpha1.ToolRegistry{reg}))
+	want := map[string]Decision{
+		"old-bound":   {Action: Admit},                                 // sticky, under the old runtime
+		"old-pending": {Action: Refuse, Reason: ReasonRuntimeNotFound}, // its runtime is gone
+		"new":         {Action: Admit},                                 // session s1 and the runtime's slot are the new runtime's
+		"legacy":      {Action: Queue},                                 // the new runtime's by its ownerReference; its one slot is taken
+		"overflow":    {Action: Refuse, Reason: ReasonMaxInstances},    // old-bound (still running), new and legacy fill box's 3
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decisions (-want +got):\n%s", diff)
+	}
+	if OwnedBy(oldBound, rt) || !OwnedBy(newClaim, rt) || !OwnedBy(legacy, rt) {
+		t.Errorf("OwnedBy: old %v new %v legacy %v", OwnedBy(oldBound, rt), OwnedBy(newClaim, rt), OwnedBy(legacy, rt))
+	}
+	orphan := claimSpec{name: "orphan"}.build() // no runtimeUID, no owner: nobody's
+	if OwnedBy(orphan, rt) {
+		t.Error("a claim without a runtime UID or owner is owned by the runtime of its name")
+	}
+}
+
+// TestWorkspaceInUse: no two live claims of different runtimes, sessions or handles resolve to
+// the same or nested workspace directories, decided where claims are decided: the younger is
+// refused WorkspaceInUse, naming the claim in the way. A claim and its replacement (one owner)
+// share a directory; a directory whose holder is no longer live (Refused, being deleted) is free.
+func TestWorkspaceInUse(t *testing.T) {
+	rt := runtimeSpec{name: "r1", registry: "reg", maxConcurrent: 10, maxPerSession: 10}.build()
+	other := runtimeSpec{name: "r2", registry: "reg", maxConcurrent: 10, maxPerSession: 10}.build()
+	reg := registrySpec{name: "reg", sandboxes: map[string]int32{"box": 20}}.build()
+	in := func(c *airlockv1alpha1.SandboxClaim, dir string) *airlockv1alpha1.SandboxClaim {
+		c.Spec.WorkspaceDir = dir
+		return c
+	}
+	handle := func(c *airlockv1alpha1.SandboxClaim, h string) *airlockv1alpha1.SandboxClaim {
+		c.Spec.Handle = h
+		return c
+	}
+	claims := []*airlockv1alpha1.SandboxClaim{
+		in(claimSpec{name: "a", at: 0, phase: airlockv1alpha1.ClaimBound}.build(), "team/sandboxes/sessions/x"),
+		// Another runtime, one session id and handle, one directory: refused.
+		in(claimSpec{name: "b", runtime: "r2", at: 1}.build(), "team/sandboxes/sessions/x"),
+		// The same runtime and session, another handle, the same directory: refused.
+		in(handle(claimSpec{name: "c", at: 2}.build(), "box/second"), "/team/sandboxes/sessions/x/"),
+		// A directory inside a's, and one that holds a's: refused.
+		in(claimSpec{name: "d", session: "s2", at: 3}.build(), "team/sandboxes/sessions/x/sub"),
+		in(claimSpec{name: "e", session: "s3", at: 4}.build(), "team/sandboxes"),
+		// a's replacement (one owner) shares it; a sibling directory is free.
+		in(claimSpec{name: "a-r1", at: 5, replaces: "a"}.build(), "team/sandboxes/sessions/x"),
+		in(claimSpec{name: "f", session: "s4", at: 6}.build(), "team/sandboxes/sessions/xy"),
+		// A directory whose only holder is being deleted is free.
+		in(claimSpec{name: "g", session: "s5", at: 7, phase: airlockv1alpha1.ClaimBound, deleting: true}.build(), "team/sandboxes/g"),
+		in(claimSpec{name: "h", session: "s6", at: 8}.build(), "team/sandboxes/g"),
+		// A younger claim is refused by an older Queued one too (it is live).
+		in(claimSpec{name: "i", session: "s7", at: 9}.build(), "team/proj"),
+		in(claimSpec{name: "j", runtime: "r2", session: "s7", at: 10}.build(), "team/proj/inner"),
+	}
+	got := Decide(NewInput(claims, []*airlockv1alpha1.AgentRuntime{rt, other}, []*airlockv1alpha1.ToolRegistry{reg}))
+	inUse := func(holder string) Decision {
+		return Decision{Action: Refuse, Reason: ReasonWorkspaceInUse, Holder: holder}
+	}
+	want := map[string]Decision{
+		"a": {Action: Admit}, "b": inUse("a"), "c": inUse("a"), "d": inUse("a"), "e": inUse("a"),
+		"a-r1": {Action: Admit}, "f": {Action: Admit},
+		"g": {Action: Admit}, "h": {Action: Admit},
+		"i": {Action: Admit}, "j": inUse("i"),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decisions (-want +got):\n%s", diff)
 	}
 }

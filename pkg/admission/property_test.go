@@ -172,7 +172,7 @@ func countClaims(in Input, claims []*airlockv1alpha1.SandboxClaim, onlyDecided b
 			continue
 		}
 		if specLive(c) {
-			n.session[sessionKey{c.Spec.RuntimeName, c.Spec.Session}]++
+			n.session[sessionKey{claimRuntime(c), c.Spec.Session}]++
 			if rt := in.Runtimes[c.Spec.RuntimeName]; rt != nil {
 				n.sandbox[sandboxKey{rt.Spec.ToolRegistryRef.Name, c.Spec.Sandbox}]++
 			}
@@ -260,7 +260,7 @@ func checkDecide(in Input, out map[string]Decision) []string {
 		if entry == nil {
 			continue
 		}
-		sk := sessionKey{c.Spec.RuntimeName, c.Spec.Session}
+		sk := sessionKey{claimRuntime(c), c.Spec.Session}
 		xk := sandboxKey{rt.Spec.ToolRegistryRef.Name, c.Spec.Sandbox}
 		switch d {
 		case Decision{Action: Admit}, Decision{Action: Queue}:
@@ -303,7 +303,7 @@ func checkDecide(in Input, out map[string]Decision) []string {
 	// A counter that a walked claim joined is within its limit; one that none joined holds no
 	// more than its sticky claims did.
 	for sk, n := range after.session {
-		if rt := in.Runtimes[sk.runtime]; rt != nil && joinedSession[sk] && n > specMaxPerSession(rt) {
+		if rt := in.Runtimes[sk.runtime.name]; rt != nil && joinedSession[sk] && n > specMaxPerSession(rt) {
 			fail("session %v: %d live claims, maxPerSession %d", sk, n, specMaxPerSession(rt))
 		}
 		if !joinedSession[sk] && n > before.session[sk] {
@@ -348,7 +348,7 @@ func checkInvariant(in Input) []string {
 	var problems []string
 	n := countClaims(in, in.Claims, true)
 	for sk, v := range n.session {
-		if rt := in.Runtimes[sk.runtime]; rt != nil && v > specMaxPerSession(rt) {
+		if rt := in.Runtimes[sk.runtime.name]; rt != nil && v > specMaxPerSession(rt) {
 			problems = append(problems, fmt.Sprintf("invariant: session %v has %d live claims, maxPerSession %d", sk, v, specMaxPerSession(rt)))
 		}
 	}

@@ -53,11 +53,13 @@ func SessionHash(session string) string {
 // whose hashes collided would share a directory silently (a claim name collision is detected).
 const workspaceHashLen = 32
 
-// WorkspaceHash names the shared workspace directory of one session and handle (a registry
-// sandbox with `workspace: session`, SPEC section 5): the first 32 hex digits of
-// sha256(session NUL handle). A claim and its replacement have the same session and handle, so
-// they share the directory; two handles of one session never do (two pods writing one tree).
-func WorkspaceHash(session, handle string) string {
-	sum := sha256.Sum256([]byte(session + "\x00" + handle))
+// WorkspaceHash names the shared workspace directory of one runtime's session and handle (a
+// registry sandbox with `workspace: session`, SPEC section 5): the first 32 hex digits of
+// sha256(runtime name NUL runtime UID NUL session NUL handle). A claim and its replacement have
+// the same runtime, session and handle, so they share the directory; two handles of one session
+// never do (two pods writing one tree), nor two runtimes that use one session id and handle, nor
+// a runtime deleted and created again under the same name (another UID: someone else).
+func WorkspaceHash(runtime, runtimeUID, session, handle string) string {
+	sum := sha256.Sum256([]byte(runtime + "\x00" + runtimeUID + "\x00" + session + "\x00" + handle))
 	return hex.EncodeToString(sum[:])[:workspaceHashLen]
 }

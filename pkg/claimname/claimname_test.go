@@ -52,17 +52,25 @@ func TestHashSeparatesSessionAndHandle(t *testing.T) {
 	}
 }
 
-// TestWorkspaceHash: one directory per session and handle, never per session alone.
+// TestWorkspaceHash: one directory per runtime (name and UID), session and handle, never per
+// session alone, nor per session and handle alone (issue 23 item 2: two runtimes of one namespace
+// with one session id and handle shared a directory).
 func TestWorkspaceHash(t *testing.T) {
-	sum := sha256.Sum256([]byte("s1\x00codegen/default"))
-	if got, want := WorkspaceHash("s1", "codegen/default"), hex.EncodeToString(sum[:])[:32]; got != want {
+	sum := sha256.Sum256([]byte("agent\x00uid-1\x00s1\x00codegen/default"))
+	if got, want := WorkspaceHash("agent", "uid-1", "s1", "codegen/default"), hex.EncodeToString(sum[:])[:32]; got != want {
 		t.Errorf("WorkspaceHash = %q, want %q", got, want)
 	}
-	if WorkspaceHash("s1", "codegen/default") == WorkspaceHash("s1", "codegen/second") {
-		t.Error("two handles of one session share a workspace")
-	}
-	// The separator keeps (session, handle) pairs apart that concatenate alike.
-	if WorkspaceHash("s1c", "odegen/default") == WorkspaceHash("s1", "codegen/default") {
-		t.Error("session and handle are not separated")
+	base := WorkspaceHash("agent", "uid-1", "s1", "codegen/default")
+	for name, other := range map[string]string{
+		"another handle of the session":            WorkspaceHash("agent", "uid-1", "s1", "codegen/second"),
+		"another runtime, same session and handle": WorkspaceHash("other", "uid-2", "s1", "codegen/default"),
+		"the runtime created again (another UID)":  WorkspaceHash("agent", "uid-2", "s1", "codegen/default"),
+		// The separators keep tuples apart that concatenate alike.
+		"session and handle not separated": WorkspaceHash("agent", "uid-1", "s1c", "odegen/default"),
+		"runtime and UID not separated":    WorkspaceHash("agen", "tuid-1", "s1", "codegen/default"),
+	} {
+		if other == base {
+			t.Errorf("%s: shares the directory %s", name, base)
+		}
 	}
 }

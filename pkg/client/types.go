@@ -110,6 +110,12 @@ const (
 	ReasonMaxInstances  = "MaxInstances"
 )
 
+// ReasonPreviousRuntime is the reason of a 202 acquire whose claim name is held by a claim of an
+// earlier AgentRuntime of the same name (deleted and created again): that claim is never
+// answered; it goes (garbage collection, or reaping when it was orphaned), and the next call
+// acquires afresh.
+const ReasonPreviousRuntime = "PreviousRuntime"
+
 // Limits of requests.
 const (
 	// MaxBodyBytes is the largest request body the API reads; a larger one is answered 413.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
+	"github.com/airlock-dev/airlock/pkg/sandboxflags"
 )
 
 // SandboxdOptions are the flags of `airlock sandboxd` (SPEC section 6).
@@ -39,16 +40,39 @@ func NewSandboxdOptions() *SandboxdOptions {
 }
 
 func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of MCP (GET /sse, POST /message, POST /mcp), /healthz, /readyz and /metrics.")
-	fs.StringVar(&o.Workspace, "workspace", o.Workspace, "Directory the tools work in; every tool path is resolved inside it. Must exist.")
-	fs.BoolVar(&o.ReadOnly, "readonly", o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
-	fs.StringSliceVar(&o.AllowedTools, "allowed-tools", o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
-	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
-	fs.StringVar(&o.WarmKeyFile, "warm-key-file", o.WarmKeyFile, "File holding this warm pool member's key (base64url, as the member's Secret holds it). "+
+	fs.StringVar(&o.Listen, sandboxflags.Listen, o.Listen, "Address (host:port) of MCP (GET /sse, POST /message, POST /mcp), /healthz, /readyz and /metrics.")
+	fs.StringVar(&o.Workspace, sandboxflags.Workspace, o.Workspace, "Directory the tools work in; every tool path is resolved inside it. Must exist.")
+	fs.BoolVar(&o.ReadOnly, sandboxflags.ReadOnly, o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
+	fs.StringSliceVar(&o.AllowedTools, sandboxflags.AllowedTools, o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
+	fs.StringVar(&o.AuthTokenFile, sandboxflags.AuthTokenFile, o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
+	fs.StringVar(&o.WarmKeyFile, sandboxflags.WarmKeyFile, o.WarmKeyFile, "File holding this warm pool member's key (base64url, as the member's Secret holds it). "+
 		"No MCP request is served until one carries an adoption token MACed with this key; the first such token adopts the member, which then accepts that token only and serves the tools it names. "+
 		"Excludes --auth-token-file, --allowed-tools and --readonly, which the token replaces.")
-	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory for sandboxd's own state (the snapshot store), outside the workspace. Empty: $XDG_CACHE_HOME or $HOME/.cache, + /airlock-sandboxd (else $TMPDIR/airlock-sandboxd-<uid>).")
-	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
+	fs.StringVar(&o.StateDir, sandboxflags.StateDir, o.StateDir, "Directory for sandboxd's own state (the snapshot store), outside the workspace. Empty: $XDG_CACHE_HOME or $HOME/.cache, + /airlock-sandboxd (else $TMPDIR/airlock-sandboxd-<uid>).")
+	fs.DurationVar(&o.ShutdownGrace, sandboxflags.ShutdownGrace, o.ShutdownGrace, "Time given to streams and running tool calls to end on SIGTERM before they are cut (> 0).")
+	// The operator's flags (what the sandbox may do, and where) are given once: a second
+	// occurrence is refused, not appended to the first (a StringSlice would) nor taken over it,
+	// so that no arg of a class after the operator's can widen or unset them.
+	for _, name := range sandboxflags.Operator() {
+		if f := fs.Lookup(name); f != nil {
+			f.Value = &onceValue{Value: f.Value, name: name}
+		}
+	}
+}
+
+// onceValue is a flag's value that may be set once.
+type onceValue struct {
+	pflag.Value
+	name string
+	set  bool
+}
+
+func (v *onceValue) Set(s string) error {
+	if v.set {
+		return fmt.Errorf("--%s is given more than once: it is set once, by the operator, and never repeated or overridden", v.name)
+	}
+	v.set = true
+	return v.Value.Set(s)
 }
 
 // Validate returns one error for each invalid flag value.
@@ -92,20 +116,10 @@ func (o *SandboxdOptions) Validate() []error {
 	return errs
 }
 
-// validateWarm checks --warm-key-file: the adoption token gives the member its token and its
-// tools, so the flags that would give them are refused beside it, and the key file must hold a
-// member key.
+// validateWarm checks --warm-key-file: the flags its adoption token replaces are refused beside
+// it (warmExclusions), and the key file must hold a member key.
 func (o *SandboxdOptions) validateWarm() []error {
-	var errs []error
-	if o.AuthTokenFile != "" {
-		errs = append(errs, invalidFlag("warm-key-file", "excludes --auth-token-file: a warm member's token is its adoption token"))
-	}
-	if o.AllowedTools != nil {
-		errs = append(errs, invalidFlag("warm-key-file", "excludes --allowed-tools: a warm member serves the tools its adoption token names"))
-	}
-	if o.ReadOnly {
-		errs = append(errs, invalidFlag("warm-key-file", "excludes --readonly: a warm member serves the tools its adoption token names"))
-	}
+	errs := o.warmExclusions()
 	if err := checkReadableFile(o.WarmKeyFile); err != nil {
 		return append(errs, invalidFlag("warm-key-file", "%v", err))
 	}
@@ -115,6 +129,22 @@ func (o *SandboxdOptions) validateWarm() []error {
 	}
 	if err != nil {
 		errs = append(errs, invalidFlag("warm-key-file", "%s: %v", o.WarmKeyFile, err))
+	}
+	return errs
+}
+
+// warmExclusions are the errors of the flags given beside --warm-key-file: the adoption token gives
+// the member its token and its tools, so the flags that would give them are refused.
+func (o *SandboxdOptions) warmExclusions() []error {
+	var errs []error
+	if o.AuthTokenFile != "" {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --auth-token-file: a warm member's token is its adoption token"))
+	}
+	if o.AllowedTools != nil {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --allowed-tools: a warm member serves the tools its adoption token names"))
+	}
+	if o.ReadOnly {
+		errs = append(errs, invalidFlag("warm-key-file", "excludes --readonly: a warm member serves the tools its adoption token names"))
 	}
 	return errs
 }

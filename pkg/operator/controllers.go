@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/agentruntime"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/controller/defaultdeny"
 	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -83,7 +84,24 @@ func newControllerDescriptors() []controllerDescriptor {
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
 		{name: sandboxclass.ControllerName, init: startClassController},
+		{name: defaultdeny.ControllerName, init: startDefaultDenyController},
 	}
+}
+
+// startDefaultDenyController builds the controller of the namespaces' standing default-deny
+// NetworkPolicies, on the filtered NetworkPolicy informer (the policy carries LabelClaim).
+func startDefaultDenyController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	c, err := defaultdeny.NewController(ctx, cc.KubeClient, defaultdeny.Informers{
+		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
+		Runtimes:        airlock.AgentRuntimes(),
+		Registries:      airlock.ToolRegistries(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// One policy per namespace, written rarely: one worker.
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
 // startClassController builds the SandboxClass status controller.
@@ -144,7 +162,7 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
 		AllowedServices: cc.AllowedServices,
-	}, memberKeys{cc.Tokens}, rate)
+	}, memberKeys{cc.Tokens}, rate, defaultdeny.NewEnsurer(kube, cc.KubeInformers.Networking().V1().NetworkPolicies()))
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +192,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		AllowedServices: cc.AllowedServices,
-	}, cc.SyncImage, cc.Tokens)
+	}, cc.SyncImage, cc.Tokens, defaultdeny.NewEnsurer(cc.KubeClient, cc.KubeInformers.Networking().V1().NetworkPolicies()))
 	if err != nil {
 		return nil, err
 	}

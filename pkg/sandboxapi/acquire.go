@@ -117,6 +117,7 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 		},
 		Spec: airlockv1alpha1.SandboxClaimSpec{
 			RuntimeName: rt.Name,
+			RuntimeUID:  rt.UID,
 			Session:     session,
 			Handle:      handle,
 			Sandbox:     entry.Name,
@@ -131,10 +132,14 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 		c.Spec.WorkspaceDir = replaces.Spec.WorkspaceDir
 	case entry.MountRole != "":
 		c.Spec.WorkspaceDir = connectionPath(rt, entry.MountRole)
+	case replaces != nil && entry.Workspace == airlockv1alpha1.WorkspaceSession && replaces.Spec.WorkspaceDir != "":
+		// The replaced claim's session directory, as it was named when it was created.
+		c.Spec.WorkspaceDir = replaces.Spec.WorkspaceDir
 	case entry.Workspace == airlockv1alpha1.WorkspaceSession:
-		// One directory per session and handle: shared by a claim and its replacement (same
-		// session, same handle), never by two handles of one session (two writers).
-		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(session, handle))
+		// One directory per runtime (name and UID), session and handle: shared by a claim and
+		// its replacement, never by two handles of one session, nor by two runtimes that use
+		// one session id (two writers).
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(rt.Name, string(rt.UID), session, handle))
 	default:
 		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/%s", ns, name)
 	}
@@ -217,6 +222,8 @@ func reasonText(reason string) string {
 		return "the session already holds maxPerSession sandboxes"
 	case admission.ReasonMaxInstances:
 		return "the sandbox already has maxInstances live claims"
+	case admission.ReasonWorkspaceInUse:
+		return "its workspace directory is in use by a live claim of another runtime, session or handle"
 	}
 	return reason
 }
@@ -361,6 +368,13 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 	if c.Spec.RuntimeName != a.t.runtime.Name || c.Spec.Session != a.session || c.Spec.Handle != a.handle {
 		return stepResult{done: true, err: errorf(http.StatusConflict, client.CodeConflict,
 			"claim %s exists for another runtime, session or handle", c.Name)}
+	}
+	if !admission.OwnedBy(c, a.t.runtime) {
+		// A claim of an earlier runtime of this name (deleted and created again: someone else).
+		// Nothing of it is answered, neither its address nor its token: garbage collection
+		// deletes it, or the leader reaps it when it was orphaned; then this acquires afresh.
+		a.phase, a.reason = string(airlockv1alpha1.ClaimReaping), client.ReasonPreviousRuntime
+		return stepResult{}
 	}
 	a.phase, a.reason, a.message = string(c.Status.Phase), c.Status.Reason, ""
 	if a.phase == "" {

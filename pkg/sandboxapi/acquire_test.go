@@ -34,7 +34,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 		},
 		"session workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},
-			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle),
+			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testRuntime, "rt-uid", testSession, testHandle),
 		},
 		"mount role": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", MountRole: "repo"},
@@ -62,7 +62,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 				t.Errorf("labels (-want +got):\n%s", diff)
 			}
 			wantSpec := airlockv1alpha1.SandboxClaimSpec{
-				RuntimeName: testRuntime, Session: testSession, Handle: testHandle, Sandbox: "codegen",
+				RuntimeName: testRuntime, RuntimeUID: "rt-uid", Session: testSession, Handle: testHandle, Sandbox: "codegen",
 				ClassName: "codegen", TargetPath: "out/codegen", WorkspaceDir: tc.wantWorkspaceDir, MountRole: tc.wantMountRole,
 			}
 			if diff := cmp.Diff(wantSpec, c.Spec); diff != "" {
@@ -97,7 +97,7 @@ func TestAcquireSessionWorkspace(t *testing.T) {
 			t.Errorf("two handles of one session share the directory %q", dirs["codegen/default"])
 		}
 		for handle, dir := range dirs {
-			if want := testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, handle); dir != want {
+			if want := testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testRuntime, "rt-uid", testSession, handle); dir != want {
 				t.Errorf("handle %s: directory %q, want %q", handle, dir, want)
 			}
 		}
@@ -105,7 +105,9 @@ func TestAcquireSessionWorkspace(t *testing.T) {
 
 	t.Run("a replacement gets its predecessor's directory", func(t *testing.T) {
 		old := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimFailed)
-		old.Spec.WorkspaceDir = testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testSession, testHandle)
+		// Named as an older operator named it (sha256 of session and handle only): the
+		// replacement keeps it, whatever the name of today's would be.
+		old.Spec.WorkspaceDir = testNS + "/sandboxes/sessions/0123456789abcdef0123456789abcdef"
 		old.Status.Reason = "ImagePullBackOff"
 		f := newFixture(t, newRuntime(), newRegistry(entry), newClass("codegen"), old)
 		rec := f.acquire(0)
@@ -441,7 +443,7 @@ func TestAcquireReplacesFailedClaim(t *testing.T) {
 	}
 	repl := f.apiClaim(replName)
 	wantSpec := airlockv1alpha1.SandboxClaimSpec{
-		RuntimeName: testRuntime, Session: testSession, Handle: testHandle, Sandbox: "codegen",
+		RuntimeName: testRuntime, RuntimeUID: "rt-uid", Session: testSession, Handle: testHandle, Sandbox: "codegen",
 		ClassName: "codegen-v2", TargetPath: "out/v2", WorkspaceDir: "content/old-repo", MountRole: "repo", Replaces: old.Name,
 	}
 	if diff := cmp.Diff(wantSpec, repl.Spec); diff != "" {

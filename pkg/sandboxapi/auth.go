@@ -3,6 +3,8 @@ package sandboxapi
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -78,7 +80,68 @@ func (s *Server) authenticate(ctx context.Context, req *http.Request) (caller, e
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return caller{}, errorf(http.StatusUnauthorized, client.CodeUnauthorized, "send the runtime's ServiceAccount token as \"Authorization: Bearer <token>\"")
 	}
-	return s.authn.review(ctx, strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	if !s.authn.plausible(token) {
+		// Not a token TokenReview could accept: no review is asked (a flood of distinct garbage
+		// costs none), and the answer is the one a rejected review gets.
+		return s.authn.result(reviewResult{})
+	}
+	return s.authn.review(ctx, token)
+}
+
+// tokenExpiryLeeway is how long past its exp a token is still sent to review: the API server's
+// clock decides, and it may be behind this one.
+const tokenExpiryLeeway = time.Minute
+
+// plausible says whether token could pass a TokenReview for the audiences: a ServiceAccount
+// token is a JWT (three base64url parts, the first two JSON objects) whose aud names one of the
+// audiences (when some are asked) and whose exp, if it has one, has not passed. Nothing here is
+// verified: only the review decides. This only spares a review of what cannot pass, so that
+// distinct garbage tokens cost no TokenReview each (the negative cache holds them by hash: it
+// helps only when one is sent again).
+func (a *authenticator) plausible(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[2] == "" {
+		return false
+	}
+	var header map[string]any
+	if !decodeSegment(parts[0], &header) {
+		return false
+	}
+	var claims struct {
+		Aud json.RawMessage `json:"aud"`
+		Exp *json.Number    `json:"exp"`
+	}
+	if !decodeSegment(parts[1], &claims) {
+		return false
+	}
+	if claims.Exp != nil {
+		exp, err := claims.Exp.Int64()
+		if err != nil || a.clock.Now().After(time.Unix(exp, 0).Add(tokenExpiryLeeway)) {
+			return false
+		}
+	}
+	if len(a.audiences) == 0 {
+		return true
+	}
+	var auds []string
+	if err := json.Unmarshal(claims.Aud, &auds); err != nil {
+		var one string
+		if err := json.Unmarshal(claims.Aud, &one); err != nil {
+			return false
+		}
+		auds = []string{one}
+	}
+	return slices.ContainsFunc(auds, func(aud string) bool { return slices.Contains(a.audiences, aud) })
+}
+
+// decodeSegment decodes one base64url part of a JWT into v, a JSON object.
+func decodeSegment(segment string, v any) bool {
+	data, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(segment, "="))
+	if err != nil || len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	return json.Unmarshal(data, v) == nil
 }
 
 // review authenticates one token, from the cache when it can.

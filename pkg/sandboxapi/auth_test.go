@@ -1,6 +1,7 @@
 package sandboxapi
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,7 +34,9 @@ func TestAuthentication(t *testing.T) {
 		"no token":          {wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized},
 		"not bearer":        {header: "Basic dXNlcjpwdw==", wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized},
 		"empty bearer":      {header: "Bearer ", wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized},
-		"forged token":      {header: "Bearer forged", wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized, wantReviews: 1},
+		"garbage token":     {header: "Bearer forged", wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized},
+		"forged JWT":        {header: "Bearer " + tokenForged, wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized, wantReviews: 1},
+		"expired JWT":       {header: "Bearer " + tokenExpired, wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized},
 		"a user, not an SA": {header: "Bearer " + tokenUser, wantStatus: http.StatusUnauthorized, wantCode: client.CodeUnauthorized, wantReviews: 1},
 		"another SA":        {header: "Bearer " + tokenOtherSA, wantStatus: http.StatusForbidden, wantCode: client.CodeForbidden, wantReviews: 1},
 		"another namespace": {header: "Bearer " + tokenOtherNS, wantStatus: http.StatusForbidden, wantCode: client.CodeForbidden, wantReviews: 1},
@@ -115,7 +118,8 @@ func TestAuthenticationAudiences(t *testing.T) {
 
 // TestAPIServerAudienceTokenRefused is adversarial: a token sniffed from the runtime's pod, of the
 // very ServiceAccount the runtime names but issued for the API server, is refused on every
-// endpoint, and the review asked for airlock's audience, not the API server's.
+// endpoint, before any review (its aud is not airlock's), with the message that says how to mount
+// a token for airlock; and a review, when one is asked, asks for airlock's audience only.
 func TestAPIServerAudienceTokenRefused(t *testing.T) {
 	bodies := map[string]any{
 		"/v1/sandboxes/acquire": acquireBody(testSession, testHandle, 0),
@@ -131,14 +135,56 @@ func TestAPIServerAudienceTokenRefused(t *testing.T) {
 				asked = append(asked, action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).Spec.Audiences)
 				return false, nil, nil
 			})
-			wantError(t, f.do(path, tokenAPIServer, body), http.StatusUnauthorized, client.CodeUnauthorized, "")
-			if len(asked) != 1 || !slices.Equal(asked[0], []string{"airlock"}) {
-				t.Errorf("reviews asked for audiences %v, want [[airlock]]", asked)
+			e := wantError(t, f.do(path, tokenAPIServer, body), http.StatusUnauthorized, client.CodeUnauthorized, "")
+			if !strings.Contains(e.Message, "audience: airlock") {
+				t.Errorf("message %q does not say how to mount a token for airlock", e.Message)
+			}
+			if len(asked) != 0 {
+				t.Errorf("reviews asked for %v, want none: the token's aud is the API server's", asked)
 			}
 			if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
 				t.Errorf("writes: %v", writes)
 			}
+			f.do(path, tokenAgent, body)
+			if len(asked) != 1 || !slices.Equal(asked[0], []string{"airlock"}) {
+				t.Errorf("reviews asked for audiences %v, want [[airlock]]", asked)
+			}
 		})
+	}
+}
+
+// TestGarbageTokensCostNoReview is adversarial: a flood of distinct tokens that no TokenReview
+// could accept (not JWTs, JWTs of another audience or expired, undecodable parts, a JSON array
+// for a payload) is answered 401 without a single review; a well formed token for airlock is
+// still sent to review, and its rejection cached by hash.
+func TestGarbageTokensCostNoReview(t *testing.T) {
+	f := newFixture(t, baseObjects()...)
+	garbage := []string{
+		"forged", "a.b", "a.b.c", "..", "a..c", "e30.e30.", "e30.W10.c2ln", "e30.bm90LWpzb24.c2ln",
+		"!!!.@@@.###", testJWT("x", "elsewhere"), testJWT("y", apiServerAudience), tokenExpired,
+		testJWTExpiring("z", testAudience, -2*tokenExpiryLeeway),
+	}
+	for i := range 200 {
+		garbage = append(garbage, fmt.Sprintf("garbage-%d-%x", i, i*7919), testJWT(fmt.Sprintf("other-%d", i), "not-airlock"))
+	}
+	for _, tok := range garbage {
+		if rec := f.do("/v1/sandboxes/renew", tok, renewBody(testSession, testHandle)); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("token %q: status %d, want 401", tok, rec.Code)
+		}
+	}
+	if got := f.reviewCount(); got != 0 {
+		t.Errorf("%d TokenReviews for %d garbage tokens, want 0", got, len(garbage))
+	}
+	for range 3 {
+		f.do("/v1/sandboxes/renew", tokenForged, renewBody(testSession, testHandle))
+	}
+	if got := f.reviewCount(); got != 1 {
+		t.Errorf("%d reviews for a well formed token sent three times, want 1 (then its rejection is cached)", got)
+	}
+	// An exp within the leeway is sent to review: the API server's clock decides.
+	f.do("/v1/sandboxes/renew", testJWTExpiring("late", testAudience, -tokenExpiryLeeway/2), renewBody(testSession, testHandle))
+	if got := f.reviewCount(); got != 2 {
+		t.Errorf("%d reviews, want 2: a token just past its exp goes to review", got)
 	}
 }
 
@@ -164,7 +210,7 @@ func TestAuthenticationCache(t *testing.T) {
 	}
 
 	for range 3 {
-		if code := renew("forged"); code != http.StatusUnauthorized {
+		if code := renew(tokenForged); code != http.StatusUnauthorized {
 			t.Fatalf("forged renew: %d", code)
 		}
 	}
@@ -172,12 +218,12 @@ func TestAuthenticationCache(t *testing.T) {
 		t.Fatalf("%d reviews, want 3 (one per token)", got)
 	}
 	f.clock.Step(negativeTTL)
-	renew("forged")
+	renew(tokenForged)
 	if got := f.reviewCount(); got != 4 {
 		t.Fatalf("%d reviews after the negative TTL, want 4", got)
 	}
 	for key := range f.server.authn.cache {
-		for _, tok := range []string{tokenAgent, "forged"} {
+		for _, tok := range []string{tokenAgent, tokenForged} {
 			if string(key[:]) == tok {
 				t.Fatal("the cache holds a token")
 			}

@@ -3,6 +3,7 @@ package sandboxapi
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -42,19 +43,41 @@ const (
 	testSA      = "agent-sa"
 	testSession = "session-1"
 	testHandle  = "codegen/default"
-
-	// Tokens the TokenReview reactor knows.
-	tokenAgent         = "token-agent"     // system:serviceaccount:team-a:agent-sa
-	tokenOtherSA       = "token-other-sa"  // system:serviceaccount:team-a:someone-else
-	tokenOtherNS       = "token-other-ns"  // system:serviceaccount:team-b:agent-sa
-	tokenUser          = "token-user"      // a user, not a ServiceAccount
-	tokenWrongAudience = "token-wrong-aud" // a reviewer that authenticates it for another audience
-	// tokenAPIServer is the runtime's own ServiceAccount's default token: its audience is the
-	// API server's, as in every pod's /var/run/secrets/kubernetes.io/serviceaccount/token.
-	tokenAPIServer = "token-api-server-audience"
 )
 
 var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+
+// Tokens the TokenReview reactor knows: JWTs as the API server issues them (aud, exp; the
+// signature is not checked here, only the review decides), so that the API sends them to review.
+var (
+	tokenAgent         = testJWT("agent", testAudience)                     // system:serviceaccount:team-a:agent-sa
+	tokenOtherSA       = testJWT("other-sa", testAudience)                  // system:serviceaccount:team-a:someone-else
+	tokenOtherNS       = testJWT("other-ns", testAudience)                  // system:serviceaccount:team-b:agent-sa
+	tokenUser          = testJWT("user", testAudience)                      // a user, not a ServiceAccount
+	tokenWrongAudience = testJWT("wrong-aud", testAudience)                 // a reviewer that authenticates it for another audience
+	tokenForged        = testJWT("forged", testAudience)                    // well formed, for airlock: only the review refuses it
+	tokenExpired       = testJWTExpiring("agent", testAudience, -time.Hour) // the agent's, expired an hour ago
+	// tokenAPIServer is the runtime's own ServiceAccount's default token: its audience is the
+	// API server's, as in every pod's /var/run/secrets/kubernetes.io/serviceaccount/token.
+	tokenAPIServer = testJWT("api-server-audience", apiServerAudience)
+)
+
+// testJWT is a token shaped as the API server's ServiceAccount tokens are, for audience aud,
+// expiring a day after t0; sub tells the test tokens apart.
+func testJWT(sub, aud string) string { return testJWTExpiring(sub, aud, 24*time.Hour) }
+
+func testJWTExpiring(sub, aud string, after time.Duration) string {
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return enc(map[string]string{"alg": "RS256", "kid": "test"}) + "." +
+		enc(map[string]any{"aud": []string{aud}, "exp": t0.Add(after).Unix(), "sub": sub, "iss": "https://kubernetes.default.svc"}) +
+		".c2lnbmF0dXJl"
+}
 
 // fakeEvents is a stand-in for a shared informer's event registration: tests call its handlers
 // after changing the indexer, as an informer does.

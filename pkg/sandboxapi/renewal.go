@@ -42,6 +42,10 @@ func renewLastUsed(ctx context.Context, client airlockclientset.Interface, claim
 			if err != nil {
 				return err
 			}
+			if fresh.UID != claim.UID {
+				// Deleted and created again since: another claim, which this renewal is not for.
+				return apierrors.NewNotFound(airlockv1alpha1.Resource("sandboxclaims"), claim.Name)
+			}
 			current = fresh
 		}
 		if current.Status.Phase != airlockv1alpha1.ClaimBound {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
@@ -46,7 +47,7 @@ func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	if c == nil || c.Spec.Session != req.Session || c.Spec.Handle != req.Handle {
+	if c == nil || c.Spec.Session != req.Session || c.Spec.Handle != req.Handle || !admission.OwnedBy(c, rt) {
 		return 0, nil, errorf(http.StatusNotFound, client.CodeNotFound, "no claim for session %q and handle %q of AgentRuntime %s/%s", req.Session, req.Handle, rt.Namespace, rt.Name)
 	}
 	if c.Status.Phase != airlockv1alpha1.ClaimBound || c.DeletionTimestamp != nil {
@@ -132,6 +133,12 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 		if err != nil {
 			return 0, nil, err
 		}
+		if c != nil && !admission.OwnedBy(c, rt) {
+			// An earlier runtime's of this name: nothing of it is reported; it goes, and a later
+			// open or acquire creates this runtime's.
+			resp.Claims = append(resp.Claims, client.SessionClaim{Claim: c.Name, Handle: handle, Phase: string(airlockv1alpha1.ClaimReaping), Reason: client.ReasonPreviousRuntime})
+			continue
+		}
 		if c != nil {
 			resp.Claims = append(resp.Claims, sessionClaim(c))
 			continue
@@ -200,7 +207,7 @@ func (s *Server) closeSession(ctx context.Context, who caller, body io.Reader) (
 	logger := klog.FromContext(ctx)
 	for i := range items {
 		c := &items[i]
-		if c.Spec.RuntimeName != rt.Name || c.Spec.Session != req.Session ||
+		if !admission.OwnedBy(c, rt) || c.Spec.Session != req.Session ||
 			c.DeletionTimestamp != nil || c.Status.Phase == airlockv1alpha1.ClaimRefused {
 			continue
 		}

@@ -319,18 +319,18 @@ func FuzzResolver(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		rel, err := tb.ws.rel(p)
+		rel, err := tb.ws.Rel(p)
 		if err != nil {
 			return
 		}
 		if rel != "." && !filepath.IsLocal(rel) {
 			t.Fatalf("rel(%q) = %q, which is not local", p, rel)
 		}
-		final, err := tb.ws.resolveFinal(rel)
+		final, err := tb.ws.ResolveFinal(rel)
 		if err == nil && final != "." && !filepath.IsLocal(final) {
 			t.Fatalf("resolveFinal(%q) = %q, which is not local", rel, final)
 		}
-		file, _, err := tb.ws.openRegular(rel)
+		file, _, err := tb.ws.OpenRegular(rel)
 		if err != nil {
 			if strings.Contains(err.Error(), secret) {
 				t.Fatalf("error leaks the secret: %v", err)

@@ -54,14 +54,7 @@ const sideBySideRounds = 20
 //
 //	go test -run '^$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 func BenchmarkSideBySide(b *testing.B) {
-	calls := []struct {
-		name string
-		tool string
-		args map[string]any
-	}{
-		{name: "Read", tool: toolnames.Read, args: map[string]any{"file_path": "small.txt"}},
-		{name: "BashTrue", tool: toolnames.Bash, args: map[string]any{"command": "true"}},
-	}
+	calls := benchCalls
 	root, err := moduleRoot()
 	if err != nil {
 		b.Fatal(err)
@@ -109,19 +102,45 @@ func benchWorkspace(b *testing.B) string {
 // process spent per call too, a figure that a busy machine disturbs far
 // less than round trips.
 func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, tool string, args map[string]any) {
-	ours := connectSSE(b, ourURL, nil)
-	theirs := connectSSE(b, theirURL, nil)
-	// The two answer alike, or the comparison means nothing.
-	if a, o := callOK(b, ours, tool, args), callOK(b, theirs, tool, args); a != o {
-		b.Fatalf("sandboxd answers %q, the mcp-go server %q", a, o)
+	sd := &contender{label: "sandboxd", cs: connectSSE(b, ourURL, nil), stats: callStats{pid: ourPID}}
+	mg := &contender{label: "mcpgo", cs: connectSSE(b, theirURL, nil), stats: callStats{pid: theirPID}}
+	compareServers(b, []*contender{sd, mg}, tool, args)
+	if mg.stats.callsPerSecond() > 0 && mg.stats.pct(0.90) > 0 {
+		b.ReportMetric(sd.stats.callsPerSecond()/mg.stats.callsPerSecond(), "ratio-calls/s")
+		b.ReportMetric(float64(sd.stats.pct(0.90))/float64(mg.stats.pct(0.90)), "ratio-p90")
+	}
+	if sd.stats.pid != 0 && mg.stats.pid != 0 && mg.stats.cpu > 0 {
+		b.ReportMetric(float64(sd.stats.cpu)/float64(mg.stats.cpu), "ratio-cpu/call")
+	}
+	b.ReportMetric(0, "ns/op") // the figures above say it better
+}
+
+// contender is one server (and transport) of a side-by-side run: the
+// client session that calls it and its figures.
+type contender struct {
+	label string
+	cs    *mcp.ClientSession
+	stats callStats
+}
+
+// compareServers calls tool b.N times on each contender, in interleaved
+// rounds (the order turns by one from a round to the next, so that a
+// change of load on a shared machine weighs on all alike), after checking
+// that they all answer alike and warming them up, and reports each one's
+// figures under its label.
+func compareServers(b *testing.B, all []*contender, tool string, args map[string]any) {
+	want := callOK(b, all[0].cs, tool, args)
+	for _, c := range all[1:] {
+		if got := callOK(b, c.cs, tool, args); got != want {
+			b.Fatalf("%s answers %q, %s %q: the comparison would mean nothing", all[0].label, want, c.label, got)
+		}
 	}
 	warm := max(b.N/10, 50)
 	for range warm {
-		callOK(b, ours, tool, args)
-		callOK(b, theirs, tool, args)
+		for _, c := range all {
+			callOK(b, c.cs, tool, args)
+		}
 	}
-
-	sd, mg := callStats{pid: ourPID}, callStats{pid: theirPID}
 	rounds := min(sideBySideRounds, b.N)
 	b.ResetTimer()
 	for r := range rounds {
@@ -129,25 +148,15 @@ func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, too
 		if r < b.N%rounds {
 			n++
 		}
-		first, second := &sd, &mg
-		cs1, cs2 := ours, theirs
-		if r%2 == 1 {
-			first, second, cs1, cs2 = &mg, &sd, theirs, ours
+		for i := range all {
+			c := all[(i+r)%len(all)]
+			c.stats.run(b, c.cs, n, tool, args)
 		}
-		first.run(b, cs1, n, tool, args)
-		second.run(b, cs2, n, tool, args)
 	}
 	b.StopTimer()
-	sd.report(b, "sandboxd-")
-	mg.report(b, "mcpgo-")
-	if mg.callsPerSecond() > 0 && mg.pct(0.90) > 0 {
-		b.ReportMetric(sd.callsPerSecond()/mg.callsPerSecond(), "ratio-calls/s")
-		b.ReportMetric(float64(sd.pct(0.90))/float64(mg.pct(0.90)), "ratio-p90")
+	for _, c := range all {
+		c.stats.report(b, c.label+"-")
 	}
-	if sd.pid != 0 && mg.pid != 0 && mg.cpu > 0 {
-		b.ReportMetric(float64(sd.cpu)/float64(mg.cpu), "ratio-cpu/call")
-	}
-	b.ReportMetric(0, "ns/op") // the figures above say it better
 }
 
 // startMCPGoProcess runs the standalone mcp-go server for ws in a process
@@ -322,7 +331,8 @@ func runMCPGoServer(ws string) int {
 	return 0
 }
 
-// newMCPGoServer is a standalone mark3labs/mcp-go HTTP+SSE server with a
+// newMCPGoServer is a standalone mark3labs/mcp-go server (HTTP+SSE, and
+// Streamable HTTP on mcpgoStreamablePath and mcpgoStatelessPath) with a
 // Read and a Bash that answer as sandboxd's do (for the benchmark's inputs):
 // Read numbers the lines of a file of ws, opened through an os.Root so that
 // it stays inside; Bash runs /bin/bash -c in ws, in its own process group.
@@ -371,5 +381,16 @@ func newMCPGoServer(ws string) (http.Handler, func(), error) {
 			}
 			return mcpgo.NewToolResultText(string(out)), nil
 		})
-	return mcpgoserver.NewSSEServer(s), func() { root.Close() }, nil
+	mux := http.NewServeMux()
+	mux.Handle("/", mcpgoserver.NewSSEServer(s)) // /sse and /message
+	mux.Handle(mcpgoStreamablePath, mcpgoserver.NewStreamableHTTPServer(s))
+	mux.Handle(mcpgoStatelessPath, mcpgoserver.NewStreamableHTTPServer(s, mcpgoserver.WithStateLess(true)))
+	return mux, func() { root.Close() }, nil
 }
+
+// Where the standalone mcp-go server serves Streamable HTTP: with sessions
+// (2025-11-25 and before, its default), and stateless (2026-07-28).
+const (
+	mcpgoStreamablePath = "/mcp"
+	mcpgoStatelessPath  = "/mcp-stateless"
+)

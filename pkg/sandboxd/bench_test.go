@@ -15,6 +15,17 @@ import (
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
+// benchCalls are the calls the transport benchmarks make: a Read of
+// small.txt (benchSmallFile), and `Bash true`.
+var benchCalls = []struct {
+	name string
+	tool string
+	args map[string]any
+}{
+	{name: "Read", tool: toolnames.Read, args: map[string]any{"file_path": "small.txt"}},
+	{name: "BashTrue", tool: toolnames.Bash, args: map[string]any{"command": "true"}},
+}
+
 // BenchmarkToolCall measures the round trip of a tool call through a real
 // sandboxd on a loopback port, with the official Go SDK's clients: for a
 // Read of a small file and for `Bash true`, over each transport, with 1 and
@@ -23,14 +34,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
 func BenchmarkToolCall(b *testing.B) {
-	calls := []struct {
-		name string
-		tool string
-		args map[string]any
-	}{
-		{name: "Read", tool: toolnames.Read, args: map[string]any{"file_path": "small.txt"}},
-		{name: "BashTrue", tool: toolnames.Bash, args: map[string]any{"command": "true"}},
-	}
+	calls := benchCalls
 	for _, transport := range []string{"sse", "streamable"} {
 		for _, c := range calls {
 			for _, sessions := range []int{1, 32} {

@@ -32,18 +32,24 @@ func waitMetric(t *testing.T, url, line string) {
 }
 
 // TestCancelKillsTheCallsProcesses cancels a running Bash call from the
-// client (the SDK sends notifications/cancelled) on both transports: the
-// command's whole process group dies.
+// client on both transports and every kind of /mcp (the SDK's client sends
+// notifications/cancelled on SSE and in a 2025-11-25 session, and closes
+// the POST of a 2026-07-28 call): the command's whole process group dies.
+// Each call took the direct path of its transport.
 func TestCancelKillsTheCallsProcesses(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
-	for i, transport := range []string{"sse", "streamable"} {
+	for i, transport := range []string{"sse", "streamable", "streamable2025"} {
 		t.Run(transport, func(t *testing.T) {
 			var cs *mcp.ClientSession
-			if transport == "sse" {
+			switch transport {
+			case "sse":
 				cs = connectSSE(t, ts.url, nil)
-			} else {
+			case "streamable":
 				cs = connectStreamable(t, ts.url, nil)
+			default:
+				cs = connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 			}
+			direct := ts.sse.directCalls.Load() + ts.streamable.direct.taken.Load()
 			dir := fmt.Sprintf("c%d", i)
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
@@ -64,6 +70,9 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 				t.Fatal("CallTool did not return")
 			}
 			waitDead(t, pids...)
+			if n := ts.sse.directCalls.Load() + ts.streamable.direct.taken.Load() - direct; n != 1 {
+				t.Errorf("direct calls = %d, want 1", n)
+			}
 			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{result="canceled",tool="Bash"} %d`, i+1))
 			// The session goes on.
 			callOK(t, cs, toolnames.Bash, map[string]any{"command": "true"})
@@ -90,9 +99,9 @@ func TestClientVanishesMidCall(t *testing.T) {
 	s.close() // the client goes away
 	waitDead(t, pids...)
 	deadline := time.Now().Add(testTimeout)
-	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.count() != 0 {
+	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.Count() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.count())
+			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.Count())
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices the disconnect asynchronously
 	}

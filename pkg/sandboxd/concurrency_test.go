@@ -47,9 +47,9 @@ func waitGoroutines(t *testing.T, baseline int) {
 func waitIdle(t *testing.T, ts *testServer) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
-	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.count() != 0 {
+	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.Count() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("server not idle: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.count())
+			t.Fatalf("server not idle: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.Count())
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices closed connections asynchronously
 	}

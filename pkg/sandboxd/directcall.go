@@ -84,6 +84,13 @@ type directCalls struct {
 // directCall returns the call that req is, if the direct path may take it:
 // see the package comment above.
 func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw, bool) {
+	return directCallWith(req, table, plainMeta)
+}
+
+// directCallWith is directCall with the check of the call's _meta given:
+// it returns the meta the tool gets and whether the direct path may take
+// a call with it.
+func directCallWith(req *jsonrpc.Request, table *callTable, checkMeta func(json.RawMessage) (mcp.Meta, bool)) (*mcp.CallToolParamsRaw, bool) {
 	if table == nil || req.Method != "tools/call" || !req.IsCall() {
 		return nil, false
 	}
@@ -102,7 +109,7 @@ func directCall(req *jsonrpc.Request, table *callTable) (*mcp.CallToolParamsRaw,
 		case "arguments":
 			params.Arguments = raw
 		case "_meta":
-			meta, ok := plainMeta(raw)
+			meta, ok := checkMeta(raw)
 			if !ok {
 				return nil, false
 			}
@@ -213,6 +220,14 @@ var inlineTools = map[string]bool{toolnames.Read: true}
 // NewResponse and EncodeMessage: the result marshalled without HTML
 // escaping of its own, members in the order jsonrpc, id, result or error).
 func encodeResponse(id jsonrpc.ID, res mcp.Result, err error) ([]byte, error) {
+	return encodeResponseOf(id, res, err, false)
+}
+
+// encodeResponseOf is encodeResponse; complete answers a request of
+// 2026-07-28 as the SDK does: the result names the server in its _meta
+// (annotateServerInfo) and ends with `"resultType":"complete"` (where
+// CallToolResult.MarshalJSON puts it).
+func encodeResponseOf(id jsonrpc.ID, res mcp.Result, err error, complete bool) ([]byte, error) {
 	if err != nil {
 		return jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: err})
 	}
@@ -228,9 +243,28 @@ func encodeResponse(id jsonrpc.ID, res mcp.Result, err error) ([]byte, error) {
 	if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
 		// What Encode gives, without compacting again what MarshalJSON
 		// made compact: its JSON goes through as it is.
+		// A result without _meta (every tool's) gets the server's name
+		// as encoded once (serverInfoMember), appended below; one with
+		// it, the name added to it.
+		bare := r.Meta == nil
+		if complete && !bare {
+			annotateServerInfo(r)
+		}
 		data, err := r.MarshalJSON()
 		if err != nil {
 			return nil, err
+		}
+		if complete && len(data) >= 2 && data[len(data)-1] == '}' {
+			if len(data) > 2 {
+				data[len(data)-1] = ','
+			} else {
+				data = data[:1]
+			}
+			if bare {
+				data = append(data, serverInfoMember()...)
+				data = append(data, ',')
+			}
+			data = append(data, `"resultType":"complete"}`...)
 		}
 		buf.Write(data)
 	} else {
@@ -245,7 +279,11 @@ func encodeResponse(id jsonrpc.ID, res mcp.Result, err error) ([]byte, error) {
 
 // takeCancel cancels the direct call that a notifications/cancelled names,
 // and reports whether there was one.
-func (s *sseSession) takeCancel(msg jsonrpc.Message) bool {
+func (s *sseSession) takeCancel(msg jsonrpc.Message) bool { return s.direct.cancel(msg) }
+
+// cancel cancels the call of d that msg, a notifications/cancelled, names,
+// and reports whether there was one (else msg is the SDK's).
+func (d *directCalls) cancel(msg jsonrpc.Message) bool {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok || req.Method != "notifications/cancelled" || req.IsCall() {
 		return false
@@ -260,7 +298,6 @@ func (s *sseSession) takeCancel(msg jsonrpc.Message) bool {
 	if err != nil || !id.IsValid() {
 		return false
 	}
-	d := &s.direct
 	d.mu.Lock()
 	cancel, found := d.cancels[id.Raw()]
 	d.mu.Unlock()
@@ -278,3 +315,13 @@ func (s *sseSession) endDirect() {
 	s.direct.mu.Unlock()
 	s.direct.running.Wait()
 }
+
+// serverInfoMember is the _meta member that names sandboxd in a result of
+// 2026-07-28, encoded once.
+var serverInfoMember = sync.OnceValue(func() []byte {
+	data, err := json.Marshal(map[string]any{mcp.MetaKeyServerInfo: implementation()})
+	if err != nil {
+		panic(err) // a struct of two strings
+	}
+	return append([]byte(`"_meta":`), data...)
+})

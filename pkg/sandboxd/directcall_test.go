@@ -48,24 +48,7 @@ func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, endpoint := initializedSession(t, ts)
-	tests := []struct {
-		name, id, tool, args string
-		meta                 string // the direct call's _meta, if any
-	}{
-		{name: "Read", id: `7`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`},
-		{name: "string id with HTML", id: `"r-<&>\u2028"`, tool: toolnames.Read, args: `{"file_path":"a.txt","offset":2}`},
-		{name: "tool error", id: `8`, tool: toolnames.Read, args: `{"file_path":"missing.txt"}`},
-		{name: "escape refused", id: `9`, tool: toolnames.Read, args: `{"file_path":"../../etc/passwd"}`},
-		{name: "invalid arguments", id: `10`, tool: toolnames.Read, args: `{"file_path":5}`},
-		{name: "argument in another case", id: `11`, tool: toolnames.Read, args: `{"file_path":"a.txt","FILE_PATH":"b"}`},
-		{name: "arguments not an object", id: `12`, tool: toolnames.Read, args: `[1]`},
-		{name: "null arguments", id: `13`, tool: toolnames.LS, args: `null`},
-		{name: "Glob", id: `14`, tool: toolnames.Glob, args: `{"pattern":"*.txt"}`},
-		{name: "Bash", id: `15`, tool: toolnames.Bash, args: `{"command":"printf '<%s>' \"$((6*7))\"; echo oops >&2; exit 3"}`},
-		{name: "secret scrubbed", id: `16`, tool: toolnames.Bash, args: `{"command":"echo ghp_0123456789abcdefghijABCDEFGHIJ012345"}`},
-		{name: "a client's _meta", id: `17`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`, meta: `{"progressToken":"p-1","claudecode/toolUseId":"toolu_01"}`},
-		{name: "an empty _meta", id: `18`, tool: toolnames.Glob, args: `{"pattern":"*"}`, meta: `{}`},
-	}
+	tests := directCallCases
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := ts.sse.directCalls.Load()
@@ -88,6 +71,27 @@ func TestDirectCallsAnswerAsTheSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// directCallCases are the calls that the direct paths' tests send both
+// ways, direct and through the SDK.
+var directCallCases = []struct {
+	name, id, tool, args string
+	meta                 string // the direct call's _meta, if any (an object)
+}{
+	{name: "Read", id: `7`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`},
+	{name: "string id with HTML", id: `"r-<&>\u2028"`, tool: toolnames.Read, args: `{"file_path":"a.txt","offset":2}`},
+	{name: "tool error", id: `8`, tool: toolnames.Read, args: `{"file_path":"missing.txt"}`},
+	{name: "escape refused", id: `9`, tool: toolnames.Read, args: `{"file_path":"../../etc/passwd"}`},
+	{name: "invalid arguments", id: `10`, tool: toolnames.Read, args: `{"file_path":5}`},
+	{name: "argument in another case", id: `11`, tool: toolnames.Read, args: `{"file_path":"a.txt","FILE_PATH":"b"}`},
+	{name: "arguments not an object", id: `12`, tool: toolnames.Read, args: `[1]`},
+	{name: "null arguments", id: `13`, tool: toolnames.LS, args: `null`},
+	{name: "Glob", id: `14`, tool: toolnames.Glob, args: `{"pattern":"*.txt"}`},
+	{name: "Bash", id: `15`, tool: toolnames.Bash, args: `{"command":"printf '<%s>' \"$((6*7))\"; echo oops >&2; exit 3"}`},
+	{name: "secret scrubbed", id: `16`, tool: toolnames.Bash, args: `{"command":"echo ghp_0123456789abcdefghijABCDEFGHIJ012345"}`},
+	{name: "a client's _meta", id: `17`, tool: toolnames.Read, args: `{"file_path":"a.txt"}`, meta: `{"progressToken":"p-1","claudecode/toolUseId":"toolu_01"}`},
+	{name: "an empty _meta", id: `18`, tool: toolnames.Glob, args: `{"pattern":"*"}`, meta: `{}`},
 }
 
 var durationMS = regexp.MustCompile(`"duration_ms":[0-9]+`)

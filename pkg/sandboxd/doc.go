@@ -24,7 +24,8 @@
 //     client goes.
 //   - the Streamable HTTP transport (2025-03-26 and later) on /mcp, served by
 //     the official MCP Go SDK's handlers: 2025-03-26 to 2025-11-25 with
-//     sessions (one with no request for 30 minutes is closed), and the
+//     sessions (one with no POST in flight for 30 minutes is closed, by
+//     sandboxd's timer, which sees the direct path's POSTs too), and the
 //     stateless 2026-07-28 (a POST whose MCP-Protocol-Version header names it,
 //     or whose params carry its _meta, goes to the SDK's stateless handler:
 //     server/discover, no initialize, no session; the MCP-Protocol-Version,
@@ -41,7 +42,8 @@
 // becomes a task when it outlives a threshold (or at once, when its params
 // carry task): its POST gets a CreateTaskResult, the call runs on without
 // it, and tasks/get, tasks/cancel (which kills its process group) and
-// tasks/update reach it (tasks.go).
+// tasks/update reach it (tasks.go); a subscriptions/listen that names tasks
+// gets their notifications/tasks (tasks_listen.go).
 //
 // The legacy SSE transport is a deliberate choice, not an oversight: the MCP
 // specification deprecated it in 2025-03-26, but agent runtimes and MCP
@@ -53,7 +55,11 @@
 // transport straight to the tool's handler, through the same middleware,
 // and answered with the same bytes the SDK would write; a Read that need
 // not wait for a snapshot is answered within its own POST, before the 202
-// (directcall.go). Everything else goes through the SDK.
+// (directcall.go). On /mcp, a plain tools/call of either kind (stateless,
+// with the revision's _meta and headers as the SDK checks them; or in an
+// initialized session) runs the same way in its POST and is answered as
+// application/json (directcall_streamable.go; docs/sandboxd-speed.md).
+// Everything else goes through the SDK.
 //
 // # Protocol
 //

@@ -19,6 +19,8 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // The language servers behind find_definition, find_references and
@@ -93,7 +95,7 @@ func defaultNavOptions() navOptions {
 
 // langServers runs the language servers of one workspace.
 type langServers struct {
-	ws    *resolver
+	ws    *workspace.Resolver
 	specs []langServerSpec
 	opts  navOptions
 	turn  chan struct{} // one navigation call at a time
@@ -103,7 +105,7 @@ type langServers struct {
 	running map[string]*langServer // by language
 }
 
-func newLangServers(ws *resolver) *langServers {
+func newLangServers(ws *workspace.Resolver) *langServers {
 	return &langServers{ws: ws, specs: defaultLangServers(), opts: defaultNavOptions(), turn: make(chan struct{}, 1), running: map[string]*langServer{}}
 }
 
@@ -174,7 +176,7 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		return nil
 	}
 	if s == nil {
-		if ctx.Err() != nil && !errors.Is(err, errStopped) {
+		if ctx.Err() != nil && !errors.Is(err, procgroup.ErrStopped) {
 			return fmt.Errorf("cancelled while %s started: %v; it is started again on the next call", spec.name, ctx.Err())
 		}
 		return err
@@ -209,7 +211,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, errStopped
+		return nil, procgroup.ErrStopped
 	}
 	if s, ok := l.running[spec.language]; ok {
 		l.mu.Unlock()
@@ -224,7 +226,7 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	defer l.mu.Unlock()
 	if l.closed { // shutdown began while it started
 		s.kill("sandboxd is shutting down")
-		return nil, errStopped
+		return nil, procgroup.ErrStopped
 	}
 	l.running[spec.language] = s
 	return s, nil
@@ -247,7 +249,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 		return nil, err
 	}
 	cmd := exec.Command(bin, spec.args...)
-	cmd.Dir = l.ws.dir
+	cmd.Dir = l.ws.Dir()
 	cmd.Env = append(os.Environ(), spec.env...)
 	cmd.Stdin, cmd.Stdout = inR, outW
 	s := &langServer{spec: spec, cmd: cmd, stdin: inW, stderr: outcap.New(8 << 10), exited: make(chan struct{})}
@@ -268,8 +270,8 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
 	go func() {
-		waitExit(s.pgid)
-		killGroup(s.pgid) // the leader is a zombie: the group id is still ours
+		procgroup.WaitExit(s.pgid)
+		procgroup.KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
 		_ = cmd.Wait()
 		inW.Close()
 		outR.Close() // ends the reader, even if a process that left the group holds the pipe
@@ -277,13 +279,13 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	}()
 	go s.watchMemory(l.opts)
 
-	root := pathURI(l.ws.dir)
+	root := pathURI(l.ws.Dir())
 	init := map[string]any{
 		"processId":  os.Getpid(),
 		"clientInfo": map[string]any{"name": serverName},
 		"rootUri":    root,
 		"workspaceFolders": []map[string]any{
-			{"uri": root, "name": path.Base(filepath.ToSlash(l.ws.dir))},
+			{"uri": root, "name": path.Base(filepath.ToSlash(l.ws.Dir()))},
 		},
 		"capabilities": map[string]any{
 			"general":   map[string]any{"positionEncodings": []string{"utf-16"}},
@@ -403,7 +405,7 @@ func (s *langServer) kill(reason string) {
 	select {
 	case <-s.exited: // reaped: the group id may belong to someone else now
 	default:
-		killGroup(s.pgid)
+		procgroup.KillGroup(s.pgid)
 	}
 }
 
@@ -492,21 +494,21 @@ func residentBytes(pid int) int64 {
 // syncFiles tells the server which watched files were created, changed or
 // deleted since it last heard (by Write, Edit, Bash or anything else), so
 // that it answers on the workspace as it is.
-func (s *langServer) syncFiles(ws *resolver) error {
+func (s *langServer) syncFiles(ws *workspace.Resolver) error {
 	now := scanWatched(ws, s.spec.watched)
 	var events []map[string]any
 	for rel, st := range now {
 		old, ok := s.files[rel]
 		switch {
 		case !ok:
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 1})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 1})
 		case old != st:
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 2})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 2})
 		}
 	}
 	for rel := range s.files {
 		if _, ok := now[rel]; !ok {
-			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.dir, rel)), "type": 3})
+			events = append(events, map[string]any{"uri": pathURI(filepath.Join(ws.Dir(), rel)), "type": 3})
 		}
 	}
 	s.files = now
@@ -519,10 +521,10 @@ func (s *langServer) syncFiles(ws *resolver) error {
 // scanWatched walks the workspace (not following symbolic links, skipping
 // .git and node_modules) for the files a server watches, links to files
 // included.
-func scanWatched(ws *resolver, watched func(string) bool) map[string]fileStamp {
+func scanWatched(ws *workspace.Resolver, watched func(string) bool) map[string]fileStamp {
 	files := map[string]fileStamp{}
 	seen := 0
-	_ = fs.WalkDir(ws.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(ws.Root().FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}

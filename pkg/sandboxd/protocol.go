@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,15 +54,22 @@ func newMCPServer(tb *toolbox, served []string, m *metrics, logger klog.Logger) 
 
 // serverImplementation is how sandboxd names itself to clients.
 func serverImplementation() *mcp.Implementation {
-	return &mcp.Implementation{Name: serverName, Version: version.Get().Version}
+	impl := *implementation() // a copy: the caller may change it
+	return &impl
 }
+
+// implementation is sandboxd's name and version, read once: version.Get
+// reads the build information, which every 2026-07-28 result names.
+var implementation = sync.OnceValue(func() *mcp.Implementation {
+	return &mcp.Implementation{Name: serverName, Version: version.Get().Version}
+})
 
 // newBareMCPServer builds the SDK's MCP server without tools: a warm
 // member's until its adoption (serveTools).
 func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
 	return mcp.NewServer(serverImplementation(), &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("airlock codegen sandbox. File tools work inside the workspace %s (relative paths are taken from it); "+
-			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.dir),
+			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.Dir()),
 		Logger: sdkLogger(logger),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{},
 			// Served to 2026-07-28 requests that declare it (tasks.go).
@@ -266,17 +274,25 @@ func checkMessage(data []byte, allowBatch bool) (jsonrpc.Message, *rpcError) {
 	if len(trimmed) == 0 {
 		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is empty"}
 	}
+	notJSON := &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is not valid JSON"}
+	if trimmed[0] == '{' {
+		// Decoded first: the decode checks that the whole message is JSON
+		// as json.Valid does, and a message that decodes (nearly all) is
+		// scanned once less.
+		msg, err := decodeMessage(trimmed)
+		if err == nil {
+			return msg, nil
+		}
+		if !json.Valid(trimmed) {
+			return nil, notJSON
+		}
+		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
+			msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
+	}
 	if !json.Valid(trimmed) {
-		return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeParseError, msg: "parse error: the message is not valid JSON"}
+		return nil, notJSON
 	}
 	switch trimmed[0] {
-	case '{':
-		msg, err := decodeMessage(trimmed)
-		if err != nil {
-			return nil, &rpcError{status: http.StatusBadRequest, code: jsonrpc.CodeInvalidRequest,
-				msg: fmt.Sprintf("invalid request: not a JSON-RPC 2.0 message: %v", err)}
-		}
-		return msg, nil
 	case '[':
 		if allowBatch {
 			return nil, nil

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -82,7 +83,7 @@ func TestSecretsScrubbedThroughMCP(t *testing.T) {
 	}
 
 	// A token right across the first half's end of 100 KiB of output.
-	head := foregroundOutputBytes / 2
+	head := procgroup.ForegroundOutputBytes / 2
 	cmd = fmt.Sprintf("head -c %d /dev/zero | tr '\\0' 'a'; echo; printf '%%s' %q; head -c 200000 /dev/zero | tr '\\0' '\\n'",
 		head-10-1, testGitHubPAT)
 	text = contentText(callTool(t, cs, toolnames.Bash, map[string]any{"command": cmd}))

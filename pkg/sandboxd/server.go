@@ -18,6 +18,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
@@ -26,6 +28,9 @@ type options struct {
 	maxMessageBytes int64         // bound of one POSTed message
 	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
 	tasks           taskOptions   // when a call becomes a task, how long one is kept
+	// clock runs the idle timeout of Streamable HTTP sessions (nil: the
+	// real one).
+	clock clock.WithDelayedExecution
 }
 
 func defaultOptions() options {
@@ -33,6 +38,7 @@ func defaultOptions() options {
 		keepAlive:       defaultSSEKeepAlive,
 		maxMessageBytes: MaxMessageBytes,
 		sessionTimeout:  defaultSessionTimeout,
+		clock:           clock.RealClock{},
 		tasks:           taskOptions{threshold: defaultTaskThreshold, retention: defaultTaskRetention, clock: clock.RealClock{}},
 	}
 }
@@ -93,7 +99,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	}
 	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.sse.calls.Store(calls)
-	s.streamable = newStreamableTransport(s.mcp, opts.maxMessageBytes, opts.sessionTimeout, logger)
+	s.streamable = newStreamableTransport(s.mcp, s.sse.calls.Load, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
 	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
 	s.streamable.tasks = tasks
 	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) })
@@ -151,9 +157,9 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *resolver, logger klog.Logger) (*snapshotStore, error) {
+func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*snapshot.Store, error) {
 	if stateDir != "" {
-		return newSnapshotStore(stateDir, ws)
+		return snapshot.NewStore(stateDir, ws)
 	}
 	var candidates []string
 	if cache, err := os.UserCacheDir(); err == nil {
@@ -162,9 +168,9 @@ func newStateStore(stateDir string, ws *resolver, logger klog.Logger) (*snapshot
 	candidates = append(candidates, filepath.Join(os.TempDir(), fmt.Sprintf("airlock-sandboxd-%d", os.Getuid())))
 	var errs []error
 	for _, dir := range candidates {
-		store, err := newSnapshotStore(dir, ws)
+		store, err := snapshot.NewStore(dir, ws)
 		if err == nil {
-			logger.V(2).Info("Snapshot store", "dir", store.dir)
+			logger.V(2).Info("Snapshot store", "dir", store.Dir())
 			return store, nil
 		}
 		errs = append(errs, err)
@@ -207,6 +213,12 @@ func (s *server) shutdown(ctx context.Context) error {
 	}
 	for _, ss := range slices.Collect(s.mcp.Sessions()) {
 		_ = ss.Close()
+	}
+	if err := s.streamable.sessions.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.streamable.direct.close(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := s.streamable.tasks.close(ctx); err != nil {
 		errs = append(errs, err)

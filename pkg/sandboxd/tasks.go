@@ -38,6 +38,9 @@ import (
 // tasksExtension is the extension's identifier.
 const tasksExtension = "io.modelcontextprotocol/tasks"
 
+// metaKeyRelatedTask names the task a result is of, in its _meta.
+const metaKeyRelatedTask = "io.modelcontextprotocol/related-task"
+
 // taskTools are the tools whose calls may become tasks: those that run the
 // workspace's processes, for as long as their timeout.
 var taskTools = map[string]bool{
@@ -84,6 +87,7 @@ type task struct {
 	cancelRequested bool
 	result          json.RawMessage // completed: the CallToolResult
 	rpcErr          *jsonrpc.Error  // failed
+	version         int             // one more at each change of what tasks/get shows
 }
 
 // taskStore holds the tasks of one sandboxd.
@@ -100,6 +104,9 @@ type taskStore struct {
 	tasks  map[string]*task
 	order  []*task // oldest first
 	bytes  int
+	// changed is closed (and replaced) at every change of a task kept:
+	// what subscriptions/listen streams wait on (tasks_listen.go).
+	changed chan struct{}
 }
 
 func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger) *taskStore {
@@ -119,7 +126,7 @@ func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger)
 		opts.maxBytes = defaultMaxTaskBytes
 	}
 	base, stop := context.WithCancel(context.Background())
-	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}}
+	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}, changed: make(chan struct{})}
 }
 
 // close cancels every call in flight, tasks or not, and waits for them to
@@ -129,13 +136,19 @@ func (s *taskStore) close(ctx context.Context) error {
 	s.closed = true // no call starts after this
 	s.mu.Unlock()
 	s.stop()
+	return waitUntil(ctx, s.wg.Wait, "tasks still running")
+}
+
+// waitUntil runs wait and returns once it did, or when ctx is done, with
+// an error that says what was still going on.
+func waitUntil(ctx context.Context, wait func(), what string) error {
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("tasks still running: %w", ctx.Err())
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 }
 
@@ -180,15 +193,35 @@ func (s *taskStore) serve(w http.ResponseWriter, r *http.Request, req *jsonrpc.R
 		return true
 	case "tools/call":
 		return s.serveCall(w, r, req)
+	case "subscriptions/listen":
+		return s.serveListen(w, r, req)
 	}
 	return false
+}
+
+// taskCallOf decodes req's params when it is a call that may become a
+// task: of one of taskTools, declaring the extension.
+func taskCallOf(req *jsonrpc.Request) (*taskCall, bool) {
+	// The name first, which decodes nothing else: most calls are not of
+	// taskTools, and their _meta need not be decoded here.
+	var named struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(req.Params, &named) != nil || !taskTools[named.Name] {
+		return nil, false
+	}
+	var p taskCall
+	if json.Unmarshal(req.Params, &p) != nil || !taskTools[p.Name] || !declaresTasks(p.Meta) {
+		return nil, false
+	}
+	return &p, true
 }
 
 // serveCall runs a tools/call that may become a task; see the comment at
 // the top of this file.
 func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
-	var p taskCall
-	if json.Unmarshal(req.Params, &p) != nil || !taskTools[p.Name] || !declaresTasks(p.Meta) {
+	p, ok := taskCallOf(req)
+	if !ok {
 		return false
 	}
 	table := s.calls()
@@ -253,7 +286,10 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 	view := s.viewLocked(t)
 	s.mu.Unlock()
 	view["resultType"] = "task"
-	view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation()}
+	// The task named in _meta too, under the key 2025-11-25 used for it: a
+	// client that knows no tasks and reads this as a CallToolResult (the Go
+	// SDK v1.8.0's does) still has the handle.
+	view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation(), metaKeyRelatedTask: map[string]any{"taskId": t.id}}
 	writeResult(w, req.ID, view)
 	return true
 }
@@ -305,6 +341,7 @@ func (s *taskStore) record(t *task, res mcp.Result, err error) bool {
 	if s.tasks[t.id] != t {
 		return false // a plain call: its POST has the result
 	}
+	s.changedLocked(t)
 	if t.status == taskCompleted {
 		data, merr := json.Marshal(res)
 		if merr != nil {
@@ -316,6 +353,13 @@ func (s *taskStore) record(t *task, res mcp.Result, err error) bool {
 	for s.bytes > s.opts.maxBytes && s.dropOldestFinishedLocked() {
 	}
 	return true
+}
+
+// changedLocked records a change of t for the streams that listen.
+func (s *taskStore) changedLocked(t *task) {
+	t.version++
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // expire drops t once its retention has passed.
@@ -338,6 +382,7 @@ func (s *taskStore) dropOldestFinishedLocked() bool {
 }
 
 func (s *taskStore) dropLocked(t *task) {
+	s.changedLocked(t)
 	delete(s.tasks, t.id)
 	for i, o := range s.order {
 		if o == t {
@@ -363,9 +408,7 @@ func (s *taskStore) serveTaskMethod(w http.ResponseWriter, r *http.Request, req 
 		return
 	}
 	if !declaresTasks(p.Meta) {
-		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
-		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
-			Message: "Missing required client capability: the extension " + tasksExtension, Data: data})
+		writeMissingTasksCapability(w, req.ID)
 		return
 	}
 	s.mu.Lock()
@@ -375,6 +418,7 @@ func (s *taskStore) serveTaskMethod(w http.ResponseWriter, r *http.Request, req 
 		if req.Method == "tasks/cancel" && t.status == taskWorking && !t.cancelRequested {
 			t.cancelRequested = true
 			t.cancel()
+			s.changedLocked(t)
 		}
 		view = s.viewLocked(t)
 	}
@@ -437,7 +481,7 @@ func declaresTasks(meta mcp.Meta) bool {
 // headerErr checks the headers of a 2026-07-28 request as the SDK does for
 // its own: MCP-Protocol-Version present and equal to _meta's version,
 // Mcp-Method equal to the method, and Mcp-Name equal to name (the tool,
-// or the task id for tasks/*).
+// or the task id for tasks/*; "": a method without one).
 func headerErr(r *http.Request, req *jsonrpc.Request, meta mcp.Meta, name string) *jsonrpc.Error {
 	mismatch := func(format string, args ...any) *jsonrpc.Error {
 		return &jsonrpc.Error{Code: mcp.CodeHeaderMismatch, Message: fmt.Sprintf(format, args...)}
@@ -454,7 +498,7 @@ func headerErr(r *http.Request, req *jsonrpc.Request, meta mcp.Meta, name string
 	if got := r.Header.Get("Mcp-Method"); got != req.Method {
 		return mismatch("Mcp-Method header %q does not match body value %q", got, req.Method)
 	}
-	if got := r.Header.Get("Mcp-Name"); got != name {
+	if got := r.Header.Get("Mcp-Name"); name != "" && got != name {
 		return mismatch("Mcp-Name header %q does not match body value %q", got, name)
 	}
 	return nil

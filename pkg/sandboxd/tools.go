@@ -10,6 +10,9 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -371,36 +374,36 @@ func addTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) {
 // the process groups and background shells they run, and the gate that
 // serialises snapshot_restore against the other calls.
 type toolbox struct {
-	ws     *resolver
+	ws     *workspace.Resolver
 	reads  *readMarks
-	procs  *processGroups
+	procs  *procgroup.Groups
 	shells *shellTable
 	gate   *callGate
-	snaps  *snapshotStore // nil: no snapshots
+	snaps  *snapshot.Store // nil: no snapshots
 	tests  *testRecord
 	nav    *langServers
 }
 
 // newToolbox opens the workspace dir for the tools.
 func newToolbox(dir string) (*toolbox, error) {
-	ws, err := newResolver(dir)
+	ws, err := workspace.NewResolver(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &toolbox{ws: ws, reads: newReadMarks(), procs: newProcessGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
+	return &toolbox{ws: ws, reads: newReadMarks(), procs: procgroup.NewGroups(), shells: newShellTable(), gate: newCallGate(), tests: &testRecord{}, nav: newLangServers(ws)}, nil
 }
 
 // stop kills every process group (foreground calls and background shells)
 // and refuses new ones, then waits, until ctx is done, for the background
 // shells to be reaped.
 func (tb *toolbox) stop(ctx context.Context) error {
-	tb.procs.killAll()
+	tb.procs.KillAll()
 	return errors.Join(tb.nav.close(ctx), tb.shells.waitAll(ctx))
 }
 
 // close kills what still runs and releases the workspace.
 func (tb *toolbox) close() error {
-	tb.procs.killAll()
+	tb.procs.KillAll()
 	ctx, cancel := context.WithTimeout(context.Background(), lspStopGrace)
 	defer cancel()
 	return errors.Join(tb.nav.close(ctx), tb.ws.Close())

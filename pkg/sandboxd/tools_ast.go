@@ -71,7 +71,7 @@ type goFile struct {
 // loadGoForEdit resolves, reads and parses a Go file to edit: it must be a
 // .go file of the workspace, Read before and unchanged since, and parse.
 func (tb *toolbox) loadGoForEdit(filePath string) (*goFile, fs.FileMode, error) {
-	rel, err := tb.ws.rel(filePath)
+	rel, err := tb.ws.Rel(filePath)
 	if err != nil {
 		return nil, 0, err
 	}

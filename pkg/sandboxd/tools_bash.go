@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 )
 
@@ -91,37 +92,37 @@ func (tb *toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 		return nil, BashOutput{}, err
 	}
 	if in.RunInBackground {
-		sh, err := tb.shells.start(tb.procs, tb.ws.dir, in.Command)
+		sh, err := tb.shells.start(tb.procs, tb.ws.Dir(), in.Command)
 		if err != nil {
 			return nil, BashOutput{}, err
 		}
 		out := BashOutput{ShellID: sh.id}
 		return textResult(fmt.Sprintf("Started background shell %s. Read its output with BashOutput (shell_id %q); stop it with KillShell.", sh.id, sh.id)), out, nil
 	}
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, in.Command, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), in.Command, timeout)
 	if err != nil {
 		return nil, BashOutput{}, err
 	}
-	if res.canceled {
-		return nil, BashOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.elapsed.Round(time.Millisecond))
+	if res.Canceled {
+		return nil, BashOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
-	out := BashOutput{Output: res.output, ExitCode: res.exitCode, TimedOut: res.timedOut, DurationMs: res.elapsed.Milliseconds()}
+	out := BashOutput{Output: res.Output, ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationMs: res.Elapsed.Milliseconds()}
 	return commandResult(res, timeout), out, nil
 }
 
 // commandResult is the text the model reads for a finished command.
-func commandResult(res runResult, timeout time.Duration) *mcp.CallToolResult {
+func commandResult(res procgroup.Result, timeout time.Duration) *mcp.CallToolResult {
 	var b strings.Builder
-	b.WriteString(res.output)
-	if res.output != "" && !strings.HasSuffix(res.output, "\n") {
+	b.WriteString(res.Output)
+	if res.Output != "" && !strings.HasSuffix(res.Output, "\n") {
 		b.WriteByte('\n')
 	}
 	switch {
-	case res.timedOut:
-		fmt.Fprintf(&b, "[timed out after %v: the command's process group was killed; exit code %d]", timeout, exitTimedOut)
-	case res.exitCode != 0:
-		fmt.Fprintf(&b, "[exit code %d]", res.exitCode)
-	case res.output == "":
+	case res.TimedOut:
+		fmt.Fprintf(&b, "[timed out after %v: the command's process group was killed; exit code %d]", timeout, procgroup.ExitTimedOut)
+	case res.ExitCode != 0:
+		fmt.Fprintf(&b, "[exit code %d]", res.ExitCode)
+	case res.Output == "":
 		b.WriteString("[no output; exit code 0]")
 	}
 	return textResult(b.String())
@@ -199,13 +200,13 @@ type shell struct {
 	id      string
 	command string
 	started time.Time
-	proc    *groupProcess
+	proc    *procgroup.Process
 	stdout  *streamBuffer
 	stderr  *streamBuffer
 }
 
 // start starts a background shell, if fewer than maxRunningShells run.
-func (t *shellTable) start(groups *processGroups, dir, command string) (*shell, error) {
+func (t *shellTable) start(groups *procgroup.Groups, dir, command string) (*shell, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	running := 0
@@ -227,7 +228,7 @@ func (t *shellTable) start(groups *processGroups, dir, command string) (*shell, 
 		stdout:  &streamBuffer{limit: backgroundOutputBytes},
 		stderr:  &streamBuffer{limit: backgroundOutputBytes},
 	}
-	p, err := startGroup(groups, dir, command, sh.stdout, sh.stderr)
+	p, err := procgroup.Start(groups, dir, command, sh.stdout, sh.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -276,14 +277,14 @@ func (t *shellTable) running() int {
 // waitAll waits until every background shell is done, or ctx is.
 func (t *shellTable) waitAll(ctx context.Context) error {
 	t.mu.Lock()
-	procs := make([]*groupProcess, 0, len(t.shells))
+	procs := make([]*procgroup.Process, 0, len(t.shells))
 	for _, sh := range t.shells {
 		procs = append(procs, sh.proc)
 	}
 	t.mu.Unlock()
 	for _, p := range procs {
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -293,8 +294,8 @@ func (t *shellTable) waitAll(ctx context.Context) error {
 
 func (sh *shell) status() string {
 	select {
-	case <-sh.proc.done:
-		if sh.proc.wasKilled() {
+	case <-sh.proc.Done():
+		if sh.proc.WasKilled() {
 			return shellKilled
 		}
 		return shellExited
@@ -308,7 +309,7 @@ func (sh *shell) read() BashOutputOutput {
 	status := sh.status() // before the output, so that an ended shell's output is complete
 	out := BashOutputOutput{ShellID: sh.id, Status: status}
 	if status != shellRunning {
-		code := sh.proc.exitCode()
+		code := sh.proc.ExitCode()
 		out.ExitCode = &code
 	}
 	var d1, d2 int64
@@ -323,9 +324,9 @@ func (sh *shell) kill(ctx context.Context) string {
 	if sh.status() != shellRunning {
 		return sh.status()
 	}
-	sh.proc.kill()
+	sh.proc.Kill()
 	select {
-	case <-sh.proc.done:
+	case <-sh.proc.Done():
 	case <-ctx.Done():
 	}
 	return shellKilled

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // alive reports whether the process pid exists and is not a zombie (orphans
@@ -142,7 +144,7 @@ func TestBashTimeoutKillsTheWholeGroup(t *testing.T) {
 		t.Errorf("timedOut=%v exit=%d, want true and 124", out.TimedOut, out.ExitCode)
 	}
 	waitDead(t, pids...)
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still registered", n)
 	}
 }
@@ -217,7 +219,7 @@ func TestBashOutputCap(t *testing.T) {
 	if !strings.Contains(out.Output, "bytes of output elided") {
 		t.Errorf("output does not say it was cut")
 	}
-	if len(out.Output) > foregroundOutputBytes+300 {
+	if len(out.Output) > procgroup.ForegroundOutputBytes+300 {
 		t.Errorf("output is %d bytes", len(out.Output))
 	}
 }

@@ -12,7 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -159,21 +161,21 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	if parser != nil {
 		tee = parser
 	}
-	res, err := runForegroundTee(ctx, tb.procs, tb.ws.dir, command, timeout, tee)
+	res, err := procgroup.RunForegroundTee(ctx, tb.procs, tb.ws.Dir(), command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}
-	if res.canceled {
-		return nil, RunTestsOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.elapsed.Round(time.Millisecond))
+	if res.Canceled {
+		return nil, RunTestsOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
 	out := RunTestsOutput{
 		Language:   lang,
 		Command:    command,
-		Passed:     res.exitCode == 0 && !res.timedOut,
-		ExitCode:   res.exitCode,
-		TimedOut:   res.timedOut,
-		Output:     res.output,
-		DurationMs: res.elapsed.Milliseconds(),
+		Passed:     res.ExitCode == 0 && !res.TimedOut,
+		ExitCode:   res.ExitCode,
+		TimedOut:   res.TimedOut,
+		Output:     res.Output,
+		DurationMs: res.Elapsed.Milliseconds(),
 	}
 	if parser != nil {
 		out.Failures = parser.Result()
@@ -201,12 +203,12 @@ func (tb *toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 func (tb *toolbox) detectLanguage() (string, error) {
 	for _, l := range languages {
 		for _, m := range l.markers {
-			fi, err := tb.ws.root.Stat(m)
+			fi, err := tb.ws.Root().Stat(m)
 			if err == nil && fi.Mode().IsRegular() {
 				return l.name, nil
 			}
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && !isEscape(err) {
-				return "", tb.ws.explain(m, err)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) && !workspace.IsEscape(err) {
+				return "", tb.ws.Explain(m, err)
 			}
 		}
 	}

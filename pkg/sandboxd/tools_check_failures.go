@@ -13,7 +13,7 @@ import (
 // goModulePath returns the module path of the go.mod at the top of the
 // workspace, or "".
 func (tb *toolbox) goModulePath() string {
-	f, err := tb.ws.root.Open("go.mod")
+	f, err := tb.ws.Root().Open("go.mod")
 	if err != nil {
 		return ""
 	}
@@ -37,7 +37,7 @@ func (tb *toolbox) localizeGoFailures(failures []testfailures.Failure) {
 		if f.File == "" {
 			continue
 		}
-		if rel, err := tb.ws.rel(f.File); err == nil && path.IsAbs(f.File) {
+		if rel, err := tb.ws.Rel(f.File); err == nil && path.IsAbs(f.File) {
 			f.File = rel
 			continue
 		}
@@ -61,7 +61,7 @@ func (tb *toolbox) localizeNodeFailures(failures []testfailures.Failure) {
 		if !path.IsAbs(p) {
 			return p
 		}
-		if r, err := tb.ws.rel(p); err == nil {
+		if r, err := tb.ws.Rel(p); err == nil {
 			return r
 		}
 		return p

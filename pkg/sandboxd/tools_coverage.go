@@ -22,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // tests_covering answers which tests of a Go package execute a file, a
@@ -155,11 +157,11 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 	if filePath == "" {
 		return "", nil, nil, nil, errors.New("file_path is required: the Go source file whose tests you want")
 	}
-	rel, err := tb.ws.rel(filePath)
+	rel, err := tb.ws.Rel(filePath)
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return "", nil, nil, nil, err
 	}
 	if path.Ext(rel) != ".go" {
@@ -168,7 +170,7 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 	if strings.HasSuffix(rel, "_test.go") {
 		return "", nil, nil, nil, fmt.Errorf("%s is a test file: give the source file whose code the tests should run", rel)
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
@@ -193,20 +195,20 @@ func (tb *toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 // package of a module nested in the workspace builds in its own module.
 func (tb *toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, build, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), build, timeout)
 	if err != nil {
 		return err
 	}
 	switch {
-	case res.canceled:
-		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.elapsed.Round(time.Millisecond))
-	case res.timedOut:
+	case res.Canceled:
+		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.Elapsed.Round(time.Millisecond))
+	case res.TimedOut:
 		return fmt.Errorf("the test build (%s) did not finish within the timeout of %v", build, timeout)
-	case res.exitCode != 0:
-		return fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.exitCode, res.output)
+	case res.ExitCode != 0:
+		return fmt.Errorf("the tests of %s do not build (%s, exit code %d):\n%s", dir, build, res.ExitCode, res.Output)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.output)
+		return fmt.Errorf("the test build (%s) wrote no test binary:\n%s", build, res.Output)
 	}
 	return nil
 }
@@ -236,22 +238,22 @@ func (tb *toolbox) runEachTest(ctx context.Context, dir, bin string, tests []str
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
-		res, err := runForeground(ctx, tb.procs, tb.ws.dir, run, left)
+		res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), run, left)
 		if err != nil {
 			return err
 		}
-		if res.canceled {
+		if res.Canceled {
 			return fmt.Errorf("cancelled after %v, in %s: its process group was killed", time.Since(start).Round(time.Millisecond), name)
 		}
-		t := CoveringTest{Name: name, Passed: res.exitCode == 0 && !res.timedOut}
-		if !res.timedOut { // a killed test's profile, if any, is not its whole run
+		t := CoveringTest{Name: name, Passed: res.ExitCode == 0 && !res.TimedOut}
+		if !res.TimedOut { // a killed test's profile, if any, is not its whole run
 			t.Covers, t.Profile = profileCovers(profile, target.base, target.from, target.to)
 		}
 		out.Tests = append(out.Tests, t)
 		if t.Covers {
 			out.Covering = append(out.Covering, name)
 		}
-		if res.timedOut {
+		if res.TimedOut {
 			out.TimedOut = true
 			out.NotRun = append(slices.Clone(tests[i+1:]), out.NotRun...)
 			return nil
@@ -303,9 +305,9 @@ func coveringText(out TestsCoveringOutput) string {
 // TestX(t *testing.T) in its _test.go files (the package's own and its
 // external _test package), sorted.
 func (tb *toolbox) packageTests(dir string) ([]string, error) {
-	entries, err := fs.ReadDir(tb.ws.root.FS(), dir)
+	entries, err := fs.ReadDir(tb.ws.Root().FS(), dir)
 	if err != nil {
-		return nil, tb.ws.explain(dir, err)
+		return nil, tb.ws.Explain(dir, err)
 	}
 	var tests []string
 	for _, e := range entries {
@@ -313,7 +315,7 @@ func (tb *toolbox) packageTests(dir string) ([]string, error) {
 			continue
 		}
 		rel := path.Join(dir, e.Name())
-		f, fi, err := tb.ws.openRegular(rel)
+		f, fi, err := tb.ws.OpenRegular(rel)
 		if err != nil {
 			continue
 		}

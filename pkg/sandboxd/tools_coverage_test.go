@@ -123,7 +123,7 @@ func TestTestsCovering(t *testing.T) {
 	if text := resultText(t, res); text != want {
 		t.Errorf("text %q, want %q", text, want)
 	}
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still run", n)
 	}
 }
@@ -233,7 +233,7 @@ func TestAHangs(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("tests_covering did not return after its cancellation")
 	}
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still run", n)
 	}
 }
@@ -266,7 +266,7 @@ func TestTestsCoveringDeadline(t *testing.T) {
 		!strings.Contains(text, "The timeout stopped the runs.") || !strings.Contains(text, "2 test(s) not run (at most 200 run, within the timeout): TestAdd, TestSubPositive") {
 		t.Errorf("text %q", text)
 	}
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still run", n)
 	}
 }

@@ -120,14 +120,14 @@ func checkEditStrings(oldString, newString string) error {
 // unchanged since, and returns its workspace-relative path, content and
 // info.
 func (tb *toolbox) loadForEdit(filePath string) (string, string, fs.FileInfo, error) {
-	rel, err := tb.ws.rel(filePath)
+	rel, err := tb.ws.Rel(filePath)
 	if err != nil {
 		return "", "", nil, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return "", "", nil, err
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -170,7 +170,7 @@ func applyEdit(rel, content, oldString, newString string, replaceAll bool) (stri
 
 // saveEdit writes an edited file atomically and marks it read.
 func (tb *toolbox) saveEdit(rel, content string, mode os.FileMode) error {
-	nfi, err := tb.ws.atomicWrite(rel, []byte(content), mode)
+	nfi, err := tb.ws.AtomicWrite(rel, []byte(content), mode)
 	if err != nil {
 		return err
 	}

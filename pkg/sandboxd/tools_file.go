@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -134,14 +133,14 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	if limit == 0 || limit > readDefaultLimit {
 		limit = readDefaultLimit
 	}
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, err := tb.ws.Rel(in.FilePath)
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return nil, ReadOutput{}, err
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
@@ -245,22 +244,22 @@ func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 
 // write is the Write tool.
 func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult, WriteOutput, error) {
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, err := tb.ws.Rel(in.FilePath)
 	if err != nil {
 		return nil, WriteOutput{}, err
 	}
 	if rel == "." {
 		return nil, WriteOutput{}, errors.New("file_path names the workspace directory itself, not a file")
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return nil, WriteOutput{}, err
 	}
 	mode := fs.FileMode(0o644)
 	created := false
-	fi, err := tb.ws.root.Stat(rel)
+	fi, err := tb.ws.Root().Stat(rel)
 	switch {
 	case err == nil:
-		if err := checkRegular(rel, fi); err != nil {
+		if err := workspace.CheckRegular(rel, fi); err != nil {
 			return nil, WriteOutput{}, err
 		}
 		if err := tb.reads.requireRead(rel, fi, "overwrite"); err != nil {
@@ -270,14 +269,14 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 	case errors.Is(err, fs.ErrNotExist):
 		created = true
 		if dir := path.Dir(rel); dir != "." {
-			if err := tb.ws.root.MkdirAll(dir, 0o755); err != nil {
-				return nil, WriteOutput{}, tb.ws.explain(dir, err)
+			if err := tb.ws.Root().MkdirAll(dir, 0o755); err != nil {
+				return nil, WriteOutput{}, tb.ws.Explain(dir, err)
 			}
 		}
 	default:
-		return nil, WriteOutput{}, tb.ws.explain(rel, err)
+		return nil, WriteOutput{}, tb.ws.Explain(rel, err)
 	}
-	nfi, err := tb.ws.atomicWrite(rel, []byte(in.Content), mode)
+	nfi, err := tb.ws.AtomicWrite(rel, []byte(in.Content), mode)
 	if err != nil {
 		return nil, WriteOutput{}, err
 	}
@@ -288,68 +287,6 @@ func (tb *toolbox) write(_ context.Context, in WriteInput) (*mcp.CallToolResult,
 		verb = "Created"
 	}
 	return textResult(withLint(fmt.Sprintf("%s %s (%d bytes)", verb, rel, out.Bytes), out.Lint)), out, nil
-}
-
-// atomicWrite replaces rel with data: a temporary file in the same directory
-// is written, synced and renamed over rel, and the directory is synced. It
-// returns the new file's info.
-func (r *resolver) atomicWrite(rel string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
-	tmp, err := r.writeTemp(rel, data, mode)
-	if err != nil {
-		return nil, err
-	}
-	return r.commitTemp(tmp, rel)
-}
-
-// writeTemp writes data, synced, to a new temporary file beside rel, and
-// returns its path; commitTemp (or the root's Remove) takes it from there.
-func (r *resolver) writeTemp(rel string, data []byte, mode fs.FileMode) (string, error) {
-	dir, base := path.Split(rel)
-	tmp := path.Join(dir, "."+base+".airlock-"+rand.Text()[:10]+".tmp")
-	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return "", r.explain(rel, err)
-	}
-	cleanup := func() { _ = r.root.Remove(tmp) }
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	if err := f.Chmod(mode); err != nil { // OpenFile's mode is subject to the umask
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		cleanup()
-		return "", fmt.Errorf("syncing %s: %v", rel, err)
-	}
-	if err := f.Close(); err != nil {
-		cleanup()
-		return "", fmt.Errorf("writing %s: %v", rel, err)
-	}
-	return tmp, nil
-}
-
-// commitTemp renames the temporary file tmp over rel and syncs the
-// directory. It returns the new file's info.
-func (r *resolver) commitTemp(tmp, rel string) (fs.FileInfo, error) {
-	if err := r.root.Rename(tmp, rel); err != nil {
-		_ = r.root.Remove(tmp)
-		return nil, r.explain(rel, err)
-	}
-	dir := path.Dir(rel)
-	if d, err := r.root.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	fi, err := r.root.Lstat(rel)
-	if err != nil {
-		return nil, r.explain(rel, err)
-	}
-	return fi, nil
 }
 
 // textResult is a successful tool result whose text is what the model reads.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 )
 
 // newTestToolbox returns a toolbox over a fresh workspace, and the
@@ -25,7 +27,7 @@ func newTestToolbox(t *testing.T) (*toolbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb.snaps, err = newSnapshotStore(filepath.Join(filepath.Dir(ws), "state"), tb.ws); err != nil {
+	if tb.snaps, err = snapshot.NewStore(filepath.Join(filepath.Dir(ws), "state"), tb.ws); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tb.close() })

@@ -69,7 +69,7 @@ func (tb *toolbox) ls(ctx context.Context, in LSInput) (*mcp.CallToolResult, LSO
 	}
 
 	out := LSOutput{Path: base, Entries: []LSEntry{}}
-	fsys := tb.ws.root.FS()
+	fsys := tb.ws.Root().FS()
 	queue := []string{base}
 	visited := 0
 	for len(queue) > 0 && !out.Truncated {
@@ -78,7 +78,7 @@ func (tb *toolbox) ls(ctx context.Context, in LSInput) (*mcp.CallToolResult, LSO
 		entries, err := fs.ReadDir(fsys, dir)
 		if err != nil {
 			if dir == base {
-				return nil, LSOutput{}, tb.ws.explain(base, err)
+				return nil, LSOutput{}, tb.ws.Explain(base, err)
 			}
 			continue // vanished or unreadable below base
 		}
@@ -108,7 +108,7 @@ func (tb *toolbox) ls(ctx context.Context, in LSInput) (*mcp.CallToolResult, LSO
 				}
 			case t&fs.ModeSymlink != 0:
 				e.Type = lsSymlink
-				e.Target, _ = tb.ws.root.Readlink(rel)
+				e.Target, _ = tb.ws.Root().Readlink(rel)
 			}
 			out.Entries = append(out.Entries, e)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // Code navigation through a language server (lsp_server.go): the position
@@ -140,11 +141,11 @@ func (tb *toolbox) resolveTarget(in NavPositionInput) (navTarget, error) {
 	if in.Column == 0 && in.Symbol == "" {
 		return navTarget{}, errors.New("give the column of the symbol (1-based, in characters), or its name as symbol, or both")
 	}
-	rel, err := tb.ws.rel(in.FilePath)
+	rel, err := tb.ws.Rel(in.FilePath)
 	if err != nil {
 		return navTarget{}, err
 	}
-	if rel, err = tb.ws.resolveFinal(rel); err != nil {
+	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
 		return navTarget{}, err
 	}
 	spec, err := tb.nav.specFor(rel)
@@ -200,7 +201,7 @@ func abs(n int) int { return max(n, -n) }
 // readConfined reads a regular file of the workspace, at most
 // editMaxFileBytes.
 func (tb *toolbox) readConfined(rel string) (string, fs.FileInfo, error) {
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return "", nil, err
 	}
@@ -217,8 +218,8 @@ func (tb *toolbox) readConfined(rel string) (string, fs.FileInfo, error) {
 
 // request asks the server about the target: the file is opened (as it is
 // on disk) for the request and closed after it.
-func (s *langServer) request(ctx context.Context, ws *resolver, t navTarget, method string, extra map[string]any, result any) error {
-	uri := pathURI(ws.dir + "/" + t.rel)
+func (s *langServer) request(ctx context.Context, ws *workspace.Resolver, t navTarget, method string, extra map[string]any, result any) error {
+	uri := pathURI(ws.Dir() + "/" + t.rel)
 	s.ver++
 	if err := s.conn.Notify("textDocument/didOpen", map[string]any{"textDocument": map[string]any{
 		"uri": uri, "languageId": t.spec.language, "version": s.ver, "text": t.content}}); err != nil {
@@ -336,7 +337,7 @@ func (tb *toolbox) confineLocations(in []lspLocation) ([]NavLocation, int, error
 	lines := map[string][]string{}
 	for _, l := range in {
 		p := uriPath(l.URI)
-		rel, err := tb.ws.rel(p)
+		rel, err := tb.ws.Rel(p)
 		if p == "" || err != nil || rel == "." {
 			outside++
 			continue

@@ -132,7 +132,7 @@ func TestFindReferencesListsUsesInOrder(t *testing.T) {
 		t.Errorf("total %d outside %d, want 3 and 1", out.Total, out.Outside)
 	}
 	// The same server answers the next call, told of the file changed since.
-	if err := os.WriteFile(filepath.Join(tb.ws.dir, "c.go"), []byte("package main\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tb.ws.Dir(), "c.go"), []byte("package main\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := tb.findReferences(t.Context(), FindReferencesInput{NavPositionInput: at(3, 6)}); err != nil {

@@ -119,7 +119,7 @@ func (tb *toolbox) prepareRename(edits map[string][]lspTextEdit) ([]*renamedFile
 			outside++
 			continue
 		}
-		if _, err := tb.ws.rel(p); err != nil {
+		if _, err := tb.ws.Rel(p); err != nil {
 			outside++
 		}
 	}
@@ -135,8 +135,8 @@ func (tb *toolbox) prepareRename(edits map[string][]lspTextEdit) ([]*renamedFile
 	})
 	byFile := map[string][]lspTextEdit{} // one file may be named by several URIs
 	for _, uri := range uris {
-		rel, _ := tb.ws.rel(uriPath(uri))
-		rel, err := tb.ws.resolveFinal(rel)
+		rel, _ := tb.ws.Rel(uriPath(uri))
+		rel, err := tb.ws.ResolveFinal(rel)
 		if err != nil {
 			return nil, err
 		}
@@ -219,12 +219,12 @@ func (tb *toolbox) commitRename(files []*renamedFile) error {
 	cleanup := func() {
 		for _, f := range files {
 			if f.tmp != "" {
-				_ = tb.ws.root.Remove(f.tmp)
+				_ = tb.ws.Root().Remove(f.tmp)
 			}
 		}
 	}
 	for _, f := range files {
-		tmp, err := tb.ws.writeTemp(f.rel, []byte(f.content), f.before.Mode().Perm())
+		tmp, err := tb.ws.WriteTemp(f.rel, []byte(f.content), f.before.Mode().Perm())
 		if err != nil {
 			cleanup()
 			return fmt.Errorf("%v; nothing was written", err)
@@ -232,7 +232,7 @@ func (tb *toolbox) commitRename(files []*renamedFile) error {
 		f.tmp = tmp
 	}
 	for _, f := range files {
-		fi, err := tb.ws.root.Stat(f.rel)
+		fi, err := tb.ws.Root().Stat(f.rel)
 		if err != nil || stampOf(fi) != stampOf(f.before) {
 			cleanup()
 			return fmt.Errorf("%s changed while the rename was computed: nothing was written; try again", f.rel)
@@ -241,7 +241,7 @@ func (tb *toolbox) commitRename(files []*renamedFile) error {
 	var done []*renamedFile
 	for _, f := range files {
 		read, unchanged := tb.reads.current(f.rel, f.before)
-		nfi, err := tb.ws.commitTemp(f.tmp, f.rel)
+		nfi, err := tb.ws.CommitTemp(f.tmp, f.rel)
 		f.tmp = ""
 		if err != nil {
 			cleanup()
@@ -259,7 +259,7 @@ func (tb *toolbox) commitRename(files []*renamedFile) error {
 func (tb *toolbox) undoRename(done []*renamedFile, cause error) error {
 	var failed []string
 	for _, f := range done {
-		if _, err := tb.ws.atomicWrite(f.rel, []byte(f.orig), f.before.Mode().Perm()); err != nil {
+		if _, err := tb.ws.AtomicWrite(f.rel, []byte(f.orig), f.before.Mode().Perm()); err != nil {
 			failed = append(failed, f.rel)
 		}
 	}

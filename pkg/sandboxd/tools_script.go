@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // run_script runs a script that the workspace declares, by name: a script
@@ -121,15 +123,15 @@ func (tb *toolbox) runScript(ctx context.Context, in RunScriptInput) (*mcp.CallT
 	if _, err := exec.LookPath(runner); err != nil {
 		return nil, RunScriptOutput{}, fmt.Errorf("%s is not installed in this sandbox (not on PATH), so %q (%s) cannot run: use an image that has it", runner, in.Name, src)
 	}
-	res, err := runForeground(ctx, tb.procs, tb.ws.dir, command, timeout)
+	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), command, timeout)
 	if err != nil {
 		return nil, RunScriptOutput{}, err
 	}
-	if res.canceled {
-		return nil, RunScriptOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.elapsed.Round(time.Millisecond))
+	if res.Canceled {
+		return nil, RunScriptOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
-	out := RunScriptOutput{Source: src, Name: in.Name, Command: command, Passed: res.exitCode == 0 && !res.timedOut,
-		ExitCode: res.exitCode, TimedOut: res.timedOut, Output: res.output, DurationMs: res.elapsed.Milliseconds()}
+	out := RunScriptOutput{Source: src, Name: in.Name, Command: command, Passed: res.ExitCode == 0 && !res.TimedOut,
+		ExitCode: res.ExitCode, TimedOut: res.TimedOut, Output: res.Output, DurationMs: res.Elapsed.Milliseconds()}
 	verdict := "passed"
 	if !out.Passed {
 		verdict = "FAILED"
@@ -212,14 +214,14 @@ func (tb *toolbox) declaredScripts(src string) ([]string, string, error) {
 // readTopFile reads a regular file at the top of the workspace, through the
 // root (a link out of the workspace is refused), at most scriptFileMaxBytes.
 func (tb *toolbox) readTopFile(name string) ([]byte, error) {
-	if _, err := tb.ws.root.Lstat(name); err != nil {
+	if _, err := tb.ws.Root().Lstat(name); err != nil {
 		return nil, err
 	}
-	rel, err := tb.ws.resolveFinal(name)
+	rel, err := tb.ws.ResolveFinal(name)
 	if err != nil {
 		return nil, err
 	}
-	f, fi, err := tb.ws.openRegular(rel)
+	f, fi, err := tb.ws.OpenRegular(rel)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +295,7 @@ func (tb *toolbox) scriptCommand(src, name string) (command, runner string, err 
 	case scriptNpm:
 		runner = "npm"
 		for _, lock := range []struct{ file, runner string }{{"pnpm-lock.yaml", "pnpm"}, {"yarn.lock", "yarn"}} {
-			if fi, err := tb.ws.root.Lstat(lock.file); err == nil && fi.Mode().IsRegular() {
+			if fi, err := tb.ws.Root().Lstat(lock.file); err == nil && fi.Mode().IsRegular() {
 				runner = lock.runner
 				break
 			}

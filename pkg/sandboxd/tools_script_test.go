@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 func TestScriptFileParsing(t *testing.T) {
@@ -109,13 +111,13 @@ func TestRunScriptTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out.TimedOut || out.ExitCode != exitTimedOut || out.Passed {
+	if !out.TimedOut || out.ExitCode != procgroup.ExitTimedOut || out.Passed {
 		t.Errorf("slow: %+v", out)
 	}
 	if !strings.Contains(resultText(t, res), "timed out after 300ms") {
 		t.Errorf("text %q", resultText(t, res))
 	}
-	if n := tb.procs.count(); n != 0 {
+	if n := tb.procs.Count(); n != 0 {
 		t.Errorf("%d process groups still run", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -174,15 +175,15 @@ func (tb *toolbox) grep(ctx context.Context, in GrepInput) (*mcp.CallToolResult,
 		}
 	}
 	g := &grepper{tb: tb, re: re, mode: mode, headLimit: in.HeadLimit, out: GrepOutput{OutputMode: mode}}
-	fi, err := tb.ws.root.Stat(base)
+	fi, err := tb.ws.Root().Stat(base)
 	if err != nil {
-		return nil, GrepOutput{}, tb.ws.explain(base, err)
+		return nil, GrepOutput{}, tb.ws.Explain(base, err)
 	}
 	var walkErr error
 	if fi.Mode().IsRegular() {
 		walkErr = g.searchFile(ctx, base)
 	} else if !fi.IsDir() {
-		return nil, GrepOutput{}, checkRegular(base, fi)
+		return nil, GrepOutput{}, workspace.CheckRegular(base, fi)
 	} else {
 		walkErr = tb.walk(ctx, base, false, func(rel, below string, d fs.DirEntry) error {
 			if !d.Type().IsRegular() {
@@ -262,7 +263,7 @@ func (g *grepper) emit(line string) bool {
 // searchFile searches one workspace file; a file that vanished, was swapped or is binary is no
 // match.
 func (g *grepper) searchFile(ctx context.Context, rel string) error {
-	f, _, err := g.tb.ws.openRegular(rel)
+	f, _, err := g.tb.ws.OpenRegular(rel)
 	if err != nil {
 		return nil // vanished, swapped or refused: not a match
 	}
@@ -326,13 +327,13 @@ func (tb *toolbox) searchBase(p string, dirOnly bool) (string, error) {
 	if p == "" {
 		return ".", nil
 	}
-	rel, err := tb.ws.rel(p)
+	rel, err := tb.ws.Rel(p)
 	if err != nil {
 		return "", err
 	}
-	fi, err := tb.ws.root.Stat(rel)
+	fi, err := tb.ws.Root().Stat(rel)
 	if err != nil {
-		return "", tb.ws.explain(rel, err)
+		return "", tb.ws.Explain(rel, err)
 	}
 	if dirOnly && !fi.IsDir() {
 		return "", fmt.Errorf("path %s is not a directory", rel)
@@ -349,10 +350,10 @@ var errWalkBound = errors.New("walk bound reached")
 // entry's workspace-relative path and its path below base.
 func (tb *toolbox) walk(ctx context.Context, base string, withGit bool, fn func(rel, below string, d fs.DirEntry) error) error {
 	visited := 0
-	return fs.WalkDir(tb.ws.root.FS(), base, func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(tb.ws.Root().FS(), base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == base {
-				return tb.ws.explain(base, err)
+				return tb.ws.Explain(base, err)
 			}
 			return nil // unreadable or vanished below base: skip it
 		}
@@ -383,7 +384,7 @@ func (tb *toolbox) patternMatcher(pattern, base string) (*globMatcher, error) {
 		return nil, errors.New("pattern is empty")
 	}
 	if path.IsAbs(pattern) {
-		rel, err := tb.ws.rel(pattern)
+		rel, err := tb.ws.Rel(pattern)
 		if err != nil {
 			return nil, fmt.Errorf("pattern: %v", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 // search_code finds declarations by name: in Go files through go/ast
@@ -164,7 +165,7 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 		if !known {
 			return nil
 		}
-		f, fi, err := tb.ws.openRegular(rel)
+		f, fi, err := tb.ws.OpenRegular(rel)
 		if err != nil {
 			return nil // vanished, swapped or refused: not searched
 		}
@@ -207,9 +208,9 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 		return nil
 	}
 
-	fi, err := tb.ws.root.Stat(base)
+	fi, err := tb.ws.Root().Stat(base)
 	if err != nil {
-		return nil, SearchCodeOutput{}, tb.ws.explain(base, err)
+		return nil, SearchCodeOutput{}, tb.ws.Explain(base, err)
 	}
 	var walkErr error
 	switch {
@@ -221,7 +222,7 @@ func (tb *toolbox) searchCode(ctx context.Context, in SearchCodeInput) (*mcp.Cal
 	case fi.IsDir():
 		walkErr = tb.walkSource(ctx, base, searchFile)
 	default:
-		return nil, SearchCodeOutput{}, checkRegular(base, fi)
+		return nil, SearchCodeOutput{}, workspace.CheckRegular(base, fi)
 	}
 	if errors.Is(walkErr, errWalkBound) {
 		out.Truncated = true
@@ -332,10 +333,10 @@ func isIdentLike(s string) bool {
 // and build output, not the workspace's own declarations).
 func (tb *toolbox) walkSource(ctx context.Context, base string, fn func(rel string) error) error {
 	visited := 0
-	return fs.WalkDir(tb.ws.root.FS(), base, func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(tb.ws.Root().FS(), base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == base {
-				return tb.ws.explain(base, err)
+				return tb.ws.Explain(base, err)
 			}
 			return nil
 		}

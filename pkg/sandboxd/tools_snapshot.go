@@ -10,10 +10,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 )
 
 // snapshotDiffBytes caps the patch snapshot_diff returns.
-const snapshotDiffBytes = foregroundOutputBytes
+const snapshotDiffBytes = procgroup.ForegroundOutputBytes
 
 // SnapshotCreateInput is the input of the snapshot_create tool.
 type SnapshotCreateInput struct {
@@ -24,7 +26,7 @@ type SnapshotCreateInput struct {
 
 // SnapshotCreateOutput is the structured result of the snapshot_create tool.
 type SnapshotCreateOutput struct {
-	Snapshot
+	snapshot.Snapshot
 	Files    int    `json:"files" jsonschema:"number of files in the snapshot"`
 	Replaced string `json:"replaced,omitempty" jsonschema:"when the name was taken: the generated id the older snapshot of that name now has"`
 }
@@ -34,7 +36,7 @@ type SnapshotListInput struct{}
 
 // SnapshotListOutput is the structured result of the snapshot_list tool.
 type SnapshotListOutput struct {
-	Snapshots []Snapshot `json:"snapshots" jsonschema:"the snapshots, oldest first"`
+	Snapshots []snapshot.Snapshot `json:"snapshots" jsonschema:"the snapshots, oldest first"`
 }
 
 // SnapshotRestoreInput is the input of the snapshot_restore tool.
@@ -45,9 +47,9 @@ type SnapshotRestoreInput struct {
 
 // SnapshotRestoreOutput is the structured result of the snapshot_restore tool.
 type SnapshotRestoreOutput struct {
-	ID      string       `json:"id" jsonschema:"the snapshot restored"`
-	Backup  string       `json:"backup" jsonschema:"id of the snapshot of the workspace as it was just before the restore (restore it to undo)"`
-	Changes []FileChange `json:"changes" jsonschema:"the files the restore changed: added (they come back), modified, deleted (created after the snapshot, now removed)"`
+	ID      string                `json:"id" jsonschema:"the snapshot restored"`
+	Backup  string                `json:"backup" jsonschema:"id of the snapshot of the workspace as it was just before the restore (restore it to undo)"`
+	Changes []snapshot.FileChange `json:"changes" jsonschema:"the files the restore changed: added (they come back), modified, deleted (created after the snapshot, now removed)"`
 }
 
 // SnapshotDiffInput is the input of the snapshot_diff tool.
@@ -59,23 +61,23 @@ type SnapshotDiffInput struct {
 
 // SnapshotDiffOutput is the structured result of the snapshot_diff tool.
 type SnapshotDiffOutput struct {
-	From    string       `json:"from" jsonschema:"the snapshot compared from"`
-	To      string       `json:"to" jsonschema:"the snapshot compared to, or workspace"`
-	Changes []FileChange `json:"changes" jsonschema:"the files that differ"`
-	Patch   string       `json:"patch,omitempty" jsonschema:"the unified diff, capped at 100 KiB with the elision said"`
+	From    string                `json:"from" jsonschema:"the snapshot compared from"`
+	To      string                `json:"to" jsonschema:"the snapshot compared to, or workspace"`
+	Changes []snapshot.FileChange `json:"changes" jsonschema:"the files that differ"`
+	Patch   string                `json:"patch,omitempty" jsonschema:"the unified diff, capped at 100 KiB with the elision said"`
 }
 
 // errNoSnapshots is the tool error of a sandboxd without a snapshot store.
 var errNoSnapshots = errors.New("snapshots are not available in this sandbox (no state directory)")
 
 // snapshotCall runs f with the store's lock held and a bound on its time.
-func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *snapshotStore) error) error {
+func (tb *toolbox) snapshotCall(ctx context.Context, f func(context.Context, *snapshot.Store) error) error {
 	if tb.snaps == nil {
 		return errNoSnapshots
 	}
-	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	ctx, cancel := context.WithTimeout(ctx, snapshot.Timeout)
 	defer cancel()
-	release, err := tb.snaps.acquire(ctx)
+	release, err := tb.snaps.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("cancelled while waiting for another snapshot operation: %v", err)
 	}
@@ -93,13 +95,13 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 		return nil, SnapshotCreateOutput{}, err
 	}
 	if in.Name != "" {
-		if err := checkSnapshotName(in.Name); err != nil {
+		if err := snapshot.CheckName(in.Name); err != nil {
 			return nil, SnapshotCreateOutput{}, err
 		}
 	}
 	var out SnapshotCreateOutput
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		sn, files, replaced, err := s.create(ctx, in.Name, label)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshot.Store) error {
+		sn, files, replaced, err := s.Create(ctx, in.Name, label)
 		out = SnapshotCreateOutput{Snapshot: sn, Files: files, Replaced: replaced}
 		return err
 	})
@@ -115,9 +117,9 @@ func (tb *toolbox) snapshotCreate(ctx context.Context, in SnapshotCreateInput) (
 
 // snapshotList is the snapshot_list tool.
 func (tb *toolbox) snapshotList(ctx context.Context, _ SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
-	out := SnapshotListOutput{Snapshots: []Snapshot{}}
-	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		all, err := s.list(ctx)
+	out := SnapshotListOutput{Snapshots: []snapshot.Snapshot{}}
+	err := tb.snapshotCall(ctx, func(ctx context.Context, s *snapshot.Store) error {
+		all, err := s.List(ctx)
 		out.Snapshots = append(out.Snapshots, all...)
 		return err
 	})
@@ -142,25 +144,25 @@ func (tb *toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput)
 		return nil, SnapshotRestoreOutput{}, err
 	}
 	var out SnapshotRestoreOutput
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		target, err := s.find(ctx, id)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshot.Store) error {
+		target, err := s.Find(ctx, id)
 		if err != nil {
 			return err
 		}
-		backup, _, _, err := s.create(ctx, "", "before restoring "+target.ID)
+		backup, _, _, err := s.Create(ctx, "", "before restoring "+target.ID)
 		if err != nil {
 			return fmt.Errorf("saving the workspace before the restore: %v; nothing was restored", err)
 		}
-		changes, err := s.changes(ctx, backup.commit, target.commit)
+		changes, err := s.Changes(ctx, backup.Commit(), target.Commit())
 		if err != nil {
 			return err
 		}
-		if err := s.restore(ctx, target); err != nil {
+		if err := s.Restore(ctx, target); err != nil {
 			return fmt.Errorf("%v (the workspace as it was before is snapshot %s)", err, backup.ID)
 		}
 		out = SnapshotRestoreOutput{ID: target.ID, Backup: backup.ID, Changes: changes}
 		if out.Changes == nil {
-			out.Changes = []FileChange{}
+			out.Changes = []snapshot.FileChange{}
 		}
 		return nil
 	})
@@ -183,31 +185,31 @@ func (tb *toolbox) snapshotDiff(ctx context.Context, in SnapshotDiffInput) (*mcp
 	}
 	out := SnapshotDiffOutput{From: id, To: "workspace"}
 	patch := outcap.New(snapshotDiffBytes)
-	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshotStore) error {
-		from, err := s.find(ctx, id)
+	err = tb.snapshotCall(ctx, func(ctx context.Context, s *snapshot.Store) error {
+		from, err := s.Find(ctx, id)
 		if err != nil {
 			return err
 		}
 		to := ""
 		if in.ToID != "" {
-			sn, err := s.find(ctx, in.ToID)
+			sn, err := s.Find(ctx, in.ToID)
 			if err != nil {
 				return err
 			}
-			to, out.To = sn.commit, sn.ID
-		} else if err := s.stage(ctx); err != nil {
+			to, out.To = sn.Commit(), sn.ID
+		} else if err := s.Stage(ctx); err != nil {
 			return err
 		}
-		if out.Changes, err = s.changes(ctx, from.commit, to); err != nil {
+		if out.Changes, err = s.Changes(ctx, from.Commit(), to); err != nil {
 			return err
 		}
-		return s.patch(ctx, from.commit, to, patch)
+		return s.Patch(ctx, from.Commit(), to, patch)
 	})
 	if err != nil {
 		return nil, SnapshotDiffOutput{}, err
 	}
 	if out.Changes == nil {
-		out.Changes = []FileChange{}
+		out.Changes = []snapshot.FileChange{}
 	}
 	out.Patch = patch.String()
 	if len(out.Changes) == 0 {
@@ -239,8 +241,8 @@ func snapshotArg(id, name string) (string, error) {
 // cleanLabel checks a snapshot label: one line of printable text.
 func cleanLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
-	if len(label) > snapshotLabelBytes {
-		return "", fmt.Errorf("label is %d bytes, more than %d", len(label), snapshotLabelBytes)
+	if len(label) > snapshot.LabelBytes {
+		return "", fmt.Errorf("label is %d bytes, more than %d", len(label), snapshot.LabelBytes)
 	}
 	if strings.IndexFunc(label, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return "", errors.New("label must be one line of printable text")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -48,7 +49,7 @@ func TestSnapshotNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []FileChange{{Path: "a.txt", Status: "modified"}}; d.From != "before-refactor" || !cmp.Equal(want, d.Changes) {
+	if want := []snapshot.FileChange{{Path: "a.txt", Status: "modified"}}; d.From != "before-refactor" || !cmp.Equal(want, d.Changes) {
 		t.Errorf("snapshot_diff {name} = %+v", d)
 	}
 
@@ -138,7 +139,7 @@ func TestSnapshotRefusesBadNames(t *testing.T) {
 	bad := []string{
 		"..", "a..b", ".", ".hidden", "a.", "a.lock", "/", "a/b", "../keep", "refs/heads/main", "@", "a@{1}", "@{-1}",
 		"-rf", "--help", "-", "a b", "a\tb", "a\nb", "a\x00b", "a\x7fb", "\x1b[31m", "a~1", "a^", "a:b", "a?", "a*", "a[", `a\b`,
-		"é", "a\u202eb", "s1", "s0", "s01", "s99999999999", strings.Repeat("x", snapshotNameBytes+1),
+		"é", "a\u202eb", "s1", "s0", "s01", "s99999999999", strings.Repeat("x", snapshot.NameBytes+1),
 	}
 	for _, name := range bad {
 		if _, _, err := tb.snapshotCreate(ctx, SnapshotCreateInput{Name: name}); err == nil {
@@ -163,7 +164,7 @@ func TestSnapshotRefusesBadNames(t *testing.T) {
 	}
 }
 
-// TestSnapshotNamesAreRefComponents: every name checkSnapshotName accepts
+// TestSnapshotNamesAreRefComponents: every name snapshot.CheckName accepts
 // is one git check-ref-format accepts as a component under the store's
 // ref prefix (the rules are a subset of git's, this checks they stay so).
 func TestSnapshotNamesAreRefComponents(t *testing.T) {
@@ -171,24 +172,24 @@ func TestSnapshotNamesAreRefComponents(t *testing.T) {
 		t.Fatal("git is needed: snapshots run it")
 	}
 	good := []string{"a", "A", "0", "_", "before-refactor", "v1.2.3", "a-", "a_b.c-d", "s", "s1a", "sx1", "S1", "HEAD", "lock",
-		"a.locked", "x" + strings.Repeat("y", snapshotNameBytes-1)}
+		"a.locked", "x" + strings.Repeat("y", snapshot.NameBytes-1)}
 	for _, name := range good {
-		if err := checkSnapshotName(name); err != nil {
-			t.Errorf("checkSnapshotName(%q) = %v", name, err)
+		if err := snapshot.CheckName(name); err != nil {
+			t.Errorf("snapshot.CheckName(%q) = %v", name, err)
 			continue
 		}
-		out, err := exec.Command("git", "check-ref-format", snapshotRefs+name).CombinedOutput()
+		out, err := exec.Command("git", "check-ref-format", snapshot.Refs+name).CombinedOutput()
 		if err != nil {
-			t.Errorf("git check-ref-format refuses %s%s: %v %s", snapshotRefs, name, err, out)
+			t.Errorf("git check-ref-format refuses %s%s: %v %s", snapshot.Refs, name, err, out)
 		}
 	}
 	// And the other way round for a sample: what git refuses, so does sandboxd.
 	for _, name := range []string{"..", "a..b", ".a", "a.", "a.lock", "@{", "a b", "a~", "a^", "a:", "a?", "a*", "a["} {
-		if exec.Command("git", "check-ref-format", snapshotRefs+name).Run() == nil {
+		if exec.Command("git", "check-ref-format", snapshot.Refs+name).Run() == nil {
 			t.Errorf("git accepts %q: the sample is wrong", name)
 		}
-		if checkSnapshotName(name) == nil {
-			t.Errorf("checkSnapshotName(%q) accepts what git refuses", name)
+		if snapshot.CheckName(name) == nil {
+			t.Errorf("snapshot.CheckName(%q) accepts what git refuses", name)
 		}
 	}
 }
@@ -217,7 +218,7 @@ func TestSnapshotNamesOverMCP(t *testing.T) {
 // mustGitStore runs git on tb's snapshot store.
 func mustGitStore(t *testing.T, tb *toolbox, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"--git-dir=" + tb.snaps.dir}, args...)...)
+	cmd := exec.Command("git", append([]string{"--git-dir=" + tb.snaps.Dir()}, args...)...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

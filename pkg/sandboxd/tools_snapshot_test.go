@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -112,7 +113,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantChanges := []FileChange{
+	wantChanges := []snapshot.FileChange{
 		{Path: "a.txt", Status: "modified"}, {Path: "build.log", Status: "deleted"}, {Path: "dir/b.txt", Status: "deleted"},
 		{Path: "new.txt", Status: "added"}, {Path: "newdir/deep/x.txt", Status: "added"}, {Path: "run.sh", Status: "modified"},
 	}
@@ -244,7 +245,7 @@ func TestSnapshotRefusesBadInput(t *testing.T) {
 			t.Errorf("snapshot_diff(s1, %q) succeeded", id)
 		}
 	}
-	for _, label := range []string{"two\nlines", "nul\x00", strings.Repeat("x", snapshotLabelBytes+1)} {
+	for _, label := range []string{"two\nlines", "nul\x00", strings.Repeat("x", snapshot.LabelBytes+1)} {
 		if _, _, err := tb.snapshotCreate(ctx, SnapshotCreateInput{Label: label}); err == nil {
 			t.Errorf("snapshot_create(label %.20q) succeeded", label)
 		}
@@ -257,7 +258,7 @@ func TestSnapshotRefusesBadInput(t *testing.T) {
 func TestSnapshotStoreOutOfReach(t *testing.T) {
 	f := newEscapeFixture(t)
 	ctx := t.Context()
-	store, err := newSnapshotStore(filepath.Join(filepath.Dir(f.ws), "state"), f.tb.ws)
+	store, err := snapshot.NewStore(filepath.Join(filepath.Dir(f.ws), "state"), f.tb.ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestSnapshotStoreOutOfReach(t *testing.T) {
 	if _, _, err := f.tb.snapshotCreate(ctx, SnapshotCreateInput{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{store.dir, store.dir + "/HEAD", store.dir + "/index", "../state", "../state/" + filepath.Base(store.dir) + "/config"} {
+	for _, p := range []string{store.Dir(), store.Dir() + "/HEAD", store.Dir() + "/index", "../state", "../state/" + filepath.Base(store.Dir()) + "/config"} {
 		if _, _, err := f.tb.read(ctx, ReadInput{FilePath: p}); err == nil {
 			t.Errorf("Read(%q) succeeded", p)
 		}
@@ -278,7 +279,7 @@ func TestSnapshotStoreOutOfReach(t *testing.T) {
 			t.Errorf("Write(%q) succeeded", p+"/x")
 		}
 	}
-	mustSymlink(t, store.dir, filepath.Join(f.ws, "store-link"))
+	mustSymlink(t, store.Dir(), filepath.Join(f.ws, "store-link"))
 	if _, _, err := f.tb.read(ctx, ReadInput{FilePath: "store-link/HEAD"}); err == nil {
 		t.Error("Read through a link to the store succeeded")
 	}
@@ -309,7 +310,7 @@ func TestSnapshotStoreOutOfReach(t *testing.T) {
 
 	// A state dir inside the workspace is refused.
 	for _, p := range []string{filepath.Join(f.ws, "state"), f.ws, filepath.Join(f.ws, "a", "..", "x")} {
-		if _, err := newSnapshotStore(p, f.tb.ws); err == nil {
+		if _, err := snapshot.NewStore(p, f.tb.ws); err == nil {
 			t.Errorf("state dir %s inside the workspace was accepted", p)
 		}
 	}

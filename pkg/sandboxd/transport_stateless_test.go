@@ -1,9 +1,6 @@
 package sandboxd
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -56,38 +53,11 @@ func TestStatelessRevisionThroughTheSDK(t *testing.T) {
 // and returns the JSON-RPC response.
 func statelessPost(t *testing.T, url string, headers map[string]string, body string) map[string]any {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	r := postMCP(t.Context(), t, url, headers, body)
+	if _, ok := r.msg["body"]; ok {
+		t.Fatalf("HTTP %d, not JSON: %v", r.status, r.msg["body"])
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		sc := bufio.NewScanner(strings.NewReader(string(data)))
-		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				data = []byte(d)
-				break
-			}
-		}
-	}
-	var m map[string]any
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatalf("HTTP %d, body %q: %v", resp.StatusCode, data, err)
-	}
-	return m
+	return r.msg
 }
 
 const statelessMeta = `"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}`

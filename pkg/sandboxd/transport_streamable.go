@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // defaultSessionTimeout closes a Streamable HTTP session that has seen no
@@ -25,14 +26,20 @@ type streamableTransport struct {
 	handler   http.Handler // stateful: 2025-03-26 to 2025-11-25, with sessions
 	stateless http.Handler // 2026-07-28: every request on its own
 	tasks     *taskStore   // 2026-07-28 calls that may become tasks, and tasks/*
+	direct    *streamableDirect
+	sessions  *streamableSessions // the stateful ones, for the direct path and their idle timeout
 	maxBytes  int64
 	closing   atomic.Bool
 }
 
-func newStreamableTransport(server *mcp.Server, maxBytes int64, sessionTimeout time.Duration, logger klog.Logger) *streamableTransport {
+// newStreamableTransport serves server on /mcp; calls is the table of the
+// direct path (directcall_streamable.go). A stateful session that sees no
+// POST for sessionTimeout is closed (on clk).
+func newStreamableTransport(server *mcp.Server, calls func() *callTable, maxBytes int64, sessionTimeout time.Duration, clk clock.WithDelayedExecution, logger klog.Logger) *streamableTransport {
 	return &streamableTransport{
 		handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
-			SessionTimeout:      sessionTimeout,
+			// No timeout of the SDK's: sessions is the timer, since the
+			// direct path's POSTs do not pass through the SDK.
 			MaxRequestBodyBytes: maxBytes,
 			Logger:              sdkLogger(logger.WithName("streamable")),
 		}),
@@ -44,6 +51,8 @@ func newStreamableTransport(server *mcp.Server, maxBytes int64, sessionTimeout t
 			MaxRequestBodyBytes:          maxBytes,
 			Logger:                       sdkLogger(logger.WithName("stateless")),
 		}),
+		direct:   newStreamableDirect(calls, logger.WithName("streamable")),
+		sessions: newStreamableSessions(server, sessionTimeout, clk),
 		maxBytes: maxBytes,
 	}
 }
@@ -75,40 +84,64 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		http.Error(w, "sandboxd is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	if r.Method == http.MethodPost {
-		data, rerr := readMessage(w, r, t.maxBytes)
-		if rerr != nil {
-			rerr.write(w)
+	if r.Method != http.MethodPost {
+		t.handler.ServeHTTP(w, r) // GET and DELETE of a session: the SDK's
+		return
+	}
+	data, rerr := readMessage(w, r, t.maxBytes)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	msg, rerr := checkMessage(data, true)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	req, _ := msg.(*jsonrpc.Request)
+	stateless := isStateless(r, msg)
+	if req != nil && stateless && t.tasks != nil && t.tasks.serve(w, r, req) {
+		return
+	}
+	if resp, handled := unknownMethod(msg); handled {
+		if resp == nil {
+			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		msg, rerr := checkMessage(data, true)
-		if rerr != nil {
-			rerr.write(w)
+		body, err := jsonrpc.EncodeMessage(resp)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		if req, ok := msg.(*jsonrpc.Request); ok && t.tasks != nil && isStateless(r, msg) && t.tasks.serve(w, r, req) {
-			return
-		}
-		if resp, handled := unknownMethod(msg); handled {
-			if resp == nil {
-				w.WriteHeader(http.StatusAccepted)
-				return
-			}
-			body, err := jsonrpc.EncodeMessage(resp)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(body)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(data))
-		r.ContentLength = int64(len(data))
-		if isStateless(r, msg) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	r.ContentLength = int64(len(data))
+	switch id := r.Header.Get("Mcp-Session-Id"); {
+	case stateless:
+		if req == nil || !t.direct.serveStateless(w, r, req) {
 			t.stateless.ServeHTTP(w, r)
+		}
+	case id != "":
+		sess := t.sessions.begin(id)
+		if sess == nil {
+			t.handler.ServeHTTP(w, r) // unknown to the SDK too: 404
 			return
+		}
+		defer t.sessions.end(sess)
+		switch {
+		case req != nil && t.direct.serveStateful(w, r, req, sess):
+		case sess.direct.cancel(msg):
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			t.handler.ServeHTTP(w, r)
+		}
+	default:
+		t.handler.ServeHTTP(w, r)
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			t.sessions.track(id) // a new session: its idle timer starts
 		}
 	}
-	t.handler.ServeHTTP(w, r)
 }

@@ -100,14 +100,6 @@ func MemberLabels(reg *airlockv1alpha1.ToolRegistry, entry, key, member string) 
 	}
 }
 
-// MemberArgs are the record's args and the member's key file: no token and no tool list, both
-// come with the adopting claim's token (docs/decisions.md, "Warm members: the token is the
-// adoption").
-func MemberArgs(record *airlockv1alpha1.FrozenSandbox) []string {
-	args := append([]string(nil), Defaulted(record).Args...)
-	return append(args, "--warm-key-file="+MemberKeyFile)
-}
-
 // MemberPod returns a new member's pod, controlled by the registry.
 func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
 	meta := metav1.ObjectMeta{

@@ -110,19 +110,6 @@ func RestrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
-// ClaimArgs are the record's args plus the per-claim switches of sandboxd: always an explicit
-// --allowed-tools list (a record's list is never empty: freeze writes every tool out, and the
-// CRD requires one at least), and the token file.
-func ClaimArgs(record *airlockv1alpha1.FrozenSandbox) []string {
-	args := append([]string(nil), Defaulted(record).Args...)
-	tools := make([]string, len(record.AllowedTools))
-	for i, t := range record.AllowedTools {
-		tools[i] = string(t)
-	}
-	args = append(args, "--allowed-tools="+strings.Join(tools, ","))
-	return append(args, "--auth-token-file="+TokenFile)
-}
-
 // Ports returns the record's ports (defaulted, for a record that has none).
 func Ports(record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.SandboxPort {
 	return Defaulted(record).Ports

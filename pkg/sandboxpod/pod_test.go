@@ -54,7 +54,9 @@ func TestBuildPod(t *testing.T) {
 		t.Errorf("pod has host namespaces or a service account: %+v", pod)
 	}
 	ctr := pod.Containers[0]
-	wantArgs := []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--allowed-tools=Read,Bash", "--auth-token-file=/var/run/airlock/auth/token"}
+	// The operator's flags right after the subcommand, then the class's (its --workspace left to the
+	// operator).
+	wantArgs := []string{"sandboxd", "--workspace=/workspace", "--allowed-tools=Read,Bash", "--readonly=false", "--auth-token-file=/var/run/airlock/auth/token", "--listen=:8080"}
 	if diff := cmp.Diff(wantArgs, ctr.Args); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)
 	}
@@ -89,9 +91,9 @@ func TestBuildPod(t *testing.T) {
 	// tool", so a missing flag would be a policy nobody wrote).
 	entry.AllowedTools = nil
 	p = ClaimPod(claim, Freeze(class, entry))
-	wantArgs = []string{"sandboxd", "--listen=:8080", "--workspace=/workspace",
-		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol,change_function_signature,edit_function_body,insert_after_method,tests_covering,run_script,search_code",
-		"--auth-token-file=/var/run/airlock/auth/token"}
+	wantArgs = []string{"sandboxd", "--workspace=/workspace",
+		"--allowed-tools=Read,Write,Edit,Glob,Grep,Bash,BashOutput,KillShell,run_tests,run_lint,run_typecheck,MultiEdit,LS,snapshot_create,snapshot_list,snapshot_restore,snapshot_diff,run_failing_tests,last_test_failures,find_definition,find_references,rename_symbol,change_function_signature,edit_function_body,insert_after_method,tests_covering,run_script,search_code", "--readonly=false",
+		"--auth-token-file=/var/run/airlock/auth/token", "--listen=:8080"}
 	if diff := cmp.Diff(wantArgs, p.Spec.Containers[0].Args); diff != "" {
 		t.Errorf("args of an entry that allows every tool (-want +got):\n%s", diff)
 	}

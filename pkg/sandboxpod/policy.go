@@ -111,3 +111,30 @@ func ExistingServices(lister corelisters.ServiceLister, refs []airlockv1alpha1.S
 	}
 	return out, nil
 }
+
+// DefaultDenyPolicyName is the name of a namespace's standing default-deny NetworkPolicy.
+const DefaultDenyPolicyName = "airlock-default-deny"
+
+// DefaultDenyPolicy is the namespace's standing default-deny NetworkPolicy (docs/decisions.md,
+// "No sandbox pod without a deny-all"): it selects every airlock sandbox pod, a claim's and a
+// warm member's alike (both carry LabelClaim, a member's empty), and allows nothing in or out.
+// NetworkPolicies are additive, so a claim's or a pool's own policy only adds what it allows;
+// when that policy is deleted before its pod (garbage collection deletes a claim's children in
+// any order), this one still confines the pod. It is owned by nothing and never deleted by the
+// operator: the safe state is the standing one, not a consequence of deletion order. It carries
+// LabelClaim, empty, so that the operator's filtered cache of children holds it.
+func DefaultDenyPolicy(namespace string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DefaultDenyPolicyName,
+			Namespace: namespace,
+			Labels:    map[string]string{airlockv1alpha1.LabelClaim: ""},
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: airlockv1alpha1.LabelClaim, Operator: metav1.LabelSelectorOpExists,
+			}}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+}

@@ -37,7 +37,7 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 	r := &airlockv1alpha1.FrozenSandbox{
 		ClassGeneration:    class.Generation,
 		Image:              spec.Image,
-		Args:               spec.Args,
+		Args:               frozenArgs(spec.Args),
 		Ports:              spec.Ports,
 		Env:                spec.Env,
 		Resources:          boundedResources(spec.Resources),
@@ -46,6 +46,7 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 		WorkspaceClaimName: spec.WorkspaceClaimName,
 		AllowedTools:       allowedTools(entry),
 		AllowedServices:    spec.AllowedServices,
+		WorkspacePath:      WorkspacePath(spec.Volumes),
 	}
 	if e := spec.Egress; e != nil {
 		// The gateway is frozen beside it by the claim controller (FreezeGateway): a record
@@ -64,7 +65,11 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 // for the builders that read a record an older operator wrote without some of them.
 func fillDefaults(r *airlockv1alpha1.FrozenSandbox) {
 	if len(r.Args) == 0 {
-		r.Args = append([]string(nil), defaultArgs...)
+		if r.WorkspacePath != "" {
+			r.Args = frozenArgs(nil) // the operator passes --workspace
+		} else {
+			r.Args = append([]string(nil), defaultArgs...)
+		}
 	}
 	if len(r.Ports) == 0 {
 		r.Ports = append([]airlockv1alpha1.SandboxPort(nil), defaultPorts...)
@@ -110,13 +115,14 @@ func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
 // EgressCompiler says why the egress gateway would not compile a class's host list, or nil.
 type EgressCompiler func(*airlockv1alpha1.SandboxEgress) error
 
-// ClassConflict says why a sandbox of class cannot be built, or "": a volume that takes the name
-// or the mount path of what the operator mounts into every sandbox, the claim's token or a warm
-// member's key (the API server would refuse the pod, or the class would hide the token from
-// sandboxd; the claim would wait for its startupTimeout to fail). One check for claims and warm
-// members alike, and for the class controller: a class is valid for all or for none. compile is
-// the egress gateway's compiler of a host list (egress.ClassPolicyError; passed in, so that this
-// package links nothing of the gateway's clients); nil skips that one check (tests).
+// ClassConflict says why a sandbox of class cannot be built, or "": args that would set, repeat
+// or swallow one of the operator's flags (argsConflict), a volume that takes the name or a path
+// of what the operator mounts into every sandbox, the claim's token, a warm member's key or the
+// egress CA (volumesConflict, egressConflict), or egress the gateway would not compile. One
+// check for claims and warm members alike, and for the class controller: a class is valid for
+// all or for none. compile is the egress gateway's compiler of a host list
+// (egress.ClassPolicyError; passed in, so that this package links nothing of the gateway's
+// clients); nil skips that one check (tests).
 func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) string {
 	if message := egressConflict(class); message != "" {
 		return message
@@ -126,15 +132,11 @@ func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) 
 			return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
 		}
 	}
-	for _, v := range class.Spec.Volumes {
-		switch {
-		case v.Name == TokenVolumeName:
-			return fmt.Sprintf("SandboxClass %q: volume name %q is the operator's (the claim's token)", class.Name, v.Name)
-		case v.MountPath == TokenMountPath:
-			return fmt.Sprintf("SandboxClass %q: volume %q is mounted at %s, where the operator mounts the claim's token", class.Name, v.Name, v.MountPath)
-		case v.Name == memberKeyVolumeName || v.MountPath == MemberKeyMountPath:
-			return fmt.Sprintf("SandboxClass %q: volume %q takes the name or the mount path (%s) of a warm member's key", class.Name, v.Name, MemberKeyMountPath)
-		}
+	if message := argsConflict(class); message != "" {
+		return message
+	}
+	if message := volumesConflict(class); message != "" {
+		return message
 	}
 	return ""
 }

@@ -35,9 +35,10 @@ func TestFreeze(t *testing.T) {
 	want := &airlockv1alpha1.FrozenSandbox{
 		ClassGeneration:    7,
 		Image:              "example.com/sandbox:v1",
-		Args:               []string{"sandboxd", "--listen=:8080", "--workspace=/workspace"},
+		Args:               []string{"sandboxd", "--listen=:8080"}, // the operator passes --workspace
 		Ports:              []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}},
 		WorkspaceClaimName: "workspace-content",
+		WorkspacePath:      "/workspace",
 		AllowedTools:       all,
 		StartupTimeout:     metav1.Duration{Duration: 5 * time.Minute},
 		// A class without resources is bounded by the defaults (resources.go).
@@ -190,15 +191,20 @@ func TestEveryClassFieldReachesTheRecord(t *testing.T) {
 
 // recordWrittenBefore is status.frozen as the operator at 54d722f (the last one before
 // pkg/sandboxpod) wrote it for the fixtures' class and registry entry, and poolKeyBefore the pool
-// key it gave that record for the registry uid-reg-tools.
+// key it gave that record for the registry uid-reg-tools. poolKeyToday is the key of today's
+// record of them: the record changed once, deliberately, when the operator's flags moved before
+// the class's (issue 23: WorkspacePath, and the class's --workspace left out), so that a member
+// built in the older layout is stale and replaced while idle, never adopted by a claim whose pod
+// is built in the new one.
 const (
 	recordWrittenBefore = `{"classGeneration":0,"image":"ghcr.io/airlock-dev/airlock-sandbox:v0.1.0","args":["sandboxd","--listen=:8080","--workspace=/workspace"],"ports":[{"name":"mcp","port":8080}],"env":[{"name":"HOME","value":"/sandbox-cache/home"}],"resources":{"limits":{"cpu":"2","ephemeral-storage":"10Gi","memory":"4Gi"},"requests":{"cpu":"100m","ephemeral-storage":"512Mi","memory":"256Mi"}},"volumes":[{"name":"workspace","mountPath":"/workspace","workspace":{}},{"name":"cache","mountPath":"/sandbox-cache","scratch":{"sizeLimit":"4Gi"}}],"workspaceClaimName":"workspace-content","allowedTools":["Read","Bash"],"startupTimeout":"5m0s"}`
 	poolKeyBefore       = "1f9e73f9eae04ab8c8be"
+	poolKeyToday        = "a202b03b7e873c832f2d"
 )
 
 // TestPoolKeyStable: a record an older operator wrote keeps its pool key when read by this one,
-// and today's Freeze of the same class and entry gives the same key: an upgrade never makes every
-// warm member stale (a frozen field added without omitempty would change every key).
+// and today's Freeze of the same class and entry gives today's key (a frozen field added without
+// omitempty would change every key, on every upgrade).
 func TestPoolKeyStable(t *testing.T) {
 	var old airlockv1alpha1.FrozenSandbox
 	if err := json.Unmarshal([]byte(recordWrittenBefore), &old); err != nil {
@@ -208,8 +214,15 @@ func TestPoolKeyStable(t *testing.T) {
 		t.Errorf("pool key of a record written before = %s, want %s", got, poolKeyBefore)
 	}
 	today := Freeze(sandboxpodtest.Class("codegen"), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
-	if got := PoolKey("uid-reg-tools", "codegen", today); got != poolKeyBefore {
-		t.Errorf("pool key of today's record = %s, want %s", got, poolKeyBefore)
+	if got := PoolKey("uid-reg-tools", "codegen", today); got != poolKeyToday {
+		t.Errorf("pool key of today's record = %s, want %s", got, poolKeyToday)
+	}
+	// The older record is built as it was frozen: its args, then the operator's flags.
+	if got, want := MemberArgs(&old), []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--warm-key-file=" + MemberKeyFile}; !slices.Equal(got, want) {
+		t.Errorf("member args of a record written before = %q, want %q", got, want)
+	}
+	if got, want := ClaimArgs(&old), []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--allowed-tools=Read,Bash", "--auth-token-file=" + TokenFile}; !slices.Equal(got, want) {
+		t.Errorf("claim args of a record written before = %q, want %q", got, want)
 	}
 	if got := PoolKey("uid-reg-other", "codegen", today); got == poolKeyBefore {
 		t.Error("the pool key does not depend on the registry's UID")

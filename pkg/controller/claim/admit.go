@@ -210,7 +210,7 @@ func (c *Controller) writeDecision(ctx context.Context, claim *airlockv1alpha1.S
 	}
 	switch d.Action {
 	case admission.Refuse:
-		_, err = c.writeRefused(ctx, claim, rt, d.Reason)
+		_, err = c.writeRefused(ctx, claim, rt, d)
 	case admission.Queue:
 		_, err = c.writeQueued(ctx, claim, rt)
 	case admission.Admit:
@@ -284,8 +284,9 @@ func (c *Controller) cachedClaim(namespace string) func(name string) *airlockv1a
 }
 
 // writeRefused writes a refusal.
-func (c *Controller) writeRefused(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason string) (*time.Duration, error) {
-	message, err := c.refusalMessage(claim, rt, reason)
+func (c *Controller) writeRefused(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, d admission.Decision) (*time.Duration, error) {
+	reason := d.Reason
+	message, err := c.refusalMessage(claim, rt, d)
 	if err != nil {
 		return nil, err
 	}
@@ -328,9 +329,11 @@ func (c *Controller) queuedStatus(claim, updated *airlockv1alpha1.SandboxClaim, 
 	return left, true
 }
 
-// refusalMessage explains a refusal reason in words.
-func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, reason string) (string, error) {
-	switch reason {
+// refusalMessage explains a refusal in words.
+func (c *Controller) refusalMessage(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, d admission.Decision) (string, error) {
+	switch reason := d.Reason; reason {
+	case admission.ReasonWorkspaceInUse:
+		return fmt.Sprintf("workspace directory %q is, holds or lies in the workspace of live claim %q of another runtime, session or handle (one writer per workspace)", claim.Spec.WorkspaceDir, d.Holder), nil
 	case admission.ReasonMaxPerSession:
 		return fmt.Sprintf("session %q of runtime %q already holds maxPerSession (%d) live claims", claim.Spec.Session, claim.Spec.RuntimeName, admission.MaxPerSession(rt)), nil
 	case admission.ReasonMaxInstances:

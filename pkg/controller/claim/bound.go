@@ -28,7 +28,7 @@ import (
 // syncBound repairs the Bound claim's children, watches its pod, and reaps it when it has been
 // idle too long or its pod has not been ready for the startupTimeout.
 func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if runtimeGone(rt) {
+	if leftToGarbageCollection(claim, rt) {
 		return nil, nil
 	}
 	now := c.clock.Now()

@@ -185,6 +185,11 @@ func (c *Controller) ensureSecret(ctx context.Context, claim *airlockv1alpha1.Sa
 func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, want *corev1.Pod) error {
 	live, err := c.podLister.Pods(claim.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
+		// The namespace's standing deny-all first: whatever deletes the claim's own policy
+		// before its pod, the pod is never without one (sandboxpod.DefaultDenyPolicy).
+		if err := c.ensureDefaultDeny(ctx, claim.Namespace); err != nil {
+			return err
+		}
 		c.childExpect.raise(claim.UID, 1) // lowered when the cache shows it
 		err = c.children.pods.Create(ctx, want)
 		if err != nil {
@@ -213,6 +218,18 @@ func (c *Controller) ensurePod(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}
 	klog.FromContext(ctx).V(2).Info("Repairing the claim's pod labels", "claim", klog.KObj(claim))
 	return objectcontrol.IgnoreGone(c.children.pods.PatchLabels(ctx, live.Namespace, live.Name, live.UID, want.Labels))
+}
+
+// ensureDefaultDeny puts the namespace's standing default-deny policy in place; without a way to
+// (no DefaultDenyEnsurer) no pod is created.
+func (c *Controller) ensureDefaultDeny(ctx context.Context, namespace string) error {
+	if c.defaultDeny == nil {
+		return errors.New("no writer of the namespace's default-deny NetworkPolicy: no sandbox pod is created without one")
+	}
+	if err := c.defaultDeny.Ensure(ctx, namespace); err != nil {
+		return fmt.Errorf("putting the namespace's default-deny NetworkPolicy in place: %w", err)
+	}
+	return nil
 }
 
 // containersMatch says whether the live containers are want's: the same names, images and args.

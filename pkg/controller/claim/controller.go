@@ -77,6 +77,9 @@ type Controller struct {
 	podEvents         podEvents
 	// lostPods reads the Nodes of pods that cannot run and releases dead ones (nodeloss.go).
 	lostPods lostPodControl
+	// defaultDeny puts the namespace's standing default-deny NetworkPolicy in place before a
+	// pod is created; nil creates no pod (fail closed).
+	defaultDeny DefaultDenyEnsurer
 	// statusWrites are the claims whose status this controller wrote and the cache has not shown
 	// since (statuswrites.go).
 	statusWrites *statusWrites
@@ -174,6 +177,12 @@ type Informers struct {
 	AllowedServices coreinformers.ServiceInformer
 }
 
+// DefaultDenyEnsurer puts a namespace's standing default-deny NetworkPolicy in place
+// (*defaultdeny.Controller is one): asked before every sandbox pod is created.
+type DefaultDenyEnsurer interface {
+	Ensure(ctx context.Context, namespace string) error
+}
+
 // TokenSource derives a claim's bearer token; *claimtoken.Source is one.
 type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
@@ -183,11 +192,12 @@ type TokenSource interface {
 
 // NewController returns a SandboxClaim controller on the given informers. Events are recorded
 // with eventClient (nil: kubeClient). tokens derives the token written into each claim's Secret.
-func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource) (*Controller, error) {
+func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource, defaultDeny DefaultDenyEnsurer) (*Controller, error) {
 	c, err := newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
 	if err != nil {
 		return nil, err
 	}
+	c.defaultDeny = defaultDeny
 	if eventClient != nil {
 		c.eventClient = eventClient
 	}

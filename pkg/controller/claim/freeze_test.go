@@ -19,6 +19,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -365,6 +366,36 @@ func TestSyncAdmitInvalidClass(t *testing.T) {
 			checkActions(t, f, []string{"update sandboxclaims/status c1"})
 			if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonInvalidClass {
 				t.Errorf("status %s/%s %q, want Failed/%s", got.Status.Phase, got.Status.Reason, got.Status.Message, ReasonInvalidClass)
+			}
+		})
+	}
+}
+
+// TestSyncAdmitClassShapes: a class whose args would set, repeat or swallow one of the
+// operator's flags, or whose volumes would put the token or a member's key in the file tools'
+// reach (sandboxpodtest.ClassShapes; the API server's rules refuse them too, but a class may
+// have been stored before those rules), fails its claims at admission: InvalidClass, with a
+// message naming the arg or the volume. The shapes the operator builds are admitted.
+func TestSyncAdmitClassShapes(t *testing.T) {
+	for _, shape := range sandboxpodtest.ClassShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.classes[0].Spec.Args = shape.Args
+			if shape.Volumes != nil {
+				f.classes[0].Spec.Volumes = shape.Volumes
+			}
+			f.claims = append(f.claims, newClaim("c1", "s1", "", t0.Add(-time.Second)))
+			c := f.newController(ctx)
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			got := f.writtenClaim()
+			switch {
+			case shape.Refused == "" && got.Status.Phase == airlockv1alpha1.ClaimFailed:
+				t.Errorf("refused: %s %q", got.Status.Reason, got.Status.Message)
+			case shape.Refused != "" && (got.Status.Phase != airlockv1alpha1.ClaimFailed || got.Status.Reason != ReasonInvalidClass || !strings.Contains(got.Status.Message, shape.Refused)):
+				t.Errorf("status %s/%s %q, want Failed/%s naming %s", got.Status.Phase, got.Status.Reason, got.Status.Message, ReasonInvalidClass, shape.Refused)
 			}
 		})
 	}

@@ -56,7 +56,7 @@ func (c *Controller) beginReaping(ctx context.Context, claim *airlockv1alpha1.Sa
 // sync-back Job when the claim has a targetPath (or the cleanup Job that removes its workspace
 // when it has none: workspace.go), and deletes the claim when its work is saved.
 func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, error) {
-	if runtimeGone(rt) {
+	if leftToGarbageCollection(claim, rt) {
 		return nil, nil // garbage collection deletes the claim, without sync-back
 	}
 	if err := c.stopPods(ctx, claim); err != nil {

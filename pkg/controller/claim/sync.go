@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
@@ -71,6 +72,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if err != nil {
 		return nil, err
 	}
+	if orphaned(claim, rt) {
+		if requeue, done, err := c.reapOrphan(ctx, claim); done || err != nil {
+			return requeue, err
+		}
+	}
 
 	if _, ok := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; ok && !runtimeGone(rt) {
 		switch claim.Status.Phase {
@@ -110,10 +116,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	return nil, nil
 }
 
-// runtime returns the claim's AgentRuntime, or nil when it is gone.
+// runtime returns the claim's AgentRuntime, or nil when it is gone: a runtime of the claim's
+// runtimeName that is not the claim's (created again since: admission.OwnedBy) is someone else,
+// and answers nil too (orphan.go).
 func (c *Controller) runtime(claim *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.AgentRuntime, error) {
 	rt, err := c.runtimeLister.AgentRuntimes(claim.Namespace).Get(claim.Spec.RuntimeName)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || (err == nil && !admission.OwnedBy(claim, rt)) {
 		return nil, nil
 	}
 	return rt, err

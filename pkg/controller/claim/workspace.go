@@ -176,7 +176,7 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 		}
 		if rt, err := c.runtime(other); err != nil {
 			return "", err
-		} else if runtimeGone(rt) {
+		} else if leftToGarbageCollection(other, rt) {
 			continue // garbage collection deletes it without sync-back
 		}
 		if older == nil || claimBefore(other, older) {

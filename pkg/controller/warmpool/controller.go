@@ -78,10 +78,13 @@ type Informers struct {
 
 // Controller keeps the warm pools of every ToolRegistry.
 type Controller struct {
-	registries   poolRegistryControl
-	pods         objectcontrol.Interface[*corev1.Pod]
-	secrets      objectcontrol.Interface[*corev1.Secret]
-	policies     objectcontrol.Interface[*networkingv1.NetworkPolicy]
+	registries poolRegistryControl
+	pods       objectcontrol.Interface[*corev1.Pod]
+	secrets    objectcontrol.Interface[*corev1.Secret]
+	policies   objectcontrol.Interface[*networkingv1.NetworkPolicy]
+	// defaultDeny puts the namespace's standing default-deny policy in place before the first
+	// member; nil creates no member (fail closed).
+	defaultDeny  DefaultDenyEnsurer
 	keys         MemberKeys
 	limiter      *rate.Limiter
 	clock        clock.WithTicker
@@ -100,8 +103,19 @@ type Controller struct {
 
 // NewController returns a pool controller writing with kubeClient and airlockClient (the
 // operator gives it clients of its own), creating at most refillRate members per second.
-func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, keys MemberKeys, refillRate float64) (*Controller, error) {
-	return newController(ctx, kubeClient, airlockClient, informers, keys, refillRate, clock.RealClock{})
+func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, keys MemberKeys, refillRate float64, defaultDeny DefaultDenyEnsurer) (*Controller, error) {
+	c, err := newController(ctx, kubeClient, airlockClient, informers, keys, refillRate, clock.RealClock{})
+	if err != nil {
+		return nil, err
+	}
+	c.defaultDeny = defaultDeny
+	return c, nil
+}
+
+// DefaultDenyEnsurer puts a namespace's standing default-deny NetworkPolicy in place
+// (*defaultdeny.Ensurer is one): asked before a pool's members are created.
+type DefaultDenyEnsurer interface {
+	Ensure(ctx context.Context, namespace string) error
 }
 
 func newController(ctx context.Context, kubeClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, keys MemberKeys, refillRate float64, clk clock.WithTicker) (*Controller, error) {

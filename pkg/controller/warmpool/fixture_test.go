@@ -32,6 +32,9 @@ type fixture struct {
 	kubeClient    *k8sfake.Clientset
 	airlockClient *airlockfake.Clientset
 	clock         *clocktesting.FakeClock
+	// defaultDeny is the controller's DefaultDenyEnsurer; defaultDenyErr its answer.
+	defaultDeny    *fakeDefaultDeny
+	defaultDenyErr error
 
 	registries      []*airlockv1alpha1.ToolRegistry
 	classes         []*airlockv1alpha1.SandboxClass

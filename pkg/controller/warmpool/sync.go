@@ -274,6 +274,13 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 	if !p.policyReady && !p.policyCreated {
 		return 0 // no policy yet: no member; the policy's event brings the registry back
 	}
+	// The namespace's standing deny-all too: the pool's own policy goes with the registry, in
+	// any order with the members (sandboxpod.DefaultDenyPolicy).
+	if err := c.ensureDefaultDeny(ctx, reg.Namespace); err != nil {
+		p.message = err.Error()
+		klog.FromContext(ctx).V(2).Info("No warm member without the namespace's default-deny NetworkPolicy", "registry", klog.KObj(reg), "err", err)
+		return 5 * time.Second
+	}
 	for range missing {
 		now := c.clock.Now()
 		if r := c.limiter.ReserveN(now, 1); r.DelayFrom(now) > 0 {
@@ -376,4 +383,16 @@ func truncateMessage(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// ensureDefaultDeny puts the namespace's standing default-deny policy in place; without a way to
+// (no DefaultDenyEnsurer) no member is created.
+func (c *Controller) ensureDefaultDeny(ctx context.Context, namespace string) error {
+	if c.defaultDeny == nil {
+		return errors.New("no writer of the namespace's default-deny NetworkPolicy: no warm member is created without one")
+	}
+	if err := c.defaultDeny.Ensure(ctx, namespace); err != nil {
+		return fmt.Errorf("putting the namespace's default-deny NetworkPolicy in place: %w", err)
+	}
+	return nil
 }

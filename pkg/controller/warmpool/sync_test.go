@@ -2,9 +2,11 @@ package warmpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +53,8 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.defaultDeny = &fakeDefaultDeny{err: f.defaultDenyErr}
+	c.defaultDeny = f.defaultDeny
 	add := func(informer cache.SharedIndexInformer, obj any) {
 		if err := informer.GetIndexer().Add(obj); err != nil {
 			f.t.Fatal(err)
@@ -436,5 +440,60 @@ func TestNoWarmMembersWithEgress(t *testing.T) {
 	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
 	if st := written.Status.Warm[0]; st.Ready != 0 || !strings.Contains(st.Message, "has egress") {
 		t.Errorf("status %+v, want why no member is built", st)
+	}
+}
+
+// fakeDefaultDeny records the namespaces whose default-deny policy the controller asked for,
+// and answers err.
+type fakeDefaultDeny struct {
+	mu         sync.Mutex
+	namespaces []string
+	err        error
+}
+
+func (f *fakeDefaultDeny) Ensure(_ context.Context, namespace string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.namespaces = append(f.namespaces, namespace)
+	return f.err
+}
+
+// TestNoMemberWithoutDefaultDeny: a pool's members are created only once the namespace's standing
+// default-deny NetworkPolicy is in place (asked before the first member); when it cannot be, no
+// member is created and the registry's status says why; without an ensurer, none either.
+func TestNoMemberWithoutDefaultDeny(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err         error
+		none        bool
+		wantMembers int
+	}{
+		"in place":            {wantMembers: 2},
+		"cannot be put there": {err: errors.New("forbidden")},
+		"no ensurer":          {none: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := poolFixture(t, 5, nil)
+			f.defaultDenyErr = tc.err
+			c := f.newController(ctx, 2)
+			if tc.none {
+				c.defaultDeny = nil
+			}
+			if _, err := c.sync(ctx, registryKey()); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(f.createdOf("pods")); got != tc.wantMembers {
+				t.Errorf("created %d members, want %d (actions %v)", got, tc.wantMembers, f.actions())
+			}
+			if !tc.none && !slices.Equal(f.defaultDeny.namespaces, []string{testNamespace}) {
+				t.Errorf("default-deny asked for %v, want [%s]", f.defaultDeny.namespaces, testNamespace)
+			}
+			if tc.wantMembers == 0 {
+				written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+				if len(written.Status.Warm) != 1 || !strings.Contains(written.Status.Warm[0].Message, "default-deny") {
+					t.Errorf("status %+v, want the pool's message to say the default-deny policy is missing", written.Status.Warm)
+				}
+			}
+		})
 	}
 }

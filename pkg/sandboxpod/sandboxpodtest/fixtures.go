@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/utils/ptr"
+
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
@@ -55,16 +57,21 @@ func Class(name string) *airlockv1alpha1.SandboxClass {
 	}
 }
 
-// Claim returns a claim of runtime "agent" for the sandbox "codegen", created at created.
+// Claim returns a claim of runtime "agent" (uid "uid-rt-agent", its controller, as the Sandbox API
+// creates claims) for the sandbox "codegen", created at created.
 func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
 	return &airlockv1alpha1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: Namespace, UID: types.UID("uid-" + name),
 			CreationTimestamp: metav1.NewTime(created),
 			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "AgentRuntime", Name: "agent", UID: "uid-rt-agent",
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
 		},
 		Spec: airlockv1alpha1.SandboxClaimSpec{
-			RuntimeName: "agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
+			RuntimeName: "agent", RuntimeUID: "uid-rt-agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
 			ClassName: "codegen", WorkspaceDir: Namespace + "/sandboxes/" + name,
 		},
 		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},

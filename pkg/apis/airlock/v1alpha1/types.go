@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -112,6 +113,9 @@ type SandboxClass struct {
 
 // SandboxClassSpec is the desired shape of every sandbox pod built from the class.
 // +kubebuilder:validation:XValidation:rule="!has(self.volumes) || self.volumes.filter(v, has(v.workspace)).size() <= 1",message="at most one volume may be the workspace"
+// +kubebuilder:validation:XValidation:rule="!has(self.args) || self.args.all(a, a.split('=')[0].replace('_', '-') != '--workspace' || a == '--workspace=/workspace' || (has(self.volumes) && self.volumes.exists(v, has(v.workspace) && a == '--workspace=' + v.mountPath)))",message="--workspace is the operator's: sandboxd always serves the workspace volume's mountPath (args may only repeat it, or the default --workspace=/workspace)"
+// +kubebuilder:validation:XValidation:rule="!has(self.volumes) || self.volumes.all(v, !(v.name in ['airlock-auth-token', 'airlock-warm-key', 'airlock-egress-ca']))",message="volume names airlock-auth-token, airlock-warm-key and airlock-egress-ca are the operator's"
+// +kubebuilder:validation:XValidation:rule="!has(self.volumes) || self.volumes.all(v, !(['/var/run/airlock', '/run/airlock'].exists(d, (v.mountPath + '/').startsWith(d + '/') || (d + '/').startsWith(v.mountPath.endsWith('/') ? v.mountPath : v.mountPath + '/'))))",message="a volume may not be mounted at, over or under /var/run/airlock or /run/airlock: the operator mounts the claim's token, a warm member's key and the egress CA there"
 type SandboxClassSpec struct {
 	// Image is the container image of the sandbox.
 	// +required
@@ -119,10 +123,19 @@ type SandboxClassSpec struct {
 	// +kubebuilder:validation:MaxLength=1024
 	Image string `json:"image"`
 
-	// Args are the container's arguments, run by the image's airlock entrypoint.
+	// Args are the container's arguments, run by the image's airlock entrypoint: sandboxd,
+	// then flags written --name=value. The flags that decide what the sandbox may do are the
+	// operator's alone (--allowed-tools, --auth-token-file, --warm-key-file, --readonly,
+	// --workspace, --help): it passes them itself, the tools from the registry entry and the
+	// workspace at the workspace volume's mountPath. A --workspace of that mountPath or of
+	// /workspace (the default's) is accepted and left out: the operator passes its own.
 	// +optional
 	// +kubebuilder:default={"sandboxd","--listen=:8080","--workspace=/workspace"}
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.size() == 0 || (self[0] == 'sandboxd' && self.filter(a, a == 'sandboxd').size() == 1)",message="args must begin with sandboxd, once: the sandbox is airlock's sandboxd"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, a == 'sandboxd' || a.matches('^--[A-Za-z0-9][-_A-Za-z0-9]*='))",message="each arg after sandboxd must be a flag written --name=value: a bare flag, a value or -- could take the operator's flags for its own"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !(a.split('=')[0].replace('_', '-') in ['--allowed-tools', '--auth-token-file', '--warm-key-file', '--readonly', '--help']))",message="args may not set --allowed-tools, --auth-token-file, --warm-key-file, --readonly or --help: the operator passes them (a class grants no tools)"
 	Args []string `json:"args,omitempty"`
 
 	// Ports are the container ports; acquire returns one address per port, at the sandbox pod's
@@ -209,11 +222,13 @@ type SandboxVolume struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
-	// MountPath is where the volume is mounted in the container.
+	// MountPath is where the volume is mounted in the container: an absolute path without
+	// empty, "." or ".." segments.
 	// +required
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.split('/').exists(s, s == '.' || s == '..')",message="mountPath may not hold empty, . or .. segments"
 	MountPath string `json:"mountPath"`
 	// Workspace mounts the claim's subtree of the workspace content PVC.
 	// +optional
@@ -852,6 +867,15 @@ type SandboxClaimSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	RuntimeName string `json:"runtimeName"`
 
+	// RuntimeUID is the metadata.uid of that AgentRuntime: the claim is that runtime's, and
+	// never another's of the same name (one deleted and created again is someone else). Set by
+	// the Sandbox API; a claim written before it existed is the runtime's its controller
+	// ownerReference names.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	RuntimeUID types.UID `json:"runtimeUID,omitempty"`
+
 	// Session is the runtime's session id.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -1053,6 +1077,15 @@ type FrozenSandbox struct {
 	// StartupTimeout is how long the claim may take to become Bound before it is Failed.
 	// +required
 	StartupTimeout metav1.Duration `json:"startupTimeout"`
+
+	// WorkspacePath is the directory sandboxd serves, the workspace volume's mountPath
+	// (/workspace without one): the operator passes it as --workspace, with the claim's tools
+	// and token, right after the subcommand, so that no arg of the class can change their
+	// meaning. Empty in a record frozen before airlock decided it (such a record's args carry
+	// --workspace, and the operator's flags follow them, as when it was frozen).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	WorkspacePath string `json:"workspacePath,omitempty"`
 }
 
 // ClaimAddress is one reachable address of a sandbox.

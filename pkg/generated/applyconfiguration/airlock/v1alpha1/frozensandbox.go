@@ -59,6 +59,12 @@ type FrozenSandboxApplyConfiguration struct {
 	Egress *FrozenEgressApplyConfiguration `json:"egress,omitempty"`
 	// StartupTimeout is how long the claim may take to become Bound before it is Failed.
 	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
+	// WorkspacePath is the directory sandboxd serves, the workspace volume's mountPath
+	// (/workspace without one): the operator passes it as --workspace, with the claim's tools
+	// and token, right after the subcommand, so that no arg of the class can change their
+	// meaning. Empty in a record frozen before airlock decided it (such a record's args carry
+	// --workspace, and the operator's flags follow them, as when it was frozen).
+	WorkspacePath *string `json:"workspacePath,omitempty"`
 }
 
 // FrozenSandboxApplyConfiguration constructs a declarative configuration of the FrozenSandbox type for use with
@@ -189,5 +195,13 @@ func (b *FrozenSandboxApplyConfiguration) WithEgress(value *FrozenEgressApplyCon
 // If called multiple times, the StartupTimeout field is set to the value of the last call.
 func (b *FrozenSandboxApplyConfiguration) WithStartupTimeout(value metav1.Duration) *FrozenSandboxApplyConfiguration {
 	b.StartupTimeout = &value
+	return b
+}
+
+// WithWorkspacePath sets the WorkspacePath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WorkspacePath field is set to the value of the last call.
+func (b *FrozenSandboxApplyConfiguration) WithWorkspacePath(value string) *FrozenSandboxApplyConfiguration {
+	b.WorkspacePath = &value
 	return b
 }

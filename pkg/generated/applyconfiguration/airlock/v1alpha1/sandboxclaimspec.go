@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	types "k8s.io/apimachinery/pkg/types"
+)
+
 // SandboxClaimSpecApplyConfiguration represents a declarative configuration of the SandboxClaimSpec type for use
 // with apply.
 //
@@ -25,6 +29,11 @@ package v1alpha1
 type SandboxClaimSpecApplyConfiguration struct {
 	// RuntimeName is the AgentRuntime, in the claim's namespace, that the claim is for.
 	RuntimeName *string `json:"runtimeName,omitempty"`
+	// RuntimeUID is the metadata.uid of that AgentRuntime: the claim is that runtime's, and
+	// never another's of the same name (one deleted and created again is someone else). Set by
+	// the Sandbox API; a claim written before it existed is the runtime's its controller
+	// ownerReference names.
+	RuntimeUID *types.UID `json:"runtimeUID,omitempty"`
 	// Session is the runtime's session id.
 	Session *string `json:"session,omitempty"`
 	// Handle is <sandbox>/<instance>, e.g. "codegen/default".
@@ -54,6 +63,14 @@ func SandboxClaimSpec() *SandboxClaimSpecApplyConfiguration {
 // If called multiple times, the RuntimeName field is set to the value of the last call.
 func (b *SandboxClaimSpecApplyConfiguration) WithRuntimeName(value string) *SandboxClaimSpecApplyConfiguration {
 	b.RuntimeName = &value
+	return b
+}
+
+// WithRuntimeUID sets the RuntimeUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RuntimeUID field is set to the value of the last call.
+func (b *SandboxClaimSpecApplyConfiguration) WithRuntimeUID(value types.UID) *SandboxClaimSpecApplyConfiguration {
+	b.RuntimeUID = &value
 	return b
 }
 

@@ -30,7 +30,12 @@ import (
 type SandboxClassSpecApplyConfiguration struct {
 	// Image is the container image of the sandbox.
 	Image *string `json:"image,omitempty"`
-	// Args are the container's arguments, run by the image's airlock entrypoint.
+	// Args are the container's arguments, run by the image's airlock entrypoint: sandboxd,
+	// then flags written --name=value. The flags that decide what the sandbox may do are the
+	// operator's alone (--allowed-tools, --auth-token-file, --warm-key-file, --readonly,
+	// --workspace, --help): it passes them itself, the tools from the registry entry and the
+	// workspace at the workspace volume's mountPath. A --workspace of that mountPath or of
+	// /workspace (the default's) is accepted and left out: the operator passes its own.
 	Args []string `json:"args,omitempty"`
 	// Ports are the container ports; acquire returns one address per port, at the sandbox pod's
 	// IP (there is no Service: the address answers the moment the claim is Bound).

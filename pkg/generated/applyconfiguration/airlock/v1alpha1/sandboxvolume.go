@@ -29,7 +29,8 @@ import (
 type SandboxVolumeApplyConfiguration struct {
 	// Name is the volume's name in the pod.
 	Name *string `json:"name,omitempty"`
-	// MountPath is where the volume is mounted in the container.
+	// MountPath is where the volume is mounted in the container: an absolute path without
+	// empty, "." or ".." segments.
 	MountPath *string `json:"mountPath,omitempty"`
 	// Workspace mounts the claim's subtree of the workspace content PVC.
 	Workspace *airlockv1alpha1.WorkspaceVolumeSource `json:"workspace,omitempty"`

@@ -1,4 +1,13 @@
-package sandboxd
+// Package snapshot is sandboxd's snapshot store: a git directory outside
+// the workspace, used with --git-dir=<store> --work-tree=<workspace> and
+// the store's own index, so that the workspace's own repository (its .git, HEAD, index, refs and
+// config) is never read nor written, and the file tools, confined to the
+// workspace, cannot reach it. A snapshot is a commit of the whole workspace
+// (ignored files included) under refs/airlock/snapshots/<id>. Left out:
+// every .git entry, nested repositories (a directory below the top with a
+// .git of its own: restore leaves them as they are) and sandboxd's own
+// transient files (the /readyz probe, Write's temporary files).
+package snapshot
 
 import (
 	"bytes"
@@ -20,27 +29,19 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
-// The snapshot store: a git directory outside the workspace, used with
-// --git-dir=<store> --work-tree=<workspace> and the store's own index, so
-// that the workspace's own repository (its .git, HEAD, index, refs and
-// config) is never read nor written, and the file tools, confined to the
-// workspace, cannot reach it. A snapshot is a commit of the whole workspace
-// (ignored files included) under refs/airlock/snapshots/<id>. Left out:
-// every .git entry, nested repositories (a directory below the top with a
-// .git of its own: restore leaves them as they are) and sandboxd's own
-// transient files (the /readyz probe, Write's temporary files).
-
 const (
-	// snapshotTimeout bounds one snapshot operation (all of its git runs).
-	snapshotTimeout = 10 * time.Minute
-	// snapshotRefs is where snapshots live in the store.
-	snapshotRefs = "refs/airlock/snapshots/"
+	// Timeout bounds one snapshot operation (all of its git runs).
+	Timeout = 10 * time.Minute
+	// Refs is where snapshots live in the store.
+	Refs = "refs/airlock/snapshots/"
 	// gitStderrBytes is how much of git's stderr an error quotes.
 	gitStderrBytes = 4 << 10
-	// snapshotLabelBytes bounds a snapshot's label.
-	snapshotLabelBytes = 200
+	// LabelBytes bounds a snapshot's label.
+	LabelBytes = 200
 )
 
 // errNoGit is the tool error when git is not installed.
@@ -60,8 +61,8 @@ var gitConfig = []string{
 // bytes on disk (end-of-line conversion, filters, ident, encodings).
 const gitAttributes = "* -text -eol -filter -ident -working-tree-encoding\n"
 
-// snapshotStore runs git on the store. One operation runs at a time.
-type snapshotStore struct {
+// Store runs git on the store. One operation runs at a time.
+type Store struct {
 	dir      string // the store: a git directory
 	workTree string
 	root     *os.Root // the workspace, for the walk that finds nested repositories
@@ -69,26 +70,29 @@ type snapshotStore struct {
 	ready    bool // the store exists; under lock
 }
 
-// newSnapshotStore returns the store of the workspace ws under stateDir,
+// Dir is the store's git directory.
+func (s *Store) Dir() string { return s.dir }
+
+// NewStore returns the store of the workspace ws under stateDir,
 // which must not lie inside the workspace. Nothing is created until the
 // first snapshot.
-func newSnapshotStore(stateDir string, ws *resolver) (*snapshotStore, error) {
+func NewStore(stateDir string, ws *workspace.Resolver) (*Store, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("state dir %q: %w", stateDir, err)
 	}
-	for _, base := range []string{ws.dir, ws.real} {
+	for _, base := range []string{ws.Dir(), ws.Real()} {
 		for _, p := range []string{abs, resolveExisting(abs)} {
 			if within(p, base) {
-				return nil, fmt.Errorf("state dir %s is inside the workspace %s: the snapshot store must be out of the file tools' reach", stateDir, ws.dir)
+				return nil, fmt.Errorf("state dir %s is inside the workspace %s: the snapshot store must be out of the file tools' reach", stateDir, ws.Dir())
 			}
 		}
 	}
-	sum := sha256.Sum256([]byte(ws.real))
-	return &snapshotStore{
+	sum := sha256.Sum256([]byte(ws.Real()))
+	return &Store{
 		dir:      filepath.Join(abs, "snapshots-"+hex.EncodeToString(sum[:6])+".git"),
-		workTree: ws.dir,
-		root:     ws.root,
+		workTree: ws.Dir(),
+		root:     ws.Root(),
 		lock:     make(chan struct{}, 1),
 	}, nil
 }
@@ -114,8 +118,8 @@ func resolveExisting(p string) string {
 	}
 }
 
-// acquire takes the store's lock, or gives up when ctx ends.
-func (s *snapshotStore) acquire(ctx context.Context) (func(), error) {
+// Acquire takes the store's lock, or gives up when ctx ends.
+func (s *Store) Acquire(ctx context.Context) (func(), error) {
 	select {
 	case s.lock <- struct{}{}:
 		return func() { <-s.lock }, nil
@@ -125,7 +129,7 @@ func (s *snapshotStore) acquire(ctx context.Context) (func(), error) {
 }
 
 // init creates the store on first use. s.lock is held.
-func (s *snapshotStore) init(ctx context.Context) error {
+func (s *Store) init(ctx context.Context) error {
 	if s.ready {
 		return nil
 	}
@@ -149,7 +153,7 @@ func (s *snapshotStore) init(ctx context.Context) error {
 
 // git runs git on the store and the workspace, with stdin, and returns its
 // stdout (or writes it to out, when out is not nil).
-func (s *snapshotStore) git(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
+func (s *Store) git(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
 	full := []string{"--git-dir=" + s.dir, "--work-tree=" + s.workTree}
 	for _, c := range gitConfig {
 		full = append(full, "-c", c)
@@ -160,7 +164,7 @@ func (s *snapshotStore) git(ctx context.Context, stdin []byte, out io.Writer, ar
 // run runs git with args in a process group of its own, killed whole when
 // ctx ends; the environment is sandboxd's PATH and nothing else of it, so
 // that no GIT_* variable, global or system configuration reaches git.
-func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
+func (s *Store) run(ctx context.Context, stdin []byte, out io.Writer, args ...string) ([]byte, error) {
 	gitPath, err := exec.LookPath("git")
 	if err != nil {
 		return nil, errNoGit
@@ -174,8 +178,8 @@ func (s *snapshotStore) run(ctx context.Context, stdin []byte, out io.Writer, ar
 		"GIT_COMMITTER_NAME=airlock-sandboxd", "GIT_COMMITTER_EMAIL=sandboxd@airlock.invalid",
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { killGroup(cmd.Process.Pid); return nil }
-	cmd.WaitDelay = pipeDrainGrace
+	cmd.Cancel = func() error { procgroup.KillGroup(cmd.Process.Pid); return nil }
+	cmd.WaitDelay = procgroup.DrainGrace
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -212,7 +216,7 @@ func firstVerb(args []string) int {
 
 // pathspecs returns what `git add` takes from the workspace: all of it, but
 // nested repositories and sandboxd's transient files.
-func (s *snapshotStore) pathspecs(ctx context.Context) ([]byte, error) {
+func (s *Store) pathspecs(ctx context.Context) ([]byte, error) {
 	specs := []string{".", ":(exclude,glob)**/.airlock-readyz-*", ":(exclude,glob)**/.*.airlock-*.tmp"}
 	visited := 0
 	err := fs.WalkDir(s.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -243,8 +247,8 @@ func (s *snapshotStore) pathspecs(ctx context.Context) ([]byte, error) {
 	return []byte(strings.Join(specs, "\x00") + "\x00"), nil
 }
 
-// stage makes the store's index the workspace as it is now.
-func (s *snapshotStore) stage(ctx context.Context) error {
+// Stage makes the store's index the workspace as it is now.
+func (s *Store) Stage(ctx context.Context) error {
 	specs, err := s.pathspecs(ctx)
 	if err != nil {
 		return err
@@ -261,20 +265,23 @@ type Snapshot struct {
 	commit  string
 }
 
-// create takes a snapshot of the workspace, under name or, when name is
+// Commit is the snapshot's commit in the store.
+func (sn Snapshot) Commit() string { return sn.commit }
+
+// Create takes a snapshot of the workspace, under name or, when name is
 // empty, a generated id. A name already taken is given to the new
 // snapshot and the older one moved to a generated id (replaced), in one
 // ref transaction: nothing is lost. s.lock is held.
-func (s *snapshotStore) create(ctx context.Context, name, label string) (sn Snapshot, files int, replaced string, err error) {
+func (s *Store) Create(ctx context.Context, name, label string) (sn Snapshot, files int, replaced string, err error) {
 	if name != "" {
-		if err := checkSnapshotName(name); err != nil {
+		if err := CheckName(name); err != nil {
 			return Snapshot{}, 0, "", err
 		}
 	}
 	if err := s.init(ctx); err != nil {
 		return Snapshot{}, 0, "", err
 	}
-	if err := s.stage(ctx); err != nil {
+	if err := s.Stage(ctx); err != nil {
 		return Snapshot{}, 0, "", err
 	}
 	tree, err := s.git(ctx, nil, nil, "write-tree")
@@ -289,7 +296,7 @@ func (s *snapshotStore) create(ctx context.Context, name, label string) (sn Snap
 	if err != nil {
 		return Snapshot{}, 0, "", err
 	}
-	all, err := s.list(ctx)
+	all, err := s.List(ctx)
 	if err != nil {
 		return Snapshot{}, 0, "", err
 	}
@@ -301,12 +308,12 @@ func (s *snapshotStore) create(ctx context.Context, name, label string) (sn Snap
 		id = name
 		if i := slices.IndexFunc(all, func(o Snapshot) bool { return o.ID == name }); i >= 0 {
 			replaced = next
-			fmt.Fprintf(&refs, "create %s%s %s\n", snapshotRefs, next, all[i].commit)
-			fmt.Fprintf(&refs, "update %s%s %s %s\n", snapshotRefs, name, c, all[i].commit)
+			fmt.Fprintf(&refs, "create %s%s %s\n", Refs, next, all[i].commit)
+			fmt.Fprintf(&refs, "update %s%s %s %s\n", Refs, name, c, all[i].commit)
 		}
 	}
 	if replaced == "" {
-		fmt.Fprintf(&refs, "create %s%s %s\n", snapshotRefs, id, c)
+		fmt.Fprintf(&refs, "create %s%s %s\n", Refs, id, c)
 	}
 	if _, err := s.git(ctx, []byte(refs.String()), nil, "update-ref", "--stdin"); err != nil {
 		return Snapshot{}, 0, "", err
@@ -343,12 +350,12 @@ func compareSnapshots(a, b Snapshot) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
-// list returns the snapshots, oldest first. s.lock is held.
-func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
+// List returns the snapshots, oldest first. s.lock is held.
+func (s *Store) List(ctx context.Context) ([]Snapshot, error) {
 	if err := s.init(ctx); err != nil {
 		return nil, err
 	}
-	out, err := s.git(ctx, nil, nil, "for-each-ref", "--format=%(refname:lstrip=3)%00%(objectname)%00%(committerdate:iso-strict)%00%(contents:subject)", snapshotRefs)
+	out, err := s.git(ctx, nil, nil, "for-each-ref", "--format=%(refname:lstrip=3)%00%(objectname)%00%(committerdate:iso-strict)%00%(contents:subject)", Refs)
 	if err != nil {
 		return nil, err
 	}
@@ -368,12 +375,12 @@ func (s *snapshotStore) list(ctx context.Context) ([]Snapshot, error) {
 	return all, nil
 }
 
-// find returns the snapshot id. s.lock is held.
-func (s *snapshotStore) find(ctx context.Context, id string) (Snapshot, error) {
+// Find returns the snapshot id. s.lock is held.
+func (s *Store) Find(ctx context.Context, id string) (Snapshot, error) {
 	if !isSnapshotID(id) {
 		return Snapshot{}, fmt.Errorf("%q is not a snapshot id: ids are s1, s2, ... or the names given to snapshot_create, as snapshot_list gives them", id)
 	}
-	all, err := s.list(ctx)
+	all, err := s.List(ctx)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -408,27 +415,27 @@ func snapshotNumber(id string) int {
 	return n
 }
 
-// snapshotNameBytes bounds a snapshot name.
-const snapshotNameBytes = 100
+// NameBytes bounds a snapshot name.
+const NameBytes = 100
 
 // isSnapshotID reports whether id is a generated id or a valid name.
 func isSnapshotID(id string) bool {
-	return snapshotNumber(id) != 0 || checkSnapshotName(id) == nil
+	return snapshotNumber(id) != 0 || CheckName(id) == nil
 }
 
-// checkSnapshotName checks a name an agent gives a snapshot. It becomes a
+// CheckName checks a name an agent gives a snapshot. It becomes a
 // ref component (refs/airlock/snapshots/<name>), so it is held to a subset
 // of what git check-ref-format allows: ASCII letters, digits, '_', '.' and
 // '-', the first a letter, digit or '_' (no dotfile, nothing git or a
 // shell would read as a flag), no "..", not ending in '.' or ".lock", no
 // '/', '@', control or space characters. 's' followed only by digits is
 // kept for generated ids.
-func checkSnapshotName(name string) error {
+func CheckName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("the snapshot name is empty")
-	case len(name) > snapshotNameBytes:
-		return fmt.Errorf("the snapshot name is %d bytes, more than %d", len(name), snapshotNameBytes)
+	case len(name) > NameBytes:
+		return fmt.Errorf("the snapshot name is %d bytes, more than %d", len(name), NameBytes)
 	case !isNameStart(name[0]):
 		return fmt.Errorf("snapshot name %q must start with a letter, a digit or _", name)
 	case strings.Contains(name, ".."):
@@ -462,9 +469,9 @@ type FileChange struct {
 	Status string `json:"status" jsonschema:"added, modified, deleted or type_changed"`
 }
 
-// changes lists the files that differ between two commits, or between a
+// Changes lists the files that differ between two commits, or between a
 // commit and the index (to == "").
-func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]FileChange, error) {
+func (s *Store) Changes(ctx context.Context, from, to string) ([]FileChange, error) {
 	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-status", "-z"}
 	if to == "" {
 		args = append(args, "--cached", from)
@@ -487,8 +494,8 @@ func (s *snapshotStore) changes(ctx context.Context, from, to string) ([]FileCha
 	return changes, nil
 }
 
-// patch writes the patch between two commits, or a commit and the index.
-func (s *snapshotStore) patch(ctx context.Context, from, to string, out io.Writer) error {
+// Patch writes the Patch between two commits, or a commit and the index.
+func (s *Store) Patch(ctx context.Context, from, to string, out io.Writer) error {
 	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--no-color"}
 	if to == "" {
 		args = append(args, "--cached", from)
@@ -499,10 +506,10 @@ func (s *snapshotStore) patch(ctx context.Context, from, to string, out io.Write
 	return err
 }
 
-// restore makes the workspace the snapshot target, which the index must
+// Restore makes the workspace the snapshot target, which the index must
 // hold the current state beside (stage first): files the snapshot does not
 // have are removed, the others written as they were. s.lock is held.
-func (s *snapshotStore) restore(ctx context.Context, target Snapshot) error {
+func (s *Store) Restore(ctx context.Context, target Snapshot) error {
 	_, err := s.git(ctx, nil, nil, "read-tree", "--reset", "-u", target.commit)
 	return err
 }

@@ -1,4 +1,9 @@
-package sandboxd
+// Package procgroup runs sandboxd's commands: /bin/bash -c in a process
+// group of its own, killed whole when the leader exits, when a timeout or
+// a context ends, or at shutdown (Groups.KillAll), so that nothing a
+// command started outlives it; RunForeground waits for one and returns its
+// capped output and exit code.
+package procgroup
 
 import (
 	"context"
@@ -17,35 +22,35 @@ import (
 )
 
 const (
-	// foregroundOutputBytes caps the output a Bash or run_* call returns.
-	foregroundOutputBytes = 100 << 10
-	// pipeDrainGrace is how long output is still read after a process group
+	// ForegroundOutputBytes caps the output a Bash or run_* call returns.
+	ForegroundOutputBytes = 100 << 10
+	// DrainGrace is how long output is still read after a process group
 	// is gone, from processes that left the group (setsid) but kept the pipe.
-	pipeDrainGrace = 2 * time.Second
-	// exitTimedOut is the exit code of a call killed by its timeout, as
+	DrainGrace = 2 * time.Second
+	// ExitTimedOut is the exit code of a call killed by its timeout, as
 	// timeout(1) reports it.
-	exitTimedOut = 124
+	ExitTimedOut = 124
 )
 
-// commandEnv is added to the environment of every command: no pager, no
+// Env is added to the environment of every command: no pager, no
 // prompt that would wait for a terminal that is not there.
-var commandEnv = []string{"PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
+var Env = []string{"PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
 
-// processGroups tracks the process groups that run, so that shutdown can
+// Groups tracks the process groups that run, so that shutdown can
 // kill every one of them. Once closed, a new group is killed as it starts.
-type processGroups struct {
+type Groups struct {
 	mu     sync.Mutex
-	groups map[int]*groupProcess
+	groups map[int]*Process
 	closed bool
 }
 
-func newProcessGroups() *processGroups { return &processGroups{groups: make(map[int]*groupProcess)} }
+func NewGroups() *Groups { return &Groups{groups: make(map[int]*Process)} }
 
-// errStopped refuses a command once shutdown has begun.
-var errStopped = errors.New("sandboxd is shutting down: no new commands are started")
+// ErrStopped refuses a command once shutdown has begun.
+var ErrStopped = errors.New("sandboxd is shutting down: no new commands are started")
 
-// isClosed reports whether shutdown has begun.
-func (p *processGroups) isClosed() bool {
+// IsClosed reports whether shutdown has begun.
+func (p *Groups) IsClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closed
@@ -53,7 +58,7 @@ func (p *processGroups) isClosed() bool {
 
 // add records the group; it returns false (and the caller must kill the
 // group) once shutdown has begun.
-func (p *processGroups) add(g *groupProcess) bool {
+func (p *Groups) add(g *Process) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -63,42 +68,42 @@ func (p *processGroups) add(g *groupProcess) bool {
 	return true
 }
 
-func (p *processGroups) remove(pgid int) {
+func (p *Groups) remove(pgid int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.groups, pgid)
 }
 
-// killAll kills every group and refuses new ones.
-func (p *processGroups) killAll() {
+// KillAll kills every group and refuses new ones.
+func (p *Groups) KillAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
 	for _, g := range p.groups {
-		g.kill()
+		g.Kill()
 	}
 }
 
-// count returns the number of running groups.
-func (p *processGroups) count() int {
+// Count returns the number of running groups.
+func (p *Groups) Count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.groups)
 }
 
-// killGroup sends SIGKILL to the whole process group pgid.
-func killGroup(pgid int) {
+// KillGroup sends SIGKILL to the whole process group pgid.
+func KillGroup(pgid int) {
 	if pgid > 0 {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 }
 
-// groupProcess is a command started in a process group of its own, whose
+// Process is a command started in a process group of its own, whose
 // output goes to writers through pipes.
-type groupProcess struct {
+type Process struct {
 	cmd    *exec.Cmd
 	pgid   int
-	groups *processGroups
+	groups *Groups
 	// exited is closed when the leader has exited (not yet reaped), after the
 	// rest of its group was killed.
 	exited chan struct{}
@@ -109,17 +114,17 @@ type groupProcess struct {
 	kOnce   sync.Once
 }
 
-// startGroup starts /bin/bash -c command in dir, in a new process group,
+// Start starts /bin/bash -c command in dir, in a new process group,
 // stdin from /dev/null, stdout and stderr copied to the writers (which may be
 // the same). The group is killed whole when the leader exits, so that
 // nothing a foreground command left behind outlives it.
-func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Writer) (*groupProcess, error) {
-	if groups.isClosed() {
-		return nil, errStopped
+func Start(groups *Groups, dir, command string, stdout, stderr io.Writer) (*Process, error) {
+	if groups.IsClosed() {
+		return nil, ErrStopped
 	}
 	cmd := exec.Command("/bin/bash", "-c", command)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), commandEnv...)
+	cmd.Env = append(os.Environ(), Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	var pipes []*os.File // read ends
@@ -151,7 +156,7 @@ func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Wr
 		}
 		return nil, fmt.Errorf("starting /bin/bash: %v", startErr)
 	}
-	p := &groupProcess{
+	p := &Process{
 		cmd:    cmd,
 		pgid:   cmd.Process.Pid,
 		groups: groups,
@@ -160,7 +165,7 @@ func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Wr
 		killed: make(chan struct{}),
 	}
 	if !groups.add(p) {
-		p.kill() // shutdown began while it started
+		p.Kill() // shutdown began while it started
 	}
 
 	var copies sync.WaitGroup
@@ -170,8 +175,8 @@ func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Wr
 	}
 	go func() {
 		defer close(p.done)
-		waitExit(p.pgid)
-		killGroup(p.pgid) // the leader is a zombie: the group id cannot be reused yet
+		WaitExit(p.pgid)
+		KillGroup(p.pgid) // the leader is a zombie: the group id cannot be reused yet
 		close(p.exited)
 		p.waitErr = cmd.Wait()
 		groups.remove(p.pgid)
@@ -179,7 +184,7 @@ func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Wr
 		go func() { copies.Wait(); close(drained) }()
 		select {
 		case <-drained:
-		case <-time.After(pipeDrainGrace):
+		case <-time.After(DrainGrace):
 			for _, r := range pipes {
 				r.Close() // a process that left the group holds the pipe: stop reading
 			}
@@ -192,8 +197,8 @@ func startGroup(groups *processGroups, dir, command string, stdout, stderr io.Wr
 	return p, nil
 }
 
-// waitExit waits until the process pid has exited, without reaping it.
-func waitExit(pid int) {
+// WaitExit waits until the process pid has exited, without reaping it.
+func WaitExit(pid int) {
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -203,14 +208,21 @@ func waitExit(pid int) {
 	}
 }
 
-// kill kills the whole group.
-func (p *groupProcess) kill() {
+// Exited is closed when the leader has exited, once the rest of its group
+// was killed.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Done is closed when the leader is reaped and the output drained.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Kill kills the whole group.
+func (p *Process) Kill() {
 	p.kOnce.Do(func() { close(p.killed) })
-	killGroup(p.pgid)
+	KillGroup(p.pgid)
 }
 
-// wasKilled reports whether kill was called.
-func (p *groupProcess) wasKilled() bool {
+// WasKilled reports whether kill was called.
+func (p *Process) WasKilled() bool {
 	select {
 	case <-p.killed:
 		return true
@@ -219,9 +231,9 @@ func (p *groupProcess) wasKilled() bool {
 	}
 }
 
-// exitCode is the leader's exit code once done is closed: 128+n for a
+// ExitCode is the leader's exit code once done is closed: 128+n for a
 // signal, as bash reports it.
-func (p *groupProcess) exitCode() int {
+func (p *Process) ExitCode() int {
 	st := p.cmd.ProcessState
 	if st == nil {
 		return -1
@@ -232,53 +244,53 @@ func (p *groupProcess) exitCode() int {
 	return st.ExitCode()
 }
 
-// runResult is the outcome of a foreground command.
-type runResult struct {
-	output   string
-	exitCode int
-	timedOut bool
-	canceled bool
-	elapsed  time.Duration
+// Result is the outcome of a foreground command.
+type Result struct {
+	Output   string
+	ExitCode int
+	TimedOut bool
+	Canceled bool
+	Elapsed  time.Duration
 }
 
-// runForeground runs command in dir and waits for it, for at most timeout;
+// RunForeground runs command in dir and waits for it, for at most timeout;
 // on timeout or when ctx ends, the whole process group is killed. The
-// output (stdout and stderr, interleaved) is capped at foregroundOutputBytes.
-func runForeground(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration) (runResult, error) {
-	return runForegroundTee(ctx, groups, dir, command, timeout, nil)
+// output (stdout and stderr, interleaved) is capped at ForegroundOutputBytes.
+func RunForeground(ctx context.Context, groups *Groups, dir, command string, timeout time.Duration) (Result, error) {
+	return RunForegroundTee(ctx, groups, dir, command, timeout, nil)
 }
 
-// runForegroundTee is runForeground that also writes the whole output, as it
+// RunForegroundTee is RunForeground that also writes the whole output, as it
 // comes and before the cap, to tee (when it is not nil).
-func runForegroundTee(ctx context.Context, groups *processGroups, dir, command string, timeout time.Duration, tee io.Writer) (runResult, error) {
-	out := outcap.New(foregroundOutputBytes)
+func RunForegroundTee(ctx context.Context, groups *Groups, dir, command string, timeout time.Duration, tee io.Writer) (Result, error) {
+	out := outcap.New(ForegroundOutputBytes)
 	var w io.Writer = out
 	if tee != nil {
 		w = io.MultiWriter(out, tee)
 	}
 	start := time.Now()
-	p, err := startGroup(groups, dir, command, w, w)
+	p, err := Start(groups, dir, command, w, w)
 	if err != nil {
-		return runResult{}, err
+		return Result{}, err
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	res := runResult{}
+	res := Result{}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-timer.C:
-		res.timedOut = true
-		p.kill()
+		res.TimedOut = true
+		p.Kill()
 	case <-ctx.Done():
-		res.canceled = true
-		p.kill()
+		res.Canceled = true
+		p.Kill()
 	}
-	<-p.done
-	res.elapsed = time.Since(start)
-	res.output = out.String()
-	res.exitCode = p.exitCode()
-	if res.timedOut {
-		res.exitCode = exitTimedOut
+	<-p.Done()
+	res.Elapsed = time.Since(start)
+	res.Output = out.String()
+	res.ExitCode = p.ExitCode()
+	if res.TimedOut {
+		res.ExitCode = ExitTimedOut
 	}
 	return res, nil
 }

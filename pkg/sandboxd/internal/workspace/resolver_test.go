@@ -1,4 +1,4 @@
-package sandboxd
+package workspace
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // newTestResolver returns a resolver over a fresh workspace, and the
 // workspace's path. A sibling directory "outside" holds a secret file that
 // no tool may reach.
-func newTestResolver(t *testing.T) (*resolver, string, string) {
+func newTestResolver(t *testing.T) (*Resolver, string, string) {
 	t.Helper()
 	top := t.TempDir()
 	ws := filepath.Join(top, "ws")
@@ -23,23 +23,13 @@ func newTestResolver(t *testing.T) (*resolver, string, string) {
 			t.Fatal(err)
 		}
 	}
-	writeFile(t, filepath.Join(outside, "secret"), "top secret\n")
-	r, err := newResolver(ws)
+	putFile(t, filepath.Join(outside, "secret"), "top secret\n")
+	r, err := NewResolver(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
 	return r, ws, outside
-}
-
-func writeFile(t *testing.T, name, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestResolverRel(t *testing.T) {
@@ -70,7 +60,7 @@ func TestResolverRel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := r.rel(tt.in)
+			got, err := r.Rel(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("rel(%q) = %q, %v; want error containing %q", tt.in, got, err, tt.wantErr)
@@ -94,13 +84,13 @@ func TestResolverWorkspaceThroughSymlink(t *testing.T) {
 	if err := os.Symlink(real, link); err != nil {
 		t.Fatal(err)
 	}
-	r, err := newResolver(link)
+	r, err := NewResolver(link)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	for _, in := range []string{link + "/f", real + "/f"} {
-		if got, err := r.rel(in); err != nil || got != "f" {
+		if got, err := r.Rel(in); err != nil || got != "f" {
 			t.Errorf("rel(%q) = %q, %v; want f", in, got, err)
 		}
 	}
@@ -109,14 +99,14 @@ func TestResolverWorkspaceThroughSymlink(t *testing.T) {
 func TestNewResolverErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
-	writeFile(t, file, "x")
+	putFile(t, file, "x")
 	for name, in := range map[string]string{
 		"empty":     "",
 		"missing":   filepath.Join(dir, "nope"),
 		"not a dir": file,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if r, err := newResolver(in); err == nil {
+			if r, err := NewResolver(in); err == nil {
 				r.Close()
 				t.Fatalf("newResolver(%q) succeeded, want an error", in)
 			}
@@ -128,21 +118,21 @@ func TestNewResolverErrors(t *testing.T) {
 // out of the tree when a file is opened.
 func TestResolverOpenRefusesEscapes(t *testing.T) {
 	r, ws, outside := newTestResolver(t)
-	writeFile(t, filepath.Join(ws, "inside.txt"), "fine\n")
-	mustSymlink(t, "../outside/secret", filepath.Join(ws, "rel-link"))
-	mustSymlink(t, filepath.Join(outside, "secret"), filepath.Join(ws, "abs-link"))
-	mustSymlink(t, "../outside", filepath.Join(ws, "dir-link"))
-	mustSymlink(t, filepath.Join(ws, "inside.txt"), filepath.Join(ws, "abs-inside-link"))
+	putFile(t, filepath.Join(ws, "inside.txt"), "fine\n")
+	symlinkOrFail(t, "../outside/secret", filepath.Join(ws, "rel-link"))
+	symlinkOrFail(t, filepath.Join(outside, "secret"), filepath.Join(ws, "abs-link"))
+	symlinkOrFail(t, "../outside", filepath.Join(ws, "dir-link"))
+	symlinkOrFail(t, filepath.Join(ws, "inside.txt"), filepath.Join(ws, "abs-inside-link"))
 	if err := os.MkdirAll(filepath.Join(ws, "a", "b"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mustSymlink(t, "../../../outside", filepath.Join(ws, "a", "b", "up"))
-	mustSymlink(t, "loop2", filepath.Join(ws, "loop1"))
-	mustSymlink(t, "loop1", filepath.Join(ws, "loop2"))
+	symlinkOrFail(t, "../../../outside", filepath.Join(ws, "a", "b", "up"))
+	symlinkOrFail(t, "loop2", filepath.Join(ws, "loop1"))
+	symlinkOrFail(t, "loop1", filepath.Join(ws, "loop2"))
 
 	for _, rel := range []string{"rel-link", "abs-link", "dir-link/secret", "a/b/up/secret", "abs-inside-link"} {
 		t.Run(rel, func(t *testing.T) {
-			f, _, err := r.openRegular(rel)
+			f, _, err := r.OpenRegular(rel)
 			if err == nil {
 				f.Close()
 				t.Fatalf("openRegular(%q) succeeded, want a refusal", rel)
@@ -153,13 +143,13 @@ func TestResolverOpenRefusesEscapes(t *testing.T) {
 		})
 	}
 	t.Run("loop", func(t *testing.T) {
-		if f, _, err := r.openRegular("loop1"); err == nil {
+		if f, _, err := r.OpenRegular("loop1"); err == nil {
 			f.Close()
 			t.Fatal("opened a symlink loop")
 		}
 	})
 	t.Run("inside", func(t *testing.T) {
-		f, _, err := r.openRegular("inside.txt")
+		f, _, err := r.OpenRegular("inside.txt")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +178,7 @@ func TestResolverRefusesSpecialFiles(t *testing.T) {
 	for rel, want := range tests {
 		t.Run(rel, func(t *testing.T) {
 			// Opening the FIFO must not block: nobody writes to it.
-			f, _, err := r.openRegular(rel)
+			f, _, err := r.OpenRegular(rel)
 			if err == nil {
 				f.Close()
 				t.Fatalf("openRegular(%q) succeeded", rel)
@@ -202,13 +192,13 @@ func TestResolverRefusesSpecialFiles(t *testing.T) {
 
 func TestResolveFinal(t *testing.T) {
 	r, ws, _ := newTestResolver(t)
-	writeFile(t, filepath.Join(ws, "dir", "target.txt"), "x")
-	mustSymlink(t, "dir/target.txt", filepath.Join(ws, "link"))
-	mustSymlink(t, "link", filepath.Join(ws, "link2"))
-	mustSymlink(t, "../outside/secret", filepath.Join(ws, "out"))
-	mustSymlink(t, "/etc/passwd", filepath.Join(ws, "abs"))
-	mustSymlink(t, "l2", filepath.Join(ws, "l1"))
-	mustSymlink(t, "l1", filepath.Join(ws, "l2"))
+	putFile(t, filepath.Join(ws, "dir", "target.txt"), "x")
+	symlinkOrFail(t, "dir/target.txt", filepath.Join(ws, "link"))
+	symlinkOrFail(t, "link", filepath.Join(ws, "link2"))
+	symlinkOrFail(t, "../outside/secret", filepath.Join(ws, "out"))
+	symlinkOrFail(t, "/etc/passwd", filepath.Join(ws, "abs"))
+	symlinkOrFail(t, "l2", filepath.Join(ws, "l1"))
+	symlinkOrFail(t, "l1", filepath.Join(ws, "l2"))
 	tests := []struct {
 		in, want, wantErr string
 	}{
@@ -221,7 +211,7 @@ func TestResolveFinal(t *testing.T) {
 		{in: "l1", wantErr: "too many levels"},
 	}
 	for _, tt := range tests {
-		got, err := r.resolveFinal(tt.in)
+		got, err := r.ResolveFinal(tt.in)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("resolveFinal(%q) = %q, %v; want error containing %q", tt.in, got, err, tt.wantErr)
@@ -236,21 +226,34 @@ func TestResolveFinal(t *testing.T) {
 
 func TestIsEscape(t *testing.T) {
 	r, ws, _ := newTestResolver(t)
-	mustSymlink(t, "../outside", filepath.Join(ws, "out"))
-	_, err := r.root.Open("out/secret")
-	if !isEscape(err) {
+	symlinkOrFail(t, "../outside", filepath.Join(ws, "out"))
+	_, err := r.Root().Open("out/secret")
+	if !IsEscape(err) {
 		t.Fatalf("isEscape(%v) = false, want true", err)
 	}
-	if isEscape(errors.New("other")) || isEscape(nil) {
+	if IsEscape(errors.New("other")) || IsEscape(nil) {
 		t.Fatal("isEscape is true for an unrelated error")
 	}
 }
 
-func mustSymlink(t *testing.T, target, name string) {
+func listenUnix(name string) (net.Listener, error) { return net.Listen("unix", name) }
+
+// putFile writes content to name, making its directory, for the
+// resolver's tests (which live beside the resolver, apart from the tools').
+func putFile(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// symlinkOrFail makes name a symbolic link to target.
+func symlinkOrFail(t *testing.T, target, name string) {
 	t.Helper()
 	if err := os.Symlink(target, name); err != nil {
 		t.Fatal(err)
 	}
 }
-
-func listenUnix(name string) (net.Listener, error) { return net.Listen("unix", name) }

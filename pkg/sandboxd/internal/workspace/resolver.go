@@ -1,6 +1,12 @@
-package sandboxd
+// Package workspace is how sandboxd's tools reach the workspace: a Resolver
+// turns the paths tools receive into workspace-relative ones and opens,
+// writes and replaces files through an os.Root, so that no path (through
+// "..", a symbolic link, or a directory swapped mid-operation) leads out of
+// the tree; special files are refused where a regular one is wanted.
+package workspace
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,16 +17,16 @@ import (
 	"syscall"
 )
 
-// maxSymlinkHops bounds how many final-component symbolic links resolveFinal
+// maxSymlinkHops bounds how many final-component symbolic links ResolveFinal
 // follows, like SYMLOOP_MAX.
 const maxSymlinkHops = 8
 
-// resolver is the one way file tools reach the workspace. It turns the paths
+// Resolver is the one way file tools reach the workspace. It turns the paths
 // that tools receive into workspace-relative paths, and every file operation
 // goes through its os.Root, which refuses any path (including one reached
 // through a symbolic link, or a directory swapped for one mid-operation)
 // that leads out of the tree.
-type resolver struct {
+type Resolver struct {
 	// dir is the workspace as configured, absolute and clean.
 	dir string
 	// real is dir with its symbolic links evaluated; absolute tool paths may
@@ -29,8 +35,8 @@ type resolver struct {
 	root *os.Root
 }
 
-// newResolver opens the workspace directory dir.
-func newResolver(dir string) (*resolver, error) {
+// NewResolver opens the workspace directory dir.
+func NewResolver(dir string) (*Resolver, error) {
 	if dir == "" {
 		return nil, errors.New("workspace is not set")
 	}
@@ -53,18 +59,28 @@ func newResolver(dir string) (*resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	return &resolver{dir: abs, real: real, root: root}, nil
+	return &Resolver{dir: abs, real: real, root: root}, nil
 }
 
-// Close releases the workspace directory.
-func (r *resolver) Close() error { return r.root.Close() }
+// Dir is the workspace as configured, absolute and clean.
+func (r *Resolver) Dir() string { return r.dir }
 
-// rel returns the workspace-relative, slash-separated form of the tool path
+// Real is Dir with its symbolic links evaluated.
+func (r *Resolver) Real() string { return r.real }
+
+// Root is the workspace opened as an os.Root: every file operation of the
+// tools goes through it.
+func (r *Resolver) Root() *os.Root { return r.root }
+
+// Close releases the workspace directory.
+func (r *Resolver) Close() error { return r.root.Close() }
+
+// Rel returns the workspace-relative, slash-separated form of the tool path
 // p: "." for the workspace itself. A relative p is taken from the workspace;
 // an absolute p must lie inside it. A path that leaves the workspace
 // lexically (through "..") is refused here; one that leaves it through a
 // symbolic link is refused by the os.Root when it is used.
-func (r *resolver) rel(p string) (string, error) {
+func (r *Resolver) Rel(p string) (string, error) {
 	if p == "" {
 		return "", errors.New("path is empty")
 	}
@@ -98,11 +114,11 @@ func (r *resolver) rel(p string) (string, error) {
 	return filepath.ToSlash(c), nil
 }
 
-// resolveFinal follows symbolic links in the last component of the
+// ResolveFinal follows symbolic links in the last component of the
 // workspace-relative path rel, so that Write and Edit replace the file a link
 // names rather than the link. A link that is absolute or leads out of the
 // workspace is refused. A path that does not exist is returned as it is.
-func (r *resolver) resolveFinal(rel string) (string, error) {
+func (r *Resolver) ResolveFinal(rel string) (string, error) {
 	cur := rel
 	for range maxSymlinkHops {
 		fi, err := r.root.Lstat(cur)
@@ -110,14 +126,14 @@ func (r *resolver) resolveFinal(rel string) (string, error) {
 			if errors.Is(err, fs.ErrNotExist) {
 				return cur, nil
 			}
-			return "", r.explain(rel, err)
+			return "", r.Explain(rel, err)
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			return cur, nil
 		}
 		target, err := r.root.Readlink(cur)
 		if err != nil {
-			return "", r.explain(rel, err)
+			return "", r.Explain(rel, err)
 		}
 		if path.IsAbs(target) {
 			return "", fmt.Errorf("%s: refused: it is a symbolic link to the absolute path %s (only relative links inside the workspace are followed)", rel, target)
@@ -131,33 +147,33 @@ func (r *resolver) resolveFinal(rel string) (string, error) {
 	return "", fmt.Errorf("%s: too many levels of symbolic links", rel)
 }
 
-// openRegular opens the regular file at rel for reading. Directories,
+// OpenRegular opens the regular file at rel for reading. Directories,
 // devices, FIFOs and sockets are refused; the file is opened non-blocking and
 // checked after the open, so a FIFO swapped in cannot hang the call.
-func (r *resolver) openRegular(rel string) (*os.File, fs.FileInfo, error) {
+func (r *Resolver) OpenRegular(rel string) (*os.File, fs.FileInfo, error) {
 	f, err := r.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if fi, serr := r.root.Stat(rel); serr == nil && !isEscape(err) {
-			if cerr := checkRegular(rel, fi); cerr != nil {
+		if fi, serr := r.root.Stat(rel); serr == nil && !IsEscape(err) {
+			if cerr := CheckRegular(rel, fi); cerr != nil {
 				return nil, nil, cerr // e.g. a socket, which cannot be opened (ENXIO)
 			}
 		}
-		return nil, nil, r.explain(rel, err)
+		return nil, nil, r.Explain(rel, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, r.explain(rel, err)
+		return nil, nil, r.Explain(rel, err)
 	}
-	if err := checkRegular(rel, fi); err != nil {
+	if err := CheckRegular(rel, fi); err != nil {
 		f.Close()
 		return nil, nil, err
 	}
 	return f, fi, nil
 }
 
-// checkRegular refuses anything at rel that is not a regular file.
-func checkRegular(rel string, fi fs.FileInfo) error {
+// CheckRegular refuses anything at rel that is not a regular file.
+func CheckRegular(rel string, fi fs.FileInfo) error {
 	switch m := fi.Mode(); {
 	case m.IsRegular():
 		return nil
@@ -186,11 +202,11 @@ func fileKind(m fs.FileMode) string {
 	}
 }
 
-// explain turns an error from the os.Root into one the model can act on.
-func (r *resolver) explain(rel string, err error) error {
+// Explain turns an error from the os.Root into one the model can act on.
+func (r *Resolver) Explain(rel string, err error) error {
 	var errno syscall.Errno
 	switch {
-	case isEscape(err):
+	case IsEscape(err):
 		return fmt.Errorf("%s: refused: it leads outside the workspace (through a symbolic link or \"..\")", rel)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s: no such file or directory", rel)
@@ -210,14 +226,101 @@ func (r *resolver) explain(rel string, err error) error {
 	return fmt.Errorf("%s: %v", rel, err)
 }
 
-// isEscape reports whether err is os.Root's refusal of a path that leaves
+// IsEscape reports whether err is os.Root's refusal of a path that leaves
 // the root. The os package does not export that error, so its text is
 // matched.
-func isEscape(err error) bool {
+func IsEscape(err error) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if e.Error() == "path escapes from parent" {
 			return true
 		}
 	}
 	return false
+}
+
+// Check reports whether the workspace is a directory we can still reach and,
+// if writable is set, create files in.
+func (r *Resolver) Check(writable bool) error {
+	fi, err := r.root.Stat(".")
+	if err != nil {
+		return fmt.Errorf("workspace %s: %v", r.dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", r.dir)
+	}
+	if !writable {
+		return nil
+	}
+	name := ".airlock-readyz-" + rand.Text()[:10]
+	f, err := r.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("workspace %s is not writable: %v", r.dir, err)
+	}
+	f.Close()
+	if err := r.root.Remove(name); err != nil {
+		return fmt.Errorf("workspace %s: removing the probe file: %v", r.dir, err)
+	}
+	return nil
+}
+
+// AtomicWrite replaces rel with data: a temporary file in the same directory
+// is written, synced and renamed over rel, and the directory is synced. It
+// returns the new file's info.
+func (r *Resolver) AtomicWrite(rel string, data []byte, mode fs.FileMode) (fs.FileInfo, error) {
+	tmp, err := r.WriteTemp(rel, data, mode)
+	if err != nil {
+		return nil, err
+	}
+	return r.CommitTemp(tmp, rel)
+}
+
+// WriteTemp writes data, synced, to a new temporary file beside rel, and
+// returns its path; CommitTemp (or the root's Remove) takes it from there.
+func (r *Resolver) WriteTemp(rel string, data []byte, mode fs.FileMode) (string, error) {
+	dir, base := path.Split(rel)
+	tmp := path.Join(dir, "."+base+".airlock-"+rand.Text()[:10]+".tmp")
+	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return "", r.Explain(rel, err)
+	}
+	cleanup := func() { _ = r.root.Remove(tmp) }
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		cleanup()
+		return "", fmt.Errorf("writing %s: %v", rel, err)
+	}
+	if err := f.Chmod(mode); err != nil { // OpenFile's mode is subject to the umask
+		f.Close()
+		cleanup()
+		return "", fmt.Errorf("writing %s: %v", rel, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		cleanup()
+		return "", fmt.Errorf("syncing %s: %v", rel, err)
+	}
+	if err := f.Close(); err != nil {
+		cleanup()
+		return "", fmt.Errorf("writing %s: %v", rel, err)
+	}
+	return tmp, nil
+}
+
+// CommitTemp renames the temporary file tmp over rel and syncs the
+// directory. It returns the new file's info.
+func (r *Resolver) CommitTemp(tmp, rel string) (fs.FileInfo, error) {
+	if err := r.root.Rename(tmp, rel); err != nil {
+		_ = r.root.Remove(tmp)
+		return nil, r.Explain(rel, err)
+	}
+	dir := path.Dir(rel)
+	if d, err := r.root.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	fi, err := r.root.Lstat(rel)
+	if err != nil {
+		return nil, r.Explain(rel, err)
+	}
+	return fi, nil
 }
