@@ -242,7 +242,8 @@ func acquireRecovered(t *testing.T, c *client.Client, req client.AcquireRequest,
 			return false, nil
 		}
 		p, err := kubeClient.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || p.Spec.NodeName == node || p.DeletionTimestamp != nil {
+		if err != nil || p.Spec.NodeName == "" || p.Spec.NodeName == node || p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+			t.Errorf("acquire answered 200 (%+v) while the claim's pod is not running on another node: %v", got, podState(p, err))
 			return false, nil
 		}
 		if len(got.Addresses) != 1 || got.Addresses[0].URL == oldURL || !strings.Contains(got.Addresses[0].URL, p.Status.PodIP) {
@@ -347,4 +348,11 @@ func TestClaimSurvivesLostNode(t *testing.T) {
 	for _, v := range violations() {
 		t.Errorf("one writer: %s", v)
 	}
+}
+
+func podState(p *corev1.Pod, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("pod %s on node %q, IP %q, deleting %v", p.Name, p.Spec.NodeName, p.Status.PodIP, p.DeletionTimestamp != nil)
 }

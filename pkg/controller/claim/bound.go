@@ -209,8 +209,20 @@ func (c *Controller) watchLostPod(ctx context.Context, claim *airlockv1alpha1.Sa
 	}
 	if loss == nil {
 		if cond := findCondition(claim, ConditionPodLost); cond != nil && cond.Status == metav1.ConditionTrue {
-			// No longer lost (its pod released and not created again yet, or its Node back):
-			// the conditions say so, and the startupTimeout starts now for the pod as it is.
+			if cond.Reason == ReasonNodeGone || cond.Reason == ReasonNodeOutOfService {
+				// Released: the claim stays lost (the acquire answers 202 with why) until the pod
+				// built again on another Node is Ready (watchBoundPod), and that pod has the
+				// whole startupTimeout, from now.
+				if ready := findCondition(claim, ConditionReady); ready != nil && ready.Reason == cond.Reason {
+					updated := claim.DeepCopy()
+					setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, c.clock.Now())
+					_, err := c.updateClaimStatus(ctx, claim, updated)
+					return ptr.To(idleLeft), true, err
+				}
+				return nil, false, nil
+			}
+			// Its Node is back: the conditions say so, and the startupTimeout starts now for
+			// the pod as it is.
 			updated := claim.DeepCopy()
 			setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonPodNotReady, messagePodNotReady, c.clock.Now())
 			if _, err := c.reportPodLoss(ctx, claim, updated, nil); err != nil {

@@ -289,7 +289,8 @@ func TestSyncBoundLostPodRecovers(t *testing.T) {
 
 // TestSyncBoundPodReleasedResetsStartupTimeout: once a lost pod is released, the claim's Ready
 // reason is PodNotReady from now, so the pod built again has the whole startupTimeout (not what
-// was left of it when the Node was lost), and PodLost is False.
+// was left of it when the Node was lost), and PodLost stays True until that pod is Ready (the
+// acquire answers 202 with why, not the address of the pod that is gone; found by the e2e).
 func TestSyncBoundPodReleasedResetsStartupTimeout(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
@@ -311,8 +312,36 @@ func TestSyncBoundPodReleasedResetsStartupTimeout(t *testing.T) {
 	if ready == nil || ready.Reason != ReasonPodNotReady || !ready.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("Ready %+v, want PodNotReady since now", ready)
 	}
+	if lost := findCondition(got, ConditionPodLost); lost == nil || lost.Status != metav1.ConditionTrue || lost.Reason != ReasonNodeGone {
+		t.Errorf("PodLost %+v, want still True/%s", lost, ReasonNodeGone)
+	}
+}
+
+// TestSyncBoundNodeBack: a pod lost to an unreachable Node whose Node is Ready again is no longer
+// lost: PodLost False, and the startupTimeout starts now for the pod as it is.
+func TestSyncBoundNodeBack(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-20*time.Minute))
+	claim.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
+	setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonNodeUnreachable, "unreachable", t0.Add(-10*time.Minute))
+	setCondition(&claim.Status, ConditionPodLost, metav1.ConditionTrue, ReasonNodeUnreachable, "unreachable", t0.Add(-10*time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.pods = append(f.pods, stripped(t, newPod(claim, onNode(true, nil))))
+	c := f.newController(ctx)
+	if err := f.kubeClient.Tracker().Add(nodeState(corev1.ConditionTrue)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.writtenClaim()
 	if lost := findCondition(got, ConditionPodLost); lost == nil || lost.Status != metav1.ConditionFalse {
 		t.Errorf("PodLost %+v, want False", lost)
+	}
+	if ready := findCondition(got, ConditionReady); ready == nil || ready.Reason != ReasonPodNotReady || !ready.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("Ready %+v, want PodNotReady since now", ready)
 	}
 }
 
