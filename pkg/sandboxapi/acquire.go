@@ -450,7 +450,8 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 		}
 	}
 	if _, reapRequested := fresh.Annotations[airlockv1alpha1.AnnotationReapRequested]; fresh.UID != c.UID ||
-		fresh.DeletionTimestamp != nil || reapRequested || fresh.Status.Phase != airlockv1alpha1.ClaimBound {
+		fresh.DeletionTimestamp != nil || reapRequested || fresh.Status.Phase != airlockv1alpha1.ClaimBound ||
+		meta.IsStatusConditionTrue(fresh.Status.Conditions, airlockv1alpha1.ConditionPodLost) {
 		return stepResult{}
 	}
 	token, err := boundToken(ctx, a.s.tokens, fresh)
