@@ -89,7 +89,9 @@ func checkOperatorWritesOnlyWhatAirlockBuilds(t *testing.T) {
 	pod := policyClaimPod(claim)
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	privileged := pod.DeepCopy()
+	// Privileged, so escalation allowed too (the API server refuses the two together).
 	privileged.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+	privileged.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
 
 	// The policy is in force once the API server's policy informer has it: wait for that.
 	eventually(t, time.Minute, "the operator's admission policy to refuse a privileged pod", func(ctx context.Context) (bool, error) {
@@ -274,6 +276,7 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 		"a privileged Job": {func() error {
 			j := policyJob(claim)
 			j.Spec.Template.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			j.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
 			_, err := op.BatchV1().Jobs(ns).Create(ctx, j, dryRun)
 			return err
 		}, "runs no privileged container"},
