@@ -298,6 +298,7 @@ cd /tmp && go mod download -json example.test/hello@v1.0.0 >/tmp/dl.json 2>&1; e
 			t.Errorf("%s through the gateway: err %q isError %v: %q, want %q in it", tc.step, c.Err, c.IsError, c.Text, tc.want)
 		}
 	}
+	checkDenialEvents(t, f, e.ns, claimA)
 	checkNoCredentialInSandbox(t, e.ns, claimA, f.credential, res.call(t, "env").Text)
 	checkResolverLog(t, f)
 	checkEgressAudit(t, f, e.ns+"/"+claimA)
@@ -541,4 +542,45 @@ func checkEgressMetrics(t *testing.T, f *egressFixture) {
 		t.Errorf("monitored-metrics.txt lists no family of the gateway (exporter egress)")
 	}
 	t.Logf("gateway families scraped from %s: %d monitored, all served", mon, n)
+}
+
+// checkDenialEvents (issue 25, item 6): claim A has Warning events EgressDenied for the hosts
+// the gateway refused, one per host and gateway replica however often the host was tried
+// (unlisted.internet.test was tried by several techniques, on two ports).
+func checkDenialEvents(t *testing.T, f *egressFixture, ns, claim string) {
+	t.Helper()
+	count := func(ctx context.Context, host string) (int32, []string, error) {
+		events, err := kubeClient.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=EgressDenied"})
+		if err != nil {
+			return 0, nil, err
+		}
+		var n int32
+		var msgs []string
+		for _, ev := range events.Items {
+			msgs = append(msgs, ev.Message)
+			if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "SandboxClaim" {
+				t.Errorf("event %s: type %s about a %s, want a Warning about the SandboxClaim", ev.Name, ev.Type, ev.InvolvedObject.Kind)
+			}
+			if strings.Contains(ev.Message, " "+host+":") {
+				n += max(ev.Count, 1)
+			}
+		}
+		return n, msgs, nil
+	}
+	var msgs []string
+	eventually(t, time.Minute, "an EgressDenied event of "+claim+" for unlisted.internet.test", func(ctx context.Context) (bool, error) {
+		n, m, err := count(ctx, "unlisted.internet.test")
+		msgs = m
+		return n > 0, err
+	})
+	for _, host := range []string{"unlisted.internet.test", "loopback.internet.test", "allowed.internet.test"} {
+		n, _, err := count(context.Background(), host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || int(n) > len(f.gatewayPods) {
+			t.Errorf("%d EgressDenied events of %s for %s, want 1 to %d (one per gateway replica at most)", n, claim, host, len(f.gatewayPods))
+		}
+	}
+	t.Logf("EgressDenied events of %s (%d):\n  %s", claim, len(msgs), strings.Join(msgs, "\n  "))
 }
