@@ -493,20 +493,39 @@ func checkEgressAudit(t *testing.T, f *egressFixture, claim string) {
 		}
 		all.Write(logs)
 	}
-	reasons := map[string]int{}
+	// A refusal of who is asking names no claim: its line has the source, A's pod's address.
+	ns, name, _ := strings.Cut(claim, "/")
+	pod, err := kubeClient.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons, anonymous := map[string]int{}, map[string]int{}
 	for _, line := range strings.Split(all.String(), "\n") {
-		if !strings.Contains(line, `"Egress"`) || !strings.Contains(line, `claim="`+claim+`"`) {
+		if !strings.Contains(line, `"Egress"`) {
 			continue
 		}
-		if i := strings.Index(line, ` reason="`); i >= 0 {
-			r := line[i+len(` reason="`):]
-			reasons[r[:strings.IndexByte(r, '"')]]++
+		i := strings.Index(line, ` reason="`)
+		if i < 0 {
+			continue
+		}
+		r := line[i+len(` reason="`):]
+		r = r[:strings.IndexByte(r, '"')]
+		switch {
+		case strings.Contains(line, `claim="`+claim+`"`):
+			reasons[r]++
+		case strings.Contains(line, `source="`+pod.Status.PodIP+`"`) && !strings.Contains(line, ` claim=`):
+			anonymous[r]++
 		}
 	}
-	t.Logf("audit lines of %s by reason: %v", claim, reasons)
-	for _, want := range []string{"sni_mismatch", "not_tls", "host_not_allowed", "wrong_source", "allowed"} {
+	t.Logf("audit lines of %s by reason: %v; from its pod without a claim: %v", claim, reasons, anonymous)
+	for _, want := range []string{"sni_mismatch", "not_tls", "host_not_allowed", "local_address", "allowed"} {
 		if reasons[want] == 0 {
 			t.Errorf("no audit line of %s with reason %s", claim, want)
+		}
+	}
+	for _, want := range []string{"no_credential", "bad_credential", "wrong_source"} {
+		if anonymous[want] == 0 {
+			t.Errorf("no audit line from %s's pod with reason %s", claim, want)
 		}
 	}
 }
