@@ -580,6 +580,9 @@ func checkDenialEvents(t *testing.T, f *egressFixture, ns, claim string) {
 			if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "SandboxClaim" {
 				t.Errorf("event %s: type %s about a %s, want a Warning about the SandboxClaim", ev.Name, ev.Type, ev.InvolvedObject.Kind)
 			}
+			if strings.HasPrefix(ev.Message, "(combined from similar events)") {
+				t.Errorf("event %s folds several hosts into one: %q", ev.Name, ev.Message)
+			}
 			if strings.Contains(ev.Message, " "+host+":") {
 				n += max(ev.Count, 1)
 			}

@@ -217,7 +217,7 @@ func (o *EgressOptions) config(ctx context.Context) (egress.ServeConfig, *egress
 	if err != nil || kube == nil {
 		return cfg, informers, func() {}, err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(egress.DenialEventsCorrelator()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "airlock-egress"})
 	cfg.Gateway.Observe = egress.NewDenialEvents(recorder).Observe

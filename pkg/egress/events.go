@@ -102,3 +102,11 @@ func eventTarget(r Record) string {
 	}
 	return fmt.Sprintf("%s:%d", r.Host, r.Port)
 }
+
+// DenialEventsCorrelator is the event broadcaster's correlation for DenialEvents: client-go
+// folds the eleventh event of one object and reason within 10 minutes into one "combined from
+// similar events" whose message is the latest host; allowing one more than a claim's hosts keeps
+// each host's event its own.
+func DenialEventsCorrelator() record.CorrelatorOptions {
+	return record.CorrelatorOptions{MaxEvents: maxDeniedHostsPerClaim + 1}
+}
