@@ -242,13 +242,13 @@ func setUpEgress(t *testing.T) *egressFixture {
 // (egress stays enabled).
 func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, mounts []corev1.VolumeMount, operatorArgs []string) {
 	t.Helper()
-	js := func(v any) string {
-		if v == nil || (fmt.Sprint(v) == "[]") {
-			return "[]"
-		}
+	js := func(v any) string { // a JSON list; a nil slice is the empty list
 		b, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if string(b) == "null" {
+			return "[]"
 		}
 		return string(b)
 	}
@@ -398,7 +398,6 @@ exec busybox httpd -f -p 8080 -h /tmp/www`
 // internetAddress as external IP (443 and 80), and the test resolver at the fixed address.
 func startInternet(t *testing.T, f *egressFixture, certPEM, keyPEM, gitURL string) (string, string) {
 	t.Helper()
-	ctx := context.Background()
 	plan, err := json.Marshal(map[string]any{"certPEM": certPEM, "keyPEM": keyPEM, "credential": f.credential,
 		"names": internetNames(f.apiServerIP), "gitBackend": gitURL})
 	if err != nil {
@@ -429,7 +428,6 @@ func startInternet(t *testing.T, f *egressFixture, certPEM, keyPEM, gitURL strin
 			return err == nil, nil
 		})
 	}
-	_ = ctx
 	return pod.Name, ip
 }
 

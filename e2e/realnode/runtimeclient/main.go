@@ -232,7 +232,7 @@ func runAcquire(ctx context.Context, p Plan) *AcquireResult {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|scrape|serve|internet|egressprobe|copyself [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
