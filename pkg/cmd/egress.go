@@ -90,7 +90,7 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TerminateCACertFile, "terminate-ca-cert-file", o.TerminateCACertFile, "PEM CA certificate with which the gateway terminates the TLS of tunnels to hosts whose rules restrict methods or paths or inject a credential (sandboxes trust it). Empty: such tunnels are refused.")
 	fs.StringVar(&o.TerminateCAKeyFile, "terminate-ca-key-file", o.TerminateCAKeyFile, "PEM private key of --terminate-ca-cert-file.")
 	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
-	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read once at start.")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read each time it is injected, so an updated Secret is used from the next request on.")
 }
 
 // Validate returns one error for each invalid flag value.
