@@ -385,6 +385,7 @@ exec busybox httpd -f -p 8080 -h /tmp/www`
 	pod := restrictedPod("git", map[string]string{"app": "git"}, realnodeSandboxImage(), nil)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	pod.Spec.Containers[0].Command = []string{"bash", "-c", script}
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1) // busybox httpd as PID 1 ignores SIGTERM
 	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
 	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/cgi-bin/git/repo.git/info/refs", Port: intstr.FromInt32(8080)}},
@@ -406,6 +407,7 @@ func startInternet(t *testing.T, f *egressFixture, certPEM, keyPEM, gitURL strin
 	labels := map[string]string{"app": "internet"}
 	pod := restrictedPod("internet", labels, realnodeClientImage(), []string{"internet", "-plan", string(plan)})
 	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}, {Name: "http", ContainerPort: 8080}, {Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolUDP}}
 	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
@@ -419,13 +421,19 @@ func startInternet(t *testing.T, f *egressFixture, certPEM, keyPEM, gitURL strin
 			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")}}}},
 	}
 	for _, svc := range svcs {
-		// A previous run's resolver Service may still hold the fixed address while its namespace goes.
-		eventually(t, 2*time.Minute, "Service "+svc.Name+" created", func(ctx context.Context) (bool, error) {
+		// A previous run's resolver Service may still hold the fixed address while its namespace
+		// goes (this test deletes its own first, when it ends).
+		logged := false
+		eventually(t, 3*time.Minute, "Service "+svc.Name+" created", func(ctx context.Context) (bool, error) {
 			_, err := kubeClient.CoreV1().Services(f.internetNS).Create(ctx, svc, metav1.CreateOptions{})
-			if err != nil {
+			if err != nil && !logged {
 				t.Logf("creating Service %s: %v (retrying)", svc.Name, err)
+				logged = true
 			}
 			return err == nil, nil
+		})
+		t.Cleanup(func() {
+			_ = kubeClient.CoreV1().Services(f.internetNS).Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
 		})
 	}
 	return pod.Name, ip
