@@ -77,11 +77,15 @@ func checkOperatorCannotReadSecrets(t *testing.T) {
 		t.Errorf("can-i list secrets -n %s: %q, want no", operatorNamespaceName, got)
 	}
 	// Its serving certificate's Secret, by name only (the informer's list and watch carry a
-	// metadata.name field selector, which RBAC checks against the name).
-	for _, verb := range []string{"get", "list", "watch", "update"} {
+	// metadata.name field selector, which RBAC checks against the name); read from that cache
+	// only, never got.
+	for _, verb := range []string{"list", "watch", "update"} {
 		if got := canI(t, ctx, verb, "secrets/"+servingcert.SecretName, operatorNamespaceName); got != "yes" {
 			t.Errorf("can-i %s its serving certificate Secret: %q, want yes", verb, got)
 		}
+	}
+	if got := canI(t, ctx, "get", "secrets/"+servingcert.SecretName, operatorNamespaceName); got != "no" {
+		t.Errorf("can-i get its serving certificate Secret: %q, want no (nothing gets it)", got)
 	}
 	// ConfigMaps: the CA bundle airlock-ca in any namespace, no other.
 	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {

@@ -182,13 +182,13 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 }
 
 // TestNamespaceRoleReadsOnlyTheKey: in its own namespace the operator may get the claim token
-// key Secret by name, get, list, watch and update the serving certificate Secret by name, and
+// key Secret by name, list, watch and update the serving certificate Secret by name, and
 // touch no other Secret.
 func TestNamespaceRoleReadsOnlyTheKey(t *testing.T) {
 	roles := decodeAll[rbacv1.Role](t, documents(t), "Role")
 	allowed := map[string][]string{
 		"airlock-token-key": {"get"},
-		servingSecret:       {"get", "list", "watch", "update"},
+		servingSecret:       {"list", "watch", "update"},
 	}
 	granted := map[string][]string{}
 	for file, role := range roles {

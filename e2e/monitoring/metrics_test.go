@@ -134,8 +134,10 @@ func moduleDir(t *testing.T, module string) string {
 func scanPackage(t *testing.T, dir string, families map[string]family) {
 	t.Helper()
 	exporter := "operator"
-	if rel, err := filepath.Rel(filepath.Join(repoRoot, "pkg", "sandboxd"), dir); err == nil && !strings.HasPrefix(rel, "..") {
-		exporter = "sandboxd"
+	for _, pkg := range []string{"sandboxd", "egress"} { // sandboxd's, the egress gateway's (airlock egress)
+		if rel, err := filepath.Rel(filepath.Join(repoRoot, "pkg", pkg), dir); err == nil && !strings.HasPrefix(rel, "..") {
+			exporter = pkg
+		}
 	}
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(dir)

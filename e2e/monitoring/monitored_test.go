@@ -26,7 +26,8 @@ const monitoredHeader = `# The metric families that the alert rules (manifests/c
 # Generated: cd e2e/monitoring && go test -run TestMonitoredMetricsFile -update
 # Checked by that test (make test-monitoring); read by TestRealNodeMetricsScraped (e2e), which
 # scrapes the running operator's replicas and a sandbox's sandboxd and finds every family here
-# in what they serve.
+# in what they serve, and by TestRealNodeEgress (e2e), which scrapes the egress gateway's
+# replicas for the families of exporter egress.
 `
 
 // monitoredFamilies returns the families the rules and the dashboard use, sorted by name.
@@ -86,7 +87,7 @@ func TestMonitoredMetricsFile(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("%s is stale: regenerate it (cd e2e/monitoring && go test -run TestMonitoredMetricsFile -update); want:\n%s", monitoredFile, want)
 	}
-	for _, exporter := range []string{"operator", "sandboxd", "prometheus"} {
+	for _, exporter := range []string{"operator", "sandboxd", "egress", "prometheus"} {
 		if !strings.Contains(want, " "+exporter+"\n") {
 			t.Errorf("no family of %s in the list: the exporter is not told apart", exporter)
 		}
@@ -105,6 +106,7 @@ func TestMonitoredFamiliesKnown(t *testing.T) {
 		"airlock_claims":                         {kind: custom, exporter: "operator"},
 		"airlock_operator_leadership_lost_total": {kind: counter, exporter: "operator"},
 		"airlock_sandboxd_tool_calls_total":      {kind: counter, exporter: "sandboxd"},
+		"airlock_egress_requests_total":          {kind: counter, exporter: "egress"},
 		"workqueue_depth":                        {kind: gauge, exporter: "operator"},
 		"up":                                     {kind: gauge, exporter: "prometheus"},
 	} {

@@ -249,6 +249,13 @@ var alertCases = map[string]map[string]alertCase{
 		"60 days left":       {load: "load 1m\n airlock_sandbox_api_certificate_expiration_timestamp_seconds{pod=\"a\"} 5184000x120", at: 90 * time.Minute},
 		"one replica behind": {load: "load 1m\n airlock_sandbox_api_certificate_expiration_timestamp_seconds{pod=\"a\"} 5184000x120\n airlock_sandbox_api_certificate_expiration_timestamp_seconds{pod=\"b\"} 864000x120", at: 90 * time.Minute, wantFiring: true},
 	},
+	"AirlockEgressDenialsHigh": {
+		"a sandbox probing, 1 denial a second": {load: "load 1m\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"host_not_allowed\", pod=\"a\"} 0+60x30", at: 25 * time.Minute, wantFiring: true},
+		"a gateway not synced":                 {load: "load 1m\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"not_synced\", pod=\"a\"} 0+30x30\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"not_synced\", pod=\"b\"} 0+30x30", at: 25 * time.Minute, wantFiring: true},
+		"a denial a minute":                    {load: "load 1m\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"host_not_allowed\", pod=\"a\"} 0+1x30\n airlock_egress_requests_total{kind=\"connect\", decision=\"allowed\", reason=\"allowed\", pod=\"a\"} 0+600x30", at: 25 * time.Minute},
+		"denials spread over reasons":          {load: "load 1m\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"host_not_allowed\", pod=\"a\"} 0+2x30\n airlock_egress_requests_total{kind=\"http\", decision=\"denied\", reason=\"port_not_allowed\", pod=\"a\"} 0+2x30", at: 25 * time.Minute},
+		"a short burst":                        {load: "load 1m\n airlock_egress_requests_total{kind=\"connect\", decision=\"denied\", reason=\"host_not_allowed\", pod=\"a\"} 0 0 0 0 0 0 0 0 0 0 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300 300", at: 25 * time.Minute},
+	},
 }
 
 // TestAlerts: every alert fires on its problem and stays quiet on a healthy operator.

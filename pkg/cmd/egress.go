@@ -3,6 +3,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,9 +13,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
@@ -85,7 +90,7 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TerminateCACertFile, "terminate-ca-cert-file", o.TerminateCACertFile, "PEM CA certificate with which the gateway terminates the TLS of tunnels to hosts whose rules restrict methods or paths or inject a credential (sandboxes trust it). Empty: such tunnels are refused.")
 	fs.StringVar(&o.TerminateCAKeyFile, "terminate-ca-key-file", o.TerminateCAKeyFile, "PEM private key of --terminate-ca-cert-file.")
 	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
-	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read once at start.")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read each time it is injected, so an updated Secret is used from the next request on.")
 }
 
 // Validate returns one error for each invalid flag value.
@@ -190,41 +195,62 @@ func (o *EgressOptions) clusterPrefixes() ([]netip.Prefix, error) {
 // the cluster's claim lookup, whose informers (nil with a claims file) the caller starts and
 // stops. Call it after Validate.
 func (o *EgressOptions) Config() (egress.ServeConfig, *egress.ClusterInformers, error) {
-	claims, informers, err := o.claimLookup()
-	if err != nil {
-		return egress.ServeConfig{}, nil, err
-	}
-	cfg, err := o.gatewayConfig(claims)
+	cfg, informers, _, err := o.configAndClient()
 	return cfg, informers, err
 }
 
-// claimLookup is --claims-file's lookup, or the cluster's.
-func (o *EgressOptions) claimLookup() (egress.ClaimLookup, *egress.ClusterInformers, error) {
+// configAndClient is Config, with the cluster's client (nil with --claims-file).
+func (o *EgressOptions) configAndClient() (egress.ServeConfig, *egress.ClusterInformers, kubernetes.Interface, error) {
+	claims, informers, kube, err := o.claimLookup()
+	if err != nil {
+		return egress.ServeConfig{}, nil, nil, err
+	}
+	cfg, err := o.gatewayConfig(claims)
+	return cfg, informers, kube, err
+}
+
+// config is Config for the command; in the cluster it also records the claims' Warning events
+// for their first refused hosts (egress.DenialEvents), through a broadcaster that stop shuts
+// down (a no-op with --claims-file).
+func (o *EgressOptions) config(ctx context.Context) (egress.ServeConfig, *egress.ClusterInformers, func(), error) {
+	cfg, informers, kube, err := o.configAndClient()
+	if err != nil || kube == nil {
+		return cfg, informers, func() {}, err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(egress.DenialEventsCorrelator()))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "airlock-egress"})
+	cfg.Gateway.Observe = egress.NewDenialEvents(recorder).Observe
+	return cfg, informers, broadcaster.Shutdown, nil
+}
+
+// claimLookup is --claims-file's lookup, or the cluster's (with its client).
+func (o *EgressOptions) claimLookup() (egress.ClaimLookup, *egress.ClusterInformers, kubernetes.Interface, error) {
 	if o.ClaimsFile != "" {
 		claims, err := egress.LoadClaimsFile(o.ClaimsFile)
 		if err != nil {
-			return nil, nil, invalidFlag("claims-file", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+			return nil, nil, nil, invalidFlag("claims-file", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
-		return claims, nil, nil
+		return claims, nil, nil, nil
 	}
 	restConfig, err := o.KubeClient.restConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	restConfig.UserAgent = "airlock-egress/" + version.Get().Version
 	kube, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
 	air, err := airlockclientset.NewForConfig(restConfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("building the airlock client: %w", err)
+		return nil, nil, nil, fmt.Errorf("building the airlock client: %w", err)
 	}
 	claims, informers, err := egress.NewClusterLookup(kube, air, o.TokenKeyNamespace)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return claims, informers, nil
+	return claims, informers, kube, nil
 }
 
 // gatewayConfig is the gateway's configuration with claims.
@@ -274,12 +300,13 @@ the CONNECT host. docs/egress.md is the contract.`,
 				return utilerrors.NewAggregate(errs)
 			}
 			cliflag.PrintFlags(cmd.Flags())
-			cfg, informers, err := o.Config()
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			cfg, informers, stopEvents, err := o.config(ctx)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
+			defer stopEvents()
 			if informers != nil {
 				// The gateway refuses everything, and is not ready, until they have synced.
 				informersDone := make(chan struct{})

@@ -53,7 +53,10 @@ func (g *Gateway) resolve(ctx context.Context, t target, rules []*compiledRule) 
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 		defer cancel()
 		var err error
-		addrs, err = g.cfg.Resolver.LookupNetIP(ctx, "ip", t.host)
+		// Rooted: the name itself, never the pod's search domains (a gateway pod's resolv.conf
+		// has ndots:5 and the cluster's suffixes, which would send allowed.example to
+		// allowed.example.<namespace>.svc.cluster.local first).
+		addrs, err = g.cfg.Resolver.LookupNetIP(ctx, "ip", t.host+".")
 		if err != nil || len(addrs) == 0 {
 			return nil, nil, ReasonResolveFailed
 		}

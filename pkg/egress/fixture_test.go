@@ -106,11 +106,17 @@ type testResolver struct {
 	asked []string
 }
 
+// LookupNetIP answers only rooted names (with the trailing dot the gateway adds, so that no
+// search domain is tried); it records them without the dot.
 func (r *testResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	name, rooted := strings.CutSuffix(host, ".")
 	r.mu.Lock()
-	r.asked = append(r.asked, host)
+	r.asked = append(r.asked, name)
 	r.mu.Unlock()
-	texts, ok := testAnswers[host]
+	if !rooted {
+		return nil, &net.DNSError{Err: "the gateway asked for a name that is not rooted: search domains would be tried", Name: host}
+	}
+	texts, ok := testAnswers[name]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}

@@ -19,7 +19,8 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Resolver resolves an allowed name; *net.Resolver is one.
+// Resolver resolves an allowed name, which the gateway gives it rooted (with a trailing dot, so
+// that no search domain is tried); *net.Resolver is one.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }

@@ -198,9 +198,11 @@ func DNSResolver(address string) Resolver {
 	}}
 }
 
-// LoadTerminator reads the terminating CA (PEM certificate and key), the optional extra roots
-// for upstreams (PEM; empty: the system's roots only) and the credentials: every regular file of
-// credentialsDir (a mounted Secret, say), by file name, read once into memory.
+// LoadTerminator reads the terminating CA (PEM certificate and key) and the optional extra roots
+// for upstreams (PEM; empty: the system's roots only), and serves the credentials from
+// credentialsDir (a mounted Secret, say): the regular file named as the credential, read each
+// time it is injected, so that a Secret the kubelet updates (it swaps the ..data link at once)
+// is sent from the next request on, without a restart.
 func LoadTerminator(caCertFile, caKeyFile, upstreamCAFile, credentialsDir string) (*Terminator, error) {
 	ca, err := tls.LoadX509KeyPair(caCertFile, caKeyFile)
 	if err != nil {
@@ -224,32 +226,31 @@ func LoadTerminator(caCertFile, caKeyFile, upstreamCAFile, credentialsDir string
 		}
 		tr.UpstreamRoots = roots
 	}
-	secrets := map[string][]byte{}
+	tr.Secrets = func(string) ([]byte, bool) { return nil, false }
 	if credentialsDir != "" {
-		entries, err := os.ReadDir(credentialsDir)
-		if err != nil {
+		if _, err := os.ReadDir(credentialsDir); err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			// A mounted Secret's keys are links into its ..data directory: followed; the
-			// ..data link and the directories themselves are not keys.
-			p := filepath.Join(credentialsDir, e.Name())
-			if strings.HasPrefix(e.Name(), "..") {
-				continue
-			}
-			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-				continue
-			}
-			value, err := os.ReadFile(p)
-			if err != nil {
-				return nil, err
-			}
-			secrets[e.Name()] = bytes.TrimRight(value, "\r\n")
-		}
-	}
-	tr.Secrets = func(name string) ([]byte, bool) {
-		v, ok := secrets[name]
-		return v, ok
+		tr.Secrets = func(name string) ([]byte, bool) { return readCredential(credentialsDir, name) }
 	}
 	return tr, nil
+}
+
+// readCredential reads the credential name of dir: a regular file (a mounted Secret's key is a
+// link into its ..data directory, followed), its trailing newlines trimmed. A name that is not
+// one plain file name (a path, a dot name such as ..data) is no credential.
+func readCredential(dir, name string) ([]byte, bool) {
+	if name == "" || strings.HasPrefix(name, ".") || strings.ContainsAny(name, `/\`) {
+		return nil, false
+	}
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return nil, false
+	}
+	value, err := os.ReadFile(p)
+	if err != nil {
+		return nil, false
+	}
+	value = bytes.TrimRight(value, "\r\n")
+	return value, len(value) > 0
 }

@@ -151,7 +151,8 @@ func writeCA(t *testing.T, dir string, ca tls.Certificate) (string, string) {
 }
 
 // TestLoadTerminator: the CA from PEM files, credentials from a directory laid out as the
-// kubelet mounts a Secret (keys are links into ..data), trailing newlines trimmed.
+// kubelet mounts a Secret (keys are links into ..data), trailing newlines trimmed, read when
+// used (an update of the Secret is the next request's), and only by plain file name.
 func TestLoadTerminator(t *testing.T) {
 	dir := t.TempDir()
 	ca, _ := newTestCA(t, "gateway CA")
@@ -176,10 +177,31 @@ func TestLoadTerminator(t *testing.T) {
 	if v, ok := tr.Secrets("github"); !ok || string(v) != "Bearer ghp-secret" {
 		t.Errorf("github: %q, %v", v, ok)
 	}
-	for _, name := range []string{"..data", "..2026_01_01", "nothing"} {
-		if _, ok := tr.Secrets(name); ok {
-			t.Errorf("%s is a credential", name)
+	for _, name := range []string{"..data", "..2026_01_01", "nothing", "", "../creds/github", "..data/github", "/etc/hostname", "empty"} {
+		if name == "empty" {
+			if err := os.WriteFile(filepath.Join(creds, "empty"), []byte("\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
+		if _, ok := tr.Secrets(name); ok {
+			t.Errorf("%q is a credential", name)
+		}
+	}
+	// The kubelet updates a mounted Secret by swapping the ..data link: the next read has it.
+	if err := os.MkdirAll(filepath.Join(creds, "..2026_02_01"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "..2026_02_01", "github"), []byte("Bearer ghp-rotated"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..2026_02_01", filepath.Join(creds, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(creds, "..data_tmp"), filepath.Join(creds, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := tr.Secrets("github"); !ok || string(v) != "Bearer ghp-rotated" {
+		t.Errorf("github after the Secret's update: %q, %v", v, ok)
 	}
 	if _, err := tr.certificate("cred.example", time.Now()); err != nil {
 		t.Errorf("minting: %v", err)

@@ -341,14 +341,22 @@ func TestKeepAliveEachRequestChecked(t *testing.T) {
 }
 
 // TestDocsListEveryTechnique keeps docs/egress.md's table true: every technique of the table is
-// a row there, with its reason.
+// a row there (in the section "Bypass techniques"; the real-node suite's table has its own
+// columns), with its reason.
 func TestDocsListEveryTechnique(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/egress.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := map[string]string{}
+	section := ""
 	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = strings.TrimPrefix(line, "## ")
+		}
+		if section != "Bypass techniques" {
+			continue
+		}
 		cells := strings.Split(line, " | ")
 		if len(cells) == 4 && strings.HasPrefix(cells[0], "| ") {
 			rows[strings.ReplaceAll(strings.TrimPrefix(cells[0], "| "), `\|`, "|")] = cells[2]

@@ -18,6 +18,12 @@
 //	                                            up, and report the metric families it serves
 //	runtimeclient serve [-listen :8080]         answer every HTTP request with "ok <hostname>"
 //	                                            (a target for the NetworkPolicy checks)
+//	runtimeclient internet -plan '<JSON plan>'  the egress suite's stand-in internet: HTTPS,
+//	                                            HTTP, a test module proxy, a git front and DNS
+//	                                            (internet.go)
+//	runtimeclient egressprobe -plan '<JSON>'    the egress suite's techniques, from inside a
+//	                                            sandbox, through its gateway (egressprobe.go)
+//	runtimeclient copyself -to PATH             write this binary to PATH (into a workspace)
 package main
 
 import (
@@ -226,17 +232,28 @@ func runAcquire(ctx context.Context, p Plan) *AcquireResult {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|scrape|serve|internet|egressprobe|copyself [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	planJSON := fs.String("plan", "", "the plan, as JSON")
 	listen := fs.String("listen", ":8080", "serve: listen address")
+	to := fs.String("to", "", "copyself: the path to write")
 	_ = fs.Parse(os.Args[2:])
 
 	switch os.Args[1] {
 	case "serve":
 		serve(*listen)
+		return
+	case "copyself":
+		if err := copySelf(*to); err != nil {
+			fmt.Fprintln(os.Stderr, "copyself:", err)
+			os.Exit(1)
+		}
+		fmt.Println("RESULT {}")
+		return
+	case "internet", "egressprobe":
+		runEgressMode(os.Args[1], *planJSON)
 		return
 	case "session", "bench", "reacquire", "acquire", "scrape":
 	default:

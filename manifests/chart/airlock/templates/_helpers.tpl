@@ -75,6 +75,17 @@ each fails the render with one line that names the values.
 {{- fail (printf "operator.extraArgs has %q: --%s is set by the chart from its own value (see values.yaml); set that value instead" . $flag) -}}
 {{- end -}}
 {{- end -}}
+{{- range $o.extraArgs -}}
+{{- if and $.Values.egress.enabled (eq (regexReplaceAll "^--?([^=]+).*$" . "${1}") "egress-gateway-service") -}}
+{{- fail (printf "operator.extraArgs has %q: with egress.enabled the chart names its gateway itself" .) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.egress.extraArgs -}}
+{{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
+{{- if has $flag (list "proxy-bind-address" "health-probe-bind-address" "metrics-bind-address") -}}
+{{- fail (printf "egress.extraArgs has %q: --%s is set by the chart (its Service, probes and NetworkPolicy name that port)" . $flag) -}}
+{{- end -}}
+{{- end -}}
 {{- $tr := .Values.sandbox.toolRegistry -}}
 {{- if and $tr.enabled (not $tr.namespace) -}}
 {{- fail "sandbox.toolRegistry.enabled is true but sandbox.toolRegistry.namespace is empty: name the namespace of the AgentRuntimes that use it" -}}

@@ -1,0 +1,332 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+)
+
+// operatorUser is the operator's ServiceAccount as the API server names it.
+const operatorUser = "system:serviceaccount:" + operatorNamespaceName + ":" + operatorServiceAccount
+
+// policyRefusal is how the API server says the operator's admission policy refused a write
+// (manifests/rbac/admission_policy.yaml).
+const policyRefusal = "ValidatingAdmissionPolicy 'airlock-operator' with binding 'airlock-operator' denied request"
+
+// asOperator returns a clientset that impersonates the operator's ServiceAccount, groups and all.
+func asOperator(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespaceName, "system:authenticated"}}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// policyClaim is a claim of namespace ns as the operator's builders read it: named, with a UID
+// and a frozen record of a workspace and a scratch volume.
+func policyClaim(ns string) *airlockv1alpha1.SandboxClaim {
+	class := validClass("policy")
+	registry := validRegistry(ns)
+	claim := &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-0123456789", Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001")},
+		Spec: airlockv1alpha1.SandboxClaimSpec{RuntimeName: "agent", Session: "s", Handle: "codegen/default", Sandbox: "codegen",
+			ClassName: class.Name, WorkspaceDir: ns + "/sandboxes/agent-0123456789"},
+	}
+	claim.Status.Frozen = sandboxpod.Freeze(class, &registry.Spec.Sandboxes[0])
+	return claim
+}
+
+// policyClaimPod is the claim's pod as the operator creates it, its owner left out (the claim
+// is not there: garbage collection would take the pod).
+func policyClaimPod(claim *airlockv1alpha1.SandboxClaim) *corev1.Pod {
+	pod := sandboxpod.ClaimPod(claim, claim.Status.Frozen)
+	sandboxpod.UseTokenSecret(pod, claimtoken.ClaimSecretName(claim.Name, "token"))
+	pod.OwnerReferences = nil
+	return pod
+}
+
+// TestOperatorWritesOnlyWhatAirlockBuilds: as installed, the operator's ServiceAccount can
+// create what airlock builds and nothing of another shape (docs/security.md).
+func TestOperatorWritesOnlyWhatAirlockBuilds(t *testing.T) {
+	checkOperatorWritesOnlyWhatAirlockBuilds(t)
+}
+
+// checkOperatorWritesOnlyWhatAirlockBuilds is TestOperatorWritesOnlyWhatAirlockBuilds, for the
+// real node's suite too. The namespace enforces no Pod Security level, so that every refusal is
+// the policy's own; writes that must pass are made with dry run where nothing needs to stay.
+func checkOperatorWritesOnlyWhatAirlockBuilds(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := newNamespaceAt(t, "airlock-policy", "privileged")
+	op := asOperator(t)
+	claim := policyClaim(ns)
+	pod := policyClaimPod(claim)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	privileged := pod.DeepCopy()
+	// Privileged, so escalation allowed too (the API server refuses the two together).
+	privileged.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+	privileged.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+
+	// The policy is in force once the API server's policy informer has it: wait for that.
+	eventually(t, time.Minute, "the operator's admission policy to refuse a privileged pod", func(ctx context.Context) (bool, error) {
+		_, err := op.CoreV1().Pods(ns).Create(ctx, privileged, dryRun)
+		if err == nil {
+			return false, nil
+		}
+		if strings.Contains(err.Error(), policyRefusal) {
+			return true, nil
+		}
+		return false, err
+	})
+
+	// kubectl --as the operator: a privileged pod, and a sandbox pod in kube-system.
+	inKubeSystem := pod.DeepCopy()
+	inKubeSystem.Namespace = metav1.NamespaceSystem
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		"a privileged pod":     {privileged, "a pod the airlock operator writes runs no privileged container"},
+		"a pod in kube-system": {inKubeSystem, "the airlock operator writes nothing in kube-system"},
+	} {
+		out, err := kubectlCreateAs(t, ctx, operatorUser, tc.pod)
+		if err == nil || !strings.Contains(out, policyRefusal) || !strings.Contains(out, tc.want) {
+			t.Errorf("kubectl create --as=%s %s: %v\n%s\nwant refused: %s", operatorUser, name, err, out, tc.want)
+		}
+	}
+
+	checkPolicyAdmits(t, ctx, op, claim, pod)
+	checkPolicyRefuses(t, ctx, op, claim, pod)
+	checkPolicyUpdatesAndDeletes(t, ctx, op, pod)
+
+	// The policy is the operator's only: the suite's administrator may create the privileged pod.
+	if _, err := kubeClient.CoreV1().Pods(ns).Create(ctx, privileged, dryRun); err != nil {
+		t.Errorf("the administrator's privileged pod: %v, want admitted", err)
+	}
+}
+
+// kubectlCreateAs runs `kubectl create --dry-run=server --as=user -f` with obj and returns its output.
+func kubectlCreateAs(t *testing.T, ctx context.Context, user string, obj *corev1.Pod) (string, error) {
+	t.Helper()
+	obj = obj.DeepCopy()
+	obj.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pod.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubectl(ctx, "create", "--dry-run=server", "--as="+user, "-f", file)
+}
+
+// checkPolicyAdmits: what the operator's builders make is admitted (dry run).
+func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) {
+	t.Helper()
+	ns, record := claim.Namespace, claim.Status.Frozen
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	reg := validRegistry(ns)
+	reg.UID = "00000000-0000-0000-0000-000000000002"
+	reg.Spec.Sandboxes[0].Warm = 1
+	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
+	member := sandboxpod.MemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record)
+	member.OwnerReferences = nil
+	services := []*corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
+	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
+	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
+	memberKey := sandboxpod.MemberSecret(member, "key")
+	claimPolicy := sandboxpod.ClaimNetworkPolicy(claim, record, services)
+	poolPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, services)
+	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta, &claimPolicy.ObjectMeta, &poolPolicy.ObjectMeta} {
+		noOwner(m)
+	}
+	defaultDeny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock-default-deny", Labels: map[string]string{"airlock.dev/default-deny": "true"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: airlockv1alpha1.LabelClaim, Operator: metav1.LabelSelectorOpExists}}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+	writes := map[string]func() error{
+		"a claim's pod":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
+		"a warm member":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, member, dryRun); return err },
+		"a claim's token":     func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
+		"a warm member's key": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err },
+		"a claim's policy": func() error {
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, claimPolicy, dryRun)
+			return err
+		},
+		"a pool's policy": func() error {
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, poolPolicy, dryRun)
+			return err
+		},
+		"a default-deny policy": func() error {
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, defaultDeny, dryRun)
+			return err
+		},
+		"a sync-back Job": func() error { _, err := op.BatchV1().Jobs(ns).Create(ctx, policyJob(claim), dryRun); return err },
+		"the CA bundle": func() error {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "airlock-ca", Labels: map[string]string{"airlock.dev/ca-bundle": "true"}}}
+			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			return err
+		},
+	}
+	for name, write := range writes {
+		if err := write(); err != nil {
+			t.Errorf("the operator's %s: %v, want admitted", name, err)
+		}
+	}
+}
+
+// policyJob is a claim's sync-back Job of the shape the claim controller builds: labelled, its
+// pod restricted, without a token, mounting the content volume only.
+func policyJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
+	meta := sandboxpod.ChildMeta(claim, claim.Name+"-sync")
+	meta.OwnerReferences = nil
+	return &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{airlockv1alpha1.LabelSyncOf: claim.Name}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: sandboxpod.RestrictedPodSecurityContext(),
+			Containers: []corev1.Container{{Name: "sync", Image: e2eImage(), Args: []string{"sync"}, SecurityContext: sandboxpod.RestrictedContainerSecurityContext(),
+				VolumeMounts: []corev1.VolumeMount{{Name: "content", MountPath: "/content"}}}},
+			Volumes: []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}},
+		},
+	}}}
+}
+
+// checkPolicyRefuses: each write of another shape is refused, by the policy, with the message of
+// the rule it breaks.
+func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) {
+	t.Helper()
+	ns := claim.Namespace
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	podWith := func(mutate func(*corev1.Pod)) func() error {
+		p := pod.DeepCopy()
+		mutate(p)
+		return func() error { _, err := op.CoreV1().Pods(p.Namespace).Create(ctx, p, dryRun); return err }
+	}
+	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
+	token.OwnerReferences = nil
+	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)
+	np.OwnerReferences = nil
+	tests := map[string]struct {
+		write func() error
+		want  string
+	}{
+		"a hostPath volume": {podWith(func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}), "has no hostPath, projected or other volume"},
+		"the ServiceAccount token automounted": {podWith(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptr.To(true) }),
+			"gets no ServiceAccount token"},
+		"hostNetwork":                    {podWith(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), "shares no host namespace"},
+		"hostPID":                        {podWith(func(p *corev1.Pod) { p.Spec.HostPID = true }), "shares no host namespace"},
+		"a pod without airlock's labels": {podWith(func(p *corev1.Pod) { p.Labels = map[string]string{"app": "x"} }), "is a sandbox pod, labelled"},
+		"a pod in the operator's namespace": {podWith(func(p *corev1.Pod) { p.Namespace = operatorNamespaceName }),
+			"in its own namespace the airlock operator writes only its Secrets"},
+		"another Secret mounted": {podWith(func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-credentials"}}})
+		}), "reads no Secret but its own"},
+		"a ServiceAccount token Secret": {func() error {
+			s := token.DeepCopy()
+			s.Type, s.Annotations = corev1.SecretTypeServiceAccountToken, map[string]string{corev1.ServiceAccountNameKey: "default"}
+			_, err := op.CoreV1().Secrets(ns).Create(ctx, s, dryRun)
+			return err
+		}, "is of type Opaque"},
+		"a policy of every pod": {func() error {
+			n := np.DeepCopy()
+			n.Spec.PodSelector = metav1.LabelSelector{}
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, n, dryRun)
+			return err
+		}, "selects only sandbox pods"},
+		"egress to the world": {func() error {
+			n := np.DeepCopy()
+			n.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}}
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, n, dryRun)
+			return err
+		}, "no ipBlock"},
+		"a privileged Job": {func() error {
+			j := policyJob(claim)
+			j.Spec.Template.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			j.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+			_, err := op.BatchV1().Jobs(ns).Create(ctx, j, dryRun)
+			return err
+		}, "runs no privileged container"},
+		"another ConfigMap": {func() error {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Labels: map[string]string{"airlock.dev/ca-bundle": "true"}}}
+			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			return err
+		}, "the only ConfigMap the airlock operator writes"},
+	}
+	for name, tc := range tests {
+		err := tc.write()
+		if err == nil || !strings.Contains(err.Error(), policyRefusal) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("the operator's %s: %v; want refused by the policy: %s", name, err, tc.want)
+		}
+	}
+}
+
+// checkPolicyUpdatesAndDeletes: the operator adopts a warm member (a merge patch of its labels),
+// may not strip its airlock labels, may delete it, and may not delete a pod that is not airlock's.
+func checkPolicyUpdatesAndDeletes(t *testing.T, ctx context.Context, op kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	ns := pod.Namespace
+	created, err := op.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the operator's pod: %v", err)
+	}
+	patch := func(labels map[string]any) error {
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": created.UID, "labels": labels}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = op.CoreV1().Pods(ns).Patch(ctx, created.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(map[string]any{airlockv1alpha1.LabelWarmPool: nil, airlockv1alpha1.LabelRuntime: "agent"}); err != nil {
+		t.Errorf("the operator's label patch of its pod: %v, want admitted", err)
+	}
+	if err := patch(map[string]any{airlockv1alpha1.LabelClaim: nil}); err == nil || !strings.Contains(err.Error(), policyRefusal) {
+		t.Errorf("the operator's patch dropping airlock.dev/claim: %v, want refused by the policy", err)
+	}
+	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "not-airlocks", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: e2eImage()}}}}
+	other, err := kubeClient.CoreV1().Pods(ns).Create(ctx, web, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the administrator's pod: %v", err)
+	}
+	if err := op.CoreV1().Pods(ns).Delete(ctx, other.Name, metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), policyRefusal) {
+		t.Errorf("the operator's deletion of a pod that is not airlock's: %v, want refused by the policy", err)
+	}
+	if err := op.CoreV1().Pods(ns).Delete(ctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("the operator's deletion of its pod: %v, want admitted", err)
+	}
+}
