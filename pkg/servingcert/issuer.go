@@ -29,7 +29,7 @@ import (
 const IssuerName = "airlock-serving-cert"
 
 // NewSecretInformerFactory returns an informer factory that lists and watches only the Secret
-// SecretName in namespace: the operator may read no other Secret (RBAC grants get, list and watch
+// SecretName in namespace: the operator may read no other Secret (RBAC grants list and watch
 // of that name only; a list or watch with a metadata.name field selector is authorised against
 // resourceNames).
 func NewSecretInformerFactory(client kubernetes.Interface, namespace string) kubeinformers.SharedInformerFactory {
