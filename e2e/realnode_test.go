@@ -1106,8 +1106,8 @@ func TestRealNodeReacquire(t *testing.T) {
 // TestRealNodeCrashLoop: a Bound claim whose sandbox then crash-loops is reaped with sync-back,
 // reason PodFailed, once its pod has not been ready for the class's startupTimeout: its work is
 // saved and its slot freed, where it used to stay Bound until the idle timeout. The agent makes
-// the crash loop itself: sandboxd serves a directory below the workspace volume, and the agent
-// removes it and stops sandboxd, so every restart fails on the missing --workspace.
+// the crash loop itself: it turns the class's --state-dir (on the scratch volume) into a link into
+// the workspace and stops sandboxd, so every restart fails on the state directory.
 func TestRealNodeCrashLoop(t *testing.T) {
 	requireRealNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -1116,10 +1116,13 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	e := newRealnodeEnv(t, "airlock-rn-crash", realnodeOptions{
 		maxConcurrent: 1, maxPerSession: 1, maxInstances: 1,
 		targetPath: "results/crash", startupTimeout: 30 * time.Second,
-		codegenArgs: []string{"sandboxd", "--listen=:8080", "--workspace=/workspace/ws"},
+		// The state directory is the class's to set, on the scratch volume (it outlives the
+		// container): the agent replaces it with a link into the workspace, which sandboxd
+		// refuses at every start (the snapshot store must be out of the file tools' reach).
+		// (--workspace is the operator's: always the workspace volume's mountPath.)
+		codegenArgs: []string{"sandboxd", "--listen=:8080", "--state-dir=/cache/sandboxd-state"},
 	})
 	claim := claimname.For("agent", session, handle)
-	e.mkdirContent(t, path.Join(e.ns, "sandboxes", claim, "ws"))
 
 	// Every phase and reason the claim goes through, until it is deleted.
 	w, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + claim})
@@ -1148,8 +1151,8 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	}()
 
 	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": session, "handle": handle, "steps": []map[string]any{
-		step("save", "Bash", map[string]any{"command": "echo the agents work > ../saved.txt && cat ../saved.txt"}),
-		step("crash", "Bash", map[string]any{"command": "rm -rf /workspace/ws && kill 1"}),
+		step("save", "Bash", map[string]any{"command": "echo the agents work > saved.txt && cat saved.txt"}),
+		step("crash", "Bash", map[string]any{"command": "rm -rf /cache/sandboxd-state && ln -s /workspace /cache/sandboxd-state && kill 1"}),
 	}}
 	var res rnSession
 	e.runClient(t, "runtime-crash", "session", plan, 4*time.Minute, &res)
