@@ -37,8 +37,8 @@ func TestPodOnlyWithDefaultDeny(t *testing.T) {
 			if created != tc.wantPod {
 				t.Errorf("pod created: %v, want %v (actions %v, err %v)", created, tc.wantPod, f.actions(), err)
 			}
-			if !tc.none && !slices.Equal(f.defaultDeny.asked(), []string{testNamespace}) {
-				t.Errorf("default-deny asked for %v, want [%s]", f.defaultDeny.asked(), testNamespace)
+			if !tc.none && !slices.Equal(f.defaultDeny.Asked(), []string{testNamespace}) {
+				t.Errorf("default-deny asked for %v, want [%s]", f.defaultDeny.Asked(), testNamespace)
 			}
 		})
 	}

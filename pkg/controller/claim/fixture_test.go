@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,7 +56,7 @@ type fixture struct {
 	clock         *clocktesting.FakeClock
 	recorder      *record.FakeRecorder
 	// defaultDeny is the controller's DefaultDenyEnsurer; defaultDenyErr its answer.
-	defaultDeny    *fakeDefaultDeny
+	defaultDeny    *controllertest.DefaultDeny
 	defaultDenyErr error
 
 	claims     []*airlockv1alpha1.SandboxClaim
@@ -227,7 +226,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	c.allowedServicesSynced = alwaysReady
 	f.recorder = record.NewFakeRecorder(100)
 	c.recorder = f.recorder
-	f.defaultDeny = &fakeDefaultDeny{err: f.defaultDenyErr}
+	f.defaultDeny = &controllertest.DefaultDeny{Err: f.defaultDenyErr}
 	c.defaultDeny = f.defaultDeny
 	c.newToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
 		if f.tokenErr != nil {
@@ -495,25 +494,4 @@ func syncClaim(ctx context.Context, c *Controller, key cache.ObjectName) (*time.
 		}
 	}
 	return requeue, nil
-}
-
-// fakeDefaultDeny records the namespaces whose default-deny policy the controller asked for,
-// and answers err.
-type fakeDefaultDeny struct {
-	mu         sync.Mutex
-	namespaces []string
-	err        error
-}
-
-func (f *fakeDefaultDeny) Ensure(_ context.Context, namespace string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.namespaces = append(f.namespaces, namespace)
-	return f.err
-}
-
-func (f *fakeDefaultDeny) asked() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.namespaces)
 }

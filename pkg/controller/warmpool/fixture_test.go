@@ -33,7 +33,7 @@ type fixture struct {
 	airlockClient *airlockfake.Clientset
 	clock         *clocktesting.FakeClock
 	// defaultDeny is the controller's DefaultDenyEnsurer; defaultDenyErr its answer.
-	defaultDeny    *fakeDefaultDeny
+	defaultDeny    *controllertest.DefaultDeny
 	defaultDenyErr error
 
 	registries      []*airlockv1alpha1.ToolRegistry

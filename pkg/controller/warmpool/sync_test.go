@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -53,7 +53,7 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.defaultDeny = &fakeDefaultDeny{err: f.defaultDenyErr}
+	f.defaultDeny = &controllertest.DefaultDeny{Err: f.defaultDenyErr}
 	c.defaultDeny = f.defaultDeny
 	add := func(informer cache.SharedIndexInformer, obj any) {
 		if err := informer.GetIndexer().Add(obj); err != nil {
@@ -443,21 +443,6 @@ func TestNoWarmMembersWithEgress(t *testing.T) {
 	}
 }
 
-// fakeDefaultDeny records the namespaces whose default-deny policy the controller asked for,
-// and answers err.
-type fakeDefaultDeny struct {
-	mu         sync.Mutex
-	namespaces []string
-	err        error
-}
-
-func (f *fakeDefaultDeny) Ensure(_ context.Context, namespace string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.namespaces = append(f.namespaces, namespace)
-	return f.err
-}
-
 // TestNoMemberWithoutDefaultDeny: a pool's members are created only once the namespace's standing
 // default-deny NetworkPolicy is in place (asked before the first member); when it cannot be, no
 // member is created and the registry's status says why; without an ensurer, none either.
@@ -485,8 +470,8 @@ func TestNoMemberWithoutDefaultDeny(t *testing.T) {
 			if got := len(f.createdOf("pods")); got != tc.wantMembers {
 				t.Errorf("created %d members, want %d (actions %v)", got, tc.wantMembers, f.actions())
 			}
-			if !tc.none && !slices.Equal(f.defaultDeny.namespaces, []string{testNamespace}) {
-				t.Errorf("default-deny asked for %v, want [%s]", f.defaultDeny.namespaces, testNamespace)
+			if !tc.none && !slices.Equal(f.defaultDeny.Asked(), []string{testNamespace}) {
+				t.Errorf("default-deny asked for %v, want [%s]", f.defaultDeny.Asked(), testNamespace)
 			}
 			if tc.wantMembers == 0 {
 				written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
