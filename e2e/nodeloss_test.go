@@ -6,9 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,28 +25,11 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
-// kwokProcess returns the PID of the kwok of the cluster hack/e2e.sh started for this run
-// (AIRLOCK_E2E_CLUSTER_DIR), which plays every fake Node's kubelet; ok is false on a cluster the
-// suite did not start.
+// kwokProcess returns the PID of the run's kwok, which plays every fake Node's kubelet (see
+// clusterProcess).
 func kwokProcess(t *testing.T) (pid int, ok bool) {
 	t.Helper()
-	dir := os.Getenv("AIRLOCK_E2E_CLUSTER_DIR")
-	if dir == "" {
-		return 0, false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "kwok.pid"))
-	if err != nil {
-		t.Fatalf("the e2e cluster's kwok pid file: %v", err)
-	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("the e2e cluster's kwok pid file: %v", err)
-	}
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil || strings.TrimSpace(string(comm)) != "kwok" {
-		t.Fatalf("pid %d of %s is not a running kwok (%q, %v)", pid, dir, comm, err)
-	}
-	return pid, true
+	return clusterProcess(t, "kwok")
 }
 
 // kubelets stops and resumes kwok, the kubelet of every fake Node: stopped (SIGSTOP), the Nodes'

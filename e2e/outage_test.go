@@ -21,28 +21,35 @@ import (
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
-// apiServerProcess returns the PID of the kube-apiserver of the cluster hack/e2e.sh started for
-// this run (AIRLOCK_E2E_CLUSTER_DIR is its state dir), checking that it is one. ok is false when
-// the suite runs against a cluster it did not start (kind, AIRLOCK_E2E_USE_KUBECONFIG=1).
-func apiServerProcess(t *testing.T) (pid int, ok bool) {
+// clusterProcess returns the PID of a process of the cluster hack/e2e.sh started for this run
+// (AIRLOCK_E2E_CLUSTER_DIR is its state dir, <comm>.pid its pid file), checking that it is a
+// running <comm>. ok is false when the suite runs against a cluster it did not start (kind,
+// AIRLOCK_E2E_USE_KUBECONFIG=1).
+func clusterProcess(t *testing.T, comm string) (pid int, ok bool) {
 	t.Helper()
 	dir := os.Getenv("AIRLOCK_E2E_CLUSTER_DIR")
 	if dir == "" {
 		return 0, false
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "kube-apiserver.pid"))
+	b, err := os.ReadFile(filepath.Join(dir, comm+".pid"))
 	if err != nil {
-		t.Fatalf("the e2e cluster's kube-apiserver pid file: %v", err)
+		t.Fatalf("the e2e cluster's %s pid file: %v", comm, err)
 	}
 	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		t.Fatalf("the e2e cluster's kube-apiserver pid file: %v", err)
+		t.Fatalf("the e2e cluster's %s pid file: %v", comm, err)
 	}
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil || strings.TrimSpace(string(comm)) != "kube-apiserver" {
-		t.Fatalf("pid %d of %s is not a running kube-apiserver (%q, %v)", pid, dir, comm, err)
+	got, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(got)) != comm {
+		t.Fatalf("pid %d of %s is not a running %s (%q, %v)", pid, dir, comm, got, err)
 	}
 	return pid, true
+}
+
+// apiServerProcess returns the PID of the run's kube-apiserver (see clusterProcess).
+func apiServerProcess(t *testing.T) (pid int, ok bool) {
+	t.Helper()
+	return clusterProcess(t, "kube-apiserver")
 }
 
 // watchAdmitted watches the namespace's claims until ctx ends (watching again from the last
