@@ -23,6 +23,7 @@ var classShapeMessages = []string{
 	"a volume may not be mounted at, over or under /var/run/airlock or /run/airlock",
 	"mountPath may not hold empty, . or .. segments",
 	"volume names airlock-auth-token, airlock-warm-key and airlock-egress-ca are the operator's",
+	"env may not read a Secret",
 }
 
 // TestClassShapesRefusedByTheSchema: the API server refuses every class shape that would set,
@@ -34,10 +35,7 @@ func TestClassShapesRefusedByTheSchema(t *testing.T) {
 	for _, shape := range sandboxpodtest.ClassShapes() {
 		t.Run(shape.Name, func(t *testing.T) {
 			class := validClass("e2e-class-shape")
-			class.Spec.Args = shape.Args
-			if shape.Volumes != nil {
-				class.Spec.Volumes = shape.Volumes
-			}
+			shape.ApplyTo(&class.Spec)
 			_, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if shape.Refused == "" {
 				if err != nil {

@@ -118,11 +118,11 @@ type EgressCompiler func(*airlockv1alpha1.SandboxEgress) error
 // ClassConflict says why a sandbox of class cannot be built, or "": args that would set, repeat
 // or swallow one of the operator's flags (argsConflict), a volume that takes the name or a path
 // of what the operator mounts into every sandbox, the claim's token, a warm member's key or the
-// egress CA (volumesConflict, egressConflict), or egress the gateway would not compile. One
-// check for claims and warm members alike, and for the class controller: a class is valid for
-// all or for none. compile is the egress gateway's compiler of a host list
-// (egress.ClassPolicyError; passed in, so that this package links nothing of the gateway's
-// clients); nil skips that one check (tests).
+// egress CA (volumesConflict, egressConflict), env that reads a Secret (envConflict), or egress
+// the gateway would not compile. One check for claims and warm members alike, and for the class
+// controller: a class is valid for all or for none. compile is the egress gateway's compiler of
+// a host list (egress.ClassPolicyError; passed in, so that this package links nothing of the
+// gateway's clients); nil skips that one check (tests).
 func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) string {
 	if message := egressConflict(class); message != "" {
 		return message
@@ -136,6 +136,9 @@ func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) 
 		return message
 	}
 	if message := volumesConflict(class); message != "" {
+		return message
+	}
+	if message := envConflict(class); message != "" {
 		return message
 	}
 	return ""

@@ -381,10 +381,7 @@ func TestSyncAdmitClassShapes(t *testing.T) {
 		t.Run(shape.Name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t).withDefaults()
-			f.classes[0].Spec.Args = shape.Args
-			if shape.Volumes != nil {
-				f.classes[0].Spec.Volumes = shape.Volumes
-			}
+			shape.ApplyTo(&f.classes[0].Spec)
 			f.claims = append(f.claims, newClaim("c1", "s1", "", t0.Add(-time.Second)))
 			c := f.newController(ctx)
 			if err := admitAndBuild(ctx, c); err != nil {

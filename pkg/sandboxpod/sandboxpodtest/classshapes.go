@@ -1,27 +1,42 @@
 package sandboxpodtest
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
-// ClassShape is a class's args and volumes, as a class author may write them, and whether the
+// ClassShape is a class's args, volumes and env, as a class author may write them, and whether the
 // operator builds a sandbox of it: Refused names the arg or volume the refusal must quote, ""
 // for a class the operator builds.
 type ClassShape struct {
 	Name    string
 	Args    []string
 	Volumes []airlockv1alpha1.SandboxVolume // nil: the fixtures' (a workspace at /workspace)
+	Env     []corev1.EnvVar                 // nil: the fixtures'
 	Refused string
 }
 
 // Apply returns the fixtures' class "codegen" of the shape.
 func (s ClassShape) Apply() *airlockv1alpha1.SandboxClass {
 	class := Class("codegen")
-	class.Spec.Args = s.Args
-	if s.Volumes != nil {
-		class.Spec.Volumes = s.Volumes
-	}
+	s.ApplyTo(&class.Spec)
 	return class
+}
+
+// ApplyTo gives spec the shape's args, and its volumes and env where it has them.
+func (s ClassShape) ApplyTo(spec *airlockv1alpha1.SandboxClassSpec) {
+	spec.Args = s.Args
+	if s.Volumes != nil {
+		spec.Volumes = s.Volumes
+	}
+	if s.Env != nil {
+		spec.Env = s.Env
+	}
+}
+
+func envFrom(name string, source *corev1.EnvVarSource) []corev1.EnvVar {
+	return []corev1.EnvVar{{Name: "HOME", Value: "/home/agent"}, {Name: name, ValueFrom: source}}
 }
 
 func workspaceAt(path string) []airlockv1alpha1.SandboxVolume {
@@ -77,5 +92,11 @@ func ClassShapes() []ClassShape {
 		{Name: "the token volume's name", Volumes: scratchAt("airlock-auth-token", "/cache"), Refused: "airlock-auth-token"},
 		{Name: "the warm key volume's name", Volumes: scratchAt("airlock-warm-key", "/cache"), Refused: "airlock-warm-key"},
 		{Name: "scratch beside the operator's directory", Volumes: scratchAt("tmp", "/var/run/airlockx")},
+
+		{Name: "env reads a Secret", Env: envFrom("GITHUB_TOKEN", &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "deploy-keys"}, Key: "token"}}), Refused: "GITHUB_TOKEN"},
+		{Name: "env reads a ConfigMap and the pod's fields", Env: append(
+			envFrom("GOPROXY", &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "go"}, Key: "proxy"}}),
+			corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})},
 	}
 }

@@ -149,9 +149,12 @@ type SandboxClassSpec struct {
 	Ports []SandboxPort `json:"ports,omitempty"`
 
 	// Env is the container's environment, e.g. HOME, GOPATH, GOCACHE pointing into a scratch volume.
+	// It reads no Secret: the agent can read its environment, and credentials reach the network
+	// through the egress gateway instead (spec.egress.credentials).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef))",message="env may not read a Secret (valueFrom.secretKeyRef): the agent can read its environment; name credentials in spec.egress"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// Resources are the container's compute resources.

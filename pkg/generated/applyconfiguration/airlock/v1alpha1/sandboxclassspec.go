@@ -41,6 +41,8 @@ type SandboxClassSpecApplyConfiguration struct {
 	// IP (there is no Service: the address answers the moment the claim is Bound).
 	Ports []SandboxPortApplyConfiguration `json:"ports,omitempty"`
 	// Env is the container's environment, e.g. HOME, GOPATH, GOCACHE pointing into a scratch volume.
+	// It reads no Secret: the agent can read its environment, and credentials reach the network
+	// through the egress gateway instead (spec.egress.credentials).
 	Env []v1.EnvVar `json:"env,omitempty"`
 	// Resources are the container's compute resources.
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
