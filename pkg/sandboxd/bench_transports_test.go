@@ -42,29 +42,48 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 			sd := startSandboxdProcess(b, bin, ws)
 			b.Cleanup(func() { sd.stop(b) })
 			mgURL, mgPID := startMCPGoProcess(b, ws)
-			old := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
-			all := []*contender{
-				{label: "sandboxd-sse", cs: connectSSE(b, sd.url, nil)},
-				{label: "sandboxd-mcp", cs: connectRevision(b, sd.url+"/mcp", nil, protocolStateless)},
-				{label: "sandboxd-mcp2025", cs: connectRevision(b, sd.url+"/mcp", old, "2025-11-25")},
-				{label: "mcpgo-mcp", cs: connectRevision(b, mgURL+mcpgoStatelessPath, nil, protocolStateless)},
-				{label: "mcpgo-mcp2025", cs: connectRevision(b, mgURL+mcpgoStreamablePath, old, "2025-11-25")},
-			}
-			for _, c := range all {
-				c.stats.pid = sd.pid
-				if strings.HasPrefix(c.label, "mcpgo-") {
-					c.stats.pid = mgPID
+			b.Run("client=raw", func(b *testing.B) {
+				all := []*contender{
+					{label: "sandboxd-sse", c: connectRawSSE(b, sd.url)},
+					{label: "sandboxd-mcp", c: connectRawStreamable(b, sd.url+"/mcp", protocolStateless)},
+					{label: "sandboxd-mcp2025", c: connectRawStreamable(b, sd.url+"/mcp", "2025-11-25")},
+					{label: "mcpgo-mcp", c: connectRawStreamable(b, mgURL+mcpgoStatelessPath, protocolStateless)},
+					{label: "mcpgo-mcp2025", c: connectRawStreamable(b, mgURL+mcpgoStreamablePath, "2025-11-25")},
 				}
-			}
-			compareServers(b, all, c.tool, c.args)
-			by := map[string]*callStats{}
-			for _, c := range all {
-				by[c.label] = &c.stats
-			}
-			reportTransportRatios(b, by)
-			b.ReportMetric(0, "ns/op") // the figures above say it better
+				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)
+			})
+			b.Run("client=sdk", func(b *testing.B) {
+				old := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+				all := []*contender{
+					{label: "sandboxd-sse", c: sdkCaller{connectSSE(b, sd.url, nil)}},
+					{label: "sandboxd-mcp", c: sdkCaller{connectRevision(b, sd.url+"/mcp", nil, protocolStateless)}},
+					{label: "sandboxd-mcp2025", c: sdkCaller{connectRevision(b, sd.url+"/mcp", old, "2025-11-25")}},
+					{label: "mcpgo-mcp", c: sdkCaller{connectRevision(b, mgURL+mcpgoStatelessPath, nil, protocolStateless)}},
+					{label: "mcpgo-mcp2025", c: sdkCaller{connectRevision(b, mgURL+mcpgoStreamablePath, old, "2025-11-25")}},
+				}
+				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)
+			})
 		})
 	}
+}
+
+// compareTransports runs the contenders of BenchmarkSideBySideStreamable
+// side by side (sandboxd's are of process sdPID, mcp-go's of mgPID) and
+// reports their figures and ratios.
+func compareTransports(b *testing.B, all []*contender, sdPID, mgPID int, tool string, args map[string]any) {
+	for _, c := range all {
+		c.stats.pid = sdPID
+		if strings.HasPrefix(c.label, "mcpgo-") {
+			c.stats.pid = mgPID
+		}
+	}
+	compareServers(b, all, tool, args)
+	by := map[string]*callStats{}
+	for _, c := range all {
+		by[c.label] = &c.stats
+	}
+	reportTransportRatios(b, by)
+	b.ReportMetric(0, "ns/op") // the figures above say it better
 }
 
 // connectRevision connects the Go SDK's Streamable HTTP client to endpoint
