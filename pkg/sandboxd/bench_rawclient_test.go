@@ -343,3 +343,41 @@ func (c *rawSSE) roundTrip(ctx context.Context, msg rawRequest) (*rawResponse, e
 	}
 	return readEventResponse(c.events, msg.ID)
 }
+
+// BenchmarkRawCall is the light client's Read against an in-process
+// sandboxd, one call at a time, on each transport, and against the
+// standalone mcp-go server (in process too) on its two: a profile of it
+// (-cpuprofile, -memprofile) shows sandboxd's own costs per call beside a
+// client that costs little, and allocs/op counts both (the client's are the
+// same on every transport but for the event stream of SSE).
+//
+//	go test -run '^$' -bench BenchmarkRawCall -benchtime 5000x -cpuprofile cpu.out ./pkg/sandboxd/
+func BenchmarkRawCall(b *testing.B) {
+	ws := benchWorkspace(b)
+	ts := startServer(b, Config{Workspace: ws}, options{})
+	mg := startMCPGoServer(b, ws)
+	for _, tr := range []struct {
+		name    string
+		connect func(b *testing.B) benchCaller
+	}{
+		{"sse", func(b *testing.B) benchCaller { return connectRawSSE(b, ts.url) }},
+		{"mcp", func(b *testing.B) benchCaller { return connectRawStreamable(b, ts.url+"/mcp", protocolStateless) }},
+		{"mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, ts.url+"/mcp", "2025-11-25") }},
+		{"mcpgo-mcp", func(b *testing.B) benchCaller {
+			return connectRawStreamable(b, mg+mcpgoStatelessPath, protocolStateless)
+		}},
+		{"mcpgo-mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, mg+mcpgoStreamablePath, "2025-11-25") }},
+	} {
+		b.Run(tr.name, func(b *testing.B) {
+			c := tr.connect(b)
+			args := map[string]any{"file_path": "small.txt"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if text, isError, err := c.callTool(b.Context(), "Read", args); err != nil || isError {
+					b.Fatalf("Read: %v %s", err, text)
+				}
+			}
+		})
+	}
+}

@@ -12,9 +12,13 @@ import (
 // BenchmarkSideBySideStreamable measures Streamable HTTP (/mcp) against
 // sandboxd's own SSE transport and against a standalone mark3labs/mcp-go
 // Streamable HTTP server serving the same tool, in one run, each server in
-// a process of its own (as BenchmarkSideBySide's "process"), with the same
-// client (the official Go SDK v1.8.0), one session per contender, in
-// interleaved rounds. The contenders:
+// a process of its own (as BenchmarkSideBySide's "process"), one session
+// per contender, in interleaved rounds, twice over the same server
+// processes: client=raw drives every contender with one light client
+// (bench_rawclient_test.go) that costs little per call, so that the figures
+// are the servers'; client=sdk with the official Go SDK v1.8.0's client,
+// whose own cost per call is larger than the servers' and larger at
+// 2026-07-28 than on SSE (docs/sandboxd-speed.md). The contenders:
 //
 //	sandboxd-sse      /sse + /message, 2024-11-05
 //	sandboxd-mcp      /mcp, 2026-07-28 (stateless; the client's default)
@@ -119,6 +123,12 @@ var transportRatios = []transportRatio{
 // the ratios side by side, with the load average.
 func reportTransportRatios(b *testing.B, by map[string]*callStats) {
 	var t strings.Builder
+	switch {
+	case strings.Contains(b.Name(), "client=raw"):
+		t.WriteString("client: one light raw-HTTP MCP client for every contender (bench_rawclient_test.go): the servers' measure, issue 26 item 4's ratios\n")
+	case strings.Contains(b.Name(), "client=sdk"):
+		t.WriteString("client: the official Go SDK v1.8.0 for every contender: what SDK users see; its own cost per call weighs on every figure, more at 2026-07-28\n")
+	}
 	fmt.Fprintf(&t, "load average %s (figures need a quiet machine; CPU per call is the steadiest)\n", loadAverage())
 	fmt.Fprintf(&t, "%-18s %8s %8s %8s %10s %12s\n", "contender", "p50-µs", "p90-µs", "p99-µs", "calls/s", "cpu-µs/call")
 	for _, label := range []string{"sandboxd-sse", "sandboxd-mcp", "sandboxd-mcp2025", "mcpgo-mcp", "mcpgo-mcp2025"} {

@@ -220,6 +220,12 @@ func taskCallOf(req *jsonrpc.Request) (*taskCall, bool) {
 // serveCall runs a tools/call that may become a task; see the comment at
 // the top of this file.
 func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	// A task's call must name its tool in Mcp-Name (headerErr, below): a
+	// header that names no tool of taskTools is either a plain call or one
+	// the SDK refuses, and the body need not be decoded to know it.
+	if !taskTools[r.Header.Get("Mcp-Name")] {
+		return false
+	}
 	p, ok := taskCallOf(req)
 	if !ok {
 		return false

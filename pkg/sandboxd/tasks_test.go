@@ -355,6 +355,7 @@ func TestTaskProtocolErrors(t *testing.T) {
 		"version differs":   {req: rpc{method: "tasks/get", name: id, tasks: true, params: map[string]any{"taskId": id}, header: map[string]string{"Mcp-Protocol-Version": "2026-08-01"}}, wantCode: mcp.CodeHeaderMismatch},
 		"update unknown":    {req: rpc{method: "tasks/update", name: "x", tasks: true, params: map[string]any{"taskId": "x", "inputResponses": map[string]any{}}}, wantCode: -32602},
 		"tool name differs": {req: rpc{method: "tools/call", name: "Read", tasks: true, params: map[string]any{"name": "Bash", "arguments": map[string]any{"command": "touch ran"}, "task": map[string]any{}}}, wantCode: mcp.CodeHeaderMismatch},
+		"tool name missing": {req: rpc{method: "tools/call", tasks: true, params: map[string]any{"name": "Bash", "arguments": map[string]any{"command": "touch ran"}, "task": map[string]any{}}}, wantCode: mcp.CodeHeaderMismatch},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
