@@ -110,7 +110,7 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 // startTools starts the served tools' series at zero, so that a dashboard
 // sees them before their first call: at construction, or for a warm member
 // at its adoption (served is then the adopted tools, a subset of
-// ToolNames, so the label set stays bounded).
+// toolnames.All, so the label set stays bounded).
 func (m *metrics) startTools(served []string) {
 	for _, tool := range served {
 		for _, result := range []string{statusOK, statusError} {

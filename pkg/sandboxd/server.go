@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
@@ -133,7 +134,7 @@ func newWarmServerGuard(cfg Config, logger klog.Logger) (*guard, error) {
 // request reaches the transport and before any session exists, so the tools
 // are all there when the first tools/list is answered.
 func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err error) {
-	all := ToolNames()
+	all := toolnames.All()
 	for _, name := range all {
 		if slices.Contains(a.Tools, name) {
 			served = append(served, name)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // TestStatelessRevisionThroughTheSDK: the official Go SDK's client (v1.8.0)
@@ -27,8 +29,8 @@ func TestStatelessRevisionThroughTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Tools) != len(ToolNames()) {
-		t.Errorf("tools/list gave %d tools, want %d", len(res.Tools), len(ToolNames()))
+	if len(res.Tools) != len(toolnames.All()) {
+		t.Errorf("tools/list gave %d tools, want %d", len(res.Tools), len(toolnames.All()))
 	}
 	callOK(t, cs, "Write", map[string]any{"file_path": "a.txt", "content": "one\n"})
 	// The read mark lives in the sandbox, not in a session: a Read in one
