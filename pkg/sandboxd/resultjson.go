@@ -36,7 +36,7 @@ func marshalCallToolResult(r *mcp.CallToolResult) ([]byte, error) {
 	if raw, ok := r.StructuredContent.(json.RawMessage); ok {
 		size += 24 + len(raw)
 	}
-	buf.Grow(size + size/16) // room for some escapes
+	buf.Grow(size + size/16)     // room for some escapes
 	enc := json.NewEncoder(&buf) // escapes HTML, as json.Marshal does
 	buf.WriteString(`{"content":`)
 	if r.Content == nil {
