@@ -106,7 +106,7 @@ type rawStreamable struct {
 
 // connectRawStreamable connects the light client to endpoint at version:
 // for a session revision it initializes a session first.
-func connectRawStreamable(b *testing.B, endpoint, version string) *rawStreamable {
+func connectRawStreamable(b testing.TB, endpoint, version string) *rawStreamable {
 	b.Helper()
 	c := &rawStreamable{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, endpoint: endpoint, version: version}
 	b.Cleanup(c.hc.CloseIdleConnections)
@@ -260,7 +260,7 @@ type rawSSE struct {
 }
 
 // connectRawSSE opens base's /sse stream and initializes the session.
-func connectRawSSE(b *testing.B, base string) *rawSSE {
+func connectRawSSE(b testing.TB, base string) *rawSSE {
 	b.Helper()
 	c := &rawSSE{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -379,5 +379,37 @@ func BenchmarkRawCall(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRawBenchClient: the benchmarks' light client gets the same Read from
+// sandboxd on each transport and from the standalone mcp-go server on its
+// two, and a tool error as a tool error, so that the side-by-side figures
+// compare calls that did the same work.
+func TestRawBenchClient(t *testing.T) {
+	ws := benchWorkspace(t)
+	ts := startServer(t, Config{Workspace: ws}, options{})
+	mg := startMCPGoServer(t, ws)
+	callers := map[string]benchCaller{
+		"sandboxd-sse":     connectRawSSE(t, ts.url),
+		"sandboxd-mcp":     connectRawStreamable(t, ts.url+"/mcp", protocolStateless),
+		"sandboxd-mcp2025": connectRawStreamable(t, ts.url+"/mcp", "2025-11-25"),
+		"mcpgo-mcp":        connectRawStreamable(t, mg+mcpgoStatelessPath, protocolStateless),
+		"mcpgo-mcp2025":    connectRawStreamable(t, mg+mcpgoStreamablePath, "2025-11-25"),
+	}
+	want := "     1\tpackage main\n     2\t\n     3\tfunc main() {}\n"
+	for name, c := range callers {
+		for range 3 { // ids move on; the connection is reused
+			text, isError, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "small.txt"})
+			if err != nil || isError || text != want {
+				t.Errorf("%s: Read = %q, %v, %v; want %q", name, text, isError, err, want)
+			}
+		}
+		if _, isError, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "missing.txt"}); err != nil || !isError {
+			t.Errorf("%s: Read of a missing file = tool error %v, %v; want a tool error", name, isError, err)
+		}
+	}
+	if got := ts.streamable.direct.taken.Load(); got < 8 {
+		t.Errorf("the direct path of /mcp took %d of the light client's 8 calls", got)
 	}
 }

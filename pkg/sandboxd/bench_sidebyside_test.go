@@ -83,7 +83,7 @@ func BenchmarkSideBySide(b *testing.B) {
 
 // benchWorkspace returns a fresh workspace with benchSmallFile in it, as
 // small.txt.
-func benchWorkspace(b *testing.B) string {
+func benchWorkspace(b testing.TB) string {
 	b.Helper()
 	ws := filepath.Join(b.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
@@ -295,7 +295,7 @@ func (s *callStats) report(b *testing.B, prefix string) {
 
 // startMCPGoServer serves the standalone mcp-go server in this process, on
 // a loopback port, and returns its URL.
-func startMCPGoServer(b *testing.B, ws string) string {
+func startMCPGoServer(b testing.TB, ws string) string {
 	b.Helper()
 	h, closeRoot, err := newMCPGoServer(ws)
 	if err != nil {
