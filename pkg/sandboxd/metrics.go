@@ -34,11 +34,11 @@ type metrics struct {
 	firstDone    atomic.Bool
 }
 
-// newMetrics registers the metrics. sessions and shells are read when
-// /metrics is scraped.
-// registerTasks adds the gauges of the task store (tasks.go).
-func (m *metrics) registerTasks(running, kept func() float64) {
+// registerTasks adds the gauges and the counter of the task store
+// (tasks.go).
+func (m *metrics) registerTasks(running, kept func() float64, created prometheus.Collector) {
 	m.registry.MustRegister(
+		created,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_running",
 			Help: "Tool calls that became tasks (io.modelcontextprotocol/tasks) and still run.",
@@ -50,6 +50,8 @@ func (m *metrics) registerTasks(running, kept func() float64) {
 	)
 }
 
+// newMetrics registers the metrics. sessions and shells are read when
+// /metrics is scraped.
 func newMetrics(served []string, sseStreams, sessions, shells func() float64) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -107,7 +108,17 @@ type taskStore struct {
 	// changed is closed (and replaced) at every change of a task kept:
 	// what subscriptions/listen streams wait on (tasks_listen.go).
 	changed chan struct{}
+	// created counts the calls that became tasks, by how (taskRequested,
+	// taskAfterThreshold): airlock_sandboxd_tasks_created_total.
+	created *prometheus.CounterVec
 }
+
+// How a call became a task, the how label of
+// airlock_sandboxd_tasks_created_total.
+const (
+	taskRequested      = "requested"       // the client asked for a task (params.task)
+	taskAfterThreshold = "after_threshold" // the call outlived the threshold
+)
 
 func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger) *taskStore {
 	if opts.clock == nil {
@@ -126,7 +137,14 @@ func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger)
 		opts.maxBytes = defaultMaxTaskBytes
 	}
 	base, stop := context.WithCancel(context.Background())
-	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}, changed: make(chan struct{})}
+	created := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_created_total",
+		Help: "Tool calls that became tasks (io.modelcontextprotocol/tasks), by how: requested (the client asked for one) or after_threshold (the call outlived the threshold).",
+	}, []string{"how"})
+	for _, how := range []string{taskRequested, taskAfterThreshold} {
+		created.WithLabelValues(how)
+	}
+	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}, changed: make(chan struct{}), created: created}
 }
 
 // close cancels every call in flight, tasks or not, and waits for them to
@@ -264,7 +282,8 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 		close(t.done) // res and err are not written again
 		s.finish(t, res, err)
 	}()
-	if asked := len(p.Task) > 0 && string(p.Task) != "null"; !asked {
+	asked := len(p.Task) > 0 && string(p.Task) != "null"
+	if !asked {
 		select {
 		case <-t.done:
 			writeCallResponse(w, req.ID, res, err, s.logger)
@@ -288,6 +307,11 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 		}
 		return true
 	}
+	how := taskAfterThreshold
+	if asked {
+		how = taskRequested
+	}
+	s.created.WithLabelValues(how).Inc()
 	s.mu.Lock()
 	view := s.viewLocked(t)
 	s.mu.Unlock()

@@ -246,6 +246,12 @@ func TestTaskCancelKillsItsProcesses(t *testing.T) {
 	}
 	waitMetric(t, ts.url, "airlock_sandboxd_tasks_running 0")
 	waitMetric(t, ts.url, "airlock_sandboxd_tasks_kept 1")
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, line := range []string{`airlock_sandboxd_tasks_created_total{how="requested"} 1`, `airlock_sandboxd_tasks_created_total{how="after_threshold"} 0`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
+	}
 }
 
 // TestTaskAfterThreshold: a call that declares the extension becomes a task
@@ -324,6 +330,12 @@ func TestTaskAfterThreshold(t *testing.T) {
 	}
 	if n := ts.streamable.tasks.count(); n != 1 {
 		t.Errorf("%d tasks kept, want the one long call", n)
+	}
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, line := range []string{`airlock_sandboxd_tasks_created_total{how="requested"} 0`, `airlock_sandboxd_tasks_created_total{how="after_threshold"} 1`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
 	}
 }
 
