@@ -32,6 +32,30 @@ type metrics struct {
 	firstCall    prometheus.Gauge
 	servingSince atomic.Int64 // unix nanoseconds
 	firstDone    atomic.Bool
+	// stateless counts the requests of the stateless revision (2026-07-28),
+	// which have no session to count, by method (statelessMethods, else
+	// "other").
+	stateless map[string]prometheus.Counter
+}
+
+// statelessMethods are the methods of the stateless revision that
+// airlock_sandboxd_stateless_requests_total names; any other is "other",
+// so that a client's method names never become labels.
+var statelessMethods = []string{
+	"server/discover", "tools/list", "tools/call", "resources/list", "resources/templates/list", "prompts/list",
+	"tasks/get", "tasks/cancel", "tasks/update", "subscriptions/listen", "notifications/cancelled",
+}
+
+// countStateless counts a request of the stateless revision.
+func (m *metrics) countStateless(method string) {
+	if m == nil {
+		return
+	}
+	c, ok := m.stateless[method]
+	if !ok {
+		c = m.stateless["other"]
+	}
+	c.Inc()
 }
 
 // registerTasks adds the gauges and the counter of the task store
@@ -82,7 +106,18 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 		}, []string{"kind"}),
 	}
 	m.servingSince.Store(time.Now().UnixNano())
+	stateless := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "airlock",
+		Subsystem: "sandboxd",
+		Name:      "stateless_requests_total",
+		Help:      "Requests and notifications of the stateless revision (2026-07-28) on /mcp, which open no session, by method (\"other\" for a method sandboxd does not name).",
+	}, []string{"method"})
+	m.stateless = map[string]prometheus.Counter{"other": stateless.WithLabelValues("other")}
+	for _, method := range statelessMethods {
+		m.stateless[method] = stateless.WithLabelValues(method)
+	}
 	m.registry.MustRegister(
+		stateless,
 		m.firstCall,
 		m.toolCalls,
 		m.toolDuration,

@@ -103,6 +103,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s.streamable = newStreamableTransport(s.mcp, s.sse.calls.Load, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
 	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
 	s.streamable.tasks = tasks
+	s.streamable.metrics = s.metrics
 	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) }, tasks.created)
 	return s, nil
 }

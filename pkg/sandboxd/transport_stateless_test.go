@@ -193,3 +193,38 @@ func TestStatelessNeedsTheToken(t *testing.T) {
 	}
 	checkFile(t, filepath.Join(ts.ws, "x.txt"), "x")
 }
+
+// TestStatelessRequestsCounted: requests of the stateless revision, which
+// open no session, are counted by method in
+// airlock_sandboxd_stateless_requests_total, a method sandboxd does not name
+// as "other" (a client's method names never become labels); a session's
+// requests are not counted there.
+func TestStatelessRequestsCounted(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	session := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	callOK(t, session, toolnames.LS, map[string]any{})
+	for _, req := range []rpc{
+		{method: "server/discover"},
+		{method: "tools/list"},
+		{method: "tools/call", name: toolnames.LS, params: map[string]any{"name": toolnames.LS, "arguments": map[string]any{}}},
+		{method: "tools/call", name: toolnames.Glob, params: map[string]any{"name": toolnames.Glob, "arguments": map[string]any{"pattern": "*"}}},
+		{method: "no/such-method-x"},
+	} {
+		req.call(t, ts.url)
+	}
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, want := range []string{
+		`airlock_sandboxd_stateless_requests_total{method="server/discover"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tools/list"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tools/call"} 2`,
+		`airlock_sandboxd_stateless_requests_total{method="other"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tasks/get"} 0`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
+	if strings.Contains(body, "such-method") {
+		t.Error("a client's method name became a label")
+	}
+}
