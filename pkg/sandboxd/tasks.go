@@ -235,28 +235,40 @@ func taskCallOf(req *jsonrpc.Request) (*taskCall, bool) {
 	return &p, true
 }
 
-// serveCall runs a tools/call that may become a task; see the comment at
-// the top of this file.
-func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+// acceptCall returns the decoded call and the call table when req is a
+// tools/call the task store takes: of a tool of taskTools that is served,
+// declaring the extension, with headers that agree. Anything else is the
+// SDK's (which refuses what the headers get wrong, with the same checks).
+func (s *taskStore) acceptCall(r *http.Request, req *jsonrpc.Request) (*taskCall, *callTable, bool) {
 	// A task's call must name its tool in Mcp-Name (headerErr, below): a
 	// header that names no tool of taskTools is either a plain call or one
 	// the SDK refuses, and the body need not be decoded to know it.
 	if !taskTools[r.Header.Get("Mcp-Name")] {
-		return false
+		return nil, nil, false
 	}
 	p, ok := taskCallOf(req)
 	if !ok {
-		return false
+		return nil, nil, false
 	}
 	table := s.calls()
 	if table == nil {
-		return false
+		return nil, nil, false
 	}
 	if _, served := table.handlers[p.Name]; !served {
-		return false // the SDK refuses it
+		return nil, nil, false // the SDK refuses it
 	}
 	if headerErr(r, req, p.Meta, p.Name) != nil {
-		return false // the SDK refuses it, with the same checks
+		return nil, nil, false
+	}
+	return p, table, true
+}
+
+// serveCall runs a tools/call that may become a task; see the comment at
+// the top of this file.
+func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	p, table, ok := s.acceptCall(r, req)
+	if !ok {
+		return false
 	}
 	ctx, cancel := context.WithCancel(s.base)
 	now := s.opts.clock.Now()
@@ -311,6 +323,13 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 	if asked {
 		how = taskRequested
 	}
+	s.writeCreated(w, req.ID, t, how)
+	return true
+}
+
+// writeCreated answers a call that became task t (how: taskRequested or
+// taskAfterThreshold) with its CreateTaskResult, and counts it.
+func (s *taskStore) writeCreated(w http.ResponseWriter, id jsonrpc.ID, t *task, how string) {
 	s.created.WithLabelValues(how).Inc()
 	s.mu.Lock()
 	view := s.viewLocked(t)
@@ -320,8 +339,7 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 	// client that knows no tasks and reads this as a CallToolResult (the Go
 	// SDK v1.8.0's does) still has the handle.
 	view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation(), metaKeyRelatedTask: map[string]any{"taskId": t.id}}
-	writeResult(w, req.ID, view)
-	return true
+	writeResult(w, id, view)
 }
 
 // add keeps t, dropping the oldest finished tasks while the store is full,
