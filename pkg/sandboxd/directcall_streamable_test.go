@@ -520,6 +520,10 @@ func TestStatelessMetaKept(t *testing.T) {
 	}); !reflect.DeepEqual(want, second) {
 		t.Errorf("kept _meta = %v, want %v", second, want)
 	}
+	second["changed"] = true // a copy of the kept one: the next call's is as decoded
+	if third, _ := d.checkStatelessMeta(json.RawMessage(triple), protocolStateless); len(third) != 3 || third["changed"] != nil {
+		t.Errorf("third _meta = %v; want the first as it was decoded", third)
+	}
 	if m, ok := d.checkStatelessMeta(json.RawMessage(triple), "2026-08-01"); ok {
 		t.Errorf("the kept _meta answered another version: %v", m)
 	}
