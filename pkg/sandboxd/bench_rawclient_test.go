@@ -55,7 +55,20 @@ type rawRequest struct {
 type rawCallParams struct {
 	Name      string         `json:"name"`
 	Arguments map[string]any `json:"arguments"`
-	Meta      map[string]any `json:"_meta,omitempty"`
+	Meta      *rawMeta       `json:"_meta,omitempty"`
+}
+
+// rawMeta is what a 2026-07-28 request carries in _meta, as a client with
+// types of its own encodes it (the Go SDK's client does too).
+type rawMeta struct {
+	ProtocolVersion    string         `json:"io.modelcontextprotocol/protocolVersion"`
+	ClientCapabilities struct{}       `json:"io.modelcontextprotocol/clientCapabilities"`
+	ClientInfo         *rawClientInfo `json:"io.modelcontextprotocol/clientInfo,omitempty"`
+}
+
+type rawClientInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 type rawResponse struct {
@@ -89,8 +102,8 @@ func (r *rawResponse) toolResult() (string, bool, error) {
 	return b.String(), r.Result.IsError, nil
 }
 
-// rawClientInfo is what the light client says it is.
-var rawClientInfo = map[string]any{"name": "sandboxd-bench-raw", "version": "v0"}
+// benchClientInfo is what the light client says it is.
+var benchClientInfo = &rawClientInfo{Name: "sandboxd-bench-raw", Version: "v0"}
 
 // rawStreamable is the light client of Streamable HTTP: stateless at
 // 2026-07-28 (version, capabilities and info in each request's _meta, the
@@ -114,7 +127,7 @@ func connectRawStreamable(b testing.TB, endpoint, version string) *rawStreamable
 		return c
 	}
 	init := rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "initialize", Params: map[string]any{
-		"protocolVersion": version, "capabilities": map[string]any{}, "clientInfo": rawClientInfo,
+		"protocolVersion": version, "capabilities": map[string]any{}, "clientInfo": benchClientInfo,
 	}}
 	resp, err := c.post(b.Context(), init, "initialize", "")
 	if err != nil {
@@ -137,11 +150,7 @@ func (c *rawStreamable) id() int64 { c.nextID++; return c.nextID }
 func (c *rawStreamable) callTool(ctx context.Context, tool string, args map[string]any) (string, bool, error) {
 	params := rawCallParams{Name: tool, Arguments: args}
 	if c.version >= protocolStateless {
-		params.Meta = map[string]any{
-			mcp.MetaKeyProtocolVersion:    c.version,
-			mcp.MetaKeyClientCapabilities: map[string]any{},
-			mcp.MetaKeyClientInfo:         rawClientInfo,
-		}
+		params.Meta = &rawMeta{ProtocolVersion: c.version, ClientInfo: benchClientInfo}
 	}
 	resp, err := c.post(ctx, rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "tools/call", Params: params}, "tools/call", tool)
 	if err != nil {
@@ -294,7 +303,7 @@ func connectRawSSE(b testing.TB, base string) *rawSSE {
 	}
 	c.endpoint = endpoint
 	init := rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "initialize", Params: map[string]any{
-		"protocolVersion": "2024-11-05", "capabilities": map[string]any{}, "clientInfo": rawClientInfo,
+		"protocolVersion": "2024-11-05", "capabilities": map[string]any{}, "clientInfo": benchClientInfo,
 	}}
 	resp, err := c.roundTrip(b.Context(), init)
 	if err != nil || resp.Error != nil {
