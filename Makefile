@@ -90,7 +90,7 @@ cluster-down: ## Stop the local control plane.
 	hack/local-cluster.sh down
 
 .PHONY: bench-sandboxd
-bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go SSE server (ratios), round trips, a 10k-file snapshot, find_references, RSS at rest (~3-5 min).
+bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go server over SSE, and over Streamable HTTP (issue 26 item 4's six ratios with their targets, client=raw the servers' measure, client=sdk the Go SDK's), round trips, a 10k-file snapshot, find_references, RSS at rest (~3-5 min).
 	@echo "load average before: $$(cat /proc/loadavg)"
 	go test -run '^$$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/

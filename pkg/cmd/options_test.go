@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/operator"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // tempFile writes a file in a test directory and returns its path.
@@ -324,7 +325,7 @@ func TestSandboxdValidate(t *testing.T) {
 		wantFlag string
 	}{
 		"defaults with a workspace":  {},
-		"every tool":                 {modify: func(o *SandboxdOptions) { o.AllowedTools = sandboxd.ToolNames() }},
+		"every tool":                 {modify: func(o *SandboxdOptions) { o.AllowedTools = toolnames.All() }},
 		"some tools":                 {modify: func(o *SandboxdOptions) { o.AllowedTools = []string{"Read", "Grep", "run_tests"} }},
 		"readonly":                   {modify: func(o *SandboxdOptions) { o.ReadOnly = true }},
 		"token file":                 {modify: func(o *SandboxdOptions) { o.AuthTokenFile = tokenFile }},
@@ -434,8 +435,8 @@ func TestToolNamesAreTheSpecs(t *testing.T) {
 		"MultiEdit", "LS", "snapshot_create", "snapshot_list", "snapshot_restore", "snapshot_diff", "run_failing_tests", "last_test_failures",
 		"find_definition", "find_references", "rename_symbol", "change_function_signature", "edit_function_body", "insert_after_method",
 		"tests_covering", "run_script", "search_code"}
-	if diff := cmp.Diff(want, sandboxd.ToolNames()); diff != "" {
-		t.Errorf("sandboxd.ToolNames() (-SPEC +got):\n%s", diff)
+	if diff := cmp.Diff(want, toolnames.All()); diff != "" {
+		t.Errorf("toolnames.All() (-SPEC +got):\n%s", diff)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd"
 	"github.com/airlock-dev/airlock/pkg/sandboxflags"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // SandboxdOptions are the flags of `airlock sandboxd` (SPEC section 6).
@@ -43,7 +44,7 @@ func (o *SandboxdOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, sandboxflags.Listen, o.Listen, "Address (host:port) of MCP (GET /sse, POST /message, POST /mcp), /healthz, /readyz and /metrics.")
 	fs.StringVar(&o.Workspace, sandboxflags.Workspace, o.Workspace, "Directory the tools work in; every tool path is resolved inside it. Must exist.")
 	fs.BoolVar(&o.ReadOnly, sandboxflags.ReadOnly, o.ReadOnly, "Serve only the tools that change nothing in the workspace.")
-	fs.StringSliceVar(&o.AllowedTools, sandboxflags.AllowedTools, o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(sandboxd.ToolNames(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
+	fs.StringSliceVar(&o.AllowedTools, sandboxflags.AllowedTools, o.AllowedTools, "Tools to list and accept (comma list of "+strings.Join(toolnames.All(), ", ")+"). Omitted: all of them; given, it must name at least one. Others are neither listed nor callable.")
 	fs.StringVar(&o.AuthTokenFile, sandboxflags.AuthTokenFile, o.AuthTokenFile, "File holding the bearer token every MCP request must carry. Empty: no token is asked for.")
 	fs.StringVar(&o.WarmKeyFile, sandboxflags.WarmKeyFile, o.WarmKeyFile, "File holding this warm pool member's key (base64url, as the member's Secret holds it). "+
 		"No MCP request is served until one carries an adoption token MACed with this key; the first such token adopts the member, which then accepts that token only and serves the tools it names. "+
@@ -95,7 +96,7 @@ func (o *SandboxdOptions) Validate() []error {
 	}
 	if unknown := unknownTools(o.AllowedTools); len(unknown) > 0 {
 		errs = append(errs, invalidFlag("allowed-tools", "unknown %s %s (known: %s)",
-			plural(len(unknown), "tool", "tools"), strings.Join(unknown, ", "), strings.Join(sandboxd.ToolNames(), ", ")))
+			plural(len(unknown), "tool", "tools"), strings.Join(unknown, ", "), strings.Join(toolnames.All(), ", ")))
 	}
 	if o.AuthTokenFile != "" {
 		if err := checkReadableFile(o.AuthTokenFile); err != nil {
@@ -164,9 +165,9 @@ func (o *SandboxdOptions) Config() sandboxd.Config {
 }
 
 // unknownTools returns, quoted, the names that are not sandboxd tools. The one list of tool names
-// is sandboxd.ToolNames (the names of SPEC section 6, also the v1alpha1.ToolName enum).
+// is toolnames.All (the names of SPEC section 6, also the v1alpha1.ToolName enum).
 func unknownTools(names []string) []string {
-	known := sandboxd.ToolNames()
+	known := toolnames.All()
 	var unknown []string
 	for _, n := range names {
 		if !slices.Contains(known, n) {

@@ -22,7 +22,6 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpgoserver "github.com/mark3labs/mcp-go/server"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -84,7 +83,7 @@ func BenchmarkSideBySide(b *testing.B) {
 
 // benchWorkspace returns a fresh workspace with benchSmallFile in it, as
 // small.txt.
-func benchWorkspace(b *testing.B) string {
+func benchWorkspace(b testing.TB) string {
 	b.Helper()
 	ws := filepath.Join(b.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
@@ -102,8 +101,8 @@ func benchWorkspace(b *testing.B) string {
 // process spent per call too, a figure that a busy machine disturbs far
 // less than round trips.
 func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, tool string, args map[string]any) {
-	sd := &contender{label: "sandboxd", cs: connectSSE(b, ourURL, nil), stats: callStats{pid: ourPID}}
-	mg := &contender{label: "mcpgo", cs: connectSSE(b, theirURL, nil), stats: callStats{pid: theirPID}}
+	sd := &contender{label: "sandboxd", c: sdkCaller{connectSSE(b, ourURL, nil)}, stats: callStats{pid: ourPID}}
+	mg := &contender{label: "mcpgo", c: sdkCaller{connectSSE(b, theirURL, nil)}, stats: callStats{pid: theirPID}}
 	compareServers(b, []*contender{sd, mg}, tool, args)
 	if mg.stats.callsPerSecond() > 0 && mg.stats.pct(0.90) > 0 {
 		b.ReportMetric(sd.stats.callsPerSecond()/mg.stats.callsPerSecond(), "ratio-calls/s")
@@ -116,10 +115,10 @@ func sideBySide(b *testing.B, ourURL, theirURL string, ourPID, theirPID int, too
 }
 
 // contender is one server (and transport) of a side-by-side run: the
-// client session that calls it and its figures.
+// client that calls it and its figures.
 type contender struct {
 	label string
-	cs    *mcp.ClientSession
+	c     benchCaller
 	stats callStats
 }
 
@@ -129,16 +128,16 @@ type contender struct {
 // that they all answer alike and warming them up, and reports each one's
 // figures under its label.
 func compareServers(b *testing.B, all []*contender, tool string, args map[string]any) {
-	want := callOK(b, all[0].cs, tool, args)
+	want := callerOK(b, all[0], tool, args)
 	for _, c := range all[1:] {
-		if got := callOK(b, c.cs, tool, args); got != want {
+		if got := callerOK(b, c, tool, args); got != want {
 			b.Fatalf("%s answers %q, %s %q: the comparison would mean nothing", all[0].label, want, c.label, got)
 		}
 	}
 	warm := max(b.N/10, 50)
 	for range warm {
 		for _, c := range all {
-			callOK(b, c.cs, tool, args)
+			callerOK(b, c, tool, args)
 		}
 	}
 	rounds := min(sideBySideRounds, b.N)
@@ -150,13 +149,24 @@ func compareServers(b *testing.B, all []*contender, tool string, args map[string
 		}
 		for i := range all {
 			c := all[(i+r)%len(all)]
-			c.stats.run(b, c.cs, n, tool, args)
+			c.stats.run(b, c.c, n, tool, args)
 		}
 	}
 	b.StopTimer()
 	for _, c := range all {
 		c.stats.report(b, c.label+"-")
 	}
+}
+
+// callerOK makes one call of c and returns its text; a failure ends the
+// benchmark.
+func callerOK(b *testing.B, c *contender, tool string, args map[string]any) string {
+	b.Helper()
+	text, isError, err := c.c.callTool(b.Context(), tool, args)
+	if err != nil || isError {
+		b.Fatalf("%s: %s(%v): %v %s", c.label, tool, args, err, text)
+	}
+	return text
 }
 
 // startMCPGoProcess runs the standalone mcp-go server for ws in a process
@@ -218,7 +228,7 @@ type callStats struct {
 }
 
 // run makes n calls one after the other on cs.
-func (s *callStats) run(b *testing.B, cs *mcp.ClientSession, n int, tool string, args map[string]any) {
+func (s *callStats) run(b *testing.B, c benchCaller, n int, tool string, args map[string]any) {
 	var cpu0 time.Duration
 	if s.pid != 0 {
 		cpu0 = processCPU(b, s.pid)
@@ -227,10 +237,10 @@ func (s *callStats) run(b *testing.B, cs *mcp.ClientSession, n int, tool string,
 	start := time.Now()
 	for range n {
 		t0 := time.Now()
-		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		text, isError, err := c.callTool(b.Context(), tool, args)
 		s.latencies = append(s.latencies, time.Since(t0))
-		if err != nil || res.IsError {
-			b.Fatalf("%s: %v %v", tool, err, res)
+		if err != nil || isError {
+			b.Fatalf("%s: %v %s", tool, err, text)
 		}
 	}
 	s.elapsed += time.Since(start)
@@ -285,7 +295,7 @@ func (s *callStats) report(b *testing.B, prefix string) {
 
 // startMCPGoServer serves the standalone mcp-go server in this process, on
 // a loopback port, and returns its URL.
-func startMCPGoServer(b *testing.B, ws string) string {
+func startMCPGoServer(b testing.TB, ws string) string {
 	b.Helper()
 	h, closeRoot, err := newMCPGoServer(ws)
 	if err != nil {

@@ -12,9 +12,13 @@ import (
 // BenchmarkSideBySideStreamable measures Streamable HTTP (/mcp) against
 // sandboxd's own SSE transport and against a standalone mark3labs/mcp-go
 // Streamable HTTP server serving the same tool, in one run, each server in
-// a process of its own (as BenchmarkSideBySide's "process"), with the same
-// client (the official Go SDK v1.8.0), one session per contender, in
-// interleaved rounds. The contenders:
+// a process of its own (as BenchmarkSideBySide's "process"), one session
+// per contender, in interleaved rounds, twice over the same server
+// processes: client=raw drives every contender with one light client
+// (bench_rawclient_test.go) that costs little per call, so that the figures
+// are the servers'; client=sdk with the official Go SDK v1.8.0's client,
+// whose own cost per call is larger than the servers' and larger at
+// 2026-07-28 than on SSE (docs/sandboxd-speed.md). The contenders:
 //
 //	sandboxd-sse      /sse + /message, 2024-11-05
 //	sandboxd-mcp      /mcp, 2026-07-28 (stateless; the client's default)
@@ -42,29 +46,48 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 			sd := startSandboxdProcess(b, bin, ws)
 			b.Cleanup(func() { sd.stop(b) })
 			mgURL, mgPID := startMCPGoProcess(b, ws)
-			old := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
-			all := []*contender{
-				{label: "sandboxd-sse", cs: connectSSE(b, sd.url, nil)},
-				{label: "sandboxd-mcp", cs: connectRevision(b, sd.url+"/mcp", nil, protocolStateless)},
-				{label: "sandboxd-mcp2025", cs: connectRevision(b, sd.url+"/mcp", old, "2025-11-25")},
-				{label: "mcpgo-mcp", cs: connectRevision(b, mgURL+mcpgoStatelessPath, nil, protocolStateless)},
-				{label: "mcpgo-mcp2025", cs: connectRevision(b, mgURL+mcpgoStreamablePath, old, "2025-11-25")},
-			}
-			for _, c := range all {
-				c.stats.pid = sd.pid
-				if strings.HasPrefix(c.label, "mcpgo-") {
-					c.stats.pid = mgPID
+			b.Run("client=raw", func(b *testing.B) {
+				all := []*contender{
+					{label: "sandboxd-sse", c: connectRawSSE(b, sd.url)},
+					{label: "sandboxd-mcp", c: connectRawStreamable(b, sd.url+"/mcp", protocolStateless)},
+					{label: "sandboxd-mcp2025", c: connectRawStreamable(b, sd.url+"/mcp", "2025-11-25")},
+					{label: "mcpgo-mcp", c: connectRawStreamable(b, mgURL+mcpgoStatelessPath, protocolStateless)},
+					{label: "mcpgo-mcp2025", c: connectRawStreamable(b, mgURL+mcpgoStreamablePath, "2025-11-25")},
 				}
-			}
-			compareServers(b, all, c.tool, c.args)
-			by := map[string]*callStats{}
-			for _, c := range all {
-				by[c.label] = &c.stats
-			}
-			reportTransportRatios(b, by)
-			b.ReportMetric(0, "ns/op") // the figures above say it better
+				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)
+			})
+			b.Run("client=sdk", func(b *testing.B) {
+				old := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+				all := []*contender{
+					{label: "sandboxd-sse", c: sdkCaller{connectSSE(b, sd.url, nil)}},
+					{label: "sandboxd-mcp", c: sdkCaller{connectRevision(b, sd.url+"/mcp", nil, protocolStateless)}},
+					{label: "sandboxd-mcp2025", c: sdkCaller{connectRevision(b, sd.url+"/mcp", old, "2025-11-25")}},
+					{label: "mcpgo-mcp", c: sdkCaller{connectRevision(b, mgURL+mcpgoStatelessPath, nil, protocolStateless)}},
+					{label: "mcpgo-mcp2025", c: sdkCaller{connectRevision(b, mgURL+mcpgoStreamablePath, old, "2025-11-25")}},
+				}
+				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)
+			})
 		})
 	}
+}
+
+// compareTransports runs the contenders of BenchmarkSideBySideStreamable
+// side by side (sandboxd's are of process sdPID, mcp-go's of mgPID) and
+// reports their figures and ratios.
+func compareTransports(b *testing.B, all []*contender, sdPID, mgPID int, tool string, args map[string]any) {
+	for _, c := range all {
+		c.stats.pid = sdPID
+		if strings.HasPrefix(c.label, "mcpgo-") {
+			c.stats.pid = mgPID
+		}
+	}
+	compareServers(b, all, tool, args)
+	by := map[string]*callStats{}
+	for _, c := range all {
+		by[c.label] = &c.stats
+	}
+	reportTransportRatios(b, by)
+	b.ReportMetric(0, "ns/op") // the figures above say it better
 }
 
 // connectRevision connects the Go SDK's Streamable HTTP client to endpoint
@@ -100,6 +123,12 @@ var transportRatios = []transportRatio{
 // the ratios side by side, with the load average.
 func reportTransportRatios(b *testing.B, by map[string]*callStats) {
 	var t strings.Builder
+	switch {
+	case strings.Contains(b.Name(), "client=raw"):
+		t.WriteString("client: one light raw-HTTP MCP client for every contender (bench_rawclient_test.go): the servers' measure, issue 26 item 4's ratios\n")
+	case strings.Contains(b.Name(), "client=sdk"):
+		t.WriteString("client: the official Go SDK v1.8.0 for every contender: what SDK users see; its own cost per call weighs on every figure, more at 2026-07-28\n")
+	}
 	fmt.Fprintf(&t, "load average %s (figures need a quiet machine; CPU per call is the steadiest)\n", loadAverage())
 	fmt.Fprintf(&t, "%-18s %8s %8s %8s %10s %12s\n", "contender", "p50-µs", "p90-µs", "p99-µs", "calls/s", "cpu-µs/call")
 	for _, label := range []string{"sandboxd-sse", "sandboxd-mcp", "sandboxd-mcp2025", "mcpgo-mcp", "mcpgo-mcp2025"} {

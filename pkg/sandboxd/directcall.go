@@ -250,7 +250,7 @@ func encodeResponseOf(id jsonrpc.ID, res mcp.Result, err error, complete bool) (
 		if complete && !bare {
 			annotateServerInfo(r)
 		}
-		data, err := r.MarshalJSON()
+		data, err := marshalCallToolResult(r)
 		if err != nil {
 			return nil, err
 		}

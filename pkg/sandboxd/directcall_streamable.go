@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -61,6 +62,8 @@ type streamableDirect struct {
 	taken atomic.Int64
 	// The last client capabilities and info that decoded.
 	caps, info lastDecoded
+	// The last _meta of the protocol's keys only that was accepted.
+	lastMeta atomic.Pointer[acceptedMeta]
 
 	// Stateless calls in flight, cancelled and waited for at shutdown.
 	base    context.Context
@@ -191,7 +194,41 @@ func (d *streamableDirect) writeResponse(w http.ResponseWriter, id jsonrpc.ID, r
 // version (equal to the header's), client capabilities that decode as the
 // SDK decodes them, client info (optional) that does, and no other key of
 // the protocol's own (the log level, say: the SDK handles those).
+//
+// A client sends the same _meta with every request (its version,
+// capabilities and info): the last one accepted that holds only those keys
+// is kept with its bytes, and the same bytes get a copy of it without
+// being decoded again. Its values are a string and json.RawMessage, which
+// nothing writes to (no tool reads the protocol's keys); a _meta with keys
+// of the client's own, decoded to values a tool could change, is not kept.
 func (d *streamableDirect) checkStatelessMeta(raw json.RawMessage, version string) (mcp.Meta, bool) {
+	if last := d.lastMeta.Load(); last != nil && last.version == version && bytes.Equal(last.raw, raw) {
+		return maps.Clone(last.meta), true
+	}
+	meta, ok := d.decodeStatelessMeta(raw, version)
+	if !ok {
+		return nil, false
+	}
+	for key := range meta {
+		if !strings.HasPrefix(key, "io.modelcontextprotocol/") {
+			return meta, true
+		}
+	}
+	d.lastMeta.Store(&acceptedMeta{raw: bytes.Clone(raw), version: version, meta: maps.Clone(meta)})
+	return meta, true
+}
+
+// acceptedMeta is a stateless call's _meta that checkStatelessMeta
+// accepted: its bytes, the version they were checked against, and what
+// they decoded to.
+type acceptedMeta struct {
+	raw     []byte
+	version string
+	meta    mcp.Meta
+}
+
+// decodeStatelessMeta is checkStatelessMeta without the copy it keeps.
+func (d *streamableDirect) decodeStatelessMeta(raw json.RawMessage, version string) (mcp.Meta, bool) {
 	var meta map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &meta); err != nil || meta == nil {
 		return nil, false

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/airlock-dev/airlock/pkg/toolnames"
@@ -488,5 +490,66 @@ func TestStatelessIgnoresASessionID(t *testing.T) {
 	}
 	if n := countSessions(ts.mcp); n != 1 {
 		t.Errorf("%d sessions, want the one opened", n)
+	}
+}
+
+// TestStatelessMetaKept: checkStatelessMeta keeps the last _meta of the
+// protocol's keys only and answers the same bytes with a copy of it (a
+// change to one call's _meta is not the next call's), never for another
+// version; a _meta with keys of the client's own is decoded every time; a
+// refused one stays refused.
+func TestStatelessMetaKept(t *testing.T) {
+	d := newStreamableDirect(func() *callTable { return nil }, klog.Background())
+	const triple = `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}`
+	first, ok := d.checkStatelessMeta(json.RawMessage(triple), protocolStateless)
+	if !ok || first[mcp.MetaKeyProtocolVersion] != protocolStateless || len(first) != 3 {
+		t.Fatalf("first _meta = %v, %v", first, ok)
+	}
+	if d.lastMeta.Load() == nil {
+		t.Fatal("the protocol's _meta was not kept")
+	}
+	first["changed"] = true
+	second, ok := d.checkStatelessMeta(json.RawMessage(triple), protocolStateless)
+	if !ok || len(second) != 3 || second["changed"] != nil {
+		t.Errorf("second _meta = %v, %v; want the first as it was decoded", second, ok)
+	}
+	if want := (mcp.Meta{
+		mcp.MetaKeyProtocolVersion:    protocolStateless,
+		mcp.MetaKeyClientCapabilities: json.RawMessage(`{}`),
+		mcp.MetaKeyClientInfo:         json.RawMessage(`{"name":"c","version":"1"}`),
+	}); !reflect.DeepEqual(want, second) {
+		t.Errorf("kept _meta = %v, want %v", second, want)
+	}
+	second["changed"] = true // a copy of the kept one: the next call's is as decoded
+	if third, _ := d.checkStatelessMeta(json.RawMessage(triple), protocolStateless); len(third) != 3 || third["changed"] != nil {
+		t.Errorf("third _meta = %v; want the first as it was decoded", third)
+	}
+	if m, ok := d.checkStatelessMeta(json.RawMessage(triple), "2026-08-01"); ok {
+		t.Errorf("the kept _meta answered another version: %v", m)
+	}
+	withOwn := `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"agent/tool-use-id":{"n":1}}`
+	kept := d.lastMeta.Load()
+	own, ok := d.checkStatelessMeta(json.RawMessage(withOwn), protocolStateless)
+	if !ok || own["agent/tool-use-id"] == nil {
+		t.Fatalf("_meta with a key of the client's = %v, %v", own, ok)
+	}
+	if d.lastMeta.Load() != kept {
+		t.Error("a _meta with a key of the client's own was kept")
+	}
+	own["agent/tool-use-id"].(map[string]any)["n"] = 2
+	again, _ := d.checkStatelessMeta(json.RawMessage(withOwn), protocolStateless)
+	if fmt.Sprint(again["agent/tool-use-id"]) != "map[n:1]" {
+		t.Errorf("the client's key decoded again = %v, want it as sent", again["agent/tool-use-id"])
+	}
+	for name, bad := range map[string]string{
+		"version differs": `{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}`,
+		"no capabilities": `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`,
+		"log level":       `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}`,
+	} {
+		for range 2 {
+			if m, ok := d.checkStatelessMeta(json.RawMessage(bad), protocolStateless); ok {
+				t.Errorf("%s: accepted %v", name, m)
+			}
+		}
 	}
 }

@@ -7,7 +7,8 @@
 // edit_function_body, insert_after_method, tests_covering, run_script,
 // search_code) served over MCP on one HTTP listener, with /healthz,
 // /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
-// ToolNames lists the tools. docs/sandboxd-tools.md is the user's view.
+// pkg/toolnames is the one list of the tools (a test there checks the list
+// above against it). docs/sandboxd-tools.md is the user's view.
 //
 // # Transports
 //

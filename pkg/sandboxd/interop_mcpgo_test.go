@@ -38,7 +38,7 @@ func mcpgoRoundTrip(t *testing.T, c *mcpgoclient.Client, ws, prefix string) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if diff := cmp.Diff(sorted(ToolNames()), sorted(names)); diff != "" {
+	if diff := cmp.Diff(sorted(toolnames.All()), sorted(names)); diff != "" {
 		t.Errorf("tools/list (-want +got):\n%s", diff)
 	}
 

@@ -16,7 +16,7 @@ import (
 func roundTrip(t *testing.T, cs *mcp.ClientSession, ws string) {
 	t.Helper()
 	got := toolNames(t, cs)
-	want := ToolNames()
+	want := toolnames.All()
 	slices.Sort(got)
 	slices.Sort(want)
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -84,7 +84,7 @@ func TestReadOnlyOverHTTP(t *testing.T) {
 	ts := startServer(t, Config{ReadOnly: true}, options{})
 	for _, cs := range []*mcp.ClientSession{connectSSE(t, ts.url, nil), connectStreamable(t, ts.url, nil)} {
 		got := toolNames(t, cs)
-		if diff := cmp.Diff(sorted(readOnlyToolNames()), sorted(got)); diff != "" {
+		if diff := cmp.Diff(sorted(toolnames.ReadOnlyNames()), sorted(got)); diff != "" {
 			t.Errorf("tools/list with --readonly (-want +got):\n%s", diff)
 		}
 		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: toolnames.Write, Arguments: map[string]any{"file_path": "x", "content": "y"}}); err == nil {

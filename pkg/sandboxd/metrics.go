@@ -32,13 +32,37 @@ type metrics struct {
 	firstCall    prometheus.Gauge
 	servingSince atomic.Int64 // unix nanoseconds
 	firstDone    atomic.Bool
+	// stateless counts the requests of the stateless revision (2026-07-28),
+	// which have no session to count, by method (statelessMethods, else
+	// "other").
+	stateless map[string]prometheus.Counter
 }
 
-// newMetrics registers the metrics. sessions and shells are read when
-// /metrics is scraped.
-// registerTasks adds the gauges of the task store (tasks.go).
-func (m *metrics) registerTasks(running, kept func() float64) {
+// statelessMethods are the methods of the stateless revision that
+// airlock_sandboxd_stateless_requests_total names; any other is "other",
+// so that a client's method names never become labels.
+var statelessMethods = []string{
+	"server/discover", "tools/list", "tools/call", "resources/list", "resources/templates/list", "prompts/list",
+	"tasks/get", "tasks/cancel", "tasks/update", "subscriptions/listen", "notifications/cancelled",
+}
+
+// countStateless counts a request of the stateless revision.
+func (m *metrics) countStateless(method string) {
+	if m == nil {
+		return
+	}
+	c, ok := m.stateless[method]
+	if !ok {
+		c = m.stateless["other"]
+	}
+	c.Inc()
+}
+
+// registerTasks adds the gauges and the counter of the task store
+// (tasks.go).
+func (m *metrics) registerTasks(running, kept func() float64, created prometheus.Collector) {
 	m.registry.MustRegister(
+		created,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_running",
 			Help: "Tool calls that became tasks (io.modelcontextprotocol/tasks) and still run.",
@@ -50,6 +74,8 @@ func (m *metrics) registerTasks(running, kept func() float64) {
 	)
 }
 
+// newMetrics registers the metrics. sessions and shells are read when
+// /metrics is scraped.
 func newMetrics(served []string, sseStreams, sessions, shells func() float64) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
@@ -80,7 +106,18 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 		}, []string{"kind"}),
 	}
 	m.servingSince.Store(time.Now().UnixNano())
+	stateless := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "airlock",
+		Subsystem: "sandboxd",
+		Name:      "stateless_requests_total",
+		Help:      "Requests and notifications of the stateless revision (2026-07-28) on /mcp, which open no session, by method (\"other\" for a method sandboxd does not name).",
+	}, []string{"method"})
+	m.stateless = map[string]prometheus.Counter{"other": stateless.WithLabelValues("other")}
+	for _, method := range statelessMethods {
+		m.stateless[method] = stateless.WithLabelValues(method)
+	}
 	m.registry.MustRegister(
+		stateless,
 		m.firstCall,
 		m.toolCalls,
 		m.toolDuration,
@@ -110,7 +147,7 @@ func newMetrics(served []string, sseStreams, sessions, shells func() float64) *m
 // startTools starts the served tools' series at zero, so that a dashboard
 // sees them before their first call: at construction, or for a warm member
 // at its adoption (served is then the adopted tools, a subset of
-// ToolNames, so the label set stays bounded).
+// toolnames.All, so the label set stays bounded).
 func (m *metrics) startTools(served []string) {
 	for _, tool := range served {
 		for _, result := range []string{statusOK, statusError} {

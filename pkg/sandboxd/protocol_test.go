@@ -95,7 +95,7 @@ func TestToolSelection(t *testing.T) {
 		allowed  []string
 		want     []string
 	}{
-		"all":                                   {want: ToolNames()},
+		"all":                                   {want: toolnames.All()},
 		"readonly":                              {readOnly: true, want: []string{toolnames.Read, toolnames.Glob, toolnames.Grep, toolnames.LS, toolnames.SnapshotList, toolnames.SnapshotDiff, toolnames.LastTestFailures, toolnames.FindDefinition, toolnames.FindReferences, toolnames.SearchCode}},
 		"the code tools are allowed one by one": {allowed: []string{toolnames.SearchCode, toolnames.EditFunctionBody}, want: []string{toolnames.SearchCode, toolnames.EditFunctionBody}},
 		"search_code is not mutating, the AST edits, tests_covering and run_script are": {readOnly: true,
@@ -116,7 +116,7 @@ func TestToolSelection(t *testing.T) {
 				t.Errorf("tools/list (-want +got):\n%s", diff)
 			}
 			// A tool that is not listed cannot be called either.
-			for _, name := range ToolNames() {
+			for _, name := range toolnames.All() {
 				if slices.Contains(tt.want, name) {
 					continue
 				}
@@ -142,8 +142,8 @@ func TestToolSpecsAgree(t *testing.T) {
 	for _, spec := range toolSpecs {
 		names = append(names, spec.name)
 	}
-	if diff := cmp.Diff(ToolNames(), names); diff != "" {
-		t.Errorf("toolSpecs order/names (-ToolNames +toolSpecs):\n%s", diff)
+	if diff := cmp.Diff(toolnames.All(), names); diff != "" {
+		t.Errorf("toolSpecs order/names (-toolnames.All +toolSpecs):\n%s", diff)
 	}
 	cs, _ := newInMemory(t, false, nil, nil)
 	res, err := cs.ListTools(t.Context(), nil)
@@ -173,8 +173,8 @@ func TestToolSpecsAgree(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff(sorted(ToolNames()), sorted(listed)); diff != "" {
-		t.Errorf("tools/list (-ToolNames +listed):\n%s", diff)
+	if diff := cmp.Diff(sorted(toolnames.All()), sorted(listed)); diff != "" {
+		t.Errorf("tools/list (-toolnames.All +listed):\n%s", diff)
 	}
 }
 
@@ -251,8 +251,8 @@ func TestToolNamesMatchTheAPIEnum(t *testing.T) {
 		if strings.HasPrefix(line, "type ToolName string") {
 			for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "//"); j-- {
 				if enum, ok := strings.CutPrefix(lines[j], marker); ok {
-					if diff := cmp.Diff(ToolNames(), strings.Split(enum, ";")); diff != "" {
-						t.Errorf("ToolNames and the v1alpha1.ToolName enum differ (-ToolNames +enum):\n%s", diff)
+					if diff := cmp.Diff(toolnames.All(), strings.Split(enum, ";")); diff != "" {
+						t.Errorf("toolnames.All and the v1alpha1.ToolName enum differ (-toolnames.All +enum):\n%s", diff)
 					}
 					return
 				}

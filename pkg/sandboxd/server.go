@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
@@ -102,7 +103,8 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s.streamable = newStreamableTransport(s.mcp, s.sse.calls.Load, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
 	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
 	s.streamable.tasks = tasks
-	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) })
+	s.streamable.metrics = s.metrics
+	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) }, tasks.created)
 	return s, nil
 }
 
@@ -133,7 +135,7 @@ func newWarmServerGuard(cfg Config, logger klog.Logger) (*guard, error) {
 // request reaches the transport and before any session exists, so the tools
 // are all there when the first tools/list is answered.
 func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err error) {
-	all := ToolNames()
+	all := toolnames.All()
 	for _, name := range all {
 		if slices.Contains(a.Tools, name) {
 			served = append(served, name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -107,7 +108,17 @@ type taskStore struct {
 	// changed is closed (and replaced) at every change of a task kept:
 	// what subscriptions/listen streams wait on (tasks_listen.go).
 	changed chan struct{}
+	// created counts the calls that became tasks, by how (taskRequested,
+	// taskAfterThreshold): airlock_sandboxd_tasks_created_total.
+	created *prometheus.CounterVec
 }
+
+// How a call became a task, the how label of
+// airlock_sandboxd_tasks_created_total.
+const (
+	taskRequested      = "requested"       // the client asked for a task (params.task)
+	taskAfterThreshold = "after_threshold" // the call outlived the threshold
+)
 
 func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger) *taskStore {
 	if opts.clock == nil {
@@ -126,7 +137,14 @@ func newTaskStore(opts taskOptions, calls func() *callTable, logger klog.Logger)
 		opts.maxBytes = defaultMaxTaskBytes
 	}
 	base, stop := context.WithCancel(context.Background())
-	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}, changed: make(chan struct{})}
+	created := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "airlock", Subsystem: "sandboxd", Name: "tasks_created_total",
+		Help: "Tool calls that became tasks (io.modelcontextprotocol/tasks), by how: requested (the client asked for one) or after_threshold (the call outlived the threshold).",
+	}, []string{"how"})
+	for _, how := range []string{taskRequested, taskAfterThreshold} {
+		created.WithLabelValues(how)
+	}
+	return &taskStore{opts: opts, calls: calls, logger: logger, base: base, stop: stop, tasks: map[string]*task{}, changed: make(chan struct{}), created: created}
 }
 
 // close cancels every call in flight, tasks or not, and waits for them to
@@ -217,22 +235,40 @@ func taskCallOf(req *jsonrpc.Request) (*taskCall, bool) {
 	return &p, true
 }
 
-// serveCall runs a tools/call that may become a task; see the comment at
-// the top of this file.
-func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+// acceptCall returns the decoded call and the call table when req is a
+// tools/call the task store takes: of a tool of taskTools that is served,
+// declaring the extension, with headers that agree. Anything else is the
+// SDK's (which refuses what the headers get wrong, with the same checks).
+func (s *taskStore) acceptCall(r *http.Request, req *jsonrpc.Request) (*taskCall, *callTable, bool) {
+	// A task's call must name its tool in Mcp-Name (headerErr, below): a
+	// header that names no tool of taskTools is either a plain call or one
+	// the SDK refuses, and the body need not be decoded to know it.
+	if !taskTools[r.Header.Get("Mcp-Name")] {
+		return nil, nil, false
+	}
 	p, ok := taskCallOf(req)
 	if !ok {
-		return false
+		return nil, nil, false
 	}
 	table := s.calls()
 	if table == nil {
-		return false
+		return nil, nil, false
 	}
 	if _, served := table.handlers[p.Name]; !served {
-		return false // the SDK refuses it
+		return nil, nil, false // the SDK refuses it
 	}
 	if headerErr(r, req, p.Meta, p.Name) != nil {
-		return false // the SDK refuses it, with the same checks
+		return nil, nil, false
+	}
+	return p, table, true
+}
+
+// serveCall runs a tools/call that may become a task; see the comment at
+// the top of this file.
+func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) bool {
+	p, table, ok := s.acceptCall(r, req)
+	if !ok {
+		return false
 	}
 	ctx, cancel := context.WithCancel(s.base)
 	now := s.opts.clock.Now()
@@ -258,7 +294,8 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 		close(t.done) // res and err are not written again
 		s.finish(t, res, err)
 	}()
-	if asked := len(p.Task) > 0 && string(p.Task) != "null"; !asked {
+	asked := len(p.Task) > 0 && string(p.Task) != "null"
+	if !asked {
 		select {
 		case <-t.done:
 			writeCallResponse(w, req.ID, res, err, s.logger)
@@ -282,6 +319,18 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 		}
 		return true
 	}
+	how := taskAfterThreshold
+	if asked {
+		how = taskRequested
+	}
+	s.writeCreated(w, req.ID, t, how)
+	return true
+}
+
+// writeCreated answers a call that became task t (how: taskRequested or
+// taskAfterThreshold) with its CreateTaskResult, and counts it.
+func (s *taskStore) writeCreated(w http.ResponseWriter, id jsonrpc.ID, t *task, how string) {
+	s.created.WithLabelValues(how).Inc()
 	s.mu.Lock()
 	view := s.viewLocked(t)
 	s.mu.Unlock()
@@ -290,8 +339,7 @@ func (s *taskStore) serveCall(w http.ResponseWriter, r *http.Request, req *jsonr
 	// client that knows no tasks and reads this as a CallToolResult (the Go
 	// SDK v1.8.0's does) still has the handle.
 	view["_meta"] = map[string]any{mcp.MetaKeyServerInfo: serverImplementation(), metaKeyRelatedTask: map[string]any{"taskId": t.id}}
-	writeResult(w, req.ID, view)
-	return true
+	writeResult(w, id, view)
 }
 
 // add keeps t, dropping the oldest finished tasks while the store is full,

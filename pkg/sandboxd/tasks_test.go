@@ -246,6 +246,12 @@ func TestTaskCancelKillsItsProcesses(t *testing.T) {
 	}
 	waitMetric(t, ts.url, "airlock_sandboxd_tasks_running 0")
 	waitMetric(t, ts.url, "airlock_sandboxd_tasks_kept 1")
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, line := range []string{`airlock_sandboxd_tasks_created_total{how="requested"} 1`, `airlock_sandboxd_tasks_created_total{how="after_threshold"} 0`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
+	}
 }
 
 // TestTaskAfterThreshold: a call that declares the extension becomes a task
@@ -325,6 +331,12 @@ func TestTaskAfterThreshold(t *testing.T) {
 	if n := ts.streamable.tasks.count(); n != 1 {
 		t.Errorf("%d tasks kept, want the one long call", n)
 	}
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, line := range []string{`airlock_sandboxd_tasks_created_total{how="requested"} 0`, `airlock_sandboxd_tasks_created_total{how="after_threshold"} 1`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
+	}
 }
 
 // TestTaskProtocolErrors: discovery lists the extension; an unknown task,
@@ -355,6 +367,7 @@ func TestTaskProtocolErrors(t *testing.T) {
 		"version differs":   {req: rpc{method: "tasks/get", name: id, tasks: true, params: map[string]any{"taskId": id}, header: map[string]string{"Mcp-Protocol-Version": "2026-08-01"}}, wantCode: mcp.CodeHeaderMismatch},
 		"update unknown":    {req: rpc{method: "tasks/update", name: "x", tasks: true, params: map[string]any{"taskId": "x", "inputResponses": map[string]any{}}}, wantCode: -32602},
 		"tool name differs": {req: rpc{method: "tools/call", name: "Read", tasks: true, params: map[string]any{"name": "Bash", "arguments": map[string]any{"command": "touch ran"}, "task": map[string]any{}}}, wantCode: mcp.CodeHeaderMismatch},
+		"tool name missing": {req: rpc{method: "tools/call", tasks: true, params: map[string]any{"name": "Bash", "arguments": map[string]any{"command": "touch ran"}, "task": map[string]any{}}}, wantCode: mcp.CodeHeaderMismatch},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

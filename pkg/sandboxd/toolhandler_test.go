@@ -143,8 +143,8 @@ func TestEveryToolTakesTheFastPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Tools) != len(ToolNames()) {
-		t.Fatalf("%d tools listed, want %d", len(res.Tools), len(ToolNames()))
+	if len(res.Tools) != len(toolnames.All()) {
+		t.Fatalf("%d tools listed, want %d", len(res.Tools), len(toolnames.All()))
 	}
 	for _, tool := range res.Tools {
 		for what, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {

@@ -309,21 +309,11 @@ func addCheckTool[In, Out any](s *toolSet, name, description string, h toolHandl
 	}, h)
 }
 
-// ToolNames returns the names of every tool sandboxd can serve, in canonical
-// order (toolnames.All). pkg/cmd validates --allowed-tools against it.
-func ToolNames() []string {
-	return toolnames.All()
-}
-
-// readOnlyToolNames returns the tools that change nothing: the only ones
-// served with --readonly.
-func readOnlyToolNames() []string { return toolnames.ReadOnlyNames() }
-
 // selectTools returns the names of the tools to serve: all of them, or those
 // in allowed (when it is not empty), less the mutating ones when readOnly is
 // set. A name in allowed that is not a tool is an error.
 func selectTools(allowed []string, readOnly bool) ([]string, error) {
-	all := ToolNames()
+	all := toolnames.All()
 	var unknown []string
 	for _, name := range allowed {
 		if !slices.Contains(all, name) {
@@ -338,7 +328,7 @@ func selectTools(allowed []string, readOnly bool) ([]string, error) {
 		if len(allowed) > 0 && !slices.Contains(allowed, name) {
 			continue
 		}
-		if readOnly && !slices.Contains(readOnlyToolNames(), name) {
+		if readOnly && !slices.Contains(toolnames.ReadOnlyNames(), name) {
 			continue
 		}
 		out = append(out, name)

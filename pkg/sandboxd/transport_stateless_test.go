@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // TestStatelessRevisionThroughTheSDK: the official Go SDK's client (v1.8.0)
@@ -27,8 +29,8 @@ func TestStatelessRevisionThroughTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Tools) != len(ToolNames()) {
-		t.Errorf("tools/list gave %d tools, want %d", len(res.Tools), len(ToolNames()))
+	if len(res.Tools) != len(toolnames.All()) {
+		t.Errorf("tools/list gave %d tools, want %d", len(res.Tools), len(toolnames.All()))
 	}
 	callOK(t, cs, "Write", map[string]any{"file_path": "a.txt", "content": "one\n"})
 	// The read mark lives in the sandbox, not in a session: a Read in one
@@ -190,4 +192,39 @@ func TestStatelessNeedsTheToken(t *testing.T) {
 		t.Errorf("with the token: %v", got)
 	}
 	checkFile(t, filepath.Join(ts.ws, "x.txt"), "x")
+}
+
+// TestStatelessRequestsCounted: requests of the stateless revision, which
+// open no session, are counted by method in
+// airlock_sandboxd_stateless_requests_total, a method sandboxd does not name
+// as "other" (a client's method names never become labels); a session's
+// requests are not counted there.
+func TestStatelessRequestsCounted(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	session := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	callOK(t, session, toolnames.LS, map[string]any{})
+	for _, req := range []rpc{
+		{method: "server/discover"},
+		{method: "tools/list"},
+		{method: "tools/call", name: toolnames.LS, params: map[string]any{"name": toolnames.LS, "arguments": map[string]any{}}},
+		{method: "tools/call", name: toolnames.Glob, params: map[string]any{"name": toolnames.Glob, "arguments": map[string]any{"pattern": "*"}}},
+		{method: "no/such-method-x"},
+	} {
+		req.call(t, ts.url)
+	}
+	_, body := get(t, ts.url+"/metrics", nil)
+	for _, want := range []string{
+		`airlock_sandboxd_stateless_requests_total{method="server/discover"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tools/list"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tools/call"} 2`,
+		`airlock_sandboxd_stateless_requests_total{method="other"} 1`,
+		`airlock_sandboxd_stateless_requests_total{method="tasks/get"} 0`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
+	if strings.Contains(body, "such-method") {
+		t.Error("a client's method name became a label")
+	}
 }

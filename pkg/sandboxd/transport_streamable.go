@@ -30,6 +30,7 @@ type streamableTransport struct {
 	sessions  *streamableSessions // the stateful ones, for the direct path and their idle timeout
 	maxBytes  int64
 	closing   atomic.Bool
+	metrics   *metrics // counts the stateless requests; nil counts nothing
 }
 
 // newStreamableTransport serves server on /mcp; calls is the table of the
@@ -79,6 +80,15 @@ func isStateless(r *http.Request, msg jsonrpc.Message) bool {
 	return ok
 }
 
+// methodOf is msg's method: a request's or a notification's; "" for a
+// response or a batch.
+func methodOf(msg jsonrpc.Message) string {
+	if req, ok := msg.(*jsonrpc.Request); ok {
+		return req.Method
+	}
+	return ""
+}
+
 func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.closing.Load() {
 		http.Error(w, "sandboxd is shutting down", http.StatusServiceUnavailable)
@@ -100,6 +110,9 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 	}
 	req, _ := msg.(*jsonrpc.Request)
 	stateless := isStateless(r, msg)
+	if stateless {
+		t.metrics.countStateless(methodOf(msg))
+	}
 	if req != nil && stateless && t.tasks != nil && t.tasks.serve(w, r, req) {
 		return
 	}
