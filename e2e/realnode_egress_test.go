@@ -255,6 +255,8 @@ func TestRealNodeEgress(t *testing.T) {
 		t.Fatalf("claim B: %s %s", resB.Phase, resB.Error)
 	}
 	other := e.ns + "." + resB.Claim + ":" + proxyCredential(t, e.ns, resB.Claim)
+	// Its CA bundle is the operator's: nothing of the suite's but the public roots it gave.
+	checkEgressBundle(t, f, e.ns, resB.Claim)
 
 	dnsIP := serviceIP(t, "kube-system", "kube-dns")
 	gatewayPodIP := f.gatewayPods[0].Status.PodIP
