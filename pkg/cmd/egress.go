@@ -13,15 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/egress"
@@ -222,18 +219,26 @@ func (o *EgressOptions) configAndClient() (egress.ServeConfig, *egress.ClusterIn
 }
 
 // config is Config for the command; in the cluster it also records the claims' Warning events
-// for their first refused hosts (egress.DenialEvents), through a broadcaster that stop shuts
-// down (a no-op with --claims-file).
+// for their first refused hosts (egress.SharedDenialEvents: one event per claim and host across
+// the replicas), written until stop is called (a no-op with --claims-file).
 func (o *EgressOptions) config(ctx context.Context) (egress.ServeConfig, *egress.ClusterInformers, func(), error) {
 	cfg, informers, kube, err := o.configAndClient()
 	if err != nil || kube == nil {
 		return cfg, informers, func() {}, err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(egress.DenialEventsCorrelator()))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "airlock-egress"})
-	cfg.Gateway.Observe = egress.NewDenialEvents(recorder).Observe
-	return cfg, informers, broadcaster.Shutdown, nil
+	instance, err := os.Hostname()
+	if err != nil {
+		return egress.ServeConfig{}, nil, nil, fmt.Errorf("getting the hostname for the events' reporting instance: %w", err)
+	}
+	events := egress.NewSharedDenialEvents(kube.CoreV1(), clock.RealClock{}, instance)
+	cfg.Gateway.Observe = events.Observe
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		events.Run(ctx)
+	}()
+	return cfg, informers, func() { cancel(); <-done }, nil
 }
 
 // claimLookup is --claims-file's lookup, or the cluster's (with its client).
