@@ -192,11 +192,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		return nil, fmt.Errorf("getting the hostname for the lease identity: %w", err)
 	}
 
-	egressGateway, err := o.Controllers.egressGateway()
-	if err != nil {
-		return nil, err
-	}
-	egressCA, err := o.Controllers.egressCA()
+	egressGateway, egressCA, err := o.Controllers.egress()
 	if err != nil {
 		return nil, err
 	}
@@ -553,6 +549,17 @@ var systemRootFiles = []string{
 	"/etc/ssl/ca-bundle.pem",
 	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
 	"/etc/ssl/cert.pem",
+}
+
+// egress is the gateway the flags name and what the egress CA controller keeps (nil, nil for
+// none).
+func (o *ControllerOptions) egress() (*sandboxpod.GatewayRef, *egressca.Config, error) {
+	gateway, err := o.egressGateway()
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, err := o.egressCA()
+	return gateway, ca, err
 }
 
 // egressCA is what the egress CA controller keeps (nil without --manage-egress-ca), its roots
