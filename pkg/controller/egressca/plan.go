@@ -172,8 +172,8 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 	return out, nil
 }
 
-// usableCA parses a CA and its key; nil and why when they are missing, broken, not a CA, or not
-// valid at now.
+// usableCA parses a CA and its key; nil and why when they are missing, broken, not a CA, or
+// expired at now.
 func usableCA(certPEM, keyPEM []byte, now time.Time) (*ca, string) {
 	if len(certPEM) == 0 && len(keyPEM) == 0 {
 		return nil, "none"
@@ -188,9 +188,9 @@ func usableCA(certPEM, keyPEM []byte, now time.Time) (*ca, string) {
 		return nil, "not a CA"
 	case !now.Before(c.NotAfter):
 		return nil, "expired"
-	case now.Before(c.NotBefore):
-		return nil, "not valid yet"
 	}
+	// One not valid yet is kept: it is a clock behind the one that made it (a new leader's), and
+	// replacing it would take every sandbox's trust away.
 	return &ca{cert: c, certPEM: certPEM, keyPEM: keyPEM}, ""
 }
 

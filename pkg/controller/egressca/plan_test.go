@@ -207,6 +207,16 @@ func TestPlanRepairs(t *testing.T) {
 	}
 }
 
+// TestPlanKeepsACAFromAFasterClock: a CA whose NotBefore is ahead of now (the leader's clock is
+// behind the one that made it) is kept, not replaced: replacing it would take every sandbox's
+// trust away.
+func TestPlanKeepsACAFromAFasterClock(t *testing.T) {
+	made := mustPlan(t, nil, t0.Add(time.Hour)).Data
+	if p := mustPlan(t, made, t0); p.Changed {
+		t.Fatalf("a CA made an hour ahead was replaced: %v", p.Reasons)
+	}
+}
+
 func TestPolicyValidate(t *testing.T) {
 	if err := DefaultPolicy().Validate(); err != nil {
 		t.Errorf("default policy: %v", err)
