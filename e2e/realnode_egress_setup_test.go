@@ -4,10 +4,10 @@ package e2e
 
 // The egress suite's setup (issue 25, docs/egress.md "The real-node bypass suite"): a stand-in
 // internet inside the node, the gateway installed by the Helm release with the suite's resolver,
-// CAs and credential, and a namespace with a class that has egress.
+// the internet's CA and credential (the terminating CA and the sandboxes' bundle are the
+// operator's), and a namespace with a class that has egress.
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -42,12 +42,14 @@ const (
 	// public-looking address (not private, not the cluster's), which kube-proxy routes to the
 	// internet's pod (an externalIP of its Service). Nothing outside the node is reached.
 	internetAddress = "11.0.0.10"
-	// The gateway's files, from the Secrets and ConfigMap the suite makes in airlock-system.
-	egressTestCASecret     = "airlock-e2e-egress-terminate-ca"
+	// The gateway's files, from the Secret and ConfigMap the suite makes in airlock-system; the
+	// internet's CA is also the operator's public roots (--egress-ca-roots-file).
 	egressTestCredSecret   = "airlock-e2e-egress-credential"
 	egressTestUpstreamCA   = "airlock-e2e-egress-upstream-ca"
-	egressTestBundle       = "airlock-e2e-egress-bundle"
 	egressTestCredFileName = "airlock-e2e-credential"
+	// The operator's terminating CA and the sandboxes' bundle (the chart's egress.managedCA).
+	egressCASecret = "airlock-egress-ca"
+	egressBundle   = "airlock-egress-ca"
 )
 
 // egressFixture is what the suite set up.
@@ -58,7 +60,7 @@ type egressFixture struct {
 	resolverIP   string // the test resolver Service's cluster IP (the gateway's --dns-server)
 	credential   string // the Authorization value the gateway injects for creds/git.internet.test
 	internetCA   []byte // PEM: the stand-in internet's CA (a "public" root in this world)
-	terminateCA  []byte // PEM: the gateway's terminating CA
+	terminateCAs []byte // PEM: the operator's terminating CAs (its Secret's ca.crt) as installed
 	apiServerIP  string // the kubernetes Service's cluster IP
 	gatewayIP    string // the gateway Service's cluster IP
 	gatewayPods  []corev1.Pod
@@ -157,9 +159,10 @@ func egressClassSpec() *airlockv1alpha1.SandboxEgress {
 }
 
 // setUpEgress starts the stand-in internet and installs the gateway with the Helm release
-// (egress.enabled and the suite's flags: its resolver, cluster ranges, terminating CA, upstream
-// CA and credential; the operator's --egress-ca-bundle-configmap). When the test ends the
-// release's egress flags and the operator's bundle flag are put back (the gateway stays).
+// (egress.enabled, its managed CA by default, and the suite's flags: its resolver, cluster
+// ranges, upstream CA and credential; the operator's public roots, the internet's CA). When the
+// test ends the release's extra flags and volumes are taken out again (the gateway, and the
+// operator's CA, stay).
 func setUpEgress(t *testing.T) *egressFixture {
 	t.Helper()
 	ctx := context.Background()
@@ -170,8 +173,7 @@ func setUpEgress(t *testing.T) *egressFixture {
 	f.clusterCIDRs = clusterCIDRs(t)
 	f.resolverIP = resolverAddress(t)
 	internetCA := newEgressCA(t, "airlock e2e internet CA")
-	terminateCA := newEgressCA(t, "airlock e2e egress terminating CA")
-	f.internetCA, f.terminateCA = internetCA.certPEM, terminateCA.certPEM
+	f.internetCA = internetCA.certPEM
 	f.credential = "Bearer e2e-" + randomHex(t, 16)
 
 	f.internetNS = newNamespace(t, "airlock-rn-internet")
@@ -181,8 +183,6 @@ func setUpEgress(t *testing.T) *egressFixture {
 
 	// The gateway's files in its namespace.
 	secrets := []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: egressTestCASecret}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": terminateCA.certPEM, "tls.key": terminateCA.keyPEM}},
 		{ObjectMeta: metav1.ObjectMeta{Name: egressTestCredSecret}, Data: map[string][]byte{"value": []byte(f.credential)}},
 	}
 	for _, s := range secrets {
@@ -199,13 +199,10 @@ func setUpEgress(t *testing.T) *egressFixture {
 	gatewayArgs := []string{
 		"--dns-server=" + net.JoinHostPort(f.resolverIP, "53"),
 		"--cluster-cidrs=" + strings.Join(f.clusterCIDRs, ","),
-		"--terminate-ca-cert-file=/etc/airlock-e2e/terminate/tls.crt",
-		"--terminate-ca-key-file=/etc/airlock-e2e/terminate/tls.key",
 		"--upstream-ca-file=/etc/airlock-e2e/upstream/ca.crt",
 		"--credentials-dir=/etc/airlock-e2e/credentials",
 	}
 	volumes := []corev1.Volume{
-		{Name: "terminate-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: egressTestCASecret}}},
 		{Name: "upstream-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: egressTestUpstreamCA}}}},
 		{Name: "credentials", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
 			Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: egressTestCredSecret},
@@ -213,13 +210,22 @@ func setUpEgress(t *testing.T) *egressFixture {
 		}}}}},
 	}
 	mounts := []corev1.VolumeMount{
-		{Name: "terminate-ca", MountPath: "/etc/airlock-e2e/terminate", ReadOnly: true},
 		{Name: "upstream-ca", MountPath: "/etc/airlock-e2e/upstream", ReadOnly: true},
 		{Name: "credentials", MountPath: "/etc/airlock-e2e/credentials", ReadOnly: true},
 	}
-	helmEgress(t, true, gatewayArgs, volumes, mounts, []string{"--egress-ca-bundle-configmap=" + egressTestBundle})
-	t.Cleanup(func() { helmEgress(t, false, nil, nil, nil, nil) })
-	// The gateway reads its CA and credentials at start: restart it for this run's.
+	// The operator's public roots: the internet's CA, from the same ConfigMap.
+	operator := egressOperatorValues{
+		args:    []string{"--egress-ca-roots-file=/etc/airlock-e2e/roots/ca.crt"},
+		volumes: []corev1.Volume{volumes[0]},
+		mounts:  []corev1.VolumeMount{{Name: volumes[0].Name, MountPath: "/etc/airlock-e2e/roots", ReadOnly: true}},
+	}
+	helmEgress(t, true, gatewayArgs, volumes, mounts, operator)
+	t.Cleanup(func() { helmEgress(t, false, nil, nil, nil, egressOperatorValues{}) })
+	// The operator makes the terminating CA (nothing of the suite's); the gateway follows its
+	// mounted files, but a Secret made after the gateway's pod started reaches the mount only at
+	// the kubelet's next sync of the pod: restart the gateway once the CA is there, so that the
+	// run does not wait on that.
+	f.terminateCAs = waitEgressCA(t)
 	restartDeployment(t, operatorNamespace, "airlock-egress")
 	f.gatewayIP = serviceIP(t, operatorNamespace, "airlock-egress")
 	pods, err := kubeClient.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=egress"})
@@ -237,10 +243,65 @@ func setUpEgress(t *testing.T) *egressFixture {
 	return f
 }
 
+// egressOperatorValues are the operator's extra flags, volumes and mounts the suite installs.
+type egressOperatorValues struct {
+	args    []string
+	volumes []corev1.Volume
+	mounts  []corev1.VolumeMount
+}
+
+// waitEgressCA waits for the operator's terminating CA and returns its Secret's bundle.
+func waitEgressCA(t *testing.T) []byte {
+	t.Helper()
+	var bundle []byte
+	eventually(t, 2*time.Minute, "the operator's terminating CA", func(ctx context.Context) (bool, error) {
+		s, err := kubeClient.CoreV1().Secrets(operatorNamespace).Get(ctx, egressCASecret, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if s.Type != corev1.SecretTypeTLS || len(s.Data["tls.crt"]) == 0 || len(s.Data["tls.key"]) == 0 || len(s.Data["ca.crt"]) == 0 {
+			return false, fmt.Errorf("the operator's CA Secret: type %s, keys %d", s.Type, len(s.Data))
+		}
+		bundle = s.Data["ca.crt"]
+		return true, nil
+	})
+	return bundle
+}
+
+// checkEgressBundle: the operator published the bundle ConfigMap in the claims' namespace, with
+// its label, holding its terminating CAs and then the public roots it was given (the internet's
+// CA), as the claim's record names it.
+func checkEgressBundle(t *testing.T, f *egressFixture, ns, claim string) {
+	t.Helper()
+	c, err := airlockClient.AirlockV1alpha1().SandboxClaims(ns).Get(context.Background(), claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Frozen == nil || c.Status.Frozen.Egress == nil || c.Status.Frozen.Egress.Gateway.CABundleConfigMap != egressBundle {
+		t.Fatalf("claim %s: not frozen with the bundle %s", claim, egressBundle)
+	}
+	eventually(t, time.Minute, "the operator's bundle in "+ns, func(ctx context.Context) (bool, error) {
+		cm, err := kubeClient.CoreV1().ConfigMaps(ns).Get(ctx, egressBundle, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if cm.Labels["airlock.dev/egress-ca-bundle"] != "true" {
+			return false, fmt.Errorf("bundle labels %v", cm.Labels)
+		}
+		return cm.Data["ca.crt"] == string(f.terminateCAs)+string(f.internetCA), nil
+	})
+}
+
 // helmEgress upgrades the release (its other values kept) with the gateway on and these flags,
-// volumes and the operator's extra flags; with set false, the suite's flags are taken out again
-// (egress stays enabled).
-func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, mounts []corev1.VolumeMount, operatorArgs []string) {
+// volumes and the operator's extra flags, volumes and mounts; with set false, the suite's are
+// taken out again (egress stays enabled, with the operator's CA).
+func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, mounts []corev1.VolumeMount, operator egressOperatorValues) {
 	t.Helper()
 	js := func(v any) string { // a JSON list; a nil slice is the empty list
 		b, err := json.Marshal(v)
@@ -253,15 +314,19 @@ func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, 
 		return string(b)
 	}
 	if !set {
-		args, volumes, mounts, operatorArgs = nil, nil, nil, nil
+		args, volumes, mounts, operator = nil, nil, nil, egressOperatorValues{}
 	}
 	cmdArgs := []string{"upgrade", helmRelease, filepath.Join(repoRoot, "manifests", "chart", "airlock"),
 		"--namespace", operatorNamespace, "--reuse-values", "--wait", "--timeout", "4m",
 		"--set", "egress.enabled=true",
+		// Said, not left to the chart's default: --reuse-values keeps the installed chart's.
+		"--set", "egress.managedCA=true",
 		"--set-json", "egress.extraArgs=" + js(args),
 		"--set-json", "egress.extraVolumes=" + js(volumes),
 		"--set-json", "egress.extraVolumeMounts=" + js(mounts),
-		"--set-json", "operator.extraArgs=" + js(operatorArgs),
+		"--set-json", "operator.extraArgs=" + js(operator.args),
+		"--set-json", "operator.extraVolumes=" + js(operator.volumes),
+		"--set-json", "operator.extraVolumeMounts=" + js(operator.mounts),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -486,9 +551,9 @@ func applyConfigMap(t *testing.T, ns string, cm *corev1.ConfigMap) {
 	}
 }
 
-// egressEnv is the sandboxes' namespace: a content volume, the agent ServiceAccount, the CA
-// bundle ConfigMap (this host's public roots, the internet's CA, the gateway's terminating CA),
-// a class with the suite's egress in the -go image, a registry and a runtime.
+// egressEnv is the sandboxes' namespace: a content volume, the agent ServiceAccount, a class with
+// the suite's egress in the -go image, a registry and a runtime (the CA bundle ConfigMap is the
+// operator's, checkEgressBundle).
 func newEgressEnv(t *testing.T, f *egressFixture) *realnodeEnv {
 	t.Helper()
 	ctx := context.Background()
@@ -499,13 +564,6 @@ func newEgressEnv(t *testing.T, f *egressFixture) *realnodeEnv {
 	if _, err := kubeClient.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var bundle bytes.Buffer
-	if roots, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
-		bundle.Write(roots)
-	}
-	bundle.Write(f.internetCA)
-	bundle.Write(f.terminateCA)
-	applyConfigMap(t, ns, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: egressTestBundle}, Data: map[string]string{"ca.crt": bundle.String()}})
 
 	class := validClass("e2e-egress-" + ns)
 	class.Spec.Image = realnodeSandboxGoImage()

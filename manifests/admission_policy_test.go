@@ -32,6 +32,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
@@ -326,6 +327,15 @@ func defaultDenyPolicy() *networkingv1.NetworkPolicy {
 	}
 }
 
+// egressCABundle is the egress CA controller's bundle ConfigMap (pkg/controller/egressca).
+func egressCABundle() *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: egressca.DefaultConfigMapName, Namespace: sandboxpodtest.Namespace,
+			Labels: map[string]string{egressca.LabelBundle: "true", "app.kubernetes.io/name": "airlock"}},
+		Data: map[string]string{egressca.BundleKey: "---"},
+	}
+}
+
 func caBundle() *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "airlock-ca", Namespace: sandboxpodtest.Namespace,
@@ -388,6 +398,7 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 	legacy := &appsv1.Deployment{ObjectMeta: sandboxpod.ChildMeta(claim, claim.Name)}
 	tlsSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "airlock-sandbox-api-tls", Namespace: "airlock-system"}, Type: corev1.SecretTypeTLS}
 	caBefore := caBundle()
+	egressCA := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: egressca.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeTLS}
 
 	tests := map[string]request{
 		"a claim's pod":                      create(pod),
@@ -418,6 +429,11 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"the CA bundle":                       create(caBefore),
 		"the CA bundle, updated":              update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
 		"the CA bundle deleted":               remove(caBefore),
+		"the egress CA":                       create(egressCA),
+		"the egress CA, rotated":              update(egressCA, egressCA),
+		"the egress CA bundle":                create(egressCABundle()),
+		"the egress CA bundle, updated":       update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
+		"the egress CA bundle deleted":        remove(egressCABundle()),
 		"another install's operator, its pod": func() request {
 			r := create(pod)
 			r.user = "system:serviceaccount:airlock-two:airlock-operator"
@@ -625,12 +641,18 @@ func TestPolicyRefusesWhatAirlockDoesNotBuild(t *testing.T) {
 		"a Job mounting a Secret": {create(with(job, func(j *batchv1.Job) {
 			j.Spec.Template.Spec.Volumes = append(j.Spec.Template.Spec.Volumes, otherSecret)
 		})), msgSecrets},
-		"an unlabelled Job":           {create(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
-		"a Job of unlabelled pods":    {create(with(job, func(j *batchv1.Job) { j.Spec.Template.Labels = nil })), msgJob},
-		"a Job in kube-system":        {create(in("kube-system", job)), msgSystemNS},
-		"another Job deleted":         {remove(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
-		"another ConfigMap":           {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = "coredns" })), msgConfigMap},
-		"an unlabelled CA bundle":     {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+		"an unlabelled Job":        {create(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
+		"a Job of unlabelled pods": {create(with(job, func(j *batchv1.Job) { j.Spec.Template.Labels = nil })), msgJob},
+		"a Job in kube-system":     {create(in("kube-system", job)), msgSystemNS},
+		"another Job deleted":      {remove(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
+		"another ConfigMap":        {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = "coredns" })), msgConfigMap},
+		"an unlabelled CA bundle":  {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+		"an egress CA bundle with the other bundle's label": {create(with(egressCABundle(), func(c *corev1.ConfigMap) {
+			c.Labels = map[string]string{"airlock.dev/ca-bundle": "true"}
+		})), msgConfigMap},
+		"an unlabelled egress CA bundle": {update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+		"an egress CA of type Opaque": {create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: egressca.SecretName, Namespace: "airlock-system"},
+			Type: corev1.SecretTypeOpaque}), msgSecretType},
 		"a Deployment":                {create(&appsv1.Deployment{ObjectMeta: sandboxpod.ChildMeta(claim, "x")}), msgDeployment},
 		"another Deployment deleted":  {remove(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: sandboxpodtest.Namespace}}), msgDeployment},
 		"a Deployment in kube-system": {remove(in("kube-system", &appsv1.Deployment{ObjectMeta: sandboxpod.ChildMeta(claim, claim.Name)})), msgSystemNS},

@@ -46,6 +46,12 @@ func TestEgressComponent(t *testing.T) {
 			if !slices.Contains(args, any("--egress-gateway-service=airlock-system/airlock-egress:3128")) {
 				t.Errorf("operator args %v lack --egress-gateway-service", args)
 			}
+			for _, want := range []string{"--egress-ca-bundle-configmap=airlock-egress-ca", "--manage-egress-ca"} {
+				if !slices.Contains(args, any(want)) {
+					t.Errorf("operator args %v lack %s", args, want)
+				}
+			}
+			checkManagedCA(t, objs, c, pod)
 			if len(components) == 2 && !slices.Contains(args, any("--tls-mode=files")) {
 				t.Errorf("operator args %v lost cert-manager's", args)
 			}
@@ -89,5 +95,35 @@ func TestEgressComponent(t *testing.T) {
 				t.Errorf("Role rules %v: want list and watch of the token key only", rules)
 			}
 		})
+	}
+}
+
+// checkManagedCA: the gateway takes the operator's CA from the Secret airlock-egress-ca, mounted
+// read-only and optional (the gateway starts before the CA exists), its signing files only; the
+// operator may list, watch and update that one Secret and keep the bundle ConfigMaps of that one
+// name, nothing more.
+func checkManagedCA(t *testing.T, objs map[string]map[string]any, gateway map[string]any, pod map[string]any) {
+	t.Helper()
+	if !slices.Contains(gateway["args"].([]any), any("--terminate-ca-dir=/var/run/airlock/egress-ca")) {
+		t.Errorf("gateway args %v lack --terminate-ca-dir", gateway["args"])
+	}
+	mounts := fmt.Sprint(gateway["volumeMounts"])
+	if mounts != "[map[mountPath:/var/run/airlock/egress-ca name:terminate-ca readOnly:true]]" {
+		t.Errorf("gateway mounts %s", mounts)
+	}
+	vols := fmt.Sprint(pod["volumes"])
+	if vols != "[map[name:terminate-ca secret:map[items:[map[key:tls.crt path:tls.crt] map[key:tls.key path:tls.key]] optional:true secretName:airlock-egress-ca]]]" {
+		t.Errorf("gateway volumes %s", vols)
+	}
+	role := objs["rbac.authorization.k8s.io/v1/Role/airlock-system/airlock-operator-egress"]
+	cr := objs["rbac.authorization.k8s.io/v1/ClusterRole//airlock-operator-egress"]
+	if role == nil || cr == nil || objs["rbac.authorization.k8s.io/v1/RoleBinding/airlock-system/airlock-operator-egress"] == nil || objs["rbac.authorization.k8s.io/v1/ClusterRoleBinding//airlock-operator-egress"] == nil {
+		t.Fatal("no RBAC airlock-operator-egress")
+	}
+	if got := fmt.Sprint(role["rules"]); got != "[map[apiGroups:[] resourceNames:[airlock-egress-ca] resources:[secrets] verbs:[list watch update]]]" {
+		t.Errorf("the operator's egress Role %s", got)
+	}
+	if got := fmt.Sprint(cr["rules"]); got != "[map[apiGroups:[] resourceNames:[airlock-egress-ca] resources:[configmaps] verbs:[get list watch update delete]]]" {
+		t.Errorf("the operator's egress ClusterRole %s", got)
 	}
 }

@@ -13,14 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/egress"
@@ -40,9 +38,10 @@ type EgressOptions struct {
 	DialTimeout            time.Duration
 	IdleTimeout            time.Duration
 	ShutdownGrace          time.Duration
-	// Termination and credentials (all three CA flags together, or none).
+	// Termination and credentials: the CA's two files together, or its directory, or none.
 	TerminateCACertFile string
 	TerminateCAKeyFile  string
+	TerminateCADir      string
 	UpstreamCAFile      string
 	CredentialsDir      string
 	// The cluster (without --claims-file): how to reach it, and where the token key is.
@@ -89,8 +88,9 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "Time open connections may go on after SIGTERM before they are closed (>= 0).")
 	fs.StringVar(&o.TerminateCACertFile, "terminate-ca-cert-file", o.TerminateCACertFile, "PEM CA certificate with which the gateway terminates the TLS of tunnels to hosts whose rules restrict methods or paths or inject a credential (sandboxes trust it). Empty: such tunnels are refused.")
 	fs.StringVar(&o.TerminateCAKeyFile, "terminate-ca-key-file", o.TerminateCAKeyFile, "PEM private key of --terminate-ca-cert-file.")
-	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
-	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read each time it is injected, so an updated Secret is used from the next request on.")
+	fs.StringVar(&o.TerminateCADir, "terminate-ca-dir", o.TerminateCADir, "Instead of --terminate-ca-cert-file and --terminate-ca-key-file: a directory with the CA's tls.crt and tls.key, the mounted Secret airlock-egress-ca that the operator keeps (--manage-egress-ca). It may hold no CA yet: until it does, what would be terminated is refused. Both ways, the files are followed as they change (checked at each certificate minted), without a restart.")
+	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "With --terminate-ca-cert-file or --terminate-ca-dir, optional: PEM certificates trusted for terminated tunnels' upstreams beside the system's roots.")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "With --terminate-ca-cert-file or --terminate-ca-dir: directory of the credentials rules inject, one file per credential named as the rule's secret (a mounted Secret); read each time it is injected, so an updated Secret is used from the next request on.")
 }
 
 // Validate returns one error for each invalid flag value.
@@ -152,17 +152,26 @@ func (o *EgressOptions) validateTermination() []error {
 			}
 		}
 	}
+	if o.TerminateCADir != "" {
+		if o.TerminateCACertFile != "" || o.TerminateCAKeyFile != "" {
+			errs = append(errs, invalidFlag("terminate-ca-dir", "is not used with --terminate-ca-cert-file and --terminate-ca-key-file: give the CA one way"))
+		} else if fi, err := os.Stat(o.TerminateCADir); err != nil {
+			errs = append(errs, invalidFlag("terminate-ca-dir", "%v", err))
+		} else if !fi.IsDir() {
+			errs = append(errs, invalidFlag("terminate-ca-dir", "%s is not a directory", o.TerminateCADir))
+		}
+	}
 	switch {
 	case o.TerminateCACertFile != "" && o.TerminateCAKeyFile == "":
 		errs = append(errs, invalidFlag("terminate-ca-key-file", "must be set with --terminate-ca-cert-file"))
 	case o.TerminateCACertFile == "" && o.TerminateCAKeyFile != "":
 		errs = append(errs, invalidFlag("terminate-ca-cert-file", "must be set with --terminate-ca-key-file"))
-	case o.TerminateCACertFile == "":
+	case o.TerminateCACertFile == "" && o.TerminateCADir == "":
 		if o.UpstreamCAFile != "" {
-			errs = append(errs, invalidFlag("upstream-ca-file", "is used only with --terminate-ca-cert-file"))
+			errs = append(errs, invalidFlag("upstream-ca-file", "is used only with --terminate-ca-cert-file or --terminate-ca-dir"))
 		}
 		if o.CredentialsDir != "" {
-			errs = append(errs, invalidFlag("credentials-dir", "is used only with --terminate-ca-cert-file"))
+			errs = append(errs, invalidFlag("credentials-dir", "is used only with --terminate-ca-cert-file or --terminate-ca-dir"))
 		}
 	}
 	if o.CredentialsDir != "" {
@@ -210,18 +219,26 @@ func (o *EgressOptions) configAndClient() (egress.ServeConfig, *egress.ClusterIn
 }
 
 // config is Config for the command; in the cluster it also records the claims' Warning events
-// for their first refused hosts (egress.DenialEvents), through a broadcaster that stop shuts
-// down (a no-op with --claims-file).
+// for their first refused hosts (egress.SharedDenialEvents: one event per claim and host across
+// the replicas), written until stop is called (a no-op with --claims-file).
 func (o *EgressOptions) config(ctx context.Context) (egress.ServeConfig, *egress.ClusterInformers, func(), error) {
 	cfg, informers, kube, err := o.configAndClient()
 	if err != nil || kube == nil {
 		return cfg, informers, func() {}, err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(egress.DenialEventsCorrelator()))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "airlock-egress"})
-	cfg.Gateway.Observe = egress.NewDenialEvents(recorder).Observe
-	return cfg, informers, broadcaster.Shutdown, nil
+	instance, err := os.Hostname()
+	if err != nil {
+		return egress.ServeConfig{}, nil, nil, fmt.Errorf("getting the hostname for the events' reporting instance: %w", err)
+	}
+	events := egress.NewSharedDenialEvents(kube.CoreV1(), clock.RealClock{}, instance)
+	cfg.Gateway.Observe = events.Observe
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		events.Run(ctx)
+	}()
+	return cfg, informers, func() { cancel(); <-done }, nil
 }
 
 // claimLookup is --claims-file's lookup, or the cluster's (with its client).
@@ -270,10 +287,19 @@ func (o *EgressOptions) gatewayConfig(claims egress.ClaimLookup) (egress.ServeCo
 	if o.DNSServer != "" {
 		cfg.Resolver = egress.DNSResolver(o.DNSServer)
 	}
-	if o.TerminateCACertFile != "" {
+	switch {
+	case o.TerminateCACertFile != "":
 		if cfg.Terminate, err = egress.LoadTerminator(o.TerminateCACertFile, o.TerminateCAKeyFile, o.UpstreamCAFile, o.CredentialsDir); err != nil {
 			return egress.ServeConfig{}, invalidFlag("terminate-ca-cert-file", "%v", err)
 		}
+	case o.TerminateCADir != "":
+		if cfg.Terminate, err = egress.LoadTerminatorDir(o.TerminateCADir, o.UpstreamCAFile, o.CredentialsDir); err != nil {
+			return egress.ServeConfig{}, invalidFlag("terminate-ca-dir", "%v", err)
+		}
+	}
+	if cfg.Terminate != nil {
+		logger := klog.Background().WithName("terminating-ca")
+		cfg.Terminate.Logger = &logger
 	}
 	return egress.ServeConfig{
 		Gateway:        cfg,

@@ -89,8 +89,14 @@ func TestEgressInvalidFlags(t *testing.T) {
 		"missing kubeconfig": {func(o *EgressOptions) {
 			o.ClaimsFile, o.KubeClient.Kubeconfig = "", "/nonexistent/kubeconfig"
 		}, "kubeconfig"},
-		"token key namespace": {func(o *EgressOptions) { o.ClaimsFile, o.TokenKeyNamespace = "", "Not_A_Namespace" }, "token-key-namespace"},
-		"zero QPS":            {func(o *EgressOptions) { o.ClaimsFile, o.KubeClient.QPS = "", 0 }, "kube-api-qps"},
+		"token key namespace":         {func(o *EgressOptions) { o.ClaimsFile, o.TokenKeyNamespace = "", "Not_A_Namespace" }, "token-key-namespace"},
+		"zero QPS":                    {func(o *EgressOptions) { o.ClaimsFile, o.KubeClient.QPS = "", 0 }, "kube-api-qps"},
+		"missing CA directory":        {func(o *EgressOptions) { o.TerminateCADir = "/nonexistent/egress-ca" }, "terminate-ca-dir"},
+		"CA directory that is a file": {func(o *EgressOptions) { o.TerminateCADir = claims }, "terminate-ca-dir"},
+		"CA directory and CA files": {func(o *EgressOptions) {
+			o.TerminateCADir, o.TerminateCACertFile, o.TerminateCAKeyFile = t.TempDir(), claims, claims
+		}, "terminate-ca-dir"},
+		"upstream CA without a CA": {func(o *EgressOptions) { o.UpstreamCAFile = claims }, "upstream-ca-file"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -99,6 +105,24 @@ func TestEgressInvalidFlags(t *testing.T) {
 			tc.set(o)
 			checkOneErrorFor(t, o.Validate(), tc.flag)
 		})
+	}
+}
+
+// TestEgressTerminateCADir: a CA directory that holds no CA yet (the operator's Secret not made)
+// is a gateway that terminates nothing until it does, not a failed start.
+func TestEgressTerminateCADir(t *testing.T) {
+	o := NewEgressOptions()
+	o.ClaimsFile = tempFile(t, "claims.json", testClaimsFile)
+	o.TerminateCADir = t.TempDir()
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	cfg, _, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gateway.Terminate == nil || cfg.Gateway.Terminate.CAFiles == nil || cfg.Gateway.Terminate.CAFiles.CertFile != o.TerminateCADir+"/tls.crt" {
+		t.Errorf("terminator %+v", cfg.Gateway.Terminate)
 	}
 }
 

@@ -3,6 +3,7 @@
 package cmd
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +24,7 @@ import (
 	componentbaseoptions "k8s.io/component-base/config/options"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
@@ -190,7 +192,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		return nil, fmt.Errorf("getting the hostname for the lease identity: %w", err)
 	}
 
-	egressGateway, err := o.Controllers.egressGateway()
+	egressGateway, egressCA, err := o.Controllers.egress()
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +224,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		PoolAirlockClient:      poolAirlockClient,
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
 		EgressGateway:          egressGateway,
+		EgressCA:               egressCA,
 	}, nil
 }
 
@@ -468,13 +471,19 @@ type ControllerOptions struct {
 	// EgressGatewayService and EgressCABundleConfigMap name the egress gateway (docs/egress.md).
 	EgressGatewayService    string
 	EgressCABundleConfigMap string
+	// ManageEgressCA and EgressCARootsFile: the operator keeps the gateway's terminating CA and
+	// the bundle ConfigMaps (pkg/controller/egressca).
+	ManageEgressCA    bool
+	EgressCARootsFile string
 }
 
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Workers of each controller: claims synced at once (>= 1).")
 	fs.StringVar(&o.SyncImage, "sync-image", o.SyncImage, "Image of the sync-back Jobs, which run \"airlock sync\".")
 	fs.StringVar(&o.EgressGatewayService, "egress-gateway-service", o.EgressGatewayService, "The egress gateway's Service, namespace/name:port (like airlock-system/airlock-egress:3128): sandboxes of classes with egress reach it at its cluster IP, and their NetworkPolicy opens its pods' target port. Empty: a class with egress is refused (its claims fail, EgressUnavailable).")
-	fs.StringVar(&o.EgressCABundleConfigMap, "egress-ca-bundle-configmap", o.EgressCABundleConfigMap, "With --egress-gateway-service, optional: the ConfigMap (key ca.crt, in each claim's namespace) mounted into sandboxes with egress and named by SSL_CERT_FILE and the like: public roots and the gateway's terminating CA. The operator does not create it yet. Empty: no bundle is mounted.")
+	fs.StringVar(&o.EgressCABundleConfigMap, "egress-ca-bundle-configmap", o.EgressCABundleConfigMap, "With --egress-gateway-service, optional: the ConfigMap (key ca.crt, in each claim's namespace) mounted into sandboxes with egress and named by SSL_CERT_FILE and the like: public roots and the gateway's terminating CA. The operator keeps it with --manage-egress-ca; else it is yours to make. Empty: no bundle is mounted.")
+	fs.BoolVar(&o.ManageEgressCA, "manage-egress-ca", o.ManageEgressCA, "With --egress-ca-bundle-configmap: keep the egress gateway's terminating CA in the Secret "+egressca.SecretName+" of the operator's namespace (made, rotated before it expires, the next CA published for "+egressca.DefaultPropagation.String()+" before it signs), which the gateway mounts (--terminate-ca-dir), and the bundle ConfigMap, the public roots and the terminating CAs, in every namespace with a claim frozen with it.")
+	fs.StringVar(&o.EgressCARootsFile, "egress-ca-roots-file", o.EgressCARootsFile, "With --manage-egress-ca: PEM file of the public roots the bundle ConfigMaps hold after the terminating CAs (read at start). Empty: the system's bundle ("+strings.Join(systemRootFiles, ", ")+", the first that exists).")
 	fs.Float64Var(&o.WarmRefillRate, "warm-refill-rate", o.WarmRefillRate, "Warm members the leader creates per second at most, across every pool (> 0); they are written with a client of their own, so that refills never take the claims' turn.")
 }
 
@@ -492,11 +501,22 @@ func (o *ControllerOptions) Validate() []error {
 	if _, err := o.egressGateway(); err != nil {
 		errs = append(errs, err)
 	}
+	if o.EgressCARootsFile != "" {
+		if err := checkReadableFile(o.EgressCARootsFile); err != nil {
+			errs = append(errs, invalidFlag("egress-ca-roots-file", "%v", err))
+		}
+	}
 	return errs
 }
 
 // egressGateway is the gateway the flags name, nil for none; its error names the flag.
 func (o *ControllerOptions) egressGateway() (*sandboxpod.GatewayRef, error) {
+	if o.ManageEgressCA && o.EgressCABundleConfigMap == "" {
+		return nil, invalidFlag("manage-egress-ca", "needs --egress-ca-bundle-configmap (and --egress-gateway-service)")
+	}
+	if o.EgressCARootsFile != "" && !o.ManageEgressCA {
+		return nil, invalidFlag("egress-ca-roots-file", "is used only with --manage-egress-ca")
+	}
 	if o.EgressGatewayService == "" {
 		if o.EgressCABundleConfigMap != "" {
 			return nil, invalidFlag("egress-ca-bundle-configmap", "is used only with --egress-gateway-service")
@@ -519,6 +539,54 @@ func (o *ControllerOptions) egressGateway() (*sandboxpod.GatewayRef, error) {
 	}
 	ref.CABundleConfigMap = o.EgressCABundleConfigMap
 	return ref, nil
+}
+
+// systemRootFiles are where the public roots are looked for without --egress-ca-roots-file (as
+// Go's crypto/x509 does on Linux; the operator's distroless image has the first).
+var systemRootFiles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
+// egress is the gateway the flags name and what the egress CA controller keeps (nil, nil for
+// none).
+func (o *ControllerOptions) egress() (*sandboxpod.GatewayRef, *egressca.Config, error) {
+	gateway, err := o.egressGateway()
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, err := o.egressCA()
+	return gateway, ca, err
+}
+
+// egressCA is what the egress CA controller keeps (nil without --manage-egress-ca), its roots
+// read from --egress-ca-roots-file or the system's bundle. Call it after Validate.
+func (o *ControllerOptions) egressCA() (*egressca.Config, error) {
+	if !o.ManageEgressCA {
+		return nil, nil
+	}
+	cfg := &egressca.Config{ConfigMapName: o.EgressCABundleConfigMap, Policy: egressca.DefaultPolicy()}
+	if o.EgressCARootsFile != "" {
+		b, err := os.ReadFile(o.EgressCARootsFile)
+		if err != nil {
+			return nil, invalidFlag("egress-ca-roots-file", "%v", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return nil, invalidFlag("egress-ca-roots-file", "%s holds no PEM certificate", o.EgressCARootsFile)
+		}
+		cfg.Roots = b
+		return cfg, nil
+	}
+	for _, name := range systemRootFiles {
+		if b, err := os.ReadFile(name); err == nil && x509.NewCertPool().AppendCertsFromPEM(b) {
+			cfg.Roots = b
+			break
+		}
+	}
+	return cfg, nil
 }
 
 type bindAddress struct {

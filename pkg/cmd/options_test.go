@@ -5,6 +5,13 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,6 +169,23 @@ func TestOperatorValidate(t *testing.T) {
 		"egress bundle name not a name": {modify: func(o *OperatorOptions) {
 			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap = "a/b:3128", "Bad Name"
 		}, wantFlag: "egress-ca-bundle-configmap"},
+		"managed egress CA": {modify: func(o *OperatorOptions) {
+			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap, o.Controllers.ManageEgressCA = "a/b:3128", "airlock-egress-ca", true
+		}},
+		"managed egress CA with roots": {modify: func(o *OperatorOptions) {
+			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap, o.Controllers.ManageEgressCA = "a/b:3128", "airlock-egress-ca", true
+			o.Controllers.EgressCARootsFile = certFile
+		}},
+		"managed egress CA without bundle": {modify: func(o *OperatorOptions) {
+			o.Controllers.EgressGatewayService, o.Controllers.ManageEgressCA = "a/b:3128", true
+		}, wantFlag: "manage-egress-ca"},
+		"egress roots without managed CA": {modify: func(o *OperatorOptions) {
+			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap, o.Controllers.EgressCARootsFile = "a/b:3128", "airlock-egress-ca", certFile
+		}, wantFlag: "egress-ca-roots-file"},
+		"missing egress roots": {modify: func(o *OperatorOptions) {
+			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap, o.Controllers.ManageEgressCA = "a/b:3128", "airlock-egress-ca", true
+			o.Controllers.EgressCARootsFile = "/nonexistent/roots.pem"
+		}, wantFlag: "egress-ca-roots-file"},
 		"api address without port":       {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = "localhost" }, wantFlag: "api-bind-address"},
 		"api port out of range":          {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = ":99999" }, wantFlag: "api-bind-address"},
 		"api port not a number":          {modify: func(o *OperatorOptions) { o.SandboxAPI.BindAddress = ":https" }, wantFlag: "api-bind-address"},
@@ -613,4 +637,48 @@ func TestDisabledBindAddressIsTheOperators(t *testing.T) {
 	if disabledBindAddress != operator.DisabledBindAddress {
 		t.Errorf("disabledBindAddress %q, operator.DisabledBindAddress %q", disabledBindAddress, operator.DisabledBindAddress)
 	}
+}
+
+// TestEgressCAConfig: --manage-egress-ca gives the controller the bundle's name and the roots of
+// --egress-ca-roots-file (a file that holds no certificate is an error naming the flag); without
+// the flag, nothing is kept.
+func TestEgressCAConfig(t *testing.T) {
+	dir := t.TempDir()
+	roots := filepath.Join(dir, "roots.pem")
+	ca, err := newTestRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(roots, ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := ControllerOptions{EgressGatewayService: "a/b:3128", EgressCABundleConfigMap: "airlock-egress-ca"}
+	if cfg, err := o.egressCA(); err != nil || cfg != nil {
+		t.Fatalf("without --manage-egress-ca: %+v, %v", cfg, err)
+	}
+	o.ManageEgressCA, o.EgressCARootsFile = true, roots
+	cfg, err := o.egressCA()
+	if err != nil || cfg.ConfigMapName != "airlock-egress-ca" || string(cfg.Roots) != string(ca) || cfg.Policy.Validate() != nil {
+		t.Fatalf("with roots: %+v, %v", cfg, err)
+	}
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.EgressCARootsFile = notPEM
+	_, err = o.egressCA()
+	checkOneErrorFor(t, []error{err}, "egress-ca-roots-file")
+}
+
+func newTestRoot() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "root"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -16,6 +17,7 @@ type Record struct {
 	Source    netip.Addr
 	Namespace string
 	Claim     string
+	ClaimUID  types.UID
 	Runtime   string
 	// Host and Port are the normalised target (Host cut to 253 bytes), when it parsed.
 	Host string
@@ -59,7 +61,7 @@ func (g *Gateway) audit(ctx context.Context, ex *exchange) {
 		"bytesUp", ex.up, "bytesDown", ex.down, "duration", duration)
 	klog.FromContext(ctx).Info("Egress", kv...)
 	if g.cfg.Observe != nil {
-		g.cfg.Observe(Record{Kind: ex.kind, Source: ex.source, Namespace: ex.id.Namespace, Claim: ex.id.Claim,
+		g.cfg.Observe(Record{Kind: ex.kind, Source: ex.source, Namespace: ex.id.Namespace, Claim: ex.id.Claim, ClaimUID: ex.id.ClaimUID,
 			Runtime: ex.id.Runtime, Host: host, Port: ex.port, Address: ex.dialed, Allowed: decision == "allowed",
 			Reason: ex.reason, BytesUp: ex.up, BytesDown: ex.down, Duration: duration})
 	}

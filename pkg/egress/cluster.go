@@ -205,7 +205,7 @@ func (c *ClusterClaims) Lookup(_ context.Context, cred Credential, source netip.
 	if !c.fromClaimPod(claim, source) {
 		return Identity{}, ErrWrongSource
 	}
-	id := Identity{Namespace: claim.Namespace, Claim: claim.Name, Runtime: claim.Spec.RuntimeName}
+	id := Identity{Namespace: claim.Namespace, Claim: claim.Name, ClaimUID: claim.UID, Runtime: claim.Spec.RuntimeName}
 	id.Policy, err = c.policy(claim)
 	if err != nil {
 		return id, fmt.Errorf("%w: %v", ErrPolicyInvalid, err)

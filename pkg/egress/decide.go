@@ -11,9 +11,9 @@ import (
 // decide returns the rules of id's policy that allow t for a request of kind ("connect" or
 // "http", with method and escaped path), before anything is resolved; or the refusal reason. A
 // CONNECT is passed through when some rule allows the host without conditions; otherwise, when
-// the gateway can terminate TLS, it is terminated (terminate), and each request in it is held to
+// the gateway can terminate TLS now (asked only then), it is terminated (terminate), and each request in it is held to
 // the rules; otherwise it is refused. Plain HTTP never uses a rule that injects a credential.
-func decide(id Identity, t target, kind, method, path string, canTerminate bool) (rules []*compiledRule, terminate bool, reason Reason) {
+func decide(id Identity, t target, kind, method, path string, canTerminate func() bool) (rules []*compiledRule, terminate bool, reason Reason) {
 	rules, hostListed := id.Policy.candidates(t)
 	switch {
 	case !hostListed && t.isIP():
@@ -28,7 +28,7 @@ func decide(id Identity, t target, kind, method, path string, canTerminate bool)
 		switch {
 		case len(passthrough) > 0:
 			return passthrough, false, ""
-		case canTerminate:
+		case canTerminate():
 			return rules, true, ""
 		}
 		return nil, false, ReasonInspection
@@ -95,7 +95,7 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port uint16) (ne
 // returns a nil connection.
 func (g *Gateway) open(ctx context.Context, ex *exchange, t target, method, path string) (net.Conn, []*compiledRule) {
 	ex.host, ex.port = t.host, t.port
-	rules, terminate, reason := decide(ex.id, t, ex.kind, method, path, g.cfg.Terminate != nil)
+	rules, terminate, reason := decide(ex.id, t, ex.kind, method, path, g.cfg.Terminate.available)
 	ex.terminate = terminate
 	if reason != "" {
 		ex.reason = reason

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -33,11 +34,12 @@ var policyReasons = map[Reason]bool{
 
 // DenialEvents records a Warning event (EventReasonDenied) on a claim the first time the gateway
 // refuses one of its hosts, deduplicated per claim and host (not port nor reason): an agent that
-// tries a host a hundred times makes one event, and the audit log keeps every attempt. Each
-// replica remembers on its own, so a claim may get one event per replica for a host. Use its
-// Observe as Config.Observe.
+// tries a host a hundred times makes one event, and the audit log keeps every attempt. Through an
+// EventRecorder (NewDenialEvents) each replica remembers on its own, so a claim may get one event
+// per replica for a host; SharedDenialEvents makes it one across replicas. Use its Observe as
+// Config.Observe.
 type DenialEvents struct {
-	recorder record.EventRecorder
+	emit func(r Record, ref *corev1.ObjectReference, message string)
 
 	mu       sync.Mutex
 	seen     map[deniedPair]struct{}
@@ -49,12 +51,19 @@ type claimRef struct{ namespace, name string }
 
 type deniedPair struct {
 	claim claimRef
+	uid   types.UID
 	host  string
 }
 
 // NewDenialEvents returns DenialEvents that records through recorder.
 func NewDenialEvents(recorder record.EventRecorder) *DenialEvents {
-	return &DenialEvents{recorder: recorder, seen: map[deniedPair]struct{}{}, perClaim: map[claimRef]int{}}
+	return newDenialEvents(func(_ Record, ref *corev1.ObjectReference, message string) {
+		recorder.Event(ref, corev1.EventTypeWarning, EventReasonDenied, message)
+	})
+}
+
+func newDenialEvents(emit func(Record, *corev1.ObjectReference, string)) *DenialEvents {
+	return &DenialEvents{emit: emit, seen: map[deniedPair]struct{}{}, perClaim: map[claimRef]int{}}
 }
 
 // Observe records the event for r if it is a claim's first refusal of its host.
@@ -62,17 +71,16 @@ func (d *DenialEvents) Observe(r Record) {
 	if r.Allowed || r.Claim == "" || r.Namespace == "" || r.Host == "" || !policyReasons[r.Reason] {
 		return
 	}
-	p := deniedPair{claim: claimRef{r.Namespace, r.Claim}, host: r.Host}
+	p := deniedPair{claim: claimRef{r.Namespace, r.Claim}, uid: r.ClaimUID, host: r.Host}
 	if !d.first(p) {
 		return
 	}
 	ref := &corev1.ObjectReference{
 		APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxClaim",
-		Namespace: r.Namespace, Name: r.Claim,
+		Namespace: r.Namespace, Name: r.Claim, UID: r.ClaimUID,
 	}
-	d.recorder.Eventf(ref, corev1.EventTypeWarning, EventReasonDenied,
-		"The egress gateway refused %s (%s): %s. Only a host's first refusal makes an event; the gateway's audit log has every one.",
-		eventTarget(r), r.Kind, r.Reason)
+	d.emit(r, ref, fmt.Sprintf("The egress gateway refused %s (%s): %s. Only a host's first refusal makes an event; the gateway's audit log has every one.",
+		eventTarget(r), r.Kind, r.Reason))
 }
 
 // first says whether p is new, and remembers it within the bounds.

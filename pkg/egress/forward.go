@@ -35,7 +35,7 @@ func (g *Gateway) serveHTTP(ctx context.Context, c net.Conn, req *http.Request, 
 	upgrade := req.Header.Get("Upgrade") != "" || headerHasToken(req.Header, "Connection", "upgrade")
 	if upgrade {
 		// Decided first, so that an upgrade to a host that is not allowed says so.
-		if _, _, reason := decide(ex.id, t, ex.kind, req.Method, path, false); reason != "" {
+		if _, _, reason := decide(ex.id, t, ex.kind, req.Method, path, func() bool { return false }); reason != "" {
 			ex.host, ex.port = t.host, t.port
 			g.refuse(c, ex, reason)
 			return false

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Credential is what a request's Proxy-Authorization (Basic) carries: the username names the
@@ -24,8 +26,10 @@ type Credential struct {
 type Identity struct {
 	Namespace string
 	Claim     string
-	Runtime   string
-	Policy    *CompiledPolicy
+	// ClaimUID is the claim's UID when the lookup knows it (the cluster's), else empty.
+	ClaimUID types.UID
+	Runtime  string
+	Policy   *CompiledPolicy
 }
 
 // The errors of a ClaimLookup; the gateway refuses with the matching reason.

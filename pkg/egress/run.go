@@ -3,7 +3,6 @@ package egress
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -202,16 +201,30 @@ func DNSResolver(address string) Resolver {
 // for upstreams (PEM; empty: the system's roots only), and serves the credentials from
 // credentialsDir (a mounted Secret, say): the regular file named as the credential, read each
 // time it is injected, so that a Secret the kubelet updates (it swaps the ..data link at once)
-// is sent from the next request on, without a restart.
+// is sent from the next request on, without a restart. The CA files are followed too (see
+// Terminator): they must hold a CA at start.
 func LoadTerminator(caCertFile, caKeyFile, upstreamCAFile, credentialsDir string) (*Terminator, error) {
-	ca, err := tls.LoadX509KeyPair(caCertFile, caKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the terminating CA: %w", err)
+	files := &CAFiles{CertFile: caCertFile, KeyFile: caKeyFile}
+	if _, err := loadSigningCA(files); err != nil {
+		return nil, fmt.Errorf("loading the terminating CA (%s, %s): %w", caCertFile, caKeyFile, err)
 	}
-	if ca.Leaf == nil || !ca.Leaf.IsCA {
-		return nil, fmt.Errorf("%s is not a CA certificate", caCertFile)
+	return newTerminator(files, upstreamCAFile, credentialsDir)
+}
+
+// LoadTerminatorDir is LoadTerminator with the CA in dir's tls.crt and tls.key, the files of a
+// mounted kubernetes.io/tls Secret (the operator's airlock-egress-ca), which may hold no CA yet:
+// until they do, what would be terminated is refused.
+func LoadTerminatorDir(dir, upstreamCAFile, credentialsDir string) (*Terminator, error) {
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
 	}
-	tr := &Terminator{CA: ca}
+	return newTerminator(&CAFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}, upstreamCAFile, credentialsDir)
+}
+
+func newTerminator(files *CAFiles, upstreamCAFile, credentialsDir string) (*Terminator, error) {
+	tr := &Terminator{CAFiles: files}
 	if upstreamCAFile != "" {
 		pem, err := os.ReadFile(upstreamCAFile)
 		if err != nil {

@@ -15,28 +15,53 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // Terminator lets the gateway terminate a tunnel's TLS for hosts whose rules restrict methods or
 // paths or inject a credential: it answers the sandbox with a certificate for the CONNECT host
-// issued by CA (which the sandbox trusts through its mounted bundle), reads each request, holds it
+// issued by its CA (which the sandbox trusts through its mounted bundle), reads each request, holds it
 // to the rules, adds the credential, and sends it on its own TLS connection to the checked
 // address, verifying the real server's certificate against UpstreamRoots (nil: the system's).
+//
+// The CA is CA, or, when CAFiles is set, the PEM certificate and key of those files, followed as
+// they change (the operator rotates the CA in a Secret the gateway mounts, which the kubelet
+// updates by swapping its files): every mint stats both files (no goroutine, no timer) and
+// re-reads them when either changed. While the files hold no usable CA (missing, as in an optional
+// mount of a Secret not made yet, or not a CA), the gateway has none and refuses what it would
+// terminate (inspection_required), as without a Terminator; a change that does not parse keeps
+// the CA it had, and is read again at the next mint.
 type Terminator struct {
 	CA            tls.Certificate
+	CAFiles       *CAFiles
 	UpstreamRoots *x509.CertPool
 	// Secrets returns the value of a credential by name; false when it has none (the request
 	// is then refused, never sent without it).
 	Secrets func(name string) ([]byte, bool)
+	// Logger, if set, is told when the CA files are loaded or cannot be.
+	Logger *klog.Logger
 
 	once    sync.Once
 	key     *ecdsa.PrivateKey
-	caCert  *x509.Certificate
 	initErr error
 	mu      sync.Mutex
+	ca      *signingCA
+	stamps  [2]os.FileInfo // of CAFiles as last loaded
+	failed  [2]os.FileInfo // of CAFiles as last found unusable, logged once
 	leaves  map[string]*tls.Certificate
+}
+
+// CAFiles are a terminating CA's PEM certificate and key files.
+type CAFiles struct{ CertFile, KeyFile string }
+
+// signingCA is a parsed CA the gateway signs with.
+type signingCA struct {
+	pair tls.Certificate
+	cert *x509.Certificate
 }
 
 // maxLeaves bounds the minted certificates kept: a wildcard rule with conditions lets a sandbox
@@ -48,17 +73,99 @@ const leafValidity = 24 * time.Hour
 
 func (tr *Terminator) init() error {
 	tr.once.Do(func() {
-		if len(tr.CA.Certificate) == 0 || tr.CA.PrivateKey == nil {
-			tr.initErr = errors.New("egress: the terminating CA has no certificate or key")
-			return
-		}
-		tr.caCert, tr.initErr = x509.ParseCertificate(tr.CA.Certificate[0])
-		if tr.initErr == nil {
-			tr.key, tr.initErr = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		}
+		tr.key, tr.initErr = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tr.leaves = map[string]*tls.Certificate{}
+		if tr.CAFiles == nil {
+			tr.ca, tr.initErr = parseSigningCA(tr.CA)
+		}
 	})
 	return tr.initErr
+}
+
+// parseSigningCA checks that pair is a CA with a key that signs.
+func parseSigningCA(pair tls.Certificate) (*signingCA, error) {
+	if len(pair.Certificate) == 0 || pair.PrivateKey == nil {
+		return nil, errors.New("egress: the terminating CA has no certificate or key")
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("egress: the terminating CA: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("egress: the terminating CA's certificate is not a CA")
+	}
+	if _, ok := pair.PrivateKey.(crypto.Signer); !ok {
+		return nil, errors.New("egress: the terminating CA's key cannot sign")
+	}
+	return &signingCA{pair: pair, cert: cert}, nil
+}
+
+// statCA returns the FileInfo of the CA files, nil for one that cannot be stat'ed.
+func (tr *Terminator) statCA() [2]os.FileInfo {
+	var out [2]os.FileInfo
+	for i, name := range []string{tr.CAFiles.CertFile, tr.CAFiles.KeyFile} {
+		if fi, err := os.Stat(name); err == nil {
+			out[i] = fi
+		}
+	}
+	return out
+}
+
+func sameFile(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+// currentCA returns the CA to sign with now, nil for none; with CAFiles, it reloads them when
+// they changed. Call it with tr.mu held.
+func (tr *Terminator) currentCA() *signingCA {
+	if tr.CAFiles == nil {
+		return tr.ca
+	}
+	stamps := tr.statCA()
+	if sameFile(stamps[0], tr.stamps[0]) && sameFile(stamps[1], tr.stamps[1]) && (tr.ca != nil || stamps[0] == nil && stamps[1] == nil) {
+		return tr.ca
+	}
+	ca, err := loadSigningCA(tr.CAFiles)
+	if err != nil {
+		if !sameFile(stamps[0], tr.failed[0]) || !sameFile(stamps[1], tr.failed[1]) {
+			tr.failed = stamps
+			if tr.Logger != nil {
+				tr.Logger.Error(err, "Cannot load the terminating CA: keeping the one held, if any, until the files change", "certFile", tr.CAFiles.CertFile, "keyFile", tr.CAFiles.KeyFile, "held", tr.ca != nil)
+			}
+		}
+		return tr.ca
+	}
+	tr.stamps, tr.failed = stamps, [2]os.FileInfo{}
+	if tr.ca == nil || !tr.ca.cert.Equal(ca.cert) {
+		clear(tr.leaves) // minted by the previous CA
+		if tr.Logger != nil {
+			tr.Logger.Info("Loaded the terminating CA", "certFile", tr.CAFiles.CertFile, "subject", ca.cert.Subject.CommonName, "notAfter", ca.cert.NotAfter.UTC().Format(time.RFC3339))
+		}
+	}
+	tr.ca = ca
+	return ca
+}
+
+// loadSigningCA reads and checks a CA's files.
+func loadSigningCA(files *CAFiles) (*signingCA, error) {
+	pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return parseSigningCA(pair)
+}
+
+// available says whether the gateway has a CA to terminate with now.
+func (tr *Terminator) available() bool {
+	if tr == nil || tr.init() != nil {
+		return false
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.currentCA() != nil
 }
 
 // certificate returns a certificate for host (a normalised name), minted on first use.
@@ -68,6 +175,10 @@ func (tr *Terminator) certificate(host string, now time.Time) (*tls.Certificate,
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	ca := tr.currentCA()
+	if ca == nil {
+		return nil, errors.New("egress: no terminating CA")
+	}
 	if c, ok := tr.leaves[host]; ok && now.Before(c.Leaf.NotAfter.Add(-leafValidity/4)) {
 		return c, nil
 	}
@@ -78,12 +189,12 @@ func (tr *Terminator) certificate(host string, now time.Time) (*tls.Certificate,
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(leafValidity),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tr.caCert, &tr.key.PublicKey, tr.CA.PrivateKey.(crypto.Signer))
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &tr.key.PublicKey, ca.pair.PrivateKey.(crypto.Signer))
 	if err != nil {
 		return nil, fmt.Errorf("egress: minting a certificate for %s: %w", host, err)
 	}
 	leaf, _ := x509.ParseCertificate(der)
-	c := &tls.Certificate{Certificate: [][]byte{der, tr.CA.Certificate[0]}, PrivateKey: tr.key, Leaf: leaf}
+	c := &tls.Certificate{Certificate: [][]byte{der, ca.pair.Certificate[0]}, PrivateKey: tr.key, Leaf: leaf}
 	if len(tr.leaves) >= maxLeaves {
 		clear(tr.leaves)
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	componentbaseconfig "k8s.io/component-base/config"
 
+	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -97,4 +98,7 @@ type Config struct {
 	// EgressGateway is the egress gateway claims of classes with egress are frozen with
 	// (--egress-gateway-service); nil: such claims fail (docs/egress.md).
 	EgressGateway *sandboxpod.GatewayRef
+	// EgressCA, when set (--manage-egress-ca), is what the leader's egress CA controller keeps:
+	// the gateway's terminating CA in the operator's namespace and the bundle ConfigMaps.
+	EgressCA *egressca.Config
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	"github.com/airlock-dev/airlock/pkg/controller/defaultdeny"
+	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -55,6 +56,9 @@ type ControllerContext struct {
 	WarmRefillRate    float64
 	// EgressGateway is the egress gateway (--egress-gateway-service), nil for none.
 	EgressGateway *sandboxpod.GatewayRef
+	// EgressCA is what the egress CA controller keeps (its Namespace the operator's), nil for
+	// nothing (--manage-egress-ca unset).
+	EgressCA *egressca.Config
 	// CABundle is the CA bundle the leader publishes for runtimes; nil when there is none to
 	// publish (--tls-mode=none, or files without --tls-ca-file).
 	CABundle cabundle.Source
@@ -83,6 +87,7 @@ func newControllerDescriptors() []controllerDescriptor {
 		{name: warmpool.ControllerName, init: startPoolController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
+		{name: egressca.ControllerName, init: startEgressCAController},
 		{name: sandboxclass.ControllerName, init: startClassController},
 		{name: defaultdeny.ControllerName, init: startDefaultDenyController},
 	}
@@ -128,6 +133,40 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 		return nil, err
 	}
 	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
+}
+
+// startEgressCAController builds the egress CA controller on informers of its own (the one
+// Secret, the bundle ConfigMaps; started and stopped with it) and the shared claims; without
+// --manage-egress-ca it only waits for the end of the term.
+func startEgressCAController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	if cc.EgressCA == nil {
+		return func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}, nil
+	}
+	secrets := egressca.NewSecretInformerFactory(cc.KubeClient, cc.EgressCA.Namespace)
+	configMaps := egressca.NewConfigMapInformerFactory(cc.KubeClient, cc.EgressCA.ConfigMapName)
+	c, err := egressca.NewController(cc.KubeClient, egressca.Informers{
+		Secrets:    secrets.Core().V1().Secrets(),
+		ConfigMaps: configMaps.Core().V1().ConfigMaps(),
+		Claims:     cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
+	}, *cc.EgressCA)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		stop := make(chan struct{})
+		secrets.Start(stop)
+		configMaps.Start(stop)
+		defer func() {
+			close(stop)
+			secrets.Shutdown()
+			configMaps.Shutdown()
+		}()
+		// One Secret and a ConfigMap per namespace, written rarely: one worker.
+		return c.Run(ctx, 1)
+	}, nil
 }
 
 // startRuntimeController builds the AgentRuntime status controller.

@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
@@ -316,6 +317,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		PoolAirlockClient: o.cfg.PoolAirlockClient,
 		WarmRefillRate:    o.cfg.WarmRefillRate,
 		EgressGateway:     o.cfg.EgressGateway,
+		EgressCA:          o.egressCA(),
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no
@@ -335,6 +337,16 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		return lead(ctx)
 	}
 	return runWithLeaderElection(ctx, o.cfg, o.watchdog, recorder, lead)
+}
+
+// egressCA is the egress CA controller's configuration in the operator's namespace, nil for none.
+func (o *operator) egressCA() *egressca.Config {
+	if o.cfg.EgressCA == nil {
+		return nil
+	}
+	cfg := *o.cfg.EgressCA
+	cfg.Namespace = o.cfg.Namespace
+	return &cfg
 }
 
 // newChildInformers returns an informer factory that lists and watches only the objects labelled

@@ -80,6 +80,16 @@ each fails the render with one line that names the values.
 {{- fail (printf "operator.extraArgs has %q: with egress.enabled the chart names its gateway itself" .) -}}
 {{- end -}}
 {{- end -}}
+{{- range $o.extraArgs -}}
+{{- if and $.Values.egress.enabled $.Values.egress.managedCA (has (regexReplaceAll "^--?([^=]+).*$" . "${1}") (list "egress-ca-bundle-configmap" "manage-egress-ca")) -}}
+{{- fail (printf "operator.extraArgs has %q: with egress.managedCA the chart sets the operator's egress CA flags itself (set egress.managedCA=false to bring your own)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.egress.extraArgs -}}
+{{- if and $.Values.egress.managedCA (has (regexReplaceAll "^--?([^=]+).*$" . "${1}") (list "terminate-ca-dir" "terminate-ca-cert-file" "terminate-ca-key-file")) -}}
+{{- fail (printf "egress.extraArgs has %q: with egress.managedCA the gateway uses the operator's CA (set egress.managedCA=false to bring your own)" .) -}}
+{{- end -}}
+{{- end -}}
 {{- range .Values.egress.extraArgs -}}
 {{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
 {{- if has $flag (list "proxy-bind-address" "health-probe-bind-address" "metrics-bind-address") -}}

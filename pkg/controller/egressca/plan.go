@@ -1,0 +1,256 @@
+package egressca
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/big"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	// SecretName is the Secret, in the operator's namespace, that holds the gateway's terminating
+	// CA. The gateway mounts it (no Secret permission of its own); its key leaves it for no other
+	// place.
+	SecretName = "airlock-egress-ca"
+	// BundleKey is the Secret's field with every terminating CA a sandbox must trust: the one that
+	// signs now, the next one while it propagates, and earlier ones until they expire. It is also
+	// the bundle ConfigMap's key.
+	BundleKey = "ca.crt"
+	// NextCertKey and NextKeyKey are the CA that signs from the end of its propagation on, present
+	// while a rotation propagates.
+	NextCertKey = "next.crt"
+	NextKeyKey  = "next.key"
+
+	// DefaultLifetime is how long a terminating CA is valid for.
+	DefaultLifetime = 2 * 365 * 24 * time.Hour
+	// DefaultPropagation is how long the next CA is in the published bundle before the gateway
+	// signs with it: a sandbox whose tools read the bundle once, at their start, keeps working for
+	// that long after a rotation begins (the kubelet refreshes the mounted ConfigMap within
+	// minutes).
+	DefaultPropagation = 90 * 24 * time.Hour
+
+	// backdate is how far before its making a CA's NotBefore lies (clock skew).
+	backdate = 5 * time.Minute
+)
+
+// Policy is how long CAs live and propagate.
+type Policy struct {
+	Lifetime, Propagation time.Duration
+}
+
+// DefaultPolicy is DefaultLifetime and DefaultPropagation.
+func DefaultPolicy() Policy {
+	return Policy{Lifetime: DefaultLifetime, Propagation: DefaultPropagation}
+}
+
+// Validate says whether the next CA can propagate before the current one expires.
+func (p Policy) Validate() error {
+	if p.Lifetime <= 0 || p.Propagation < 0 || p.Propagation >= p.Lifetime/3 {
+		return fmt.Errorf("a CA lifetime of %v with a propagation of %v: the propagation must be shorter than a third of the lifetime", p.Lifetime, p.Propagation)
+	}
+	return nil
+}
+
+// Plan is what plan decided for the Secret's data.
+type Plan struct {
+	// Data is what the Secret's data must be (equal to the input when nothing changes).
+	Data map[string][]byte
+	// Changed says whether Data differs from the input.
+	Changed bool
+	// Reasons say what changed, for the log.
+	Reasons []string
+	// Next is when the Secret must be looked at again.
+	Next time.Time
+}
+
+// ca is a CA certificate with its key, parsed and in PEM.
+type ca struct {
+	cert            *x509.Certificate
+	certPEM, keyPEM []byte
+}
+
+func issuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(backdate) }
+
+// renewAt is when the next CA is made: at two thirds of the current one's life.
+func renewAt(c *x509.Certificate) time.Time {
+	return issuedAt(c).Add(c.NotAfter.Sub(issuedAt(c)) * 2 / 3)
+}
+
+// plan decides what the Secret's data must be at now. It is a pure function of its inputs (random
+// only supplies keys and serial numbers).
+//
+//   - tls.crt/tls.key, the CA the gateway signs with, is made when missing, broken, not a CA or
+//     expired (at once: nothing to overlap with).
+//   - At two thirds of its life the next CA is made (next.crt/next.key) and joins the bundle; once
+//     it has been there for p.Propagation it becomes tls.crt/tls.key, and the previous one stays
+//     in the bundle until it expires. A next CA that is broken is made again.
+//   - ca.crt is the signing CA, the next one, and every other CA of the old bundle not expired.
+func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*Plan, error) {
+	out := &Plan{Data: maps.Clone(data)}
+	if out.Data == nil {
+		out.Data = map[string][]byte{}
+	}
+	signer, reason := usableCA(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], now)
+	next, nextReason := usableCA(data[NextCertKey], data[NextKeyKey], now)
+	if next == nil && len(data[NextCertKey])+len(data[NextKeyKey]) > 0 {
+		out.Reasons = append(out.Reasons, "dropped the next CA ("+nextReason+")")
+	}
+	var err error
+	switch {
+	case signer == nil && next != nil:
+		out.Reasons = append(out.Reasons, "the signing CA is unusable ("+reason+"): the next one signs now")
+		signer, next = next, nil
+	case signer == nil:
+		out.Reasons = append(out.Reasons, "no usable CA ("+reason+"): made one")
+		if signer, err = newCA(random, now, p.Lifetime); err != nil {
+			return nil, err
+		}
+	case next != nil && !now.Before(issuedAt(next.cert).Add(p.Propagation)):
+		out.Reasons = append(out.Reasons, "the next CA has propagated: it signs now")
+		signer, next = next, nil
+	}
+	if next == nil && !now.Before(renewAt(signer.cert)) {
+		out.Reasons = append(out.Reasons, "the signing CA is at two thirds of its life: made the next one")
+		if next, err = newCA(random, now, p.Lifetime); err != nil {
+			return nil, err
+		}
+	}
+
+	trusted := []*x509.Certificate{signer.cert}
+	if next != nil {
+		trusted = append(trusted, next.cert)
+	}
+	var older []*x509.Certificate
+	if old, err := parseCerts(data[BundleKey]); err == nil {
+		for _, c := range old {
+			if c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(trusted, c.Equal) && !slices.ContainsFunc(older, c.Equal) {
+				older = append(older, c)
+			}
+		}
+	}
+	slices.SortStableFunc(older, func(a, b *x509.Certificate) int { return b.NotBefore.Compare(a.NotBefore) })
+	trusted = append(trusted, older...)
+
+	out.Next = renewAt(signer.cert)
+	if next != nil {
+		out.Next = issuedAt(next.cert).Add(p.Propagation)
+	}
+	for _, c := range older {
+		if c.NotAfter.Before(out.Next) {
+			out.Next = c.NotAfter
+		}
+	}
+
+	out.Data[corev1.TLSCertKey], out.Data[corev1.TLSPrivateKeyKey] = signer.certPEM, signer.keyPEM
+	delete(out.Data, NextCertKey)
+	delete(out.Data, NextKeyKey)
+	if next != nil {
+		out.Data[NextCertKey], out.Data[NextKeyKey] = next.certPEM, next.keyPEM
+	}
+	var bundle []byte
+	for _, c := range trusted {
+		bundle = append(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	out.Data[BundleKey] = bundle
+	out.Changed = !maps.EqualFunc(data, out.Data, bytes.Equal)
+	if out.Changed && len(out.Reasons) == 0 {
+		out.Reasons = append(out.Reasons, "the bundle was brought up to date (an expired CA dropped, or a CA missing from it)")
+	}
+	return out, nil
+}
+
+// usableCA parses a CA and its key; nil and why when they are missing, broken, not a CA, or
+// expired at now.
+func usableCA(certPEM, keyPEM []byte, now time.Time) (*ca, string) {
+	if len(certPEM) == 0 && len(keyPEM) == 0 {
+		return nil, "none"
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err.Error()
+	}
+	c := pair.Leaf
+	switch {
+	case !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0:
+		return nil, "not a CA"
+	case !now.Before(c.NotAfter):
+		return nil, "expired"
+	}
+	// One not valid yet is kept: it is a clock behind the one that made it (a new leader's), and
+	// replacing it would take every sandbox's trust away.
+	return &ca{cert: c, certPEM: certPEM, keyPEM: keyPEM}, ""
+}
+
+// newCA makes a self-signed P-256 CA valid from now for life; it signs only leaves (path length
+// zero).
+func newCA(random io.Reader, now time.Time, life time.Duration) (*ca, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), random)
+	if err != nil {
+		return nil, fmt.Errorf("generating a key: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(random, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("generating a serial number: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial.Add(serial, big.NewInt(1)),
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("airlock-egress-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(life),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(random, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("signing the CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &ca{cert: cert, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+}
+
+// parseCerts parses every CERTIFICATE block of PEM data; anything else is an error.
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("unexpected PEM block %q", block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no certificate")
+	}
+	return certs, nil
+}
