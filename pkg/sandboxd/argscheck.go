@@ -15,8 +15,8 @@ import (
 // into a map, validates the map against the input schema, then decodes them
 // again into the tool's input. For a flat input schema (an object of
 // strings, integers, numbers and booleans, no other property allowed, no
-// constraint but the types and the required list: most of sandboxd's tools,
-// Read's among them) one scan of the bytes can prove that the schema
+// constraint but the types, the required list, numbers' minimum and maximum
+// and strings' enum: 23 of sandboxd's 29 tools, Read's among them) one scan of the bytes can prove that the schema
 // accepts them: then the map and the validation are skipped, and the
 // arguments are decoded once, into the input. Whatever the scan cannot
 // prove (another type of value, a null, an escaped name, a number with a
