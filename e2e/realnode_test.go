@@ -545,8 +545,13 @@ type netCheck struct {
 	name, command, want string
 }
 
+// realNodeDefaultProtocol is the MCP revision the Go SDK v1.8.0's client
+// asks for by default (2026-07-28, stateless), which sandboxd serves on /mcp.
+const realNodeDefaultProtocol = "2026-07-28"
+
 // TestRealNodeSandbox: a runtime pod with its own ServiceAccount acquires a sandbox through the
-// Sandbox API Service, talks MCP to it from inside the cluster (Write, Read, Edit, Bash), a
+// Sandbox API Service, talks MCP to it from inside the cluster (Write, Read, Edit, Bash) at the
+// Go SDK v1.8.0 client's default revision (2026-07-28, asserted), a
 // request without the header is refused; the sandbox pod runs as 65532 without capabilities in a
 // restricted namespace and reaches nothing (another pod, the API server, CoreDNS), while a
 // sandbox whose class allows a Service reaches it; after the idle timeout the sync-back Job
@@ -651,7 +656,12 @@ func TestRealNodeSandbox(t *testing.T) {
 	if res.Error != "" || netRes.Error != "" {
 		t.Fatalf("runtime errors: %q / %q", res.Error, netRes.Error)
 	}
-	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session at the pod's IP: %.0f ms; MCP protocol %s", res.AcquireMillis, res.Reachable, res.Protocol)
+	t.Logf("acquire to Bound (first acquire, from the runtime pod): %.0f ms; Bound to first MCP session at the pod's IP: %.0f ms; MCP protocol %s (over SSE %s)", res.AcquireMillis, res.Reachable, res.Protocol, netRes.Protocol)
+	// The runtime client is the Go SDK's v1.8.0 with its default revision on
+	// Streamable HTTP: the stateless one, which sandboxd serves on /mcp.
+	if res.Protocol != realNodeDefaultProtocol {
+		t.Errorf("the runtime client negotiated MCP %q on /mcp, want the Go SDK v1.8.0's default %q", res.Protocol, realNodeDefaultProtocol)
+	}
 
 	// MCP at the pod's IP (the claim has no Service: docs/decisions.md), with and without the header.
 	sandboxPod, err := kubeClient.CoreV1().Pods(e.ns).Get(context.Background(), res.Claim, metav1.GetOptions{})

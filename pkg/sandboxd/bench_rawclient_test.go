@@ -10,6 +10,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -361,8 +363,15 @@ func (c *rawSSE) roundTrip(ctx context.Context, msg rawRequest) (*rawResponse, e
 // same on every transport but for the event stream of SSE).
 //
 //	go test -run '^$' -bench BenchmarkRawCall -benchtime 5000x -cpuprofile cpu.out ./pkg/sandboxd/
+//
+// Each reads small.txt (29 bytes) and, under "big", a file of 20 KiB, whose
+// answer is longer than net/http's 2 KiB buffer (sent chunked unless the
+// server says its length).
 func BenchmarkRawCall(b *testing.B) {
 	ws := benchWorkspace(b)
+	if err := os.WriteFile(filepath.Join(ws, "big.txt"), []byte(strings.Repeat("a line of the file\n", 1100)), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	ts := startServer(b, Config{Workspace: ws}, options{})
 	mg := startMCPGoServer(b, ws)
 	for _, tr := range []struct {
@@ -377,17 +386,19 @@ func BenchmarkRawCall(b *testing.B) {
 		}},
 		{"mcpgo-mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, mg+mcpgoStreamablePath, "2025-11-25") }},
 	} {
-		b.Run(tr.name, func(b *testing.B) {
-			c := tr.connect(b)
-			args := map[string]any{"file_path": "small.txt"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if text, isError, err := c.callTool(b.Context(), "Read", args); err != nil || isError {
-					b.Fatalf("Read: %v %s", err, text)
+		for _, file := range []struct{ sub, name string }{{"", "small.txt"}, {"/big", "big.txt"}} {
+			b.Run(tr.name+file.sub, func(b *testing.B) {
+				c := tr.connect(b)
+				args := map[string]any{"file_path": file.name}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if text, isError, err := c.callTool(b.Context(), "Read", args); err != nil || isError {
+						b.Fatalf("Read: %v %s", err, text)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

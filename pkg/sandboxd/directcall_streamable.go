@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,8 +185,14 @@ func (d *streamableDirect) writeResponse(w http.ResponseWriter, id jsonrpc.ID, r
 			Code: jsonrpc.CodeInternalError, Message: "encoding the response failed: " + eerr.Error(),
 		}})
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-cache, no-transform")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-cache, no-transform")
+	// Its length, known: net/http sends an answer longer than its buffer
+	// (2 KiB, a Read of any real file) chunked otherwise, its last chunk
+	// a write (a system call and a TCP segment) of its own after the
+	// handler returns, which the client waits for.
+	h.Set("Content-Length", strconv.Itoa(len(data)))
 	w.Write(data)
 }
 

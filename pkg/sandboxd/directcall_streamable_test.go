@@ -553,3 +553,56 @@ func TestStatelessMetaKept(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamableDirectAnswerHasItsLength: a direct call's answer, on both
+// revisions, says its length and is not chunked, also when it is longer
+// than net/http's buffer (a Read of a 20 KiB file), and the body is that
+// long.
+func TestStreamableDirectAnswerHasItsLength(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	if err := os.WriteFile(filepath.Join(ts.ws, "big.txt"), []byte(strings.Repeat("a line of the file\n", 1100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	session := openStatefulSession(t, ts)
+	for _, c := range []struct {
+		name   string
+		header map[string]string
+		meta   string
+	}{
+		{"2026-07-28", statelessHeaders(toolnames.Read), `,"_meta":` + statelessCallMeta},
+		{"2025-11-25", sessionHeaders(session), ""},
+	} {
+		for _, file := range []string{"big.txt", "missing.txt"} {
+			before := ts.streamable.direct.taken.Load()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.url+"/mcp", strings.NewReader(
+				`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"Read","arguments":{"file_path":"`+file+`"}`+c.meta+`}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ts.streamable.direct.taken.Load() != before+1 {
+				t.Fatalf("%s %s: the direct path did not take the call", c.name, file)
+			}
+			if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(data)) || len(resp.TransferEncoding) != 0 {
+				t.Errorf("%s %s: status %d, Content-Length %d, Transfer-Encoding %v, body of %d bytes; want 200, the body's length, not chunked",
+					c.name, file, resp.StatusCode, resp.ContentLength, resp.TransferEncoding, len(data))
+			}
+			if file == "big.txt" && len(data) < 20000 {
+				t.Errorf("%s: the answer to a Read of big.txt is %d bytes, want the whole file", c.name, len(data))
+			}
+		}
+	}
+}

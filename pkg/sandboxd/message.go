@@ -82,6 +82,9 @@ func decodeID(raw json.RawMessage) (jsonrpc.ID, error) {
 // exact names (encoding/json matches struct fields case-insensitively, the
 // SDK does not). A member given twice counts once, the last time.
 func decodeMembers(data []byte) (map[string]json.RawMessage, error) {
+	if members, ok := splitMembers(data); ok {
+		return members, nil
+	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(data, &members); err != nil {
 		return nil, err
@@ -141,4 +144,87 @@ func checkDepth(data []byte, max int) error {
 		}
 	}
 	return nil
+}
+
+// splitMembers is decodeMembers in one scan of valid JSON, without the
+// reflection of encoding/json and without copying the values: each is a
+// slice of data (its capacity cut at its end, so that an append copies),
+// which nothing writes to (data is a request's own body, read afresh). It
+// takes only what it decodes exactly as json.Unmarshal does: an object
+// whose names are plain ASCII without escapes; false for anything else,
+// which json.Unmarshal then decodes (or refuses, with its error).
+func splitMembers(data []byte) (map[string]json.RawMessage, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' || !json.Valid(data) {
+		return nil, false
+	}
+	members := make(map[string]json.RawMessage, 4)
+	i = skipSpace(data, i+1)
+	if data[i] == '}' {
+		return members, true
+	}
+	for {
+		end := i + 1 // data[i] is the name's quote: data is valid
+		for data[end] != '"' {
+			if data[end] == '\\' || data[end] >= 0x80 {
+				return nil, false // decoded by encoding/json: escapes, UTF-8 checks
+			}
+			end++
+		}
+		name := data[i+1 : end]
+		i = skipSpace(data, skipSpace(data, end+1)+1) // past the colon
+		vend := valueEnd(data, i)
+		members[string(name)] = data[i:vend:vend]
+		i = skipSpace(data, vend)
+		if data[i] == '}' {
+			return members, true
+		}
+		i = skipSpace(data, i+1) // past the comma
+	}
+}
+
+// valueEnd is where the JSON value at data[i] ends; data is valid JSON.
+func valueEnd(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return stringEnd(data, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				j = stringEnd(data, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(data)
+	default:
+		j := i
+		for j < len(data) {
+			switch data[j] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return j
+			}
+			j++
+		}
+		return j
+	}
+}
+
+// stringEnd is where the JSON string whose quote is data[i] ends.
+func stringEnd(data []byte, i int) int {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(data)
 }

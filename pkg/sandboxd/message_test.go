@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -123,6 +124,71 @@ func BenchmarkDecodeMessage(b *testing.B) {
 			if _, err := decodeMessage(msg); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// splitMembersCorpus are objects and non-objects for splitMembers: nested
+// values, strings with quotes, braces and escapes, duplicate names,
+// whitespace, every literal; names with escapes or outside ASCII, bad JSON.
+var splitMembersCorpus = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":1,"a":2}`,
+	`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"Read","arguments":{"file_path":"a\"}{][.txt"}}}`,
+	` {"a" : [1, {"b": "]}"}, "\\\"" ] ,"c":true,"d":false,"e":null,"f":-1.5e3 } `,
+	"{\"a\":\"x\",\n\t\"b\":{}\r}",
+	`{"a":{"b":{"c":[[[]]]}},"z":"end"}`,
+	`{"n\u0061me":1}`, `{"é":1}`, `{"a":"é\ud83d\ude00"}`, `{"a":"\xff"}`, "{\"\xff\":1}",
+	`{"a":1,}`, `{"a":1`, `{"a" 1}`, `{"a":1}}`, `{"a":1} {}`, `[1]`, `"a"`, `null`, `1`, ``, ` `,
+}
+
+// TestSplitMembersAsUnmarshal checks that splitMembers, where it takes an
+// object, gives what json.Unmarshal into a map of json.RawMessage gives, and
+// that it leaves to json.Unmarshal what it cannot take exactly: names with
+// escapes or outside ASCII, bad JSON and non-objects.
+func TestSplitMembersAsUnmarshal(t *testing.T) {
+	declined := map[string]bool{`{"n\u0061me":1}`: true, `{"é":1}`: true, "{\"\xff\":1}": true}
+	for _, data := range splitMembersCorpus {
+		var want map[string]json.RawMessage
+		wantErr := json.Unmarshal([]byte(data), &want)
+		got, ok := splitMembers([]byte(data))
+		switch {
+		case wantErr != nil || want == nil:
+			if ok {
+				t.Errorf("splitMembers(%q) took it; json.Unmarshal: %v, %v", data, want, wantErr)
+			}
+		case declined[data]:
+			if ok {
+				t.Errorf("splitMembers(%q) took it; want it left to json.Unmarshal", data)
+			}
+		case !ok:
+			t.Errorf("splitMembers(%q) declined it; want it taken", data)
+		case !reflect.DeepEqual(got, want):
+			t.Errorf("splitMembers(%q) = %q, json.Unmarshal gives %q", data, got, want)
+		}
+		if ok {
+			for name, v := range got {
+				if cap(v) != len(v) {
+					t.Errorf("splitMembers(%q)[%q] has room past its end: an append would write into the message", data, name)
+				}
+			}
+		}
+	}
+}
+
+// FuzzSplitMembers: wherever splitMembers takes its input, json.Unmarshal
+// decodes it to the same members.
+func FuzzSplitMembers(f *testing.F) {
+	for _, data := range splitMembersCorpus {
+		f.Add([]byte(data))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := splitMembers(data)
+		if !ok {
+			return
+		}
+		var want map[string]json.RawMessage
+		if err := json.Unmarshal(data, &want); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("splitMembers(%q) = %q; json.Unmarshal gives %q, %v", data, got, want, err)
 		}
 	})
 }

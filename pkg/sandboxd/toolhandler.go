@@ -56,8 +56,9 @@ func addTypedTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) 
 		})
 		return
 	}
+	flat := flatArgsOf(inResolved.Schema())
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		in, err := decodeArguments[In](req.Params.Arguments, inResolved)
+		in, err := decodeArguments[In](req.Params.Arguments, inResolved, flat)
 		if err != nil {
 			res := &mcp.CallToolResult{}
 			res.SetError(err)
@@ -121,9 +122,18 @@ func resolveToolSchema[T any](field *any) (*jsonschema.Resolved, error) {
 // decodeArguments validates a tool call's arguments against the input
 // schema and decodes them into In, as mcp.AddTool does: absent arguments
 // are an empty object, and a failure is a tool error that says
-// `validating "arguments"`.
-func decodeArguments[In any](raw json.RawMessage, resolved *jsonschema.Resolved) (In, error) {
+// `validating "arguments"`. Arguments that flat proves the schema accepts
+// (argscheck.go) are decoded once, into In, without the map and the
+// validation; anything else, and anything that then does not decode, goes
+// the whole way.
+func decodeArguments[In any](raw json.RawMessage, resolved *jsonschema.Resolved, flat *flatArgs) (In, error) {
 	var in In
+	if flat.accepts(raw) {
+		if json.Unmarshal(raw, &in) == nil {
+			return in, nil
+		}
+		in = *new(In)
+	}
 	args := make(map[string]any)
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &args); err != nil {

@@ -146,7 +146,7 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	}
 	defer f.Close()
 
-	br := getFileReader(f)
+	br := getFileReader(&stopAtEOF{r: f})
 	defer putFileReader(br)
 	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
 		return nil, ReadOutput{}, fmt.Errorf("%s looks binary (it contains NUL bytes): inspect it with Bash (xxd, file) instead", rel)
@@ -212,6 +212,26 @@ func writeLineNumber(out *strings.Builder, n int) {
 // readLine reads one line without its newline, keeping at most max bytes of
 // it (cut at a UTF-8 boundary) and discarding the rest. It returns io.EOF
 // only when no byte was left.
+// stopAtEOF reads r until its first end of file, and then ends without
+// reading r again: a bufio.Reader hands an end of file on once, and asks
+// again (a system call) on the next read, which for a small file is the
+// read of its last line after the sniff of its head.
+type stopAtEOF struct {
+	r   io.Reader
+	eof bool
+}
+
+func (s *stopAtEOF) Read(p []byte) (int, error) {
+	if s.eof {
+		return 0, io.EOF
+	}
+	n, err := s.r.Read(p)
+	if err == io.EOF {
+		s.eof = true
+	}
+	return n, err
+}
+
 func readLine(br *bufio.Reader, max int) (line string, cut bool, err error) {
 	var buf []byte
 	read := false

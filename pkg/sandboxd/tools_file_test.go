@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -358,6 +359,51 @@ func TestWriteLineNumberIsCatN(t *testing.T) {
 		writeLineNumber(&got, n)
 		if want := fmt.Sprintf("%6d\t", n); got.String() != want {
 			t.Errorf("writeLineNumber(%d) = %q, want %q", n, got.String(), want)
+		}
+	}
+}
+
+// countingReader counts the reads of what it wraps.
+type countingReader struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) { c.reads++; return c.r.Read(p) }
+
+// TestStopAtEOF checks that stopAtEOF, which Read wraps a file in, asks
+// the file for nothing after its first end of file (each ask is a system
+// call), read as Read reads (a sniff of the head, then lines through the
+// pooled bufio.Reader, which asks again after handing an end of file on),
+// and still gives every byte.
+func TestStopAtEOF(t *testing.T) {
+	for _, text := range []string{"", "one\n", "one\ntwo", strings.Repeat("a line\n", 3000)} {
+		src := &countingReader{r: strings.NewReader(text)}
+		br := getFileReader(&stopAtEOF{r: src})
+		_, _ = br.Peek(binarySniffBytes) // as Read sniffs the head
+		var got strings.Builder
+		for {
+			line, _, err := readLine(br, readMaxLineBytes)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.WriteString(line + "\n")
+		}
+		atEOF := src.reads
+		for range 3 {
+			if _, _, err := readLine(br, readMaxLineBytes); err != io.EOF {
+				t.Errorf("%d bytes: a read after the end = %v, want io.EOF", len(text), err)
+			}
+		}
+		putFileReader(br)
+		if src.reads != atEOF {
+			t.Errorf("%d bytes: the file was read %d times after its end, want 0", len(text), src.reads-atEOF)
+		}
+		if want := strings.TrimSuffix(text, "\n"); strings.TrimSuffix(got.String(), "\n") != want {
+			t.Errorf("%d bytes: read %d bytes that differ from the text", len(text), got.Len())
 		}
 	}
 }

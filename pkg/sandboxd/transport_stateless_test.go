@@ -1,12 +1,14 @@
 package sandboxd
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/toolnames"
@@ -227,4 +229,51 @@ func TestStatelessRequestsCounted(t *testing.T) {
 	if strings.Contains(body, "such-method") {
 		t.Error("a client's method name became a label")
 	}
+}
+
+// TestIsStatelessByParams checks how a POST without the revision's header
+// is routed by its params: to the stateless handler when its _meta names a
+// protocol version, however the name is written (escapes included), and to
+// the sessions otherwise, also when the bytes of that name are in a value or
+// in a nested object.
+func TestIsStatelessByParams(t *testing.T) {
+	for _, c := range []struct {
+		params string
+		want   bool
+	}{
+		{`{"name":"Read","arguments":{"file_path":"a"}}`, false},
+		{`{"name":"Read","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, true},
+		{`{"name":"Read","_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28"}}`, true},
+		{`{"name":"Read","_meta":{"\u0069o.modelcontextprotocol/protocolVersion":"x"}}`, true},
+		{`{"name":"Read","\u005fmeta":{"io.modelcontextprotocol/protocolVersion":"x"}}`, true},
+		{`{"name":"Read","arguments":{"content":"io.modelcontextprotocol/protocolVersion"}}`, false},
+		{`{"name":"Read","arguments":{"io.modelcontextprotocol/protocolVersion":"x"}}`, false},
+		{`{"name":"Read","arguments":{"content":"a\"b"}}`, false},
+		{`{"name":"Read","_meta":{"progressToken":1}}`, false},
+		{`{"name":"Read","_meta":"io.modelcontextprotocol/protocolVersion"}`, false},
+	} {
+		r, err := http.NewRequest(http.MethodPost, "/mcp", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		msg := &jsonrpc.Request{ID: mustID(t, "1"), Method: "tools/call", Params: json.RawMessage(c.params)}
+		if got := isStateless(r, msg); got != c.want {
+			t.Errorf("isStateless(%s) = %v, want %v", c.params, got, c.want)
+		}
+	}
+	r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
+	r.Header.Set("Mcp-Protocol-Version", protocolStateless)
+	if !isStateless(r, &jsonrpc.Request{ID: mustID(t, "1"), Method: "tools/call"}) {
+		t.Errorf("isStateless with the header %s = false, want true", protocolStateless)
+	}
+}
+
+func mustID(t *testing.T, raw string) jsonrpc.ID {
+	t.Helper()
+	id, err := decodeID(json.RawMessage(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -70,6 +70,12 @@ func isStateless(r *http.Request, msg jsonrpc.Message) bool {
 	if !ok || len(req.Params) == 0 {
 		return false
 	}
+	// Params without an escape spell every name as it is: without the
+	// version's key among their bytes, no _meta has it. That spares a
+	// decode of every session request's params (a call's arguments too).
+	if bytes.IndexByte(req.Params, '\\') < 0 && !bytes.Contains(req.Params, []byte(mcp.MetaKeyProtocolVersion)) {
+		return false
+	}
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
