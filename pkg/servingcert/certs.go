@@ -8,25 +8,21 @@ package servingcert
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"slices"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
-// backdate is how far before its issuance a certificate's NotBefore lies, so that a client whose
-// clock is a little behind the operator's accepts it.
-const backdate = 5 * time.Minute
+// backdate is how far before its issuance a certificate's NotBefore lies (pki.Backdate).
+const backdate = pki.Backdate
 
 // keyPair is a certificate with its private key.
 type keyPair struct {
@@ -42,56 +38,13 @@ func issuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(backdate) 
 // lifetime is how long a certificate was made to be valid for.
 func lifetime(c *x509.Certificate) time.Duration { return c.NotAfter.Sub(issuedAt(c)) }
 
-// newKey returns a P-256 key: quick to make, and accepted by every TLS client.
-func newKey(random io.Reader) (*ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), random)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generating a key: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func serialNumber(random io.Reader) (*big.Int, error) {
-	serial, err := rand.Int(random, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("generating a serial number: %w", err)
-	}
-	return serial.Add(serial, big.NewInt(1)), nil // never 0
-}
-
 // newCA makes a self-signed CA valid from now for life.
 func newCA(random io.Reader, now time.Time, life time.Duration) (*keyPair, error) {
-	key, keyPEM, err := newKey(random)
+	p, err := pki.NewCA(random, "airlock-sandbox-api-ca", now, life)
 	if err != nil {
 		return nil, err
 	}
-	serial, err := serialNumber(random)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("airlock-sandbox-api-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(life),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(random, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("signing the CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &keyPair{cert: cert, certPEM: encodeCert(cert), key: key, keyPEM: keyPEM}, nil
+	return &keyPair{cert: p.Cert, certPEM: p.CertPEM, key: p.Key, keyPEM: p.KeyPEM}, nil
 }
 
 // newServing makes a serving certificate for names (DNS names and IP addresses), signed by ca,
@@ -100,11 +53,11 @@ func newServing(random io.Reader, ca *keyPair, names []string, now time.Time, li
 	if len(names) == 0 {
 		return nil, errors.New("a serving certificate needs at least one DNS name or IP address")
 	}
-	key, keyPEM, err := newKey(random)
+	key, keyPEM, err := pki.NewKey(random)
 	if err != nil {
 		return nil, err
 	}
-	serial, err := serialNumber(random)
+	serial, err := pki.SerialNumber(random)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +85,7 @@ func newServing(random io.Reader, ca *keyPair, names []string, now time.Time, li
 	if err != nil {
 		return nil, err
 	}
-	return &keyPair{cert: cert, certPEM: encodeCert(cert), key: key, keyPEM: keyPEM}, nil
+	return &keyPair{cert: cert, certPEM: pki.EncodeCert(cert), key: key, keyPEM: keyPEM}, nil
 }
 
 // splitNames sorts names into DNS names and IP addresses.
@@ -188,34 +141,6 @@ func coversNames(c *x509.Certificate, names []string) bool {
 	return true
 }
 
-func encodeCert(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-}
-
-// parseCerts parses every CERTIFICATE block of PEM data; anything else is an error.
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("unexpected PEM block %q", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("no certificate")
-	}
-	return certs, nil
-}
-
 // parseKeyPair parses a PEM certificate (the first block is the leaf) and its PEM private key,
 // and checks that they match.
 func parseKeyPair(certPEM, keyPEM []byte) (*keyPair, error) {
@@ -228,15 +153,6 @@ func parseKeyPair(certPEM, keyPEM []byte) (*keyPair, error) {
 		return nil, errors.New("the private key cannot sign")
 	}
 	return &keyPair{cert: pair.Leaf, certPEM: certPEM, key: signer, keyPEM: keyPEM}, nil
-}
-
-// encodeBundle is the PEM of certs, in order.
-func encodeBundle(certs []*x509.Certificate) []byte {
-	var out []byte
-	for _, c := range certs {
-		out = append(out, encodeCert(c)...)
-	}
-	return out
 }
 
 // signedBy says whether c verifies against ca (signature and validity at now).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 // FileSource serves a certificate and key from files that something else renews, such as the
@@ -98,7 +100,7 @@ func (f *FileSource) reload() error {
 	if caChanged {
 		b, err := os.ReadFile(f.caFile)
 		if err == nil {
-			_, err = parseCerts(b)
+			_, err = pki.ParseCerts(b)
 		}
 		switch {
 		case err != nil && first:

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 const (
@@ -105,7 +107,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 
 	// The bundle: the signing CA first, then every other CA that has not expired, newest first.
 	trusted := []*x509.Certificate{signer.cert}
-	if old, err := parseCerts(data[BundleKey]); err == nil {
+	if old, err := pki.ParseCerts(data[BundleKey]); err == nil {
 		for _, c := range old {
 			if c.IsCA && now.Before(c.NotAfter) && !c.Equal(signer.cert) {
 				trusted = append(trusted, c)
@@ -154,7 +156,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 
 	out.Data[SignerCertKey] = signer.certPEM
 	out.Data[SignerKeyKey] = signer.keyPEM
-	out.Data[BundleKey] = encodeBundle(trusted)
+	out.Data[BundleKey] = pki.EncodeBundle(trusted)
 	out.Data[corev1.TLSCertKey] = serving.certPEM
 	out.Data[corev1.TLSPrivateKeyKey] = serving.keyPEM
 	out.Changed = !maps.EqualFunc(data, out.Data, bytes.Equal)

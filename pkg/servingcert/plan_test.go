@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 var (
@@ -29,7 +31,7 @@ func mustPlan(t *testing.T, data map[string][]byte, now time.Time) *Plan {
 // certOf parses the first certificate of a PEM field.
 func certOf(t *testing.T, data map[string][]byte, key string) *x509.Certificate {
 	t.Helper()
-	certs, err := parseCerts(data[key])
+	certs, err := pki.ParseCerts(data[key])
 	if err != nil {
 		t.Fatalf("%s: %v", key, err)
 	}
@@ -189,7 +191,7 @@ func TestPlanRotatesCAWithOverlap(t *testing.T) {
 		t.Errorf("the CA rotated at %v, before two thirds of its life (%v)", now, want)
 	}
 	newCA := certOf(t, data, SignerCertKey)
-	bundle, _ := parseCerts(data[BundleKey])
+	bundle, _ := pki.ParseCerts(data[BundleKey])
 	if len(bundle) != 2 || !bundle[0].Equal(newCA) || !bundle[1].Equal(oldCA) {
 		t.Fatalf("bundle during the overlap has %d CAs, want [new, old]", len(bundle))
 	}
@@ -209,7 +211,7 @@ func TestPlanRotatesCAWithOverlap(t *testing.T) {
 	if !p.Changed || !signedBy(certOf(t, data, corev1.TLSCertKey), newCA, now) {
 		t.Fatalf("the served certificate is not re-signed by the new CA once it propagated (%v)", p.Reasons)
 	}
-	if bundle, _ := parseCerts(data[BundleKey]); len(bundle) != 2 {
+	if bundle, _ := pki.ParseCerts(data[BundleKey]); len(bundle) != 2 {
 		t.Errorf("the old CA left the bundle before it expired")
 	}
 
@@ -221,7 +223,7 @@ func TestPlanRotatesCAWithOverlap(t *testing.T) {
 		now = mustPlan(t, data, now).Next
 		step("until the old CA expires")
 	}
-	bundle, _ = parseCerts(data[BundleKey])
+	bundle, _ = pki.ParseCerts(data[BundleKey])
 	if len(bundle) != 1 || !bundle[0].Equal(newCA) {
 		t.Errorf("after the old CA expired the bundle has %d CAs, want the new one alone", len(bundle))
 	}

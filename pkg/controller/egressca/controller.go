@@ -38,6 +38,8 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 const (
@@ -119,7 +121,7 @@ func newControllerWithClock(kubeClient kubernetes.Interface, inf Informers, cfg 
 		return nil, fmt.Errorf("the egress CA controller needs the operator's namespace and the bundle ConfigMap's name")
 	}
 	if len(bytes.TrimSpace(cfg.Roots)) > 0 {
-		if _, err := parseCerts(cfg.Roots); err != nil {
+		if _, err := pki.ParseCerts(cfg.Roots); err != nil {
 			return nil, fmt.Errorf("the public roots: %w", err)
 		}
 	}
@@ -316,7 +318,7 @@ func (c *Controller) bundle() ([]byte, error) {
 		return nil, err
 	}
 	cas := s.Data[BundleKey]
-	if _, err := parseCerts(cas); err != nil {
+	if _, err := pki.ParseCerts(cas); err != nil {
 		return nil, nil // broken: syncSecret repairs it, and its event brings us back
 	}
 	out := bytes.Clone(cas)

@@ -19,6 +19,8 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 const (
@@ -182,7 +184,7 @@ func TestSyncSecretMintAndRotate(t *testing.T) {
 	if len(s.Data[NextCertKey]) != 0 || signerOf(t, s.Data).Equal(first) {
 		t.Fatal("after the propagation: the next CA does not sign")
 	}
-	if certs, _ := parseCerts(s.Data[BundleKey]); len(certs) != 2 {
+	if certs, _ := pki.ParseCerts(s.Data[BundleKey]); len(certs) != 2 {
 		t.Fatalf("after the propagation: %d CAs in the bundle, want the new and the old", len(certs))
 	}
 }

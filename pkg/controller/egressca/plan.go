@@ -2,22 +2,17 @@ package egressca
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"math/big"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 const (
@@ -43,7 +38,7 @@ const (
 	DefaultPropagation = 90 * 24 * time.Hour
 
 	// backdate is how far before its making a CA's NotBefore lies (clock skew).
-	backdate = 5 * time.Minute
+	backdate = pki.Backdate
 )
 
 // Policy is how long CAs live and propagate.
@@ -134,7 +129,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 		trusted = append(trusted, next.cert)
 	}
 	var older []*x509.Certificate
-	if old, err := parseCerts(data[BundleKey]); err == nil {
+	if old, err := pki.ParseCerts(data[BundleKey]); err == nil {
 		for _, c := range old {
 			if c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(trusted, c.Equal) && !slices.ContainsFunc(older, c.Equal) {
 				older = append(older, c)
@@ -160,11 +155,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 	if next != nil {
 		out.Data[NextCertKey], out.Data[NextKeyKey] = next.certPEM, next.keyPEM
 	}
-	var bundle []byte
-	for _, c := range trusted {
-		bundle = append(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	out.Data[BundleKey] = bundle
+	out.Data[BundleKey] = pki.EncodeBundle(trusted)
 	out.Changed = !maps.EqualFunc(data, out.Data, bytes.Equal)
 	if out.Changed && len(out.Reasons) == 0 {
 		out.Reasons = append(out.Reasons, "the bundle was brought up to date (an expired CA dropped, or a CA missing from it)")
@@ -197,60 +188,9 @@ func usableCA(certPEM, keyPEM []byte, now time.Time) (*ca, string) {
 // newCA makes a self-signed P-256 CA valid from now for life; it signs only leaves (path length
 // zero).
 func newCA(random io.Reader, now time.Time, life time.Duration) (*ca, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), random)
-	if err != nil {
-		return nil, fmt.Errorf("generating a key: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	p, err := pki.NewCA(random, "airlock-egress-ca", now, life)
 	if err != nil {
 		return nil, err
 	}
-	serial, err := rand.Int(random, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("generating a serial number: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial.Add(serial, big.NewInt(1)),
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("airlock-egress-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(life),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(random, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("signing the CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &ca{cert: cert, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
-}
-
-// parseCerts parses every CERTIFICATE block of PEM data; anything else is an error.
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("unexpected PEM block %q", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("no certificate")
-	}
-	return certs, nil
+	return &ca{cert: p.Cert, certPEM: p.CertPEM, keyPEM: p.KeyPEM}, nil
 }

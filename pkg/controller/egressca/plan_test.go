@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
 var t0 = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
@@ -36,7 +38,7 @@ func signerOf(t *testing.T, data map[string][]byte) *x509.Certificate {
 
 func bundleOf(t *testing.T, data map[string][]byte) []*x509.Certificate {
 	t.Helper()
-	certs, err := parseCerts(data[BundleKey])
+	certs, err := pki.ParseCerts(data[BundleKey])
 	if err != nil {
 		t.Fatalf("bundle: %v", err)
 	}
@@ -162,7 +164,7 @@ func TestPlanRepairs(t *testing.T) {
 		"the signer deleted while the next propagates: the next signs at once": {
 			data: clone(rotating, func(d map[string][]byte) { delete(d, corev1.TLSCertKey) }), now: t0.Add(20 * day),
 			check: func(t *testing.T, p *Plan) {
-				next, _ := parseCerts(rotating[NextCertKey])
+				next, _ := pki.ParseCerts(rotating[NextCertKey])
 				if !signerOf(t, p.Data).Equal(next[0]) {
 					t.Error("the next CA does not sign")
 				}
@@ -171,7 +173,7 @@ func TestPlanRepairs(t *testing.T) {
 		"a broken next CA at two thirds: made again": {
 			data: clone(rotating, func(d map[string][]byte) { d[NextKeyKey] = other[corev1.TLSPrivateKeyKey] }), now: t0.Add(20 * day),
 			check: func(t *testing.T, p *Plan) {
-				old, _ := parseCerts(rotating[NextCertKey])
+				old, _ := pki.ParseCerts(rotating[NextCertKey])
 				next, why := usableCA(p.Data[NextCertKey], p.Data[NextKeyKey], t0.Add(20*day))
 				if next == nil || next.cert.Equal(old[0]) {
 					t.Errorf("next CA %v (%s)", next != nil, why)
