@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 )
@@ -42,6 +43,14 @@ func benchPaths(b *testing.B, f *fixture) []benchPath {
 			return connectThrough(b, f.addr, "allowed.example:443", credA)
 		}},
 	}
+	relay := startRelay(b, f.in.tlsAddr)
+	paths = append(paths, benchPath{"relay", func(b *testing.B) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", relay)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}})
 	if proxy := os.Getenv("EGRESS_BENCH_PROXY"); proxy != "" {
 		u, err := url.Parse(proxy)
 		if err != nil {
@@ -52,6 +61,67 @@ func benchPaths(b *testing.B, f *fixture) []benchPath {
 		}})
 	}
 	return paths
+}
+
+// startRelay starts the floor of any proxy on this machine: a plain TCP relay to the upstream,
+// in this process, that does nothing but io.Copy between two *net.TCPConn each way (splice, as in
+// the gateway) with no CONNECT, policy or deadlines. The gateway cannot move bytes faster than
+// it; the gap between it and direct is the extra hop's cost (a second loopback TCP connection,
+// its wakeups and splices) on this machine. It returns the relay's address.
+func startRelay(b *testing.B, to string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		open = append(open, c)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			track(c)
+			track(u)
+			wg.Add(2)
+			go func() { defer wg.Done(); relayCopy(u, c) }()
+			go func() { defer wg.Done(); relayCopy(c, u) }()
+		}
+	}()
+	b.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// relayCopy copies src into dst and half-closes dst at src's end (both closed on an error).
+func relayCopy(dst, src net.Conn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		closeBoth(dst, src)
+		return
+	}
+	if err := dst.(*net.TCPConn).CloseWrite(); err != nil {
+		closeBoth(dst, src)
+	}
 }
 
 // connectThrough opens a CONNECT tunnel to target through the proxy at addr.
@@ -111,21 +181,55 @@ func BenchmarkDownload(b *testing.B) {
 		b.Run(p.name, func(b *testing.B) {
 			b.SetBytes(bigSize)
 			for b.Loop() {
-				c, br := p.open(b)
-				tc := benchTLS(b, f, c, br)
-				fmt.Fprint(tc, "GET /big HTTP/1.1\r\nHost: allowed.example\r\nConnection: close\r\n\r\n")
-				resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n, err := io.Copy(io.Discard, resp.Body)
-				if err != nil || n != bigSize {
-					b.Fatalf("downloaded %d bytes, %v", n, err)
-				}
-				tc.Close()
+				download(b, f, p)
 			}
 		})
 	}
+}
+
+// BenchmarkDownloadSideBySide: the 100 MiB GET over every path in turn, round after round, so
+// that each path sees the same load (a shared machine's load drifts between the sub-benchmarks
+// of BenchmarkDownload); reports each path's median MB/s and the gateway's ratios to direct and
+// to the other proxy, and the relay's to direct (the extra hop's floor), all from this run.
+func BenchmarkDownloadSideBySide(b *testing.B) {
+	f := benchFixture(b)
+	paths := benchPaths(b, f)
+	took := make(map[string][]time.Duration, len(paths))
+	for b.Loop() {
+		for _, p := range paths {
+			took[p.name] = append(took[p.name], download(b, f, p))
+		}
+	}
+	mbps := map[string]float64{}
+	for _, p := range paths {
+		lat := took[p.name]
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		mbps[p.name] = float64(bigSize) / 1e6 / lat[len(lat)/2].Seconds()
+		b.ReportMetric(mbps[p.name], p.name+"-MB/s")
+	}
+	b.ReportMetric(mbps["gateway"]/mbps["direct"], "gateway/direct")
+	b.ReportMetric(mbps["relay"]/mbps["direct"], "relay/direct")
+	if other, ok := mbps["other"]; ok {
+		b.ReportMetric(mbps["gateway"]/other, "gateway/other")
+	}
+}
+
+// download GETs /big over TLS on p and returns how long it took, from dial to the last byte.
+func download(b *testing.B, f *fixture, p benchPath) time.Duration {
+	start := time.Now()
+	c, br := p.open(b)
+	tc := benchTLS(b, f, c, br)
+	defer tc.Close()
+	fmt.Fprint(tc, "GET /big HTTP/1.1\r\nHost: allowed.example\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || n != bigSize {
+		b.Fatalf("downloaded %d bytes, %v", n, err)
+	}
+	return time.Since(start)
 }
 
 // BenchmarkIdleTunnelMemory: the heap that 200 idle, established TLS tunnels through the gateway
