@@ -10,15 +10,18 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
 // The egress benchmarks (make bench-egress; hack/bench-egress.sh): TLS connection setup and a
-// 100 MiB download, each direct, through the gateway, and through another proxy when
-// EGRESS_BENCH_PROXY names one (http://host:port, e.g. a tinyproxy on loopback), plus the
+// 100 MiB download, each direct, through the gateway, and through other proxies when
+// EGRESS_BENCH_PROXY names some ([name=]http://host:port, comma-separated, e.g. tinyproxy and
+// squid on loopback), a plain Go TCP relay as the floor of any extra hop, plus the
 // gateway's memory per idle tunnel. Figures depend on the machine and its load: compare runs
 // of one machine, taken side by side in one run.
 
@@ -51,13 +54,9 @@ func benchPaths(b *testing.B, f *fixture) []benchPath {
 		}
 		return c, bufio.NewReader(c)
 	}})
-	if proxy := os.Getenv("EGRESS_BENCH_PROXY"); proxy != "" {
-		u, err := url.Parse(proxy)
-		if err != nil {
-			b.Fatalf("EGRESS_BENCH_PROXY: %v", err)
-		}
-		paths = append(paths, benchPath{"other", func(b *testing.B) (net.Conn, *bufio.Reader) {
-			return connectThrough(b, u.Host, f.in.tlsAddr, "")
+	for _, o := range benchProxies(b) {
+		paths = append(paths, benchPath{o.name, func(b *testing.B) (net.Conn, *bufio.Reader) {
+			return connectThrough(b, o.addr, f.in.tlsAddr, "")
 		}})
 	}
 	return paths
@@ -122,6 +121,34 @@ func relayCopy(dst, src net.Conn) {
 	if err := dst.(*net.TCPConn).CloseWrite(); err != nil {
 		closeBoth(dst, src)
 	}
+}
+
+// otherProxy is a proxy the gateway is compared with.
+type otherProxy struct{ name, addr string }
+
+// benchProxies reads EGRESS_BENCH_PROXY: a comma-separated list of [name=]http://host:port
+// (name "other" when left out), e.g. tinyproxy=http://127.0.0.1:8888,squid=http://127.0.0.1:3128.
+func benchProxies(b *testing.B) []otherProxy {
+	var proxies []otherProxy
+	for entry := range strings.SplitSeq(os.Getenv("EGRESS_BENCH_PROXY"), ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, raw, ok := strings.Cut(entry, "=")
+		if !ok {
+			name, raw = "other", entry
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			b.Fatalf("EGRESS_BENCH_PROXY: %q is not [name=]http://host:port", entry)
+		}
+		if name == "" || slices.ContainsFunc(proxies, func(o otherProxy) bool { return o.name == name }) ||
+			slices.Contains([]string{"direct", "gateway", "relay"}, name) {
+			b.Fatalf("EGRESS_BENCH_PROXY: %q: the name is empty or taken", entry)
+		}
+		proxies = append(proxies, otherProxy{name, u.Host})
+	}
+	return proxies
 }
 
 // connectThrough opens a CONNECT tunnel to target through the proxy at addr.
@@ -209,8 +236,8 @@ func BenchmarkDownloadSideBySide(b *testing.B) {
 	}
 	b.ReportMetric(mbps["gateway"]/mbps["direct"], "gateway/direct")
 	b.ReportMetric(mbps["relay"]/mbps["direct"], "relay/direct")
-	if other, ok := mbps["other"]; ok {
-		b.ReportMetric(mbps["gateway"]/other, "gateway/other")
+	for _, o := range benchProxies(b) {
+		b.ReportMetric(mbps["gateway"]/mbps[o.name], "gateway/"+o.name)
 	}
 }
 
