@@ -10,14 +10,18 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // The egress benchmarks (make bench-egress; hack/bench-egress.sh): TLS connection setup and a
-// 100 MiB download, each direct, through the gateway, and through another proxy when
-// EGRESS_BENCH_PROXY names one (http://host:port, e.g. a tinyproxy on loopback), plus the
+// 100 MiB download, each direct, through the gateway, and through other proxies when
+// EGRESS_BENCH_PROXY names some ([name=]http://host:port, comma-separated, e.g. tinyproxy and
+// squid on loopback), a plain Go TCP relay as the floor of any extra hop, plus the
 // gateway's memory per idle tunnel. Figures depend on the machine and its load: compare runs
 // of one machine, taken side by side in one run.
 
@@ -42,16 +46,109 @@ func benchPaths(b *testing.B, f *fixture) []benchPath {
 			return connectThrough(b, f.addr, "allowed.example:443", credA)
 		}},
 	}
-	if proxy := os.Getenv("EGRESS_BENCH_PROXY"); proxy != "" {
-		u, err := url.Parse(proxy)
+	relay := startRelay(b, f.in.tlsAddr)
+	paths = append(paths, benchPath{"relay", func(b *testing.B) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", relay)
 		if err != nil {
-			b.Fatalf("EGRESS_BENCH_PROXY: %v", err)
+			b.Fatal(err)
 		}
-		paths = append(paths, benchPath{"other", func(b *testing.B) (net.Conn, *bufio.Reader) {
-			return connectThrough(b, u.Host, f.in.tlsAddr, "")
+		return c, bufio.NewReader(c)
+	}})
+	for _, o := range benchProxies(b) {
+		paths = append(paths, benchPath{o.name, func(b *testing.B) (net.Conn, *bufio.Reader) {
+			return connectThrough(b, o.addr, f.in.tlsAddr, "")
 		}})
 	}
 	return paths
+}
+
+// startRelay starts the floor of any proxy on this machine: a plain TCP relay to the upstream,
+// in this process, that does nothing but io.Copy between two *net.TCPConn each way (splice, as in
+// the gateway) with no CONNECT, policy or deadlines. The gateway cannot move bytes faster than
+// it; the gap between it and direct is the extra hop's cost (a second loopback TCP connection,
+// its wakeups and splices) on this machine. It returns the relay's address.
+func startRelay(b *testing.B, to string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		open = append(open, c)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			track(c)
+			track(u)
+			wg.Add(2)
+			go func() { defer wg.Done(); relayCopy(u, c) }()
+			go func() { defer wg.Done(); relayCopy(c, u) }()
+		}
+	}()
+	b.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// relayCopy copies src into dst and half-closes dst at src's end (both closed on an error).
+func relayCopy(dst, src net.Conn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		closeBoth(dst, src)
+		return
+	}
+	if err := dst.(*net.TCPConn).CloseWrite(); err != nil {
+		closeBoth(dst, src)
+	}
+}
+
+// otherProxy is a proxy the gateway is compared with.
+type otherProxy struct{ name, addr string }
+
+// benchProxies reads EGRESS_BENCH_PROXY: a comma-separated list of [name=]http://host:port
+// (name "other" when left out), e.g. tinyproxy=http://127.0.0.1:8888,squid=http://127.0.0.1:3128.
+func benchProxies(b *testing.B) []otherProxy {
+	var proxies []otherProxy
+	for entry := range strings.SplitSeq(os.Getenv("EGRESS_BENCH_PROXY"), ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, raw, ok := strings.Cut(entry, "=")
+		if !ok {
+			name, raw = "other", entry
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			b.Fatalf("EGRESS_BENCH_PROXY: %q is not [name=]http://host:port", entry)
+		}
+		if name == "" || slices.ContainsFunc(proxies, func(o otherProxy) bool { return o.name == name }) ||
+			slices.Contains([]string{"direct", "gateway", "relay"}, name) {
+			b.Fatalf("EGRESS_BENCH_PROXY: %q: the name is empty or taken", entry)
+		}
+		proxies = append(proxies, otherProxy{name, u.Host})
+	}
+	return proxies
 }
 
 // connectThrough opens a CONNECT tunnel to target through the proxy at addr.
@@ -111,21 +208,55 @@ func BenchmarkDownload(b *testing.B) {
 		b.Run(p.name, func(b *testing.B) {
 			b.SetBytes(bigSize)
 			for b.Loop() {
-				c, br := p.open(b)
-				tc := benchTLS(b, f, c, br)
-				fmt.Fprint(tc, "GET /big HTTP/1.1\r\nHost: allowed.example\r\nConnection: close\r\n\r\n")
-				resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n, err := io.Copy(io.Discard, resp.Body)
-				if err != nil || n != bigSize {
-					b.Fatalf("downloaded %d bytes, %v", n, err)
-				}
-				tc.Close()
+				download(b, f, p)
 			}
 		})
 	}
+}
+
+// BenchmarkDownloadSideBySide: the 100 MiB GET over every path in turn, round after round, so
+// that each path sees the same load (a shared machine's load drifts between the sub-benchmarks
+// of BenchmarkDownload); reports each path's median MB/s and the gateway's ratios to direct and
+// to the other proxy, and the relay's to direct (the extra hop's floor), all from this run.
+func BenchmarkDownloadSideBySide(b *testing.B) {
+	f := benchFixture(b)
+	paths := benchPaths(b, f)
+	took := make(map[string][]time.Duration, len(paths))
+	for b.Loop() {
+		for _, p := range paths {
+			took[p.name] = append(took[p.name], download(b, f, p))
+		}
+	}
+	mbps := map[string]float64{}
+	for _, p := range paths {
+		lat := took[p.name]
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		mbps[p.name] = float64(bigSize) / 1e6 / lat[len(lat)/2].Seconds()
+		b.ReportMetric(mbps[p.name], p.name+"-MB/s")
+	}
+	b.ReportMetric(mbps["gateway"]/mbps["direct"], "gateway/direct")
+	b.ReportMetric(mbps["relay"]/mbps["direct"], "relay/direct")
+	for _, o := range benchProxies(b) {
+		b.ReportMetric(mbps["gateway"]/mbps[o.name], "gateway/"+o.name)
+	}
+}
+
+// download GETs /big over TLS on p and returns how long it took, from dial to the last byte.
+func download(b *testing.B, f *fixture, p benchPath) time.Duration {
+	start := time.Now()
+	c, br := p.open(b)
+	tc := benchTLS(b, f, c, br)
+	defer tc.Close()
+	fmt.Fprint(tc, "GET /big HTTP/1.1\r\nHost: allowed.example\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || n != bigSize {
+		b.Fatalf("downloaded %d bytes, %v", n, err)
+	}
+	return time.Since(start)
 }
 
 // BenchmarkIdleTunnelMemory: the heap that 200 idle, established TLS tunnels through the gateway
