@@ -99,7 +99,7 @@ bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go s
 	@echo "load average after: $$(cat /proc/loadavg)"
 
 .PHONY: bench-egress
-bench-egress: ## The egress gateway side by side with direct TLS and tinyproxy (when installed) on loopback: connection setup, a 100 MiB download, memory per idle tunnel (hack/bench-egress.sh, ~2 min).
+bench-egress: ## The egress gateway side by side with direct TLS, a plain Go relay (the floor), tinyproxy and squid (when installed) on loopback: connection setup, a 100 MiB download (ratios from one run), memory per idle tunnel (hack/bench-egress.sh, ~1 min).
 	hack/bench-egress.sh
 
 .PHONY: bench
