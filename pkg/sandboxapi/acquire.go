@@ -469,6 +469,9 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 	for _, addr := range c.Status.Addresses {
 		resp.Addresses = append(resp.Addresses, client.Address{Name: addr.Name, URL: addr.URL})
 	}
+	if r := c.Status.ResumedWorkspace; r != nil {
+		resp.ResumedWorkspace = &client.ResumedWorkspace{KeptAt: r.KeptAt.UTC(), KeptBy: r.KeptBy}
+	}
 	return stepResult{done: true, status: http.StatusOK, body: resp}
 }
 

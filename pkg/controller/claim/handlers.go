@@ -85,6 +85,18 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	if err := c.handlers.Add(informers.Jobs.Informer(), c.syncJobHandler()); err != nil {
 		return fmt.Errorf("adding the sync-back Job event handler: %w", err)
 	}
+	if err := c.handlers.Add(informers.Jobs.Informer(), c.keptHandler()); err != nil {
+		return fmt.Errorf("adding the kept workspace event handler: %w", err)
+	}
+	// A runtime that goes, or comes again under its name (another UID): its kept workspaces are
+	// collected (kept.go).
+	if err := c.handlers.Add(informers.Runtimes.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueKeptOf,
+		UpdateFunc: func(_, cur any) { c.enqueueKeptOf(cur) },
+		DeleteFunc: c.enqueueKeptOf,
+	}); err != nil {
+		return fmt.Errorf("adding the runtime event handler of kept workspaces: %w", err)
+	}
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
 		UpdateFunc: c.updateAllowedService,
@@ -159,6 +171,8 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
+	// It may have kept its workspace's record from collection.
+	c.enqueueKeptDir(claim)
 }
 
 // addChild meets the child expectations of the claim that controls a new pod or NetworkPolicy,

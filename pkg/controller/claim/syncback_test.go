@@ -72,11 +72,14 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			failures: "1", attempt: 1, notReady: true, age: 5 * time.Minute, step: 10 * time.Second,
 			wantActions: []string{"delete jobs c1-sync"},
 		},
-		"job succeeded: claim deleted": {
+		"job succeeded: workspace kept, claim deleted": {
 			attempt:     1,
 			cond:        batchv1.JobComplete,
-			wantActions: []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"},
-			wantEvents:  []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo", "Normal SyncedBack Deleting the claim (SyncedBack)"},
+			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
+				"Normal WorkspaceKept Kept the workspace team-a/sandboxes/c1 for 24h0m0s (record Job " + keptJobName("team-a/sandboxes/c1") +
+					"): a new claim of the same runtime, session and handle resumes with its files",
+				"Normal SyncedBack Deleting the claim (SyncedBack)"},
 		},
 		"job failed the first time: counted, reported, backoff": {
 			attempt:     1,
