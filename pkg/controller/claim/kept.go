@@ -79,7 +79,7 @@ const (
 const (
 	ReasonWorkspaceKept           = "WorkspaceKept"
 	ReasonWorkspaceResumed        = "WorkspaceResumed"
-	ReasonWaitingForCollection    = "WaitingForWorkspaceCollection"
+	ReasonWaitingForCollection    = airlockv1alpha1.ReasonWaitingForWorkspaceCollection
 	ReasonWorkspaceCollected      = "WorkspaceCollected"
 	ReasonWorkspaceCollecting     = "WorkspaceCollecting"
 	ReasonWorkspaceCollectFailed  = "WorkspaceCollectionFailed"

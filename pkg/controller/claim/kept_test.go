@@ -116,7 +116,9 @@ func TestKeptWorkspaceNotResumedByAnotherOwner(t *testing.T) {
 		wantCollect bool
 	}{
 		"another runtime UID": {
-			record:      func(c *airlockv1alpha1.SandboxClaim) *batchv1.Job { return keptRecord(c, "c1", "uid-old-agent", t0.Add(-time.Hour)) },
+			record: func(c *airlockv1alpha1.SandboxClaim) *batchv1.Job {
+				return keptRecord(c, "c1", "uid-old-agent", t0.Add(-time.Hour))
+			},
 			wantCollect: true,
 		},
 		"a record without a runtime UID": {

@@ -51,7 +51,10 @@ const (
 	syncMaxAttempts = 5
 	// ReasonSyncBackGaveUp is the SyncBack condition's reason and the event of a claim whose
 	// sync-back (or cleanup) failed syncMaxAttempts times.
-	ReasonSyncBackGaveUp = "SyncBackGaveUp"
+	ReasonSyncBackGaveUp = airlockv1alpha1.ReasonSyncBackGaveUp
+	// ReasonSyncJobNotStarted is the SyncBack condition's reason (and the event) of an attempt
+	// whose Job pod did not become ready within syncStartTimeout.
+	ReasonSyncJobNotStarted = airlockv1alpha1.ReasonSyncJobNotStarted
 	// messageSyncGaveUp: the Job's name, the attempts, the last failure, the workspace and its PVC.
 	messageSyncGaveUp = "sync-back Job %s failed %d times (last: %s); gave up: the work is kept, untouched, in %s of PVC %s; the target is as the last successful sync-back left it"
 	// messageCleanupGaveUp: the same for the cleanup of a workspace with nothing to save.
@@ -326,6 +329,11 @@ func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha
 		syncBackResults.WithLabelValues("failed").Inc()
 	} else {
 		reason, format = ReasonCleanupFailed, MessageCleanupFailed
+	}
+	if jobCondition(job, batchv1.JobFailed) == nil {
+		// Failed because its pod never started (syncJobFailure): said apart, and counted apart
+		// on the runtime's status.
+		reason = ReasonSyncJobNotStarted
 	}
 	counted := claim.DeepCopy()
 	if counted.Annotations == nil {

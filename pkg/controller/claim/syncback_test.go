@@ -66,7 +66,8 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			attempt: 1, notReady: true, age: 5 * time.Minute,
 			wantRequeue: ptr.To(10 * time.Second),
 			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
-			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
+			// Said apart (SyncJobNotStarted), so that the runtime's status counts it apart.
+			wantEvents: []string{"Warning SyncJobNotStarted Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
 		},
 		"job's pod never started, counted, backoff over: Job deleted": {
 			failures: "1", attempt: 1, notReady: true, age: 5 * time.Minute, step: 10 * time.Second,
@@ -147,8 +148,12 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			if len(tc.wantActions) == 2 && tc.wantActions[0] == "update sandboxclaims c1" {
 				got := f.writtenClaim()
 				cond := findCondition(got, ConditionSyncBack)
-				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {
-					t.Errorf("SyncBack condition %+v, want False/%s", cond, ReasonSyncBackFailed)
+				wantReason := ReasonSyncBackFailed
+				if tc.notReady {
+					wantReason = ReasonSyncJobNotStarted
+				}
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != wantReason {
+					t.Errorf("SyncBack condition %+v, want False/%s", cond, wantReason)
 				}
 				if got.Annotations[AnnotationSyncFailures] != fmt.Sprint(tc.attempt) {
 					t.Errorf("failures annotation %q, want %d", got.Annotations[AnnotationSyncFailures], tc.attempt)

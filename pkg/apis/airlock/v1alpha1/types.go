@@ -88,6 +88,28 @@ const (
 // address that does not answer.
 const ConditionPodLost = "PodLost"
 
+// ConditionSyncBack is the SandboxClaim condition of its sync-back (and workspace cleanup); the
+// reasons below are those of a sync-back that is stuck or failing, which the AgentRuntime's
+// status.claims.stuck counts (docs/nothing-lost.md).
+const (
+	ConditionSyncBack = "SyncBack"
+	// ReasonSyncBackFailed: the last sync-back attempt failed; it is retried with backoff.
+	ReasonSyncBackFailed = "SyncBackFailed"
+	// ReasonWorkspaceCleanupFailed: the last workspace cleanup attempt failed; retried.
+	ReasonWorkspaceCleanupFailed = "WorkspaceCleanupFailed"
+	// ReasonSyncJobNotStarted: the last attempt's Job pod did not become ready within the sync
+	// start timeout (an image that cannot be pulled, a PVC that cannot be mounted); retried.
+	ReasonSyncJobNotStarted = "SyncJobNotStarted"
+	// ReasonSyncBackGaveUp: the last attempt failed and no more are made (the claim is Failed).
+	ReasonSyncBackGaveUp = "SyncBackGaveUp"
+)
+
+// ReasonWaitingForWorkspaceCollection is the Ready condition's reason of a Binding claim whose
+// workspace directory holds another owner's kept workspace (a runtime deleted and created again
+// under its name) being removed first: no pod is made on it until then (docs/nothing-lost.md).
+// The Sandbox API answers an acquire of such a claim with it.
+const ReasonWaitingForWorkspaceCollection = "WaitingForWorkspaceCollection"
+
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
 // timeout had passed; the Sandbox API's sessions/close sets it (value: the RFC 3339 time of the
 // request). A claim not yet Binding is deleted instead: it has no work to save.
