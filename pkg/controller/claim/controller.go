@@ -147,6 +147,9 @@ type Controller struct {
 	// record fresh from the API server.
 	keptQueue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	keptRecords jobReader
+	// orphanedWorkspaces are the workspaces (by record key) of claims garbage collection deleted
+	// whose records are yet to be written (*SandboxClaim values).
+	orphanedWorkspaces sync.Map
 
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string

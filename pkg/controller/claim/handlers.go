@@ -76,6 +76,7 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.podsChecked.Delete(pod.UID)
 			c.adopting.Delete(pod.UID)
+			c.enqueueKeptOfPod(pod)
 		}
 		c.handleObject(obj)
 	}
@@ -171,8 +172,9 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
-	// It may have kept its workspace's record from collection.
+	// It may have kept its workspace's record from collection; or garbage collection deleted it.
 	c.enqueueKeptDir(claim)
+	c.enqueueOrphanedWorkspace(claim)
 }
 
 // addChild meets the child expectations of the claim that controls a new pod or NetworkPolicy,

@@ -354,11 +354,15 @@ func resumedWorkspace(pod *corev1.Pod) *airlockv1alpha1.ResumedWorkspace {
 func (c *Controller) syncKept(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
 	job, err := c.jobLister.Jobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
+		if orphan, ok := c.orphanedWorkspaces.LoadAndDelete(key); ok {
+			return nil, c.recordOrphanedWorkspace(ctx, orphan.(*airlockv1alpha1.SandboxClaim))
+		}
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	c.orphanedWorkspaces.Delete(key) // a record is there: collected as any other
 	if !isKeptRecord(job) || job.DeletionTimestamp != nil {
 		return nil, nil
 	}
@@ -368,6 +372,16 @@ func (c *Controller) syncKept(ctx context.Context, key cache.ObjectName) (*time.
 	why, left, err := c.collectReason(job)
 	if err != nil || why == "" {
 		return left, err
+	}
+	// No pod of the claim that kept it may be left (one of a claim garbage collection deleted
+	// may still be terminating); its deletion enqueues the record.
+	pods, err := c.podLister.Pods(job.Namespace).List(labels.SelectorFromSet(labels.Set{LabelClaim: job.Labels[LabelClaim]}))
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) > 0 {
+		klog.FromContext(ctx).V(2).Info("Not collecting a kept workspace yet: a pod of its claim is still there", "record", klog.KObj(job), "pod", klog.KObj(pods[0]))
+		return nil, nil
 	}
 	// Decided with a fresh read: no live claim may be on the directory.
 	claims, err := c.claims.List(ctx, job.Namespace)
@@ -567,4 +581,63 @@ func (c *Controller) processNextKept(ctx context.Context) bool {
 		c.keptQueue.Forget(key)
 	}
 	return true
+}
+
+// enqueueOrphanedWorkspace is asked when a claim is deleted: a claim that may have had a pod on
+// its workspace, whose runtime (by name and UID) is gone, was deleted by garbage collection
+// without sync-back (SPEC section 3), and its workspace, which no claim of a runtime created
+// again under the name may resume, gets a record that is collected at once (syncKept).
+func (c *Controller) enqueueOrphanedWorkspace(claim *airlockv1alpha1.SandboxClaim) {
+	switch claim.Status.Phase {
+	case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimReaping, airlockv1alpha1.ClaimFailed:
+	default:
+		return // never had a pod: nothing was written
+	}
+	if !workspaceRemovable(claim) && claim.Status.Warm == nil {
+		return
+	}
+	rt, err := c.runtimeLister.AgentRuntimes(claim.Namespace).Get(claim.Spec.RuntimeName)
+	if err == nil && rt.DeletionTimestamp == nil && admission.OwnedBy(claim, rt) {
+		return // its runtime's: kept (or not) by its reaping
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		utilruntime.HandleError(err)
+		return
+	}
+	key := cache.ObjectName{Namespace: claim.Namespace, Name: keptJobName(workspaceDirOf(claim))}
+	c.orphanedWorkspaces.Store(key, claim.DeepCopy())
+	c.keptQueue.Add(key)
+}
+
+// recordOrphanedWorkspace writes the record of a workspace whose claim garbage collection
+// deleted: not resumable, so collected once no pod or live claim is on it.
+func (c *Controller) recordOrphanedWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	pvc, err := c.contentClaimName(claim)
+	if err != nil || pvc == "" {
+		return err
+	}
+	job := buildKeptJob(claim, pvc, c.syncImage, c.clock.Now())
+	job.Annotations[AnnotationKeptResumable] = annotationValueNotResumable
+	klog.FromContext(ctx).V(2).Info("Recording the workspace of a claim garbage collection deleted, for collection", "claim", klog.KObj(claim), "workspaceDir", workspaceDirOf(claim))
+	if err := c.children.jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// enqueueKeptOfPod enqueues the records the claim of a deleted pod kept: the pod may have been
+// what kept them from collection.
+func (c *Controller) enqueueKeptOfPod(pod *corev1.Pod) {
+	name := pod.Labels[LabelClaim]
+	if name == "" {
+		return
+	}
+	jobs, err := c.jobLister.Jobs(pod.Namespace).List(labels.SelectorFromSet(labels.Set{LabelKeptWorkspace: labelValueKeptWorkspace, LabelClaim: name}))
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, job := range jobs {
+		c.keptQueue.Add(cache.MetaObjectToName(job))
+	}
 }

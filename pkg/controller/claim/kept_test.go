@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -395,5 +396,78 @@ func TestKeptRecordEnqueuedByItsRuntime(t *testing.T) {
 	}
 	if got, _ := c.keptQueue.Get(); got != cache.MetaObjectToName(mine) {
 		t.Errorf("enqueued %v, want %v", got, cache.MetaObjectToName(mine))
+	}
+}
+
+// TestOrphanedWorkspaceRecorded: a claim that had a pod, deleted by garbage collection with its
+// runtime, gets a record of its workspace that no claim may resume (a runtime created again under
+// the name inherits nothing); a claim that never had a pod, or whose runtime lives, gets none.
+func TestOrphanedWorkspaceRecorded(t *testing.T) {
+	tests := map[string]struct {
+		phase       airlockv1alpha1.ClaimPhase
+		runtimeGone bool
+		recreated   bool
+		want        bool
+	}{
+		"Bound, runtime gone":                 {phase: airlockv1alpha1.ClaimBound, runtimeGone: true, want: true},
+		"Reaping, runtime created again":      {phase: airlockv1alpha1.ClaimReaping, recreated: true, want: true},
+		"Queued, runtime gone: no workspace":  {phase: airlockv1alpha1.ClaimQueued, runtimeGone: true},
+		"Bound, runtime there: its reaping's": {phase: airlockv1alpha1.ClaimBound},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			if tc.runtimeGone {
+				f.runtimes = nil
+			}
+			if tc.recreated {
+				f.runtimes[0].UID = "uid-new-agent"
+			}
+			claim := bound("c1", t0.Add(-time.Hour))
+			claim.Status.Phase = tc.phase
+			c := f.newController(ctx)
+			c.deleteClaim(klog.FromContext(ctx), cache.DeletedFinalStateUnknown{Obj: claim})
+			key := cache.ObjectName{Namespace: testNamespace, Name: keptJobName(claim.Spec.WorkspaceDir)}
+			if got := c.keptQueue.Len() > 0; got != tc.want {
+				t.Fatalf("record key enqueued: %v, want %v", got, tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			if _, err := c.syncKept(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, []string{"create jobs " + key.Name})
+			job := f.createdJob()
+			if job.Annotations[AnnotationKeptResumable] != annotationValueNotResumable || !ptr.Deref(job.Spec.Suspend, false) {
+				t.Errorf("record resumable %q suspend %v, want not resumable, suspended", job.Annotations[AnnotationKeptResumable], job.Spec.Suspend)
+			}
+			if resumableBy(job, claim) {
+				t.Error("the record of a garbage-collected claim is resumable")
+			}
+		})
+	}
+}
+
+// TestKeptNotCollectedWhileAPodIsThere: a pod of the claim that kept a workspace (one garbage
+// collection is still deleting) keeps it from collection; its deletion enqueues the record.
+func TestKeptNotCollectedWhileAPodIsThere(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	f.runtimes = nil
+	claim := bound("c1", t0.Add(-time.Hour))
+	record := keptRecord(claim, "c1", "uid-rt-agent", t0.Add(-time.Minute))
+	pod := newPod(claim, markReady)
+	f.jobs = append(f.jobs, record)
+	f.pods = append(f.pods, pod)
+	c := f.newController(ctx)
+	if _, err := c.syncKept(ctx, cache.MetaObjectToName(record)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, nil)
+	c.enqueueKeptOfPod(pod)
+	if c.keptQueue.Len() != 1 {
+		t.Errorf("queue length %d after the pod's deletion, want 1", c.keptQueue.Len())
 	}
 }
