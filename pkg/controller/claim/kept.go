@@ -100,7 +100,11 @@ const (
 	keptRecordAlreadyCollectedFmt = "the kept workspace record %s is being collected; keeping %s again once it is gone"
 )
 
-// keptJobName is the name of the record of the workspace directory dir: one per directory.
+// KeptRecordName is the name of the record (a Job) of the kept workspace directory dir: one per
+// directory.
+func KeptRecordName(dir string) string { return keptJobName(dir) }
+
+// keptJobName is KeptRecordName.
 func keptJobName(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
 	return keptJobPrefix + hex.EncodeToString(sum[:])[:keptJobHashLen]
