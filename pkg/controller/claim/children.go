@@ -97,6 +97,11 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		if err != nil {
 			return err
 		}
+		if resumed != nil {
+			c.resumedBy.Store(claim.UID, resumed)
+		} else if earlier, ok := c.resumedBy.Load(claim.UID); ok {
+			resumed = earlier.(map[string]string) // taken before: this pod resumes it too
+		}
 		for k, v := range resumed {
 			pod.Labels[k] = v
 		}

@@ -150,6 +150,9 @@ type Controller struct {
 	// orphanedWorkspaces are the workspaces (by record key) of claims garbage collection deleted
 	// whose records are yet to be written (*SandboxClaim values).
 	orphanedWorkspaces sync.Map
+	// resumedBy are the resume labels (map[string]string) of the claims (by UID) that took a
+	// record, for a pod made again after the take (its first create failed, or it ended).
+	resumedBy sync.Map
 
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string

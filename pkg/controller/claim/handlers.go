@@ -92,8 +92,16 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	// A runtime that goes, or comes again under its name (another UID): its kept workspaces are
 	// collected (kept.go).
 	if err := c.handlers.Add(informers.Runtimes.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueKeptOf,
-		UpdateFunc: func(_, cur any) { c.enqueueKeptOf(cur) },
+		AddFunc: c.enqueueKeptOf,
+		UpdateFunc: func(old, cur any) {
+			// Its deletion beginning, or its retention changed: not its status writes.
+			o, ok1 := old.(*airlockv1alpha1.AgentRuntime)
+			n, ok2 := cur.(*airlockv1alpha1.AgentRuntime)
+			if ok1 && ok2 && (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				ok1 && ok2 && workspaceRetention(o) != workspaceRetention(n) {
+				c.enqueueKeptOf(cur)
+			}
+		},
 		DeleteFunc: c.enqueueKeptOf,
 	}); err != nil {
 		return fmt.Errorf("adding the runtime event handler of kept workspaces: %w", err)
@@ -175,6 +183,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	// It may have kept its workspace's record from collection; or garbage collection deleted it.
 	c.enqueueKeptDir(claim)
 	c.enqueueOrphanedWorkspace(claim)
+	c.resumedBy.Delete(claim.UID)
 }
 
 // addChild meets the child expectations of the claim that controls a new pod or NetworkPolicy,

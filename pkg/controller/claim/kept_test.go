@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -469,5 +473,42 @@ func TestKeptNotCollectedWhileAPodIsThere(t *testing.T) {
 	c.enqueueKeptOfPod(pod)
 	if c.keptQueue.Len() != 1 {
 		t.Errorf("queue length %d after the pod's deletion, want 1", c.keptQueue.Len())
+	}
+}
+
+// TestResumeSurvivesAFailedPodCreate: a claim that took its record and whose pod's create then
+// failed makes its pod again with the resume labels (the record is gone by then).
+func TestResumeSurvivesAFailedPodCreate(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := binding("c1", t0.Add(-time.Second))
+	record := keptRecord(claim, "c1", "uid-rt-agent", t0.Add(-time.Hour))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.jobs = append(f.jobs, record)
+	c := f.newController(ctx)
+	failed := false
+	f.kubeClient.PrependReactor("create", "pods", func(core.Action) (bool, runtime.Object, error) {
+		if !failed {
+			failed = true
+			return true, nil, errors.New("injected create failure")
+		}
+		return false, nil, nil
+	})
+	if _, err := c.sync(ctx, keyOf(claim)); err == nil {
+		t.Fatal("sync succeeded over a failed pod create")
+	}
+	if err := f.kubeClient.Tracker().Delete(batchv1.SchemeGroupVersion.WithResource("jobs"), testNamespace, record.Name); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := f.jobInformer.GetIndexer().Delete(record); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	pod := f.written("pods", "").(*corev1.Pod)
+	if pod.Labels[LabelResumedKeptBy] != "c1" || pod.Labels[LabelResumedKeptAt] == "" {
+		t.Errorf("pod labels %v, want the resume labels", pod.Labels)
 	}
 }
