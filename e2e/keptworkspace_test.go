@@ -40,21 +40,24 @@ func waitKeptRecord(t *testing.T, ns, dir string, timeout time.Duration) *batchv
 	return record
 }
 
-// waitRecordCollected waits until the record of dir has been unsuspended (the collection ran:
-// kwok completes its pod) and deleted.
+// waitRecordCollected waits until the record of dir is gone and its collection ran: the operator
+// says so with a WorkspaceCollected event on the record, once its cleanup Job completed (kwok
+// completes its pod); the record then goes.
 func waitRecordCollected(t *testing.T, ns, dir string, timeout time.Duration) {
 	t.Helper()
-	var collecting bool
+	name := claim.KeptRecordName(dir)
 	eventually(t, timeout, "the kept workspace "+dir+" to be collected", func(ctx context.Context) (bool, error) {
-		job, err := kubeClient.BatchV1().Jobs(ns).Get(ctx, claim.KeptRecordName(dir), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return collecting, nil
+		if _, err := kubeClient.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, err
 		}
+		events, err := kubeClient.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err != nil {
 			return false, err
 		}
-		if !ptr.Deref(job.Spec.Suspend, false) {
-			collecting = true
+		for _, ev := range events.Items {
+			if ev.Reason == claim.ReasonWorkspaceCollected {
+				return true, nil
+			}
 		}
 		return false, nil
 	})
@@ -68,7 +71,7 @@ func waitRecordCollected(t *testing.T, ns, dir string, timeout time.Duration) {
 // name resumes nothing.
 func TestKeptWorkspaceLifecycle(t *testing.T) {
 	retention := time.Hour
-	e := newClaimEnv(t, "airlock-kept", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 3 * time.Second, workspaceRetention: &retention})
+	e := newClaimEnv(t, "airlock-kept", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 8 * time.Second, workspaceRetention: &retention})
 	startClaimOperator(t, e.ns)
 	ctx := context.Background()
 
@@ -94,33 +97,18 @@ func TestKeptWorkspaceLifecycle(t *testing.T) {
 	if cell, err := tableCell(ctx, e.ns, second.Name, "Resumed"); err != nil || cell == nil || cell == "" {
 		t.Errorf("the Resumed column of kubectl get sbx: %v, %v; want when the workspace was kept", cell, err)
 	}
-	// Another handle resumes nothing.
-	other := e.createClaim(t, "session-1", "codegen/other", "")
-	if c := e.waitPhase(t, other.Name, airlockv1alpha1.ClaimBound, 60*time.Second); c.Status.ResumedWorkspace != nil {
-		t.Errorf("a claim of another handle resumed %+v", c.Status.ResumedWorkspace)
-	}
-
 	// Collected past a short retention: kept again when the second claim is reaped, then
 	// collected once the retention (shortened now) has passed.
-	rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, e.runtime.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: 5 * time.Second}
-	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Update(ctx, rt, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setRetention(t, e, 5*time.Second)
 	e.waitGone(t, second.Name, 60*time.Second)
 	waitRecordCollected(t, e.ns, second.Spec.WorkspaceDir, 90*time.Second)
 
-	// Collected when the runtime is deleted: the other handle's workspace, kept for an hour.
-	rt, err = airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, e.runtime.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: time.Hour}
-	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Update(ctx, rt, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// Collected when the runtime is deleted: another handle's workspace, kept for an hour. That
+	// claim resumes nothing (another handle).
+	setRetention(t, e, time.Hour)
+	other := e.createClaim(t, "session-1", "codegen/other", "")
+	if c := e.waitPhase(t, other.Name, airlockv1alpha1.ClaimBound, 60*time.Second); c.Status.ResumedWorkspace != nil {
+		t.Errorf("a claim of another handle resumed %+v", c.Status.ResumedWorkspace)
 	}
 	e.waitGone(t, other.Name, 60*time.Second)
 	otherRecord := waitKeptRecord(t, e.ns, other.Spec.WorkspaceDir, 30*time.Second)
@@ -170,4 +158,22 @@ func tableCell(ctx context.Context, ns, name, column string) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("no column %q in %s", column, raw)
+}
+
+// setRetention sets the runtime's workspaceRetention.
+func setRetention(t *testing.T, e *claimEnv, d time.Duration) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the runtime's workspaceRetention to be set", func(ctx context.Context) (bool, error) {
+		rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, e.runtime.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		rt.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: d}
+		if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Update(ctx, rt, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		return true, nil
+	})
 }
