@@ -32,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -115,6 +116,29 @@ func isKeptRecord(job *batchv1.Job) bool {
 	return job.Labels[LabelKeptWorkspace] == labelValueKeptWorkspace && len(job.OwnerReferences) == 0
 }
 
+// recordIsOurs says whether the record is of the shape this operator writes: a kept workspace's
+// record of a directory the operator may remove, named after it, running exactly the cleanup it
+// builds for it (the image may be an earlier version's --sync-image). Anything else wearing the
+// label (a Job someone else made in the namespace) is neither collected nor taken, nor waited
+// for: fail closed.
+func recordIsOurs(job *batchv1.Job) bool {
+	dir := job.Annotations[AnnotationKeptDir]
+	if !isKeptRecord(job) || job.Name != keptJobName(dir) ||
+		syncback.ValidateRemovable(dir, sandboxpod.SandboxesDir(job.Namespace)) != nil {
+		return false
+	}
+	containers := job.Spec.Template.Spec.Containers
+	want := keptJobArgs(job.Namespace, dir)
+	return len(containers) == 1 && len(job.Spec.Template.Spec.InitContainers) == 0 &&
+		len(containers[0].Command) == 0 && slices.Equal(containers[0].Args, want)
+}
+
+// keptJobArgs are the arguments of the cleanup Job of a kept workspace.
+func keptJobArgs(namespace, dir string) []string {
+	return []string{"sync", "--content-root=" + contentMountPath, "--from=" + dir, "--remove-only",
+		"--sandboxes-dir=" + sandboxpod.SandboxesDir(namespace)}
+}
+
 // workspaceRetention is the runtime's workspaceRetention, defaulted.
 func workspaceRetention(rt *airlockv1alpha1.AgentRuntime) time.Duration {
 	if rt == nil || rt.Spec.Sandbox.WorkspaceRetention == nil || rt.Spec.Sandbox.WorkspaceRetention.Duration < 0 {
@@ -126,8 +150,7 @@ func workspaceRetention(rt *airlockv1alpha1.AgentRuntime) time.Duration {
 // buildKeptJob returns the record of the claim's workspace: its cleanup Job, suspended.
 func buildKeptJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, now time.Time) *batchv1.Job {
 	dir := workspaceDirOf(claim)
-	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + dir, "--remove-only",
-		"--sandboxes-dir=" + sandboxpod.SandboxesDir(claim.Namespace)}
+	args := keptJobArgs(claim.Namespace, dir)
 	annotations := map[string]string{
 		AnnotationKeptRuntimeUID: string(admission.RuntimeUID(claim)),
 		AnnotationKeptDir:        dir,
@@ -218,7 +241,10 @@ func (c *Controller) keepAgain(ctx context.Context, want *batchv1.Job) error {
 	if live == nil {
 		return fmt.Errorf("the kept workspace record %s was deleted while it was kept again; retrying", want.Name)
 	}
-	if !isKeptRecord(live) || !ptr.Deref(live.Spec.Suspend, false) {
+	if !recordIsOurs(live) {
+		return fmt.Errorf(MessageResourceExists, "Job", live.Name)
+	}
+	if !ptr.Deref(live.Spec.Suspend, false) {
 		return fmt.Errorf(keptRecordAlreadyCollectedFmt, klog.KObj(live), want.Annotations[AnnotationKeptDir])
 	}
 	updated := live.DeepCopy()
@@ -296,8 +322,9 @@ func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alph
 		return nil, err
 	}
 	key := cache.MetaObjectToName(record)
-	if !isKeptRecord(record) || record.Annotations[AnnotationKeptDir] != dir {
-		return nil, &workspaceWaitError{message: fmt.Sprintf(MessageResourceExists, "Job", record.Name)}
+	if !recordIsOurs(record) || record.Annotations[AnnotationKeptDir] != dir {
+		klog.FromContext(ctx).Info("Ignoring a Job that looks like a kept workspace's record but is not the operator's", "job", klog.KObj(record), "claim", klog.KObj(claim))
+		return nil, nil
 	}
 	if record.DeletionTimestamp != nil {
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForCollection, dir, record.Name)}
@@ -368,6 +395,10 @@ func (c *Controller) syncKept(ctx context.Context, key cache.ObjectName) (*time.
 	}
 	c.orphanedWorkspaces.Delete(key) // a record is there: collected as any other
 	if !isKeptRecord(job) || job.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	if !recordIsOurs(job) {
+		klog.FromContext(ctx).Info("Ignoring a Job that looks like a kept workspace's record but is not the operator's", "job", klog.KObj(job))
 		return nil, nil
 	}
 	if !ptr.Deref(job.Spec.Suspend, false) {
@@ -597,7 +628,7 @@ func (c *Controller) enqueueOrphanedWorkspace(claim *airlockv1alpha1.SandboxClai
 	default:
 		return // never had a pod: nothing was written
 	}
-	if !workspaceRemovable(claim) && claim.Status.Warm == nil {
+	if !workspaceRemovable(claim) {
 		return
 	}
 	rt, err := c.runtimeLister.AgentRuntimes(claim.Namespace).Get(claim.Spec.RuntimeName)

@@ -512,3 +512,42 @@ func TestResumeSurvivesAFailedPodCreate(t *testing.T) {
 		t.Errorf("pod labels %v, want the resume labels", pod.Labels)
 	}
 }
+
+// TestForgedRecordIgnored: a Job that wears the record's label but is not of the shape the
+// operator writes (another command, a directory the operator may not remove, a name that is not
+// its directory's) is never collected (unsuspended), taken, or waited for.
+func TestForgedRecordIgnored(t *testing.T) {
+	forgeries := map[string]func(*batchv1.Job){
+		"other args": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers[0].Args = []string{"sh", "-c", "rm -rf /content"}
+		},
+		"a command": func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Command = []string{"/bin/sh"} },
+		"a mount role's directory": func(j *batchv1.Job) {
+			j.Annotations[AnnotationKeptDir] = "team-a/repos/web"
+			j.Spec.Template.Spec.Containers[0].Args = keptJobArgs(testNamespace, "team-a/repos/web")
+		},
+		"a second container": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, j.Spec.Template.Spec.Containers[0])
+		},
+	}
+	for name, forge := range forgeries {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.runtimes = nil // its runtime gone: a record of ours would be collected at once
+			claim := binding("c1", t0.Add(-time.Second))
+			record := keptRecord(claim, "c1", "uid-rt-agent", t0.Add(-48*time.Hour))
+			forge(record)
+			f.jobs = append(f.jobs, record)
+			c := f.newController(ctx)
+			if _, err := c.syncKept(ctx, cache.MetaObjectToName(record)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, nil)
+			if _, err := c.takeKeptWorkspace(ctx, claim); err != nil {
+				t.Errorf("take over a forged record: %v, want it ignored", err)
+			}
+			checkActions(t, f, nil)
+		})
+	}
+}
