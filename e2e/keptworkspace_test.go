@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,16 @@ func TestKeptWorkspaceLifecycle(t *testing.T) {
 	e := newClaimEnv(t, "airlock-kept", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 8 * time.Second, workspaceRetention: &retention})
 	startClaimOperator(t, e.ns)
 	ctx := context.Background()
+
+	// A negative retention is refused by the API server, with the field named.
+	bad := e.runtime.DeepCopy()
+	bad.ObjectMeta = metav1.ObjectMeta{Name: "negative", Namespace: e.ns}
+	bad.Status = airlockv1alpha1.AgentRuntimeStatus{}
+	bad.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: -time.Hour}
+	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Create(ctx, bad, metav1.CreateOptions{}); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "workspaceRetention") {
+		t.Errorf("a runtime with workspaceRetention -1h: %v, want Invalid naming workspaceRetention", err)
+	}
 
 	// Kept.
 	first := e.createClaim(t, "session-1", "codegen/default", "")

@@ -775,6 +775,7 @@ type SandboxPolicy struct {
 	// mount role's directory is never removed (docs/nothing-lost.md).
 	// +optional
 	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	WorkspaceRetention *metav1.Duration `json:"workspaceRetention,omitempty"`
 
 	// Connections bind content directories (relative paths in the content PVC) to mount roles.
