@@ -94,11 +94,9 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	if err := c.handlers.Add(informers.Runtimes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueKeptOf,
 		UpdateFunc: func(old, cur any) {
-			// Its deletion beginning, or its retention changed: not its status writes.
 			o, ok1 := old.(*airlockv1alpha1.AgentRuntime)
 			n, ok2 := cur.(*airlockv1alpha1.AgentRuntime)
-			if ok1 && ok2 && (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-				ok1 && ok2 && workspaceRetention(o) != workspaceRetention(n) {
+			if ok1 && ok2 && keptRuntimeChanged(o, n) {
 				c.enqueueKeptOf(cur)
 			}
 		},

@@ -555,6 +555,13 @@ func (c *Controller) enqueueKeptOf(obj any) {
 	}
 }
 
+// keptRuntimeChanged says whether a runtime's update may change what happens to its kept
+// workspaces: its deletion began, or its retention changed (not its status writes, which come
+// once a second in a burst).
+func keptRuntimeChanged(old, cur *airlockv1alpha1.AgentRuntime) bool {
+	return (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || workspaceRetention(old) != workspaceRetention(cur)
+}
+
 // keptHandler is the Job informer's handler for records: a record that appears or changes is
 // looked at; one that goes wakes the claims of its directory.
 func (c *Controller) keptHandler() cache.ResourceEventHandlerFuncs {

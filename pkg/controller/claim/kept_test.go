@@ -551,3 +551,30 @@ func TestForgedRecordIgnored(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptRuntimeChanged: a runtime's deletion or retention change looks at its kept workspaces
+// again; its status writes do not.
+func TestKeptRuntimeChanged(t *testing.T) {
+	base := newRuntime("agent", 5, 3)
+	status := base.DeepCopy()
+	status.Status.Claims.Bound = 3
+	deleting := base.DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	shorter := base.DeepCopy()
+	shorter.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: time.Minute}
+	defaulted := base.DeepCopy()
+	defaulted.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: airlockv1alpha1.DefaultWorkspaceRetention}
+	for name, tc := range map[string]struct {
+		cur  *airlockv1alpha1.AgentRuntime
+		want bool
+	}{
+		"a status write":          {cur: status},
+		"its deletion began":      {cur: deleting, want: true},
+		"its retention changed":   {cur: shorter, want: true},
+		"the default spelled out": {cur: defaulted},
+	} {
+		if got := keptRuntimeChanged(base, tc.cur); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
