@@ -43,6 +43,8 @@ type claimEnvOptions struct {
 	maxConcurrent, maxPerSession, maxInstances int32
 	idleTimeout                                time.Duration
 	targetPath                                 string
+	// workspaceRetention, when set, is the runtime's spec.sandbox.workspaceRetention.
+	workspaceRetention *time.Duration
 }
 
 // newClaimEnv creates a restricted namespace with everything a claim needs.
@@ -93,6 +95,9 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 	}
 	if o.idleTimeout > 0 {
 		rt.Spec.Sandbox.IdleTimeout = &metav1.Duration{Duration: o.idleTimeout}
+	}
+	if o.workspaceRetention != nil {
+		rt.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: *o.workspaceRetention}
 	}
 	created, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Create(ctx, rt, metav1.CreateOptions{})
 	if err != nil {
@@ -496,8 +501,9 @@ func TestClaimRefusedMaxPerSession(t *testing.T) {
 }
 
 // TestClaimIdleReaped: a claim idle past a short idleTimeout is Reaping, its pod is deleted and
-// waited for, its sync-back Job runs `airlock sync` (which removes the workspace once it is copied),
-// and the claim is deleted when the Job succeeds (kwok completes Job pods).
+// waited for, its sync-back Job runs `airlock sync` (which copies; the workspace is kept for the
+// runtime's workspaceRetention: e2e/keptworkspace_test.go), and the claim is deleted when the Job
+// succeeds (kwok completes Job pods).
 func TestClaimIdleReaped(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-reap", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second, targetPath: "projects/demo"})
 	startClaimOperator(t, e.ns)
@@ -510,8 +516,7 @@ func TestClaimIdleReaped(t *testing.T) {
 		if err == nil && !jobSeen {
 			jobSeen = true
 			args := job.Spec.Template.Spec.Containers[0].Args
-			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo",
-				"--remove-source", "--sandboxes-dir=" + e.ns + "/sandboxes"}
+			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--to=projects/demo"}
 			if !slices.Equal(args, want) {
 				t.Errorf("sync Job args %q, want %q", args, want)
 			}
@@ -530,33 +535,22 @@ func TestClaimIdleReaped(t *testing.T) {
 	}
 }
 
-// TestClaimCleanupWithoutTargetPath: a reaped claim with nothing to save is deleted only after
-// its cleanup Job (`airlock sync --remove-only`) has removed its workspace.
+// TestClaimCleanupWithoutTargetPath: a reaped claim with nothing to save is deleted with no Job
+// to wait for (issue 24: a re-acquire no longer waits for a cleanup Job); its workspace is kept,
+// its record the suspended cleanup Job (`airlock sync --remove-only`) that collects it later.
 func TestClaimCleanupWithoutTargetPath(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-cleanup", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
 	startClaimOperator(t, e.ns)
 	c := e.createClaim(t, "session-1", "codegen/default", "")
 	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
-
-	var jobSeen bool
-	eventually(t, 90*time.Second, "the cleanup Job and the claim's deletion", func(ctx context.Context) (bool, error) {
-		job, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, c.Name+"-sync", metav1.GetOptions{})
-		if err == nil && !jobSeen {
-			jobSeen = true
-			args := job.Spec.Template.Spec.Containers[0].Args
-			want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--remove-only", "--sandboxes-dir=" + e.ns + "/sandboxes"}
-			if !slices.Equal(args, want) {
-				t.Errorf("cleanup Job args %q, want %q", args, want)
-			}
-		}
-		_, err = e.getClaim(ctx, c.Name)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	if !jobSeen {
-		t.Error("the claim was deleted without a cleanup Job being seen")
+	e.waitGone(t, c.Name, 90*time.Second)
+	if _, err := kubeClient.BatchV1().Jobs(e.ns).Get(context.Background(), c.Name+"-sync", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the claim's -sync Job: %v, want none", err)
+	}
+	record := waitKeptRecord(t, e.ns, c.Spec.WorkspaceDir, 30*time.Second)
+	want := []string{"sync", "--content-root=/content", "--from=" + c.Spec.WorkspaceDir, "--remove-only", "--sandboxes-dir=" + e.ns + "/sandboxes"}
+	if args := record.Spec.Template.Spec.Containers[0].Args; !slices.Equal(args, want) || !ptr.Deref(record.Spec.Suspend, false) {
+		t.Errorf("record Job args %q suspend %v, want %q, suspended", args, record.Spec.Suspend, want)
 	}
 }
 
@@ -584,8 +578,8 @@ func TestClaimSyncBackOneAtATime(t *testing.T) {
 		unfinished := map[string]bool{}
 		for ev := range w.ResultChan() {
 			job, ok := ev.Object.(*batchv1.Job)
-			if !ok {
-				continue
+			if !ok || job.Labels[claim.LabelKeptWorkspace] != "" {
+				continue // a kept workspace's record (suspended, then its collection): no sync-back
 			}
 			finished := false
 			for _, c := range job.Status.Conditions {
@@ -626,7 +620,8 @@ func TestClaimSyncBackOneAtATime(t *testing.T) {
 }
 
 // TestClaimRuntimeDeletion: deleting the AgentRuntime removes its claims and their children
-// through garbage collection.
+// through garbage collection, and the workspace of its Bound claim is collected (issue 24: a
+// runtime created again under the name inherits nothing); no Job is left.
 func TestClaimRuntimeDeletion(t *testing.T) {
 	e := newClaimEnv(t, "airlock-claim-gc", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	startClaimOperator(t, e.ns)
@@ -647,8 +642,9 @@ func TestClaimRuntimeDeletion(t *testing.T) {
 		}
 		return len(d.Items) == 0 && len(s.Items) == 0, nil
 	})
+	waitRecordCollected(t, e.ns, c.Spec.WorkspaceDir, 90*time.Second)
 	if jobs, err := kubeClient.BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(jobs.Items) != 0 {
-		t.Errorf("sync-back Jobs after the runtime's deletion: %v (%v)", jobs, err)
+		t.Errorf("Jobs after the runtime's deletion and the collection of its workspace: %v (%v)", jobs, err)
 	}
 }
 

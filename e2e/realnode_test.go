@@ -10,6 +10,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -36,6 +38,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	claimpkg "github.com/airlock-dev/airlock/pkg/controller/claim"
 )
 
 const (
@@ -78,6 +81,7 @@ type realnodeOptions struct {
 	codegenResources                           *corev1.ResourceRequirements       // the codegen class's resources (default: none, so the operator's defaults)
 	codegenImage                               string                             // the codegen class's image (default: realnodeSandboxImage)
 	warm                                       int32                              // the codegen sandbox's warm members
+	workspaceRetention                         *time.Duration                     // the runtime's workspaceRetention (default: the CRD's, 24h)
 }
 
 func requireRealNode(t *testing.T) {
@@ -179,6 +183,9 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 	}
 	if o.idleTimeout > 0 {
 		rt.Spec.Sandbox.IdleTimeout = &metav1.Duration{Duration: o.idleTimeout}
+	}
+	if o.workspaceRetention != nil {
+		rt.Spec.Sandbox.WorkspaceRetention = &metav1.Duration{Duration: *o.workspaceRetention}
 	}
 	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Create(ctx, rt, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating runtime: %v", err)
@@ -760,15 +767,17 @@ func TestRealNodeSandbox(t *testing.T) {
 	})
 }
 
-// TestRealNodeWorkspaceCollected: once a reaped claim's work is saved its workspace directory is
-// gone from the content volume: a claim with a targetPath (its sync-back Job copies, then removes
-// the workspace) and one without (its cleanup Job removes it); nothing half-removed is left in
-// <ns>/sandboxes, and the saved copy is in the target.
+// TestRealNodeWorkspaceCollected: once a reaped claim's work is saved and its kept workspace's
+// retention is over (0 here: at once), its workspace directory is gone from the content volume: a
+// claim with a targetPath (its sync-back Job copies; the record's cleanup Job removes the
+// workspace) and one without; nothing half-removed is left in <ns>/sandboxes, and the saved copy
+// is in the target.
 func TestRealNodeWorkspaceCollected(t *testing.T) {
 	requireRealNode(t)
 	e := newRealnodeEnv(t, "airlock-rn-ws", realnodeOptions{
 		maxConcurrent: 2, maxPerSession: 2, maxInstances: 2, targetPath: "results/ws",
-		allowedServices: []airlockv1alpha1.ServiceReference{}, // a "net" sandbox, without targetPath
+		allowedServices:    []airlockv1alpha1.ServiceReference{}, // a "net" sandbox, without targetPath
+		workspaceRetention: ptr.To(time.Duration(0)),
 	})
 	work := func(handle string) map[string]any {
 		session := "collected-" + strings.SplitN(handle, "/", 2)[0]
@@ -798,6 +807,17 @@ func TestRealNodeWorkspaceCollected(t *testing.T) {
 	}
 	if got, err := e.readContent("results/ws/src/out.txt"); err != nil || got != "saved by codegen/default\n" {
 		t.Errorf("synced-back src/out.txt: %q %v, want the agent's work", got, err)
+	}
+	// Kept for a retention of 0: collected at once, by the record's cleanup Job, which then goes.
+	for _, claim := range []string{saved.Claim, nothing.Claim} {
+		record := claimpkg.KeptRecordName(path.Join(e.ns, "sandboxes", claim))
+		eventually(t, 3*time.Minute, "the kept workspace of "+claim+" to be collected", func(ctx context.Context) (bool, error) {
+			_, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, record, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
 	}
 	entries, err := e.listContent(path.Join(e.ns, "sandboxes"))
 	if err != nil {
@@ -1074,7 +1094,10 @@ func TestRealNodeLeaderKill(t *testing.T) {
 // the runtime pod. Claim names are deterministic, so every round's claim has its predecessor's
 // name, and the predecessor's children and pod are deleted in the background: every answer must
 // still be a fresh, working sandbox, served by a pod no earlier round used (the marking call
-// answers NEW), and holding only its own token (the previous round's token gets 401).
+// answers NEW), and holding only its own token (the previous round's token gets 401). And it
+// resumes the workspace the previous round left (issue 24 item 4): the acquire says
+// resumedWorkspace, and the workspace's journal holds every earlier round's line, byte for byte
+// (its sha256), with no cleanup Job to wait for between rounds.
 func TestRealNodeReacquire(t *testing.T) {
 	requireRealNode(t)
 	const rounds = 50
@@ -1085,6 +1108,8 @@ func TestRealNodeReacquire(t *testing.T) {
 			AcquireMillis   float64 `json:"acquireMillis"`
 			Marker          string  `json:"marker"`
 			PrevTokenStatus int     `json:"prevTokenStatus"`
+			Resumed         bool    `json:"resumed"`
+			JournalSHA256   string  `json:"journalSHA256"`
 		} `json:"rounds"`
 		Error string `json:"error"`
 	}
@@ -1108,9 +1133,25 @@ func TestRealNodeReacquire(t *testing.T) {
 		if i > 0 && r.PrevTokenStatus != http.StatusUnauthorized {
 			t.Errorf("round %d: the previous round's token got %d, want 401", i, r.PrevTokenStatus)
 		}
+		if r.Resumed != (i > 0) {
+			t.Errorf("round %d: resumed %v, want %v", i, r.Resumed, i > 0)
+		}
+		if want := journalSHA256(i); r.JournalSHA256 != want {
+			t.Errorf("round %d: the workspace's journal has sha256 %q, want %q (the lines of rounds 0..%d)", i, r.JournalSHA256, want, i-1)
+		}
 	}
-	t.Logf("close and re-acquire of one handle, %d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+	t.Logf("close and re-acquire of one handle (the workspace resumed), n=%d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		rounds, percentile(acquire, 0.5), percentile(acquire, 0.9), percentile(acquire, 1))
+}
+
+// journalSHA256 is the sha256 (hex) of the journal the reacquire rounds 0..rounds-1 wrote.
+func journalSHA256(rounds int) string {
+	var b strings.Builder
+	for i := range rounds {
+		fmt.Fprintf(&b, "round-%d\n", i)
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
 }
 
 // TestRealNodeCrashLoop: a Bound claim whose sandbox then crash-loops is reaped with sync-back,

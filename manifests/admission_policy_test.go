@@ -314,6 +314,24 @@ func syncJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	}
 }
 
+// keptRecord is a kept workspace's record as pkg/controller/claim's buildKeptJob builds it (issue
+// 24): the workspace's cleanup Job, suspended, owned by nothing, labelled with the claim that
+// kept it; unsuspended to collect it.
+func keptRecord(claim *airlockv1alpha1.SandboxClaim, suspend bool) *batchv1.Job {
+	job := syncJob(claim)
+	job.Name = "airlock-kept-0123456789abcdef0123"
+	job.OwnerReferences = nil
+	job.Labels = map[string]string{airlockv1alpha1.LabelClaim: claim.Name, airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName,
+		"airlock.dev/kept-workspace": "true"}
+	job.Annotations = map[string]string{"airlock.dev/workspace-dir": claim.Spec.WorkspaceDir}
+	job.Spec.Suspend = ptr.To(suspend)
+	job.Spec.BackoffLimit = ptr.To[int32](3)
+	job.Spec.Template.Labels = map[string]string{airlockv1alpha1.LabelSyncOf: job.Name}
+	job.Spec.Template.Spec.Containers[0].Args = []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir,
+		"--remove-only", "--sandboxes-dir=" + claim.Namespace + "/sandboxes"}
+	return job
+}
+
 // defaultDenyPolicy is a namespace's default-deny NetworkPolicy for every sandbox pod, of the
 // shape the policy admits: an airlock.dev/ label, a selector on an airlock.dev/ label, no rule.
 func defaultDenyPolicy() *networkingv1.NetworkPolicy {
@@ -409,31 +427,35 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"a claim's NetworkPolicy":            create(sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())),
 		"a claim's NetworkPolicy, updated": update(sandboxpod.ClaimNetworkPolicy(claim, record, nil),
 			sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())),
-		"a claim's NetworkPolicy with egress": create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)),
-		"a claim's sync-back Job":             create(syncJob(claim)),
-		"a warm member":                       create(member),
-		"a warm member's key Secret":          create(sandboxpod.MemberSecret(liveMember, "key")),
-		"a pool's NetworkPolicy":              create(sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, allowedServices())),
-		"a namespace's default-deny policy":   create(defaultDenyPolicy()),
-		"an adoption":                         update(liveMember, adopted),
-		"an adopted member leaving its pool":  update(adopted, leftPool),
-		"a claim's pod's labels repaired":     update(admitted(pod), with(admitted(pod), func(p *corev1.Pod) { p.Labels = sandboxpod.PodLabels(claim) })),
-		"a claim's pod deleted":               remove(admitted(pod)),
-		"a warm member deleted":               remove(liveMember),
-		"a sync-back Job deleted":             remove(syncJob(claim)),
-		"a pool's NetworkPolicy deleted":      remove(sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, nil)),
-		"an earlier version's Deployment":     remove(legacy),
-		"the claim token key":                 create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claimtoken.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeOpaque}),
-		"the serving certificate":             create(tlsSecret),
-		"the serving certificate, renewed":    update(tlsSecret, tlsSecret),
-		"the CA bundle":                       create(caBefore),
-		"the CA bundle, updated":              update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
-		"the CA bundle deleted":               remove(caBefore),
-		"the egress CA":                       create(egressCA),
-		"the egress CA, rotated":              update(egressCA, egressCA),
-		"the egress CA bundle":                create(egressCABundle()),
-		"the egress CA bundle, updated":       update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
-		"the egress CA bundle deleted":        remove(egressCABundle()),
+		"a claim's NetworkPolicy with egress":   create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)),
+		"a claim's sync-back Job":               create(syncJob(claim)),
+		"a warm member":                         create(member),
+		"a warm member's key Secret":            create(sandboxpod.MemberSecret(liveMember, "key")),
+		"a pool's NetworkPolicy":                create(sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, allowedServices())),
+		"a namespace's default-deny policy":     create(defaultDenyPolicy()),
+		"an adoption":                           update(liveMember, adopted),
+		"an adopted member leaving its pool":    update(adopted, leftPool),
+		"a claim's pod's labels repaired":       update(admitted(pod), with(admitted(pod), func(p *corev1.Pod) { p.Labels = sandboxpod.PodLabels(claim) })),
+		"a claim's pod deleted":                 remove(admitted(pod)),
+		"a warm member deleted":                 remove(liveMember),
+		"a sync-back Job deleted":               remove(syncJob(claim)),
+		"a kept workspace's record":             create(keptRecord(claim, true)),
+		"a kept workspace's record, kept again": update(keptRecord(claim, true), keptRecord(claim, true)),
+		"a kept workspace collected":            update(keptRecord(claim, true), keptRecord(claim, false)),
+		"a kept workspace's record deleted":     remove(keptRecord(claim, false)),
+		"a pool's NetworkPolicy deleted":        remove(sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, nil)),
+		"an earlier version's Deployment":       remove(legacy),
+		"the claim token key":                   create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claimtoken.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeOpaque}),
+		"the serving certificate":               create(tlsSecret),
+		"the serving certificate, renewed":      update(tlsSecret, tlsSecret),
+		"the CA bundle":                         create(caBefore),
+		"the CA bundle, updated":                update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
+		"the CA bundle deleted":                 remove(caBefore),
+		"the egress CA":                         create(egressCA),
+		"the egress CA, rotated":                update(egressCA, egressCA),
+		"the egress CA bundle":                  create(egressCABundle()),
+		"the egress CA bundle, updated":         update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
+		"the egress CA bundle deleted":          remove(egressCABundle()),
 		"another install's operator, its pod": func() request {
 			r := create(pod)
 			r.user = "system:serviceaccount:airlock-two:airlock-operator"

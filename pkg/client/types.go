@@ -1,5 +1,7 @@
 package client
 
+import "time"
+
 // The wire types of the Sandbox API (SPEC section 4). The operator's server (pkg/sandboxapi)
 // decodes and encodes these same types, so the client and the server cannot drift apart; this
 // package imports nothing from Kubernetes, so runtimes can use it cheaply.
@@ -45,6 +47,18 @@ type AcquireResponse struct {
 	// Headers are the HTTP headers to send to the sandbox: Authorization, the per-claim bearer
 	// token (200 only).
 	Headers map[string]string `json:"headers,omitempty"`
+	// ResumedWorkspace is set when the sandbox resumed the workspace an earlier claim of the same
+	// runtime, session and handle left (kept for the runtime's workspaceRetention): it starts
+	// with that claim's files (200 only).
+	ResumedWorkspace *ResumedWorkspace `json:"resumedWorkspace,omitempty"`
+}
+
+// ResumedWorkspace is the kept workspace a sandbox resumed.
+type ResumedWorkspace struct {
+	// KeptAt is when the earlier claim's workspace was kept.
+	KeptAt time.Time `json:"keptAt"`
+	// KeptBy is the name of the claim that left it.
+	KeptBy string `json:"keptBy,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/sandboxes/renew.

@@ -388,6 +388,11 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 			return stepResult{}
 		}
 	}
+	if ready := meta.FindStatusCondition(c.Status.Conditions, "Ready"); ready != nil && c.Status.Phase == airlockv1alpha1.ClaimBinding &&
+		ready.Reason == airlockv1alpha1.ReasonWaitingForWorkspaceCollection {
+		// Its directory holds another owner's kept workspace, removed first (issue 24).
+		a.reason, a.message = ready.Reason, ready.Message
+	}
 	_, reapRequested := c.Annotations[airlockv1alpha1.AnnotationReapRequested]
 	if c.DeletionTimestamp != nil || reapRequested {
 		// Going away: wait until it is gone, then acquire afresh.
@@ -468,6 +473,9 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 	}
 	for _, addr := range c.Status.Addresses {
 		resp.Addresses = append(resp.Addresses, client.Address{Name: addr.Name, URL: addr.URL})
+	}
+	if r := c.Status.ResumedWorkspace; r != nil {
+		resp.ResumedWorkspace = &client.ResumedWorkspace{KeptAt: r.KeptAt.UTC(), KeptBy: r.KeptBy}
 	}
 	return stepResult{done: true, status: http.StatusOK, body: resp}
 }

@@ -143,6 +143,13 @@ type ReacquireRound struct {
 	// PrevTokenStatus is the HTTP status of an MCP request carrying the previous round's token
 	// (0 in the first round).
 	PrevTokenStatus int `json:"prevTokenStatus"`
+	// Resumed says whether the acquire answered resumedWorkspace (issue 24: the workspace the
+	// previous round's claim left).
+	Resumed bool `json:"resumed"`
+	// JournalSHA256 is the sha256 of the workspace's journal file as the round found it, before
+	// it appended its own line (journalCommand): the test checks every earlier round's line is
+	// there, byte for byte.
+	JournalSHA256 string `json:"journalSHA256"`
 }
 
 // ReacquireResult is the output of `reacquire`.
@@ -153,6 +160,10 @@ type ReacquireResult struct {
 
 // markerCommand marks the pod it runs in and says whether it had been marked before.
 const markerCommand = `if [ -e /tmp/airlock-e2e-marker ]; then echo OLD; else touch /tmp/airlock-e2e-marker && echo NEW; fi`
+
+// journalCommand prints the sha256 of the workspace's journal as it is, then appends the round's
+// line (%d) to it.
+const journalCommand = `touch journal.txt && sha256sum journal.txt | cut -d' ' -f1 && echo round-%d >> journal.txt`
 
 // runReacquire acquires, uses and closes the same session and handle p.Sessions times in a row.
 func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
@@ -184,6 +195,9 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 		}
 		m := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": markerCommand}})
 		r.Marker = strings.TrimSpace(m.Text + m.Err)
+		r.Resumed = got.ResumedWorkspace != nil
+		j := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": fmt.Sprintf(journalCommand, i)}})
+		r.JournalSHA256 = strings.TrimSpace(j.Text + j.Err)
 		if prevAuth != "" {
 			r.PrevTokenStatus = rawStatus(ctx, url, prevAuth)
 		}

@@ -72,6 +72,26 @@ func TestSync(t *testing.T) {
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
 			wantCounts: airlockv1alpha1.ClaimCounts{Pending: 1, Bound: 2, Queued: 1},
 		},
+		"stuck waits counted": {
+			runtime:  runtimeObj(),
+			registry: registryObj(codegen),
+			claims: []*airlockv1alpha1.SandboxClaim{
+				withConds(claimObj("lost-bound", "agent", airlockv1alpha1.ClaimBound), cond(airlockv1alpha1.ConditionPodLost, metav1.ConditionTrue, "NodeUnreachable")),
+				withConds(claimObj("lost-reaping", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionPodLost, metav1.ConditionTrue, "PodStuckTerminating"),
+					cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionFalse, airlockv1alpha1.ReasonSyncBackFailed)),
+				withConds(claimObj("recovered", "agent", airlockv1alpha1.ClaimBound), cond(airlockv1alpha1.ConditionPodLost, metav1.ConditionFalse, "NoPodLost")),
+				withConds(claimObj("failing", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionFalse, airlockv1alpha1.ReasonSyncBackFailed)),
+				withConds(claimObj("cleanup", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionFalse, airlockv1alpha1.ReasonWorkspaceCleanupFailed)),
+				withConds(claimObj("gaveup", "agent", airlockv1alpha1.ClaimFailed), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionFalse, airlockv1alpha1.ReasonSyncBackGaveUp)),
+				withConds(claimObj("notstarted", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionFalse, airlockv1alpha1.ReasonSyncJobNotStarted)),
+				withConds(claimObj("waiting", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionUnknown, "SyncBackWaiting")),
+				withConds(claimObj("saved", "agent", airlockv1alpha1.ClaimReaping), cond(airlockv1alpha1.ConditionSyncBack, metav1.ConditionTrue, "SyncedBack")),
+				withConds(claimObj("other-lost", "other", airlockv1alpha1.ClaimBound), cond(airlockv1alpha1.ConditionPodLost, metav1.ConditionTrue, "NodeGone")),
+			},
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
+			wantCounts: airlockv1alpha1.ClaimCounts{Bound: 2, Reaping: 6, Failed: 1,
+				Stuck: airlockv1alpha1.StuckCounts{PodLost: 2, SyncBackFailing: 4, JobNotStarted: 1}},
+		},
 		"registry missing": {
 			runtime:    runtimeObj(),
 			wantStatus: metav1.ConditionFalse, wantReason: ReasonRegistryNotFound,
@@ -299,4 +319,13 @@ func TestNotOnlyStatus(t *testing.T) {
 			t.Errorf("%s: notOnlyStatus %v, want %v", name, got, tc.want)
 		}
 	}
+}
+
+func withConds(c *airlockv1alpha1.SandboxClaim, conds ...metav1.Condition) *airlockv1alpha1.SandboxClaim {
+	c.Status.Conditions = append(c.Status.Conditions, conds...)
+	return c
+}
+
+func cond(condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	return metav1.Condition{Type: condType, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(t0)}
 }

@@ -150,6 +150,28 @@ func (c *Controller) countClaims(rt *airlockv1alpha1.AgentRuntime) (airlockv1alp
 		case airlockv1alpha1.ClaimFailed:
 			counts.Failed++
 		}
+		countStuck(&counts.Stuck, claim)
 	}
 	return counts, nil
+}
+
+// countStuck counts the claim's waits that may not end by themselves (docs/nothing-lost.md,
+// "Stuck waits are counted"): a pod that cannot run (PodLost True), a sync-back (or cleanup) whose
+// last attempt failed or that gave up, and one whose Job pod never started.
+func countStuck(stuck *airlockv1alpha1.StuckCounts, claim *airlockv1alpha1.SandboxClaim) {
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, airlockv1alpha1.ConditionPodLost) {
+		stuck.PodLost++
+	}
+	cond := meta.FindStatusCondition(claim.Status.Conditions, airlockv1alpha1.ConditionSyncBack)
+	if cond == nil || cond.Status != metav1.ConditionFalse {
+		return
+	}
+	switch {
+	case cond.Reason == airlockv1alpha1.ReasonSyncJobNotStarted && claim.Status.Phase == airlockv1alpha1.ClaimReaping:
+		stuck.JobNotStarted++
+	case cond.Reason == airlockv1alpha1.ReasonSyncBackGaveUp && claim.Status.Phase == airlockv1alpha1.ClaimFailed,
+		(cond.Reason == airlockv1alpha1.ReasonSyncBackFailed || cond.Reason == airlockv1alpha1.ReasonWorkspaceCleanupFailed) &&
+			claim.Status.Phase == airlockv1alpha1.ClaimReaping:
+		stuck.SyncBackFailing++
+	}
 }

@@ -49,7 +49,7 @@ const (
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
 func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	if record == nil || !warmEligible(claim) {
+	if record == nil || !warmEligible(claim) || c.hasKeptWorkspace(claim) {
 		return nil, false, nil
 	}
 	reg, entry, err := c.warmEntry(claim)

@@ -53,6 +53,10 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 
 	// While children the leader created are not in the cache yet, they are left alone.
 	if err := c.ensureChildrenIfSeen(ctx, claim, record); err != nil {
+		if message, ok := isWorkspaceWait(err); ok && inTime {
+			// Its workspace is being collected (kept.go): the record's deletion enqueues it.
+			return c.waitForCollection(ctx, claim, message, left)
+		}
 		if inTime && onlyPredecessorChildren(err) {
 			// Waits for them to go: their deletion enqueues the claim; the deadline holds.
 			return ptr.To(left), nil
@@ -74,6 +78,9 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
 		updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)
+		if resumed := resumedWorkspace(pod); resumed != nil && updated.Status.ResumedWorkspace == nil {
+			updated.Status.ResumedWorkspace = resumed
+		}
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
 		written, err := c.updateClaimStatus(ctx, claim, updated)
 		if err != nil {
@@ -262,4 +269,19 @@ func (c *Controller) waitForPredecessor(ctx context.Context, claim *airlockv1alp
 		return nil, ptr.To(lostPodRecheck), nil
 	}
 	return written, nil, nil
+}
+
+// waitForCollection says on the claim (Ready False, WaitingForWorkspaceCollection) that its pod
+// waits for its workspace's collection; it is looked at again at its startupTimeout, and when the
+// record goes.
+func (c *Controller) waitForCollection(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, message string, left time.Duration) (*time.Duration, error) {
+	if cond := findCondition(claim, ConditionReady); cond == nil || cond.Reason != ReasonWaitingForCollection || cond.Message != message {
+		updated := claim.DeepCopy()
+		setCondition(&updated.Status, ConditionReady, metav1.ConditionFalse, ReasonWaitingForCollection, message, c.clock.Now())
+		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+			return nil, err
+		}
+		c.recorder.Event(claim, corev1.EventTypeNormal, ReasonWaitingForCollection, message)
+	}
+	return ptr.To(left), nil
 }

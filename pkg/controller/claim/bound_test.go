@@ -154,8 +154,8 @@ func TestSyncBoundIdle(t *testing.T) {
 			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
-		"idle, pods gone, no targetPath: cleanup Job": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs c1-sync"},
+		"idle, pods gone, no targetPath: workspace kept, claim deleted, no Job to wait for": {
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, targetPath: sync-back Job": {
@@ -198,8 +198,8 @@ func TestSyncBoundIdle(t *testing.T) {
 			}
 			if tc.targetPath != "" {
 				job := f.written("jobs", "").(*batchv1.Job)
-				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo",
-					"--remove-source", "--sandboxes-dir=team-a/sandboxes"}
+				// It only copies: the workspace is kept for the retention (kept.go).
+				wantArgs := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--to=projects/demo"}
 				if diff := cmp.Diff(wantArgs, job.Spec.Template.Spec.Containers[0].Args); diff != "" {
 					t.Errorf("sync Job args (-want +got):\n%s", diff)
 				}

@@ -91,6 +91,21 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	}
 	pod := sandboxpod.ClaimPod(claim, record)
 	sandboxpod.UseTokenSecret(pod, secretName)
+	if _, err := c.podLister.Pods(pod.Namespace).Get(pod.Name); apierrors.IsNotFound(err) {
+		// Before the pod is made: the claim's workspace may be a kept one (kept.go).
+		resumed, err := c.takeKeptWorkspace(ctx, claim)
+		if err != nil {
+			return err
+		}
+		if resumed != nil {
+			c.resumedBy.Store(claim.UID, resumed)
+		} else if earlier, ok := c.resumedBy.Load(claim.UID); ok {
+			resumed = earlier.(map[string]string) // taken before: this pod resumes it too
+		}
+		for k, v := range resumed {
+			pod.Labels[k] = v
+		}
+	}
 	return c.ensurePod(ctx, claim, pod)
 }
 

@@ -143,6 +143,17 @@ type Controller struct {
 	turns     turnRequests
 	syncJobs  *syncJobsStarted
 
+	// keptQueue holds the records of kept workspaces to look at (kept.go); keptRecords reads a
+	// record fresh from the API server.
+	keptQueue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	keptRecords jobReader
+	// orphanedWorkspaces are the workspaces (by record key) of claims garbage collection deleted
+	// whose records are yet to be written (*SandboxClaim values).
+	orphanedWorkspaces sync.Map
+	// resumedBy are the resume labels (map[string]string) of the claims (by UID) that took a
+	// record, for a pod made again after the take (its first create failed, or it ended).
+	resumedBy sync.Map
+
 	// syncImage is the image of sync-back Jobs (--sync-image).
 	syncImage string
 
@@ -257,6 +268,10 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		turnQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-sync-turns", Clock: clk}),
+		keptQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName + "-kept-workspaces", Clock: clk}),
+		keptRecords:  realJobReader{client: kubeClient},
 		expectations: newClaimExpectations(logger, clk),
 		childExpect:  newChildExpectations(logger, clk),
 		statusWrites: newStatusWrites(logger, clk),
@@ -306,6 +321,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	defer c.admitQueue.ShutDown()
 	defer c.turnQueue.ShutDown()
+	defer c.keptQueue.ShutDown()
 
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
@@ -329,10 +345,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			wait.UntilWithContext(ctx, c.runSyncTurnWorker, time.Second)
 		})
 	}
+	wg.StartWithContext(ctx, func(ctx context.Context) {
+		wait.UntilWithContext(ctx, c.runKeptWorker, time.Second)
+	})
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.admitQueue.ShutDown()
 	c.turnQueue.ShutDown()
+	c.keptQueue.ShutDown()
 	wg.Wait()
 	c.builds.Wait()
 	return nil

@@ -76,6 +76,7 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.podsChecked.Delete(pod.UID)
 			c.adopting.Delete(pod.UID)
+			c.enqueueKeptOfPod(pod)
 		}
 		c.handleObject(obj)
 	}
@@ -84,6 +85,24 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	}
 	if err := c.handlers.Add(informers.Jobs.Informer(), c.syncJobHandler()); err != nil {
 		return fmt.Errorf("adding the sync-back Job event handler: %w", err)
+	}
+	if err := c.handlers.Add(informers.Jobs.Informer(), c.keptHandler()); err != nil {
+		return fmt.Errorf("adding the kept workspace event handler: %w", err)
+	}
+	// A runtime that goes, or comes again under its name (another UID): its kept workspaces are
+	// collected (kept.go).
+	if err := c.handlers.Add(informers.Runtimes.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueKeptOf,
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*airlockv1alpha1.AgentRuntime)
+			n, ok2 := cur.(*airlockv1alpha1.AgentRuntime)
+			if ok1 && ok2 && keptRuntimeChanged(o, n) {
+				c.enqueueKeptOf(cur)
+			}
+		},
+		DeleteFunc: c.enqueueKeptOf,
+	}); err != nil {
+		return fmt.Errorf("adding the runtime event handler of kept workspaces: %w", err)
 	}
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addAllowedService,
@@ -159,6 +178,10 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
+	// It may have kept its workspace's record from collection; or garbage collection deleted it.
+	c.enqueueKeptDir(claim)
+	c.enqueueOrphanedWorkspace(claim)
+	c.resumedBy.Delete(claim.UID)
 }
 
 // addChild meets the child expectations of the claim that controls a new pod or NetworkPolicy,

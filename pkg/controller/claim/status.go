@@ -25,7 +25,7 @@ const (
 	// ConditionSyncBack reports the sync-back of a Reaping claim (and the removal of its
 	// workspace): Unknown while it waits its turn (workspace.go), False with the Job's failure
 	// while it is retried, True once the workspace is saved.
-	ConditionSyncBack = "SyncBack"
+	ConditionSyncBack = airlockv1alpha1.ConditionSyncBack
 	// ConditionEvicted reports the last eviction of one of the claim's pods (its ephemeral-storage
 	// limit passed, or node pressure): True, reason Evicted, with the kubelet's message and the
 	// pod's name. The controller creates the claim's pod again on the same workspace
@@ -50,7 +50,7 @@ const (
 	ReasonRefusedExpired  = "RefusedExpired"
 	ReasonReaped          = "Reaped"
 	ReasonSyncBackStarted = "SyncBackStarted"
-	ReasonSyncBackFailed  = "SyncBackFailed"
+	ReasonSyncBackFailed  = airlockv1alpha1.ReasonSyncBackFailed
 	ReasonSyncedBack      = "SyncedBack"
 	ReasonPodReady        = "PodReady"
 	ReasonPodNotReady     = "PodNotReady"

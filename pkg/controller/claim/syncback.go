@@ -51,7 +51,10 @@ const (
 	syncMaxAttempts = 5
 	// ReasonSyncBackGaveUp is the SyncBack condition's reason and the event of a claim whose
 	// sync-back (or cleanup) failed syncMaxAttempts times.
-	ReasonSyncBackGaveUp = "SyncBackGaveUp"
+	ReasonSyncBackGaveUp = airlockv1alpha1.ReasonSyncBackGaveUp
+	// ReasonSyncJobNotStarted is the SyncBack condition's reason (and the event) of an attempt
+	// whose Job pod did not become ready within syncStartTimeout.
+	ReasonSyncJobNotStarted = airlockv1alpha1.ReasonSyncJobNotStarted
 	// messageSyncGaveUp: the Job's name, the attempts, the last failure, the workspace and its PVC.
 	messageSyncGaveUp = "sync-back Job %s failed %d times (last: %s); gave up: the work is kept, untouched, in %s of PVC %s; the target is as the last successful sync-back left it"
 	// messageCleanupGaveUp: the same for the cleanup of a workspace with nothing to save.
@@ -135,6 +138,9 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
 			return nil, err
 		}
+		if err := c.keepWorkspace(ctx, claim); err != nil {
+			return nil, err
+		}
 		return nil, c.removeClaim(ctx, claim, ReasonSyncedBack)
 	}
 	failedAt, why, failed := syncJobFailure(job, now)
@@ -170,46 +176,29 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	return nil, nil // the Job's deletion enqueues the claim, which then creates the next attempt
 }
 
-// startSyncJob creates the claim's sync-back (or cleanup) Job for the given attempt, when it is the
-// claim's turn; a claim with nothing to save and no workspace to remove is deleted now.
+// startSyncJob creates the claim's sync-back Job for the given attempt, when it is the claim's
+// turn. The Job only copies: the workspace is kept (kept.go). A claim with nothing to save keeps
+// its workspace and is deleted now, with no Job: a re-acquire of its handle waits for nothing.
 func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, attempt int) (*time.Duration, error) {
 	logger := klog.FromContext(ctx)
-	saves := claim.Spec.TargetPath != ""
-	remove, err := c.removesWorkspace(ctx, claim)
-	if err != nil {
-		return nil, err
-	}
-	if !saves && !remove {
-		return nil, c.removeClaim(ctx, claim, ReasonReaped) // nothing to save, nothing to remove
+	if claim.Spec.TargetPath == "" {
+		if err := c.keepWorkspace(ctx, claim); err != nil {
+			return nil, err
+		}
+		return nil, c.removeClaim(ctx, claim, ReasonReaped)
 	}
 	pvc, err := c.contentClaimName(claim)
 	if err != nil {
 		return nil, err
 	}
 	if pvc == "" {
-		// A claim without a record and without its class: the content PVC is unknown.
-		if !saves {
-			logger.Info("Cannot remove the workspace: the class is gone; deleting the claim, which has nothing to save",
-				"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", workspaceDirOf(claim))
-			return nil, c.removeClaim(ctx, claim, ReasonReaped)
-		}
-		// The class's creation enqueues nothing, so look again later.
+		// A claim without a record and without its class: the content PVC is unknown. The
+		// class's creation enqueues nothing, so look again later.
 		logger.Info("Cannot sync back: the class is gone", "claim", klog.KObj(claim), "class", claim.Spec.ClassName)
 		return ptr.To(syncBackoffMax), nil
 	}
-	job := buildSyncJob(claim, pvc, c.syncImage, attempt, remove)
-	if !saves {
-		if err := c.children.jobs.Create(ctx, job); apierrors.IsAlreadyExists(err) {
-			return ptr.To(recreateDelay), nil // an earlier attempt's Job is still being deleted
-		} else if err != nil {
-			return nil, err
-		}
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonCleanupStarted, MessageCleanupStarted, job.Name, attempt)
-		return nil, nil
-	}
-
 	// One sync-back at a time into a target: the turn is taken by the namespace's turn pass.
-	c.askSyncTurn(claim, job, attempt)
+	c.askSyncTurn(claim, buildSyncJob(claim, pvc, c.syncImage, attempt, false), attempt)
 	return nil, nil
 }
 
@@ -340,6 +329,11 @@ func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha
 		syncBackResults.WithLabelValues("failed").Inc()
 	} else {
 		reason, format = ReasonCleanupFailed, MessageCleanupFailed
+	}
+	if jobCondition(job, batchv1.JobFailed) == nil {
+		// Failed because its pod never started (syncJobFailure): said apart, and counted apart
+		// on the runtime's status.
+		reason = ReasonSyncJobNotStarted
 	}
 	counted := claim.DeepCopy()
 	if counted.Annotations == nil {

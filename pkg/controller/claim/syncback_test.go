@@ -66,17 +66,21 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			attempt: 1, notReady: true, age: 5 * time.Minute,
 			wantRequeue: ptr.To(10 * time.Second),
 			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
-			wantEvents:  []string{"Warning SyncBackFailed Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
+			// Said apart (SyncJobNotStarted), so that the runtime's status counts it apart.
+			wantEvents: []string{"Warning SyncJobNotStarted Sync-back Job c1-sync failed (attempt 1), retrying in 10s: its pod did not become ready within 5m0s (image, scheduling or volume)"},
 		},
 		"job's pod never started, counted, backoff over: Job deleted": {
 			failures: "1", attempt: 1, notReady: true, age: 5 * time.Minute, step: 10 * time.Second,
 			wantActions: []string{"delete jobs c1-sync"},
 		},
-		"job succeeded: claim deleted": {
+		"job succeeded: workspace kept, claim deleted": {
 			attempt:     1,
 			cond:        batchv1.JobComplete,
-			wantActions: []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"},
-			wantEvents:  []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo", "Normal SyncedBack Deleting the claim (SyncedBack)"},
+			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
+				"Normal WorkspaceKept Kept the workspace team-a/sandboxes/c1 for 24h0m0s (record Job " + keptJobName("team-a/sandboxes/c1") +
+					"): a new claim of the same runtime, session and handle resumes with its files",
+				"Normal SyncedBack Deleting the claim (SyncedBack)"},
 		},
 		"job failed the first time: counted, reported, backoff": {
 			attempt:     1,
@@ -144,8 +148,12 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			if len(tc.wantActions) == 2 && tc.wantActions[0] == "update sandboxclaims c1" {
 				got := f.writtenClaim()
 				cond := findCondition(got, ConditionSyncBack)
-				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSyncBackFailed {
-					t.Errorf("SyncBack condition %+v, want False/%s", cond, ReasonSyncBackFailed)
+				wantReason := ReasonSyncBackFailed
+				if tc.notReady {
+					wantReason = ReasonSyncJobNotStarted
+				}
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != wantReason {
+					t.Errorf("SyncBack condition %+v, want False/%s", cond, wantReason)
 				}
 				if got.Annotations[AnnotationSyncFailures] != fmt.Sprint(tc.attempt) {
 					t.Errorf("failures annotation %q, want %d", got.Annotations[AnnotationSyncFailures], tc.attempt)

@@ -48,7 +48,7 @@ import (
 const (
 	ReasonSyncBackWaiting  = "SyncBackWaiting"
 	ReasonCleanupStarted   = "WorkspaceCleanupStarted"
-	ReasonCleanupFailed    = "WorkspaceCleanupFailed"
+	ReasonCleanupFailed    = airlockv1alpha1.ReasonWorkspaceCleanupFailed
 	ReasonWorkspaceRemoved = "WorkspaceRemoved"
 
 	MessageCleanupStarted = "Started workspace cleanup Job %s (attempt %d)"

@@ -80,7 +80,7 @@ func TestSyncJobArgs(t *testing.T) {
 
 // TestWorkspaceRemovedAfterSyncBack: a Reaping claim's sync-back Job also removes the workspace
 // (after the copy: `--remove-source`), and the claim is deleted only once that Job has succeeded.
-func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
+func TestWorkspaceKeptAfterSyncBack(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t).withDefaults()
 	claim := reapingClaim("c1", t0.Add(-2*time.Hour), "projects/demo")
@@ -93,7 +93,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	}
 	checkRequeue(t, requeue, nil)
 	checkActions(t, f, []string{"create jobs c1-sync"})
-	want := []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--to=projects/demo", "--remove-source", "--sandboxes-dir=team-a/sandboxes"}
+	want := []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--to=projects/demo"}
 	if diff := cmp.Diff(want, jobArgs(f.createdJob())); diff != "" {
 		t.Errorf("sync Job args (-want +got):\n%s", diff)
 	}
@@ -109,7 +109,7 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	}
 	checkActions(t, f, nil)
 
-	// Succeeded: saved and removed; the claim is deleted.
+	// Succeeded: saved; the workspace is kept (its record written first), the claim deleted.
 	f = newFixture(t).withDefaults()
 	f.claims = append(f.claims, claim)
 	f.withChildren(claim)
@@ -118,21 +118,44 @@ func TestWorkspaceRemovedAfterSyncBack(t *testing.T) {
 	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "delete sandboxclaims c1"})
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"})
+	checkKeptRecord(t, f.createdJob(), claim)
 }
 
-// TestWorkspaceCleanupWithoutTargetPath: a claim with nothing to save gets a cleanup Job
-// (`--remove-only`) and is deleted once it has succeeded, not before.
+// checkKeptRecord checks the record of a kept workspace: a suspended cleanup Job of the claim's
+// workspace, owned by nothing, saying whose workspace it is and when it was kept.
+func checkKeptRecord(t *testing.T, job *batchv1.Job, claim *airlockv1alpha1.SandboxClaim) {
+	t.Helper()
+	if job.Name != keptJobName(claim.Spec.WorkspaceDir) || !ptr.Deref(job.Spec.Suspend, false) || len(job.OwnerReferences) != 0 {
+		t.Errorf("record %s suspend %v owners %v, want %s, suspended, no owner", job.Name, job.Spec.Suspend, job.OwnerReferences, keptJobName(claim.Spec.WorkspaceDir))
+	}
+	want := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--remove-only", "--sandboxes-dir=team-a/sandboxes"}
+	if diff := cmp.Diff(want, jobArgs(job)); diff != "" {
+		t.Errorf("record Job args (-want +got):\n%s", diff)
+	}
+	wantMeta := map[string]string{AnnotationKeptRuntimeUID: string(claim.Spec.RuntimeUID), AnnotationKeptDir: claim.Spec.WorkspaceDir, AnnotationKeptAt: t0.UTC().Format(time.RFC3339)}
+	if diff := cmp.Diff(wantMeta, job.Annotations); diff != "" {
+		t.Errorf("record annotations (-want +got):\n%s", diff)
+	}
+	if job.Labels[LabelKeptWorkspace] != "true" || job.Labels[LabelClaim] != claim.Name || job.Labels[airlockv1alpha1.LabelRuntime] != claim.Spec.RuntimeName {
+		t.Errorf("record labels %v", job.Labels)
+	}
+}
+
+// TestWorkspaceCleanupWithoutTargetPath: a claim with nothing to save keeps its workspace (its
+// record) and is deleted at once, with no Job to wait for; a cleanup Job an earlier version
+// started is waited for, and the claim is deleted once it has succeeded.
 func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 	tests := map[string]struct {
 		job         batchv1.JobConditionType // "-": no Job yet
 		wantActions []string
 		wantEvents  []string
 	}{
-		"no Job yet: cleanup Job created": {
+		"no Job yet: the workspace kept, the claim deleted": {
 			job:         "-",
-			wantActions: []string{"create jobs c1-sync"},
-			wantEvents:  []string{"Normal WorkspaceCleanupStarted Started workspace cleanup Job c1-sync (attempt 1)"},
+			wantActions: []string{"create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal WorkspaceKept Kept the workspace team-a/sandboxes/c1 for 24h0m0s (record Job " + keptJobName("team-a/sandboxes/c1") +
+				"): a new claim of the same runtime, session and handle resumes with its files", "Normal Reaped Deleting the claim (Reaped)"},
 		},
 		"cleanup running: the claim stays": {},
 		"cleanup succeeded: the claim is deleted": {
@@ -165,10 +188,7 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 			if tc.job == "-" {
-				want := []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--remove-only", "--sandboxes-dir=team-a/sandboxes"}
-				if diff := cmp.Diff(want, jobArgs(f.createdJob())); diff != "" {
-					t.Errorf("cleanup Job args (-want +got):\n%s", diff)
-				}
+				checkKeptRecord(t, f.createdJob(), claim)
 			}
 		})
 	}
@@ -290,14 +310,16 @@ func TestSessionWorkspaceKeptWhileShared(t *testing.T) {
 				case targetPath == "" && !tc.wantRemove:
 					checkActions(t, f, []string{"delete sandboxclaims " + claim.Name})
 				case targetPath == "":
-					checkActions(t, f, []string{"create jobs " + claim.Name + "-sync"})
-					if args := jobArgs(f.createdJob()); !contains(args, "--remove-only") {
-						t.Errorf("cleanup Job args %q, want --remove-only", args)
+					// Its record: collected past the retention, as the last claim's.
+					checkActions(t, f, []string{"create jobs " + keptJobName(dir), "delete sandboxclaims " + claim.Name})
+					if args := jobArgs(f.createdJob()); !contains(args, "--remove-only") || !ptr.Deref(f.createdJob().Spec.Suspend, false) {
+						t.Errorf("record Job args %q suspend %v, want --remove-only, suspended", args, f.createdJob().Spec.Suspend)
 					}
 				default:
+					// The sync-back only copies; the record is written once it succeeded.
 					checkActions(t, f, []string{"create jobs " + claim.Name + "-sync"})
-					if args := jobArgs(f.createdJob()); contains(args, "--remove-source") != tc.wantRemove {
-						t.Errorf("sync Job args %q; want --remove-source: %v", args, tc.wantRemove)
+					if args := jobArgs(f.createdJob()); contains(args, "--remove-source") {
+						t.Errorf("sync Job args %q; want no --remove-source", args)
 					}
 				}
 			})
@@ -559,6 +581,12 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			c = f.newController(ctx)
 			if _, err := syncClaim(ctx, c, keyOf(counted)); err != nil {
 				t.Fatal(err)
+			}
+			if targetPath == "" {
+				// An earlier version's cleanup Job that failed: no second one; the workspace
+				// is kept (collected past the retention) and the claim deleted.
+				checkActions(t, f, []string{"create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"})
+				return
 			}
 			checkActions(t, f, []string{"create jobs c1-sync"})
 			if got := f.createdJob().Annotations[AnnotationSyncAttempt]; got != "2" {

@@ -60,6 +60,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.RegistrySandboxApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandboxStatus"):
 		return &airlockv1alpha1.RegistrySandboxStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ResumedWorkspace"):
+		return &airlockv1alpha1.ResumedWorkspaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"):
 		return &airlockv1alpha1.SandboxClaimApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaimSpec"):
@@ -84,6 +86,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ScratchVolumeSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceReference"):
 		return &airlockv1alpha1.ServiceReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("StuckCounts"):
+		return &airlockv1alpha1.StuckCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ToolRegistry"):
 		return &airlockv1alpha1.ToolRegistryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ToolRegistrySpec"):

@@ -21,6 +21,7 @@ func TestDefaultsAreTheCRDs(t *testing.T) {
 		{"agentruntimes", []string{"spec", "sandbox", "maxPerSession"}, fmt.Sprint(DefaultMaxPerSession)},
 		{"agentruntimes", []string{"spec", "sandbox", "maxConcurrent"}, fmt.Sprint(DefaultMaxConcurrent)},
 		{"agentruntimes", []string{"spec", "sandbox", "idleTimeout"}, durationText(DefaultIdleTimeout)},
+		{"agentruntimes", []string{"spec", "sandbox", "workspaceRetention"}, durationText(DefaultWorkspaceRetention)},
 		{"toolregistries", []string{"spec", "sandboxes", "[]", "maxInstances"}, fmt.Sprint(DefaultMaxInstances)},
 		{"sandboxclasses", []string{"spec", "startupTimeout"}, durationText(DefaultStartupTimeout)},
 		{"sandboxclasses", []string{"spec", "workspaceClaimName"}, DefaultWorkspaceClaimName},

@@ -67,6 +67,11 @@ const (
 	DefaultMaxConcurrent int32 = 5
 	// DefaultIdleTimeout is AgentRuntime spec.sandbox.idleTimeout's default.
 	DefaultIdleTimeout = 30 * time.Minute
+	// DefaultWorkspaceRetention is AgentRuntime spec.sandbox.workspaceRetention's default: a day,
+	// so that a user who comes back to a conversation the next working day resumes with its files,
+	// while a workspace nobody comes back to costs its space for one day at most
+	// (docs/nothing-lost.md, "Resume without loss").
+	DefaultWorkspaceRetention = 24 * time.Hour
 	// DefaultMaxInstances is a ToolRegistry sandbox's maxInstances default.
 	DefaultMaxInstances int32 = 10
 	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
@@ -82,6 +87,28 @@ const (
 // Sandbox API answers an acquire of such a claim with that reason and message rather than an
 // address that does not answer.
 const ConditionPodLost = "PodLost"
+
+// ConditionSyncBack is the SandboxClaim condition of its sync-back (and workspace cleanup); the
+// reasons below are those of a sync-back that is stuck or failing, which the AgentRuntime's
+// status.claims.stuck counts (docs/nothing-lost.md).
+const (
+	ConditionSyncBack = "SyncBack"
+	// ReasonSyncBackFailed: the last sync-back attempt failed; it is retried with backoff.
+	ReasonSyncBackFailed = "SyncBackFailed"
+	// ReasonWorkspaceCleanupFailed: the last workspace cleanup attempt failed; retried.
+	ReasonWorkspaceCleanupFailed = "WorkspaceCleanupFailed"
+	// ReasonSyncJobNotStarted: the last attempt's Job pod did not become ready within the sync
+	// start timeout (an image that cannot be pulled, a PVC that cannot be mounted); retried.
+	ReasonSyncJobNotStarted = "SyncJobNotStarted"
+	// ReasonSyncBackGaveUp: the last attempt failed and no more are made (the claim is Failed).
+	ReasonSyncBackGaveUp = "SyncBackGaveUp"
+)
+
+// ReasonWaitingForWorkspaceCollection is the Ready condition's reason of a Binding claim whose
+// workspace directory holds another owner's kept workspace (a runtime deleted and created again
+// under its name) being removed first: no pod is made on it until then (docs/nothing-lost.md).
+// The Sandbox API answers an acquire of such a claim with it.
+const ReasonWaitingForWorkspaceCollection = "WaitingForWorkspaceCollection"
 
 // AnnotationReapRequested on a claim asks the leader to reap it now, with sync-back, as if its idle
 // timeout had passed; the Sandbox API's sessions/close sets it (value: the RFC 3339 time of the
@@ -745,6 +772,15 @@ type SandboxPolicy struct {
 	// +kubebuilder:default="30m"
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 
+	// WorkspaceRetention is how long the workspace of a reaped or closed claim is kept, after its
+	// sync-back, for a new claim of this runtime (the same UID), session and handle to resume with
+	// its files; past it the workspace is removed. 0 removes it as soon as the claim is gone. A
+	// mount role's directory is never removed (docs/nothing-lost.md).
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
+	WorkspaceRetention *metav1.Duration `json:"workspaceRetention,omitempty"`
+
 	// Connections bind content directories (relative paths in the content PVC) to mount roles.
 	// +optional
 	// +listType=map
@@ -801,6 +837,26 @@ type ClaimCounts struct {
 	Refused int32 `json:"refused,omitempty"`
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
+	// Stuck counts the runtime's claims that wait on something that may not end by itself
+	// (docs/nothing-lost.md, "Stuck waits are counted"); a claim may count in more than one.
+	// +optional
+	Stuck StuckCounts `json:"stuck,omitempty"`
+}
+
+// StuckCounts counts claims by what holds them up.
+type StuckCounts struct {
+	// PodLost counts claims whose PodLost condition is True: a pod on a Node that is not Ready,
+	// is unreachable or gone, or a pod stuck terminating (or a predecessor's such pod).
+	// +optional
+	PodLost int32 `json:"podLost,omitempty"`
+	// SyncBackFailing counts Reaping claims whose last sync-back (or cleanup) attempt failed and
+	// that retry it, and Failed claims whose sync-back gave up (SyncBackFailed).
+	// +optional
+	SyncBackFailing int32 `json:"syncBackFailing,omitempty"`
+	// JobNotStarted counts Reaping claims whose sync-back Job's pod has not started within the
+	// sync start timeout (the last failure was SyncJobNotStarted).
+	// +optional
+	JobNotStarted int32 `json:"jobNotStarted,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -845,6 +901,7 @@ const (
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Warm",type=string,JSONPath=`.status.warm.member`
 // +kubebuilder:printcolumn:name="Last-Used",type=date,JSONPath=`.status.lastUsedAt`
+// +kubebuilder:printcolumn:name="Resumed",type=date,JSONPath=`.status.resumedWorkspace.keptAt`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -981,6 +1038,22 @@ type SandboxClaimStatus struct {
 	// of its own: the member's pod runs the claim, on the member's workspace.
 	// +optional
 	Warm *WarmAdoption `json:"warm,omitempty"`
+	// ResumedWorkspace is set when the claim resumed the workspace an earlier claim of the same
+	// runtime, session and handle left (kept after its sync-back for the runtime's
+	// workspaceRetention): the claim's sandbox starts with its files.
+	// +optional
+	ResumedWorkspace *ResumedWorkspace `json:"resumedWorkspace,omitempty"`
+}
+
+// ResumedWorkspace is the kept workspace a claim resumed.
+type ResumedWorkspace struct {
+	// KeptAt is when the earlier claim's workspace was kept (its claim was done with it).
+	// +required
+	KeptAt metav1.Time `json:"keptAt"`
+	// KeptBy is the name of the claim that left it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	KeptBy string `json:"keptBy,omitempty"`
 }
 
 // WarmAdoption is the warm member a claim adopted.

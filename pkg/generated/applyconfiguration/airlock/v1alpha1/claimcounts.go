@@ -30,6 +30,9 @@ type ClaimCountsApplyConfiguration struct {
 	Reaping *int32 `json:"reaping,omitempty"`
 	Refused *int32 `json:"refused,omitempty"`
 	Failed  *int32 `json:"failed,omitempty"`
+	// Stuck counts the runtime's claims that wait on something that may not end by itself
+	// (docs/nothing-lost.md, "Stuck waits are counted"); a claim may count in more than one.
+	Stuck *StuckCountsApplyConfiguration `json:"stuck,omitempty"`
 }
 
 // ClaimCountsApplyConfiguration constructs a declarative configuration of the ClaimCounts type for use with
@@ -91,5 +94,13 @@ func (b *ClaimCountsApplyConfiguration) WithRefused(value int32) *ClaimCountsApp
 // If called multiple times, the Failed field is set to the value of the last call.
 func (b *ClaimCountsApplyConfiguration) WithFailed(value int32) *ClaimCountsApplyConfiguration {
 	b.Failed = &value
+	return b
+}
+
+// WithStuck sets the Stuck field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Stuck field is set to the value of the last call.
+func (b *ClaimCountsApplyConfiguration) WithStuck(value *StuckCountsApplyConfiguration) *ClaimCountsApplyConfiguration {
+	b.Stuck = value
 	return b
 }

@@ -57,6 +57,10 @@ type SandboxClaimStatusApplyConfiguration struct {
 	// Warm is set when the claim adopted a warm member of its sandbox instead of getting a pod
 	// of its own: the member's pod runs the claim, on the member's workspace.
 	Warm *WarmAdoptionApplyConfiguration `json:"warm,omitempty"`
+	// ResumedWorkspace is set when the claim resumed the workspace an earlier claim of the same
+	// runtime, session and handle left (kept after its sync-back for the runtime's
+	// workspaceRetention): the claim's sandbox starts with its files.
+	ResumedWorkspace *ResumedWorkspaceApplyConfiguration `json:"resumedWorkspace,omitempty"`
 }
 
 // SandboxClaimStatusApplyConfiguration constructs a declarative configuration of the SandboxClaimStatus type for use with
@@ -168,5 +172,13 @@ func (b *SandboxClaimStatusApplyConfiguration) WithFrozen(value *FrozenSandboxAp
 // If called multiple times, the Warm field is set to the value of the last call.
 func (b *SandboxClaimStatusApplyConfiguration) WithWarm(value *WarmAdoptionApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
 	b.Warm = value
+	return b
+}
+
+// WithResumedWorkspace sets the ResumedWorkspace field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ResumedWorkspace field is set to the value of the last call.
+func (b *SandboxClaimStatusApplyConfiguration) WithResumedWorkspace(value *ResumedWorkspaceApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
+	b.ResumedWorkspace = value
 	return b
 }

@@ -35,6 +35,11 @@ type SandboxPolicyApplyConfiguration struct {
 	MaxPerSession *int32 `json:"maxPerSession,omitempty"`
 	// IdleTimeout is how long a Bound claim may go unused before it is reaped.
 	IdleTimeout *v1.Duration `json:"idleTimeout,omitempty"`
+	// WorkspaceRetention is how long the workspace of a reaped or closed claim is kept, after its
+	// sync-back, for a new claim of this runtime (the same UID), session and handle to resume with
+	// its files; past it the workspace is removed. 0 removes it as soon as the claim is gone. A
+	// mount role's directory is never removed (docs/nothing-lost.md).
+	WorkspaceRetention *v1.Duration `json:"workspaceRetention,omitempty"`
 	// Connections bind content directories (relative paths in the content PVC) to mount roles.
 	Connections []ConnectionApplyConfiguration `json:"connections,omitempty"`
 }
@@ -74,6 +79,14 @@ func (b *SandboxPolicyApplyConfiguration) WithMaxPerSession(value int32) *Sandbo
 // If called multiple times, the IdleTimeout field is set to the value of the last call.
 func (b *SandboxPolicyApplyConfiguration) WithIdleTimeout(value v1.Duration) *SandboxPolicyApplyConfiguration {
 	b.IdleTimeout = &value
+	return b
+}
+
+// WithWorkspaceRetention sets the WorkspaceRetention field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WorkspaceRetention field is set to the value of the last call.
+func (b *SandboxPolicyApplyConfiguration) WithWorkspaceRetention(value v1.Duration) *SandboxPolicyApplyConfiguration {
+	b.WorkspaceRetention = &value
 	return b
 }
 
