@@ -141,15 +141,21 @@ func (l *faultLoad) runSession(ctx context.Context, stop <-chan struct{}, rt, se
 	}
 }
 
-// closeSession closes the session, calling again (another replica) until it is answered.
+// closeSession closes the session, calling again (another replica) until it is answered: 202,
+// or an error that calling again would not change (a deleted runtime's session: 404).
 func (l *faultLoad) closeSession(ctx context.Context, rt, session string) {
 	for ctx.Err() == nil {
 		_, err := l.op().client(l.tokens[rt]).CloseSession(ctx, client.SessionRequest{Namespace: l.ns, Runtime: rt, Session: session})
 		var apiErr *client.APIError
-		if err == nil || errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound { // a deleted runtime's session
+		switch {
+		case err == nil:
+			l.count("close 202")
+			return
+		case errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable:
+			l.count(fmt.Sprintf("close %d %s", apiErr.Status, apiErr.Code))
 			return
 		}
-		retryPause(ctx)
+		retryPause(ctx) // a replica killed or not ready, the API server stalled
 	}
 }
 
@@ -169,7 +175,7 @@ var identityRE = regexp.MustCompile(`"Starting leader election".* identity="([^"
 func (o *operators) startReplica() *apiOperator {
 	t := o.t
 	t.Helper()
-	op := startAPIOperatorWithArgs(t, o.ns) // a lease of faultLease (startOperator's flags)
+	op := startAPIOperator(t, o.ns) // a lease of faultLease (startOperator's flags)
 	o.all = append(o.all, op)
 	eventually(t, time.Minute, "the new replica's identity in its log", func(context.Context) (bool, error) {
 		b, err := os.ReadFile(op.log)
@@ -229,14 +235,6 @@ func (o *operators) killLeader(load *faultLoad) {
 		}
 		return o.byID[h] != nil, nil
 	})
-}
-
-// startAPIOperatorWithArgs is startAPIOperator with more flags.
-func startAPIOperatorWithArgs(t *testing.T, ns string, extra ...string) *apiOperator {
-	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startClaimOperatorWithArgs(t, ns, append(extra, "--api-bind-address="+addr)...)
-	return &apiOperator{operatorProcess: p, apiURL: "https://" + addr, httpClient: apiHTTPClient(t, ns)}
 }
 
 // TestFaultSuiteAPIOnly (issue 24, item 5, the API-only plane: kwok fakes the pods, so no bytes
