@@ -237,6 +237,26 @@ func (o *operators) killLeader(load *faultLoad) {
 	})
 }
 
+// apiFaultSuite is TestFaultSuiteAPIOnly's state: the namespace, the operators, the load, the
+// watches, and the faults injected so far.
+type apiFaultSuite struct {
+	t         *testing.T
+	ctx       context.Context
+	e         *claimEnv
+	apiserver int
+	kubelets  kubelets
+	ops       *operators
+	load      *faultLoad
+	monitor   *faultMonitor
+	faults    int
+}
+
+const (
+	faultMaxPerSession, faultMaxConcurrent, faultMaxInstances = 2, 4, 14
+	faultSessionsPerRuntime, faultHandlesPerSession           = 4, 3
+	faultRounds                                               = 25 // per session, then it closes and the next opens
+)
+
 // TestFaultSuiteAPIOnly (issue 24, item 5, the API-only plane: kwok fakes the pods, so no bytes
 // here; TestRealNodeFaultSuite has them): a burst of sessions of three runtimes, each session
 // with more handles than maxPerSession, more sessions than maxConcurrent and, together, more than
@@ -255,141 +275,40 @@ func TestFaultSuiteAPIOnly(t *testing.T) {
 	if nodes, err := kubeClient.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err != nil || len(nodes.Items) < 2 {
 		t.Skipf("needs two nodes (%v)", err)
 	}
-	k := kubelets{t: t, pid: kwok}
-	t.Cleanup(k.resume)
-
-	const (
-		maxPerSession, maxConcurrent, maxInstances = 2, 4, 14
-		sessionsPerRuntime, handlesPerSession      = 4, 3
-		rounds                                     = 25 // per session, then it closes and the next opens
-	)
-	runtimes := []string{"agent", "beta", "doomed"}
-	e := newClaimEnv(t, "airlock-faults", claimEnvOptions{maxConcurrent: maxConcurrent, maxPerSession: maxPerSession, maxInstances: maxInstances})
-	class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(context.Background(), e.class, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	class.Spec.StartupTimeout = &metav1.Duration{Duration: faultStartupTimeout}
-	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Update(context.Background(), class, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	limits := faultLimits{maxPerSession: map[string]int{}, maxConcurrent: map[string]int{}, maxInstances: map[string]int{"codegen": maxInstances}}
-	tokens := map[string]string{}
-	for _, rt := range runtimes {
-		if rt != "agent" {
-			createRuntime(t, e, rt, rt)
-		}
-		limits.maxPerSession[rt], limits.maxConcurrent[rt] = maxPerSession, maxConcurrent
-		tokens[rt] = serviceAccountToken(t, e.ns, rt)
-	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	monitor := newFaultMonitor(e.ns, limits, faultWhyBound)
+	s := &apiFaultSuite{t: t, ctx: ctx, apiserver: apiserver, kubelets: kubelets{t: t, pid: kwok}}
+	t.Cleanup(s.kubelets.resume)
+	runtimes := []string{"agent", "beta", "doomed"}
+	limits := s.setup(runtimes)
+
+	s.monitor = newFaultMonitor(s.e.ns, limits, faultWhyBound)
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	waitWatch := monitor.start(watchCtx)
+	waitWatch := s.monitor.start(watchCtx)
 	defer func() { stopWatch(); waitWatch() }()
-
-	ops := &operators{t: t, ns: e.ns, lease: "airlock-operator-e2e", byID: map[string]*apiOperator{}}
-	ops.startReplica()
-	ops.startReplica()
-	load := &faultLoad{ns: e.ns, monitor: monitor, tokens: tokens, answers: map[string]int{}}
-	load.setOps(ops.live()...)
-
-	// The sessions: each runtime's sessionsPerRuntime at a time, each closed after its rounds and
-	// followed by the next, until stop closes.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	handles := make([]string, handlesPerSession)
-	for h := range handles {
-		handles[h] = fmt.Sprintf("codegen/h%d", h)
-	}
-	for _, rt := range runtimes {
-		for s := range sessionsPerRuntime {
-			wg.Go(func() {
-				for gen := 0; ; gen++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					load.runSession(ctx, stop, rt, fmt.Sprintf("s%d-%d", s, gen), handles, rounds)
-				}
-			})
-		}
-	}
-	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	s.ops = &operators{t: t, ns: s.e.ns, lease: "airlock-operator-e2e", byID: map[string]*apiOperator{}}
+	s.ops.startReplica()
+	s.ops.startReplica()
+	s.load.monitor = s.monitor
+	s.load.setOps(s.ops.live()...)
+	stopLoad := s.startSessions(runtimes)
 	defer stopLoad()
-	faults := 0
-	waitClaims := func(what string, cond func([]*airlockv1alpha1.SandboxClaim) bool) {
-		t.Helper()
-		eventually(t, 3*time.Minute, what, func(context.Context) (bool, error) { return cond(monitor.snapshot()), nil })
-	}
-	countPhase := func(cs []*airlockv1alpha1.SandboxClaim, phase airlockv1alpha1.ClaimPhase) int {
-		n := 0
-		for _, c := range cs {
-			if c.Status.Phase == phase && c.DeletionTimestamp == nil {
-				n++
-			}
-		}
-		return n
-	}
-	waitClaims("the burst's first claims Bound", func(cs []*airlockv1alpha1.SandboxClaim) bool {
-		return countPhase(cs, airlockv1alpha1.ClaimBound) >= maxConcurrent
-	})
+	s.waitBound("the burst's first claims Bound")
 
 	// 1. The leader is killed mid-burst; a replica takes its place.
-	ops.killLeader(load)
-	faults++
-	ops.startReplica()
-	load.setOps(ops.live()...)
-
-	// 2. The API server stalls past the lease (the sleep is the outage itself).
-	if err := syscall.Kill(apiserver, syscall.SIGSTOP); err != nil {
-		t.Fatalf("stopping kube-apiserver: %v", err)
-	}
-	resume := sync.OnceFunc(func() {
-		if err := syscall.Kill(apiserver, syscall.SIGCONT); err != nil {
-			t.Errorf("resuming kube-apiserver: %v", err)
-		}
-	})
-	t.Cleanup(resume)
-	t.Logf("fault: kube-apiserver stopped for %s", faultOutage)
-	time.Sleep(faultOutage)
-	resume()
-	faults++
-	eventually(t, time.Minute, "a leader after the outage", func(ctx context.Context) (bool, error) {
-		l, err := kubeClient.CoordinationV1().Leases(e.ns).Get(ctx, ops.lease, metav1.GetOptions{})
-		return err == nil && l.Spec.HolderIdentity != nil && ops.byID[*l.Spec.HolderIdentity] != nil && l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < faultLease, nil
-	})
-	waitClaims("claims Bound again after the outage", func(cs []*airlockv1alpha1.SandboxClaim) bool {
-		return countPhase(cs, airlockv1alpha1.ClaimBound) >= maxConcurrent
-	})
-
+	s.killLeader()
+	// 2. The API server stalls past the lease.
+	s.stallAPIServer()
+	s.waitBound("claims Bound again after the outage")
 	// 3. A runtime is deleted with its sessions running: its claims go (garbage collection).
-	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(s.e.ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	faults++
+	s.faults++
 	t.Log("fault: runtime doomed deleted")
-
 	// 4. A Node is deleted (the one with the most sandboxes), and the leader killed at once.
-	node := busiestNode(t, monitor)
-	saved := saveNode(t, k, node)
-	onNode := monitor.podsOn(node)
-	if err := kubeClient.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("deleting node %s: %v", node, err)
-	}
-	faults++
-	t.Logf("fault: node %s deleted with %d sandbox pods", node, len(onNode))
-	ops.killLeader(load)
-	faults++
-	ops.startReplica()
-	load.setOps(ops.live()...)
-	for _, p := range onNode {
-		waitPodGone(t, e.ns, p.Name, p.UID)
-	}
-	waitClaims("runtime doomed's claims gone", func(cs []*airlockv1alpha1.SandboxClaim) bool {
+	s.deleteNode()
+	s.waitClaims("runtime doomed's claims gone", func(cs []*airlockv1alpha1.SandboxClaim) bool {
 		for _, c := range cs {
 			if c.Spec.RuntimeName == "doomed" {
 				return false
@@ -397,69 +316,207 @@ func TestFaultSuiteAPIOnly(t *testing.T) {
 		}
 		return true
 	})
-	restoreNode(t, saved)
+	// 5. kwok stops: every Node's kubelet is gone; one Node is released by the out-of-service taint.
+	s.stopKubelets()
+	s.waitBound("claims Bound again after kwok's return")
 
-	// 5. kwok stops: every Node's kubelet is gone. A claim says so (PodLost NodeUnreachable), and
-	// so does the acquire of its handle; one Node is then released by the out-of-service taint
-	// (non-graceful shutdown), and kwok comes back.
-	k.stop()
-	faults++
-	lost := checkLostAnswer(t, load)
-	pod, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, lost.Name, metav1.GetOptions{})
+	// The end: the sessions close, and every claim ends.
+	stopLoad()
+	s.waitEnded()
+	stopWatch()
+	waitWatch()
+	s.report()
+}
+
+// setup makes the namespace, the class (startupTimeout faultStartupTimeout), the runtimes (each
+// with a ServiceAccount of its name) and their tokens, and returns the limits.
+func (s *apiFaultSuite) setup(runtimes []string) faultLimits {
+	t := s.t
+	t.Helper()
+	s.e = newClaimEnv(t, "airlock-faults", claimEnvOptions{maxConcurrent: faultMaxConcurrent, maxPerSession: faultMaxPerSession, maxInstances: faultMaxInstances})
+	class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(s.ctx, s.e.class, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.StartupTimeout = &metav1.Duration{Duration: faultStartupTimeout}
+	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Update(s.ctx, class, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	limits := faultLimits{maxPerSession: map[string]int{}, maxConcurrent: map[string]int{}, maxInstances: map[string]int{"codegen": faultMaxInstances}}
+	s.load = &faultLoad{ns: s.e.ns, tokens: map[string]string{}, answers: map[string]int{}}
+	for _, rt := range runtimes {
+		if rt != "agent" {
+			createRuntime(t, s.e, rt, rt)
+		}
+		limits.maxPerSession[rt], limits.maxConcurrent[rt] = faultMaxPerSession, faultMaxConcurrent
+		s.load.tokens[rt] = serviceAccountToken(t, s.e.ns, rt)
+	}
+	return limits
+}
+
+// startSessions runs faultSessionsPerRuntime sessions of each runtime at a time, each closed
+// after its rounds and followed by the next; the returned function stops them and waits.
+func (s *apiFaultSuite) startSessions(runtimes []string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	handles := make([]string, faultHandlesPerSession)
+	for h := range handles {
+		handles[h] = fmt.Sprintf("codegen/h%d", h)
+	}
+	for _, rt := range runtimes {
+		for i := range faultSessionsPerRuntime {
+			wg.Go(func() {
+				for gen := 0; ; gen++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					s.load.runSession(s.ctx, done, rt, fmt.Sprintf("s%d-%d", i, gen), handles, faultRounds)
+				}
+			})
+		}
+	}
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
+func (s *apiFaultSuite) waitClaims(what string, cond func([]*airlockv1alpha1.SandboxClaim) bool) {
+	s.t.Helper()
+	eventually(s.t, 3*time.Minute, what, func(context.Context) (bool, error) { return cond(s.monitor.snapshot()), nil })
+}
+
+// waitBound waits for maxConcurrent claims to be Bound: the load is served again.
+func (s *apiFaultSuite) waitBound(what string) {
+	s.t.Helper()
+	s.waitClaims(what, func(cs []*airlockv1alpha1.SandboxClaim) bool {
+		n := 0
+		for _, c := range cs {
+			if c.Status.Phase == airlockv1alpha1.ClaimBound && c.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n >= faultMaxConcurrent
+	})
+}
+
+// killLeader kills the leader and starts a replica in its place.
+func (s *apiFaultSuite) killLeader() {
+	s.t.Helper()
+	s.ops.killLeader(s.load)
+	s.faults++
+	s.ops.startReplica()
+	s.load.setOps(s.ops.live()...)
+}
+
+// stallAPIServer stops the API server for faultOutage, longer than the lease (the sleep is the
+// outage itself), and waits for a replica to lead again.
+func (s *apiFaultSuite) stallAPIServer() {
+	t := s.t
+	t.Helper()
+	if err := syscall.Kill(s.apiserver, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping kube-apiserver: %v", err)
+	}
+	resume := sync.OnceFunc(func() {
+		if err := syscall.Kill(s.apiserver, syscall.SIGCONT); err != nil {
+			t.Errorf("resuming kube-apiserver: %v", err)
+		}
+	})
+	t.Cleanup(resume) // whatever fails, the cluster is not left stopped
+	t.Logf("fault: kube-apiserver stopped for %s", faultOutage)
+	time.Sleep(faultOutage)
+	resume()
+	s.faults++
+	eventually(t, time.Minute, "a leader after the outage", func(ctx context.Context) (bool, error) {
+		l, err := kubeClient.CoordinationV1().Leases(s.e.ns).Get(ctx, s.ops.lease, metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && s.ops.byID[*l.Spec.HolderIdentity] != nil &&
+			l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < faultLease, nil
+	})
+}
+
+// deleteNode deletes the Node with the most sandbox pods and kills the leader at once, waits for
+// the Node's pods to be gone, and restores the Node.
+func (s *apiFaultSuite) deleteNode() {
+	t := s.t
+	t.Helper()
+	node := busiestNode(t, s.monitor)
+	saved := saveNode(t, s.kubelets, node)
+	onNode := s.monitor.podsOn(node)
+	if err := kubeClient.CoreV1().Nodes().Delete(s.ctx, node, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting node %s: %v", node, err)
+	}
+	s.faults++
+	t.Logf("fault: node %s deleted with %d sandbox pods", node, len(onNode))
+	s.killLeader()
+	for _, p := range onNode {
+		waitPodGone(t, s.e.ns, p.Name, p.UID)
+	}
+	restoreNode(t, saved)
+}
+
+// stopKubelets stops kwok; once a claim says its pod is lost, and an acquire of its handle says
+// so too, the lost pod's Node is tainted out-of-service, its pods released, and kwok resumed.
+func (s *apiFaultSuite) stopKubelets() {
+	t := s.t
+	t.Helper()
+	s.kubelets.stop()
+	s.faults++
+	lost := checkLostAnswer(t, s.load)
+	pod, err := kubeClient.CoreV1().Pods(s.e.ns).Get(s.ctx, lost.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the lost claim's pod: %v", err)
 	}
 	tainted := pod.Spec.NodeName
-	savedTainted := saveNode(t, k, tainted)
-	onTainted := monitor.podsOn(tainted)
+	saved := saveNode(t, s.kubelets, tainted)
+	onTainted := s.monitor.podsOn(tainted)
 	taintOutOfService(t, tainted)
-	faults++
+	s.faults++
 	t.Logf("fault: kwok stopped; node %s tainted out-of-service with %d sandbox pods", tainted, len(onTainted))
 	for _, p := range onTainted {
-		waitPodGone(t, e.ns, p.Name, p.UID)
+		waitPodGone(t, s.e.ns, p.Name, p.UID)
 	}
-	k.resume()
-	restoreNode(t, savedTainted)
-	waitClaims("claims Bound again after kwok's return", func(cs []*airlockv1alpha1.SandboxClaim) bool {
-		return countPhase(cs, airlockv1alpha1.ClaimBound) >= maxConcurrent
-	})
+	s.kubelets.resume()
+	restoreNode(t, saved)
+}
 
-	// The end: the sessions close, and every claim ends (deleted, or Failed with a reason a
-	// person can read) within the bound.
-	stopLoad()
-	finalBound := faultWhyBound + faultStartupTimeout
+// waitEnded waits for every claim to end (deleted, or Failed with a reason and a message)
+// within faultWhyBound + the startupTimeout of the sessions' close, and records each that did not.
+func (s *apiFaultSuite) waitEnded() {
+	bound := faultWhyBound + faultStartupTimeout
 	var left []*airlockv1alpha1.SandboxClaim
-	err = waitFor(ctx, finalBound, func() bool {
+	err := waitFor(s.ctx, bound, func() bool {
 		left = left[:0]
-		for _, c := range monitor.snapshot() {
+		for _, c := range s.monitor.snapshot() {
 			if c.Status.Phase == airlockv1alpha1.ClaimFailed && c.Status.Reason != "" && c.Status.Message != "" {
 				continue
 			}
 			left = append(left, c)
 		}
-		monitor.checkSilent()
+		s.monitor.checkSilent()
 		return len(left) == 0
 	})
 	if err != nil {
 		for _, c := range left {
-			monitor.addViolation("unended "+c.Name, fmt.Sprintf("claim %s did not end within %s of the sessions' close: %s reason %q message %q conditions %s",
-				c.Name, finalBound, c.Status.Phase, c.Status.Reason, c.Status.Message, conditionSummary(c.Status.Conditions)))
+			s.monitor.addViolation("unended "+c.Name, fmt.Sprintf("claim %s did not end within %s of the sessions' close: %s reason %q message %q conditions %s",
+				c.Name, bound, c.Status.Phase, c.Status.Reason, c.Status.Message, conditionSummary(c.Status.Conditions)))
 		}
 	}
-	stopWatch()
-	waitWatch()
+}
 
-	violations := monitor.allViolations()
-	load.mu.Lock()
+// report logs the suite's counts and fails the test on every violation.
+func (s *apiFaultSuite) report() {
+	t := s.t
+	violations := s.monitor.allViolations()
+	s.load.mu.Lock()
 	var answers []string
-	for a, n := range load.answers {
+	for a, n := range s.load.answers {
 		answers = append(answers, fmt.Sprintf("%s: %d", a, n))
 	}
 	sort.Strings(answers)
-	t.Logf("fault suite (API-only): %d sessions, %d acquires, %d faults injected (%d leader kills), %d violations", load.sessions, load.acquires, faults, ops.killed, len(violations))
-	load.mu.Unlock()
+	t.Logf("fault suite (API-only): %d sessions, %d acquires, %d faults injected (%d leader kills), %d violations",
+		s.load.sessions, s.load.acquires, s.faults, s.ops.killed, len(violations))
+	s.load.mu.Unlock()
 	t.Logf("answers: %s", strings.Join(answers, "; "))
-	t.Logf("watch: %s; PodLost seen: %v", monitor.summary(), monitor.lostReasons())
+	t.Logf("watch: %s; PodLost seen: %v", s.monitor.summary(), s.monitor.lostReasons())
 	for _, v := range violations {
 		t.Errorf("violation: %s", v)
 	}
