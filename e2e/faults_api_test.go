@@ -114,7 +114,7 @@ func (l *faultLoad) runSession(ctx context.Context, stop <-chan struct{}, rt, se
 	l.mu.Lock()
 	l.sessions++
 	l.mu.Unlock()
-	tick := time.NewTicker(400 * time.Millisecond)
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer l.closeSession(ctx, rt, session)
 	for range rounds {
@@ -254,7 +254,7 @@ type apiFaultSuite struct {
 const (
 	faultMaxPerSession, faultMaxConcurrent, faultMaxInstances = 2, 4, 14
 	faultSessionsPerRuntime, faultHandlesPerSession           = 4, 3
-	faultRounds                                               = 25 // per session, then it closes and the next opens
+	faultRounds                                               = 15 // per session, then it closes and the next opens
 )
 
 // TestFaultSuiteAPIOnly (issue 24, item 5, the API-only plane: kwok fakes the pods, so no bytes
