@@ -568,8 +568,10 @@ func checkLostAnswer(t *testing.T, load *faultLoad) (lost *airlockv1alpha1.Sandb
 			switch {
 			case errors.As(err, &apiErr) && apiErr.Status == http.StatusServiceUnavailable, err != nil && apiErr == nil:
 				continue // a replica not ready, a transport error: try again
+			case err != nil && (apiErr.Reason == "" || apiErr.Message == ""):
+				load.monitor.addViolation("lost answer", fmt.Sprintf("acquire of lost claim %s: %v: not why", c.Name, err))
 			case err != nil:
-				load.monitor.addViolation("lost answer", fmt.Sprintf("acquire of lost claim %s: %v", c.Name, err))
+				t.Logf("acquire of lost claim %s (%s): %v", c.Name, now.Status.Phase, err) // a Failed claim's 502 says why too
 			case status == http.StatusOK:
 				load.monitor.addViolation("lost answer", fmt.Sprintf("acquire of lost claim %s answered 200 %+v while every kubelet is stopped", c.Name, got))
 			case got.Reason != claim.ReasonNodeUnreachable || got.Message == "":
