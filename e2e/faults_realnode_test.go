@@ -21,8 +21,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/syncback"
 )
 
@@ -94,10 +96,14 @@ func sessionFiles(name string, n, size int) faultFiles {
 // runtime pod, holds at most 128 KiB): their content, and the command.
 func generatedFiles(session, dir string, n int) (faultFiles, string) {
 	out := faultFiles{}
+	// Each file: its line, then 64 KiB of the session's line (yes | head), so that the copy, which
+	// flushes every file, takes long enough to be killed halfway.
+	line := session + " generated\n"
+	fill := bytes.Repeat([]byte(line), 65536/len(line)+1)[:65536]
 	for i := range n {
-		out[fmt.Sprintf("%s/f%03d.txt", dir, i)] = fmt.Appendf(nil, "%s generated file %03d\n", session, i)
+		out[fmt.Sprintf("%s/f%03d.txt", dir, i)] = append(fmt.Appendf(nil, "%s generated file %03d\n", session, i), fill...)
 	}
-	cmd := fmt.Sprintf(`mkdir -p %s && i=0 && while [ $i -lt %d ]; do printf '%s generated file %%03d\n' $i > %s/f$(printf %%03d $i).txt; i=$((i+1)); done`, dir, n, session, dir)
+	cmd := fmt.Sprintf(`mkdir -p %s && i=0 && while [ $i -lt %d ]; do f=%s/f$(printf %%03d $i).txt; printf '%s generated file %%03d\n' $i > $f; yes '%s generated' | head -c 65536 >> $f; i=$((i+1)); done`, dir, n, dir, session, session)
 	return out, cmd
 }
 
@@ -179,21 +185,6 @@ func (r *faultRealnode) waitFailedAttempt(s *faultSession) int {
 		return n >= 1, nil
 	})
 	return n
-}
-
-// waitSyncJob waits for the session's claim's sync-back Job and returns its name.
-func (r *faultRealnode) waitSyncJob(s *faultSession) string {
-	r.t.Helper()
-	var name string
-	eventually(r.t, 3*time.Minute, "the sync-back Job of "+s.claim, func(ctx context.Context) (bool, error) {
-		jobs, err := kubeClient.BatchV1().Jobs(r.e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelSyncOf + "=" + s.claim})
-		if err != nil || len(jobs.Items) == 0 {
-			return false, err
-		}
-		name = jobs.Items[0].Name
-		return true, nil
-	})
-	return name
 }
 
 // contentHashes lists every regular file below the content volume's root with its SHA-256, as
@@ -376,12 +367,22 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	r.waitGone(a2)
 
 	a3gen, a3cmd := generatedFiles("a3", "gen", 300)
+	a3wait := onSyncRunning(e.ns, claimname.For("agent", "a3", "codegen/default"), func(ctx context.Context, pod *corev1.Pod) error {
+		if err := kubeClient.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrInt64(0)}); err != nil {
+			return err
+		}
+		return deleteLeaderPod(ctx)
+	})
 	a3 := r.run("agent", "a3", "codegen/default", sessionFiles("a3", 5, 1024).with(a3gen), a3cmd)
-	if killSyncPod(t, e.ns, r.waitSyncJob(a3)) {
-		r.faults++
+	if ran, err := a3wait(); err != nil {
+		t.Fatal(err)
+	} else if ran {
+		r.faults += 2
+		t.Log("fault: the sync-back pod of a3 killed while it copies, and the leader operator pod killed at once")
+		waitNewLeader(t)
+	} else {
+		t.Log("the sync-back of a3 was never seen running: nothing killed mid-copy")
 	}
-	killLeaderPod(t)
-	r.faults++
 	r.waitGone(a3)
 
 	// Target B, on a 2 MiB tmpfs: a small session, then one of 3 MiB that cannot fit; the volume
@@ -397,13 +398,20 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	r.waitGone(b2)
 
 	d1gen, d1cmd := generatedFiles("d1", "gen", 300)
+	d1wait := onSyncRunning(e.ns, claimname.For("doomed", "d1", "codegen/default"), func(ctx context.Context, _ *corev1.Pod) error {
+		return airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, "doomed", metav1.DeleteOptions{})
+	})
 	d1 := r.run("doomed", "d1", "codegen/default", sessionFiles("d1", 5, 1024).with(d1gen), d1cmd)
-	r.waitSyncJob(d1)
-	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+	if ran, err := d1wait(); err != nil {
 		t.Fatal(err)
+	} else if ran {
+		r.faults++
+		t.Log("fault: runtime doomed deleted while its session's sync-back runs")
+	} else if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Log("the sync-back of d1 was never seen running: runtime doomed deleted after it")
 	}
-	r.faults++
-	t.Log("fault: runtime doomed deleted while its session's sync-back runs")
 	r.waitGone(d1)
 
 	r.checkNothingLost(monitor, []string{targetA, targetB}, "doomed")
@@ -458,54 +466,60 @@ func (r *faultRealnode) checkNothingLost(monitor *faultMonitor, targets []string
 	}
 }
 
-// killSyncPod deletes the running pod of the sync-back Job job at once (grace period 0), while
-// it copies: the attempt fails, and the claim retries. It reports whether it killed one (the pod
-// may have finished first).
-func killSyncPod(t *testing.T, ns, job string) bool {
-	t.Helper()
-	var pod *corev1.Pod
-	eventually(t, 2*time.Minute, "the pod of Job "+job+" running", func(ctx context.Context) (bool, error) {
-		pods, err := kubeClient.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
-		if err != nil {
-			return false, err
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
-				pod = p
-				return true, nil
+// onSyncRunning watches, from now, the pods of the claim's sync-back Jobs; as soon as one is
+// Running, act runs (in the watch's goroutine, so that it lands while the pod copies). The
+// returned function waits for that, or for the watch to end (4 min: the sync-back was never seen
+// running), and says whether act ran, and act's error.
+func onSyncRunning(ns, claimName string, act func(context.Context, *corev1.Pod) error) (wait func() (bool, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	type result struct {
+		ran bool
+		err error
+	}
+	done := make(chan result, 1)
+	w, err := kubeClient.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelSyncOf + "=" + claimName})
+	if err != nil {
+		cancel()
+		return func() (bool, error) { return false, err }
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && p.Status.Phase == corev1.PodRunning {
+				done <- result{true, act(ctx, p)}
+				return
 			}
 		}
-		return false, nil
-	})
-	if pod.Status.Phase != corev1.PodRunning {
-		t.Logf("the sync-back pod %s had already finished: nothing to kill mid-copy", pod.Name)
-		return false
+		done <- result{}
+	}()
+	return func() (bool, error) {
+		defer cancel()
+		r := <-done
+		return r.ran, r.err
 	}
-	if err := kubeClient.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrInt64(0)}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	t.Logf("fault: sync-back pod %s killed while it copies", pod.Name)
-	return true
 }
 
-// killLeaderPod kills the leader operator pod of the in-cluster install (grace period 0) and
-// waits for the other replica to take the lease.
-func killLeaderPod(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
+// deleteLeaderPod kills the leader operator pod of the in-cluster install (grace period 0).
+func deleteLeaderPod(ctx context.Context) error {
 	leader, err := leaseHolder(ctx, operatorNamespace, "airlock-operator")
 	if err != nil || leader == "" {
-		t.Fatalf("no leader: %q %v", leader, err)
+		return fmt.Errorf("no leader: %q %v", leader, err)
 	}
-	leaderPod := strings.SplitN(leader, "_", 2)[0]
-	if _, err := kubectl(ctx, "-n", operatorNamespace, "delete", "pod", leaderPod, "--grace-period=0", "--force", "--wait=false"); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fault: leader operator pod %s killed", leaderPod)
+	lastKilledLeader = strings.SplitN(leader, "_", 2)[0]
+	return kubeClient.CoreV1().Pods(operatorNamespace).Delete(ctx, lastKilledLeader, metav1.DeleteOptions{GracePeriodSeconds: ptrInt64(0)})
+}
+
+// lastKilledLeader is the operator pod deleteLeaderPod killed last.
+var lastKilledLeader string
+
+// waitNewLeader waits for a replica other than the one killed to lead, and, when the test ends,
+// for the operator Deployment to be back at 2 available replicas.
+func waitNewLeader(t *testing.T) {
+	t.Helper()
+	killed := lastKilledLeader
 	eventually(t, 2*time.Minute, "a new leader", func(ctx context.Context) (bool, error) {
 		h, err := leaseHolder(ctx, operatorNamespace, "airlock-operator")
-		return err == nil && h != "" && !strings.HasPrefix(h, leaderPod+"_"), nil
+		return err == nil && h != "" && !strings.HasPrefix(h, killed+"_"), nil
 	})
 	t.Cleanup(func() {
 		eventually(t, 2*time.Minute, "the operator Deployment back at 2 available replicas", func(ctx context.Context) (bool, error) {
