@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
@@ -310,14 +311,18 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	e := newRealnodeEnv(t, "airlock-rn-faults", realnodeOptions{maxConcurrent: 3, maxPerSession: 2, maxInstances: 6, targetPath: targetA})
 	ctx := context.Background()
 	// A second registry entry, the same class, whose target lives on a volume that fills up.
-	reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, "tools", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spill := reg.Spec.Sandboxes[0]
-	spill.Name, spill.TargetPath = "spill", targetB
-	reg.Spec.Sandboxes = append(reg.Spec.Sandboxes, spill)
-	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Update(ctx, reg, metav1.UpdateOptions{}); err != nil {
+	// (The operator writes the registry's status meanwhile: read it again on a conflict.)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, "tools", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		spill := reg.Spec.Sandboxes[0]
+		spill.Name, spill.TargetPath = "spill", targetB
+		reg.Spec.Sandboxes = append(reg.Spec.Sandboxes, spill)
+		_, err = airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Update(ctx, reg, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, "agent", metav1.GetOptions{})
