@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
@@ -78,18 +79,30 @@ func restoreNode(t *testing.T, saved *corev1.Node) {
 		t.Errorf("restoring node %s: %v", saved.Name, err)
 		return
 	default:
-		var taints []corev1.Taint
-		for _, taint := range node.Spec.Taints {
-			if taint.Key != claim.TaintOutOfService {
-				taints = append(taints, taint)
+		// The node lifecycle controller writes the Node too (its taints, as it comes back): read
+		// it again on a conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var taints []corev1.Taint
+			for _, taint := range node.Spec.Taints {
+				if taint.Key != claim.TaintOutOfService {
+					taints = append(taints, taint)
+				}
 			}
-		}
-		if len(taints) != len(node.Spec.Taints) {
+			if len(taints) == len(node.Spec.Taints) {
+				return nil
+			}
 			node.Spec.Taints = taints
-			if _, err := kubeClient.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-				t.Errorf("restoring node %s: %v", saved.Name, err)
-				return
+			_, err := kubeClient.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				if fresh, getErr := kubeClient.CoreV1().Nodes().Get(ctx, saved.Name, metav1.GetOptions{}); getErr == nil {
+					node = fresh
+				}
 			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("restoring node %s: %v", saved.Name, err)
+			return
 		}
 	}
 	eventually(t, 3*time.Minute, "node "+saved.Name+" Ready and untainted again", func(ctx context.Context) (bool, error) {
