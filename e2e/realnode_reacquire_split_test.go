@@ -177,5 +177,14 @@ func (tl *reacquireTimeline) report() string {
 		fmt.Fprintf(&b, "\n  %-40s p50 %6.0f ms  p90 %6.0f ms  (n=%d)", s.name, percentile(ds, 0.5), percentile(ds, 0.9), len(ds))
 	}
 	fmt.Fprintf(&b, "\n  (%d claims, %d pods seen)", len(tl.claims), len(tl.pods))
+	if n > 2 {
+		// One round's marks on the clock, to be matched with the node's containerd and
+		// kubelet logs (_output/local-node/).
+		oc, nc, op, np := tl.claims[1], tl.claims[2], tl.pods[1], tl.pods[2]
+		const f = "15:04:05.000"
+		fmt.Fprintf(&b, "\n  round 2 (UTC): close %s, old pod deleting %s, exited %s, gone %s, old claim gone %s, new claim %s, new pod %s, running %s, Ready %s, Bound %s",
+			oc.reaping.UTC().Format(f), op.deleting.UTC().Format(f), op.exited.UTC().Format(f), op.gone.UTC().Format(f), oc.gone.UTC().Format(f),
+			nc.created.UTC().Format(f), np.created.UTC().Format(f), np.started.UTC().Format(f), np.ready.UTC().Format(f), nc.bound.UTC().Format(f))
+	}
 	return b.String()
 }
