@@ -1114,6 +1114,9 @@ func TestRealNodeReacquire(t *testing.T) {
 		Error string `json:"error"`
 	}
 	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "again", "handle": "codegen/default", "sessions": rounds}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	timeline := watchReacquire(wctx, t, e.ns, claimname.For("agent", "again", "codegen/default"))
 	e.runClient(t, "reacquire", "reacquire", plan, 20*time.Minute, &res)
 	if res.Error != "" {
 		t.Errorf("after %d rounds: %s", len(res.Rounds), res.Error)
@@ -1142,6 +1145,7 @@ func TestRealNodeReacquire(t *testing.T) {
 	}
 	t.Logf("close and re-acquire of one handle (the workspace resumed), n=%d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		rounds, percentile(acquire, 0.5), percentile(acquire, 0.9), percentile(acquire, 1))
+	t.Logf("the split of a round, from the test's watches of the claim and its pods:%s", timeline.report())
 }
 
 // journalSHA256 is the sha256 (hex) of the journal the reacquire rounds 0..rounds-1 wrote.

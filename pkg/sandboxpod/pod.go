@@ -219,8 +219,11 @@ func sandboxPod(meta metav1.ObjectMeta, record *airlockv1alpha1.FrozenSandbox, w
 				Port:   intstr.FromString(ports[0].Name),
 				Scheme: corev1.URISchemeHTTP,
 			}},
-			TimeoutSeconds:   1,
-			PeriodSeconds:    2,
+			TimeoutSeconds: 1,
+			// The kubelet probes once as soon as the container runs, before sandboxd may be
+			// listening; a failed first probe is tried again a period later, which a new or
+			// resumed claim waits for (docs/nothing-lost.md, "The split of a re-acquire").
+			PeriodSeconds:    1,
 			SuccessThreshold: 1,
 			FailureThreshold: 3,
 		},

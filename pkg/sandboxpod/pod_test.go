@@ -67,6 +67,11 @@ func TestBuildPod(t *testing.T) {
 	if ctr.Name != ContainerName || ctr.Image != class.Spec.Image || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" || ctr.ReadinessProbe.HTTPGet.Port != intstr.FromString("mcp") {
 		t.Errorf("container %+v", ctr)
 	}
+	// A failed first probe (sandboxd not listening yet) is tried again within a second: the
+	// claim's Bound waits for it.
+	if p := ctr.ReadinessProbe; p.PeriodSeconds != 1 || p.InitialDelaySeconds != 0 || p.SuccessThreshold != 1 {
+		t.Errorf("readiness probe period %d s, initial delay %d s, success threshold %d, want 1, 0, 1", p.PeriodSeconds, p.InitialDelaySeconds, p.SuccessThreshold)
+	}
 	wantMounts := []corev1.VolumeMount{
 		{Name: "workspace", MountPath: "/workspace", SubPath: "team-a/sandboxes/c1"},
 		{Name: "cache", MountPath: "/sandbox-cache"},
