@@ -174,26 +174,7 @@ func buildKeptJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image s
 			Suspend:               ptr.To(true),
 			BackoffLimit:          ptr.To[int32](keptCollectionBackoffLimit),
 			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: keptJobName(dir)}},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					SecurityContext:              sandboxpod.RestrictedPodSecurityContext(),
-					Containers: []corev1.Container{{
-						Name:                     syncContainerName,
-						Image:                    image,
-						Args:                     args,
-						VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
-						SecurityContext:          sandboxpod.RestrictedContainerSecurityContext(),
-						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-					}},
-					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
-					}}},
-				},
-			},
+			Template:              syncPodTemplate(keptJobName(dir), contentClaimName, image, args),
 		},
 	}
 }

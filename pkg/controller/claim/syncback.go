@@ -296,27 +296,34 @@ func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image s
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),
 			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: claim.Name}},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					SecurityContext:              sandboxpod.RestrictedPodSecurityContext(),
-					Containers: []corev1.Container{{
-						Name:  syncContainerName,
-						Image: image,
-						Args:  syncJobArgs(claim, removeWorkspace),
+			Template:              syncPodTemplate(claim.Name, contentClaimName, image, syncJobArgs(claim, removeWorkspace)),
+		},
+	}
+}
 
-						VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
-						SecurityContext:          sandboxpod.RestrictedContainerSecurityContext(),
-						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-					}},
-					Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
-					}}},
-				},
-			},
+// syncPodTemplate is the pod of a Job that runs `airlock sync` (the image's entrypoint) with
+// args on the content volume: restricted, no ServiceAccount token, no retry of its own. syncOf
+// labels the pod (LabelSyncOf) with what it syncs or removes: the claim, or a kept workspace's
+// record.
+func syncPodTemplate(syncOf, contentClaimName, image string, args []string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: syncOf}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext:              sandboxpod.RestrictedPodSecurityContext(),
+			Containers: []corev1.Container{{
+				Name:                     syncContainerName,
+				Image:                    image,
+				Args:                     args,
+				VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
+				SecurityContext:          sandboxpod.RestrictedContainerSecurityContext(),
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
+			}}},
 		},
 	}
 }
