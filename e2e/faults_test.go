@@ -82,43 +82,36 @@ func (m *faultMonitor) start(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
 	claims := airlockClient.AirlockV1alpha1().SandboxClaims(m.ns)
 	pods := kubeClient.CoreV1().Pods(m.ns)
-	wg.Go(func() {
-		relistWatch(ctx,
-			func(ctx context.Context) ([]runtime.Object, string, error) {
-				l, err := claims.List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return nil, "", err
-				}
-				objs := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					objs[i] = &l.Items[i]
-				}
-				return objs, l.ResourceVersion, nil
-			},
-			func(ctx context.Context, rv string) (watch.Interface, error) {
-				return claims.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-			},
-			m.resetClaims, m.claimEvent)
-	})
-	wg.Go(func() {
-		relistWatch(ctx,
-			func(ctx context.Context) ([]runtime.Object, string, error) {
-				l, err := pods.List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return nil, "", err
-				}
-				objs := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					objs[i] = &l.Items[i]
-				}
-				return objs, l.ResourceVersion, nil
-			},
-			func(ctx context.Context, rv string) (watch.Interface, error) {
-				return pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-			},
-			m.resetPods, m.podEvent)
-	})
+	wg.Go(func() { relistWatch(ctx, listOf(claims.List), watchFrom(claims.Watch), m.resetClaims, m.claimEvent) })
+	wg.Go(func() { relistWatch(ctx, listOf(pods.List), watchFrom(pods.Watch), m.resetPods, m.podEvent) })
 	return wg.Wait
+}
+
+// listOf lists everything of a typed client's List as relistWatch wants it: the items and the
+// list's resourceVersion.
+func listOf[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context) ([]runtime.Object, string, error) {
+	return func(ctx context.Context) ([]runtime.Object, string, error) {
+		l, err := list(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, "", err
+		}
+		objs, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, "", err
+		}
+		acc, err := meta.ListAccessor(l)
+		if err != nil {
+			return nil, "", err
+		}
+		return objs, acc.GetResourceVersion(), nil
+	}
+}
+
+// watchFrom watches with a typed client's Watch from a resourceVersion.
+func watchFrom(w func(context.Context, metav1.ListOptions) (watch.Interface, error)) func(context.Context, string) (watch.Interface, error) {
+	return func(ctx context.Context, rv string) (watch.Interface, error) {
+		return w(ctx, metav1.ListOptions{ResourceVersion: rv})
+	}
 }
 
 // relistWatch lists, then watches from the list's resourceVersion, and watches again from the
