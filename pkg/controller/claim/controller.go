@@ -77,6 +77,8 @@ type Controller struct {
 	podEvents         podEvents
 	// lostPods reads the Nodes of pods that cannot run and releases dead ones (nodeloss.go).
 	lostPods lostPodControl
+	// syncPods reads the pods of a claim's sync-back Jobs, which no cache holds (kept.go).
+	syncPods syncPodControl
 	// defaultDeny puts the namespace's standing default-deny NetworkPolicy in place before a
 	// pod is created; nil creates no pod (fail closed).
 	defaultDeny DefaultDenyEnsurer
@@ -239,6 +241,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		legacyDeployments:   realLegacyDeployments{client: kubeClient},
 		podEvents:           realPodEvents{client: kubeClient},
 		lostPods:            realLostPodControl{client: kubeClient},
+		syncPods:            realSyncPods{client: kubeClient},
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
 		runtimeLister:       informers.Runtimes.Lister(),

@@ -101,6 +101,42 @@ const (
 	keptRecordAlreadyCollectedFmt = "the kept workspace record %s is being collected; keeping %s again once it is gone"
 )
 
+// syncPodRecheck is how long after a record was not collected because a sync-back pod of its
+// claim was still there it is looked at again: those pods are in no cache, so no event says
+// when they go.
+const syncPodRecheck = 5 * time.Second
+
+// syncPodControl reads the pods of a claim's sync-back Jobs from the API server: the operator's
+// pod cache holds only pods that carry LabelClaim, and sync-back pods carry LabelSyncOf instead.
+type syncPodControl interface {
+	SyncPods(ctx context.Context, namespace, claim string) ([]corev1.Pod, error)
+}
+
+type realSyncPods struct {
+	client kubernetes.Interface
+}
+
+func (r realSyncPods) SyncPods(ctx context.Context, namespace, claim string) ([]corev1.Pod, error) {
+	list, err := r.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelSyncOf: claim}).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// syncingPod returns a sync-back pod of the claim that has not ended (it may still read the
+// workspace), or nil.
+func syncingPod(pods []corev1.Pod) *corev1.Pod {
+	for i := range pods {
+		if p := pods[i].Status.Phase; p != corev1.PodSucceeded && p != corev1.PodFailed {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
 // KeptRecordName is the name of the record (a Job) of the kept workspace directory dir: one per
 // directory.
 func KeptRecordName(dir string) string { return keptJobName(dir) }
@@ -398,6 +434,17 @@ func (c *Controller) syncKept(ctx context.Context, key cache.ObjectName) (*time.
 	if len(pods) > 0 {
 		klog.FromContext(ctx).V(2).Info("Not collecting a kept workspace yet: a pod of its claim is still there", "record", klog.KObj(job), "pod", klog.KObj(pods[0]))
 		return nil, nil
+	}
+	// Nor a sync-back pod of it that may still copy the workspace: a runtime deleted while its
+	// claim synced back has the claim and its Job deleted by garbage collection, and the Job's pod
+	// goes after them (found by the fault suite: the collection's pod beside the copy's).
+	syncPods, err := c.syncPods.SyncPods(ctx, job.Namespace, job.Labels[LabelClaim])
+	if err != nil {
+		return nil, err
+	}
+	if p := syncingPod(syncPods); p != nil {
+		klog.FromContext(ctx).V(2).Info("Not collecting a kept workspace yet: a sync-back pod of its claim is still there", "record", klog.KObj(job), "pod", klog.KObj(p))
+		return ptr.To(syncPodRecheck), nil
 	}
 	// Decided with a fresh read: no live claim may be on the directory.
 	claims, err := c.claims.List(ctx, job.Namespace)

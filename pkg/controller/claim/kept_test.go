@@ -578,3 +578,50 @@ func TestKeptRuntimeChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptNotCollectedWhileItsSyncBackRuns: a record is not collected while a sync-back pod of
+// the claim that kept it may still copy the workspace (its runtime deleted during the sync-back:
+// garbage collection deleted the claim and the Job, and the Job's pod still runs; the fault
+// suite saw the collection's pod start beside it). Those pods are in no cache: they are read from
+// the API server, and the record is looked at again later. A pod that ended does not hold it.
+func TestKeptNotCollectedWhileItsSyncBackRuns(t *testing.T) {
+	for name, tc := range map[string]struct {
+		phase   corev1.PodPhase
+		collect bool
+	}{
+		"running":   {phase: corev1.PodRunning},
+		"pending":   {phase: corev1.PodPending},
+		"succeeded": {phase: corev1.PodSucceeded, collect: true},
+		"failed":    {phase: corev1.PodFailed, collect: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.runtimes = nil // gone: collected at once, but for the pod
+			claim := bound("c1", t0.Add(-time.Hour))
+			record := keptRecord(claim, "c1", "uid-rt-agent", t0.Add(-time.Minute))
+			f.jobs = append(f.jobs, record)
+			c := f.newController(ctx)
+			syncPod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "c1-sync-abcde", Namespace: testNamespace, Labels: map[string]string{LabelSyncOf: "c1"},
+					DeletionTimestamp: ptr.To(metav1.NewTime(t0))},
+				Status: corev1.PodStatus{Phase: tc.phase},
+			}
+			if err := f.kubeClient.Tracker().Add(syncPod); err != nil {
+				t.Fatal(err)
+			}
+			requeue, err := c.syncKept(ctx, cache.MetaObjectToName(record))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.collect {
+				checkActions(t, f, nil)
+				if requeue == nil || *requeue != syncPodRecheck {
+					t.Errorf("looked at again after %v, want %v", requeue, syncPodRecheck)
+				}
+				return
+			}
+			checkActions(t, f, []string{"update jobs " + record.Name})
+		})
+	}
+}
