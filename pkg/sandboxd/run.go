@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 )
 
 // defaultShutdownGrace is used when Config.ShutdownGrace is not set.
@@ -23,6 +26,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("the listen address is empty")
 	}
 	tuneGC(logger)
+	if procgroup.IsInit() {
+		// The container's first process: the operator's stop (stop.go) rests on it, so no
+		// process of the sandbox (same user) may attach to it (ptrace) or read its memory.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("making sandboxd not dumpable: %w", err)
+		}
+	}
 	s, err := newServer(cfg, defaultOptions(), logger)
 	if err != nil {
 		return err

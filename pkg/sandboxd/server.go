@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
+	"github.com/airlock-dev/airlock/pkg/sandboxstop"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -56,7 +58,11 @@ type server struct {
 	streamable *streamableTransport
 	metrics    *metrics
 	guard      *guard
+	stopper    *stopper
 	closing    atomic.Bool
+	// shutdownOnce runs shutdown once: the operator's stop (stop.go) and the end of Run both ask.
+	shutdownOnce sync.Once
+	shutdownErr  error
 }
 
 // newServer builds a server for cfg. It does not listen.
@@ -85,7 +91,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		tb.close()
 		return nil, err
 	}
-	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g}
+	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g, stopper: newStopper()}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.open()) },
 		func() float64 { return float64(countSessions(s.mcp)) },
@@ -196,6 +202,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle("/sse", s.guard.wrap(http.HandlerFunc(s.sse.serveStream)))
 	mux.Handle(sseEndpointPath, s.guard.wrap(http.HandlerFunc(s.sse.serveMessage)))
 	mux.Handle("/mcp", s.guard.wrap(s.streamable))
+	mux.Handle("POST "+sandboxstop.Path, s.guard.wrap(http.HandlerFunc(s.serveStop)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
@@ -205,8 +212,13 @@ func (s *server) handler() http.Handler {
 // shutdown ends everything that runs, in order: no new sessions, the SSE
 // streams closed, every MCP session ended (which cancels the calls in
 // flight), and every process group killed. It returns once all of it is
-// done, or when ctx is.
+// done, or when ctx is. It runs once; a second call returns the first's error.
 func (s *server) shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.endAll(ctx) })
+	return s.shutdownErr
+}
+
+func (s *server) endAll(ctx context.Context) error {
 	s.closing.Store(true)
 	s.streamable.closing.Store(true)
 	var errs []error
