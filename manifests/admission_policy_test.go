@@ -427,7 +427,9 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"a claim's NetworkPolicy":            create(sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())),
 		"a claim's NetworkPolicy, updated": update(sandboxpod.ClaimNetworkPolicy(claim, record, nil),
 			sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())),
-		"a claim's NetworkPolicy with egress":   create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)),
+		"a claim's NetworkPolicy with egress": create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)),
+		"a claim's NetworkPolicy with the operator's stop": create(sandboxpod.WithOperatorIngress(sandboxpod.ClaimNetworkPolicy(claim, record, nil), record,
+			&sandboxpod.OperatorPeer{Namespace: "airlock-system", Labels: map[string]string{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": "operator"}})),
 		"a claim's sync-back Job":               create(syncJob(claim)),
 		"a warm member":                         create(member),
 		"a warm member's key Secret":            create(sandboxpod.MemberSecret(liveMember, "key")),
@@ -646,6 +648,15 @@ func TestPolicyRefusesWhatAirlockDoesNotBuild(t *testing.T) {
 		"ingress from everywhere": {create(with(np, func(n *networkingv1.NetworkPolicy) { n.Spec.Ingress[0].From = nil })), msgNPPeers},
 		"ingress from another namespace": {create(with(np, func(n *networkingv1.NetworkPolicy) {
 			n.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = "elsewhere"
+		})), msgNPPeers},
+		"ingress from every pod of the operator's namespace": {create(with(np, func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Ingress = append(n.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "airlock-system"}}}}})
+		})), msgNPPeers},
+		"ingress from labelled pods of another namespace": {create(with(np, func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Ingress = append(n.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "elsewhere"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "operator"}}}}})
 		})), msgNPPeers},
 		"a NetworkPolicy in kube-system": {create(with(in("kube-system", np), func(n *networkingv1.NetworkPolicy) {
 			n.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = "kube-system"

@@ -446,6 +446,11 @@ func TestChartValuesReachTheOperator(t *testing.T) {
 		wantVolume   string // the Secret mounted for --tls-mode=files; "" for none
 	}{
 		"defaults": {
+			wantArgs:     []string{"operator", "--leader-elect=true", "--api-bind-address=:8443", "--tls-mode=self-signed", "--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator"},
+			wantReplicas: 2,
+		},
+		"no operator's stop": {
+			set:          []string{"--set", "operator.stopSandboxes=false"},
 			wantArgs:     []string{"operator", "--leader-elect=true", "--api-bind-address=:8443", "--tls-mode=self-signed", "--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"},
 			wantReplicas: 2,
 		},
@@ -453,19 +458,19 @@ func TestChartValuesReachTheOperator(t *testing.T) {
 			set: []string{"--set", "operator.replicas=1,operator.leaderElection.enabled=false,podDisruptionBudget.enabled=false,operator.kubeAPIQPS=50,operator.kubeAPIBurst=100,operator.workers=8,operator.logVerbosity=4",
 				"--set-json", `operator.tokenAudiences=["airlock","airlock.example.com"]`, "--set-json", `operator.extraArgs=["--profiling"]`},
 			wantArgs: []string{"operator", "--leader-elect=false", "--api-bind-address=:8443", "--tls-mode=self-signed", "--token-audiences=airlock,airlock.example.com", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
-				"--kube-api-qps=50", "--kube-api-burst=100", "--workers=8", "-v=4", "--profiling"},
+				"--kube-api-qps=50", "--kube-api-burst=100", "--workers=8", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator", "-v=4", "--profiling"},
 			wantReplicas: 1,
 		},
 		"leader election durations, plain HTTP": {
 			set: []string{"--set", "operator.leaderElection.leaseDuration=30s,operator.leaderElection.renewDeadline=20s,operator.leaderElection.retryPeriod=4s,operator.tls.mode=none"},
 			wantArgs: []string{"operator", "--leader-elect=true", "--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s",
-				"--api-bind-address=:8443", "--tls-mode=none", "--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"},
+				"--api-bind-address=:8443", "--tls-mode=none", "--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator"},
 			wantReplicas: 2,
 		},
 		"a certificate of the user's, without a CA": {
 			set: []string{"--set", "operator.tls.mode=files,operator.tls.existingSecret=my-cert,operator.tls.existingSecretHasCA=false"},
 			wantArgs: []string{"operator", "--leader-elect=true", "--api-bind-address=:8443", "--tls-mode=files", "--tls-cert-file=/var/run/airlock/tls/tls.crt", "--tls-key-file=/var/run/airlock/tls/tls.key",
-				"--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"},
+				"--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator"},
 			wantReplicas: 2,
 			wantVolume:   "my-cert",
 		},

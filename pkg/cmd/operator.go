@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -186,6 +187,12 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	var operatorPeer *sandboxpod.OperatorPeer
+	if set, err := o.Controllers.operatorPodLabels(); err != nil {
+		return nil, err
+	} else if set != nil {
+		operatorPeer = &sandboxpod.OperatorPeer{Namespace: o.namespace, Labels: set}
+	}
 
 	return &operator.Config{
 		KubeClient:             kubeClient,
@@ -214,6 +221,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		PoolAirlockClient:      poolAirlockClient,
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
 		EgressGateway:          egressGateway,
+		OperatorPeer:           operatorPeer,
 		EgressCA:               egressCA,
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -244,6 +245,8 @@ type ControllerOptions struct {
 	// the bundle ConfigMaps (pkg/controller/egressca).
 	ManageEgressCA    bool
 	EgressCARootsFile string
+	// OperatorPodLabels are the labels of the operator's own pods (the operator's stop).
+	OperatorPodLabels string
 }
 
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
@@ -253,6 +256,7 @@ func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.EgressCABundleConfigMap, "egress-ca-bundle-configmap", o.EgressCABundleConfigMap, "With --egress-gateway-service, optional: the ConfigMap (key ca.crt, in each claim's namespace) mounted into sandboxes with egress and named by SSL_CERT_FILE and the like: public roots and the gateway's terminating CA. The operator keeps it with --manage-egress-ca; else it is yours to make. Empty: no bundle is mounted.")
 	fs.BoolVar(&o.ManageEgressCA, "manage-egress-ca", o.ManageEgressCA, "With --egress-ca-bundle-configmap: keep the egress gateway's terminating CA in the Secret "+egressca.SecretName+" of the operator's namespace (made, rotated before it expires, the next CA published for "+egressca.DefaultPropagation.String()+" before it signs), which the gateway mounts (--terminate-ca-dir), and the bundle ConfigMap, the public roots and the terminating CAs, in every namespace with a claim frozen with it.")
 	fs.StringVar(&o.EgressCARootsFile, "egress-ca-roots-file", o.EgressCARootsFile, "With --manage-egress-ca: PEM file of the public roots the bundle ConfigMaps hold after the terminating CAs (read at start). Empty: the system's bundle ("+strings.Join(systemRootFiles, ", ")+", the first that exists).")
+	fs.StringVar(&o.OperatorPodLabels, "operator-pod-labels", o.OperatorPodLabels, "The labels of this operator's own pods, key=value[,key=value] (like app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator), in its namespace. Set: each sandbox's NetworkPolicy lets those pods reach sandboxd's port, and a reaped claim's pod is stopped through sandboxd (POST /stop, with the claim's token) and deleted at once instead of waiting for the kubelet to stop it (docs/nothing-lost.md, \"The operator's stop\"). Empty: reaping waits for the kubelet.")
 	fs.Float64Var(&o.WarmRefillRate, "warm-refill-rate", o.WarmRefillRate, "Warm members the leader creates per second at most, across every pool (> 0); they are written with a client of their own, so that refills never take the claims' turn.")
 }
 
@@ -268,6 +272,9 @@ func (o *ControllerOptions) Validate() []error {
 		errs = append(errs, invalidFlag("sync-image", "must be an image reference, like ghcr.io/airlock-dev/airlock:v0.1.0"))
 	}
 	if _, err := o.egressGateway(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.operatorPodLabels(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.EgressCARootsFile != "" {
@@ -308,6 +315,25 @@ func (o *ControllerOptions) egressGateway() (*sandboxpod.GatewayRef, error) {
 	}
 	ref.CABundleConfigMap = o.EgressCABundleConfigMap
 	return ref, nil
+}
+
+// operatorPodLabels are the labels --operator-pod-labels names, nil for none; its error names the
+// flag.
+func (o *ControllerOptions) operatorPodLabels() (map[string]string, error) {
+	if o.OperatorPodLabels == "" {
+		return nil, nil
+	}
+	set, err := labels.ConvertSelectorToLabelsMap(o.OperatorPodLabels)
+	if err != nil {
+		return nil, invalidFlag("operator-pod-labels", "%v", err)
+	}
+	for k, v := range set {
+		msgs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...)
+		if len(msgs) > 0 {
+			return nil, invalidFlag("operator-pod-labels", "%s=%s: %s", k, v, strings.Join(msgs, "; "))
+		}
+	}
+	return set, nil
 }
 
 // systemRootFiles are where the public roots are looked for without --egress-ca-roots-file (as

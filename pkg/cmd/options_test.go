@@ -158,6 +158,12 @@ func TestOperatorValidate(t *testing.T) {
 		"warm refill rate too high": {modify: func(o *OperatorOptions) { o.Controllers.WarmRefillRate = 5000 }, wantFlag: "warm-refill-rate"},
 		"sync image with a space":   {modify: func(o *OperatorOptions) { o.Controllers.SyncImage = "a b" }, wantFlag: "sync-image"},
 		"egress gateway":            {modify: func(o *OperatorOptions) { o.Controllers.EgressGatewayService = "airlock-system/airlock-egress:3128" }},
+		"operator pod labels": {modify: func(o *OperatorOptions) {
+			o.Controllers.OperatorPodLabels = "app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator"
+		}},
+		"operator pod labels not a selector":   {modify: func(o *OperatorOptions) { o.Controllers.OperatorPodLabels = "a=b=c" }, wantFlag: "operator-pod-labels"},
+		"operator pod labels with a bad key":   {modify: func(o *OperatorOptions) { o.Controllers.OperatorPodLabels = "bad key=x" }, wantFlag: "operator-pod-labels"},
+		"operator pod labels with a bad value": {modify: func(o *OperatorOptions) { o.Controllers.OperatorPodLabels = "app=-x-" }, wantFlag: "operator-pod-labels"},
 		"egress gateway and bundle": {modify: func(o *OperatorOptions) {
 			o.Controllers.EgressGatewayService, o.Controllers.EgressCABundleConfigMap = "airlock-system/airlock-egress:3128", "airlock-egress-ca"
 		}},

@@ -98,6 +98,10 @@ type Config struct {
 	// EgressGateway is the egress gateway claims of classes with egress are frozen with
 	// (--egress-gateway-service); nil: such claims fail (docs/egress.md).
 	EgressGateway *sandboxpod.GatewayRef
+	// OperatorPeer, when set (--operator-pod-labels), is the operator's own pods: sandboxes'
+	// NetworkPolicies let them reach sandboxd, and Reaping claims' pods are stopped through
+	// sandboxd and deleted at once (pkg/sandboxstop).
+	OperatorPeer *sandboxpod.OperatorPeer
 	// EgressCA, when set (--manage-egress-ca), is what the leader's egress CA controller keeps:
 	// the gateway's terminating CA in the operator's namespace and the bundle ConfigMaps.
 	EgressCA *egressca.Config

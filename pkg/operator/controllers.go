@@ -56,6 +56,8 @@ type ControllerContext struct {
 	WarmRefillRate    float64
 	// EgressGateway is the egress gateway (--egress-gateway-service), nil for none.
 	EgressGateway *sandboxpod.GatewayRef
+	// OperatorPeer turns the operator's stop on (--operator-pod-labels), nil for off.
+	OperatorPeer *sandboxpod.OperatorPeer
 	// EgressCA is what the egress CA controller keeps (its Namespace the operator's), nil for
 	// nothing (--manage-egress-ca unset).
 	EgressCA *egressca.Config
@@ -236,6 +238,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		return nil, err
 	}
 	c.SetEgressGateway(cc.EgressGateway)
+	c.SetOperatorPeer(cc.OperatorPeer)
 	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
 }
 

@@ -317,6 +317,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		PoolAirlockClient: o.cfg.PoolAirlockClient,
 		WarmRefillRate:    o.cfg.WarmRefillRate,
 		EgressGateway:     o.cfg.EgressGateway,
+		OperatorPeer:      o.cfg.OperatorPeer,
 		EgressCA:          o.egressCA(),
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the

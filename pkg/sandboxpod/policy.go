@@ -138,3 +138,27 @@ func DefaultDenyPolicy(namespace string) *networkingv1.NetworkPolicy {
 		},
 	}
 }
+
+// OperatorPeer is the operator's own pods (--operator-pod-labels, in the operator's namespace):
+// with one, a sandbox's NetworkPolicy lets them reach sandboxd's port, for the operator's stop
+// (pkg/sandboxstop).
+type OperatorPeer struct {
+	Namespace string
+	Labels    map[string]string
+}
+
+// WithOperatorIngress adds to np, a sandbox's policy built from record, ingress from peer's pods
+// to sandboxd's port (the record's first); a nil peer adds nothing.
+func WithOperatorIngress(np *networkingv1.NetworkPolicy, record *airlockv1alpha1.FrozenSandbox, peer *OperatorPeer) *networkingv1.NetworkPolicy {
+	if peer == nil || len(peer.Labels) == 0 {
+		return np
+	}
+	np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+		From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: peer.Namespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: maps(peer.Labels)},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(Ports(record)[0].Port))}},
+	})
+	return np
+}

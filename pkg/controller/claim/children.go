@@ -40,7 +40,7 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		// An adopted warm member: its pod and key are the member's. The claim adds its own
 		// policy, kept from its record as any claim's, and once the cache shows it, the pod
 		// leaves the pool's policy (leavePool).
-		want := sandboxpod.ClaimNetworkPolicy(claim, record, allowed)
+		want := c.claimNetworkPolicy(claim, record, allowed)
 		if err := c.ensureNetworkPolicy(ctx, claim, want); err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if len(legacyPods(pods)) > 0 {
 		// A Deployment of an earlier version runs the claim's pod, with the claim's Secret: two
 		// pods would write one workspace. Only its policy is kept up.
-		return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
+		return c.ensureNetworkPolicy(ctx, claim, c.claimNetworkPolicy(claim, record, allowed))
 	}
 	secret := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, token), token)
 	if record.Egress != nil {
@@ -77,7 +77,7 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	ensures := []func() error{
 		func() error { return c.ensureSecret(ctx, claim, secret) },
 		func() error {
-			return c.ensureNetworkPolicy(ctx, claim, sandboxpod.ClaimNetworkPolicy(claim, record, allowed))
+			return c.ensureNetworkPolicy(ctx, claim, c.claimNetworkPolicy(claim, record, allowed))
 		},
 	}
 	errs := make([]error, len(ensures))

@@ -163,6 +163,8 @@ type Controller struct {
 	newToken func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
 	// newProxyCredential returns a claim's egress proxy credential; a seam for tests.
 	newProxyCredential func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
+	// stops is the operator's stop of Reaping claims' pods (stop.go); nil: off.
+	stops *stops
 	// egressGateway is the operator's egress gateway (--egress-gateway-service); nil: a class
 	// with egress is refused (SetEgressGateway).
 	egressGateway *sandboxpod.GatewayRef
@@ -358,6 +360,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.keptQueue.ShutDown()
 	wg.Wait()
 	c.builds.Wait()
+	c.waitForStops()
 	return nil
 }
 

@@ -76,6 +76,7 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.podsChecked.Delete(pod.UID)
 			c.adopting.Delete(pod.UID)
+			c.forgetStop(pod.UID)
 			c.enqueueKeptOfPod(pod)
 		}
 		c.handleObject(obj)

@@ -67,6 +67,8 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 		return nil, err
 	}
 	if len(pods) > 0 {
+		// The operator's stop, when on, may delete them at once (stop.go).
+		c.stopSandboxes(ctx, claim, pods)
 		// Their deletion enqueues the claim; a pod that cannot go (its Node lost, or stuck
 		// terminating) is reported, and released once Kubernetes says it is dead (nodeloss.go).
 		return c.waitForPods(ctx, claim, pods)

@@ -68,7 +68,7 @@ each fails the render with one line that names the values.
 {{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) (gt (int $o.replicas) 0) -}}
 {{- fail (printf "podDisruptionBudget.minAvailable (%d) must be less than operator.replicas (%d), or no node could ever be drained; lower it or disable the budget" (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) -}}
 {{- end -}}
-{{- $managed := list "leader-elect" "api-bind-address" "tls-mode" "tls-cert-file" "tls-key-file" "tls-ca-file" "token-audiences" "metrics-bind-address" "health-probe-bind-address" "kube-api-qps" "kube-api-burst" "workers" "warm-refill-rate" "sync-image" "v" "leader-elect-lease-duration" "leader-elect-renew-deadline" "leader-elect-retry-period" -}}
+{{- $managed := list "leader-elect" "api-bind-address" "tls-mode" "tls-cert-file" "tls-key-file" "tls-ca-file" "token-audiences" "metrics-bind-address" "health-probe-bind-address" "kube-api-qps" "kube-api-burst" "workers" "warm-refill-rate" "sync-image" "operator-pod-labels" "v" "leader-elect-lease-duration" "leader-elect-renew-deadline" "leader-elect-retry-period" -}}
 {{- range $o.extraArgs -}}
 {{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
 {{- if has $flag $managed -}}

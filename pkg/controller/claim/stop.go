@@ -1,0 +1,158 @@
+package claim
+
+// The operator's stop (docs/nothing-lost.md, "The operator's stop"; pkg/sandboxstop): a Reaping
+// claim's pod is deleted, and the kubelet takes about 3 s to stop it, while one writer per
+// workspace keeps the claim (and the next claim of the handle, which resumes the workspace) waiting
+// for the pod to go. With --operator-pod-labels, the controller also asks the pod's sandboxd to
+// stop, with the claim's token: once it answers that every other process of its container has
+// exited and no tool call runs or will, nothing in the pod writes the workspace any more, and the
+// pod is deleted at once (grace period 0, on its UID). Any other answer, or none, changes nothing:
+// the pod is left to the kubelet, as without the stop (fail closed).
+//
+// A pod is asked at most once, in a goroutine of its own (the worker does not wait on the
+// network), at most maxStopsInFlight at a time; the claim is enqueued by the pod's deletion.
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxstop"
+)
+
+// ReasonSandboxStopped is the event of a pod deleted at once after its sandboxd stopped.
+const ReasonSandboxStopped = "SandboxStopped"
+
+const messageSandboxStopped = "sandboxd of pod %s stopped every other process of its container (%d killed) and runs no tool call: deleted the pod with a grace period of 0"
+
+// maxStopsInFlight bounds the stops that wait on sandboxes at once.
+const maxStopsInFlight = 32
+
+// sandboxStopper asks a sandbox pod's sandboxd to stop (*sandboxstop.Client is one).
+type sandboxStopper interface {
+	Stop(ctx context.Context, base, token string) (sandboxstop.Response, error)
+}
+
+// stops is the controller's state of the operator's stop; nil without --operator-pod-labels.
+type stops struct {
+	peer   *sandboxpod.OperatorPeer
+	client sandboxStopper
+	slots  chan struct{}
+	wg     sync.WaitGroup
+	// asked are the pods (by UID) asked once; forgotten when the pod is deleted.
+	asked sync.Map
+}
+
+// SetOperatorPeer turns the operator's stop on: peer is the operator's own pods, which each
+// sandbox's NetworkPolicy lets reach sandboxd's port. Call before Run.
+func (c *Controller) SetOperatorPeer(peer *sandboxpod.OperatorPeer) {
+	if peer == nil {
+		c.stops = nil
+		return
+	}
+	c.stops = &stops{peer: peer, client: sandboxstop.NewClient(), slots: make(chan struct{}, maxStopsInFlight)}
+}
+
+// claimNetworkPolicy is the claim's NetworkPolicy, with the operator's ingress when the stop is on.
+func (c *Controller) claimNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
+	np := sandboxpod.ClaimNetworkPolicy(claim, record, allowed)
+	if c.stops != nil {
+		np = sandboxpod.WithOperatorIngress(np, record, c.stops.peer)
+	}
+	return np
+}
+
+// stopSandboxes asks, once per pod, the sandboxd of each of the Reaping claim's pods that is being
+// deleted and still runs to stop, and deletes the pod at once when it did.
+func (c *Controller) stopSandboxes(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) {
+	s := c.stops
+	if s == nil || claim.Status.Frozen == nil {
+		return
+	}
+	for _, pod := range pods {
+		if !stoppable(claim, pod) {
+			continue
+		}
+		if _, asked := s.asked.LoadOrStore(pod.UID, true); asked {
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			select {
+			case s.slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-s.slots }()
+			c.stopSandbox(ctx, claim, pod)
+		}()
+	}
+}
+
+// stoppable says whether the pod is the claim's own sandbox pod, being deleted, with an IP and a
+// container that runs.
+func stoppable(claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !metav1.IsControlledBy(pod, claim) {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == sandboxpod.ContainerName {
+			return cs.State.Running != nil
+		}
+	}
+	return false
+}
+
+// stopSandbox asks the pod's sandboxd to stop and deletes the pod at once when it did.
+func (c *Controller) stopSandbox(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "pod", klog.KObj(pod))
+	ctx, cancel := context.WithTimeout(ctx, sandboxstop.Timeout)
+	defer cancel()
+	token, err := c.newToken(ctx, claim)
+	if err != nil {
+		logger.Error(err, "No token for the operator's stop; the pod is left to the kubelet")
+		return
+	}
+	if sandboxpod.TokenSecretOf(pod) != claimtoken.ClaimSecretName(claim.Name, token) {
+		return // not the claim's own token (a warm member it adopted): left to the kubelet
+	}
+	port := sandboxpod.Ports(claim.Status.Frozen)[0].Port
+	base := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
+	resp, err := c.stops.client.Stop(ctx, base, token)
+	if err != nil {
+		logger.V(2).Info("The pod's sandboxd did not stop; the pod is left to the kubelet", "err", err)
+		return
+	}
+	if err := objectcontrol.IgnoreGone(c.lostPods.Release(ctx, pod)); err != nil {
+		logger.Error(err, "Deleting the stopped pod at once; the kubelet will")
+		return
+	}
+	logger.V(2).Info("Stopped the pod's sandboxd and deleted the pod at once", "killed", resp.Killed)
+	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonSandboxStopped, messageSandboxStopped, pod.Name, resp.Killed)
+}
+
+// forgetStop forgets that a pod was asked, once it is deleted.
+func (c *Controller) forgetStop(uid types.UID) {
+	if c.stops != nil {
+		c.stops.asked.Delete(uid)
+	}
+}
+
+// waitForStops waits for the stops in flight (Run, once its context is done).
+func (c *Controller) waitForStops() {
+	if c.stops != nil {
+		c.stops.wg.Wait()
+	}
+}
