@@ -246,6 +246,21 @@
 // token (the token it would split goes with the elided part). Scrubbing is
 // hygiene, not a boundary.
 //
+// # The operator's stop
+//
+// POST /stop (with the token, behind the same guard as MCP) is the operator's stop of a pod it
+// is deleting (stop.go, pkg/sandboxstop): sandboxd ends everything a shutdown ends, waits for
+// every tool call to return and holds the call gate so that none starts again, then, as the
+// container's first process (PID 1), kills every other process of the container
+// (procgroup.StopNamespace: kill(-1), then each process's pidfd until it has exited) and
+// answers 200 {"stopped": true, "killed": n}. Then nothing in the container writes the
+// workspace, and the operator deletes the pod at once. Not PID 1, it answers 409 not_init
+// (kill(-1) would reach beyond the container) and the pod is left to the kubelet. After a stop
+// only the probes (not ready) and /stop answer; sandboxd exits when the kubelet stops it. As
+// PID 1, sandboxd makes itself not dumpable, so that no process of the sandbox (the same user)
+// can attach to it and answer for it. Anyone with the token may stop the sandbox, its runtime
+// and a Bash that reads the token file included: they stop only their own sandbox.
+//
 // # Shutdown
 //
 // When Run's context ends: /readyz turns 503, new sessions and commands are
