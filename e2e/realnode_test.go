@@ -29,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -1145,6 +1146,7 @@ func TestRealNodeReacquire(t *testing.T) {
 	}
 	t.Logf("close and re-acquire of one handle (the workspace resumed), n=%d rounds: acquire p50 %.0f ms, p90 %.0f ms, max %.0f ms",
 		rounds, percentile(acquire, 0.5), percentile(acquire, 0.9), percentile(acquire, 1))
+	checkSandboxesStopped(t, e.ns, res.Rounds[0].Claim, rounds-1)
 	t.Logf("the split of a round, from the test's watches of the claim and its pods:%s", timeline.report())
 }
 
@@ -1371,4 +1373,36 @@ func TestRealNodeSandboxTools(t *testing.T) {
 			t.Errorf("%s: err %q isError %v: %q, want %q in it", tc.name, c.Err, c.IsError, c.Text, tc.want)
 		}
 	}
+}
+
+// checkSandboxesStopped waits until the claims named claim (one per round) have at least n
+// SandboxStopped events, each saying that the operator's stop killed at least one process (the
+// one each round left behind, outside its Bash call's process group), and none failed: every
+// reaped pod was stopped through its sandboxd and deleted at once (docs/nothing-lost.md).
+func checkSandboxesStopped(t *testing.T, ns, claim string, n int) {
+	t.Helper()
+	var last []string
+	eventually(t, time.Minute, fmt.Sprintf("%d SandboxStopped events of claims %s", n, claim), func(ctx context.Context) (bool, error) {
+		events, err := kubeClient.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=SandboxStopped"})
+		if err != nil {
+			return false, err
+		}
+		uids := map[types.UID]bool{}
+		last = last[:0]
+		for _, ev := range events.Items {
+			var killed int
+			if i := strings.Index(ev.Message, "("); i < 0 {
+				return false, fmt.Errorf("event %q: no count of killed processes", ev.Message)
+			} else if _, err := fmt.Sscanf(ev.Message[i:], "(%d killed)", &killed); err != nil {
+				return false, fmt.Errorf("event %q: %v", ev.Message, err)
+			}
+			if killed < 1 {
+				return false, fmt.Errorf("event %q: the stop killed nothing, but the round left a process behind", ev.Message)
+			}
+			uids[ev.InvolvedObject.UID] = true
+			last = append(last, ev.Message)
+		}
+		return len(uids) >= n, nil
+	})
+	t.Logf("the operator's stop: %d claims' pods stopped through sandboxd, e.g. %q", n, last[0])
 }

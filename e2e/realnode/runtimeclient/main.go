@@ -164,6 +164,11 @@ const markerCommand = `if [ -e /tmp/airlock-e2e-marker ]; then echo OLD; else to
 // line (%d) to it.
 const journalCommand = `touch journal.txt && sha256sum journal.txt | cut -d' ' -f1 && echo round-%d >> journal.txt`
 
+// escapeCommand leaves a process behind that is not in the Bash call's process group (a session
+// of its own), so that only the operator's stop (or the kubelet) ends it: the stop's event says
+// how many such processes it killed.
+const escapeCommand = `setsid sleep 100000 > /dev/null 2>&1 < /dev/null & echo $!`
+
 // AcquireResult is the output of `acquire`.
 type AcquireResult struct {
 	Claim  string `json:"claim"`

@@ -45,6 +45,11 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 		r.Resumed = got.ResumedWorkspace != nil
 		j := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": fmt.Sprintf(journalCommand, i)}})
 		r.JournalSHA256 = strings.TrimSpace(j.Text + j.Err)
+		if e := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": escapeCommand}}); e.Err != "" {
+			out.Error = fmt.Sprintf("round %d: leaving a process behind: %s", i, e.Err)
+			cancel()
+			return out
+		}
 		if prevAuth != "" {
 			r.PrevTokenStatus = rawStatus(ctx, url, prevAuth)
 		}

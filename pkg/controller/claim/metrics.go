@@ -48,6 +48,12 @@ var (
 		Help:           "Finished sync-back Jobs, by result (succeeded, failed; gaveup: the claim's last attempt failed and it is Failed with its workspace kept).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	sandboxStops = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_sandbox_stops_total",
+		Help:           "The operator's stops of Reaping claims' pods through sandboxd, by result: stopped (the pod deleted at once), failed (sandboxd refused or did not answer: the pod left to the kubelet).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 
 	warmAdoptions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
@@ -99,7 +105,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults)
+		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

@@ -101,15 +101,16 @@ func (c *Controller) stopSandboxes(ctx context.Context, claim *airlockv1alpha1.S
 	}
 }
 
-// stoppable says whether the pod is the claim's own sandbox pod, being deleted, with an IP and a
-// container that runs.
+// stoppable says whether the pod is the claim's own sandbox pod, being deleted, Running at an IP,
+// its sandbox container not waiting (the cache keeps of a container's state only Waiting:
+// sandboxpod.StripPod).
 func stoppable(claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp == nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !metav1.IsControlledBy(pod, claim) {
 		return false
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name == sandboxpod.ContainerName {
-			return cs.State.Running != nil
+			return cs.State.Waiting == nil
 		}
 	}
 	return false
@@ -130,11 +131,14 @@ func (c *Controller) stopSandbox(ctx context.Context, claim *airlockv1alpha1.San
 	}
 	port := sandboxpod.Ports(claim.Status.Frozen)[0].Port
 	base := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
+	logger.V(2).Info("Asking the pod's sandboxd to stop", "address", base)
 	resp, err := c.stops.client.Stop(ctx, base, token)
 	if err != nil {
-		logger.V(2).Info("The pod's sandboxd did not stop; the pod is left to the kubelet", "err", err)
+		sandboxStops.WithLabelValues("failed").Inc()
+		logger.Info("The pod's sandboxd did not stop; the pod is left to the kubelet", "address", base, "err", err)
 		return
 	}
+	sandboxStops.WithLabelValues("stopped").Inc()
 	if err := objectcontrol.IgnoreGone(c.lostPods.Release(ctx, pod)); err != nil {
 		logger.Error(err, "Deleting the stopped pod at once; the kubelet will")
 		return

@@ -52,7 +52,8 @@ func (r *recordingRelease) Release(ctx context.Context, pod *corev1.Pod) error {
 
 var testOperatorPeer = &sandboxpod.OperatorPeer{Namespace: "airlock-system", Labels: map[string]string{"app.kubernetes.io/component": "operator"}}
 
-// terminatingPod is claim's pod, running at testPodIP and being deleted, changed by mutate.
+// terminatingPod is claim's pod, running at testPodIP and being deleted, changed by mutate, as
+// the operator's cache holds it (sandboxpod.StripPod: of a container's state only Waiting).
 func terminatingPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod)) *corev1.Pod {
 	pod := sandboxpodtest.AsCached(newPod(claim, nil), t0.Add(-time.Hour), testPodIP)
 	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(30 * time.Second)}
@@ -60,7 +61,11 @@ func terminatingPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod
 	if mutate != nil {
 		mutate(pod)
 	}
-	return pod
+	stripped, err := sandboxpod.StripPod(pod)
+	if err != nil {
+		panic(err)
+	}
+	return stripped.(*corev1.Pod)
 }
 
 // TestStopSandboxes: a Reaping claim's pod that is being deleted and still runs is asked once,
@@ -81,12 +86,14 @@ func TestStopSandboxes(t *testing.T) {
 		"sandboxd refused: left to the kubelet": {stopErr: errors.New("409 not_init"), wantAsked: 1},
 		"the stop off":                          {off: true},
 		"not being deleted":                     {pod: func(p *corev1.Pod) { p.DeletionTimestamp = nil }},
-		"its container has ended": {pod: func(p *corev1.Pod) {
-			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+		"its container waits (restarting)": {pod: func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 		}},
-		"no IP":                         {pod: func(p *corev1.Pod) { p.Status.PodIP = "" }},
-		"another token (a warm member)": {pod: func(p *corev1.Pod) { sandboxpod.UseTokenSecret(p, "airlock-warm-x") }},
-		"not controlled by the claim":   {pod: func(p *corev1.Pod) { p.OwnerReferences = nil }},
+		"no status of its container yet": {pod: func(p *corev1.Pod) { p.Status.ContainerStatuses = nil }},
+		"ended (Failed)":                 {pod: func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }},
+		"no IP":                          {pod: func(p *corev1.Pod) { p.Status.PodIP = "" }},
+		"another token (a warm member)":  {pod: func(p *corev1.Pod) { sandboxpod.UseTokenSecret(p, "airlock-warm-x") }},
+		"not controlled by the claim":    {pod: func(p *corev1.Pod) { p.OwnerReferences = nil }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
