@@ -166,8 +166,11 @@ const journalCommand = `touch journal.txt && sha256sum journal.txt | cut -d' ' -
 
 // escapeCommand leaves a process behind that is not in the Bash call's process group (a session
 // of its own), so that only the operator's stop (or the kubelet) ends it: the stop's event says
-// how many such processes it killed.
-const escapeCommand = `setsid sleep 100000 > /dev/null 2>&1 < /dev/null & echo $!`
+// how many such processes it killed. The call returns once the process is in its session (it
+// says so through a FIFO), so that the call's own group kill cannot catch it before setsid.
+const escapeCommand = `rm -f /tmp/airlock-e2e-escape && mkfifo /tmp/airlock-e2e-escape && ` +
+	`(setsid sh -c 'echo escaped > /tmp/airlock-e2e-escape; exec sleep 100000' > /dev/null 2>&1 < /dev/null &) && ` +
+	`read x < /tmp/airlock-e2e-escape && echo $x`
 
 // AcquireResult is the output of `acquire`.
 type AcquireResult struct {

@@ -45,8 +45,8 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 		r.Resumed = got.ResumedWorkspace != nil
 		j := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": fmt.Sprintf(journalCommand, i)}})
 		r.JournalSHA256 = strings.TrimSpace(j.Text + j.Err)
-		if e := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": escapeCommand}}); e.Err != "" {
-			out.Error = fmt.Sprintf("round %d: leaving a process behind: %s", i, e.Err)
+		if e := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": escapeCommand}}); e.Err != "" || strings.TrimSpace(e.Text) != "escaped" {
+			out.Error = fmt.Sprintf("round %d: leaving a process behind: %q %s", i, e.Text, e.Err)
 			cancel()
 			return out
 		}
