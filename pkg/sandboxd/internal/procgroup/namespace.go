@@ -30,7 +30,8 @@ func IsInit() bool { return os.Getpid() == 1 }
 // and returns once each has exited, with the number it killed. A process that has exited holds no
 // file open and writes nothing more, so it need not be reaped: StopNamespace waits on each one's
 // pidfd, which is readable from its exit on. It repeats until a scan of /proc finds no live process
-// but itself (one forked between two scans is killed by the next kill(-1)). It fails with
+// but itself (one forked between a scan and its kill(-1) is found by the next scan). The count is
+// of the processes found alive and killed. It fails with
 // ErrNotInit unless this process is the namespace's init, and with ctx's error when ctx ends
 // first; ctx must have a deadline.
 func StopNamespace(ctx context.Context) (int, error) {
@@ -51,16 +52,18 @@ func stopOthers(ctx context.Context, procDir string) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return len(killed), err
 		}
-		// kill(-1) signals every process this one may signal but itself and init; ESRCH: none.
-		if err := unix.Kill(-1, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-			return len(killed), fmt.Errorf("kill(-1): %w", err)
-		}
+		// The scan comes first, so that what the kill ends is counted (a killed process may be
+		// gone from /proc a moment later).
 		live, err := livePIDs(procDir, self)
 		if err != nil {
 			return len(killed), err
 		}
 		if len(live) == 0 {
 			return len(killed), nil
+		}
+		// kill(-1) signals every process this one may signal but itself and init; ESRCH: none.
+		if err := unix.Kill(-1, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+			return len(killed), fmt.Errorf("kill(-1): %w", err)
 		}
 		for _, pid := range live {
 			killed[pid] = true
