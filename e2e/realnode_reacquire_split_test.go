@@ -147,6 +147,9 @@ var reacquireSteps = []splitStep{
 	{"close -> old pod deleting", func(oc, _ *claimMarks, _, _ *podMarks) time.Time { return oc.reaping }, func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.deleting }},
 	{"old pod deleting -> container exited", func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.deleting }, func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.exited }},
 	{"container exited -> old pod gone", func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.exited }, func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.gone }},
+	// With the operator's stop the pod object goes before the kubelet reports its container's
+	// exit (the two steps above are not seen): this one is the whole of it.
+	{"old pod deleting -> old pod gone", func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.deleting }, func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.gone }},
 	{"old pod gone -> old claim gone", func(_, _ *claimMarks, op, _ *podMarks) time.Time { return op.gone }, func(oc, _ *claimMarks, _, _ *podMarks) time.Time { return oc.gone }},
 	{"old claim gone -> new claim", func(oc, _ *claimMarks, _, _ *podMarks) time.Time { return oc.gone }, func(_, nc *claimMarks, _, _ *podMarks) time.Time { return nc.created }},
 	{"new claim -> new pod", func(_, nc *claimMarks, _, _ *podMarks) time.Time { return nc.created }, func(_, _ *claimMarks, _, np *podMarks) time.Time { return np.created }},
