@@ -123,6 +123,7 @@ func (f faultFiles) with(more faultFiles) faultFiles {
 type faultRealnode struct {
 	t         *testing.T
 	e         *realnodeEnv
+	monitor   *faultMonitor
 	sessions  []*faultSession
 	faults    int
 	podSerial atomic.Int64
@@ -150,11 +151,13 @@ func (r *faultRealnode) run(rt, session, handle string, files faultFiles, bash .
 			t.Fatalf("session %s: %s: %q %s", session, c.Name, c.Err, c.Text)
 		}
 	}
-	cl, err := airlockClient.AirlockV1alpha1().SandboxClaims(r.e.ns).Get(context.Background(), res.Claim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("session %s: its claim %s: %v", session, res.Claim, err)
+	// The claim may be gone already (closed, its pod stopped at once, synced back): its workspace
+	// is the one the watch saw.
+	workspace := r.monitor.workspaceOf(res.Claim)
+	if workspace == "" {
+		t.Fatalf("session %s: the watch never saw its claim %s", session, res.Claim)
 	}
-	s := &faultSession{name: session, runtime: rt, handle: handle, files: files, claim: res.Claim, workspace: cl.Spec.WorkspaceDir}
+	s := &faultSession{name: session, runtime: rt, handle: handle, files: files, claim: res.Claim, workspace: workspace}
 	r.sessions = append(r.sessions, s)
 	t.Logf("session %s (%s): %d files, %d bytes written in claim %s", session, rt, len(files), files.size(), res.Claim)
 	return s
@@ -350,7 +353,7 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	monitor := newFaultMonitor(e.ns, limits, faultWhyBound)
 	waitWatch := monitor.start(watchCtx)
 	defer func() { stopWatch(); waitWatch() }()
-	r := &faultRealnode{t: t, e: e}
+	r := &faultRealnode{t: t, e: e, monitor: monitor}
 
 	// Target A: a first session; then one whose sync-back fails halfway through its walk (a file it
 	// cannot read, sorted last), repaired on the node; then one whose Job's pod is killed while it

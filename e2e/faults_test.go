@@ -64,6 +64,9 @@ type faultMonitor struct {
 	maxAdmitted int               // the most live admitted claims of the namespace seen at once
 	maxRunning  int               // the most Binding+Bound claims of the namespace seen at once
 	lostSeen    map[string]string // claim -> the PodLost reason last seen True
+	// workspaces are the claims' workspace directories by UID, kept after their deletion.
+	workspaces map[types.UID]string
+	uidByName  map[string]types.UID // the last claim of each name seen
 }
 
 func newFaultMonitor(ns string, limits faultLimits, whyBound time.Duration) *faultMonitor {
@@ -72,8 +75,17 @@ func newFaultMonitor(ns string, limits faultLimits, whyBound time.Duration) *fau
 		claims: map[string]*airlockv1alpha1.SandboxClaim{}, since: map[types.UID]time.Time{},
 		sincePhase: map[types.UID]airlockv1alpha1.ClaimPhase{}, pods: map[types.UID]*corev1.Pod{},
 		reported: map[string]bool{}, claimsSeen: map[types.UID]bool{}, podsSeen: map[types.UID]bool{},
-		lostSeen: map[string]string{},
+		lostSeen: map[string]string{}, workspaces: map[types.UID]string{}, uidByName: map[string]types.UID{},
 	}
+}
+
+// workspaceOf returns the workspace directory of the last claim named name the watch saw, deleted
+// since or not ("" for none): a claim whose pod the operator's stop released may be gone a moment
+// after its session closed.
+func (m *faultMonitor) workspaceOf(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workspaces[m.uidByName[name]]
 }
 
 // start watches the namespace's claims and pods until ctx ends; the returned function waits for
@@ -195,6 +207,8 @@ func (m *faultMonitor) claimEvent(t watch.EventType, o runtime.Object) {
 // observeClaim notes when the claim entered its phase, and its PodLost reason.
 func (m *faultMonitor) observeClaim(c *airlockv1alpha1.SandboxClaim) {
 	m.claimsSeen[c.UID] = true
+	m.workspaces[c.UID] = c.Spec.WorkspaceDir
+	m.uidByName[c.Name] = c.UID
 	if p, ok := m.sincePhase[c.UID]; !ok || p != c.Status.Phase {
 		m.sincePhase[c.UID] = c.Status.Phase
 		m.since[c.UID] = time.Now()
