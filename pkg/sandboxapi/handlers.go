@@ -59,7 +59,7 @@ type Config struct {
 	// to bind.
 	ClaimEvents EventSource
 	// KeptRecords reads the record of a kept workspace, to resume one an earlier version named
-	// (workspace.go); nil reads it with KubeClient.
+	// (workspace.go; NewKeptRecords); nil reads it with KubeClient.
 	KeptRecords KeptRecords
 	// Tokens derives a Bound claim's bearer token from the operator's key (*claimtoken.Source):
 	// the API never reads the claim's Secret. A token it cannot derive is 503, never an answer.
@@ -126,7 +126,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		waiters:       newWaiters(),
 	}
 	if s.keptRecords == nil {
-		s.keptRecords = apiKeptRecords{client: cfg.KubeClient}
+		s.keptRecords = NewKeptRecords(cfg.KubeClient)
 	}
 	if cfg.Tokens == nil {
 		return nil, errors.New("the Sandbox API needs a token source")

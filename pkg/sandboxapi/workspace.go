@@ -41,8 +41,10 @@ type KeptRecords interface {
 	KeptRecord(ctx context.Context, namespace, name string) (*batchv1.Job, error)
 }
 
-// apiKeptRecords reads records with a list by name, as the claim controller does: the operator
-// may list Jobs, not get them.
+// NewKeptRecords reads records from the API server with client: a list by name, as the claim
+// controller reads them (the operator may list Jobs, not get them).
+func NewKeptRecords(client kubernetes.Interface) KeptRecords { return apiKeptRecords{client: client} }
+
 type apiKeptRecords struct{ client kubernetes.Interface }
 
 func (r apiKeptRecords) KeptRecord(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
