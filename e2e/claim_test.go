@@ -111,6 +111,14 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 func (e *claimEnv) createClaim(t *testing.T, session, handle, targetPath string) *airlockv1alpha1.SandboxClaim {
 	t.Helper()
 	name := claimname.For(e.runtime.Name, session, handle)
+	return e.createClaimIn(t, session, handle, targetPath, e.ns+"/sandboxes/"+claimname.ClaimWorkspace(name, e.runtime.UID))
+}
+
+// createClaimIn creates the claim the Sandbox API would create for session and handle, with the
+// workspace directory dir.
+func (e *claimEnv) createClaimIn(t *testing.T, session, handle, targetPath, dir string) *airlockv1alpha1.SandboxClaim {
+	t.Helper()
+	name := claimname.For(e.runtime.Name, session, handle)
 	sandbox := strings.SplitN(handle, "/", 2)[0]
 	c := &airlockv1alpha1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -130,7 +138,7 @@ func (e *claimEnv) createClaim(t *testing.T, session, handle, targetPath string)
 			Sandbox:      sandbox,
 			ClassName:    e.class,
 			TargetPath:   targetPath,
-			WorkspaceDir: e.ns + "/sandboxes/" + name,
+			WorkspaceDir: dir,
 		},
 	}
 	created, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{})

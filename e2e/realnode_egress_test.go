@@ -238,9 +238,10 @@ func TestRealNodeEgress(t *testing.T) {
 	claimA := claimname.For("agent", "probe", handle)
 
 	// The probe: this suite's runtimeclient, copied into claim A's workspace before it exists.
-	e.mkdirContent(t, path.Join(e.ns, "sandboxes", claimA))
+	workspaceA := e.claimWorkspace(t, claimA)
+	e.mkdirContent(t, workspaceA)
 	copier := restrictedPod("copy-probe", map[string]string{"app": "copier"}, realnodeClientImage(),
-		[]string{"copyself", "-to", path.Join("/content", e.ns, "sandboxes", claimA, "egressprobe")})
+		[]string{"copyself", "-to", path.Join("/content", workspaceA, "egressprobe")})
 	copier.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "content", MountPath: "/content"}}
 	copier.Spec.Volumes = []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}}

@@ -444,6 +444,18 @@ func nodeShell(t *testing.T) func(ctx context.Context, podName, script string) e
 
 // readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
 // of the namespace that mounts the workspace-content PVC read-only reads it.
+// claimWorkspace is the per-claim workspace directory of the runtime "agent"'s claim named
+// claim, for a test that needs it before the claim exists or after it went (otherwise read the
+// claim's spec.workspaceDir).
+func (e *realnodeEnv) claimWorkspace(t *testing.T, claim string) string {
+	t.Helper()
+	rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(context.Background(), "agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path.Join(e.ns, "sandboxes", claimname.ClaimWorkspace(claim, rt.UID))
+}
+
 func (e *realnodeEnv) readContent(rel string) (string, error) {
 	ctx := context.Background()
 	name := fmt.Sprintf("read-%d", time.Now().UnixNano())
@@ -810,9 +822,10 @@ func TestRealNodeWorkspaceCollected(t *testing.T) {
 		t.Errorf("synced-back src/out.txt: %q %v, want the agent's work", got, err)
 	}
 	// Kept for a retention of 0: collected at once, by the record's cleanup Job, which then goes.
-	for _, claim := range []string{saved.Claim, nothing.Claim} {
-		record := claimpkg.KeptRecordName(path.Join(e.ns, "sandboxes", claim))
-		eventually(t, 3*time.Minute, "the kept workspace of "+claim+" to be collected", func(ctx context.Context) (bool, error) {
+	dirs := map[string]string{e.claimWorkspace(t, saved.Claim): "sync-back", e.claimWorkspace(t, nothing.Claim): "no targetPath"}
+	for dir := range dirs {
+		record := claimpkg.KeptRecordName(dir)
+		eventually(t, 3*time.Minute, "the kept workspace "+dir+" to be collected", func(ctx context.Context) (bool, error) {
 			_, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, record, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return true, nil
@@ -826,11 +839,9 @@ func TestRealNodeWorkspaceCollected(t *testing.T) {
 	}
 	t.Logf("%s/sandboxes after both claims went: %q", e.ns, entries)
 	for _, name := range entries {
-		switch {
-		case name == saved.Claim:
-			t.Errorf("the workspace of %s (sync-back) is still there", name)
-		case name == nothing.Claim:
-			t.Errorf("the workspace of %s (no targetPath) is still there", name)
+		switch what, kept := dirs[path.Join(e.ns, "sandboxes", name)]; {
+		case kept:
+			t.Errorf("the workspace %s (%s) is still there", name, what)
 		case strings.Contains(name, ".airlock-"):
 			t.Errorf("left behind in %s/sandboxes: %s", e.ns, name)
 		}
@@ -1306,11 +1317,13 @@ func TestRealNodeEphemeralEviction(t *testing.T) {
 		t.Errorf("Warning Evicted events of the claim: %v %v", events, err)
 	}
 	// The next pod serves the same workspace: the claim becomes Ready again.
+	var workspaceDir string
 	eventually(t, 3*time.Minute, "the claim's next pod to be ready", func(ctx context.Context) (bool, error) {
 		c, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
+		workspaceDir = c.Spec.WorkspaceDir
 		for _, cond := range c.Status.Conditions {
 			if cond.Type == "Ready" {
 				return c.Status.Phase == airlockv1alpha1.ClaimBound && cond.Status == metav1.ConditionTrue, nil
@@ -1318,7 +1331,7 @@ func TestRealNodeEphemeralEviction(t *testing.T) {
 		}
 		return false, nil
 	})
-	if got, err := e.readContent(path.Join(e.ns, "sandboxes", claim, "kept.txt")); err != nil || got != "on the workspace volume\n" {
+	if got, err := e.readContent(path.Join(workspaceDir, "kept.txt")); err != nil || got != "on the workspace volume\n" {
 		t.Errorf("the workspace after the eviction: kept.txt %q %v", got, err)
 	}
 }

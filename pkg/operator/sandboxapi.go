@@ -20,6 +20,7 @@ func newSandboxAPI(ctx context.Context, cfg *Config, airlockInformers airlockinf
 	server, err := sandboxapi.NewServer(ctx, sandboxapi.Config{
 		KubeClient:    reviewClient(cfg),
 		AirlockClient: cfg.AirlockClient,
+		KeptRecords:   sandboxapi.NewKeptRecords(cfg.KubeClient), // not the review client: its limiter is the TokenReviews'
 		Runtimes:      airlock.AgentRuntimes().Lister(),
 		Registries:    airlock.ToolRegistries().Lister(),
 		Classes:       airlock.SandboxClasses().Lister(),

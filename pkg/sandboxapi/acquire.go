@@ -141,7 +141,9 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 		// one session id (two writers).
 		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(rt.Name, string(rt.UID), session, handle))
 	default:
-		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/%s", ns, name)
+		// One directory per claim and runtime UID (workspace.go); chooseWorkspace may give it
+		// the legacy directory of a kept workspace of the runtime.
+		c.Spec.WorkspaceDir = claimWorkspaceDir(ns, name, rt.UID)
 	}
 	if replaces != nil {
 		c.Spec.Replaces = replaces.Name
@@ -360,7 +362,11 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 			a.phase = string(airlockv1alpha1.ClaimPending)
 			return stepResult{} // created; the cache has not caught up yet
 		}
-		return a.create(ctx, newClaim(a.t, a.base, a.session, a.handle, nil), false)
+		c, err := a.newClaim(ctx, a.base, nil)
+		if err != nil {
+			return stepResult{done: true, err: err}
+		}
+		return a.create(ctx, c, false)
 	}
 	if c.Name == a.created {
 		a.created = "" // seen: if it goes away from now on, it was deleted
@@ -511,12 +517,22 @@ func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClai
 	return stepResult{}
 }
 
+// newClaim is the claim this acquire creates under name (replacing replaces, when not nil), its
+// workspace directory chosen (chooseWorkspace).
+func (a *acquisition) newClaim(ctx context.Context, name string, replaces *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
+	c := newClaim(a.t, name, a.session, a.handle, replaces)
+	return c, a.s.chooseWorkspace(ctx, c, a.t.runtime)
+}
+
 // replace creates the one replacement of the Failed claim old (SPEC section 3). Nothing is written
 // on old: whether it is replaced follows from the replacement's spec.replaces (admission.Replaced,
 // for the leader and for this replica's fast check alike), and the leader writes old's
 // status.replacedBy once it has seen the replacement.
 func (a *acquisition) replace(ctx context.Context, old *airlockv1alpha1.SandboxClaim) stepResult {
-	repl := newClaim(a.t, a.replacement, a.session, a.handle, old)
+	repl, err := a.newClaim(ctx, a.replacement, old)
+	if err != nil {
+		return stepResult{done: true, err: err}
+	}
 	if err := a.s.admit(repl, nil); err != nil {
 		return stepResult{done: true, err: err}
 	}

@@ -30,7 +30,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 	}{
 		"claim workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen"},
-			wantWorkspaceDir: testNS + "/sandboxes/" + name,
+			wantWorkspaceDir: testNS + "/sandboxes/" + name + "-" + uidHash("rt-uid"),
 		},
 		"session workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},

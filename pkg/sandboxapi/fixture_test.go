@@ -136,6 +136,8 @@ type fixtureOptions struct {
 	informer bool
 	// audiences are the server's; nil means the operator's default, "airlock".
 	audiences []string
+	// keptRecords reads kept workspaces' records; nil reads them from the fake clientset.
+	keptRecords KeptRecords
 }
 
 // testAudience is the operator's default --token-audiences.
@@ -267,6 +269,7 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 		Tokens:        f.tokens,
 		Clock:         f.clock,
 		Audiences:     o.audiences,
+		KeptRecords:   o.keptRecords,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,8 @@
 //
 // Every request is authenticated with a TokenReview of its bearer token (auth.go) and authorized
 // against the named AgentRuntime's spec.serviceAccountName. Reads come from this replica's
-// informer caches; the only API writes are claim creation (a replacement too: the leader links it
+// informer caches, but for one read of a kept workspace's record when a claim is created
+// (workspace.go); the only API writes are claim creation (a replacement too: the leader links it
 // to the claim it replaces), renewals' status.lastUsedAt and sessions/close's reap-requested
 // annotation.
 package sandboxapi
@@ -57,6 +58,9 @@ type Config struct {
 	// ClaimEvents is the informer behind Claims: its events wake the acquires waiting for a claim
 	// to bind.
 	ClaimEvents EventSource
+	// KeptRecords reads the record of a kept workspace, to resume one an earlier version named
+	// (workspace.go; NewKeptRecords); nil reads it with KubeClient.
+	KeptRecords KeptRecords
 	// Tokens derives a Bound claim's bearer token from the operator's key (*claimtoken.Source):
 	// the API never reads the claim's Secret. A token it cannot derive is 503, never an answer.
 	Tokens TokenSource
@@ -85,12 +89,13 @@ type Server struct {
 	kubeClient    kubernetes.Interface
 	airlockClient airlockclientset.Interface
 
-	runtimes   airlocklisters.AgentRuntimeLister
-	registries airlocklisters.ToolRegistryLister
-	classes    airlocklisters.SandboxClassLister
-	claims     airlocklisters.SandboxClaimLister
-	tokens     TokenSource
-	synced     []cache.InformerSynced
+	runtimes    airlocklisters.AgentRuntimeLister
+	registries  airlocklisters.ToolRegistryLister
+	classes     airlocklisters.SandboxClassLister
+	claims      airlocklisters.SandboxClaimLister
+	tokens      TokenSource
+	keptRecords KeptRecords
+	synced      []cache.InformerSynced
 
 	clock   clock.Clock
 	authn   *authenticator
@@ -114,10 +119,14 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		classes:       cfg.Classes,
 		claims:        cfg.Claims,
 		tokens:        cfg.Tokens,
+		keptRecords:   cfg.KeptRecords,
 		synced:        cfg.Synced,
 		clock:         cfg.Clock,
 		authn:         newAuthenticator(cfg.KubeClient, cfg.Audiences, cfg.Clock),
 		waiters:       newWaiters(),
+	}
+	if s.keptRecords == nil {
+		s.keptRecords = NewKeptRecords(cfg.KubeClient)
 	}
 	if cfg.Tokens == nil {
 		return nil, errors.New("the Sandbox API needs a token source")

@@ -143,7 +143,9 @@ func (s *Server) openSession(ctx context.Context, who caller, body io.Reader) (i
 			resp.Claims = append(resp.Claims, sessionClaim(c))
 			continue
 		}
-		c = newClaim(t, base, req.Session, handle, nil)
+		if c, err = a.newClaim(ctx, base, nil); err != nil {
+			return 0, nil, err
+		}
 		if err := s.admit(c, created); err != nil {
 			var apiErr *apiError
 			if errors.As(err, &apiErr) && apiErr.reason != "" {

@@ -28,8 +28,6 @@ package claim
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -48,6 +46,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/syncback"
 )
@@ -56,15 +55,15 @@ import (
 // resumed one.
 const (
 	// LabelKeptWorkspace marks a kept workspace's record ("true").
-	LabelKeptWorkspace = "airlock.dev/kept-workspace"
+	LabelKeptWorkspace = airlockv1alpha1.LabelKeptWorkspace
 	// AnnotationKeptRuntimeUID is the UID of the runtime whose workspace it is.
-	AnnotationKeptRuntimeUID = "airlock.dev/runtime-uid"
+	AnnotationKeptRuntimeUID = airlockv1alpha1.AnnotationKeptRuntimeUID
 	// AnnotationKeptDir is the workspace directory inside the content PVC.
-	AnnotationKeptDir = "airlock.dev/workspace-dir"
+	AnnotationKeptDir = airlockv1alpha1.AnnotationKeptDir
 	// AnnotationKeptAt is when the workspace was kept (RFC 3339).
 	AnnotationKeptAt = "airlock.dev/kept-at"
 	// AnnotationKeptResumable is "false" for a workspace no claim resumes (a warm member's).
-	AnnotationKeptResumable = "airlock.dev/resumable"
+	AnnotationKeptResumable = airlockv1alpha1.AnnotationKeptResumable
 	// AnnotationCollected says why a record is being collected.
 	AnnotationCollected = "airlock.dev/collected"
 
@@ -91,23 +90,18 @@ const (
 	messageWaitingCollectionFail  = "the workspace %s is being collected by Job %s, which failed: %s (delete the Job to retry)"
 	messageWorkspaceCollecting    = "Collecting the kept workspace %s: %s"
 	messageWorkspaceCollected     = "Collected the kept workspace %s"
-	keptJobPrefix                 = "airlock-kept-"
-	keptJobHashLen                = 20
 	keptCollectionBackoffLimit    = 3
-	annotationValueNotResumable   = "false"
-	labelValueKeptWorkspace       = "true"
+	annotationValueNotResumable   = airlockv1alpha1.AnnotationValueNotResumable
+	labelValueKeptWorkspace       = airlockv1alpha1.LabelValueKeptWorkspace
 	keptRecordAlreadyCollectedFmt = "the kept workspace record %s is being collected; keeping %s again once it is gone"
 )
 
 // KeptRecordName is the name of the record (a Job) of the kept workspace directory dir: one per
-// directory.
-func KeptRecordName(dir string) string { return keptJobName(dir) }
+// directory (claimname.KeptRecordName, shared with the Sandbox API).
+func KeptRecordName(dir string) string { return claimname.KeptRecordName(dir) }
 
 // keptJobName is KeptRecordName.
-func keptJobName(dir string) string {
-	sum := sha256.Sum256([]byte(dir))
-	return keptJobPrefix + hex.EncodeToString(sum[:])[:keptJobHashLen]
-}
+func keptJobName(dir string) string { return claimname.KeptRecordName(dir) }
 
 // isKeptRecord says whether the Job is a kept workspace's record (or its collection).
 func isKeptRecord(job *batchv1.Job) bool {
