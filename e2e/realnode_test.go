@@ -442,8 +442,6 @@ func nodeShell(t *testing.T) func(ctx context.Context, podName, script string) e
 	}
 }
 
-// readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
-// of the namespace that mounts the workspace-content PVC read-only reads it.
 // claimWorkspace is the per-claim workspace directory of the runtime "agent"'s claim named
 // claim, for a test that needs it before the claim exists or after it went (otherwise read the
 // claim's spec.workspaceDir).
@@ -456,6 +454,8 @@ func (e *realnodeEnv) claimWorkspace(t *testing.T, claim string) string {
 	return path.Join(e.ns, "sandboxes", claimname.ClaimWorkspace(claim, rt.UID))
 }
 
+// readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
+// of the namespace that mounts the workspace-content PVC read-only reads it.
 func (e *realnodeEnv) readContent(rel string) (string, error) {
 	ctx := context.Background()
 	name := fmt.Sprintf("read-%d", time.Now().UnixNano())
