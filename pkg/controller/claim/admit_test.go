@@ -132,6 +132,8 @@ func TestSyncExpiry(t *testing.T) {
 		setCondition(&c.Status, ConditionReady, metav1.ConditionFalse, ReasonStartupTimeout, "", t0)
 		return c
 	}
+	// A Failed claim's workspace is kept (its record written) before the claim is deleted.
+	keptC1 := "create jobs " + keptJobName(failed("").Spec.WorkspaceDir)
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
 		others      []*airlockv1alpha1.SandboxClaim
@@ -162,7 +164,7 @@ func TestSyncExpiry(t *testing.T) {
 		},
 		"failed past max(idleTimeout, 10m) is deleted": {
 			claim: failed(""), step: 30 * time.Minute,
-			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{keptC1, "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"failed and replaced is kept while its replacement lives": {
 			claim:  failed("c1-r1"),
@@ -171,7 +173,7 @@ func TestSyncExpiry(t *testing.T) {
 		},
 		"failed and replaced is deleted when its replacement is gone (asked of the API server)": {
 			claim:       failed("c1-r1"),
-			wantActions: []string{"get sandboxclaims c1-r1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{"get sandboxclaims c1-r1", keptC1, "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"failed, replaced by a claim not linked yet: the leader links them, and keeps it": {
 			claim:       failed(""),
@@ -183,7 +185,7 @@ func TestSyncExpiry(t *testing.T) {
 			claim:       failed(""),
 			others:      []*airlockv1alpha1.SandboxClaim{replacementOf("c1", newClaim("c1-r1", "s-c1", airlockv1alpha1.ClaimRefused, t0))},
 			step:        30 * time.Minute,
-			wantActions: []string{"get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{keptC1, "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 	}
 	for name, tc := range tests {

@@ -66,7 +66,27 @@ func (c *Controller) syncFailed(ctx context.Context, claim *airlockv1alpha1.Sand
 	if left, ok := timeLeft(conditionTime(claim, ConditionReady, metav1.ConditionFalse), waitingTTL(rt), c.clock.Now()); ok {
 		return ptr.To(left), nil
 	}
+	if err := c.keepFailedWorkspace(ctx, claim); err != nil {
+		return nil, err
+	}
 	return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonFailedExpired)
+}
+
+// keepFailedWorkspace writes the record of a Failed claim's workspace before the claim is deleted
+// (it expired, its replacement went, its session was closed), so that the workspace is kept and
+// collected as any other: resumed by the next claim of the handle within the runtime's
+// retention, collected past it or when the runtime goes (kept.go). Its pod never became ready,
+// so no agent wrote there; but the claim may have resumed a kept workspace (taken its record)
+// before its pod failed, and that work is kept again rather than left without a record. A claim
+// that never got a frozen record never had a pod, so there is nothing to keep. A claim whose
+// sync-back gave up gets no record: its workspace holds work that never reached its target, and
+// a collection would destroy the only copy; it is left in the content volume, as its message
+// says (docs/nothing-lost.md).
+func (c *Controller) keepFailedWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	if claim.Status.Frozen == nil || gaveUpSyncBack(claim) {
+		return nil
+	}
+	return c.keepWorkspace(ctx, claim)
 }
 
 // cachedReplacement returns the name of the claim in the cache that replaces claim, or "".
@@ -97,6 +117,9 @@ func (c *Controller) removeIfReplacementGone(ctx context.Context, claim *airlock
 			"claim", klog.KObj(claim), "replacement", klog.KObj(fresh))
 		return nil // its add event enqueues the claim
 	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	if err := c.keepFailedWorkspace(ctx, claim); err != nil {
 		return err
 	}
 	return c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonReplacementGone)

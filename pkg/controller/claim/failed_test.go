@@ -2,6 +2,7 @@ package claim
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,63 @@ func TestSyncFailedReplacementNotCachedYet(t *testing.T) {
 	slices.Sort(keys)
 	if diff := cmp.Diff([]string{"c1", "c1-r1"}, keys); diff != "" {
 		t.Errorf("enqueued after the replacement's add event (-want +got):\n%s", diff)
+	}
+}
+
+// TestFailedClaimWorkspaceKept: a Failed claim deleted when it expires keeps its workspace (the
+// record written before the delete), resumable by the next claim of its runtime, session and
+// handle: its pod never became ready, but the claim may have taken the record of a kept workspace
+// it resumed, and that work must not be left without one. A claim that never got a frozen record
+// never had a pod (nothing to keep), and one whose sync-back gave up gets no record: a collection
+// would destroy the only copy of work its target never got.
+func TestFailedClaimWorkspaceKept(t *testing.T) {
+	gaveUp := func() *airlockv1alpha1.SandboxClaim {
+		c := failed("c1", t0, "")
+		setCondition(&c.Status, ConditionSyncBack, metav1.ConditionFalse, ReasonSyncBackGaveUp, "gave up", t0)
+		return c
+	}
+	neverFrozen := func() *airlockv1alpha1.SandboxClaim {
+		c := failed("c1", t0, "")
+		c.Status.Frozen = nil
+		return c
+	}
+	for name, tc := range map[string]struct {
+		claim    *airlockv1alpha1.SandboxClaim
+		wantKept bool
+	}{
+		"its pod never ready (it may have resumed a kept workspace): kept": {claim: failed("c1", t0, ""), wantKept: true},
+		"never frozen (no pod ever): nothing kept":                         {claim: neverFrozen()},
+		"its sync-back gave up: left, no record":                           {claim: gaveUp()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.claims = append(f.claims, tc.claim)
+			c := f.newController(ctx)
+			f.clock.Step(time.Hour) // past max(idleTimeout, 10m)
+			if _, err := c.sync(ctx, keyOf(tc.claim)); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"get sandboxclaims c1", "delete sandboxclaims c1"}
+			if tc.wantKept {
+				want = append([]string{"create jobs " + keptJobName(tc.claim.Spec.WorkspaceDir)}, want...)
+			}
+			checkActions(t, f, want)
+			if !tc.wantKept {
+				return
+			}
+			record := f.createdJob()
+			if record.Annotations[AnnotationKeptDir] != tc.claim.Spec.WorkspaceDir || record.Annotations[AnnotationKeptRuntimeUID] != string(f.runtimes[0].UID) {
+				t.Errorf("record annotations %v, want the claim's directory and its runtime's UID", record.Annotations)
+			}
+			// The next claim of the handle (the same name, runtime and directory) resumes it.
+			next := binding("c1", f.clock.Now())
+			if !resumableBy(record, next) {
+				t.Errorf("the record %s is not resumable by the next claim of the handle", record.Name)
+			}
+			if events := f.events(); !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Normal "+ReasonWorkspaceKept) }) {
+				t.Errorf("events %v, want a %s", events, ReasonWorkspaceKept)
+			}
+		})
 	}
 }

@@ -15,6 +15,8 @@ func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s)
 // TestSyncReapRequested covers sessions/close: the reap-requested annotation reaps a Binding or
 // Bound claim now, with sync-back, and deletes one that never ran.
 func TestSyncReapRequested(t *testing.T) {
+	// A Failed claim's workspace is kept (its record written) before the claim is deleted.
+	keptC1 := "create jobs " + keptJobName(failed("c1", t0, "").Spec.WorkspaceDir)
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
 		others      []*airlockv1alpha1.SandboxClaim
@@ -44,12 +46,12 @@ func TestSyncReapRequested(t *testing.T) {
 		// wait on it (202s) until it expires.
 		"failed: deleted, nothing ran to save": {
 			claim:       failed("c1", t0.Add(-time.Minute), ""),
-			wantActions: []string{"delete pods c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{"delete pods c1", keptC1, "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"failed and replaced, its replacement still there: deleted": {
 			claim:       failed("c1", t0.Add(-time.Minute), "c1-r1"),
 			others:      []*airlockv1alpha1.SandboxClaim{bound("c1-r1", t0.Add(-time.Second))},
-			wantActions: []string{"delete pods c1", "get sandboxclaims c1", "delete sandboxclaims c1"},
+			wantActions: []string{"delete pods c1", keptC1, "get sandboxclaims c1", "delete sandboxclaims c1"},
 		},
 		"runtime gone: garbage collection's, no reaping": {
 			claim:       bound("c1", t0.Add(-time.Minute)),

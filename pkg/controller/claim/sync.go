@@ -90,8 +90,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 				break // its session was closed before: kept to say where its work is (syncback.go)
 			}
 			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
-			// save. Deleted now, so that a new acquire of the handle does not wait on it.
+			// save. Deleted now, so that a new acquire of the handle does not wait on it; its
+			// workspace kept (a kept one it resumed is kept again: failed.go).
 			if err := c.stopPods(ctx, claim); err != nil {
+				return nil, err
+			}
+			if err := c.keepFailedWorkspace(ctx, claim); err != nil {
 				return nil, err
 			}
 			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)
