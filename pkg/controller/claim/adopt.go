@@ -22,7 +22,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -263,9 +265,18 @@ func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.
 }
 
 // warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
-// its own (not a session's, not a mount role's, not a Failed predecessor's).
+// its own (not a session's, not a mount role's, not a Failed predecessor's). Its own is the
+// per-claim directory with its runtime's UID (claimname.ClaimWorkspace), or the one earlier
+// versions gave it, without (`<ns>/sandboxes/<claim>`).
 func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
-	return claim.Spec.MountRole == "" && claim.Spec.WorkspaceDir == sandboxpod.SandboxesDir(claim.Namespace)+"/"+claim.Name
+	if claim.Spec.MountRole != "" {
+		return false
+	}
+	dir, sandboxes := claim.Spec.WorkspaceDir, sandboxpod.SandboxesDir(claim.Namespace)
+	if uid := admission.RuntimeUID(claim); uid != "" && dir == sandboxes+"/"+claimname.ClaimWorkspace(claim.Name, uid) {
+		return true
+	}
+	return dir == sandboxes+"/"+claim.Name
 }
 
 // workspaceDirOf is the claim's workspace inside the content PVC: its adopted member's, else its own.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
@@ -530,5 +531,31 @@ func TestUnbuildableClaimLetsItsMemberGo(t *testing.T) {
 	}
 	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed {
 		t.Errorf("claim %s, want Failed", got.Status.Phase)
+	}
+}
+
+// TestWarmEligible: a claim in its own per-claim workspace may adopt a warm member, whether the
+// directory carries its runtime's UID (as the Sandbox API names it now) or not (as earlier
+// versions did); a directory of another runtime UID, another claim, a session or a mount role
+// may not. The claims of the Sandbox API had gone cold, every one, when the directory got the UID.
+func TestWarmEligible(t *testing.T) {
+	for name, tc := range map[string]struct {
+		dir, mountRole string
+		want           bool
+	}{
+		"its own, with its runtime's UID":     {dir: claimDir("c1"), want: true},
+		"its own, as earlier versions had it": {dir: testNamespace + "/sandboxes/c1", want: true},
+		"of another runtime UID":              {dir: testNamespace + "/sandboxes/" + claimname.ClaimWorkspace("c1", "uid-rt-other")},
+		"of another claim":                    {dir: claimDir("c2")},
+		"a session's":                         {dir: testNamespace + "/sandboxes/sessions/0123456789"},
+		"a mount role's":                      {dir: claimDir("c1"), mountRole: "repo"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			claim := newClaim("c1", "s1", "", t0)
+			claim.Spec.WorkspaceDir, claim.Spec.MountRole = tc.dir, tc.mountRole
+			if got := warmEligible(claim); got != tc.want {
+				t.Errorf("warmEligible(%q, mount role %q) = %v, want %v", tc.dir, tc.mountRole, got, tc.want)
+			}
+		})
 	}
 }

@@ -155,7 +155,7 @@ func TestSyncBoundIdle(t *testing.T) {
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, no targetPath: workspace kept, claim deleted, no Job to wait for": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, targetPath: sync-back Job": {

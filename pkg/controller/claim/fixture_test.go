@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
@@ -494,4 +495,10 @@ func syncClaim(ctx context.Context, c *Controller, key cache.ObjectName) (*time.
 		}
 	}
 	return requeue, nil
+}
+
+// claimDir is the per-claim workspace of the runtime "agent"'s claim named name, as the Sandbox API
+// names it (with the runtime's UID) and as the fixture's claims have it.
+func claimDir(name string) string {
+	return testNamespace + "/sandboxes/" + claimname.ClaimWorkspace(name, "uid-rt-agent")
 }

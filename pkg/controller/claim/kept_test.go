@@ -183,7 +183,7 @@ func TestKeptWorkspaceNotResumedByAnotherOwner(t *testing.T) {
 // fake clock), collected past it or at once when its runtime (by UID) is gone, never while a
 // live claim is on its directory (a fresh list), and a collection that completed is deleted.
 func TestSyncKept(t *testing.T) {
-	const dir = "team-a/sandboxes/c1"
+	dir := claimDir("c1")
 	base := binding("c1", t0)
 	liveClaim := func(phase airlockv1alpha1.ClaimPhase, uid string) func(f *fixture) {
 		return func(f *fixture) {

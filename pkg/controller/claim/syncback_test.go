@@ -76,9 +76,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		"job succeeded: workspace kept, claim deleted": {
 			attempt:     1,
 			cond:        batchv1.JobComplete,
-			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
+			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
-				"Normal WorkspaceKept Kept the workspace team-a/sandboxes/c1 for 24h0m0s (record Job " + keptJobName("team-a/sandboxes/c1") +
+				"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + keptJobName(claimDir("c1")) +
 					"): a new claim of the same runtime, session and handle resumes with its files",
 				"Normal SyncedBack Deleting the claim (SyncedBack)"},
 		},

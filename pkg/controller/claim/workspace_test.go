@@ -63,11 +63,11 @@ func TestSyncJobArgs(t *testing.T) {
 		want   []string
 	}{
 		"copy, then remove": {claim: withTarget, remove: true,
-			want: []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--to=projects/demo", "--remove-source", "--sandboxes-dir=team-a/sandboxes"}},
+			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo", "--remove-source", "--sandboxes-dir=team-a/sandboxes"}},
 		"copy, workspace kept": {claim: withTarget,
-			want: []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--to=projects/demo"}},
+			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo"}},
 		"nothing to save: remove only": {claim: without, remove: true,
-			want: []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--remove-only", "--sandboxes-dir=team-a/sandboxes"}},
+			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--remove-only", "--sandboxes-dir=team-a/sandboxes"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -93,7 +93,7 @@ func TestWorkspaceKeptAfterSyncBack(t *testing.T) {
 	}
 	checkRequeue(t, requeue, nil)
 	checkActions(t, f, []string{"create jobs c1-sync"})
-	want := []string{"sync", "--content-root=/content", "--from=team-a/sandboxes/c1", "--to=projects/demo"}
+	want := []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo"}
 	if diff := cmp.Diff(want, jobArgs(f.createdJob())); diff != "" {
 		t.Errorf("sync Job args (-want +got):\n%s", diff)
 	}
@@ -118,7 +118,7 @@ func TestWorkspaceKeptAfterSyncBack(t *testing.T) {
 	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"})
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"})
 	checkKeptRecord(t, f.createdJob(), claim)
 }
 
@@ -153,8 +153,8 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 	}{
 		"no Job yet: the workspace kept, the claim deleted": {
 			job:         "-",
-			wantActions: []string{"create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"},
-			wantEvents: []string{"Normal WorkspaceKept Kept the workspace team-a/sandboxes/c1 for 24h0m0s (record Job " + keptJobName("team-a/sandboxes/c1") +
+			wantActions: []string{"create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + keptJobName(claimDir("c1")) +
 				"): a new claim of the same runtime, session and handle resumes with its files", "Normal Reaped Deleting the claim (Reaped)"},
 		},
 		"cleanup running: the claim stays": {},
@@ -162,7 +162,7 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 			job:         batchv1.JobComplete,
 			wantActions: []string{"delete sandboxclaims c1"},
 			wantEvents: []string{
-				"Normal WorkspaceRemoved Workspace cleanup Job c1-sync removed the workspace team-a/sandboxes/c1",
+				"Normal WorkspaceRemoved Workspace cleanup Job c1-sync removed the workspace " + claimDir("c1"),
 				"Normal Reaped Deleting the claim (Reaped)",
 			},
 		},
@@ -585,7 +585,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			if targetPath == "" {
 				// An earlier version's cleanup Job that failed: no second one; the workspace
 				// is kept (collected past the retention) and the claim deleted.
-				checkActions(t, f, []string{"create jobs " + keptJobName("team-a/sandboxes/c1"), "delete sandboxclaims c1"})
+				checkActions(t, f, []string{"create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"})
 				return
 			}
 			checkActions(t, f, []string{"create jobs c1-sync"})

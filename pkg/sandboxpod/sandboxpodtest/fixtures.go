@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 )
 
 const (
@@ -58,7 +59,8 @@ func Class(name string) *airlockv1alpha1.SandboxClass {
 }
 
 // Claim returns a claim of runtime "agent" (uid "uid-rt-agent", its controller, as the Sandbox API
-// creates claims) for the sandbox "codegen", created at created.
+// creates claims) for the sandbox "codegen", created at created, in its per-claim workspace
+// (with the runtime's UID, as the Sandbox API names it: claimname.ClaimWorkspace).
 func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
 	return &airlockv1alpha1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -72,7 +74,7 @@ func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.
 		},
 		Spec: airlockv1alpha1.SandboxClaimSpec{
 			RuntimeName: "agent", RuntimeUID: "uid-rt-agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
-			ClassName: "codegen", WorkspaceDir: Namespace + "/sandboxes/" + name,
+			ClassName: "codegen", WorkspaceDir: Namespace + "/sandboxes/" + claimname.ClaimWorkspace(name, "uid-rt-agent"),
 		},
 		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},
 	}
