@@ -21,8 +21,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -48,17 +46,12 @@ func NewKeptRecords(client kubernetes.Interface) KeptRecords { return apiKeptRec
 type apiKeptRecords struct{ client kubernetes.Interface }
 
 func (r apiKeptRecords) KeptRecord(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
-	list, err := r.client.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: airlockv1alpha1.LabelKeptWorkspace + "=" + airlockv1alpha1.LabelValueKeptWorkspace,
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
-	})
+	list, err := r.client.BatchV1().Jobs(namespace).List(ctx, claimname.KeptRecordListOptions(name))
 	if err != nil {
 		return nil, err
 	}
-	for i := range list.Items {
-		if list.Items[i].Name == name && list.Items[i].Namespace == namespace {
-			return &list.Items[i], nil
-		}
+	if record := claimname.KeptRecordIn(list.Items, namespace, name); record != nil {
+		return record, nil
 	}
 	return nil, apierrors.NewNotFound(batchv1.Resource("jobs"), name)
 }

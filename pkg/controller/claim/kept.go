@@ -38,7 +38,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -229,19 +228,11 @@ func (c *Controller) keepAgain(ctx context.Context, want *batchv1.Job) error {
 // freshKeptRecord reads the record of that name from the API server (a list by name: the
 // operator may list Jobs, not get them); nil when there is none.
 func (c *Controller) freshKeptRecord(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
-	list, err := c.keptRecords.List(ctx, namespace, metav1.ListOptions{
-		LabelSelector: LabelKeptWorkspace + "=" + labelValueKeptWorkspace,
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
-	})
+	list, err := c.keptRecords.List(ctx, namespace, claimname.KeptRecordListOptions(name))
 	if err != nil {
 		return nil, err
 	}
-	for i := range list.Items {
-		if list.Items[i].Name == name && list.Items[i].Namespace == namespace {
-			return &list.Items[i], nil
-		}
-	}
-	return nil, nil
+	return claimname.KeptRecordIn(list.Items, namespace, name), nil
 }
 
 // jobReader lists Jobs from the API server (a quorum read, not the cache).
