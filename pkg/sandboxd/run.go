@@ -25,23 +25,30 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
 		return errors.New("the listen address is empty")
 	}
+	// Listen first, before the server is built (its tools' schemas take some milliseconds):
+	// the kubelet's first readiness probe comes a few milliseconds after the container starts,
+	// and one refused there is tried again only on the next period (or when the kubelet next
+	// syncs the pod), up to a second later. A probe (or a client) that connects now waits in the
+	// listen backlog until serve answers it.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
 	tuneGC(logger)
 	if procgroup.IsInit() {
 		// The container's first process: the operator's stop (stop.go) rests on it, so no
 		// process of the sandbox (same user) may attach to it (ptrace) or read its memory.
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			_ = ln.Close()
 			return fmt.Errorf("making sandboxd not dumpable: %w", err)
 		}
 	}
 	s, err := newServer(cfg, defaultOptions(), logger)
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 	defer s.close()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	releaseStartupGarbage()
 	return s.serve(ctx, ln)
 }

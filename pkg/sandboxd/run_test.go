@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,5 +53,37 @@ func TestRunReturnsNilWhenCancelled(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("Run did not return")
+	}
+}
+
+// TestRunRefusedConfigReleasesItsPort: Run listens before it builds the server (so that the
+// kubelet's first readiness probe, a few milliseconds after the container starts, is not
+// refused); a config the server then refuses closes that listener: the port is free again.
+func TestRunRefusedConfigReleasesItsPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ws := t.TempDir()
+	for name, cfg := range map[string]Config{
+		"missing workspace":  {Listen: addr, Workspace: filepath.Join(ws, "nope")},
+		"unknown tool":       {Listen: addr, Workspace: ws, AllowedTools: []string{"Exec"}},
+		"missing token file": {Listen: addr, Workspace: ws, AuthTokenFile: filepath.Join(ws, "nope")},
+	} {
+		if err := Run(ctx, cfg); err == nil {
+			t.Fatalf("%s: Run = nil, want an error", name)
+		}
+		again, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("%s: the port %s after Run refused the config: %v, want it free", name, addr, err)
+		}
+		if err := again.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
