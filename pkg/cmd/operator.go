@@ -11,16 +11,12 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/klog/v2"
 
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
-	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/operator"
-	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -125,58 +121,9 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	userAgent := operator.ComponentName + "/" + version.Get().Version
-	kubeConfig := rest.CopyConfig(restConfig)
-	kubeConfig.ContentType = "application/vnd.kubernetes.protobuf"
-	kubeConfig.UserAgent = userAgent
-	kubeClient, err := kubernetes.NewForConfig(kubeConfig)
+	clients, err := newOperatorClients(restConfig, operator.ComponentName+"/"+version.Get().Version, o.LeaderElection.RenewDeadline.Duration)
 	if err != nil {
-		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
-	}
-	// The Sandbox API's TokenReviews get a client, and so a rate limiter, of their own.
-	reviewConfig := rest.CopyConfig(kubeConfig)
-	reviewConfig.UserAgent = userAgent + "/sandbox-api"
-	reviewClient, err := kubernetes.NewForConfig(reviewConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the Sandbox API's review client: %w", err)
-	}
-	// Events get a client, and so a rate limiter, of their own.
-	eventConfig := rest.CopyConfig(kubeConfig)
-	eventConfig.UserAgent = userAgent + "/events"
-	eventClient, err := kubernetes.NewForConfig(eventConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the event client: %w", err)
-	}
-	airlockConfig := rest.CopyConfig(restConfig)
-	airlockConfig.UserAgent = userAgent
-	airlockClient, err := airlockclientset.NewForConfig(airlockConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the airlock client: %w", err)
-	}
-	// Warm pool refills get clients, and so rate limiters, of their own: a refill never waits in
-	// front of a claim's write.
-	poolConfig := rest.CopyConfig(kubeConfig)
-	poolConfig.UserAgent = userAgent + "/warm-pools"
-	poolKubeClient, err := kubernetes.NewForConfig(poolConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the warm pool client: %w", err)
-	}
-	poolAirlockConfig := rest.CopyConfig(airlockConfig)
-	poolAirlockConfig.UserAgent = userAgent + "/warm-pools"
-	poolAirlockClient, err := airlockclientset.NewForConfig(poolAirlockConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the warm pool airlock client: %w", err)
-	}
-	// A client of its own, with its own rate limiter, so that lease renewals never queue behind
-	// the controllers' requests.
-	leConfig := rest.CopyConfig(restConfig)
-	leConfig.UserAgent = userAgent + "/leader-election"
-	// As kube-controller-manager does: no lease request outlives half the renew deadline, so
-	// that a campaign against an API server that does not answer retries rather than hangs.
-	leConfig.Timeout = o.LeaderElection.RenewDeadline.Duration / 2
-	leClient, err := kubernetes.NewForConfig(leConfig)
-	if err != nil {
-		return nil, fmt.Errorf("building the leader election client: %w", err)
+		return nil, err
 	}
 	hostname, err := os.Hostname()
 	if err != nil {
@@ -187,19 +134,17 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	var operatorPeer *sandboxpod.OperatorPeer
-	if set, err := o.Controllers.operatorPodLabels(); err != nil {
+	operatorPeer, err := o.Controllers.operatorPeer(o.namespace)
+	if err != nil {
 		return nil, err
-	} else if set != nil {
-		operatorPeer = &sandboxpod.OperatorPeer{Namespace: o.namespace, Labels: set}
 	}
 
 	return &operator.Config{
-		KubeClient:             kubeClient,
-		EventClient:            eventClient,
-		ReviewClient:           reviewClient,
-		AirlockClient:          airlockClient,
-		LeaderElectionClient:   leClient,
+		KubeClient:             clients.kube,
+		EventClient:            clients.event,
+		ReviewClient:           clients.review,
+		AirlockClient:          clients.airlock,
+		LeaderElectionClient:   clients.leaderElection,
 		LeaderElection:         o.LeaderElection.LeaderElectionConfiguration,
 		Identity:               hostname + "_" + uuid.NewString(),
 		Namespace:              o.namespace,
@@ -217,8 +162,8 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		APIServerTimeout:       apiServerTimeout,
 		Workers:                o.Controllers.Workers,
 		SyncImage:              o.Controllers.SyncImage,
-		PoolKubeClient:         poolKubeClient,
-		PoolAirlockClient:      poolAirlockClient,
+		PoolKubeClient:         clients.poolKube,
+		PoolAirlockClient:      clients.poolAirlock,
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
 		EgressGateway:          egressGateway,
 		OperatorPeer:           operatorPeer,

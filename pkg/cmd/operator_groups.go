@@ -336,6 +336,17 @@ func (o *ControllerOptions) operatorPodLabels() (map[string]string, error) {
 	return set, nil
 }
 
+// operatorPeer is the operator's own pods as --operator-pod-labels names them, in namespace (the
+// operator's), for the claims' NetworkPolicies to let in to sandboxd (the operator's stop); nil
+// without the flag.
+func (o *ControllerOptions) operatorPeer(namespace string) (*sandboxpod.OperatorPeer, error) {
+	set, err := o.operatorPodLabels()
+	if err != nil || set == nil {
+		return nil, err
+	}
+	return &sandboxpod.OperatorPeer{Namespace: namespace, Labels: set}, nil
+}
+
 // systemRootFiles are where the public roots are looked for without --egress-ca-roots-file (as
 // Go's crypto/x509 does on Linux; the operator's distroless image has the first).
 var systemRootFiles = []string{
