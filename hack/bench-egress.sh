@@ -80,6 +80,6 @@ echo "load average before: $(cat /proc/loadavg)"
 go test -run '^$' -bench 'BenchmarkConnectSetup' -benchtime 2000x ./pkg/egress/
 go test -run '^$' -bench 'BenchmarkDownload$' -benchtime 10x ./pkg/egress/
 echo "load average: $(cat /proc/loadavg)"
-go test -run '^$' -bench 'BenchmarkDownloadSideBySide' -benchtime 9x ./pkg/egress/
-go test -run '^$' -bench 'BenchmarkIdleTunnelMemory' -benchtime 3x ./pkg/egress/
+go test -run '^$' -bench 'BenchmarkDownloadSideBySide' -benchtime 25x ./pkg/egress/
+go test -run '^$' -bench 'BenchmarkIdleTunnelMemory' -benchtime 7x ./pkg/egress/
 echo "load average after: $(cat /proc/loadavg)"
