@@ -174,8 +174,16 @@ func callerOK(b *testing.B, c *contender, tool string, args map[string]any) stri
 // process id. The process ends with the benchmark.
 func startMCPGoProcess(b *testing.B, ws string) (string, int) {
 	b.Helper()
+	return startServerProcess(b, "the mcp-go server", mcpgoServerEnv+"="+ws)
+}
+
+// startServerProcess runs this test binary as a server (TestMain picks which by env), waits for
+// the URL it prints, and returns it and the process id. The process ends with the benchmark: its
+// stdin is closed, and it is killed if it does not stop.
+func startServerProcess(b *testing.B, what string, env ...string) (string, int) {
+	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mcpgoServerEnv+"="+ws)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -203,17 +211,17 @@ func startMCPGoProcess(b *testing.B, ws string) (string, int) {
 		select {
 		case err := <-exited:
 			if err != nil {
-				b.Errorf("mcp-go server: %v", err)
+				b.Errorf("%s: %v", what, err)
 			}
 		case <-timeout.C:
-			b.Errorf("the mcp-go server did not stop: killed")
+			b.Errorf("%s did not stop: killed", what)
 			_ = cmd.Process.Kill()
 			<-exited
 		}
 	})
 	u := <-url
 	if !strings.HasPrefix(u, "http://") {
-		b.Fatalf("the mcp-go server did not say where it listens (%q)", u)
+		b.Fatalf("%s did not say where it listens (%q)", what, u)
 	}
 	return u, cmd.Process.Pid
 }

@@ -54,6 +54,7 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 					{label: "mcpgo-mcp", c: connectRawStreamable(b, mgURL+mcpgoStatelessPath, protocolStateless)},
 					{label: "mcpgo-mcp2025", c: connectRawStreamable(b, mgURL+mcpgoStreamablePath, "2025-11-25")},
 				}
+				all = append(all, startFloorProcesses(b, sd.url+"/mcp", c.tool, c.args)...)
 				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)
 			})
 			b.Run("client=sdk", func(b *testing.B) {
@@ -76,9 +77,12 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 // reports their figures and ratios.
 func compareTransports(b *testing.B, all []*contender, sdPID, mgPID int, tool string, args map[string]any) {
 	for _, c := range all {
-		c.stats.pid = sdPID
-		if strings.HasPrefix(c.label, "mcpgo-") {
+		switch {
+		case c.stats.pid != 0: // a floor's
+		case strings.HasPrefix(c.label, "mcpgo-"):
 			c.stats.pid = mgPID
+		default:
+			c.stats.pid = sdPID
 		}
 	}
 	compareServers(b, all, tool, args)
@@ -117,6 +121,10 @@ var transportRatios = []transportRatio{
 	{unit: "ratio-mcp2025/sse-calls/s", ours: "sandboxd-mcp2025", them: "sandboxd-sse", target: 0.9},
 	{unit: "ratio-mcp2025/mcpgo-calls/s", ours: "sandboxd-mcp2025", them: "mcpgo-mcp2025", target: 1.2},
 	{unit: "ratio-mcp2025/mcpgo-p90", ours: "sandboxd-mcp2025", them: "mcpgo-mcp2025", p90: true, target: 1},
+	// No targets: what the floors (bench_floor_test.go) say of the one above.
+	{unit: "ratio-floor-nethttp/mcpgo-mcp2025-calls/s", ours: "floor-nethttp", them: "mcpgo-mcp2025"},
+	{unit: "ratio-floor-raw/mcpgo-mcp2025-calls/s", ours: "floor-raw", them: "mcpgo-mcp2025"},
+	{unit: "ratio-mcp2025/floor-nethttp-calls/s", ours: "sandboxd-mcp2025", them: "floor-nethttp"},
 }
 
 // reportTransportRatios reports transportRatios and logs the figures and
@@ -131,8 +139,11 @@ func reportTransportRatios(b *testing.B, by map[string]*callStats) {
 	}
 	fmt.Fprintf(&t, "load average %s (figures need a quiet machine; CPU per call is the steadiest)\n", loadAverage())
 	fmt.Fprintf(&t, "%-18s %8s %8s %8s %10s %12s\n", "contender", "p50-µs", "p90-µs", "p99-µs", "calls/s", "cpu-µs/call")
-	for _, label := range []string{"sandboxd-sse", "sandboxd-mcp", "sandboxd-mcp2025", "mcpgo-mcp", "mcpgo-mcp2025"} {
+	for _, label := range []string{"sandboxd-sse", "sandboxd-mcp", "sandboxd-mcp2025", "mcpgo-mcp", "mcpgo-mcp2025", "floor-nethttp", "floor-raw"} {
 		s := by[label]
+		if s == nil {
+			continue
+		}
 		cpu := 0.0
 		if len(s.latencies) > 0 {
 			cpu = float64(s.cpu.Microseconds()) / float64(len(s.latencies))
@@ -142,6 +153,9 @@ func reportTransportRatios(b *testing.B, by map[string]*callStats) {
 	}
 	for _, r := range transportRatios {
 		ours, them := by[r.ours], by[r.them]
+		if ours == nil || them == nil {
+			continue
+		}
 		var v float64
 		if r.p90 {
 			if them.pct(0.90) == 0 {
@@ -155,6 +169,10 @@ func reportTransportRatios(b *testing.B, by map[string]*callStats) {
 			v = ours.callsPerSecond() / them.callsPerSecond()
 		}
 		b.ReportMetric(v, r.unit)
+		if r.target == 0 {
+			fmt.Fprintf(&t, "%-28s %5.2f\n", r.unit, v)
+			continue
+		}
 		cmp, met := "≥", v >= r.target
 		if r.p90 {
 			cmp, met = "≤", v <= r.target

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	if ws := os.Getenv(mcpgoServerEnv); ws != "" {
 		os.Exit(runMCPGoServer(ws))
 	}
+	if mode := os.Getenv(floorServerEnv); mode != "" {
+		os.Exit(runFloorServer(mode))
+	}
 	os.Exit(m.Run())
 }
 
