@@ -3,7 +3,6 @@ package sandboxd
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,10 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -96,13 +93,7 @@ func runFloorServer(mode string) int {
 		return 1
 	}
 	fmt.Printf("http://%s/mcp\n", ln.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop()
-	}()
-	<-ctx.Done()
+	waitForBenchEnd()
 	return 0
 }
 

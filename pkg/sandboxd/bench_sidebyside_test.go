@@ -338,6 +338,14 @@ func runMCPGoServer(ws string) int {
 	hs := &http.Server{Handler: h}
 	go func() { _ = hs.Serve(ln) }()
 	fmt.Printf("http://%s\n", ln.Addr())
+	waitForBenchEnd()
+	_ = hs.Close()
+	return 0
+}
+
+// waitForBenchEnd returns when this process, a server of the benchmark's, is told to stop: its
+// stdin is closed (the benchmark ends) or SIGTERM.
+func waitForBenchEnd() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -345,8 +353,6 @@ func runMCPGoServer(ws string) int {
 		stop()
 	}()
 	<-ctx.Done()
-	_ = hs.Close()
-	return 0
 }
 
 // newMCPGoServer is a standalone mark3labs/mcp-go server (HTTP+SSE, and
