@@ -45,9 +45,9 @@ func (g *Gateway) pipe(client, upstream net.Conn) (up, down int64) {
 // error it closes both ends, which ends the other direction too.
 //
 // Between TCP connections each chunk waits for src to be readable without a buffer, then goes
-// through a pooled one (read, write): on loopback and in a pod network this moves more bytes per
-// second than the kernel's splice through a pipe, which io.Copy between two *net.TCPConn uses
-// (docs/egress.md, "Speed"). Any other pair of connections is copied by io.Copy.
+// through a pooled one (read, write): measured on loopback (docs/egress.md, "Speed"), this moves
+// more bytes per second than the kernel's splice through a pipe, which io.Copy between two
+// *net.TCPConn uses. Any other pair of connections is copied by io.Copy.
 func copyDirection(dst, src net.Conn, idle *idleWatch) int64 {
 	var total int64
 	rc := rawConnOf(src)
