@@ -25,6 +25,8 @@ import (
 //	sandboxd-mcp2025  /mcp, 2025-11-25 (a session)
 //	mcpgo-mcp         mcp-go stateless Streamable HTTP, 2026-07-28
 //	mcpgo-mcp2025     mcp-go Streamable HTTP with sessions, 2025-11-25
+//	floor-nethttp     (client=raw only) a net/http server doing no MCP work, 2025-11-25
+//	floor-raw         (client=raw only) the same with HTTP/1.1 by hand (bench_floor_test.go)
 //
 // It reports each one's p50/p90/p99, calls/s and CPU per call, the ratios
 // that issue 26 item 4 sets targets for (calls/s over /mcp ≥ 0.9× SSE's and
