@@ -97,9 +97,11 @@ func TestPipeMovesEveryByte(t *testing.T) {
 func TestPipeDeliversWhatIsAlreadyThere(t *testing.T) {
 	client, upstream, _ := pipeUnderTest(t, time.Minute)
 	burst := randomBytes(t, 4*copyBufSize+100)
-	if _, err := upstream.Write(burst); err != nil {
-		t.Fatal(err)
-	}
+	written := make(chan error, 1)
+	go func() { // the sockets' buffers may not hold it all before the client reads
+		_, err := upstream.Write(burst)
+		written <- err
+	}()
 	// A generous deadline only so that the failure says what it is instead of the test's timeout.
 	_ = client.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got := make([]byte, len(burst))
@@ -108,6 +110,9 @@ func TestPipeDeliversWhatIsAlreadyThere(t *testing.T) {
 	}
 	if !bytes.Equal(got, burst) {
 		t.Fatal("the burst's content differs")
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -118,10 +123,15 @@ func TestIdlePipeHoldsNoBuffer(t *testing.T) {
 	client, upstream, _ := pipeUnderTest(t, time.Minute)
 	for _, dir := range [][2]*net.TCPConn{{client, upstream}, {upstream, client}} {
 		msg := randomBytes(t, 3*copyBufSize)
-		if _, err := dir[0].Write(msg); err != nil {
+		written := make(chan error, 1)
+		go func() { // more than the sockets' buffers may hold before the far end reads
+			_, err := dir[0].Write(msg)
+			written <- err
+		}()
+		if _, err := io.ReadFull(dir[1], make([]byte, len(msg))); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.ReadFull(dir[1], make([]byte, len(msg))); err != nil {
+		if err := <-written; err != nil {
 			t.Fatal(err)
 		}
 	}
