@@ -216,19 +216,8 @@ func startFloorProcesses(b *testing.B, url, tool string, args map[string]any) []
 func recordResult(b testing.TB, url, tool string, args map[string]any) json.RawMessage {
 	b.Helper()
 	c := connectRawStreamable(b, url, "2025-11-25")
-	body, err := json.Marshal(rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "tools/call", Params: rawCallParams{Name: tool, Arguments: args}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(b.Context(), http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", c.session)
-	req.Header.Set("Mcp-Protocol-Version", c.version)
-	resp, err := c.hc.Do(req)
+	msg := rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "tools/call", Params: rawCallParams{Name: tool, Arguments: args}}
+	resp, err := c.exchange(b.Context(), msg, "tools/call", tool)
 	if err != nil {
 		b.Fatal(err)
 	}

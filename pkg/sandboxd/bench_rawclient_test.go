@@ -164,29 +164,7 @@ func (c *rawStreamable) callTool(ctx context.Context, tool string, args map[stri
 // post sends msg and reads its answer: nil for a notification (202), else
 // the response, from a JSON body or from the event stream.
 func (c *rawStreamable) post(ctx context.Context, msg rawRequest, method, name string) (*rawResponse, error) {
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if c.session != "" {
-		req.Header.Set("Mcp-Session-Id", c.session)
-	}
-	if method != "initialize" {
-		req.Header.Set("Mcp-Protocol-Version", c.version)
-	}
-	if c.version >= protocolStateless {
-		req.Header.Set("Mcp-Method", method)
-		if name != "" {
-			req.Header.Set("Mcp-Name", name)
-		}
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.exchange(ctx, msg, method, name)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +192,34 @@ func (c *rawStreamable) post(ctx context.Context, msg rawRequest, method, name s
 		return nil, err
 	}
 	return &out, nil
+}
+
+// exchange sends msg with the headers its revision and session require and returns the HTTP
+// response, its body unread.
+func (c *rawStreamable) exchange(ctx context.Context, msg rawRequest, method, name string) (*http.Response, error) {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+	}
+	if method != "initialize" {
+		req.Header.Set("Mcp-Protocol-Version", c.version)
+	}
+	if c.version >= protocolStateless {
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+	}
+	return c.hc.Do(req)
 }
 
 // readEvent reads one event of an event stream: its type and data (the
