@@ -124,10 +124,7 @@ func (tb *toolbox) loadForEdit(filePath string) (string, string, fs.FileInfo, er
 	if err != nil {
 		return "", "", nil, err
 	}
-	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
-		return "", "", nil, err
-	}
-	f, fi, err := tb.ws.OpenRegular(rel)
+	rel, f, fi, err := tb.ws.OpenFinal(rel)
 	if err != nil {
 		return "", "", nil, err
 	}

@@ -137,10 +137,7 @@ func (tb *toolbox) read(_ context.Context, in ReadInput) (*mcp.CallToolResult, R
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
-	if rel, err = tb.ws.ResolveFinal(rel); err != nil {
-		return nil, ReadOutput{}, err
-	}
-	f, fi, err := tb.ws.OpenRegular(rel)
+	rel, f, fi, err := tb.ws.OpenFinal(rel)
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}

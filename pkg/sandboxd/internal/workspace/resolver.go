@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxSymlinkHops bounds how many final-component symbolic links ResolveFinal
@@ -33,6 +35,9 @@ type Resolver struct {
 	// name either.
 	real string
 	root *os.Root
+	// dirfd is the workspace directory (O_PATH) for the fast open
+	// (file.go); -1 when it could not be opened as the root's directory.
+	dirfd int
 }
 
 // NewResolver opens the workspace directory dir.
@@ -59,7 +64,35 @@ func NewResolver(dir string) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	return &Resolver{dir: abs, real: real, root: root}, nil
+	return &Resolver{dir: abs, real: real, root: root, dirfd: openDirFD(abs, root)}, nil
+}
+
+// openDirFD opens the directory abs as an O_PATH descriptor, for openat2,
+// and checks that it is the directory root has open (not one swapped in
+// between); -1 if it is not, or cannot be opened: then every open goes
+// through the root.
+func openDirFD(abs string, root *os.Root) int {
+	fd, err := unix.Open(abs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	var st syscall.Stat_t
+	fi, err := root.Stat(".")
+	rst, ok := sysStat(fi)
+	if err != nil || !ok || syscall.Fstat(fd, &st) != nil || st.Dev != rst.Dev || st.Ino != rst.Ino {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// sysStat is fi's stat, as os gives it on Linux.
+func sysStat(fi fs.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
 }
 
 // Dir is the workspace as configured, absolute and clean.
@@ -73,7 +106,13 @@ func (r *Resolver) Real() string { return r.real }
 func (r *Resolver) Root() *os.Root { return r.root }
 
 // Close releases the workspace directory.
-func (r *Resolver) Close() error { return r.root.Close() }
+func (r *Resolver) Close() error {
+	if r.dirfd >= 0 {
+		unix.Close(r.dirfd)
+		r.dirfd = -1
+	}
+	return r.root.Close()
+}
 
 // Rel returns the workspace-relative, slash-separated form of the tool path
 // p: "." for the workspace itself. A relative p is taken from the workspace;
@@ -147,10 +186,33 @@ func (r *Resolver) ResolveFinal(rel string) (string, error) {
 	return "", fmt.Errorf("%s: too many levels of symbolic links", rel)
 }
 
+// OpenFinal is ResolveFinal and then OpenRegular of what it resolved to,
+// which it returns with the file: in one system call when no symbolic link
+// is on the path (file.go).
+func (r *Resolver) OpenFinal(rel string) (string, *File, fs.FileInfo, error) {
+	if f, fi, ok := r.openFast(rel); ok {
+		return rel, f, fi, nil // no link on the path: rel is final
+	}
+	rel, err := r.ResolveFinal(rel)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	f, fi, err := r.openSlow(rel)
+	return rel, f, fi, err
+}
+
 // OpenRegular opens the regular file at rel for reading. Directories,
 // devices, FIFOs and sockets are refused; the file is opened non-blocking and
 // checked after the open, so a FIFO swapped in cannot hang the call.
-func (r *Resolver) OpenRegular(rel string) (*os.File, fs.FileInfo, error) {
+func (r *Resolver) OpenRegular(rel string) (*File, fs.FileInfo, error) {
+	if f, fi, ok := r.openFast(rel); ok {
+		return f, fi, nil
+	}
+	return r.openSlow(rel)
+}
+
+// openSlow is OpenRegular through the os.Root.
+func (r *Resolver) openSlow(rel string) (*File, fs.FileInfo, error) {
 	f, err := r.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if fi, serr := r.root.Stat(rel); serr == nil && !IsEscape(err) {
@@ -169,7 +231,7 @@ func (r *Resolver) OpenRegular(rel string) (*os.File, fs.FileInfo, error) {
 		f.Close()
 		return nil, nil, err
 	}
-	return f, fi, nil
+	return &File{name: rel, fd: -1, f: f}, fi, nil
 }
 
 // CheckRegular refuses anything at rel that is not a regular file.
