@@ -370,12 +370,17 @@ func (c *rawSSE) roundTrip(ctx context.Context, msg rawRequest) (*rawResponse, e
 //
 //	go test -run '^$' -bench BenchmarkRawCall -benchtime 5000x -cpuprofile cpu.out ./pkg/sandboxd/
 //
-// Each reads small.txt (29 bytes) and, under "big", a file of 20 KiB, whose
+// Each reads small.txt (29 bytes); under "big", a file of 20 KiB, whose
 // answer is longer than net/http's 2 KiB buffer (sent chunked unless the
-// server says its length).
+// server says its length); under "source", 10 KiB of Go (benchSource) with
+// the words that wake the secret scrubber ("Secret", "://", "Bearer") on
+// most lines and no secret, as in much of a Kubernetes project's code.
 func BenchmarkRawCall(b *testing.B) {
 	ws := benchWorkspace(b)
 	if err := os.WriteFile(filepath.Join(ws, "big.txt"), []byte(strings.Repeat("a line of the file\n", 1100)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "source.go"), benchSource(10<<10), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	ts := startServer(b, Config{Workspace: ws}, options{})
@@ -392,7 +397,7 @@ func BenchmarkRawCall(b *testing.B) {
 		}},
 		{"mcpgo-mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, mg+mcpgoStreamablePath, "2025-11-25") }},
 	} {
-		for _, file := range []struct{ sub, name string }{{"", "small.txt"}, {"/big", "big.txt"}} {
+		for _, file := range []struct{ sub, name string }{{"", "small.txt"}, {"/big", "big.txt"}, {"/source", "source.go"}} {
 			b.Run(tr.name+file.sub, func(b *testing.B) {
 				c := tr.connect(b)
 				args := map[string]any{"file_path": file.name}
@@ -406,6 +411,20 @@ func BenchmarkRawCall(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchSource is about size bytes of Go source that holds, on most of its
+// lines, the words the secret scrubber looks for, and no secret.
+func benchSource(size int) []byte {
+	var src strings.Builder
+	src.WriteString("package bench\n\n")
+	for i := 0; src.Len() < size; i++ {
+		fmt.Fprintf(&src, "// step%d: see https://pkg.go.dev/k8s.io/api/core/v1#Secret\n", i)
+		fmt.Fprintf(&src, "func step%d(ctx context.Context, c client, token string) error {\n", i)
+		fmt.Fprintf(&src, "\tif err := c.Create(ctx, &corev1.Secret{Name: \"s%d\"}); err != nil {\n\t\treturn err\n\t}\n", i)
+		src.WriteString("\treturn c.Do(ctx, \"Authorization\", \"Bearer \"+token)\n}\n\n")
+	}
+	return []byte(src.String())
 }
 
 // TestRawBenchClient: the benchmarks' light client gets the same Read from

@@ -34,6 +34,8 @@ func TestMarshalCallToolResultAsTheSDK(t *testing.T) {
 		"empty content":        {res: &mcp.CallToolResult{Content: []mcp.Content{}}, plain: true},
 		"tool error":           {res: &mcp.CallToolResult{Content: text("no such file"), IsError: true}, plain: true},
 		"structured":           {res: &mcp.CallToolResult{Content: text("x"), StructuredContent: json.RawMessage(` { "a" : [1, 2.5e3, "<&>"], "b":{} } `)}, plain: true},
+		"marshaled":            {res: &mcp.CallToolResult{Content: text("x"), StructuredContent: mustMarshal(map[string]any{"a": []any{1, 2.5e3, "<&>\u2028"}, "b": map[string]any{}})}, plain: true},
+		"marshaled, nil":       {res: &mcp.CallToolResult{Content: text("x"), StructuredContent: marshaledJSON(nil)}},
 		"structured and error": {res: &mcp.CallToolResult{Content: text("x"), StructuredContent: json.RawMessage(`{"u":"\u2028"}`), IsError: true}, plain: true},
 		"meta":                 {res: &mcp.CallToolResult{Meta: mcp.Meta{"k": "v"}, Content: text("x")}},
 		"content meta":         {res: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "x", Meta: mcp.Meta{"k": 1}}}}},
@@ -69,6 +71,15 @@ func TestMarshalCallToolResultAsTheSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustMarshal is v as encodeOutput gives it.
+func mustMarshal(v any) marshaledJSON {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
 
 // BenchmarkMarshalCallToolResult: a Read's result, through the SDK's

@@ -86,7 +86,7 @@ func addTypedTool[In, Out any](s *toolSet, t *mcp.Tool, h toolHandler[In, Out]) 
 		if err != nil {
 			return nil, err
 		}
-		res.StructuredContent = outJSON
+		res.StructuredContent = marshaledJSON(outJSON)
 		if res.Content == nil {
 			res.Content = []mcp.Content{&mcp.TextContent{Text: string(outJSON)}}
 		}

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"regexp/syntax"
+	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -60,6 +62,14 @@ type secretRule struct {
 	// group is the submatch that is the secret (0: the whole match), so
 	// that "Authorization: Bearer" stays readable around its token.
 	group int
+	// lines: no match of re holds a newline (set at init from re's
+	// syntax, withinLines), so re runs only on the lines that hold an
+	// anchor (see Text), not on the whole text.
+	lines bool
+	// must is a string every match holds besides an anchor ("" for none):
+	// a line without it is not run (the @ of URL credentials, on the many
+	// lines of code and comments that hold a URL).
+	must string
 }
 
 // secretRules are applied in order; a redaction marker matches none of them.
@@ -75,15 +85,15 @@ var secretRules = []secretRule{
 		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`)},
 	{kind: secretURLCredentials, anchors: []string{"://"},
 		// Not a placeholder (${TOKEN}, %s, {password}, <password>).
-		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>$%{][^\s@/'"<>]*)@`), group: 1},
+		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>$%{][^\s@/'"<>]*)@`), group: 1, must: "@"},
 	{kind: secretBearerToken, anchors: []string{"earer", "EARER"},
-		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9\-._~+/]{16,}=*)`), group: 1},
+		re: regexp.MustCompile(`(?i)\bbearer[ \t]+([A-Za-z0-9\-._~+/]{16,}=*)`), group: 1},
 	{kind: secretBasicAuth, anchors: []string{"asic", "ASIC"},
-		re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*["']?basic\s+([A-Za-z0-9+/]{8,}=*)`), group: 1},
+		re: regexp.MustCompile(`(?i)\bauthorization["']?[ \t]*[:=][ \t]*["']?basic[ \t]+([A-Za-z0-9+/]{8,}=*)`), group: 1},
 	{kind: secretAWSAccessKey, anchors: []string{"AKIA", "ASIA", "ABIA", "ACCA", "A3T"},
 		re: regexp.MustCompile(`\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b`)},
 	{kind: secretAWSSecretKey, anchors: []string{"secret", "SECRET", "Secret"},
-		re: regexp.MustCompile(`(?i)aws_?secret_?(?:access_?)?key["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})\b`), group: 1},
+		re: regexp.MustCompile(`(?i)aws_?secret_?(?:access_?)?key["']?[ \t]*[:=][ \t]*["']?([A-Za-z0-9/+]{40})\b`), group: 1},
 	{kind: secretGitHubToken, anchors: []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"},
 		re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b`)},
 	{kind: secretGitLabToken, anchors: []string{"glpat-"},
@@ -100,6 +110,48 @@ var secretRules = []secretRule{
 		re: regexp.MustCompile(`\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{32,}`)},
 	{kind: secretNPMToken, anchors: []string{"npm_"},
 		re: regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}\b`)},
+}
+
+func init() {
+	for i := range secretRules {
+		secretRules[i].lines = withinLines(secretRules[i].re)
+	}
+}
+
+// withinLines reports whether no match of re can hold a newline, and
+// whether re means the same on a line as inside a text: it has no ^, $,
+// \A or \z, and at a line's edges \b and \B see what they see around a
+// newline (a non-word character) as at the edges of a text.
+func withinLines(re *regexp.Regexp) bool {
+	parsed, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return false
+	}
+	return !mayCrossLines(parsed.Simplify())
+}
+
+// mayCrossLines reports whether re may match a newline, or anchors at the
+// start or end of a text or line.
+func mayCrossLines(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText, syntax.OpAnyChar:
+		return true
+	case syntax.OpLiteral:
+		return slices.Contains(re.Rune, '\n')
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			if re.Rune[i] <= '\n' && '\n' <= re.Rune[i+1] {
+				return true
+			}
+		}
+		return false
+	}
+	for _, sub := range re.Sub {
+		if mayCrossLines(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // SecretKinds returns every kind, each once, in rule order.
@@ -164,12 +216,25 @@ func rawMayHoldSecret(raw []byte) bool {
 
 // Text returns text with every secret replaced by its redaction,
 // recording what it found in found.
+//
+// A rule whose matches stay within a line (all but the private keys') runs
+// only on the lines that hold one of its anchors: on the source files of a
+// repository, where "Secret", "://" or "Bearer" are common words, running
+// every such rule over the whole text made scrubbing most of a Read's time
+// (390 µs of a 10 KB Go file). A match on a line without an anchor of its
+// rule (one cased as no anchor is, "bEaReR") is not redacted, as it was not
+// when no line of the text held an anchor.
 func Text(text string, found Found) string {
 	for _, r := range secretRules {
 		if !containsAny(text, r.anchors) {
 			continue
 		}
-		matches := r.re.FindAllStringSubmatchIndex(text, -1)
+		var matches [][]int
+		if r.lines {
+			matches = lineMatches(r, text)
+		} else {
+			matches = r.re.FindAllStringSubmatchIndex(text, -1)
+		}
 		if len(matches) == 0 {
 			continue
 		}
@@ -191,6 +256,46 @@ func Text(text string, found Found) string {
 	return text
 }
 
+// lineMatches is r.re.FindAllStringSubmatchIndex(text, -1) for a rule
+// whose matches stay within a line, on the lines of text that hold an
+// anchor of r only, in order, with indexes into text.
+func lineMatches(r secretRule, text string) [][]int {
+	var lines [][2]int // [start, end) of each line with an anchor
+	for _, a := range r.anchors {
+		for from := 0; ; {
+			i := strings.Index(text[from:], a)
+			if i < 0 {
+				break
+			}
+			i += from
+			start := strings.LastIndexByte(text[:i], '\n') + 1
+			end := len(text)
+			if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+				end = i + j
+			}
+			lines = append(lines, [2]int{start, end})
+			from = end
+		}
+	}
+	slices.SortFunc(lines, func(a, b [2]int) int { return a[0] - b[0] })
+	lines = slices.Compact(lines)
+	var out [][]int
+	for _, l := range lines {
+		if r.must != "" && !strings.Contains(text[l[0]:l[1]], r.must) {
+			continue
+		}
+		for _, m := range r.re.FindAllStringSubmatchIndex(text[l[0]:l[1]], -1) {
+			for k := range m {
+				if m[k] >= 0 {
+					m[k] += l[0]
+				}
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func containsAny(s string, subs []string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s, sub) {
@@ -204,22 +309,38 @@ func containsAny(s string, subs []string) bool {
 // structured content. It returns what it found.
 func Result(res *mcp.CallToolResult) Found {
 	found := Found{}
+	// The text contents scrubbed, to what they became: a structured result
+	// often holds the same text (Read's content, Bash's output), which is
+	// then not scrubbed twice.
+	var done map[string]string
 	for _, c := range res.Content {
 		if tc, ok := c.(*mcp.TextContent); ok && mayHoldSecret(tc.Text) {
-			tc.Text = Text(tc.Text, found)
+			if done == nil {
+				done = map[string]string{}
+			}
+			scrubbed := Text(tc.Text, found)
+			done[tc.Text] = scrubbed
+			tc.Text = scrubbed
 		}
 	}
 	if res.StructuredContent != nil {
-		res.StructuredContent = scrubStructured(res.StructuredContent, found)
+		res.StructuredContent = scrubStructured(res.StructuredContent, found, done)
 	}
 	return found
 }
 
 // scrubStructured scrubs every string of a structured result (the JSON the
-// SDK marshalled from a tool's output, or any other value).
-func scrubStructured(v any, found Found) any {
-	raw, ok := v.(json.RawMessage)
-	if !ok {
+// SDK marshalled from a tool's output, or any other value); done are texts
+// already scrubbed (Result's). A result in which nothing was redacted is
+// returned as it came.
+func scrubStructured(v any, found Found, done map[string]string) any {
+	var raw []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		raw = x
+	case interface{ JSON() []byte }: // JSON already (sandboxd's marshaledJSON)
+		raw = x.JSON()
+	default:
 		var err error
 		if raw, err = json.Marshal(v); err != nil {
 			return v // the SDK will fail to marshal it as well, and say so
@@ -234,7 +355,11 @@ func scrubStructured(v any, found Found) any {
 	if err := dec.Decode(&doc); err != nil {
 		return v
 	}
-	doc = scrubValue(doc, found)
+	changed := false
+	doc = scrubValue(doc, found, done, &changed)
+	if !changed {
+		return v
+	}
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
@@ -244,21 +369,30 @@ func scrubStructured(v any, found Found) any {
 	return json.RawMessage(bytes.TrimSuffix(out.Bytes(), []byte("\n")))
 }
 
-func scrubValue(v any, found Found) any {
+// scrubValue scrubs the strings of a decoded JSON value, and sets *changed
+// when one of them was redacted.
+func scrubValue(v any, found Found, done map[string]string, changed *bool) any {
 	switch x := v.(type) {
 	case string:
-		if mayHoldSecret(x) {
-			return Text(x, found)
+		scrubbed, ok := done[x]
+		if !ok {
+			if !mayHoldSecret(x) {
+				return x
+			}
+			scrubbed = Text(x, found)
 		}
-		return x
+		if scrubbed != x {
+			*changed = true
+		}
+		return scrubbed
 	case []any:
 		for i := range x {
-			x[i] = scrubValue(x[i], found)
+			x[i] = scrubValue(x[i], found, done, changed)
 		}
 		return x
 	case map[string]any:
 		for k, e := range x {
-			x[k] = scrubValue(e, found)
+			x[k] = scrubValue(e, found, done, changed)
 		}
 		return x
 	}
