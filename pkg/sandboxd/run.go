@@ -66,7 +66,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("sandboxd listening", "address", ln.Addr().String(), "workspace", s.tb.ws.Dir(),
-		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.tokenHash != nil, "warm", s.guard.warm != nil)
+		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.tokenHash != nil, "warm", s.guard.warm != nil,
+		"openat2", s.tb.ws.FastOpen())
 
 	var serveErr error
 	select {
