@@ -2,7 +2,9 @@
 // turns the paths tools receive into workspace-relative ones and opens,
 // writes and replaces files through an os.Root, so that no path (through
 // "..", a symbolic link, or a directory swapped mid-operation) leads out of
-// the tree; special files are refused where a regular one is wanted.
+// the tree; special files are refused where a regular one is wanted. A file
+// opened for reading whose path has no link on it opens in one openat2 that
+// the kernel confines to the tree (file.go).
 package workspace
 
 import (
