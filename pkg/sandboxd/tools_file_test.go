@@ -1,8 +1,11 @@
 package sandboxd
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 )
 
@@ -382,19 +387,21 @@ func TestStopAtEOF(t *testing.T) {
 		br := getFileReader(&stopAtEOF{r: src})
 		_, _ = br.Peek(binarySniffBytes) // as Read sniffs the head
 		var got strings.Builder
+		var scratch []byte
 		for {
-			line, _, err := readLine(br, readMaxLineBytes)
+			line, _, err := readLine(br, readMaxLineBytes, &scratch)
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			got.WriteString(line + "\n")
+			got.Write(line)
+			got.WriteByte('\n')
 		}
 		atEOF := src.reads
 		for range 3 {
-			if _, _, err := readLine(br, readMaxLineBytes); err != io.EOF {
+			if _, _, err := readLine(br, readMaxLineBytes, &scratch); err != io.EOF {
 				t.Errorf("%d bytes: a read after the end = %v, want io.EOF", len(text), err)
 			}
 		}
@@ -404,6 +411,69 @@ func TestStopAtEOF(t *testing.T) {
 		}
 		if want := strings.TrimSuffix(text, "\n"); strings.TrimSuffix(got.String(), "\n") != want {
 			t.Errorf("%d bytes: read %d bytes that differ from the text", len(text), got.Len())
+		}
+	}
+}
+
+// readLineAsBefore is readLine as it was, a string per line: the reference
+// TestReadLineAsBefore holds readLine to.
+func readLineAsBefore(br *bufio.Reader, max int) (line string, cut bool, err error) {
+	var buf []byte
+	read := false
+	for {
+		frag, isPrefix, err := br.ReadLine()
+		if err != nil {
+			if err == io.EOF && read {
+				break
+			}
+			return "", false, err
+		}
+		read = true
+		if room := max - len(buf); room > 0 {
+			if len(frag) > room {
+				frag, cut = frag[:room], true
+			}
+			buf = append(buf, frag...)
+		} else if len(frag) > 0 {
+			cut = true
+		}
+		if !isPrefix {
+			break
+		}
+	}
+	if cut {
+		buf = bytes.ToValidUTF8(scrub.TrimTokenEnd(outcap.TrimPartialRune(buf)), nil)
+	}
+	return strings.TrimSuffix(string(buf), "\r"), cut, nil
+}
+
+// TestReadLineAsBefore: readLine, which hands out br's bytes, reads every
+// line as the string-per-line version did, for lines shorter and longer
+// than the reader's buffer and than the cap, with CRLF, runes and tokens
+// at the cut, and no final newline.
+func TestReadLineAsBefore(t *testing.T) {
+	parts := []string{"a", "token_ABCdef123", "é", "😀", " ", "\t", "\r", "\r\n", "\n", "xyz-", "\n\n"}
+	rng := rand.New(rand.NewPCG(26, 3))
+	for range 2000 {
+		var text strings.Builder
+		for range rng.IntN(60) {
+			text.WriteString(parts[rng.IntN(len(parts))])
+		}
+		size := 16 + rng.IntN(48) // bufio's least is 16: lines longer than it come in fragments
+		max := 1 + rng.IntN(40)
+		newR := bufio.NewReaderSize(strings.NewReader(text.String()), size)
+		oldR := bufio.NewReaderSize(strings.NewReader(text.String()), size)
+		var scratch []byte
+		for n := 0; ; n++ {
+			line, cut, err := readLine(newR, max, &scratch)
+			want, wantCut, wantErr := readLineAsBefore(oldR, max)
+			if string(line) != want || cut != wantCut || err != wantErr {
+				t.Fatalf("text %q (buffer %d, cap %d), line %d: got %q %v %v, want %q %v %v",
+					text.String(), size, max, n, line, cut, err, want, wantCut, wantErr)
+			}
+			if err != nil {
+				break
+			}
 		}
 	}
 }
