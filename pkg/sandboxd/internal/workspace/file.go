@@ -109,6 +109,8 @@ func (f *File) Close() error {
 // the kernel has none or a seccomp filter refuses it (then every open goes
 // through the os.Root, as correct and slower). For sandboxd's start-up log.
 func (r *Resolver) FastOpen() bool {
+	r.dirMu.RLock()
+	defer r.dirMu.RUnlock()
 	if r.dirfd < 0 || !fastOpen.Load() {
 		return false
 	}
@@ -128,6 +130,8 @@ func (r *Resolver) FastOpen() bool {
 // way out on the path, a file that is not there or not regular, or any
 // other error; the caller then opens it the slow way.
 func (r *Resolver) openFast(rel string) (*File, fs.FileInfo, bool) {
+	r.dirMu.RLock()
+	defer r.dirMu.RUnlock()
 	if r.dirfd < 0 || !fastOpen.Load() {
 		return nil, nil, false
 	}

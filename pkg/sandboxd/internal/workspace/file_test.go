@@ -253,3 +253,24 @@ func TestOpenFastRace(t *testing.T) {
 	}
 	t.Logf("%d of 3000 opens succeeded (%d of them the fast way), each inside the workspace", opened, fast)
 }
+
+// TestOpenAfterClose: a closed resolver opens nothing the fast way (its
+// directory's descriptor number may belong to another file by then).
+func TestOpenAfterClose(t *testing.T) {
+	r, ws, _ := newTestResolver(t)
+	putFile(t, filepath.Join(ws, "f.txt"), "x")
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, _, ok := r.openFast("f.txt"); ok {
+		f.Close()
+		t.Fatal("the fast open opened a file after Close")
+	}
+	if r.FastOpen() {
+		t.Error("FastOpen is true after Close")
+	}
+	if f, _, err := r.OpenRegular("f.txt"); err == nil {
+		f.Close()
+		t.Error("OpenRegular opened a file after Close")
+	}
+}

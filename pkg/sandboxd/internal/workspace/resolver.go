@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,7 +39,11 @@ type Resolver struct {
 	real string
 	root *os.Root
 	// dirfd is the workspace directory (O_PATH) for the fast open
-	// (file.go); -1 when it could not be opened as the root's directory.
+	// (file.go); -1 when it could not be opened as the root's directory,
+	// and once closed. dirMu is held (read) while it is used: Close must
+	// not let an open in flight use its number once the kernel gives it to
+	// another file.
+	dirMu sync.RWMutex
 	dirfd int
 }
 
@@ -109,10 +114,12 @@ func (r *Resolver) Root() *os.Root { return r.root }
 
 // Close releases the workspace directory.
 func (r *Resolver) Close() error {
+	r.dirMu.Lock()
 	if r.dirfd >= 0 {
 		unix.Close(r.dirfd)
 		r.dirfd = -1
 	}
+	r.dirMu.Unlock()
 	return r.root.Close()
 }
 
