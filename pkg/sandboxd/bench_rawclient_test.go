@@ -197,15 +197,10 @@ func (c *rawStreamable) post(ctx context.Context, msg rawRequest, method, name s
 // exchange sends msg with the headers its revision and session require and returns the HTTP
 // response, its body unread.
 func (c *rawStreamable) exchange(ctx context.Context, msg rawRequest, method, name string) (*http.Response, error) {
-	body, err := json.Marshal(msg)
+	req, err := newJSONPost(ctx, c.endpoint, msg)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
@@ -333,19 +328,28 @@ func (c *rawSSE) callTool(ctx context.Context, tool string, args map[string]any)
 	return resp.toolResult()
 }
 
-// roundTrip POSTs msg and, for a request, reads its response off the
-// stream (the calls are one at a time, so the next response is ours, but
-// the id is checked all the same).
-func (c *rawSSE) roundTrip(ctx context.Context, msg rawRequest) (*rawResponse, error) {
+// newJSONPost is a POST of msg as JSON to endpoint, for both light clients.
+func newJSONPost(ctx context.Context, endpoint string, msg rawRequest) (*http.Request, error) {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+// roundTrip POSTs msg and, for a request, reads its response off the
+// stream (the calls are one at a time, so the next response is ours, but
+// the id is checked all the same).
+func (c *rawSSE) roundTrip(ctx context.Context, msg rawRequest) (*rawResponse, error) {
+	req, err := newJSONPost(ctx, c.endpoint, msg)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

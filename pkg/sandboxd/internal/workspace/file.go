@@ -114,15 +114,27 @@ func (r *Resolver) FastOpen() bool {
 	if r.dirfd < 0 || !fastOpen.Load() {
 		return false
 	}
-	fd, err := openat2(r.dirfd, ".", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: openHow.Resolve})
+	fd, err := tryOpenat2(r.dirfd, ".", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: openHow.Resolve})
 	if err != nil {
-		if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.E2BIG) {
-			fastOpen.Store(false)
-		}
 		return fastOpen.Load()
 	}
 	unix.Close(fd)
 	return true
+}
+
+// tryOpenat2 is openat2, again on EINTR; an answer that says the kernel
+// has none, or its seccomp filter refuses it, turns the fast open off.
+func tryOpenat2(dirfd int, name string, how *unix.OpenHow) (int, error) {
+	for {
+		fd, err := openat2(dirfd, name, how)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.E2BIG):
+			fastOpen.Store(false) // not this kernel, or not allowed here
+		}
+		return fd, err
+	}
 }
 
 // openFast opens the regular file rel with openat2, if it may. ok is
@@ -135,18 +147,8 @@ func (r *Resolver) openFast(rel string) (*File, fs.FileInfo, bool) {
 	if r.dirfd < 0 || !fastOpen.Load() {
 		return nil, nil, false
 	}
-	var fd int
-	var err error
-	for {
-		fd, err = openat2(r.dirfd, rel, &openHow)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	fd, err := tryOpenat2(r.dirfd, rel, &openHow)
 	if err != nil {
-		if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.E2BIG) {
-			fastOpen.Store(false) // not this kernel, or not allowed here
-		}
 		return nil, nil, false
 	}
 	var st syscall.Stat_t
