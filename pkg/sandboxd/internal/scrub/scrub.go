@@ -66,10 +66,11 @@ type secretRule struct {
 	// syntax, withinLines), so re runs only on the lines that hold an
 	// anchor (see Text), not on the whole text.
 	lines bool
-	// must is a string every match holds besides an anchor ("" for none):
-	// a line without it is not run (the @ of URL credentials, on the many
-	// lines of code and comments that hold a URL).
-	must string
+	// filter: what every match holds besides an anchor (set at init from
+	// re's syntax, filterOf). A line that lacks it is not run: the @ of URL
+	// credentials on the many lines that hold a URL, the "aws" of an AWS
+	// secret key on the lines that say Secret.
+	filter lineFilter
 }
 
 // secretRules are applied in order; a redaction marker matches none of them.
@@ -85,7 +86,7 @@ var secretRules = []secretRule{
 		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`)},
 	{kind: secretURLCredentials, anchors: []string{"://"},
 		// Not a placeholder (${TOKEN}, %s, {password}, <password>).
-		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>$%{][^\s@/'"<>]*)@`), group: 1, must: "@"},
+		re: regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'"<>]+:([^\s@/'"<>$%{][^\s@/'"<>]*)@`), group: 1},
 	{kind: secretBearerToken, anchors: []string{"earer", "EARER"},
 		re: regexp.MustCompile(`(?i)\bbearer[ \t]+([A-Za-z0-9\-._~+/]{16,}=*)`), group: 1},
 	{kind: secretBasicAuth, anchors: []string{"asic", "ASIC"},
@@ -115,6 +116,7 @@ var secretRules = []secretRule{
 func init() {
 	for i := range secretRules {
 		secretRules[i].lines = withinLines(secretRules[i].re)
+		secretRules[i].filter = filterOf(secretRules[i].re)
 	}
 }
 
@@ -218,7 +220,8 @@ func rawMayHoldSecret(raw []byte) bool {
 // recording what it found in found.
 //
 // A rule whose matches stay within a line (all but the private keys') runs
-// only on the lines that hold one of its anchors: on the source files of a
+// only on the lines that hold one of its anchors and that its filter
+// admits (linefilter.go): on the source files of a
 // repository, where "Secret", "://" or "Bearer" are common words, running
 // every such rule over the whole text made scrubbing most of a Read's time
 // (390 µs of a 10 KB Go file). A match on a line without an anchor of its
@@ -281,7 +284,7 @@ func lineMatches(r secretRule, text string) [][]int {
 	lines = slices.Compact(lines)
 	var out [][]int
 	for _, l := range lines {
-		if r.must != "" && !strings.Contains(text[l[0]:l[1]], r.must) {
+		if !r.filter.admits(text[l[0]:l[1]]) {
 			continue
 		}
 		for _, m := range r.re.FindAllStringSubmatchIndex(text[l[0]:l[1]], -1) {
@@ -346,7 +349,7 @@ func scrubStructured(v any, found Found, done map[string]string) any {
 			return v // the SDK will fail to marshal it as well, and say so
 		}
 	}
-	if !rawMayHoldSecret(raw) {
+	if !rawMayHoldSecret(raw) || stringsUnchanged(raw, done) {
 		return v
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
