@@ -6,6 +6,40 @@ import (
 	"unicode/utf8"
 )
 
+// jsonMayHoldSecret is mayHoldSecret for a JSON text: an anchor in its
+// bytes, or a \u escape of a character that some anchor holds. json.Marshal
+// writes no such character as an escape (it escapes control characters,
+// <, >, &, U+2028 and U+2029), but JSON may write any character so, and
+// "\u0042earer" decodes to an anchor that its bytes do not show.
+func jsonMayHoldSecret(raw []byte) bool {
+	if rawMayHoldSecret(raw) {
+		return true
+	}
+	for i := 0; ; {
+		k := bytes.Index(raw[i:], []byte(`\u`))
+		if k < 0 {
+			return false
+		}
+		i += k
+		if r, ok := hex4(raw[i:]); ok && r < utf8.RuneSelf && anchorBytes[r] {
+			return true // (or an escaped backslash and a "u": taken as an escape all the same)
+		}
+		i += 2
+	}
+}
+
+// anchorBytes holds every byte of every rule's anchors.
+var anchorBytes = func() (in byteSet) {
+	for _, r := range secretRules {
+		for _, a := range r.anchors {
+			for i := 0; i < len(a); i++ {
+				in[a[i]] = true
+			}
+		}
+	}
+	return in
+}()
+
 // stringsUnchanged reports whether every string of the JSON text raw is
 // one scrubValue leaves as it is: a text that Result scrubbed to itself
 // (done), or one without an anchor. It scans raw and does not decode it.

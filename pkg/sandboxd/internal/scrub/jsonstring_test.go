@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // jsonBodyPieces make up the string bodies of the tests below: plain
@@ -195,4 +197,33 @@ func escapeLetters(enc string) string {
 func hex16(r rune) string {
 	const digits = "0123456789abcdef"
 	return string([]byte{digits[r>>12&15], digits[r>>8&15], digits[r>>4&15], digits[r&15]})
+}
+
+// TestScrubResultSeesEscapedAnchors: a structured result that writes an
+// anchor's letter as a \u escape (which JSON allows and json.Marshal never
+// does) is scrubbed as its decoded strings say; one whose only escapes
+// are json.Marshal's (<, >, &) and that holds no anchor comes back as it
+// came.
+func TestScrubResultSeesEscapedAnchors(t *testing.T) {
+	for _, raw := range []string{
+		`{"content":"Authorization: \u0042\u0065arer ` + fakeBearer + `"}`,
+		`{"content":"aws_\u0073ecret_access_key = ` + fakeAWSSecret + `"}`,
+		`{"content":["x","token \u0067hp_` + fakeGitHubPAT[4:] + `"]}`,
+	} {
+		res := &mcp.CallToolResult{StructuredContent: json.RawMessage(raw)}
+		found := Result(res)
+		out, _ := res.StructuredContent.(json.RawMessage)
+		if len(found) == 0 || !strings.Contains(string(out), "[REDACTED:") {
+			t.Errorf("%s: found %v, came back as %s", raw, found.Counts(), res.StructuredContent)
+		}
+	}
+	clean := json.RawMessage(`{"content":"if a \u003c b \u0026\u0026 c \u003e d {}"}`)
+	res := &mcp.CallToolResult{StructuredContent: clean}
+	Result(res)
+	if got, ok := res.StructuredContent.(json.RawMessage); !ok || string(got) != string(clean) {
+		t.Errorf("a clean result with json.Marshal's escapes came back as %s", res.StructuredContent)
+	}
+	if jsonMayHoldSecret(clean) {
+		t.Errorf("json.Marshal's escapes are taken for an anchor's")
+	}
 }

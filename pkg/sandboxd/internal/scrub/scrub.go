@@ -203,8 +203,7 @@ func mayHoldSecret(text string) bool {
 	return false
 }
 
-// rawMayHoldSecret is mayHoldSecret for JSON. No anchor has a character
-// that JSON escapes.
+// rawMayHoldSecret is mayHoldSecret for bytes.
 func rawMayHoldSecret(raw []byte) bool {
 	for _, r := range secretRules {
 		for _, a := range r.anchors {
@@ -349,7 +348,7 @@ func scrubStructured(v any, found Found, done map[string]string) any {
 			return v // the SDK will fail to marshal it as well, and say so
 		}
 	}
-	if !rawMayHoldSecret(raw) || stringsUnchanged(raw, done) {
+	if !jsonMayHoldSecret(raw) || stringsUnchanged(raw, done) {
 		return v
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
