@@ -63,13 +63,13 @@ func stringsUnchanged(raw []byte, done map[string]string) bool {
 		body := raw[i+1 : j]
 		i = j
 		if bytes.IndexByte(body, '\\') < 0 && isASCIIBytes(body) { // a byte past ASCII may be no UTF-8: U+FFFD
-			if !unchanged(string(body), body, done) {
+			if !unchangedBytes(body, done) {
 				return false
 			}
 			continue
 		}
 		s, ok := unquote(body)
-		if !ok || !unchanged(s, []byte(s), done) {
+		if !ok || !unchanged(s, done) {
 			return false
 		}
 	}
@@ -105,11 +105,18 @@ func isASCIIBytes(b []byte) bool {
 	return true
 }
 
-// unchanged reports whether scrubValue leaves the string s (b is its
-// bytes) as it is.
-func unchanged(s string, b []byte, done map[string]string) bool {
+// unchanged reports whether scrubValue leaves the string s as it is.
+func unchanged(s string, done map[string]string) bool {
 	if scrubbed, ok := done[s]; ok {
 		return scrubbed == s
+	}
+	return !mayHoldSecret(s)
+}
+
+// unchangedBytes is unchanged for the string of b, without copying it.
+func unchangedBytes(b []byte, done map[string]string) bool {
+	if scrubbed, ok := done[string(b)]; ok {
+		return scrubbed == string(b)
 	}
 	return !rawMayHoldSecret(b)
 }
