@@ -62,7 +62,7 @@ func stringsUnchanged(raw []byte, done map[string]string) bool {
 		}
 		body := raw[i+1 : j]
 		i = j
-		if bytes.IndexByte(body, '\\') < 0 && isASCIIBytes(body) { // a byte past ASCII may be no UTF-8: U+FFFD
+		if bytes.IndexByte(body, '\\') < 0 && isASCII(body) { // a byte past ASCII may be no UTF-8: U+FFFD
 			if !unchangedBytes(body, done) {
 				return false
 			}
@@ -94,15 +94,6 @@ func closingQuote(raw []byte, from int) int {
 		}
 		j = q + 1
 	}
-}
-
-func isASCIIBytes(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // unchanged reports whether scrubValue leaves the string s as it is.

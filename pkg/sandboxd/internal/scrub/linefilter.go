@@ -184,7 +184,7 @@ func equalFoldASCII(s, lower string) bool {
 	return true
 }
 
-func isASCII(s string) bool {
+func isASCII[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return false
