@@ -277,9 +277,11 @@ func serve(addr string) {
 	os.Exit(1)
 }
 
-// say writes one human-readable line to stderr (`kubectl logs` shows it; the test reads only
-// the RESULT line on stdout).
-func say(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+// say writes one human-readable line to stdout, before the RESULT line that the test reads
+// (`kubectl logs` shows both). Not stderr: the runtime reads a pod's two streams apart, and
+// splits a line longer than 16 KiB (a scrape's RESULT) into parts, so a stderr line written
+// before the RESULT could land between its parts in the log and cut the JSON.
+func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 // firstLine shortens a tool's answer for say.
 func firstLine(s string) string {
