@@ -17,6 +17,10 @@ import (
 // defaultShutdownGrace is used when Config.ShutdownGrace is not set.
 const defaultShutdownGrace = 10 * time.Second
 
+// defaultIdleTimeout closes a kept-alive HTTP connection that has carried
+// no request for this long.
+const defaultIdleTimeout = 2 * time.Minute
+
 // Run serves MCP on cfg.Listen until ctx is done, then shuts down within
 // cfg.ShutdownGrace: SSE streams are closed and every process group killed
 // before the HTTP server is shut down.
@@ -58,13 +62,20 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       s.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          klog.NewStandardLogger("WARNING"),
 		// No WriteTimeout: SSE streams and tool calls last long.
 	}
+	// Kept connections (keepalive.go) hand the requests they do not serve
+	// back to hs through back.
+	back := newBackListener(ln.Addr())
+	keep := newKeepAlive(hs, back, s.streamable.maxBytes)
+	s.streamable.keep = keep
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	backDone := make(chan error, 1)
+	go func() { backDone <- hs.Serve(back) }()
 	s.logger.Info("sandboxd listening", "address", ln.Addr().String(), "workspace", s.tb.ws.Dir(),
 		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.tokenHash != nil, "warm", s.guard.warm != nil,
 		"openat2", s.tb.ws.FastOpen())
@@ -85,10 +96,14 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	if err := s.shutdown(sctx); err != nil {
 		s.logger.Error(err, "Shutdown did not finish in time")
 	}
+	if err := keep.close(sctx); err != nil {
+		s.logger.Error(err, "Kept connections did not end in time")
+	}
 	if err := hs.Shutdown(sctx); err != nil {
 		s.logger.Error(err, "HTTP shutdown did not finish in time: closing the remaining connections")
 		_ = hs.Close()
 	}
+	<-backDone // Shutdown closed back: its Serve has returned
 	if serveErr == nil {
 		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err

@@ -30,6 +30,7 @@ type options struct {
 	keepAlive       time.Duration // interval of SSE keepalive comments
 	maxMessageBytes int64         // bound of one POSTed message
 	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
+	idleTimeout     time.Duration // idle timeout of a kept-alive HTTP connection
 	tasks           taskOptions   // when a call becomes a task, how long one is kept
 	// clock runs the idle timeout of Streamable HTTP sessions (nil: the
 	// real one).
@@ -41,6 +42,7 @@ func defaultOptions() options {
 		keepAlive:       defaultSSEKeepAlive,
 		maxMessageBytes: MaxMessageBytes,
 		sessionTimeout:  defaultSessionTimeout,
+		idleTimeout:     defaultIdleTimeout,
 		clock:           clock.RealClock{},
 		tasks:           taskOptions{threshold: defaultTaskThreshold, retention: defaultTaskRetention, clock: clock.RealClock{}},
 	}
@@ -60,6 +62,8 @@ type server struct {
 	guard      *guard
 	stopper    *stopper
 	closing    atomic.Bool
+	// idleTimeout is options.idleTimeout, for the HTTP server.
+	idleTimeout time.Duration
 	// shutdownOnce runs shutdown once: the operator's stop (stop.go) and the end of Run both ask.
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -91,7 +95,10 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		tb.close()
 		return nil, err
 	}
-	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g, stopper: newStopper()}
+	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout}
+	if s.idleTimeout <= 0 {
+		s.idleTimeout = defaultIdleTimeout
+	}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.open()) },
 		func() float64 { return float64(countSessions(s.mcp)) },

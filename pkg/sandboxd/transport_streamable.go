@@ -31,6 +31,9 @@ type streamableTransport struct {
 	maxBytes  int64
 	closing   atomic.Bool
 	metrics   *metrics // counts the stateless requests; nil counts nothing
+	// keep takes over a connection after a session's direct call
+	// (keepalive.go); nil (a server not started by serve) takes none.
+	keep *keepAlive
 }
 
 // newStreamableTransport serves server on /mcp; calls is the table of the
@@ -96,23 +99,35 @@ func methodOf(msg jsonrpc.Message) string {
 }
 
 func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if kw, ok := w.(*keptWriter); ok {
+		kw.handBack = !t.serveKept(kw, r)
+		return
+	}
+	if c := t.serve(w, r); c != nil {
+		t.keep.serve(c) // the connection's next requests (keepalive.go)
+	}
+}
+
+// serve serves a request that net/http read. It returns the connection
+// when it took it over after a session's direct call.
+func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *keptConn {
 	if t.closing.Load() {
 		http.Error(w, "sandboxd is shutting down", http.StatusServiceUnavailable)
-		return
+		return nil
 	}
 	if r.Method != http.MethodPost {
 		t.handler.ServeHTTP(w, r) // GET and DELETE of a session: the SDK's
-		return
+		return nil
 	}
 	data, rerr := readMessage(w, r, t.maxBytes)
 	if rerr != nil {
 		rerr.write(w)
-		return
+		return nil
 	}
 	msg, rerr := checkMessage(data, true)
 	if rerr != nil {
 		rerr.write(w)
-		return
+		return nil
 	}
 	req, _ := msg.(*jsonrpc.Request)
 	stateless := isStateless(r, msg)
@@ -120,21 +135,11 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		t.metrics.countStateless(methodOf(msg))
 	}
 	if req != nil && stateless && t.tasks != nil && t.tasks.serve(w, r, req) {
-		return
+		return nil
 	}
 	if resp, handled := unknownMethod(msg); handled {
-		if resp == nil {
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
-		body, err := jsonrpc.EncodeMessage(resp)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(body)
-		return
+		writeUnknownMethod(w, resp)
+		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	r.ContentLength = int64(len(data))
@@ -147,20 +152,84 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		sess := t.sessions.begin(id)
 		if sess == nil {
 			t.handler.ServeHTTP(w, r) // unknown to the SDK too: 404
-			return
+			return nil
 		}
 		defer t.sessions.end(sess)
-		switch {
-		case req != nil && t.direct.serveStateful(w, r, req, sess):
-		case sess.direct.cancel(msg):
-			w.WriteHeader(http.StatusAccepted)
-		default:
-			t.handler.ServeHTTP(w, r)
+		if req != nil {
+			if c, served := t.serveStatefulKeeping(w, r, req, sess); served {
+				return c
+			}
 		}
+		if sess.direct.cancel(msg) {
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		}
+		t.handler.ServeHTTP(w, r)
 	default:
 		t.handler.ServeHTTP(w, r)
 		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
 			t.sessions.track(id) // a new session: its idle timer starts
 		}
 	}
+	return nil
+}
+
+// writeUnknownMethod writes unknownMethod's answer: 202 for a
+// notification, the error for a request.
+func writeUnknownMethod(w http.ResponseWriter, resp *jsonrpc.Response) {
+	if resp == nil {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	body, err := jsonrpc.EncodeMessage(resp)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
+// serveStatefulKeeping is the direct path's serveStateful. When r's
+// connection may be kept (keepalive.go), the answer is held, the
+// connection taken over and the answer written to it; takeOver's
+// connection is returned, to be served once the session's POST has ended.
+func (t *streamableTransport) serveStatefulKeeping(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, sess *streamableSession) (*keptConn, bool) {
+	if !t.keep.mayTake(r) {
+		return nil, t.direct.serveStateful(w, r, req, sess)
+	}
+	kw := newKeptWriter()
+	if !t.direct.serveStateful(kw, r, req, sess) {
+		return nil, false
+	}
+	return t.keep.takeOver(w, r, kw), true
+}
+
+// serveKept serves a request read on a kept connection (keepalive.go) if
+// it is a session's call that the direct path takes, and reports whether
+// it did; it writes nothing otherwise, and net/http serves the request as
+// serve does.
+func (t *streamableTransport) serveKept(kw *keptWriter, r *http.Request) bool {
+	id := r.Header.Get("Mcp-Session-Id")
+	if t.closing.Load() || id == "" {
+		return false
+	}
+	data, rerr := readMessage(kw, r, t.maxBytes)
+	if rerr != nil {
+		return false
+	}
+	msg, rerr := checkMessage(data, true)
+	req, _ := msg.(*jsonrpc.Request)
+	if rerr != nil || req == nil || isStateless(r, msg) {
+		return false
+	}
+	if _, handled := unknownMethod(msg); handled {
+		return false
+	}
+	sess := t.sessions.begin(id)
+	if sess == nil {
+		return false
+	}
+	defer t.sessions.end(sess)
+	return t.direct.serveStateful(kw, r, req, sess)
 }
