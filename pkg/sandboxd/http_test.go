@@ -246,15 +246,8 @@ func TestShutdownClosesStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln) }()
+	addr, stop := serveOn(t, s)
+	url := "http://" + addr
 
 	raw := openSSE(t, url, nil)
 	raw.next(t) // the endpoint
@@ -262,14 +255,8 @@ func TestShutdownClosesStreams(t *testing.T) {
 	streamClient := connectStreamable(t, url, nil)
 	callOK(t, streamClient, toolnames.Glob, map[string]any{"pattern": "*"})
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("serve did not return")
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v", err)
 	}
 	if !raw.ended(t) {
 		t.Error("the raw SSE stream did not end")
@@ -283,7 +270,7 @@ func TestShutdownClosesStreams(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Error("the SSE client's session did not end")
 	}
-	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+	if _, err := net.Dial("tcp", addr); err == nil {
 		t.Error("still listening after shutdown")
 	}
 }

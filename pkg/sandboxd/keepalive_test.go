@@ -3,7 +3,6 @@ package sandboxd
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -312,16 +311,8 @@ func TestKeptConnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln) }()
-	ts := &testServer{server: s, url: "http://" + ln.Addr().String(), ws: ws}
-	host := ln.Addr().String()
+	host, stop := serveOn(t, s)
+	ts := &testServer{server: s, url: "http://" + host, ws: ws}
 	session := openTokenSession(t, ts, "tok")
 
 	idle := dialRaw(t, ts.url)
@@ -335,7 +326,8 @@ func TestKeptConnShutdown(t *testing.T) {
 	}
 	waitFor(t, "the Bash call to start", func() bool { _, err := os.Stat(started); return err == nil })
 
-	cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
 	a := busy.send(t, "", 1)[0]
 	if a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"id":50`)) {
 		t.Errorf("the running call's answer: %d %q", a.status, a.body)
@@ -346,13 +338,8 @@ func TestKeptConnShutdown(t *testing.T) {
 	if !idle.ended(t) {
 		t.Error("the waiting kept connection stayed open")
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("serve did not return")
+	if err := <-stopped; err != nil {
+		t.Errorf("serve: %v", err)
 	}
 	if n := len(s.streamable.keep.conns); n != 0 {
 		t.Errorf("%d kept connections left", n)

@@ -84,6 +84,30 @@ func startServerLogging(t testing.TB, cfg Config, opts options, logger logr.Logg
 	return &testServer{server: s, url: "http://" + ln.Addr().String(), ws: cfg.Workspace}
 }
 
+// serveOn serves s on a fresh loopback listener until stop, which returns
+// serve's error, or an error of its own if serve does not return in time
+// (stop may run in any goroutine).
+func serveOn(t *testing.T, s *server) (addr string, stop func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- s.serve(ctx, ln) }()
+	return ln.Addr().String(), func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(testTimeout):
+			return errors.New("serve did not return")
+		}
+	}
+}
+
 // connectSSE connects the official Go SDK's SSE client.
 func connectSSE(t testing.TB, url string, opts *mcp.ClientSessionOptions) *mcp.ClientSession {
 	t.Helper()
