@@ -72,6 +72,12 @@ func newBareMCPServer(tb *toolbox, logger klog.Logger) *mcp.Server {
 			"Bash runs /bin/bash -c in it. Read a file before you Write over it or Edit it.", tb.ws.Dir()),
 		Logger: sdkLogger(logger),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{},
+			// sandboxd has no prompts or resources, but the SDK answers
+			// their lists (empty), and a server declares what it answers
+			// (the 2026-07-28 revision checks it: the conformance suite's
+			// sep-2575-server-declares-prompts-in-discover).
+			Prompts:   &mcp.PromptCapabilities{},
+			Resources: &mcp.ResourceCapabilities{},
 			// Served to 2026-07-28 requests that declare it (tasks.go).
 			Extensions: map[string]any{tasksExtension: map[string]any{}}},
 		SupportedProtocolVersions: protocolVersions,

@@ -447,7 +447,7 @@ func (s *taskStore) serveTaskMethod(w http.ResponseWriter, r *http.Request, req 
 		Meta   mcp.Meta `json:"_meta"`
 	}
 	if err := json.Unmarshal(req.Params, &p); err != nil || p.TaskID == "" {
-		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: req.Method + " needs params.taskId, a string"})
+		writeStatelessError(w, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: req.Method + " needs params.taskId, a string"})
 		return
 	}
 	if err := headerErr(r, req, p.Meta, p.TaskID); err != nil {
@@ -471,7 +471,7 @@ func (s *taskStore) serveTaskMethod(w http.ResponseWriter, r *http.Request, req 
 	}
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusOK, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: task not found (unknown, or dropped after its retention)"})
+		writeStatelessError(w, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: task not found (unknown, or dropped after its retention)"})
 		return
 	}
 	if req.Method == "tasks/get" {

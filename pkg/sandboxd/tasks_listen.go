@@ -147,6 +147,6 @@ func (s *taskStore) writeEvent(w http.ResponseWriter, msg map[string]any) {
 // extension, which it does not declare.
 func writeMissingTasksCapability(w http.ResponseWriter, id jsonrpc.ID) {
 	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
-	writeError(w, http.StatusOK, id, &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
+	writeStatelessError(w, id, &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
 		Message: "Missing required client capability: the extension " + tasksExtension, Data: data})
 }

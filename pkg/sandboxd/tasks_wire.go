@@ -79,7 +79,7 @@ func asRPCError(err error) *jsonrpc.Error {
 // result, with resultType "complete" as the SDK answers 2026-07-28.
 func writeCallResponse(w http.ResponseWriter, id jsonrpc.ID, res mcp.Result, err error, logger klog.Logger) {
 	if err != nil {
-		writeError(w, http.StatusOK, id, asRPCError(err))
+		writeStatelessError(w, id, asRPCError(err))
 		return
 	}
 	data, eerr := json.Marshal(res)
@@ -115,6 +115,27 @@ func writeRaw(w http.ResponseWriter, id jsonrpc.ID, data json.RawMessage) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(body)
+}
+
+// writeStatelessError writes a 2026-07-28 request's JSON-RPC error with
+// the HTTP status the revision gives it (statelessStatus).
+func writeStatelessError(w http.ResponseWriter, id jsonrpc.ID, rpcErr *jsonrpc.Error) {
+	writeError(w, statelessStatus(rpcErr.Code), id, rpcErr)
+}
+
+// statelessStatus is the HTTP status of a 2026-07-28 answer that is a
+// JSON-RPC error of code (SEP-2575, as the SDK's own answers have it): 404
+// for -32601 (method not found); 400 for -32602 (invalid params), -32021
+// (a required client capability missing) and -32022 (an unsupported
+// revision); 200 for any other.
+func statelessStatus(code int64) int {
+	switch code {
+	case jsonrpc.CodeMethodNotFound:
+		return http.StatusNotFound
+	case jsonrpc.CodeInvalidParams, mcp.CodeMissingRequiredClientCapabilities, mcp.CodeUnsupportedProtocolVersion:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
 }
 
 func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, rpcErr *jsonrpc.Error) {

@@ -277,3 +277,69 @@ func mustID(t *testing.T, raw string) jsonrpc.ID {
 	}
 	return id
 }
+
+// TestStatelessErrorsHaveTheirStatus: at 2026-07-28 a JSON-RPC error that
+// sandboxd answers itself has the HTTP status the revision gives it
+// (SEP-2575), as the SDK's own answers have: 404 for -32601, 400 for
+// -32602 and -32021. In a 2025-11-25 session the same method-not-found
+// stays a 200.
+func TestStatelessErrorsHaveTheirStatus(t *testing.T) {
+	ts, _ := taskServer(t)
+	tests := map[string]struct {
+		req        rpc
+		wantStatus int
+		wantCode   float64
+	}{
+		"an unknown method":          {rpc{method: "no/such"}, http.StatusNotFound, jsonrpc.CodeMethodNotFound},
+		"a task that is not":         {getTask("no-such-task"), http.StatusBadRequest, jsonrpc.CodeInvalidParams},
+		"tasks/get without a taskId": {rpc{method: "tasks/get", tasks: true, params: map[string]any{}}, http.StatusBadRequest, jsonrpc.CodeInvalidParams},
+		"tasks/get undeclared":       {rpc{method: "tasks/get", name: "x", params: map[string]any{"taskId": "x"}}, http.StatusBadRequest, mcp.CodeMissingRequiredClientCapabilities},
+		"an unknown tool (the SDK's)": {rpc{method: "tools/call", name: "NoSuchTool",
+			params: map[string]any{"name": "NoSuchTool", "arguments": map[string]any{}}}, http.StatusBadRequest, jsonrpc.CodeInvalidParams},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			resp, err := http.DefaultClient.Do(tc.req.build(t.Context(), t, ts.url))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var msg map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.wantStatus || errorCode(msg) != tc.wantCode {
+				t.Errorf("%s = HTTP %d %v, want HTTP %d and error %v", tc.req.method, resp.StatusCode, msg, tc.wantStatus, tc.wantCode)
+			}
+		})
+	}
+	session := openStatefulSession(t, ts)
+	if r := postMCP(t.Context(), t, ts.url, sessionHeaders(session), `{"jsonrpc":"2.0","id":2,"method":"no/such"}`); r.status != http.StatusOK || errorCode(r.msg) != jsonrpc.CodeMethodNotFound {
+		t.Errorf("in a session, an unknown method = HTTP %d %v, want 200 and -32601", r.status, r.msg)
+	}
+}
+
+// TestCapabilitiesDeclareWhatIsAnswered: sandboxd answers prompts/list and
+// resources/list (empty: it has none) and declares both, on every revision:
+// server/discover at 2026-07-28, initialize before it.
+func TestCapabilitiesDeclareWhatIsAnswered(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	disc := result(t, rpc{method: "server/discover"}.call(t, ts.url))
+	caps, _ := disc["capabilities"].(map[string]any)
+	for _, c := range []string{"tools", "prompts", "resources"} {
+		if _, ok := caps[c]; !ok {
+			t.Errorf("server/discover capabilities = %v, without %s", caps, c)
+		}
+	}
+	for method, key := range map[string]string{"prompts/list": "prompts", "resources/list": "resources"} {
+		res := result(t, rpc{method: method}.call(t, ts.url))
+		if list, ok := res[key].([]any); !ok || len(list) != 0 {
+			t.Errorf("%s = %v, want an empty %s", method, res, key)
+		}
+	}
+	cs := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	init := cs.InitializeResult()
+	if init.Capabilities.Prompts == nil || init.Capabilities.Resources == nil || init.Capabilities.Tools == nil {
+		t.Errorf("initialize capabilities = %+v, want tools, prompts and resources", init.Capabilities)
+	}
+}

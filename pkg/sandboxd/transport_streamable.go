@@ -138,7 +138,7 @@ func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *kep
 		return nil
 	}
 	if resp, handled := unknownMethod(msg); handled {
-		writeUnknownMethod(w, resp)
+		writeUnknownMethod(w, resp, stateless)
 		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
@@ -175,8 +175,9 @@ func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *kep
 }
 
 // writeUnknownMethod writes unknownMethod's answer: 202 for a
-// notification, the error for a request.
-func writeUnknownMethod(w http.ResponseWriter, resp *jsonrpc.Response) {
+// notification, the error for a request; at 2026-07-28 (stateless) with
+// HTTP 404, as the revision has it.
+func writeUnknownMethod(w http.ResponseWriter, resp *jsonrpc.Response, stateless bool) {
 	if resp == nil {
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -187,6 +188,9 @@ func writeUnknownMethod(w http.ResponseWriter, resp *jsonrpc.Response) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if stateless {
+		w.WriteHeader(statelessStatus(jsonrpc.CodeMethodNotFound))
+	}
 	w.Write(body)
 }
 
