@@ -33,7 +33,7 @@ test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own
 	cd e2e/mcpclients && go test -count=1 $$(go list ./... | grep -v '/conformance$$')
 
 .PHONY: test-conformance
-test-conformance: ## The official MCP conformance suite (npm @modelcontextprotocol/conformance and Node.js 22, pinned in e2e/mcpclients/conformance, npm ci into _output/conformance) against a real sandboxd, every revision it tests; a failure not in its expected-failures.yaml fails.
+test-conformance: ## The official MCP conformance suite (npm @modelcontextprotocol/conformance and Node.js 22, pinned in e2e/mcpclients/conformance, npm ci into _output/conformance; its 0.2.0 alpha for 2026-07-28 in conformance/2026-07-28) against a real sandboxd, every revision it tests; a failure not in its expected-failures.yaml fails.
 	cd e2e/mcpclients && go test -count=1 ./conformance/
 
 .PHONY: test-monitoring

@@ -11,6 +11,11 @@
 // expected-failures.yaml lists the scenarios that need the suite's
 // reference fixtures, each with its reason; the suite fails the run on a
 // failure not listed there and on a listed scenario that passes.
+//
+// The pinned release (0.1.16) has no scenarios for 2026-07-28; the suite's
+// 0.2.0 alpha, pinned in 2026-07-28/ with its own expected failures and
+// installed into _output/conformance-2026-07-28, runs that revision's
+// (TestConformance20260728).
 package conformance
 
 import (
@@ -53,9 +58,14 @@ type suite struct {
 	node, cli, dir string
 }
 
-// install installs the pinned suite and Node.js into _output/conformance
-// unless the same lock file is installed there already.
-func install(t *testing.T) suite {
+// install installs the suite and Node.js pinned in this directory into
+// _output/conformance.
+func install(t *testing.T) suite { return installFrom(t, ".", "conformance") }
+
+// installFrom installs the suite and Node.js pinned in manifestDir (beside
+// this file) into _output/<output> unless the same lock file is installed
+// there already.
+func installFrom(t *testing.T, manifestDir, output string) suite {
 	t.Helper()
 	npm, err := harness.LookNPM()
 	if err != nil {
@@ -68,15 +78,15 @@ func install(t *testing.T) suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.ReadFile(filepath.Join(here, "package-lock.json"))
+	lock, err := os.ReadFile(filepath.Join(here, manifestDir, "package-lock.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest, err := os.ReadFile(filepath.Join(here, "package.json"))
+	manifest, err := os.ReadFile(filepath.Join(here, manifestDir, "package.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(harness.RepoRoot(t), "_output", "conformance")
+	dir := filepath.Join(harness.RepoRoot(t), "_output", output)
 	s := suite{
 		node: filepath.Join(dir, "node_modules", "node", "bin", "node"),
 		cli:  filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"),
@@ -157,6 +167,89 @@ func TestConformance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustPass20260728 are the scenarios of the 2026-07-28 suite
+// (2026-07-28/package.json) that apply to a server with sandboxd's
+// capabilities; each must have run and passed every check.
+var mustPass20260728 = []string{"tools-list", "server-sse-multiple-streams", "resources-list", "sep-2164-resource-not-found",
+	"prompts-list", "dns-rebinding-protection", "caching", "input-required-result-unsupported-methods",
+	"input-required-result-validate-input", "http-header-validation"}
+
+// lacksFixture matches what the suite says when a check could not run for
+// want of its reference fixture: an unknown tool or prompt of its own, a
+// resource it did not find, a diagnostic tool or annotation sandboxd does
+// not have, completions sandboxd does not declare, or a step that needed
+// one of those. A check of an expected failure that fails or warns for any
+// other reason fails TestConformance20260728.
+var lacksFixture = regexp.MustCompile(`unknown (tool|prompt) "|Not testable|Resource not found|not found\. Available tools|` +
+	`method not found: "completion/complete"|fixture from Check \d+ unavailable|Prerequisite failed|` +
+	`Expected InputRequiredResult|instead of re-requesting via InputRequiredResult|tools/call for failing_job`)
+
+// TestConformance20260728 runs the suite's 0.2.0 alpha, its only release
+// with 2026-07-28 server scenarios (pinned in 2026-07-28/), with exactly
+// the scenarios that revision requires, at its wire (`--requirements
+// 2026-07-28`), against a real sandboxd.
+func TestConformance20260728(t *testing.T) {
+	s := installFrom(t, "2026-07-28", "conformance-2026-07-28")
+	sd := harness.Start(t)
+	expectedFile, err := filepath.Abs(filepath.Join("2026-07-28", "expected-failures.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := t.TempDir()
+	out, err := s.run(t, "--url", sd.URL+"/mcp", "--requirements", "2026-07-28", "--expected-failures", expectedFile, "-o", results)
+	if err != nil {
+		t.Fatalf("conformance suite (2026-07-28) against sandboxd: %v\n%s", err, out)
+	}
+	checks := readChecks(t, results)
+	for _, scenario := range mustPass20260728 {
+		got, ok := checks[scenario]
+		if !ok {
+			t.Errorf("scenario %s did not run (results in %v)", scenario, keys(checks))
+			continue
+		}
+		if len(got) == 0 {
+			t.Errorf("scenario %s ran no checks", scenario)
+		}
+		for _, c := range got {
+			// A check of a thing sandboxd has none of (resources) is skipped.
+			skippedForNone := c.Status == "SKIPPED" && strings.Contains(c.ErrorMessage, "returned no resources")
+			if c.Status != "SUCCESS" && c.Status != "INFO" && !skippedForNone {
+				t.Errorf("scenario %s: check %s is %s: %s", scenario, c.ID, c.Status, c.ErrorMessage)
+			}
+		}
+	}
+	expected, err := readExpected(expectedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scenario := range expected {
+		for _, c := range checks[scenario] {
+			if (c.Status == "FAILURE" || c.Status == "WARNING") && !lacksFixture.MatchString(c.ErrorMessage) {
+				t.Errorf("expected failure %s: check %s is %s for a reason other than a missing fixture: %s", scenario, c.ID, c.Status, c.ErrorMessage)
+			}
+		}
+	}
+}
+
+// readExpected reads the scenario names of an expected-failures file (the
+// suite's format: a list under "server:").
+func readExpected(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "- "); ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, errors.New(path + " lists no scenario")
+	}
+	return names, nil
 }
 
 // TestConformanceBaselineEnforced checks that the baseline is enforced both
