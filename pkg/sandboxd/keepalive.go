@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Kept connections: the later session calls of a kept-alive connection,
@@ -53,6 +55,8 @@ type keepAlive struct {
 	headerTimeout time.Duration
 	maxHead       int   // bytes of a request's head, as net/http bounds it
 	maxBody       int64 // bytes of a message (options.maxMessageBytes)
+	// clock runs the watch of a stateless call's connection (watchDelay).
+	clock clock.WithDelayedExecution
 
 	// taken counts the requests served on kept connections (for the tests).
 	taken atomic.Int64
@@ -65,7 +69,7 @@ type keepAlive struct {
 
 // newKeepAlive keeps connections of hs, whose handler is the server's and
 // whose requests it hands back through back (served by hs too).
-func newKeepAlive(hs *http.Server, back *backListener, maxBody int64) *keepAlive {
+func newKeepAlive(hs *http.Server, back *backListener, maxBody int64, clk clock.WithDelayedExecution) *keepAlive {
 	maxHead := hs.MaxHeaderBytes
 	if maxHead <= 0 {
 		maxHead = http.DefaultMaxHeaderBytes
@@ -77,6 +81,7 @@ func newKeepAlive(hs *http.Server, back *backListener, maxBody int64) *keepAlive
 		headerTimeout: hs.ReadHeaderTimeout,
 		maxHead:       maxHead + 4096, // net/http's initialReadLimitSize
 		maxBody:       maxBody,
+		clock:         clk,
 		conns:         map[*keptConn]bool{},
 	}
 }
@@ -191,10 +196,19 @@ func (k *keepAlive) serveOne(c *keptConn) (served, keep bool, replay []byte) {
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.RemoteAddr = c.remote
-	req = req.WithContext(c.ctx)
-
 	kw := newKeptWriter()
-	k.root.ServeHTTP(kw, req)
+	if req.Header.Get("Mcp-Session-Id") != "" {
+		// A session's call does not end with its POST: nothing to watch.
+		k.root.ServeHTTP(kw, req.WithContext(c.ctx))
+	} else {
+		// A stateless call ends with its POST: the client closing the
+		// connection cancels it, as net/http's background read does.
+		ctx, cancel := context.WithCancel(c.ctx)
+		watch := k.watch(c, cancel)
+		k.root.ServeHTTP(kw, req.WithContext(ctx))
+		watch.stop()
+		cancel()
+	}
 	if kw.handBack {
 		return false, false, c.replay(head, body)
 	}
@@ -215,6 +229,70 @@ func (k *keepAlive) takes(req *http.Request) bool {
 		req.ContentLength >= 0 && req.ContentLength <= k.maxBody &&
 		len(h["Expect"]) == 0 && len(h["Upgrade"]) == 0 && len(h["Connection"]) == 0 &&
 		validHost(req.Host) && validHeader(h)
+}
+
+// watchDelay is how long a stateless call on a kept connection runs before
+// the connection is watched for the client's end. Nearly every call ends
+// sooner (a Read, a Glob), and pays no goroutine for a watch; a longer one
+// (Bash, run_tests) is cancelled this much later than net/http's
+// background read would have noticed the client go.
+const watchDelay = 2 * time.Millisecond
+
+// connWatch watches a kept connection while a stateless call runs: after
+// watchDelay it reads the connection (a Peek, which keeps what it reads),
+// and cancels the call if the read fails (the client went away). Bytes
+// that arrive (a request sent before the answer came) end the watch, as
+// they end net/http's.
+type connWatch struct {
+	c       *keptConn
+	cancel  context.CancelFunc
+	timer   clock.Timer
+	mu      sync.Mutex
+	stopped bool
+	reading bool
+	done    chan struct{} // closed when a read begun has ended
+}
+
+// watch starts the watch of c, cancelling with cancel.
+func (k *keepAlive) watch(c *keptConn, cancel context.CancelFunc) *connWatch {
+	w := &connWatch{c: c, cancel: cancel, done: make(chan struct{})}
+	w.timer = k.clock.AfterFunc(watchDelay, w.read)
+	return w
+}
+
+func (w *connWatch) read() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.reading = true
+	w.mu.Unlock()
+	defer close(w.done)
+	_, err := w.c.br.Peek(1)
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if err != nil && !stopped {
+		w.cancel()
+	}
+}
+
+// stop ends the watch once the call has answered: a read in progress is
+// ended (a deadline in the past, as net/http ends its background read) and
+// waited for, so that the loop alone reads the connection again.
+func (w *connWatch) stop() {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.stopped = true
+	reading := w.reading
+	w.mu.Unlock()
+	if !reading {
+		return
+	}
+	_ = w.c.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+	_ = w.c.SetReadDeadline(time.Time{})
 }
 
 // setWaiting records whether c waits for a request (shutdown closes the

@@ -345,3 +345,65 @@ func TestKeptConnShutdown(t *testing.T) {
 		t.Errorf("%d kept connections left", n)
 	}
 }
+
+// statelessRequest is a 2026-07-28 tools/call of tool as a client sends it.
+func statelessRequest(host, tool, args string, id int) string {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"_meta":%s,"name":%q,"arguments":%s}}`, id, statelessCallMeta, tool, args)
+	return fmt.Sprintf("POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"Mcp-Protocol-Version: %s\r\nMcp-Method: tools/call\r\nMcp-Name: %s\r\nContent-Length: %d\r\n\r\n%s", host, protocolStateless, tool, len(body), body)
+}
+
+// TestKeptConnServesStatelessCalls: a 2026-07-28 client's calls, one after
+// the other on one connection: the first is net/http's, the rest the
+// kept loop's.
+func TestKeptConnServesStatelessCalls(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	writeFile(t, filepath.Join(ts.ws, "a.txt"), "one\ntwo\n")
+	c := connectRawStreamable(t, ts.url+"/mcp", protocolStateless)
+	const calls = 20
+	for i := range calls {
+		text, isErr, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "a.txt"})
+		if err != nil || isErr || !strings.Contains(text, "two") {
+			t.Fatalf("call %d: %q %v %v", i, text, isErr, err)
+		}
+	}
+	if got := ts.streamable.keep.taken.Load(); got != calls-1 {
+		t.Errorf("the kept loop served %d calls, want %d (all but the first)", got, calls-1)
+	}
+}
+
+// TestKeptConnStatelessCallEndsWithItsConnection: on a kept connection, a
+// 2026-07-28 call still ends with its POST: the client closing the
+// connection cancels it and kills its process group. A call whose client
+// sends its next request before the answer is not cancelled.
+func TestKeptConnStatelessCallEndsWithItsConnection(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	writeFile(t, filepath.Join(ts.ws, "a.txt"), "one\ntwo\n")
+	host := strings.TrimPrefix(ts.url, "http://")
+	read := func(id int) string { return statelessRequest(host, "Read", `{"file_path":"a.txt"}`, id) }
+	rc := dialRaw(t, ts.url)
+	for i := range 2 {
+		if a := rc.send(t, read(i+1), 1)[0]; a.status != http.StatusOK || !bytes.Contains(a.body, []byte("two")) {
+			t.Fatalf("Read %d: %d %q", i, a.status, a.body)
+		}
+	}
+	if n := ts.streamable.keep.taken.Load(); n != 1 {
+		t.Fatalf("the kept loop served %d calls, want 1", n)
+	}
+
+	// Sent with the next request right behind it: the watch sees bytes,
+	// not the client's end, and the call runs to its end.
+	slow := statelessRequest(host, "Bash", `{"command":"sleep 0.1; echo slept"}`, 3)
+	answers := rc.send(t, slow+read(4), 2)
+	if !bytes.Contains(answers[0].body, []byte("slept")) || !bytes.Contains(answers[1].body, []byte("two")) {
+		t.Fatalf("pipelined: %q, %q", answers[0].body, answers[1].body)
+	}
+
+	long := statelessRequest(host, "Bash", `{"command":"echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait"}`, 5)
+	if _, err := io.WriteString(rc.c, long); err != nil {
+		t.Fatal(err)
+	}
+	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	rc.c.Close()
+	waitDead(t, pids...)
+}

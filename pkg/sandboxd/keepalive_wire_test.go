@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"k8s.io/utils/clock"
 )
 
 // fakeConn is a connection that reads in and records what is written.
@@ -59,7 +60,7 @@ func runKeptLoop(t testing.TB, stream []byte, maxBody int64) (taken []takenReque
 		fmt.Fprintf(w, "ok %d", len(taken))
 	})
 	bl := newBackListener(fc.LocalAddr())
-	k := newKeepAlive(&http.Server{Handler: root, MaxHeaderBytes: 1024}, bl, maxBody)
+	k := newKeepAlive(&http.Server{Handler: root, MaxHeaderBytes: 1024}, bl, maxBody, clock.RealClock{})
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, _ := bl.Accept()

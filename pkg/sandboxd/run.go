@@ -70,7 +70,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	// Kept connections (keepalive.go) hand the requests they do not serve
 	// back to hs through back.
 	back := newBackListener(ln.Addr())
-	keep := newKeepAlive(hs, back, s.streamable.maxBytes)
+	keep := newKeepAlive(hs, back, s.streamable.maxBytes, s.clock)
 	s.streamable.keep = keep
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

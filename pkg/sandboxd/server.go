@@ -64,6 +64,8 @@ type server struct {
 	closing    atomic.Bool
 	// idleTimeout is options.idleTimeout, for the HTTP server.
 	idleTimeout time.Duration
+	// clock is options.clock (the real one when nil).
+	clock clock.WithDelayedExecution
 	// shutdownOnce runs shutdown once: the operator's stop (stop.go) and the end of Run both ask.
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -98,6 +100,9 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout}
 	if s.idleTimeout <= 0 {
 		s.idleTimeout = defaultIdleTimeout
+	}
+	if s.clock = opts.clock; s.clock == nil {
+		s.clock = clock.RealClock{}
 	}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.open()) },

@@ -145,9 +145,12 @@ func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *kep
 	r.ContentLength = int64(len(data))
 	switch id := r.Header.Get("Mcp-Session-Id"); {
 	case stateless:
-		if req == nil || !t.direct.serveStateless(w, r, req) {
-			t.stateless.ServeHTTP(w, r)
+		if req != nil {
+			if c, served := t.serveStatelessKeeping(w, r, req); served {
+				return c
+			}
 		}
+		t.stateless.ServeHTTP(w, r)
 	case id != "":
 		sess := t.sessions.begin(id)
 		if sess == nil {
@@ -209,13 +212,25 @@ func (t *streamableTransport) serveStatefulKeeping(w http.ResponseWriter, r *htt
 	return t.keep.takeOver(w, r, kw), true
 }
 
+// serveStatelessKeeping is serveStatefulKeeping for the direct path's
+// stateless calls.
+func (t *streamableTransport) serveStatelessKeeping(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) (*keptConn, bool) {
+	if !t.keep.mayTake(r) {
+		return nil, t.direct.serveStateless(w, r, req)
+	}
+	kw := newKeptWriter()
+	if !t.direct.serveStateless(kw, r, req) {
+		return nil, false
+	}
+	return t.keep.takeOver(w, r, kw), true
+}
+
 // serveKept serves a request read on a kept connection (keepalive.go) if
-// it is a session's call that the direct path takes, and reports whether
-// it did; it writes nothing otherwise, and net/http serves the request as
-// serve does.
+// it is a call that the direct path takes (a session's, or a stateless one
+// that is not the task store's), and reports whether it did; it writes
+// nothing otherwise, and net/http serves the request as serve does.
 func (t *streamableTransport) serveKept(kw *keptWriter, r *http.Request) bool {
-	id := r.Header.Get("Mcp-Session-Id")
-	if t.closing.Load() || id == "" {
+	if t.closing.Load() {
 		return false
 	}
 	data, rerr := readMessage(kw, r, t.maxBytes)
@@ -224,10 +239,26 @@ func (t *streamableTransport) serveKept(kw *keptWriter, r *http.Request) bool {
 	}
 	msg, rerr := checkMessage(data, true)
 	req, _ := msg.(*jsonrpc.Request)
-	if rerr != nil || req == nil || isStateless(r, msg) {
+	if rerr != nil || req == nil {
 		return false
 	}
 	if _, handled := unknownMethod(msg); handled {
+		return false
+	}
+	if isStateless(r, msg) {
+		if t.tasks != nil {
+			if _, _, theirs := t.tasks.acceptCall(r, req); theirs {
+				return false
+			}
+		}
+		if !t.direct.serveStateless(kw, r, req) {
+			return false
+		}
+		t.metrics.countStateless(req.Method)
+		return true
+	}
+	id := r.Header.Get("Mcp-Session-Id")
+	if id == "" {
 		return false
 	}
 	sess := t.sessions.begin(id)
