@@ -229,6 +229,10 @@ func TestKeptConnAnswersAsNetHTTP(t *testing.T) {
 		{"a call by chunks", chunked(readCall(8)), false},
 		{"an unknown method", mcpRequest(host, session, token, `{"jsonrpc":"2.0","id":10,"method":"no/such"}`), false},
 		{"GET /healthz", "GET /healthz HTTP/1.1\r\nHost: " + host + "\r\n\r\n", false},
+		{"a 2026-07-28 Read (the kept loop's)", statelessRequest(host, "Read", `{"file_path":"a.txt"}`, 15, token), false},
+		{"a 2026-07-28 tools/list (the SDK's)", statelessMethod(host, "tools/list", "", 16, token), false},
+		{"a 2026-07-28 unknown method (404)", statelessMethod(host, "no/such", "", 17, token), false},
+		{"server/discover", statelessMethod(host, "server/discover", "", 18, token), false},
 		{"a message past the bound (413)", mcpRequest(host, session, token, `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"Read","arguments":{"file_path":"`+strings.Repeat("a", 17<<10)+`"}}}`), true},
 		{"Connection: close", mcpRequest(host, session, token, readCall(12), "Connection: close"), true},
 		{"a malformed header (400)", mcpRequest(host, session, token, readCall(13), "Bad Header"), true},
@@ -346,11 +350,32 @@ func TestKeptConnShutdown(t *testing.T) {
 	}
 }
 
-// statelessRequest is a 2026-07-28 tools/call of tool as a client sends it.
-func statelessRequest(host, tool, args string, id int) string {
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"_meta":%s,"name":%q,"arguments":%s}}`, id, statelessCallMeta, tool, args)
-	return fmt.Sprintf("POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
-		"Mcp-Protocol-Version: %s\r\nMcp-Method: tools/call\r\nMcp-Name: %s\r\nContent-Length: %d\r\n\r\n%s", host, protocolStateless, tool, len(body), body)
+// statelessRequest is a 2026-07-28 tools/call of tool as a client sends it
+// (with the bearer token, if any).
+func statelessRequest(host, tool, args string, id int, token ...string) string {
+	params := fmt.Sprintf(`{"_meta":%s,"name":%q,"arguments":%s}`, statelessCallMeta, tool, args)
+	return rawStatelessPost(host, "tools/call", tool, params, id, token...)
+}
+
+// statelessMethod is a 2026-07-28 request of method with only the
+// revision's _meta.
+func statelessMethod(host, method, name string, id int, token ...string) string {
+	return rawStatelessPost(host, method, name, `{"_meta":`+statelessCallMeta+`}`, id, token...)
+}
+
+func rawStatelessPost(host, method, name, params string, id int, token ...string) string {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, id, method, params)
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n", host)
+	fmt.Fprintf(&b, "Mcp-Protocol-Version: %s\r\nMcp-Method: %s\r\n", protocolStateless, method)
+	if name != "" {
+		fmt.Fprintf(&b, "Mcp-Name: %s\r\n", name)
+	}
+	for _, tok := range token {
+		fmt.Fprintf(&b, "Authorization: Bearer %s\r\n", tok)
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
+	return b.String()
 }
 
 // TestKeptConnServesStatelessCalls: a 2026-07-28 client's calls, one after
