@@ -60,10 +60,10 @@
 // with the revision's _meta and headers as the SDK checks them; or in an
 // initialized session) runs the same way in its POST and is answered as
 // application/json (directcall_streamable.go; docs/sandboxd-speed.md).
-// After a session's direct call on a kept-alive HTTP/1.1 connection, the
-// transport takes the connection over and serves its next session calls
-// itself, with net/http's parser and the server's whole handler, handing
-// anything else back to net/http byte for byte (keepalive.go).
+// After a direct call on a kept-alive HTTP/1.1 connection, the transport
+// takes the connection over and serves its next direct calls itself, with
+// net/http's parser and the server's whole handler, handing anything else
+// back to net/http byte for byte (keepalive.go).
 // Everything else goes through the SDK.
 //
 // # Protocol

@@ -15,27 +15,30 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Kept connections: the later session calls of a kept-alive connection,
+// Kept connections: the later direct calls of a kept-alive connection,
 // served without net/http's per-request work.
 //
-// A 2025-11-25 session's client makes one tools/call after the other on
-// one kept-alive HTTP/1.1 connection. net/http serves each with work that
-// a call of a few tens of µs feels: it starts a goroutine per request for
-// its background read of the connection (which wakes the other P's thread),
-// reads the connection again for it, and builds a context, a response and
-// its buffers. Once the direct path (directcall_streamable.go) has served a
-// session's call on a plain HTTP/1.1 connection that stays open, the
+// A client makes one tools/call after the other on one kept-alive HTTP/1.1
+// connection. net/http serves each with work that a call of a few tens of
+// µs feels: it starts a goroutine per request for its background read of
+// the connection (which wakes the other P's thread), reads the connection
+// again for it, and builds a context, a response and its buffers. Once the
+// direct path (directcall_streamable.go) has served a call (a session's or
+// a stateless one) on a plain HTTP/1.1 connection that stays open, the
 // transport takes the connection over (http.Hijacker) and serves its next
 // requests in the same goroutine: it reads each with net/http's own parser
 // (http.ReadRequest) and the checks net/http's server makes after it,
 // runs the server's own handler (the mux, the guard and the transport), and
-// writes the answer with its length in one write.
+// writes the answer with its length in one write. Every request passes the
+// guard on its own, as on net/http: nothing is trusted for its connection.
 //
 // It serves only what it is sure to serve as net/http would: a POST of
 // /mcp, HTTP/1.1, with one Content-Length within the message bound, no
 // Transfer-Encoding, Expect, Upgrade or Connection: close, one valid Host,
-// and valid header names and values, that is a call the direct path of a
-// session takes. Everything else is handed back to net/http: the
+// and valid header names and values, that is a call the direct path takes
+// (not one the task store takes). A stateless call still ends with its
+// POST: while it runs past watchDelay, the connection is watched, and the
+// client's end cancels it (connWatch). Everything else is handed back to net/http: the
 // connection, with every byte read from it since the request began, goes
 // to the http.Server through a listener of its own (backListener), and
 // net/http reads the request again and serves it (and the connection) as
