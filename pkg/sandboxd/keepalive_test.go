@@ -173,29 +173,34 @@ func takeOver(t *testing.T, ts *testServer, rc *rawConn, session, token string) 
 	}
 }
 
-// TestKeptConnServesSessionCalls: a light client's session, one call after
-// the other on one connection: the first is net/http's, the rest the
-// kept loop's, and all are answered.
-func TestKeptConnServesSessionCalls(t *testing.T) {
-	ts := startServer(t, Config{}, options{})
-	writeFile(t, filepath.Join(ts.ws, "a.txt"), "one\ntwo\n")
-	c := connectRawStreamable(t, ts.url+"/mcp", "2025-11-25")
-	const calls = 20
-	for i := range calls {
-		text, isErr, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "a.txt"})
-		if err != nil || isErr || !strings.Contains(text, "two") {
-			t.Fatalf("call %d: %q %v %v", i, text, isErr, err)
-		}
+// TestKeptConnServesCalls: a light client's calls, one after the other on
+// one connection, in a 2025-11-25 session and at 2026-07-28: the first is
+// net/http's, the rest the kept loop's, and all are answered; the loop
+// ends with the connection.
+func TestKeptConnServesCalls(t *testing.T) {
+	for _, version := range []string{"2025-11-25", protocolStateless} {
+		t.Run(version, func(t *testing.T) {
+			ts := startServer(t, Config{}, options{})
+			writeFile(t, filepath.Join(ts.ws, "a.txt"), "one\ntwo\n")
+			c := connectRawStreamable(t, ts.url+"/mcp", version)
+			const calls = 20
+			for i := range calls {
+				text, isErr, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "a.txt"})
+				if err != nil || isErr || !strings.Contains(text, "two") {
+					t.Fatalf("call %d: %q %v %v", i, text, isErr, err)
+				}
+			}
+			if got := ts.streamable.keep.taken.Load(); got != calls-1 {
+				t.Errorf("the kept loop served %d calls, want %d (all but the first)", got, calls-1)
+			}
+			c.hc.CloseIdleConnections()
+			waitFor(t, "the kept connection's loop to end", func() bool {
+				ts.streamable.keep.mu.Lock()
+				defer ts.streamable.keep.mu.Unlock()
+				return len(ts.streamable.keep.conns) == 0
+			})
+		})
 	}
-	if got := ts.streamable.keep.taken.Load(); got != calls-1 {
-		t.Errorf("the kept loop served %d calls, want %d (all but the first)", got, calls-1)
-	}
-	c.hc.CloseIdleConnections()
-	waitFor(t, "the kept connection's loop to end", func() bool {
-		ts.streamable.keep.mu.Lock()
-		defer ts.streamable.keep.mu.Unlock()
-		return len(ts.streamable.keep.conns) == 0
-	})
 }
 
 // TestKeptConnAnswersAsNetHTTP sends each request on a kept connection
@@ -376,25 +381,6 @@ func rawStatelessPost(host, method, name, params string, id int, token ...string
 	}
 	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
 	return b.String()
-}
-
-// TestKeptConnServesStatelessCalls: a 2026-07-28 client's calls, one after
-// the other on one connection: the first is net/http's, the rest the
-// kept loop's.
-func TestKeptConnServesStatelessCalls(t *testing.T) {
-	ts := startServer(t, Config{}, options{})
-	writeFile(t, filepath.Join(ts.ws, "a.txt"), "one\ntwo\n")
-	c := connectRawStreamable(t, ts.url+"/mcp", protocolStateless)
-	const calls = 20
-	for i := range calls {
-		text, isErr, err := c.callTool(t.Context(), "Read", map[string]any{"file_path": "a.txt"})
-		if err != nil || isErr || !strings.Contains(text, "two") {
-			t.Fatalf("call %d: %q %v %v", i, text, isErr, err)
-		}
-	}
-	if got := ts.streamable.keep.taken.Load(); got != calls-1 {
-		t.Errorf("the kept loop served %d calls, want %d (all but the first)", got, calls-1)
-	}
 }
 
 // TestKeptConnStatelessCallEndsWithItsConnection: on a kept connection, a
