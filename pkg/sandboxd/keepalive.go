@@ -154,27 +154,27 @@ func (k *keepAlive) serve(c *keptConn) {
 			return // closed by the client, idle too long, or closed at shutdown
 		}
 		if !k.setWaiting(c, false) {
-			k.handBack(c, c.buffered()) // shutting down: net/http answers, or closes it
+			k.handBack(c, c.replay(nil, nil)) // shutting down: net/http answers, or closes it
 			handedBack = true
 			return
 		}
 		_ = c.SetReadDeadline(deadline(k.headerTimeout))
-		served, keep, replay := k.serveOne(c)
-		switch {
-		case replay != nil:
+		keep, replay := k.serveOne(c)
+		if replay != nil {
 			k.handBack(c, replay)
 			handedBack = true
 			return
-		case !served || !keep:
+		}
+		if !keep {
 			return
 		}
 	}
 }
 
 // serveOne reads c's next request and answers it. It reports whether it
-// answered and may read the next; or, when the request is one for net/http,
-// the bytes that net/http is to read before c's (replay).
-func (k *keepAlive) serveOne(c *keptConn) (served, keep bool, replay []byte) {
+// answered and may read the next (keep); or, when the request is one for
+// net/http, the bytes that net/http is to read before c's (replay).
+func (k *keepAlive) serveOne(c *keptConn) (keep bool, replay []byte) {
 	// After a POST, as net/http: RFC 7230 section 3's tolerance for old
 	// clients that end a body with a line end it does not count.
 	peek, _ := c.br.Peek(4)
@@ -182,20 +182,20 @@ func (k *keepAlive) serveOne(c *keptConn) (served, keep bool, replay []byte) {
 	req, head, err := c.readHead(k.maxHead)
 	if err != nil {
 		if c.src.err != nil && !errors.Is(c.src.err, errHeadTooLong) {
-			return false, false, nil // the connection failed or timed out: net/http closes it too
+			return false, nil // the connection failed or timed out: net/http closes it too
 		}
-		return false, false, head // malformed or too long: net/http's answer
+		return false, head // malformed or too long: net/http's answer
 	}
 	_ = c.SetReadDeadline(time.Time{}) // no ReadTimeout: the body has none
 	if !k.takes(req) {
-		return false, false, c.replay(head, nil)
+		return false, c.replay(head, nil)
 	}
 	// Read as it comes (not a buffer of the length the head claims, which
 	// nobody has yet checked): the body reader ends at the length, or
 	// fails if the connection ends first.
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
-		return false, false, nil // the client went away mid-body
+		return false, nil // the client went away mid-body
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.RemoteAddr = c.remote
@@ -213,13 +213,13 @@ func (k *keepAlive) serveOne(c *keptConn) (served, keep bool, replay []byte) {
 		cancel()
 	}
 	if kw.handBack {
-		return false, false, c.replay(head, body)
+		return false, c.replay(head, body)
 	}
 	k.taken.Add(1)
 	if _, err := c.Write(kw.appendResponse(c.out[:0], time.Now())); err != nil {
-		return false, false, nil
+		return false, nil
 	}
-	return true, !kw.closes(), nil
+	return !kw.closes(), nil
 }
 
 // takes reports whether req is of the shape this loop serves (see the top
@@ -391,12 +391,6 @@ func (c *keptConn) readHead(limit int) (*http.Request, []byte, error) {
 		return nil, rec, err
 	}
 	return req, rec[:len(rec)-c.br.Buffered()], nil
-}
-
-// buffered is what c's reader holds and has not yet served.
-func (c *keptConn) buffered() []byte {
-	p, _ := c.br.Peek(c.br.Buffered())
-	return bytes.Clone(p)
 }
 
 // replay is a request's bytes as they came (its head and, if read, its

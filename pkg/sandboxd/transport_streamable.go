@@ -31,8 +31,8 @@ type streamableTransport struct {
 	maxBytes  int64
 	closing   atomic.Bool
 	metrics   *metrics // counts the stateless requests; nil counts nothing
-	// keep takes over a connection after a session's direct call
-	// (keepalive.go); nil (a server not started by serve) takes none.
+	// keep takes over a connection after a direct call (keepalive.go);
+	// nil (a server not started by serve) takes none.
 	keep *keepAlive
 }
 
@@ -109,7 +109,7 @@ func (t *streamableTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 }
 
 // serve serves a request that net/http read. It returns the connection
-// when it took it over after a session's direct call.
+// when it took it over after a direct call.
 func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *keptConn {
 	if t.closing.Load() {
 		http.Error(w, "sandboxd is shutting down", http.StatusServiceUnavailable)
@@ -146,7 +146,7 @@ func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *kep
 	switch id := r.Header.Get("Mcp-Session-Id"); {
 	case stateless:
 		if req != nil {
-			if c, served := t.serveStatelessKeeping(w, r, req); served {
+			if c, served := t.serveKeeping(w, r, func(w http.ResponseWriter) bool { return t.direct.serveStateless(w, r, req) }); served {
 				return c
 			}
 		}
@@ -159,7 +159,7 @@ func (t *streamableTransport) serve(w http.ResponseWriter, r *http.Request) *kep
 		}
 		defer t.sessions.end(sess)
 		if req != nil {
-			if c, served := t.serveStatefulKeeping(w, r, req, sess); served {
+			if c, served := t.serveKeeping(w, r, func(w http.ResponseWriter) bool { return t.direct.serveStateful(w, r, req, sess) }); served {
 				return c
 			}
 		}
@@ -197,29 +197,18 @@ func writeUnknownMethod(w http.ResponseWriter, resp *jsonrpc.Response, stateless
 	w.Write(body)
 }
 
-// serveStatefulKeeping is the direct path's serveStateful. When r's
+// serveKeeping runs one of the direct path's serves (serveStateful,
+// serveStateless) through w and reports whether it served. When r's
 // connection may be kept (keepalive.go), the answer is held, the
 // connection taken over and the answer written to it; takeOver's
-// connection is returned, to be served once the session's POST has ended.
-func (t *streamableTransport) serveStatefulKeeping(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, sess *streamableSession) (*keptConn, bool) {
+// connection is returned, to be served once this POST's handling has
+// ended (a session's POST included).
+func (t *streamableTransport) serveKeeping(w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter) bool) (*keptConn, bool) {
 	if !t.keep.mayTake(r) {
-		return nil, t.direct.serveStateful(w, r, req, sess)
+		return nil, serve(w)
 	}
 	kw := newKeptWriter()
-	if !t.direct.serveStateful(kw, r, req, sess) {
-		return nil, false
-	}
-	return t.keep.takeOver(w, r, kw), true
-}
-
-// serveStatelessKeeping is serveStatefulKeeping for the direct path's
-// stateless calls.
-func (t *streamableTransport) serveStatelessKeeping(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) (*keptConn, bool) {
-	if !t.keep.mayTake(r) {
-		return nil, t.direct.serveStateless(w, r, req)
-	}
-	kw := newKeptWriter()
-	if !t.direct.serveStateless(kw, r, req) {
+	if !serve(kw) {
 		return nil, false
 	}
 	return t.keep.takeOver(w, r, kw), true
