@@ -21,12 +21,16 @@ run: ## As root: a real node, airlock installed in-cluster and a short demo; els
 	hack/run.sh
 
 .PHONY: test
-test: test-unit test-mcpclients test-conformance test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
+test: test-unit test-clients test-mcpclients test-conformance test-monitoring verify e2e e2e-node-if-possible ## Everything CI runs: unit tests, the Python and TypeScript clients, third-party MCP clients, generated-code and lint checks, e2e on the local control plane, and on a real node where the machine can run one (root).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the main module (helm and kubectl are built first, for the chart tests of manifests/).
 	AIRLOCK_BIN_DIR=$(BIN_DIR) hack/build-cluster-bins.sh helm kubectl
 	AIRLOCK_BIN_DIR=$(BIN_DIR) go test -count=1 ./...
+
+.PHONY: test-clients
+test-clients: ## The runtime clients in Python and TypeScript (clients/test.sh): python3 -m unittest in clients/python; npm ci into _output/clients-typescript, tsc and node --test with Node.js 22 from npm (pinned in clients/typescript). The Go client, pkg/client, is in test-unit.
+	clients/test.sh
 
 .PHONY: test-mcpclients
 test-mcpclients: ## sandboxd against third-party MCP clients pinned in their own module (Go SDK v1.6.1, npm Inspector CLI); the conformance suite is test-conformance.
@@ -41,7 +45,8 @@ test-monitoring: ## The chart's alert rules and dashboard with Prometheus's libr
 	cd e2e/monitoring && GOWORK=off go test -count=1 ./...
 
 .PHONY: verify
-verify: verify-chart ## Generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), the Helm chart, gofmt, go vet.
+verify: verify-chart ## No tracked file over 1 MiB (build outputs stay out of git), generated code and CRDs up to date (checked with an empty module cache, as on a fresh machine), the Helm chart, gofmt, go vet.
+	hack/verify-file-sizes.sh
 	hack/verify-codegen.sh --cold
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
@@ -103,8 +108,12 @@ bench-egress: ## The egress gateway side by side with direct TLS, a plain Go rel
 	hack/bench-egress.sh
 
 .PHONY: bench
-bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/.
+bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/, each beside the committed baseline (hack/bench/baseline.json), a scenario more than 25% slower said so; then the peer, agent-sandbox, on a fresh plane and side by side (BENCH_PEER=1 builds it, 0 leaves it out; by default it runs when built).
 	hack/bench.sh
+
+.PHONY: bench-baseline
+bench-baseline: ## make bench, then its figures replace the committed baseline's (hack/bench/baseline.json; scenarios not run are kept): on purpose, on a quiet machine; commit the file.
+	BENCH_WRITE_BASELINE=1 hack/bench.sh
 
 .PHONY: help
 help:

@@ -1,4 +1,4 @@
-// Command airlock is the one binary of airlock: operator, sandboxd, sync and version.
+// Command airlock is the one binary of airlock: operator, sandboxd, sync, egress and version.
 package main
 
 import (

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // claimEnv is one namespace set up for claims: a content PVC bound to a PV, a class, a registry
@@ -111,7 +112,7 @@ func newClaimEnv(t *testing.T, prefix string, o claimEnvOptions) *claimEnv {
 func (e *claimEnv) createClaim(t *testing.T, session, handle, targetPath string) *airlockv1alpha1.SandboxClaim {
 	t.Helper()
 	name := claimname.For(e.runtime.Name, session, handle)
-	return e.createClaimIn(t, session, handle, targetPath, e.ns+"/sandboxes/"+claimname.ClaimWorkspace(name, e.runtime.UID))
+	return e.createClaimIn(t, session, handle, targetPath, e.ns+"/sandboxes/"+workspace.ClaimDirName(name, e.runtime.UID))
 }
 
 // createClaimIn creates the claim the Sandbox API would create for session and handle, with the
@@ -586,7 +587,7 @@ func TestClaimSyncBackOneAtATime(t *testing.T) {
 		unfinished := map[string]bool{}
 		for ev := range w.ResultChan() {
 			job, ok := ev.Object.(*batchv1.Job)
-			if !ok || job.Labels[claim.LabelKeptWorkspace] != "" {
+			if !ok || job.Labels[airlockv1alpha1.LabelKeptWorkspace] != "" {
 				continue // a kept workspace's record (suspended, then its collection): no sync-back
 			}
 			finished := false

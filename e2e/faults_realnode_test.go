@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
@@ -298,6 +299,14 @@ func mountTmpfs(t *testing.T, dir, size string) (remount func(size string), ok b
 	return func(size string) { run("-o", "remount,size="+size, dir) }, true
 }
 
+// faultExtraSessions are the sessions into target A beyond the suite's faults, and
+// faultTargetVersions the versions its targets keep: every sync-back into target A (a1, a2, a3,
+// the extra ones and d1) leaves the one before as a version.
+const (
+	faultExtraSessions  = 4
+	faultTargetVersions = 4 + faultExtraSessions
+)
+
 // TestRealNodeFaultSuite (issue 24, item 5, on real pods and Jobs): sessions of two runtimes write
 // known content through the sandbox's MCP tools and close, while the suite makes their sync-backs
 // fail mid-copy (a file the Job cannot read, found halfway through the walk; the Job's pod killed
@@ -320,6 +329,9 @@ func TestRealNodeFaultSuite(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// Every earlier session into a target is kept as one of its versions: as many as the
+		// suite's sync-backs into it (issue 39: no cap of four sync-backs a target any more).
+		reg.Spec.Sandboxes[0].TargetVersions = ptr.To[int32](faultTargetVersions)
 		spill := reg.Spec.Sandboxes[0]
 		spill.Name, spill.TargetPath = "spill", targetB
 		reg.Spec.Sandboxes = append(reg.Spec.Sandboxes, spill)
@@ -392,6 +404,12 @@ func TestRealNodeFaultSuite(t *testing.T) {
 		t.Log("the sync-back of a3 was never seen running: nothing killed mid-copy")
 	}
 	r.waitGone(a3)
+	// More sessions into target A than the three versions a target kept before (issue 39): each
+	// earlier one is kept as a version, as the entry's targetVersions says.
+	for i := 4; i < 4+faultExtraSessions; i++ {
+		name := fmt.Sprintf("a%d", i)
+		r.waitGone(r.run("agent", name, "codegen/default", sessionFiles(name, 3, 2048)))
+	}
 
 	// Target B, on a 2 MiB tmpfs: a small session, then one of 3 MiB that cannot fit; the volume
 	// is then made larger and the retry saves it.

@@ -16,7 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/controller/workspacegc"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // waitKeptRecord waits for the record of the kept workspace dir (a suspended cleanup Job owned by
@@ -25,7 +26,7 @@ func waitKeptRecord(t *testing.T, ns, dir string, timeout time.Duration) *batchv
 	t.Helper()
 	var record *batchv1.Job
 	eventually(t, timeout, "the record of the kept workspace "+dir, func(ctx context.Context) (bool, error) {
-		job, err := kubeClient.BatchV1().Jobs(ns).Get(ctx, claim.KeptRecordName(dir), metav1.GetOptions{})
+		job, err := kubeClient.BatchV1().Jobs(ns).Get(ctx, workspace.RecordName(dir), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -35,8 +36,8 @@ func waitKeptRecord(t *testing.T, ns, dir string, timeout time.Duration) *batchv
 		record = job
 		return true, nil
 	})
-	if len(record.OwnerReferences) != 0 || record.Annotations[claim.AnnotationKeptDir] != dir {
-		t.Errorf("record %s owners %v dir %q, want no owner and %q", record.Name, record.OwnerReferences, record.Annotations[claim.AnnotationKeptDir], dir)
+	if len(record.OwnerReferences) != 0 || record.Annotations[airlockv1alpha1.AnnotationKeptDir] != dir {
+		t.Errorf("record %s owners %v dir %q, want no owner and %q", record.Name, record.OwnerReferences, record.Annotations[airlockv1alpha1.AnnotationKeptDir], dir)
 	}
 	return record
 }
@@ -46,7 +47,7 @@ func waitKeptRecord(t *testing.T, ns, dir string, timeout time.Duration) *batchv
 // completes its pod); the record then goes.
 func waitRecordCollected(t *testing.T, ns, dir string, timeout time.Duration) {
 	t.Helper()
-	name := claim.KeptRecordName(dir)
+	name := workspace.RecordName(dir)
 	eventually(t, timeout, "the kept workspace "+dir+" to be collected", func(ctx context.Context) (bool, error) {
 		if _, err := kubeClient.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return false, err
@@ -56,7 +57,7 @@ func waitRecordCollected(t *testing.T, ns, dir string, timeout time.Duration) {
 			return false, err
 		}
 		for _, ev := range events.Items {
-			if ev.Reason == claim.ReasonWorkspaceCollected {
+			if ev.Reason == workspacegc.ReasonWorkspaceCollected {
 				return true, nil
 			}
 		}
@@ -91,8 +92,8 @@ func TestKeptWorkspaceLifecycle(t *testing.T) {
 	e.waitPhase(t, first.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
 	e.waitGone(t, first.Name, 60*time.Second)
 	record := waitKeptRecord(t, e.ns, first.Spec.WorkspaceDir, 30*time.Second)
-	if !ptr.Deref(record.Spec.Suspend, false) || record.Annotations[claim.AnnotationKeptRuntimeUID] != string(e.runtime.UID) {
-		t.Errorf("record suspend %v runtime UID %q, want suspended, %q", record.Spec.Suspend, record.Annotations[claim.AnnotationKeptRuntimeUID], e.runtime.UID)
+	if !ptr.Deref(record.Spec.Suspend, false) || record.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID] != string(e.runtime.UID) {
+		t.Errorf("record suspend %v runtime UID %q, want suspended, %q", record.Spec.Suspend, record.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID], e.runtime.UID)
 	}
 
 	// Resumed: the same session and handle, within the retention.

@@ -13,7 +13,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
-	"github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // TestLegacyWorkspaceResumed (upgrade without loss; docs/decisions.md, "Per-claim workspaces
@@ -35,8 +35,8 @@ func TestLegacyWorkspaceResumed(t *testing.T) {
 	e.waitPhase(t, earlier.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
 	e.waitGone(t, earlier.Name, 60*time.Second)
 	record := waitKeptRecord(t, e.ns, legacyDir, 30*time.Second)
-	if record.Annotations[claim.AnnotationKeptRuntimeUID] != string(e.runtime.UID) {
-		t.Fatalf("record of %s: runtime UID %q, want %q", legacyDir, record.Annotations[claim.AnnotationKeptRuntimeUID], e.runtime.UID)
+	if record.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID] != string(e.runtime.UID) {
+		t.Fatalf("record of %s: runtime UID %q, want %q", legacyDir, record.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID], e.runtime.UID)
 	}
 
 	c := op.client(serviceAccountToken(t, e.ns, "agent"))
@@ -64,7 +64,7 @@ func TestLegacyWorkspaceResumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := e.ns + "/sandboxes/" + claimname.ClaimWorkspace(other.Claim, e.runtime.UID); fresh.Spec.WorkspaceDir != want || other.ResumedWorkspace != nil {
+	if want := e.ns + "/sandboxes/" + workspace.ClaimDirName(other.Claim, e.runtime.UID); fresh.Spec.WorkspaceDir != want || other.ResumedWorkspace != nil {
 		t.Errorf("claim %s: workspace %q resumed %+v, want %q and nothing resumed", other.Claim, fresh.Spec.WorkspaceDir, other.ResumedWorkspace, want)
 	}
 }

@@ -239,8 +239,10 @@ func acquireRecovered(t *testing.T, c *client.Client, req client.AcquireRequest,
 			t.Errorf("acquire answered 200 (%+v) while the claim's pod is not running on another node: %v", got, podState(p, err))
 			return false, nil
 		}
-		if len(got.Addresses) != 1 || got.Addresses[0].URL == oldURL || !strings.Contains(got.Addresses[0].URL, p.Status.PodIP) {
-			t.Errorf("acquire after recovery: %+v, want the new pod's address %s (not %s)", got, p.Status.PodIP, oldURL)
+		// The new pod's address; it may be the old pod's (kwok hands a released IP out again):
+		// the pod checked above is another, on another Node.
+		if len(got.Addresses) != 1 || !strings.Contains(got.Addresses[0].URL, p.Status.PodIP) {
+			t.Errorf("acquire after recovery: %+v, want the new pod's address %s (the old one's was %s)", got, p.Status.PodIP, oldURL)
 		}
 		pod, url = p, got.Addresses[0].URL
 		return true, nil

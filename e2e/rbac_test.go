@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
@@ -195,6 +196,12 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	if denied := grepLines(string(b), `forbidden: User `); denied != "" {
 		t.Errorf("the operator's log shows a request RBAC refused:\n%s", denied)
 	}
+	// Nor did the admission policies refuse any of its writes (manifests/rbac/admission_policy*.yaml:
+	// the claim's pod, token Secret, NetworkPolicy, the deny-all, the sync-back Job, the CA bundle,
+	// its events): airlock's own writes are what they admit.
+	if denied := grepLines(string(b), `ValidatingAdmissionPolicy`); denied != "" {
+		t.Errorf("the operator's log shows a write its admission policies refused:\n%s", denied)
+	}
 	// The acquire, renew and close were audited, without the session.
 	audit := grepLines(string(b), `"Sandbox API audit"`)
 	for _, endpoint := range []string{"acquire", "renew", "closeSession"} {
@@ -218,4 +225,36 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestWarmPoolRunsWithItsRBAC: the operator as its ServiceAccount fills a warm pool (members,
+// their key Secrets, the pool's NetworkPolicy, the namespace's deny-all) and a claim adopts a
+// member (a patch of its owner and labels), and nothing it writes is refused by RBAC or by its
+// admission policies (issue 39: the warm paths' writes are what the policies admit).
+func TestWarmPoolRunsWithItsRBAC(t *testing.T) {
+	e := newClaimEnv(t, "airlock-rbac-warm", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 5})
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 1 })
+	kubeconfig := operatorKubeconfig(t)
+	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
+		"--sync-image="+e2eImage(), "--kubeconfig="+kubeconfig)
+	op.waitReady(t)
+	e.waitWarm(t, 1, 60*time.Second)
+	c := e.waitPhase(t, e.createClaim(t, "session-1", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+	if c.Status.Warm == nil {
+		t.Errorf("the claim was bound cold: %+v", c.Status)
+	}
+	e.waitWarm(t, 1, 60*time.Second) // refilled
+
+	b, err := os.ReadFile(op.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("FLAG: --kubeconfig=%q", kubeconfig); !strings.Contains(string(b), want) {
+		t.Errorf("the operator's log has no %s: it did not run with the ServiceAccount's kubeconfig", want)
+	}
+	for _, refused := range []string{`forbidden: User `, `ValidatingAdmissionPolicy`} {
+		if lines := grepLines(string(b), refused); lines != "" {
+			t.Errorf("the operator's log shows a write refused:\n%s", lines)
+		}
+	}
 }

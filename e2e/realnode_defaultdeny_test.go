@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -136,10 +138,13 @@ func TestRealNodeNoPodWithoutDenyAll(t *testing.T) {
 		return err == nil && n >= 5, nil
 	})
 
-	// Then the runtime: its claim goes, and the claim's pod.
+	// Then the runtime: its claim goes, and the claim's pod. With no operator running, the
+	// runtime's finalizer (airlock.dev/workspaces, which waits for the operator to record its
+	// claims' workspaces) is taken off by hand, as docs/nothing-lost.md tells a person to.
 	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, "agent", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	dropRuntimeFinalizer(t, e.ns, "agent")
 	eventually(t, 3*time.Minute, "the sandbox pod to be gone", func(ctx context.Context) (bool, error) {
 		_, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, claim.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
@@ -161,4 +166,22 @@ func TestRealNodeNoPodWithoutDenyAll(t *testing.T) {
 	if _, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).Get(ctx, sandboxpod.DefaultDenyPolicyName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the namespace's default-deny policy after the runtime's deletion: %v (it is never deleted)", err)
 	}
+}
+
+// dropRuntimeFinalizer takes the operator's finalizer off the runtime, as a person does when no
+// operator runs (docs/nothing-lost.md).
+func dropRuntimeFinalizer(t *testing.T, ns, name string) {
+	t.Helper()
+	eventually(t, time.Minute, "the runtime's finalizer taken off", func(ctx context.Context) (bool, error) {
+		rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		rt.Finalizers = slices.DeleteFunc(rt.Finalizers, func(f string) bool { return f == airlockv1alpha1.FinalizerWorkspaces })
+		_, err = airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Update(ctx, rt, metav1.UpdateOptions{})
+		return err == nil || apierrors.IsNotFound(err), nil
+	})
 }

@@ -543,7 +543,7 @@ func checkEgressMetrics(t *testing.T, f *egressFixture) {
 	for _, p := range f.gatewayPods {
 		urls = append(urls, fmt.Sprintf("http://%s/metrics", net.JoinHostPort(p.Status.PodIP, "8080")))
 	}
-	scrapes, err := runScraper(context.Background(), mon, "scrape-egress", urls, 60)
+	scrapes, err := runScraper(context.Background(), mon, "scrape-egress", urls, nil, 60)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // monitoredFamily is one line of e2e/monitoring/monitored-metrics.txt: a metric family that the
@@ -63,9 +66,10 @@ type scrapeResult struct {
 }
 
 // runScraper runs runtimeclient's `scrape` in a pod of namespace ns, with no ServiceAccount token
-// (Prometheus needs none for airlock's /metrics), and returns its answer by URL.
-func runScraper(ctx context.Context, ns, name string, urls []string, seconds int) (map[string]scrapeResult, error) {
-	plan, err := json.Marshal(map[string]any{"urls": urls, "scrapeSeconds": seconds})
+// (Prometheus needs none for the operator's and the gateway's /metrics), and returns its answer
+// by URL. bearer maps a URL to the token its scrape sends (a sandbox's /metrics needs its claim's).
+func runScraper(ctx context.Context, ns, name string, urls []string, bearer map[string]string, seconds int) (map[string]scrapeResult, error) {
+	plan, err := json.Marshal(map[string]any{"urls": urls, "bearer": bearer, "scrapeSeconds": seconds})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +131,8 @@ func monitoringNamespace(t *testing.T) string {
 // the chart's ServiceMonitor does, each at its pod IP on the metrics port, from a pod in the
 // namespace `monitoring` (the one the operator's NetworkPolicy admits); a scrape from the
 // runtimes' namespace is refused by that policy. sandboxd is scraped from the runtime's
-// namespace, the only one its NetworkPolicy admits.
+// namespace, the only one its NetworkPolicy admits, with the claim's bearer token (as /mcp is
+// called); the same scrape without the token gets 401 and no metric (issue 39).
 func TestRealNodeMetricsScraped(t *testing.T) {
 	requireRealNode(t)
 	ctx := context.Background()
@@ -145,6 +150,8 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 	}
 	sort.Strings(operatorURLs)
 	sandboxURL := kept.URL + "/metrics"
+	noTokenURL := sandboxURL + "?without-token" // the same endpoint: the query is ignored
+	token := string(claimSecret(t, ctx, e.ns, kept.Claim).Data[sandboxpod.TokenKey])
 
 	var opScrape, rtScrape map[string]scrapeResult
 	var opErr, rtErr error
@@ -152,11 +159,11 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		opScrape, opErr = runScraper(ctx, mon, "scrape-operator", operatorURLs, 60)
+		opScrape, opErr = runScraper(ctx, mon, "scrape-operator", operatorURLs, nil, 60)
 	}()
 	// From the runtimes' namespace: the sandbox answers; the operator's metrics port does not
 	// (10 s without an answer counts as refused; the sandbox answers at once).
-	rtScrape, rtErr = runScraper(ctx, e.ns, "scrape-sandbox", append([]string{sandboxURL}, operatorURLs[0]), 10)
+	rtScrape, rtErr = runScraper(ctx, e.ns, "scrape-sandbox", []string{sandboxURL, noTokenURL, operatorURLs[0]}, map[string]string{sandboxURL: token}, 10)
 	wg.Wait()
 	if opErr != nil || rtErr != nil {
 		t.Fatalf("scraper pods: %v / %v", opErr, rtErr)
@@ -165,6 +172,9 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 	served := map[string]map[string]string{ // exporter -> family -> type
 		"operator": servedFamilies(t, "operator replica", opScrape, operatorURLs...),
 		"sandboxd": servedFamilies(t, "sandboxd", rtScrape, sandboxURL),
+	}
+	if r := rtScrape[noTokenURL]; r.Status != http.StatusUnauthorized || len(r.Families) != 0 {
+		t.Errorf("scrape of the sandbox's /metrics without the claim's token answered %d (%d families), want 401 and none", r.Status, len(r.Families))
 	}
 	if r := rtScrape[operatorURLs[0]]; r.Status != 0 || r.Error == "" {
 		t.Errorf("scrape of the operator's metrics port from the runtime's namespace %s answered %d (%d families): the NetworkPolicy admits only %s", e.ns, r.Status, len(r.Families), mon)

@@ -36,7 +36,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
-	claimpkg "github.com/airlock-dev/airlock/pkg/controller/claim"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const (
@@ -448,7 +448,7 @@ func (e *realnodeEnv) claimWorkspace(t *testing.T, claim string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path.Join(e.ns, "sandboxes", claimname.ClaimWorkspace(claim, rt.UID))
+	return path.Join(e.ns, "sandboxes", workspace.ClaimDirName(claim, rt.UID))
 }
 
 // readContent returns the file at rel (slash-separated, below the content volume's root) as a pod
@@ -654,8 +654,9 @@ func TestRealNodeSandbox(t *testing.T) {
 	for i, c := range allowChecks {
 		netSteps = append(netSteps, step(fmt.Sprintf("allow-%d", i), "Bash", map[string]any{"command": c.command}))
 	}
-	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-1", "handle": "codegen/default", "steps": steps, "probes": probes}
-	netPlan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-net", "handle": "net/default", "steps": netSteps, "transport": "sse", "close": true}
+	// idleSeconds: the runtime's idleTimeout, which the client's renewal throttle follows.
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-1", "handle": "codegen/default", "steps": steps, "probes": probes, "idleSeconds": 30}
+	netPlan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-net", "handle": "net/default", "steps": netSteps, "transport": "sse", "close": true, "idleSeconds": 30}
 
 	var res, netRes rnSession
 	var netErr error
@@ -821,7 +822,7 @@ func TestRealNodeWorkspaceCollected(t *testing.T) {
 	// Kept for a retention of 0: collected at once, by the record's cleanup Job, which then goes.
 	dirs := map[string]string{e.claimWorkspace(t, saved.Claim): "sync-back", e.claimWorkspace(t, nothing.Claim): "no targetPath"}
 	for dir := range dirs {
-		record := claimpkg.KeptRecordName(dir)
+		record := workspace.RecordName(dir)
 		eventually(t, 3*time.Minute, "the kept workspace "+dir+" to be collected", func(ctx context.Context) (bool, error) {
 			_, err := kubeClient.BatchV1().Jobs(e.ns).Get(ctx, record, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {

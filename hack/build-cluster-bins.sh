@@ -2,10 +2,14 @@
 # Builds the binaries of the local control plane from the Go module proxy, once, into bin/.
 # Pins live in hack/tools/{kube,etcd,kwok}/go.mod, and for the real node of hack/local-node.sh
 # in hack/tools/{kube-node,coredns,kube-network-policies}/, and for the chart checks (make
-# verify-chart, manifests/chart_test.go) helm in hack/tools/helm/. A binary is rebuilt only when its
-# pin changes (bin/.stamp-<name> records the pin it was built from).
+# verify-chart, manifests/chart_test.go) helm in hack/tools/helm/, and for `make bench`'s peer
+# (hack/bench.sh, issue 40) agent-sandbox-controller in hack/tools/agent-sandbox/ (asked for by
+# name only: never in the default list). A binary is rebuilt only when its pin changes
+# (bin/.stamp-<name> records the pin it was built from).
 #
 # usage: hack/build-cluster-bins.sh [name...]   (default: every binary the local cluster needs)
+#        hack/build-cluster-bins.sh --check name...   exit 0 when they are built from their pins,
+#                                                     1 when not (builds nothing)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +27,7 @@ stamp_of() { # name -> the pin string for that binary
     kubelet | kube-proxy) sha256sum "$TOOLS/kube-node/go.mod" | cut -c1-16 ;;
     coredns) sha256sum "$TOOLS/coredns/go.mod" | cut -c1-16 ;;
     helm) sha256sum "$TOOLS/helm/go.mod" | cut -c1-16 ;;
+    agent-sandbox-controller) sha256sum "$TOOLS/agent-sandbox/go.mod" | cut -c1-16 ;;
     kube-network-policies)
       sha256sum "$TOOLS/kube-network-policies/go.mod" "$TOOLS/kube-network-policies/local.patch" | sha256sum | cut -c1-16 ;;
     *) sha256sum "$TOOLS/kube/go.mod" | cut -c1-16 ;;
@@ -55,6 +60,10 @@ build_kube_network_policies() {
   rm -rf "$work"
 }
 
+agent_sandbox_version() { # the sigs.k8s.io/agent-sandbox version hack/tools/agent-sandbox/go.mod pins
+  awk '$1 == "sigs.k8s.io/agent-sandbox" { print $2 }' "$TOOLS/agent-sandbox/go.mod"
+}
+
 helm_version() { # the helm.sh/helm/v4 version hack/tools/helm/go.mod pins
   awk '$1 == "helm.sh/helm/v4" { print $2 }' "$TOOLS/helm/go.mod"
 }
@@ -85,12 +94,22 @@ build_one() {
       (cd "$TOOLS/helm" && CGO_ENABLED=0 go build -trimpath \
         -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(helm_version)" \
         -o "$BIN/helm" helm.sh/helm/v4/cmd/helm) ;;
+    agent-sandbox-controller) # the peer of make bench; --version prints its pin
+      (cd "$TOOLS/agent-sandbox" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X sigs.k8s.io/agent-sandbox/internal/version.gitVersion=$(agent_sandbox_version)" \
+        -o "$BIN/agent-sandbox-controller" sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller) ;;
     *) echo "unknown binary: $name" >&2; return 2 ;;
   esac
   echo "$want" >"$BIN/.stamp-$name"
   echo "built $name in $((SECONDS - start))s" >&2
 }
 
+check=0
+if [[ ${1:-} == --check ]]; then
+  check=1
+  shift
+  [[ $# -gt 0 ]] || { echo "usage: $0 --check name..." >&2; exit 2; }
+fi
 names=("$@")
 if [[ ${#names[@]} -eq 0 ]]; then
   names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -105,6 +124,7 @@ up_to_date() {
   done
 }
 if up_to_date "${names[@]}"; then exit 0; fi
+if ((check)); then exit 1; fi
 
 # One build at a time per bin dir: a second caller waits, then finds the binaries built.
 exec 9>"$BIN/.build.lock"

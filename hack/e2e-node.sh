@@ -72,7 +72,7 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   fi
   # The images are built from this tree every time (tens of seconds), then imported.
   AIRLOCK_NODE_IMPORT_IMAGES=0 hack/local-node.sh up
-  hack/local-node.sh images operator sandbox sandbox-go e2e-client e2e-python
+  hack/local-node.sh images operator sandbox sandbox-go e2e-client e2e-python e2e-go-example e2e-typescript
   eval "$(hack/local-node.sh env)"
   log "node up and images imported in $((SECONDS - t0))s"
 else

@@ -68,7 +68,7 @@ func TestEgressComponent(t *testing.T) {
 				}
 			}
 
-			// RBAC: read only; Secrets only the token key, in the gateway's namespace.
+			// RBAC: read only; Secrets only the proxy key (never the token key), in the gateway's namespace.
 			cr := objs["rbac.authorization.k8s.io/v1/ClusterRole//airlock-egress"]
 			if cr == nil || objs["rbac.authorization.k8s.io/v1/ClusterRoleBinding//airlock-egress"] == nil || objs["rbac.authorization.k8s.io/v1/RoleBinding/airlock-system/airlock-egress"] == nil {
 				t.Fatal("no ClusterRole, ClusterRoleBinding or RoleBinding airlock-egress")
@@ -91,8 +91,8 @@ func TestEgressComponent(t *testing.T) {
 				t.Fatal("no Role airlock-egress")
 			}
 			rules := role["rules"].([]any)
-			if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[airlock-token-key]" || fmt.Sprint(rules[0].(map[string]any)["verbs"]) != "[list watch]" {
-				t.Errorf("Role rules %v: want list and watch of the token key only", rules)
+			if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[airlock-egress-proxy-key]" || fmt.Sprint(rules[0].(map[string]any)["verbs"]) != "[list watch]" {
+				t.Errorf("Role rules %v: want list and watch of the proxy key only", rules)
 			}
 		})
 	}

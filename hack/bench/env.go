@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -45,6 +46,8 @@ const (
 type kube struct {
 	core    kubernetes.Interface
 	airlock airlockclientset.Interface
+	// dynamic reaches the peer's objects (peer.go).
+	dynamic dynamic.Interface
 }
 
 // ensureClass creates the bench's SandboxClass: one port, a workspace and a scratch volume, as the

@@ -12,10 +12,12 @@ import (
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
-// target is where an acquire goes: a namespace's runtime, with its ServiceAccount's token.
+// target is where an acquire goes: a namespace of the product under test. acquire asks for the
+// sandbox of session and waits up to waitSeconds for it to be ready (0: returns once it is asked
+// for); product.go and peer.go make it.
 type target struct {
 	namespace string
-	client    *client.Client
+	acquire   func(ctx context.Context, session string, waitSeconds int) error
 }
 
 // answer is what one acquire saw.
@@ -51,11 +53,7 @@ func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix str
 			actx, cancel := context.WithTimeout(ctx, acquireTimeout)
 			defer cancel()
 			sent := clk.Now()
-			_, err := tg.client.Acquire(actx, client.AcquireRequest{
-				Namespace: tg.namespace, Runtime: runtimeName,
-				Session: fmt.Sprintf("%s-%d", prefix, i), Handle: sandboxName + "/default",
-				WaitSeconds: ptrInt(int(min(acquireTimeout, 300*time.Second).Seconds())),
-			})
+			err := tg.acquire(actx, fmt.Sprintf("%s-%d", prefix, i), int(min(acquireTimeout, 300*time.Second).Seconds()))
 			answers[i] = answer{sent: sent, answered: clk.Now(), err: err}
 		}()
 	}
@@ -81,12 +79,7 @@ func fill(ctx context.Context, tg target, prefix string, n, parallel int) error 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := tg.client.Acquire(ctx, client.AcquireRequest{
-				Namespace: tg.namespace, Runtime: runtimeName,
-				Session: fmt.Sprintf("%s-%d", prefix, i), Handle: sandboxName + "/default",
-				WaitSeconds: ptrInt(0),
-			})
-			if err != nil {
+			if err := tg.acquire(ctx, fmt.Sprintf("%s-%d", prefix, i), 0); err != nil {
 				errs <- fmt.Errorf("filling %s, claim %d: %w", tg.namespace, i, err)
 			}
 		}()

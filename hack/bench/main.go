@@ -16,10 +16,12 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
@@ -31,6 +33,9 @@ import (
 const idleWindow = 5 * time.Second
 
 type options struct {
+	// product is what is measured: airlock or agent-sandbox (product.go).
+	product string
+
 	kubeconfig, stateDir, apiURL, operatorMetricsURL, operatorUser string
 	// apiCAFile and apiServerName verify the Sandbox API's certificate.
 	apiCAFile, apiServerName                  string
@@ -39,17 +44,25 @@ type options struct {
 	acquireTimeout, fillStall                 time.Duration
 	operatorFlags, planeNotes, output, commit string
 	operatorHistograms, passMetric            string
+	// baseline is the committed baseline (baseline.go); writeBaseline replaces its figures with
+	// the run's.
+	baseline      string
+	writeBaseline bool
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "compare" {
+		os.Exit(compareMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var o options
+	flag.StringVar(&o.product, "product", productAirlock, "What is measured: "+productAirlock+" (through its Sandbox API) or "+productPeer+" (the peer, through SandboxClaims; peer.go).")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Admin kubeconfig of the bench plane.")
 	flag.StringVar(&o.stateDir, "state-dir", "", "The plane's state dir: <component>.pid files and audit.log.")
-	flag.StringVar(&o.apiURL, "api-url", "", "The operator's Sandbox API.")
+	flag.StringVar(&o.apiURL, "api-url", "", "The operator's Sandbox API (airlock only).")
 	flag.StringVar(&o.apiCAFile, "api-ca-file", "", "The CA bundle that verifies the Sandbox API (https:// URLs).")
 	flag.StringVar(&o.apiServerName, "api-server-name", "", "The name the Sandbox API's certificate is for, when not the URL's host.")
-	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The operator's /metrics.")
-	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the operator runs as (its writes are told apart in the audit log by it).")
+	flag.StringVar(&o.operatorMetricsURL, "operator-metrics-url", "", "The product's controller's /metrics (plain HTTP).")
+	flag.StringVar(&o.operatorUser, "operator-user", "", "The API user the product's controller runs as (its writes are told apart in the audit log by it).")
 	flag.StringVar(&o.scenarios, "scenarios", "rate10,rate20,rate40,burst60,warm20", "Comma list of "+strings.Join(scenarioNames(), ", ")+".")
 	flag.IntVar(&o.sizes.Claims, "claims", 200, "Acquires of each rate scenario.")
 	flag.IntVar(&o.sizes.ScaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
@@ -65,6 +78,8 @@ func main() {
 		"Histograms of the operator's /metrics whose change over each window is reported (regexp).")
 	flag.StringVar(&o.passMetric, "pass-metric", `^airlock_.*(pass|decision).*_seconds$`,
 		"The operator's histogram of one admission decision pass, when it has one (regexp; the first match is shown in the table).")
+	flag.StringVar(&o.baseline, "baseline", "", "The committed baseline (hack/bench/baseline.json): printed beside each figure, and a scenario more than 25% slower is said so.")
+	flag.BoolVar(&o.writeBaseline, "write-baseline", false, "Write the run's figures into --baseline (make bench-baseline: on purpose, on a quiet machine).")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -79,21 +94,38 @@ func main() {
 }
 
 func (o options) validate() error {
+	if o.product != productAirlock && o.product != productPeer {
+		return fmt.Errorf("unknown --product %q (known: %s, %s)", o.product, productAirlock, productPeer)
+	}
+	required := map[string]string{"kubeconfig": o.kubeconfig, "state-dir": o.stateDir,
+		"operator-metrics-url": o.operatorMetricsURL, "operator-user": o.operatorUser, "output": o.output}
+	if o.product == productAirlock {
+		required["api-url"] = o.apiURL
+	}
 	var missing []string
-	for name, v := range map[string]string{"kubeconfig": o.kubeconfig, "state-dir": o.stateDir, "api-url": o.apiURL,
-		"operator-metrics-url": o.operatorMetricsURL, "operator-user": o.operatorUser, "output": o.output} {
+	for name, v := range required {
 		if v == "" {
 			missing = append(missing, "--"+name)
 		}
 	}
 	if len(missing) > 0 {
+		slices.Sort(missing)
 		return fmt.Errorf("missing %s (hack/bench.sh passes them; run `make bench`)", strings.Join(missing, ", "))
 	}
 	if o.acquireTimeout <= 0 || o.fillStall <= 0 {
 		return fmt.Errorf("--acquire-timeout and --fill-stall must be positive")
 	}
-	if _, err := parseScenarios(o.scenarios, o.sizes); err != nil {
+	if o.writeBaseline && o.baseline == "" {
+		return fmt.Errorf("--write-baseline needs --baseline")
+	}
+	scenarios, err := parseScenarios(o.scenarios, o.sizes)
+	if err != nil {
 		return err
+	}
+	for _, s := range scenarios {
+		if s.FillNamespaces > 0 && o.product != productAirlock {
+			return fmt.Errorf("scenario %s: the scale runs fill through airlock's Sandbox API; %s runs %s only", s.Name, o.product, strings.Join(peerScenarios(), ", "))
+		}
 	}
 	for _, re := range []string{o.operatorHistograms, o.passMetric} {
 		if _, err := regexp.Compile(re); err != nil {
@@ -119,28 +151,40 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	apiTLS, err := apiTLSConfig(o.apiCAFile, o.apiServerName)
 	if err != nil {
 		return err
 	}
+	k := kube{core: core, airlock: airlock, dynamic: dyn}
+	prod, err := newProduct(o, k, &http.Client{Transport: &http.Transport{
+		MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
+		TLSClientConfig: apiTLS,
+	}})
+	if err != nil {
+		return err
+	}
 	r := &runner{
-		o:     o,
-		clock: clock.RealClock{},
-		kube:  kube{core: core, airlock: airlock},
+		o:       o,
+		clock:   clock.RealClock{},
+		kube:    k,
+		product: prod,
 		http: &http.Client{Transport: &http.Transport{
 			MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
-		}},
-		api: &http.Client{Transport: &http.Transport{
-			MaxIdleConns: 2000, MaxIdleConnsPerHost: 2000, IdleConnTimeout: 90 * time.Second,
-			TLSClientConfig: apiTLS,
 		}},
 		histograms: regexp.MustCompile(o.operatorHistograms),
 		pass:       regexp.MustCompile(o.passMetric),
 	}
-	if err := r.kube.ensureClass(ctx); err != nil {
-		return fmt.Errorf("creating the SandboxClass: %w", err)
+	if err := prod.prepare(ctx); err != nil {
+		return err
 	}
 	report := newReport(o)
+	if report.Baseline, err = readBaseline(o.baseline); err != nil {
+		return fmt.Errorf("reading the baseline: %w", err)
+	}
 	if report.IdleCPUMsPerSec, err = r.idleCPU(ctx, idleWindow); err != nil {
 		return fmt.Errorf("measuring idle CPU: %w", err)
 	}
@@ -160,6 +204,12 @@ func run(ctx context.Context, o options) error {
 	}
 	report.printSummary(os.Stdout)
 	fmt.Printf("\nwritten: %s\n", o.output)
+	if o.writeBaseline {
+		if err := report.Baseline.withRun(report, time.Now()).write(o.baseline); err != nil {
+			return fmt.Errorf("writing the baseline: %w", err)
+		}
+		fmt.Printf("baseline written: %s (commit it on purpose)\n", o.baseline)
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAPITLSConfig: the Sandbox API is verified with the CA file given, for the server name
@@ -23,5 +24,29 @@ func TestAPITLSConfig(t *testing.T) {
 	cfg, err := apiTLSConfig("", "airlock-sandbox-api.airlock-system.svc")
 	if err != nil || cfg.RootCAs != nil || cfg.ServerName != "airlock-sandbox-api.airlock-system.svc" {
 		t.Errorf("apiTLSConfig without a file = %+v, %v; want the system's roots and the server name", cfg, err)
+	}
+}
+
+// TestValidateProduct: the peer needs no Sandbox API URL but airlock does; the peer refuses the
+// scale runs (their fill goes through airlock's Sandbox API); an unknown product is refused.
+func TestValidateProduct(t *testing.T) {
+	base := options{kubeconfig: "k", stateDir: "s", operatorMetricsURL: "m", operatorUser: "u", output: "o",
+		sizes: sizes{Claims: 1, ScaleAcquires: 1, ScaleOne: 1, ScalePerNamespace: 1}, acquireTimeout: time.Minute, fillStall: time.Minute,
+		operatorHistograms: ".", passMetric: "."}
+	for _, tc := range []struct {
+		product, apiURL, scenarios, wantErr string
+	}{
+		{productPeer, "", "rate20,warm20", ""},
+		{productAirlock, "https://x", "rate20,scale2000", ""},
+		{productAirlock, "", "rate20", "missing --api-url"},
+		{productPeer, "", "rate20,scale10x500", "scenario scale10x500: the scale runs fill through airlock's Sandbox API"},
+		{"kube-agent", "", "rate20", `unknown --product "kube-agent"`},
+	} {
+		o := base
+		o.product, o.apiURL, o.scenarios = tc.product, tc.apiURL, tc.scenarios
+		err := o.validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s %q %s: validate() = %v, want %q", tc.product, tc.apiURL, tc.scenarios, err, tc.wantErr)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 
 // Report is the JSON file: the run's settings and every scenario's figures.
 type Report struct {
+	// Product is what was measured: airlock or agent-sandbox (the peer).
+	Product       string    `json:"product"`
 	StartedAt     time.Time `json:"startedAt"`
 	Commit        string    `json:"commit"`
 	CPUs          int       `json:"cpus"`
@@ -25,6 +27,8 @@ type Report struct {
 	// scenario: a window of s seconds includes about s times this.
 	IdleCPUMsPerSec map[string]float64 `json:"idleCPUMsPerSec"`
 	Results         []Result           `json:"results"`
+	// Baseline is the committed baseline the run was compared with (baseline.go), nil for none.
+	Baseline *Baseline `json:"baseline,omitempty"`
 }
 
 // Result is one scenario's figures.
@@ -39,6 +43,9 @@ type Result struct {
 	// WarmBound how many of the scenario's claims were bound to a warm member.
 	WarmFillSeconds float64 `json:"warmFillSeconds,omitempty"`
 	WarmBound       *int    `json:"warmBound,omitempty"`
+	// ReadyAs is what the product's acquires wait for (product.readyAs): Bound (airlock's 200
+	// answer; also when empty) or Ready (the peer's claim condition).
+	ReadyAs string `json:"readyAs,omitempty"`
 	// Acquires and Window are the open-loop acquires' figures.
 	Acquires Acquires `json:"acquires"`
 	Window   Window   `json:"window"`
@@ -274,7 +281,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func newReport(o options) *Report {
 	return &Report{
-		StartedAt: time.Now().UTC(), Commit: o.commit, CPUs: runtime.NumCPU(), LoadAvg: loadavg(),
+		Product: o.product, StartedAt: time.Now().UTC(), Commit: o.commit, CPUs: runtime.NumCPU(), LoadAvg: loadavg(),
 		OperatorFlags: o.operatorFlags, PlaneNotes: o.planeNotes,
 	}
 }
@@ -295,12 +302,12 @@ func (rep *Report) print(w io.Writer) {
 	if flags == "" {
 		flags = "(defaults)"
 	}
-	fmt.Fprintf(w, "airlock bench at %s, %d CPUs, load average %s\n", rep.Commit, rep.CPUs, rep.LoadAvg)
-	fmt.Fprintf(w, "operator flags: %s\n", flags)
+	fmt.Fprintf(w, "%s bench at %s, %d CPUs, load average %s\n", rep.Product, rep.Commit, rep.CPUs, rep.LoadAvg)
+	fmt.Fprintf(w, "%s controller flags: %s (its figures are shown as the operator's)\n", rep.Product, flags)
 	fmt.Fprintf(w, "plane: %s\n", rep.PlaneNotes)
 	var idle []string
-	for _, c := range components {
-		idle = append(idle, fmt.Sprintf("%s %.1f", displayName(c), rep.IdleCPUMsPerSec[displayName(c)]))
+	for _, c := range shown {
+		idle = append(idle, fmt.Sprintf("%s %.1f", c, rep.IdleCPUMsPerSec[c]))
 	}
 	fmt.Fprintf(w, "idle CPU ms/s: %s (included in each window's CPU per claim for its length)\n", strings.Join(idle, ", "))
 	fmt.Fprintln(w, "figures are indicative only: the machine may be shared")
@@ -317,7 +324,16 @@ func (rep *Report) printSummary(w io.Writer) {
 			a.Latency.P50Ms, a.Latency.P90Ms, a.Latency.P99Ms, a.CompletedPerSec, win.Writes.PerClaim, op.PerClaim,
 			win.Writes.Code409, win.CPUMsPerClaim["operator"], win.CPUMsPerClaim["kube-apiserver"], win.OperatorPeakRSSMiB,
 			strings.Fields(res.LoadAvgEnd + " ?")[0])
+		rep.printBaseline(w, res)
 	}
+}
+
+// readyWords are the word for a ready acquire and what its latency runs until.
+func (res *Result) readyWords() (word, until string) {
+	if res.ReadyAs == "" || res.ReadyAs == "Bound" {
+		return "Bound", "request sent -> 200 Bound"
+	}
+	return res.ReadyAs, "claim create sent -> its " + res.ReadyAs + " condition seen by a watch"
 }
 
 func (res *Result) print(w io.Writer) {
@@ -343,18 +359,19 @@ func (res *Result) print(w io.Writer) {
 	if res.WarmBound != nil {
 		fmt.Fprintf(w, "   warm           %d of the claims adopted a warm member\n", *res.WarmBound)
 	}
-	fmt.Fprintf(w, "   answers        %d Bound", a.Bound)
+	word, until := res.readyWords()
+	fmt.Fprintf(w, "   answers        %d %s", a.Bound, word)
 	for _, k := range sortedKeys(a.Errors) {
 		fmt.Fprintf(w, ", %d %s", a.Errors[k], k)
 	}
 	fmt.Fprintln(w)
 	l := a.Latency
-	fmt.Fprintf(w, "   latency ms     p50 %.0f  p90 %.0f  p99 %.0f  max %.0f   (request sent -> 200 Bound)\n", l.P50Ms, l.P90Ms, l.P99Ms, l.MaxMs)
+	fmt.Fprintf(w, "   latency ms     p50 %.0f  p90 %.0f  p99 %.0f  max %.0f   (%s)\n", l.P50Ms, l.P90Ms, l.P99Ms, l.MaxMs, until)
 	sent := fmt.Sprintf("sent %.1f/s", a.SendRatePerSec)
 	if s.Rate <= 0 {
 		sent = fmt.Sprintf("sent within %.0f ms", a.SendSpreadMs)
 	}
-	fmt.Fprintf(w, "   rate           %s, completed %.1f Bound/s (first send -> last answer %.1f s)\n", sent, a.CompletedPerSec, a.WindowSeconds)
+	fmt.Fprintf(w, "   rate           %s, completed %.1f %s/s (first send -> last answer %.1f s)\n", sent, a.CompletedPerSec, word, a.WindowSeconds)
 	res.Window.print(w, true)
 	fmt.Fprintf(w, "   load average   %s (at the end)\n", res.LoadAvgEnd)
 }
@@ -382,8 +399,8 @@ func (win *Window) print(w io.Writer, rows bool) {
 			op.PerClaim, op.ObjectsPerClaim, op.EventsPerClaim, op.Conflicts, op.AlreadyExists)
 	}
 	var cpu []string
-	for _, c := range components {
-		cpu = append(cpu, fmt.Sprintf("%s %.1f", displayName(c), win.CPUMsPerClaim[displayName(c)]))
+	for _, c := range shown {
+		cpu = append(cpu, fmt.Sprintf("%s %.1f", c, win.CPUMsPerClaim[c]))
 	}
 	fmt.Fprintf(w, "   CPU ms/claim   %s (window %.1f s)\n", strings.Join(cpu, ", "), win.Seconds)
 	fmt.Fprintf(w, "   operator RSS   %.1f MiB now, %.1f MiB peak in the window\n", win.OperatorRSSMiB, win.OperatorPeakRSSMiB)

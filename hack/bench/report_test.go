@@ -51,3 +51,20 @@ func TestReportPrintsScenarioAndSummary(t *testing.T) {
 		t.Errorf("summary line %q, want p50 123, p99 345, 19.5/s, 28.1 and 9.4 writes, 7 409s, load 3.50", summary)
 	}
 }
+
+// TestPeerResultPrintsReady: a peer scenario's acquires are counted and timed as claims seen
+// Ready, not as airlock's 200 Bound.
+func TestPeerResultPrintsReady(t *testing.T) {
+	res := &Result{Scenario: scenario{Name: "rate20", Rate: 20}, ReadyAs: newPeer(kube{}).readyAs(),
+		Acquires: Acquires{Sent: 20, Bound: 20, CompletedPerSec: 19.5}}
+	var out bytes.Buffer
+	res.print(&out)
+	for _, want := range []string{"answers        20 Ready", "claim create sent -> its Ready condition seen by a watch", "completed 19.5 Ready/s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "Bound") {
+		t.Errorf("a peer scenario's output speaks of Bound:\n%s", out.String())
+	}
+}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
-
-	"github.com/airlock-dev/airlock/pkg/client"
 )
 
 const (
@@ -29,15 +27,20 @@ const (
 	fillParallel = 16
 )
 
-// components are the processes whose CPU is reported: the operator and the plane.
-var components = []string{"airlock", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok"}
+// planeComponents are the plane's processes whose CPU is reported beside the product's controller.
+var planeComponents = []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// shown are the keys of the CPU figures, in print order: the product's controller, whichever
+// product it is ("operator", so that the JSON of both products reads alike), then the plane's.
+var shown = append([]string{"operator"}, planeComponents...)
 
 type runner struct {
-	o          options
-	clock      clock.WithTicker
-	kube       kube
-	http       *http.Client // the operator's /metrics
-	api        *http.Client // the Sandbox API (its TLS, when the URL is https://)
+	o     options
+	clock clock.WithTicker
+	kube  kube
+	// product is what is measured: airlock, or the peer (peer.go).
+	product    product
+	http       *http.Client // the controller's /metrics
 	histograms *regexp.Regexp
 	pass       *regexp.Regexp
 	// auditOffset is how far the audit log has been read.
@@ -56,6 +59,19 @@ type snapshot struct {
 
 func (r *runner) auditPath() string { return filepath.Join(r.o.stateDir, "audit.log") }
 
+// processes are the pid-file names of the processes measured: the product's controller first.
+func (r *runner) processes() []string {
+	return append([]string{r.product.process()}, planeComponents...)
+}
+
+// key is the name process's figures are kept under: "operator" for the product's controller.
+func (r *runner) key(process string) string {
+	if process == r.product.process() {
+		return "operator"
+	}
+	return process
+}
+
 // begin starts a window: the operator's peak RSS is reset and the counters read.
 func (r *runner) begin(ctx context.Context) (*snapshot, error) {
 	if _, off, err := readAudit(r.auditPath(), r.auditOffset, r.o.operatorUser); err != nil {
@@ -63,7 +79,7 @@ func (r *runner) begin(ctx context.Context) (*snapshot, error) {
 	} else {
 		r.auditOffset = off
 	}
-	if pid, err := pidOf(r.o.stateDir, "airlock"); err == nil {
+	if pid, err := pidOf(r.o.stateDir, r.product.process()); err == nil {
 		_ = resetPeakRSS(pid) // without it, the peak is the peak since the operator started
 	}
 	s := &snapshot{at: r.clock.Now(), audit: newAuditRead()}
@@ -83,7 +99,7 @@ func (r *runner) begin(ctx context.Context) (*snapshot, error) {
 
 func (r *runner) readProcs() (map[string]procSample, error) {
 	out := map[string]procSample{}
-	for _, c := range components {
+	for _, c := range r.processes() {
 		pid, err := pidOf(r.o.stateDir, c)
 		if err != nil {
 			return nil, err
@@ -155,12 +171,12 @@ func (r *runner) end(ctx context.Context, s *snapshot, claims int) (Window, erro
 	w.Writes = writesTable(apiserverWrites(apiFams).sub(s.apiWrite), s.audit, claims)
 	w.ByClient = byClient(s.audit.writes, claims)
 	w.CPUMsPerClaim, w.CPUSeconds = map[string]float64{}, map[string]float64{}
-	for _, c := range components {
+	for _, c := range r.processes() {
 		cpu := procs[c].CPU - s.procs[c].CPU
-		w.CPUSeconds[displayName(c)] = cpu.Seconds()
-		w.CPUMsPerClaim[displayName(c)] = float64(cpu.Milliseconds()) / float64(max(claims, 1))
+		w.CPUSeconds[r.key(c)] = cpu.Seconds()
+		w.CPUMsPerClaim[r.key(c)] = float64(cpu.Milliseconds()) / float64(max(claims, 1))
 	}
-	op := procs["airlock"]
+	op := procs[r.product.process()]
 	w.OperatorRSSMiB, w.OperatorPeakRSSMiB = mib(op.RSSBytes), mib(op.PeakRSSBytes)
 	w.OperatorHistograms = histogramsMatching(r.histograms, s.opFams, opFams)
 	for _, name := range sortedKeys(w.OperatorHistograms) {
@@ -206,17 +222,10 @@ func (r *runner) idleCPU(ctx context.Context, d time.Duration) (map[string]float
 	}
 	elapsed := r.clock.Since(t0).Seconds()
 	out := map[string]float64{}
-	for _, c := range components {
-		out[displayName(c)] = float64((after[c].CPU - before[c].CPU).Milliseconds()) / elapsed
+	for _, c := range r.processes() {
+		out[r.key(c)] = float64((after[c].CPU - before[c].CPU).Milliseconds()) / elapsed
 	}
 	return out, nil
-}
-
-func displayName(component string) string {
-	if component == "airlock" {
-		return "operator"
-	}
-	return component
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -233,25 +242,25 @@ func loadavg() string {
 // measures; unless it is the last scenario, it then deletes its namespaces and waits until they
 // are gone.
 func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Result, error) {
-	res := &Result{Scenario: s, StartedAt: r.clock.Now().UTC(), LoadAvgStart: loadavg()}
+	res := &Result{Scenario: s, StartedAt: r.clock.Now().UTC(), LoadAvgStart: loadavg(), ReadyAs: r.product.readyAs()}
 	nss := s.namespaces()
 	fmt.Printf("\n== %s: setting up %d namespace(s)\n", s.Name, len(nss))
 	targets := make([]target, 0, len(nss))
 	for _, ns := range nss {
-		token, err := r.kube.setupNamespace(ctx, ns, s.Warm)
+		tg, err := r.product.setupNamespace(ctx, ns, s.Warm)
 		if err != nil {
 			return nil, err
 		}
 		if s.Warm > 0 {
 			t0 := r.clock.Now()
 			fmt.Printf("   waiting for %d warm members in %s\n", s.Warm, ns)
-			if err := r.kube.waitWarmReady(ctx, ns, s.Warm); err != nil {
+			if err := r.product.waitWarmReady(ctx, ns, s.Warm); err != nil {
 				return nil, err
 			}
 			res.WarmFillSeconds = r.clock.Since(t0).Seconds()
 			fmt.Printf("   %d warm members Ready in %.1f s\n", s.Warm, res.WarmFillSeconds)
 		}
-		targets = append(targets, target{namespace: ns, client: client.New(r.o.apiURL, staticToken(token), r.api, r.apiOptions()...)})
+		targets = append(targets, tg)
 	}
 
 	if s.FillNamespaces > 0 {
@@ -293,7 +302,7 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 		return res, err
 	}
 	if s.Warm > 0 {
-		n, err := r.kube.warmBound(ctx, nss)
+		n, err := r.product.warmBound(ctx, nss)
 		if err != nil {
 			return res, err
 		}
@@ -302,16 +311,13 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	res.LoadAvgEnd = loadavg()
 	if !last {
 		for _, ns := range nss {
+			r.product.forget(ns)
 			if err := r.kube.deleteNamespace(ctx, ns); err != nil {
 				return res, err
 			}
 		}
 	}
 	return res, ctx.Err()
-}
-
-func staticToken(token string) func() (string, error) {
-	return func() (string, error) { return token, nil }
 }
 
 // summariseAnswers computes the acquire figures of one open-loop run.
@@ -347,13 +353,4 @@ func summariseAnswers(answers []answer, rate float64) Acquires {
 	a.WindowSeconds = lastAnswer.Sub(first).Seconds()
 	a.CompletedPerSec = perSecond(a.Bound, lastAnswer.Sub(first))
 	return a
-}
-
-// apiOptions are the pkg/client options for the Sandbox API's URL: plain HTTP allowed only for an
-// http:// URL (an operator run with --tls-mode=none).
-func (r *runner) apiOptions() []client.Option {
-	if strings.HasPrefix(r.o.apiURL, "http://") {
-		return []client.Option{client.PlainHTTP()}
-	}
-	return nil
 }

@@ -25,6 +25,12 @@ func scenarioNames() []string {
 	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "scale2000", "scale10x500"}
 }
 
+// peerScenarios are the scenarios the peer runs: all but the scale runs, whose fill goes through
+// airlock's Sandbox API.
+func peerScenarios() []string {
+	return []string{"rate10", "rate20", "rate40", "burst60", "warm20"}
+}
+
 // sizes are the scenarios' numbers of claims.
 type sizes struct {
 	// Claims are each rate scenario's acquires.

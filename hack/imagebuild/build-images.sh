@@ -21,8 +21,20 @@
 #   e2e-python   the real-node e2e's runtime in Python: this host's python3 (Debian's; or
 #                AIRLOCK_PYTHON) with its shared libraries and its standard library (without
 #                tests, IDLE, tkinter, ensurepip, site-packages), and e2e/realnode/python/
-#                runtime.py at /runtime.py; ENTRYPOINT ["/usr/bin/python3", "-I", "/runtime.py"],
+#                runtime.py at /runtime.py with clients/python's airlock_client at
+#                /airlock_client; ENTRYPOINT ["/usr/bin/python3", "-I", "/runtime.py"],
 #                USER 65532
+#                The same image runs clients/python's example: /agent_loop.py beside
+#                /airlock_client (command ["/usr/bin/python3", "/agent_loop.py"]).
+#   e2e-go-example  clients/go/examples/agentloop (static) at /agentloop; ENTRYPOINT
+#                ["/agentloop"], USER 65532; its configuration from AIRLOCK_* (docs/clients.md)
+#   e2e-typescript  clients/typescript's example on Node.js 22: the node binary of the npm
+#                package `node` that package.json pins (installed by clients/test.sh
+#                typescript-build) with its shared libraries from this host, at /usr/bin/node;
+#                /app with package.json, the compiled client and example (dist/src,
+#                dist/examples) and the production node_modules (@modelcontextprotocol/sdk and
+#                its dependencies: npm ci --omit=dev, again only when package-lock.json changed);
+#                ENTRYPOINT ["/usr/bin/node", "/app/dist/examples/agent_loop.js"], USER 65532
 #   (default: operator sandbox sandbox-go)
 #
 # Output: $AIRLOCK_IMAGES_DIR/<image>.tar (default _output/images). Names (environment):
@@ -33,6 +45,8 @@
 #   AIRLOCK_COREDNS_IMAGE  default localhost/airlock-node/coredns:v1.14.7
 #   AIRLOCK_E2E_CLIENT_IMAGE default localhost/airlock-e2e/runtimeclient:v0.1.0
 #   AIRLOCK_E2E_PYTHON_IMAGE default localhost/airlock-e2e/python-runtime:v0.1.0
+#   AIRLOCK_E2E_GO_EXAMPLE_IMAGE default localhost/airlock-e2e/go-example:v0.1.0
+#   AIRLOCK_E2E_TYPESCRIPT_IMAGE default localhost/airlock-e2e/typescript-example:v0.1.0
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -46,6 +60,8 @@ PAUSE_IMAGE=${AIRLOCK_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
 COREDNS_IMAGE=${AIRLOCK_COREDNS_IMAGE:-localhost/airlock-node/coredns:v1.14.7}
 E2E_CLIENT_IMAGE=${AIRLOCK_E2E_CLIENT_IMAGE:-localhost/airlock-e2e/runtimeclient:v0.1.0}
 E2E_PYTHON_IMAGE=${AIRLOCK_E2E_PYTHON_IMAGE:-localhost/airlock-e2e/python-runtime:v0.1.0}
+E2E_GO_EXAMPLE_IMAGE=${AIRLOCK_E2E_GO_EXAMPLE_IMAGE:-localhost/airlock-e2e/go-example:v0.1.0}
+E2E_TYPESCRIPT_IMAGE=${AIRLOCK_E2E_TYPESCRIPT_IMAGE:-localhost/airlock-e2e/typescript-example:v0.1.0}
 NONROOT=65532
 
 log() { echo "build-images: $*" >&2; }
@@ -135,15 +151,21 @@ copy_tree() {
 
 # copy_elf FS FILE...: FILE and the shared libraries it loads (as ldd resolves them here).
 copy_elf() {
-  local fs=$1 f lib
+  local fs=$1 f
   shift
   for f in "$@"; do
     copy_path "$fs" "$f"
-    # ldd fails for static binaries and scripts: then there is nothing more to copy.
-    while read -r lib; do
-      [[ -n $lib ]] && copy_path "$fs" "$lib"
-    done < <(ldd "$(realpath "$f")" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+    copy_libs "$fs" "$f"
   done
+}
+
+# copy_libs FS FILE: the shared libraries FILE loads (as ldd resolves them here), not FILE.
+copy_libs() {
+  local fs=$1 lib
+  # ldd fails for static binaries and scripts: then there is nothing to copy.
+  while read -r lib; do
+    [[ -n $lib ]] && copy_path "$fs" "$lib"
+  done < <(ldd "$(realpath "$2")" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 }
 
 # gopls_binary: a static gopls from the pin in hack/tools/gopls, built once per run.
@@ -226,11 +248,53 @@ python_fs() {
     copy_elf "$fs" "$so"
   done
   cp "$ROOT/e2e/realnode/python/runtime.py" "$fs/runtime.py"
-  chmod 0644 "$fs/runtime.py"
+  cp "$ROOT/clients/python/examples/agent_loop.py" "$fs/agent_loop.py"
+  chmod 0644 "$fs/runtime.py" "$fs/agent_loop.py"
+  # The client package beside it (runtime.py puts its own directory on sys.path).
+  mkdir -p "$fs/airlock_client"
+  cp "$ROOT"/clients/python/src/airlock_client/*.py "$ROOT/clients/python/src/airlock_client/py.typed" "$fs/airlock_client/"
+  chmod 0755 "$fs/airlock_client" && chmod 0644 "$fs"/airlock_client/*
   # The interpreter starts and has what runtime.py imports (as root only: chroot).
   if [[ $EUID -eq 0 ]]; then
-    chroot "$fs" /usr/bin/python3 -I -c 'import argparse, json, ssl, urllib.request; ssl.create_default_context()' ||
+    chroot "$fs" /usr/bin/python3 -I -c 'import sys; sys.path.insert(0, "/"); import argparse, json, ssl, urllib.request, airlock_client, airlock_client.mcp; ssl.create_default_context()' ||
       die "the Python image's interpreter does not start or lacks a module"
+    # The example imports, as the pod runs it (its directory on sys.path).
+    chroot "$fs" /usr/bin/python3 -c 'import sys; sys.argv = ["/agent_loop.py"]; sys.path.insert(0, "/"); import agent_loop' ||
+      die "the Python image cannot import its example"
+  fi
+}
+
+# typescript_fs DIR: Node.js 22 (the pinned npm package's binary) with its shared libraries, and
+# /app: the compiled client and example with the production node_modules.
+typescript_fs() {
+  local fs=$1 built=$ROOT/_output/clients-typescript prod=$ROOT/_output/clients-typescript-prod
+  command -v npm >/dev/null || die "the TypeScript image needs npm (Debian: apt-get install npm)"
+  "$ROOT/clients/test.sh" typescript-build >&2
+  local node=$built/node_modules/node/bin/node
+  [[ -x $node ]] && ldd "$node" >/dev/null 2>&1 || die "$node: not the dynamically linked Node.js binary clients/test.sh installs"
+  # The production dependencies, installed again only when package-lock.json changed (the
+  # stamp, a copy of the lock, is written once the install succeeded).
+  mkdir -p "$prod"
+  if ! cmp -s "$ROOT/clients/typescript/package-lock.json" "$prod/installed.lock"; then
+    log "npm ci --omit=dev for the TypeScript image's node_modules"
+    rm -rf "$prod/node_modules" "$prod/installed.lock"
+    cp "$ROOT/clients/typescript/package.json" "$ROOT/clients/typescript/package-lock.json" "$prod/"
+    (cd "$prod" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error) >&2 ||
+      die "npm ci --omit=dev failed"
+    cp "$prod/package-lock.json" "$prod/installed.lock"
+  fi
+  base_fs "$fs"
+  cp "$node" "$fs/usr/bin/node"
+  copy_libs "$fs" "$node"
+  mkdir -p "$fs/app/dist"
+  cp "$ROOT/clients/typescript/package.json" "$fs/app/"
+  cp -R "$built/dist/src" "$built/dist/examples" "$fs/app/dist/"
+  cp -R "$prod/node_modules" "$fs/app/"
+  chmod -R a+rX "$fs/app"
+  # Node starts, and the example's imports (the client, the SDK) resolve (as root only: chroot).
+  if [[ $EUID -eq 0 ]]; then
+    chroot "$fs" /usr/bin/node -e 'import("/app/dist/examples/agent_loop.js").then((m) => { if (typeof m.main !== "function") process.exit(1); })' ||
+      die "the TypeScript image's node does not start or cannot load the example"
   fi
 }
 
@@ -283,7 +347,17 @@ build() {
       imagebuild -rootfs "$fs" -tag "$E2E_PYTHON_IMAGE" -o "$OUT/e2e-python.tar" -user "$NONROOT:$NONROOT" \
         -env PYTHONDONTWRITEBYTECODE=1 -entrypoint '["/usr/bin/python3", "-I", "/runtime.py"]'
       ;;
-    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns, e2e-client, e2e-python)" ;;
+    e2e-go-example)
+      base_fs "$fs"
+      (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$fs/agentloop" ./clients/go/examples/agentloop)
+      imagebuild -rootfs "$fs" -tag "$E2E_GO_EXAMPLE_IMAGE" -o "$OUT/e2e-go-example.tar" -user "$NONROOT:$NONROOT" -entrypoint '["/agentloop"]'
+      ;;
+    e2e-typescript)
+      typescript_fs "$fs"
+      imagebuild -rootfs "$fs" -tag "$E2E_TYPESCRIPT_IMAGE" -o "$OUT/e2e-typescript.tar" -user "$NONROOT:$NONROOT" \
+        -workdir /app -entrypoint '["/usr/bin/node", "/app/dist/examples/agent_loop.js"]'
+      ;;
+    *) die "unknown image $name (operator, sandbox, sandbox-go, pause, coredns, e2e-client, e2e-python, e2e-go-example, e2e-typescript)" ;;
   esac
 }
 

@@ -48,12 +48,15 @@
 //
 // Limits left at zero take the CRD schema's defaults (DefaultMaxPerSession, DefaultMaxConcurrent,
 // DefaultMaxInstances), so objects that never went through an API server behave like served ones.
+// The runtime's idle timeout is defaulted here too (IdleTimeout), for the claim controller and
+// the Sandbox API alike.
 package admission
 
 import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -140,7 +143,19 @@ const (
 	DefaultMaxConcurrent = airlockv1alpha1.DefaultMaxConcurrent
 	// DefaultMaxInstances is maxInstances' default on a ToolRegistry sandbox entry.
 	DefaultMaxInstances = airlockv1alpha1.DefaultMaxInstances
+	// DefaultIdleTimeout is spec.sandbox.idleTimeout's default on an AgentRuntime.
+	DefaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 )
+
+// IdleTimeout is the runtime's effective spec.sandbox.idleTimeout (the default for nil, unset or
+// not positive): how long a Bound claim lives without a renewal. The claim controller reaps by it
+// and the Sandbox API renews by it, so they cannot disagree.
+func IdleTimeout(rt *airlockv1alpha1.AgentRuntime) time.Duration {
+	if rt == nil || rt.Spec.Sandbox.IdleTimeout == nil || rt.Spec.Sandbox.IdleTimeout.Duration <= 0 {
+		return DefaultIdleTimeout
+	}
+	return rt.Spec.Sandbox.IdleTimeout.Duration
+}
 
 // MaxPerSession is the runtime's effective spec.sandbox.maxPerSession (the default for nil).
 func MaxPerSession(rt *airlockv1alpha1.AgentRuntime) int32 {

@@ -740,6 +740,34 @@ func TestIsLive(t *testing.T) {
 	}
 }
 
+// TestIdleTimeout: a runtime's idle timeout, or the CRD's default for none, an unset one and one
+// that is not positive.
+func TestIdleTimeout(t *testing.T) {
+	withIdle := func(d *metav1.Duration) *airlockv1alpha1.AgentRuntime {
+		rt := &airlockv1alpha1.AgentRuntime{}
+		rt.Spec.Sandbox.IdleTimeout = d
+		return rt
+	}
+	tests := map[string]struct {
+		runtime *airlockv1alpha1.AgentRuntime
+		want    time.Duration
+	}{
+		"nil runtime":   {runtime: nil, want: airlockv1alpha1.DefaultIdleTimeout},
+		"unset":         {runtime: withIdle(nil), want: airlockv1alpha1.DefaultIdleTimeout},
+		"zero":          {runtime: withIdle(&metav1.Duration{}), want: airlockv1alpha1.DefaultIdleTimeout},
+		"negative":      {runtime: withIdle(&metav1.Duration{Duration: -time.Minute}), want: airlockv1alpha1.DefaultIdleTimeout},
+		"set":           {runtime: withIdle(&metav1.Duration{Duration: 7 * time.Minute}), want: 7 * time.Minute},
+		"default value": {runtime: withIdle(&metav1.Duration{Duration: 30 * time.Minute}), want: 30 * time.Minute},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := IdleTimeout(tc.runtime); got != tc.want {
+				t.Errorf("IdleTimeout = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLimits(t *testing.T) {
 	tests := map[string]struct {
 		runtime           *airlockv1alpha1.AgentRuntime

@@ -8,7 +8,7 @@ import (
 
 // One writer per workspace (SPEC section 5), where claims are decided: no two live claims of
 // different runtimes, sessions or handles resolve to the same directory or to nested ones.
-// Directory names keep them apart already (claimname.WorkspaceHash, the claim's own name), but a
+// Directory names keep them apart already (workspace.SessionDirName, the claim's own name), but a
 // runtime's connection path (mountRole) is the runtime's to choose, and directories named by an
 // older operator were not keyed by runtime: this is the check that holds whatever the names.
 

@@ -48,18 +48,3 @@ func SessionHash(session string) string {
 	sum := sha256.Sum256([]byte(session))
 	return hex.EncodeToString(sum[:])[:hashLen]
 }
-
-// workspaceHashLen is the length of WorkspaceHash: 128 bits, since two sessions and handles
-// whose hashes collided would share a directory silently (a claim name collision is detected).
-const workspaceHashLen = 32
-
-// WorkspaceHash names the shared workspace directory of one runtime's session and handle (a
-// registry sandbox with `workspace: session`, SPEC section 5): the first 32 hex digits of
-// sha256(runtime name NUL runtime UID NUL session NUL handle). A claim and its replacement have
-// the same runtime, session and handle, so they share the directory; two handles of one session
-// never do (two pods writing one tree), nor two runtimes that use one session id and handle, nor
-// a runtime deleted and created again under the same name (another UID: someone else).
-func WorkspaceHash(runtime, runtimeUID, session, handle string) string {
-	sum := sha256.Sum256([]byte(runtime + "\x00" + runtimeUID + "\x00" + session + "\x00" + handle))
-	return hex.EncodeToString(sum[:])[:workspaceHashLen]
-}

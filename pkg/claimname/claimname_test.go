@@ -51,26 +51,3 @@ func TestHashSeparatesSessionAndHandle(t *testing.T) {
 		t.Errorf("SessionHash length %d, want 10", got)
 	}
 }
-
-// TestWorkspaceHash: one directory per runtime (name and UID), session and handle, never per
-// session alone, nor per session and handle alone (issue 23 item 2: two runtimes of one namespace
-// with one session id and handle shared a directory).
-func TestWorkspaceHash(t *testing.T) {
-	sum := sha256.Sum256([]byte("agent\x00uid-1\x00s1\x00codegen/default"))
-	if got, want := WorkspaceHash("agent", "uid-1", "s1", "codegen/default"), hex.EncodeToString(sum[:])[:32]; got != want {
-		t.Errorf("WorkspaceHash = %q, want %q", got, want)
-	}
-	base := WorkspaceHash("agent", "uid-1", "s1", "codegen/default")
-	for name, other := range map[string]string{
-		"another handle of the session":            WorkspaceHash("agent", "uid-1", "s1", "codegen/second"),
-		"another runtime, same session and handle": WorkspaceHash("other", "uid-2", "s1", "codegen/default"),
-		"the runtime created again (another UID)":  WorkspaceHash("agent", "uid-2", "s1", "codegen/default"),
-		// The separators keep tuples apart that concatenate alike.
-		"session and handle not separated": WorkspaceHash("agent", "uid-1", "s1c", "odegen/default"),
-		"runtime and UID not separated":    WorkspaceHash("agen", "tuid-1", "s1", "codegen/default"),
-	} {
-		if other == base {
-			t.Errorf("%s: shares the directory %s", name, base)
-		}
-	}
-}

@@ -2,7 +2,9 @@
 // Secret of its own namespace. The claim controller writes the derived token into the claim's
 // Secret (which the sandbox mounts), and the Sandbox API of every replica computes the same token
 // from the key when it answers an acquire, so that no replica ever reads a Secret outside the
-// operator's namespace (docs/decisions.md, "Least privilege").
+// operator's namespace (docs/decisions.md, "Least privilege"). The egress gateway gets a key of
+// its own, derived one way from that key (ProxyKey, in the Secret ProxySecretName), from which it
+// computes claims' proxy credentials (DeriveProxy) and nothing else.
 package claimtoken
 
 import (

@@ -1,22 +1,53 @@
 package claimtoken
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 )
 
-// proxyDomain separates the egress proxy credential from the bearer token and any other use of
-// the key.
-const proxyDomain = "airlock.dev/egress-proxy-credential/v1"
+const (
+	// ProxySecretName is the Secret of the operator's namespace that holds the proxy key
+	// (ProxyKey) under KeyField: the one key the egress gateway reads. It holds nothing that
+	// derives a claim's bearer token or a warm member's key.
+	ProxySecretName = "airlock-egress-proxy-key"
 
-// DeriveProxy returns the egress gateway's credential of the claim namespace/name with uid: the
-// password of its Proxy-Authorization (pkg/egress), derived as Derive derives the bearer token
-// but in a domain of its own, so that neither value tells anything of the other. The gateway,
-// which holds the key, computes it again for a claim it finds in its cache; the sandbox gets
-// it in its proxy URL.
-func DeriveProxy(key []byte, uid types.UID, namespace, name string) (string, error) {
-	return derive(proxyDomain, key, uid, namespace, name)
+	// proxyKeyDomain separates the proxy key from every other derivation of the operator's key.
+	proxyKeyDomain = "airlock.dev/egress-proxy-key/v1"
+	// proxyDomain separates the egress proxy credential from any other use of the proxy key.
+	proxyDomain = "airlock.dev/egress-proxy-credential/v1"
+)
+
+// ProxyKey derives the egress gateway's key from the operator's key: HMAC-SHA256(key,
+// "airlock.dev/egress-proxy-key/v1"), 32 bytes. It is one-way (nothing of the operator's key,
+// hence of a bearer token, a warm member's key or an adoption token, can be computed from it)
+// and in a domain of its own; the gateway holds it, never the operator's key, and computes
+// from it the proxy credentials only (DeriveProxy).
+func ProxyKey(key []byte) ([]byte, error) {
+	if len(key) < KeyBytes {
+		return nil, fmt.Errorf("%w: the key has %d bytes, want %d", ErrNoKey, len(key), KeyBytes)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(proxyKeyDomain))
+	return mac.Sum(nil), nil
+}
+
+// DeriveProxy returns the egress gateway's credential of the claim namespace/name with uid,
+// from the proxy key (ProxyKey of the operator's key): the password of its Proxy-Authorization
+// (pkg/egress), HMAC-SHA256(proxyKey, domain NUL uid NUL namespace/name) in base64url. The
+// gateway, which holds the proxy key, computes it again for a claim it finds in its cache; the
+// sandbox gets it in its proxy URL.
+func DeriveProxy(proxyKey []byte, uid types.UID, namespace, name string) (string, error) {
+	return derive(proxyDomain, proxyKey, uid, namespace, name)
 }
 
 // ProxyCredential derives the egress proxy credential of a claim with the Source's key.
@@ -25,5 +56,60 @@ func (s *Source) ProxyCredential(ctx context.Context, uid types.UID, namespace, 
 	if err != nil {
 		return "", err
 	}
-	return DeriveProxy(key, uid, namespace, name)
+	pk, err := ProxyKey(key)
+	if err != nil {
+		return "", err
+	}
+	return DeriveProxy(pk, uid, namespace, name)
+}
+
+// EnsureProxyKey makes the Secret ProxySecretName of the Source's namespace hold the proxy key
+// of the Source's key: created when missing, updated when it holds another value (a key made
+// again, an edit). The egress gateway reads it.
+func (s *Source) EnsureProxyKey(ctx context.Context) error {
+	key, err := s.Key(ctx)
+	if err != nil {
+		return err
+	}
+	pk, err := ProxyKey(key)
+	if err != nil {
+		return err
+	}
+	return EnsureProxyKeySecret(ctx, s.client, s.namespace, pk)
+}
+
+// EnsureProxyKeySecret writes proxyKey into the Secret ProxySecretName of namespace, creating it
+// when missing and updating it when it differs.
+func EnsureProxyKeySecret(ctx context.Context, client kubernetes.Interface, namespace string, proxyKey []byte) error {
+	secrets := client.CoreV1().Secrets(namespace)
+	secret, err := secrets.Get(ctx, ProxySecretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = secrets.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      ProxySecretName,
+				Namespace: namespace,
+				Labels:    map[string]string{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": "egress"},
+			},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{KeyField: proxyKey},
+		}, metav1.CreateOptions{FieldManager: FieldManager})
+		if err == nil {
+			klog.FromContext(ctx).Info("Created the egress gateway's proxy key", "secret", klog.KRef(namespace, ProxySecretName))
+		}
+		if apierrors.IsAlreadyExists(err) {
+			return EnsureProxyKeySecret(ctx, client, namespace, proxyKey)
+		}
+	} else if err == nil && !bytes.Equal(secret.Data[KeyField], proxyKey) {
+		secret = secret.DeepCopy()
+		secret.Data = map[string][]byte{KeyField: proxyKey}
+		secret.Immutable = nil
+		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+		if err == nil {
+			klog.FromContext(ctx).Info("Updated the egress gateway's proxy key", "secret", klog.KRef(namespace, ProxySecretName))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("writing Secret %s/%s: %w", namespace, ProxySecretName, err)
+	}
+	return nil
 }

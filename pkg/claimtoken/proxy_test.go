@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // TestDeriveProxy: the proxy credential is deterministic, bound to the claim and key like the
@@ -35,5 +40,51 @@ func TestDeriveProxy(t *testing.T) {
 	}
 	if _, err := DeriveProxy(testKey[:KeyBytes-1], "uid-1", "team-a", "a"); !errors.Is(err, ErrNoKey) {
 		t.Errorf("a short key: %v, want ErrNoKey", err)
+	}
+}
+
+// TestProxyKey: the proxy key is the operator key's HMAC in a domain of its own: not the key,
+// and nothing derived with it in place of the key is a bearer token or a member key; the proxy
+// credential the operator hands out is DeriveProxy of it. EnsureProxyKeySecret creates the
+// Secret, then repairs another value.
+func TestProxyKey(t *testing.T) {
+	pk, err := ProxyKey(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pk) != KeyBytes || bytes.Equal(pk, testKey) {
+		t.Fatalf("proxy key %x", pk)
+	}
+	token, _ := Derive(testKey, "uid-1", "team-a", "c")
+	if fromProxy, _ := Derive(pk, "uid-1", "team-a", "c"); fromProxy == token {
+		t.Error("the proxy key derives the bearer token")
+	}
+	mk, _ := MemberKey(testKey, "team-a", "m")
+	if fromProxy, _ := MemberKey(pk, "team-a", "m"); bytes.Equal(fromProxy, mk) {
+		t.Error("the proxy key derives the member key")
+	}
+	if _, err := ProxyKey(testKey[:KeyBytes-1]); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a short key: %v, want ErrNoKey", err)
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: ns}, Data: map[string][]byte{KeyField: testKey}})
+	src := NewSource(client, ns)
+	cred, err := src.ProxyCredential(ctx, "uid-1", "team-a", "c")
+	if want, _ := DeriveProxy(pk, "uid-1", "team-a", "c"); err != nil || cred != want {
+		t.Errorf("ProxyCredential %q, %v; want DeriveProxy of the proxy key %q", cred, err, want)
+	}
+	for _, step := range []string{"created", "repaired"} {
+		if err := src.EnsureProxyKey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, err := client.CoreV1().Secrets(ns).Get(ctx, ProxySecretName, metav1.GetOptions{})
+		if err != nil || !bytes.Equal(s.Data[KeyField], pk) {
+			t.Fatalf("%s: %v, %v", step, s, err)
+		}
+		s.Data[KeyField] = []byte("another value, 32 bytes long....")
+		if _, err := client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -5,6 +5,13 @@
 // API's certificate with the CA bundle the operator publishes in the runtime's namespace (the
 // ConfigMap airlock-ca, mounted at DefaultCAFile), and refuses plain HTTP unless asked.
 //
+// Session (session.go) is what a runtime uses: its identity from where it runs (Config, the
+// environment), Acquire that waits through 202s within a deadline, Renew throttled to SPEC
+// section 3's one write per half idle timeout, Close, and a Sandbox with the MCP endpoint and
+// the header a framework needs. Client is the API's four calls, one request each. The same
+// shape exists in Python (clients/python) and TypeScript (clients/typescript); docs/clients.md
+// compares them. The acquire answer's attestation is passed through, not verified.
+//
 // It depends on nothing but the standard library.
 package client
 
@@ -54,6 +61,52 @@ func (e *APIError) Error() string {
 		msg += ": " + e.Message
 	}
 	return msg
+}
+
+// The errors an *APIError is (errors.Is), by its status: test for a kind of failure with
+// errors.Is(err, client.ErrRefused), and read the operator's code, reason and message with
+// errors.As(err, &apiErr).
+var (
+	// ErrUnauthorized (401): no token, or one TokenReview does not accept (wrong audience,
+	// expired): check the projected token's audience and file.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden (403): a valid token that is not the AgentRuntime's ServiceAccount.
+	ErrForbidden = errors.New("forbidden")
+	// ErrNotFound (404): the runtime, its registry entry or the class does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict (409): the runtime may hold no sandbox (disabled), the claim's name is taken by
+	// another session or handle (conflict), or a renew found the claim not Bound (not_bound).
+	ErrConflict = errors.New("conflict")
+	// ErrRefused (429): a limit was reached (Reason: MaxPerSession, MaxInstances,
+	// WorkspaceInUse); the claim is not queued, do not call again at once.
+	ErrRefused = errors.New("refused")
+	// ErrFailed (502): the claim and its one replacement failed; Reason is the operator's
+	// (ImagePullBackOff, StartupTimeout, ...).
+	ErrFailed = errors.New("failed")
+	// ErrUnavailable (503): the operator cannot answer now (caches, TokenReview); Acquire calls
+	// again by itself after the answer's Retry-After.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Is makes errors.Is(err, ErrRefused) and the like true for an APIError of that status.
+func (e *APIError) Is(target error) bool {
+	switch e.Status {
+	case http.StatusUnauthorized:
+		return target == ErrUnauthorized
+	case http.StatusForbidden:
+		return target == ErrForbidden
+	case http.StatusNotFound:
+		return target == ErrNotFound
+	case http.StatusConflict:
+		return target == ErrConflict
+	case http.StatusTooManyRequests:
+		return target == ErrRefused
+	case http.StatusBadGateway:
+		return target == ErrFailed
+	case http.StatusServiceUnavailable:
+		return target == ErrUnavailable
+	}
+	return false
 }
 
 // IsRefused says whether err is a 429 refusal (a limit was reached; the runtime should not
@@ -115,12 +168,18 @@ func TokenFile(path string) func() (string, error) {
 // Authorization header to use), 202 when waitSeconds ran out first. Any other status is an
 // *APIError.
 func (c *Client) AcquireOnce(ctx context.Context, req AcquireRequest) (*AcquireResponse, int, error) {
+	resp, status, _, err := c.acquireOnce(ctx, req)
+	return resp, status, err
+}
+
+// acquireOnce is AcquireOnce, also returning the answer's Retry-After (zero without one).
+func (c *Client) acquireOnce(ctx context.Context, req AcquireRequest) (*AcquireResponse, int, time.Duration, error) {
 	var out AcquireResponse
-	status, err := c.do(ctx, "/v1/sandboxes/acquire", req, &out)
+	status, header, err := c.do(ctx, "/v1/sandboxes/acquire", req, &out)
 	if err != nil {
-		return nil, status, err
+		return nil, status, 0, err
 	}
-	return &out, status, nil
+	return &out, status, retryAfter(header), nil
 }
 
 // Acquire asks for the sandbox of req's session and handle and calls again on each 202 (acquire
@@ -156,6 +215,9 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*AcquireRespo
 
 // waitToRetry waits d, or until ctx is done.
 func waitToRetry(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -170,7 +232,7 @@ func waitToRetry(ctx context.Context, d time.Duration) error {
 // its idle timeout. The operator writes at most once per half idle timeout, so calling it after
 // every tool call is cheap.
 func (c *Client) Renew(ctx context.Context, req RenewRequest) error {
-	_, err := c.do(ctx, "/v1/sandboxes/renew", req, nil)
+	_, _, err := c.do(ctx, "/v1/sandboxes/renew", req, nil)
 	return err
 }
 
@@ -178,7 +240,7 @@ func (c *Client) Renew(ctx context.Context, req RenewRequest) error {
 // wait for them to bind: acquire them by handle ("<sandbox>/default") when they are needed.
 func (c *Client) OpenSession(ctx context.Context, req SessionRequest) (*SessionResponse, error) {
 	var out SessionResponse
-	if _, err := c.do(ctx, "/v1/sessions/open", req, &out); err != nil {
+	if _, _, err := c.do(ctx, "/v1/sessions/open", req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -188,47 +250,48 @@ func (c *Client) OpenSession(ctx context.Context, req SessionRequest) (*SessionR
 // returns once the request is recorded, not when the claims are gone.
 func (c *Client) CloseSession(ctx context.Context, req SessionRequest) (*SessionResponse, error) {
 	var out SessionResponse
-	if _, err := c.do(ctx, "/v1/sessions/close", req, &out); err != nil {
+	if _, _, err := c.do(ctx, "/v1/sessions/close", req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// do POSTs in as JSON to path and decodes a 2xx body into out (if out is not nil).
-func (c *Client) do(ctx context.Context, path string, in, out any) (int, error) {
+// do POSTs in as JSON to path and decodes a 2xx body into out (if out is not nil). It returns
+// the answer's status and headers.
+func (c *Client) do(ctx context.Context, path string, in, out any) (int, http.Header, error) {
 	if !c.plainHTTP && len(c.baseURL) >= len("http://") && strings.EqualFold(c.baseURL[:len("http://")], "http://") {
-		return 0, fmt.Errorf("refusing to send the ServiceAccount token to %s over plain HTTP: use https:// (client.PlainHTTP() allows it, for an operator run with --tls-mode=none)", c.baseURL)
+		return 0, nil, fmt.Errorf("refusing to send the ServiceAccount token to %s over plain HTTP: use https:// (client.PlainHTTP() allows it, for an operator run with --tls-mode=none)", c.baseURL)
 	}
 	token, err := c.tokenSource()
 	if err != nil {
-		return 0, fmt.Errorf("getting the ServiceAccount token: %w", err)
+		return 0, nil, fmt.Errorf("getting the ServiceAccount token: %w", err)
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		apiErr := &APIError{Status: resp.StatusCode}
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			apiErr.RetryAfter = defaultRetryAfter
-			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
-				apiErr.RetryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
+			if d := retryAfter(resp.Header); d > 0 || resp.Header.Get("Retry-After") == "0" {
+				apiErr.RetryAfter = d
 			}
 		}
 		var e ErrorResponse
@@ -237,12 +300,22 @@ func (c *Client) do(ctx context.Context, path string, in, out any) (int, error) 
 		} else {
 			apiErr.Message = strings.TrimSpace(string(b))
 		}
-		return resp.StatusCode, apiErr
+		return resp.StatusCode, resp.Header, apiErr
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding the answer of %s: %w", path, err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("decoding the answer of %s: %w", path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
+}
+
+// retryAfter is an answer's Retry-After in seconds (at most maxRetryAfter); zero without one or
+// with one that is not a number of seconds.
+func retryAfter(h http.Header) time.Duration {
+	secs, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || secs < 0 {
+		return 0
+	}
+	return min(time.Duration(secs)*time.Second, maxRetryAfter)
 }

@@ -1,6 +1,9 @@
 package client
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The wire types of the Sandbox API (SPEC section 4). The operator's server (pkg/sandboxapi)
 // decodes and encodes these same types, so the client and the server cannot drift apart; this
@@ -51,6 +54,17 @@ type AcquireResponse struct {
 	// runtime, session and handle left (kept for the runtime's workspaceRetention): it starts
 	// with that claim's files (200 only).
 	ResumedWorkspace *ResumedWorkspace `json:"resumedWorkspace,omitempty"`
+	// Warm is set when the claim adopted a member of its class's warm pool: the sandbox was
+	// running before this acquire (200 only).
+	Warm bool `json:"warm,omitempty"`
+	// IdleTimeoutSeconds is the runtime's spec.sandbox.idleTimeout in seconds: a sandbox not
+	// renewed for that long is reaped, and a renewal within half of it writes nothing (SPEC
+	// section 3), so a client renews at most once per half of it (200 only).
+	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
+	// Attestation is the operator's signed isolation evidence about the sandbox (SPEC section
+	// 4), passed through as the JSON it is: this package does not verify it (200 only, when the
+	// operator sends one).
+	Attestation json.RawMessage `json:"attestation,omitempty"`
 }
 
 // ResumedWorkspace is the kept workspace a sandbox resumed.

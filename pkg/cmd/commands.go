@@ -13,6 +13,7 @@ func commands() []*cobra.Command {
 		newEgressCommand(NewEgressOptions()),
 		newSandboxdCommand(NewSandboxdOptions()),
 		newSyncCommand(NewSyncOptions()),
+		newRecordCommand(),
 		newVersionCommand(),
 	}
 }

@@ -44,7 +44,7 @@ type EgressOptions struct {
 	TerminateCADir      string
 	UpstreamCAFile      string
 	CredentialsDir      string
-	// The cluster (without --claims-file): how to reach it, and where the token key is.
+	// The cluster (without --claims-file): how to reach it, and where the proxy key is.
 	KubeClient        *KubeClientOptions
 	TokenKeyNamespace string
 }
@@ -78,8 +78,8 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ProxyBindAddress, "proxy-bind-address", o.ProxyBindAddress, "Address (host:port) of the HTTP proxy (CONNECT and absolute-URI requests) that sandboxes reach.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on; /readyz fails until the claims are known.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics.`)
-	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS), for a gateway run beside a cluster. Empty: the claims, their pods and the token key are read from the cluster (--kubeconfig, or in-cluster).")
-	fs.StringVar(&o.TokenKeyNamespace, "token-key-namespace", o.TokenKeyNamespace, "Namespace of the operator's token key Secret ("+claimtoken.SecretName+"), from which claims' proxy credentials are derived; the operator's. Defaults to $"+podNamespaceEnv+" when it is set, else "+defaultLeaseNamespace+".")
+	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS), for a gateway run beside a cluster. Empty: the claims, their pods and the proxy key are read from the cluster (--kubeconfig, or in-cluster).")
+	fs.StringVar(&o.TokenKeyNamespace, "token-key-namespace", o.TokenKeyNamespace, "Namespace of the proxy key Secret ("+claimtoken.ProxySecretName+"), which the operator derives from its token key and from which claims' proxy credentials are derived; the operator's. Defaults to $"+podNamespaceEnv+" when it is set, else "+defaultLeaseNamespace+".")
 	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", o.ClusterCIDRs, "The cluster's pod and Service ranges (comma list of CIDRs): an allowed name that resolves into them is refused unless its rule allows private addresses. Private ranges are refused anyway: list the ranges that are not.")
 	fs.StringVar(&o.DNSServer, "dns-server", o.DNSServer, "DNS server (ip:port) the gateway resolves allowed names with. Empty: the system's resolver (the pod's /etc/resolv.conf).")
 	fs.DurationVar(&o.HeadTimeout, "head-timeout", o.HeadTimeout, "Time a client has to send a request's head, or a tunnel's TLS ClientHello (> 0); also how long a kept connection may wait for its next request.")

@@ -242,7 +242,7 @@ type ControllerOptions struct {
 	EgressGatewayService    string
 	EgressCABundleConfigMap string
 	// ManageEgressCA and EgressCARootsFile: the operator keeps the gateway's terminating CA and
-	// the bundle ConfigMaps (pkg/controller/egressca).
+	// the bundle ConfigMaps (pkg/controller/egressca, pkg/controller/cabundle).
 	ManageEgressCA    bool
 	EgressCARootsFile string
 	// OperatorPodLabels are the labels of the operator's own pods (the operator's stop).

@@ -568,6 +568,9 @@ func TestSyncValidateRemoval(t *testing.T) {
 		"remove-only with to":                 {modify: func(o *SyncOptions) { removeOnly(o); o.To = "ns/projects/web" }, wantFlag: "to"},
 		"remove-only and remove-source":       {modify: func(o *SyncOptions) { removeOnly(o); o.RemoveSource = true }, wantFlag: "remove-only"},
 		"remove-source without to":            {modify: func(o *SyncOptions) { removeSource(o); o.To = "" }, wantFlag: "to"},
+		"keep 12 versions":                    {modify: func(o *SyncOptions) { o.KeepVersions = 12 }},
+		"keep no version":                     {modify: func(o *SyncOptions) { o.KeepVersions = 0 }, wantFlag: "keep-versions"},
+		"keep too many versions":              {modify: func(o *SyncOptions) { o.KeepVersions = 1001 }, wantFlag: "keep-versions"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

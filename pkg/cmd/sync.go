@@ -9,6 +9,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/airlock-dev/airlock/pkg/syncback"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // SyncOptions are the flags of `airlock sync`, which the sync-back Job runs.
@@ -18,15 +19,17 @@ type SyncOptions struct {
 	To          string
 	// RemoveSource removes --from once its copy is in place; RemoveOnly removes it without a copy
 	// (a claim with nothing to save). Either needs SandboxesDir, which --from must be a workspace
-	// of (syncback.ValidateRemovable).
+	// of (workspace.ValidateRemovable).
 	RemoveSource bool
 	RemoveOnly   bool
 	SandboxesDir string
+	// KeepVersions is how many previous contents of --to are kept as versions.
+	KeepVersions int
 }
 
 // NewSyncOptions returns sync's options with their defaults.
 func NewSyncOptions() *SyncOptions {
-	return &SyncOptions{ContentRoot: "/content"}
+	return &SyncOptions{ContentRoot: "/content", KeepVersions: syncback.KeepVersions}
 }
 
 func (o *SyncOptions) AddFlags(fs *pflag.FlagSet) {
@@ -35,6 +38,7 @@ func (o *SyncOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.To, "to", o.To, "Target directory, relative to --content-root, that the copy replaces whole (required, except with --remove-only).")
 	fs.BoolVar(&o.RemoveSource, "remove-source", o.RemoveSource, "Remove the workspace --from once its copy is in place (needs --sandboxes-dir).")
 	fs.BoolVar(&o.RemoveOnly, "remove-only", o.RemoveOnly, "Copy nothing: only remove the workspace --from (needs --sandboxes-dir; no --to).")
+	fs.IntVar(&o.KeepVersions, "keep-versions", o.KeepVersions, "How many previous contents of --to to keep, next to it in .<target>.airlock-versions/ (the oldest beyond are removed); 1 to 1000.")
 	fs.StringVar(&o.SandboxesDir, "sandboxes-dir", o.SandboxesDir, "The namespace's workspaces directory (<namespace>/sandboxes), relative to --content-root: with --remove-source or --remove-only, --from must be <sandboxes-dir>/<name> or <sandboxes-dir>/sessions/<name>; nothing else is removed.")
 }
 
@@ -48,7 +52,10 @@ func (o *SyncOptions) Validate() []error {
 	} else if !fi.IsDir() {
 		errs = append(errs, invalidFlag("content-root", "%s is not a directory", o.ContentRoot))
 	}
-	fromErr := syncback.ValidatePath(o.From)
+	if o.KeepVersions < 1 || o.KeepVersions > workspace.MaxTargetVersions {
+		errs = append(errs, invalidFlag("keep-versions", "must be between 1 and %d, not %d", workspace.MaxTargetVersions, o.KeepVersions))
+	}
+	fromErr := workspace.ValidatePath(o.From)
 	if fromErr != nil {
 		errs = append(errs, invalidFlag("from", "%v", fromErr))
 	}
@@ -58,22 +65,22 @@ func (o *SyncOptions) Validate() []error {
 	case o.RemoveOnly && o.To != "":
 		errs = append(errs, invalidFlag("to", "is not allowed with --remove-only, which copies nothing"))
 	case !o.RemoveOnly:
-		toErr := syncback.ValidatePath(o.To)
+		toErr := workspace.ValidatePath(o.To)
 		if toErr != nil {
 			errs = append(errs, invalidFlag("to", "%v", toErr))
 		}
-		if fromErr == nil && toErr == nil && syncback.Overlaps(o.From, o.To) {
+		if fromErr == nil && toErr == nil && workspace.Overlaps(o.From, o.To) {
 			errs = append(errs, invalidFlag("to", "must not be --from, nor inside it, nor contain it (--from=%s)", o.From))
 		}
 	}
 	switch {
 	case o.RemoveOnly || o.RemoveSource:
-		sdErr := syncback.ValidateSandboxesDir(o.SandboxesDir)
+		sdErr := workspace.ValidateSandboxesDir(o.SandboxesDir)
 		if sdErr != nil {
 			errs = append(errs, invalidFlag("sandboxes-dir", "%v (needed by --remove-source and --remove-only)", sdErr))
 		}
 		if fromErr == nil && sdErr == nil {
-			if err := syncback.ValidateRemovable(o.From, o.SandboxesDir); err != nil {
+			if err := workspace.ValidateRemovable(o.From, o.SandboxesDir); err != nil {
 				errs = append(errs, invalidFlag("from", "cannot be removed: %v", err))
 			}
 		}
@@ -108,9 +115,9 @@ removed: <sandboxes-dir>/<name> or <sandboxes-dir>/sessions/<name>.`,
 			case o.RemoveOnly:
 				return syncback.Remove(ctx, o.ContentRoot, o.SandboxesDir, o.From)
 			case o.RemoveSource:
-				return syncback.CopyAndRemove(ctx, o.ContentRoot, o.SandboxesDir, o.From, o.To)
+				return syncback.CopyKeepingAndRemove(ctx, o.ContentRoot, o.SandboxesDir, o.From, o.To, o.KeepVersions)
 			}
-			return syncback.Copy(ctx, o.ContentRoot, o.From, o.To)
+			return syncback.CopyKeeping(ctx, o.ContentRoot, o.From, o.To, o.KeepVersions)
 		},
 	}
 	fss := newNamedFlagSets()

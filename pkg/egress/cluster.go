@@ -22,6 +22,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformersfactory "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
@@ -29,12 +30,14 @@ import (
 )
 
 // ClusterClaims is the ClaimLookup of a gateway in a cluster: it reads SandboxClaims, sandbox
-// pods and the operator's token key from informers' caches (no API call per request). A request
+// pods and the proxy key (the Secret claimtoken.ProxySecretName, which the operator derives from
+// its token key: never the token key itself, from which sandboxd's bearer tokens derive) from
+// informers' caches (no API call per request). A request
 // is some claim's when its credential's username names a claim that is Bound and not being
 // deleted, its password is the proxy credential derived from that claim's UID
-// (claimtoken.DeriveProxy: a claim re-created under the same name has another one), and its source
+// (claimtoken.DeriveProxy of the proxy key: a claim re-created under the same name has another one), and its source
 // is the address of a running pod of that claim (labelled with its UID, in its namespace, not
-// being deleted). The policy is the claim's frozen egress (PolicyFromRecord). Everything is
+// being deleted). The policy is the claim's frozen egress (policy.FromRecord). Everything is
 // refused until the caches have synced and the key is known.
 type ClusterClaims struct {
 	claims      airlocklisters.SandboxClaimLister
@@ -50,7 +53,7 @@ type ClusterClaims struct {
 // compiledRecord is a claim's compiled policy and the record it was compiled from.
 type compiledRecord struct {
 	record *airlockv1alpha1.FrozenEgress
-	policy *CompiledPolicy
+	policy *policy.Compiled
 	err    error
 }
 
@@ -62,7 +65,7 @@ const SandboxPodSelector = airlockv1alpha1.LabelClaimUID
 
 // NewClusterClaims returns the lookup over claims, pods (an informer of pods labelled with a
 // claim's UID, SandboxPodSelector) and secrets (an informer of keyNamespace holding at least the
-// key Secret, claimtoken.SecretName). Handlers and indexers are added here: call it before the
+// proxy key Secret, claimtoken.ProxySecretName). Handlers and indexers are added here: call it before the
 // informers start.
 func NewClusterClaims(claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, secrets coreinformers.SecretInformer, keyNamespace string) (*ClusterClaims, error) {
 	podInformer := pods.Informer()
@@ -160,15 +163,15 @@ func (c *ClusterClaims) HasSynced() bool {
 	return err == nil
 }
 
-// key is the operator's token key, from the cache.
+// key is the proxy key, from the cache.
 func (c *ClusterClaims) key() ([]byte, error) {
-	secret, err := c.secrets.Secrets(c.keyNS).Get(claimtoken.SecretName)
+	secret, err := c.secrets.Secrets(c.keyNS).Get(claimtoken.ProxySecretName)
 	if err != nil {
 		return nil, err
 	}
 	key := secret.Data[claimtoken.KeyField]
 	if len(key) < claimtoken.KeyBytes {
-		return nil, fmt.Errorf("the Secret %s/%s has no key of %d bytes", c.keyNS, claimtoken.SecretName, claimtoken.KeyBytes)
+		return nil, fmt.Errorf("the Secret %s/%s has no key of %d bytes", c.keyNS, claimtoken.ProxySecretName, claimtoken.KeyBytes)
 	}
 	return key, nil
 }
@@ -242,7 +245,7 @@ func (c *ClusterClaims) fromClaimPod(claim *airlockv1alpha1.SandboxClaim, source
 
 // policy is the claim's compiled frozen egress, compiled once per claim and record. A claim
 // without a record or without egress allows nothing.
-func (c *ClusterClaims) policy(claim *airlockv1alpha1.SandboxClaim) (*CompiledPolicy, error) {
+func (c *ClusterClaims) policy(claim *airlockv1alpha1.SandboxClaim) (*policy.Compiled, error) {
 	var record *airlockv1alpha1.FrozenEgress
 	if claim.Status.Frozen != nil {
 		record = claim.Status.Frozen.Egress
@@ -253,16 +256,17 @@ func (c *ClusterClaims) policy(claim *airlockv1alpha1.SandboxClaim) (*CompiledPo
 	if ok && apiequality.Semantic.DeepEqual(cached.record, record) {
 		return cached.policy, cached.err
 	}
-	policy, err := Compile(PolicyFromRecord(record))
+	compiled, err := policy.Compile(policy.FromRecord(record))
 	c.mu.Lock()
-	c.policies[claim.UID] = compiledRecord{record: record.DeepCopy(), policy: policy, err: err}
+	c.policies[claim.UID] = compiledRecord{record: record.DeepCopy(), policy: compiled, err: err}
 	c.mu.Unlock()
-	return policy, err
+	return compiled, err
 }
 
 // ClusterInformers are the informers a ClusterClaims reads: every SandboxClaim, the pods
-// labelled with a claim's UID, and the one key Secret of the key's namespace (a field selector
-// on its name: the gateway needs no read of any other Secret).
+// labelled with a claim's UID, and the one proxy key Secret of the key's namespace (a field
+// selector on its name: the gateway needs no read of any other Secret, the operator's token key
+// least of all).
 type ClusterInformers struct {
 	kube, secrets kubeinformers.SharedInformerFactory
 	airlock       airlockinformersfactory.SharedInformerFactory
@@ -277,7 +281,7 @@ func NewClusterLookup(kube kubernetes.Interface, air airlockclientset.Interface,
 		})),
 		secrets: kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(keyNamespace),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", claimtoken.SecretName).String()
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", claimtoken.ProxySecretName).String()
 			})),
 		airlock: airlockinformersfactory.NewSharedInformerFactory(air, 0),
 	}

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -12,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 )
 
@@ -22,7 +25,20 @@ const clusterKeyNS = "airlock-system"
 
 var clusterKey = []byte("0123456789abcdef0123456789abcdef")
 
+// keySecret is the Secret the gateway reads: the proxy key the operator derives from its key.
 func keySecret() *corev1.Secret {
+	pk, err := claimtoken.ProxyKey(clusterKey)
+	if err != nil {
+		panic(err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: claimtoken.ProxySecretName, Namespace: clusterKeyNS},
+		Data:       map[string][]byte{claimtoken.KeyField: pk},
+	}
+}
+
+// operatorKeySecret is the operator's own key, from which sandboxd's bearer tokens derive.
+func operatorKeySecret() *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: claimtoken.SecretName, Namespace: clusterKeyNS},
 		Data:       map[string][]byte{claimtoken.KeyField: clusterKey},
@@ -88,7 +104,11 @@ func startClusterClaims(t *testing.T, objs ...runtime.Object) *ClusterClaims {
 
 func credentialOf(t *testing.T, claim *airlockv1alpha1.SandboxClaim) Credential {
 	t.Helper()
-	pw, err := claimtoken.DeriveProxy(clusterKey, claim.UID, claim.Namespace, claim.Name)
+	pk, err := claimtoken.ProxyKey(clusterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := claimtoken.DeriveProxy(pk, claim.UID, claim.Namespace, claim.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +187,14 @@ func TestClusterClaims(t *testing.T) {
 	// The policy is the frozen record's: a's allows proxy.golang.org:443 and nothing else; the
 	// claim without egress allows nothing.
 	id, _ := c.Lookup(context.Background(), credentialOf(t, a), ip("10.244.0.17"))
-	if rules, _ := id.Policy.candidates(target{host: "proxy.golang.org", port: 443}); len(rules) != 1 {
+	if rules, _ := id.Policy.Candidates(policy.Target{Host: "proxy.golang.org", Port: 443}); len(rules) != 1 {
 		t.Errorf("a's policy does not allow proxy.golang.org:443")
 	}
-	if rules, listed := id.Policy.candidates(target{host: "github.com", port: 443}); len(rules) != 0 || listed {
+	if rules, listed := id.Policy.Candidates(policy.Target{Host: "github.com", Port: 443}); len(rules) != 0 || listed {
 		t.Errorf("a's policy allows b's host")
 	}
 	id, _ = c.Lookup(context.Background(), credentialOf(t, noEgress), ip("10.244.0.21"))
-	if rules, listed := id.Policy.candidates(target{host: "proxy.golang.org", port: 443}); len(rules) != 0 || listed {
+	if rules, listed := id.Policy.Candidates(policy.Target{Host: "proxy.golang.org", Port: 443}); len(rules) != 0 || listed {
 		t.Errorf("a claim without egress allows %v", rules)
 	}
 }
@@ -196,7 +216,8 @@ func TestClusterClaimsRecreated(t *testing.T) {
 	}
 }
 
-// TestClusterClaimsNoKey: without the operator's key (absent, or too short) the lookup is not
+// TestClusterClaimsNoKey: without the proxy key (absent, too short, elsewhere, or only the
+// operator's token key there) the lookup is not
 // synced: everything is refused and the gateway is not ready.
 func TestClusterClaimsNoKey(t *testing.T) {
 	a := clusterClaim("a", "uid-a", airlockv1alpha1.ClaimBound, "proxy.golang.org")
@@ -206,6 +227,8 @@ func TestClusterClaimsNoKey(t *testing.T) {
 		"no key Secret":            {a, clusterPod("a", "uid-a", "10.244.0.17", corev1.PodRunning)},
 		"a short key":              {short, a, clusterPod("a", "uid-a", "10.244.0.17", corev1.PodRunning)},
 		"the key in another place": {func() *corev1.Secret { s := keySecret(); s.Namespace = "default"; return s }(), a},
+		// The operator's token key is no key of the gateway's.
+		"only the operator's token key": {operatorKeySecret(), a, clusterPod("a", "uid-a", "10.244.0.17", corev1.PodRunning)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := startClusterClaims(t, objs...)
@@ -266,5 +289,77 @@ func TestClusterClaimsThroughTheGateway(t *testing.T) {
 				t.Errorf("got %d %s, want %d %s", r.status, r.reason, tc.status, tc.reason)
 			}
 		})
+	}
+}
+
+// TestGatewayHoldsNoTokenKey: the key the gateway holds is the proxy key the operator writes
+// (claimtoken.ProxyKey of its key, in the Secret airlock-egress-proxy-key), never the operator's
+// token key, even where both Secrets exist: with it the proxy credentials the operator gives its
+// claims verify, while no sandboxd bearer token, warm member key or adoption token comes out of
+// it (the derivations are HMACs in domains of their own, one-way). A credential derived with the
+// operator's key itself (as before the proxy key) is refused.
+func TestGatewayHoldsNoTokenKey(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	a := clusterClaim("a", "uid-a", airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	operator := k8sfake.NewClientset(operatorKeySecret())
+	tokens := claimtoken.NewSource(operator, clusterKeyNS)
+	if err := tokens.EnsureProxyKey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxySecret, err := operator.CoreV1().Secrets(clusterKeyNS).Get(ctx, claimtoken.ProxySecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startClusterClaims(t, operatorKeySecret(), proxySecret, a, clusterPod("a", "uid-a", "10.244.0.17", corev1.PodRunning))
+	source := netip.MustParseAddr("10.244.0.17")
+
+	cred, err := tokens.ProxyCredential(ctx, a.UID, a.Namespace, a.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := c.Lookup(ctx, Credential{Username: "team-a.a", Password: cred}, source); err != nil || id.Claim != "a" {
+		t.Fatalf("the operator's proxy credential: %+v, %v", id, err)
+	}
+	old, _ := claimtoken.DeriveProxy(clusterKey, a.UID, a.Namespace, a.Name)
+	if _, err := c.Lookup(ctx, Credential{Username: "team-a.a", Password: old}, source); !errors.Is(err, ErrBadCredential) {
+		t.Errorf("a credential derived with the operator's key: %v, want ErrBadCredential", err)
+	}
+
+	held, err := c.key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(held, clusterKey) {
+		t.Fatal("the gateway holds the operator's token key")
+	}
+	token, _ := claimtoken.Derive(clusterKey, a.UID, a.Namespace, a.Name)
+	memberKey, _ := claimtoken.MemberKey(clusterKey, "team-a", "pool-0")
+	adoption, _ := claimtoken.AdoptionToken(memberKey, a.UID, []string{"t"})
+	fromHeld := map[string]func() (string, error){
+		"a bearer token": func() (string, error) { return claimtoken.Derive(held, a.UID, a.Namespace, a.Name) },
+		"a member key": func() (string, error) {
+			k, err := claimtoken.MemberKey(held, "team-a", "pool-0")
+			return claimtoken.EncodeMemberKey(k), err
+		},
+		"an adoption token": func() (string, error) {
+			k, _ := claimtoken.MemberKey(held, "team-a", "pool-0")
+			return claimtoken.AdoptionToken(k, a.UID, []string{"t"})
+		},
+		"the proxy key of the held key": func() (string, error) {
+			k, err := claimtoken.ProxyKey(held)
+			return string(k), err
+		},
+	}
+	for name, derive := range fromHeld {
+		got, err := derive()
+		if err != nil {
+			continue
+		}
+		for what, real := range map[string]string{"bearer token": token, "member key": claimtoken.EncodeMemberKey(memberKey),
+			"adoption token": adoption, "operator key": string(clusterKey)} {
+			if got == real {
+				t.Errorf("%s from the gateway's key is the claim's %s", name, what)
+			}
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // serveConnect serves a CONNECT request: the authority is the target (no userinfo), a Host
@@ -23,14 +25,14 @@ func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, cr *clientReader
 		g.refuse(c, ex, ReasonBadRequest)
 		return
 	}
-	t, err := parseAuthority(req.RequestURI, 0)
+	t, err := policy.ParseAuthority(req.RequestURI, 0)
 	if err != nil {
 		g.refuse(c, ex, targetReason(err))
 		return
 	}
-	ex.host, ex.port = t.host, t.port
+	ex.host, ex.port = t.Host, t.Port
 	for _, h := range hosts {
-		if ht, err := parseAuthority(h, t.port); err != nil || ht != t {
+		if ht, err := policy.ParseAuthority(h, t.Port); err != nil || ht != t {
 			g.refuse(c, ex, ReasonHostMismatch)
 			return
 		}
@@ -78,13 +80,13 @@ func (g *Gateway) serveConnect(ctx context.Context, c net.Conn, cr *clientReader
 // checkTunnelStart reads the tunnel's first bytes: a TLS ClientHello (returned whole, as read,
 // with whatever the client sent with it) whose SNI must be t's name, or, when some rule allows
 // it and the first byte is not a TLS handshake record, nothing (the tunnel is not TLS).
-func (g *Gateway) checkTunnelStart(br *bufio.Reader, t target, rules []*compiledRule) ([]byte, Reason) {
+func (g *Gateway) checkTunnelStart(br *bufio.Reader, t policy.Target, rules []*policy.CompiledRule) ([]byte, Reason) {
 	b, err := br.Peek(1)
 	if err != nil {
 		return nil, ReasonNotTLS
 	}
 	if b[0] != 0x16 { // not a TLS handshake record
-		if slices.ContainsFunc(rules, func(r *compiledRule) bool { return r.AllowNonTLS }) {
+		if slices.ContainsFunc(rules, func(r *policy.CompiledRule) bool { return r.AllowNonTLS }) {
 			return nil, ""
 		}
 		return nil, ReasonNotTLS
@@ -93,14 +95,14 @@ func (g *Gateway) checkTunnelStart(br *bufio.Reader, t target, rules []*compiled
 	if err != nil {
 		return nil, ReasonNotTLS
 	}
-	if t.isIP() {
+	if t.IsIP() {
 		if sni != "" {
 			return nil, ReasonSNIMismatch
 		}
 		return raw, ""
 	}
-	name, addr, err := normalizeHost(sni)
-	if sni == "" || err != nil || addr.IsValid() || name != t.host {
+	name, addr, err := policy.NormalizeHost(sni)
+	if sni == "" || err != nil || addr.IsValid() || name != t.Host {
 		return nil, ReasonSNIMismatch
 	}
 	return raw, ""
@@ -153,11 +155,8 @@ func (c *recordingConn) SetWriteDeadline(t time.Time) error { return nil }
 
 // targetReason is the refusal reason of a target that did not parse.
 func targetReason(err error) Reason {
-	if errors.Is(err, errUserinfo) {
+	if errors.Is(err, policy.ErrUserinfo) {
 		return ReasonUserinfo
 	}
 	return ReasonInvalidHost
 }
-
-// errUserinfo is the error of a target with userinfo (user@host).
-var errUserinfo = errors.New("userinfo in the target")

@@ -29,6 +29,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/egress/egresstest"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // The fixture: a gateway on loopback in front of a stand-in "internet" on loopback: a TLS server
@@ -43,10 +46,12 @@ const (
 	// publicV4 and publicV6 stand for the internet: the dialer maps them to the loopback servers.
 	publicV4 = "1.2.3.4"
 	publicV6 = "2606:4700::1111"
+	// rawV4 stands for the raw upstream (internet.rawAddr).
+	rawV4 = "1.2.3.5"
 )
 
 // testNames are the names the upstream TLS server has a certificate for.
-var testNames = []string{"allowed.example", "evil.example", "*.wild.example", "*.b.wild.example", "api.example", "private-ok.example", "v6.example", "cred.example", "nosecret.example"}
+var testNames = []string{"allowed.example", "evil.example", "*.wild.example", "*.b.wild.example", "api.example", "private-ok.example", "v6.example", "cred.example", "nosecret.example", "raw.example", "rawpost.example"}
 
 // testAnswers is the test resolver's zone.
 var testAnswers = map[string][]string{
@@ -72,10 +77,12 @@ var testAnswers = map[string][]string{
 	"cred.example":       {publicV4},
 	"nosecret.example":   {publicV4},
 	"badtls.example":     {publicV4},
+	"raw.example":        {rawV4},
+	"rawpost.example":    {rawV4},
 }
 
 // testPolicy is claim A's policy.
-var testPolicy = Policy{Rules: []Rule{
+var testPolicy = policy.Policy{Rules: []policy.Rule{
 	{Host: "allowed.example", Ports: []uint16{443, 80}},
 	{Host: "*.wild.example", Ports: []uint16{443}},
 	{Host: "v6.example", Ports: []uint16{443}},
@@ -96,9 +103,13 @@ var testPolicy = Policy{Rules: []Rule{
 	{Host: "private-lo.example", Ports: []uint16{443}, AllowPrivate: true},
 	{Host: "unresolvable.example", Ports: []uint16{443}},
 	{Host: "cred.example", Ports: []uint16{443, 80}, Methods: []string{"GET"}, PathPrefixes: []string{"/v1"},
-		Inject: &Injection{Header: "Authorization", Secret: "cred"}},
-	{Host: "nosecret.example", Ports: []uint16{443}, Inject: &Injection{Header: "Authorization", Secret: "missing"}},
+		Inject: &policy.Injection{Header: "Authorization", Secret: "cred"}},
+	{Host: "nosecret.example", Ports: []uint16{443}, Inject: &policy.Injection{Header: "Authorization", Secret: "missing"}},
 	{Host: "badtls.example", Ports: []uint16{443}, Methods: []string{"GET"}},
+	// A credential rule without methods (GET and HEAD), and one with POST, both at the raw upstream.
+	{Host: "raw.example", Ports: []uint16{443}, Inject: &policy.Injection{Header: "Authorization", Secret: "cred"}},
+	{Host: "rawpost.example", Ports: []uint16{443}, Methods: []string{"GET", "POST"}, PathPrefixes: []string{"/v1"},
+		Inject: &policy.Injection{Header: "Authorization", Secret: "cred"}},
 }}
 
 type testResolver struct {
@@ -172,6 +183,26 @@ type internet struct {
 	// tlsRequests records the requests the TLS server received for other hosts than
 	// allowed.example, with their Authorization ("METHOD host path auth=...").
 	tlsRequests []string
+	// rawAddr is the raw upstream (serveRaw); rawRequests the request heads it parsed ("METHOD
+	// path auth=...").
+	rawAddr     string
+	rawRequests []string
+}
+
+func (in *internet) rawSeen() []string {
+	in.plainMu.Lock()
+	defer in.plainMu.Unlock()
+	return slices.Clone(in.rawRequests)
+}
+
+// serveRaw is an upstream that frames requests its own way, as some servers do
+// (egresstest.ServeNaive); it records the request heads it parsed.
+func (in *internet) serveRaw(c net.Conn) {
+	egresstest.ServeNaive(c, func(head string) {
+		in.plainMu.Lock()
+		in.rawRequests = append(in.rawRequests, head)
+		in.plainMu.Unlock()
+	})
 }
 
 func (in *internet) tlsSeen() []string {
@@ -239,9 +270,24 @@ func newInternet(t testing.TB) *internet {
 	serve(t, plainSrv, plainLn)
 	in.plainAddr = plainLn.Addr().String()
 
+	rawLn := tls.NewListener(listen(t), &tls.Config{Certificates: []tls.Certificate{cert}})
+	in.rawAddr = rawLn.Addr().String()
+
 	echoLn := listen(t)
 	var wg sync.WaitGroup
-	t.Cleanup(func() { echoLn.Close(); wg.Wait() })
+	t.Cleanup(func() { echoLn.Close(); rawLn.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := rawLn.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); in.serveRaw(c) }()
+		}
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -346,6 +392,7 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 		"[" + publicV6 + "]:443": in.tlsAddr,
 		publicV4 + ":80":         in.plainAddr,
 		publicV4 + ":22":         in.echoAddr,
+		rawV4 + ":443":           in.rawAddr,
 		"10.1.2.3:443":           in.tlsAddr,
 		"127.0.0.1:443":          in.tlsAddr,
 		"169.254.169.254:80":     in.plainAddr,

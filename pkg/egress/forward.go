@@ -7,14 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
-)
 
-// hopByHop are the headers of one connection, never forwarded (RFC 9110 section 7.6.1), and the
-// proxy's own credential.
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
-	"Proxy-Authenticate", "TE", "Trailer", "Transfer-Encoding", "Upgrade"}
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
+)
 
 // serveHTTP serves one absolute-URI request (http:// only, no userinfo) whose single Host header
 // names its target: decided with its method and path, resolved, dialed at the checked address,
@@ -24,7 +22,7 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 func (g *Gateway) serveHTTP(ctx context.Context, c net.Conn, req *http.Request, hosts []string, ex *exchange) bool {
 	t, reason := httpTarget(req, hosts)
 	if reason != "" {
-		ex.host, ex.port = t.host, t.port
+		ex.host, ex.port = t.Host, t.Port
 		g.refuse(c, ex, reason)
 		return false
 	}
@@ -36,12 +34,17 @@ func (g *Gateway) serveHTTP(ctx context.Context, c net.Conn, req *http.Request, 
 	if upgrade {
 		// Decided first, so that an upgrade to a host that is not allowed says so.
 		if _, _, reason := decide(ex.id, t, ex.kind, req.Method, path, func() bool { return false }); reason != "" {
-			ex.host, ex.port = t.host, t.port
+			ex.host, ex.port = t.Host, t.Port
 			g.refuse(c, ex, reason)
 			return false
 		}
-		ex.host, ex.port = t.host, t.port
+		ex.host, ex.port = t.Host, t.Port
 		g.refuse(c, ex, ReasonUpgrade)
+		return false
+	}
+	if reason := bodyReason(req, ex.head); reason != "" {
+		ex.host, ex.port = t.Host, t.Port
+		g.refuse(c, ex, reason)
 		return false
 	}
 	upstream, _ := g.open(ctx, ex, t, req.Method, path)
@@ -58,37 +61,37 @@ func (g *Gateway) serveHTTP(ctx context.Context, c net.Conn, req *http.Request, 
 }
 
 // httpTarget checks an absolute-URI request's target and Host header and returns the target.
-func httpTarget(req *http.Request, hosts []string) (target, Reason) {
+func httpTarget(req *http.Request, hosts []string) (policy.Target, Reason) {
 	if !req.URL.IsAbs() {
-		return target{}, ReasonNotProxyReq
+		return policy.Target{}, ReasonNotProxyReq
 	}
 	if req.URL.Scheme != "http" {
-		return target{}, ReasonScheme
+		return policy.Target{}, ReasonScheme
 	}
 	// The authority as the client wrote it (an opaque "http:x" or a short "http:/" has none).
 	const prefix = "http://"
 	if len(req.RequestURI) < len(prefix) || !strings.EqualFold(req.RequestURI[:len(prefix)], prefix) {
-		return target{}, ReasonInvalidHost
+		return policy.Target{}, ReasonInvalidHost
 	}
 	authority := req.RequestURI[len(prefix):]
 	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
 		authority = authority[:i]
 	}
 	if req.URL.User != nil || strings.Contains(authority, "@") {
-		return target{}, ReasonUserinfo
+		return policy.Target{}, ReasonUserinfo
 	}
 	// url.Parse decodes %-escapes in a host: the target is checked as the client wrote it.
 	if strings.Contains(authority, "%") {
-		return target{}, ReasonInvalidHost
+		return policy.Target{}, ReasonInvalidHost
 	}
-	t, err := parseAuthority(req.URL.Host, 80)
+	t, err := policy.ParseAuthority(req.URL.Host, 80)
 	if err != nil {
-		return target{}, targetReason(err)
+		return policy.Target{}, targetReason(err)
 	}
 	if len(hosts) != 1 {
 		return t, ReasonHostMismatch
 	}
-	if ht, err := parseAuthority(hosts[0], 80); err != nil || ht != t {
+	if ht, err := policy.ParseAuthority(hosts[0], 80); err != nil || ht != t {
 		return t, ReasonHostMismatch
 	}
 	return t, ""
@@ -96,7 +99,7 @@ func httpTarget(req *http.Request, hosts []string) (target, Reason) {
 
 // exchangeHTTP sends req upstream and its response (after any 1xx) back to the client, and
 // reports whether the client's connection may carry another request.
-func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t target, upstream net.Conn, ex *exchange) bool {
+func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t policy.Target, upstream net.Conn, ex *exchange) bool {
 	out := outboundRequest(req, t, 80)
 	out.Close = true
 	cu := &countingWriter{w: upstream}
@@ -152,7 +155,7 @@ func (g *Gateway) exchangeHTTP(c net.Conn, req *http.Request, t target, upstream
 // outboundRequest is req as the gateway sends it upstream: its body, the normalised target in
 // Host (the port only when it is not defaultPort), without hop-by-hop headers and the proxy's
 // credential, and without a User-Agent the client did not send.
-func outboundRequest(req *http.Request, t target, defaultPort uint16) *http.Request {
+func outboundRequest(req *http.Request, t policy.Target, defaultPort uint16) *http.Request {
 	out := req.Clone(context.Background())
 	out.Body = req.Body
 	for _, h := range connectionHeaders(req.Header) {
@@ -161,16 +164,37 @@ func outboundRequest(req *http.Request, t target, defaultPort uint16) *http.Requ
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""} // Request.Write adds none then
 	}
-	out.Host = t.host
-	if t.port != defaultPort {
-		out.Host = t.hostPort()
+	out.Host = t.Host
+	if t.Port != defaultPort {
+		out.Host = t.HostPort()
 	}
 	return out
 }
 
+// bodyReason refuses a request's body unless its method has one (POST, PUT, PATCH) and it has
+// one unambiguous length: never both Content-Length and Transfer-Encoding, nor two
+// Content-Length fields (RFC 9112 section 6.3), as the client sent them (head). An upstream that
+// reads a GET's body as the next request, or the other length, would take the rest of the body
+// for a request the gateway never checked.
+func bodyReason(req *http.Request, head textproto.MIMEHeader) Reason {
+	lengths, codings := len(head["Content-Length"]), len(head["Transfer-Encoding"])
+	if lengths > 1 || lengths > 0 && codings > 0 {
+		return ReasonAmbiguousLength
+	}
+	if (codings > 0 || req.ContentLength != 0) && !methodHasBody(req.Method) {
+		return ReasonUnexpectedBody
+	}
+	return ""
+}
+
+// methodHasBody reports whether a request of method may carry a body through the gateway.
+func methodHasBody(method string) bool {
+	return method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
+}
+
 // connectionHeaders are the hop-by-hop headers and those that h's Connection header names.
 func connectionHeaders(h http.Header) []string {
-	names := append([]string(nil), hopByHop...)
+	names := append([]string(nil), policy.HopByHop...)
 	for _, v := range h.Values("Connection") {
 		for _, f := range strings.Split(v, ",") {
 			if f = strings.TrimSpace(f); f != "" {

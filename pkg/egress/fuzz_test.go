@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // anySource is claim A's lookup from any address (a net.Pipe has none), so that fuzzed requests
@@ -47,7 +49,7 @@ func FuzzServeConn(f *testing.F) {
 		<-done
 		for _, a := range dialer.addresses() {
 			// Public, or the one private answer a rule allows (private-ok.example).
-			if ap, err := netip.ParseAddrPort(a); err != nil || (classify(ap.Addr(), nil) != classPublic && a != "10.1.2.3:443") {
+			if ap, err := netip.ParseAddrPort(a); err != nil || (policy.Classify(ap.Addr(), nil) != policy.ClassPublic && a != "10.1.2.3:443") {
 				t.Errorf("dialed %q", a)
 			}
 		}

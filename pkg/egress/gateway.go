@@ -215,6 +215,9 @@ type exchange struct {
 	start    time.Time
 	// terminate: the tunnel is terminated, its requests checked one by one (terminate.go).
 	terminate bool
+	// head is the request's head as the client sent it (readHead), which http.ReadRequest
+	// normalises: its Host and framing headers.
+	head textproto.MIMEHeader
 }
 
 // serveConn reads requests from one client connection and handles each until one is refused,
@@ -226,11 +229,12 @@ func (g *Gateway) serveConn(ctx context.Context, c net.Conn) {
 		// The last exchange's deadlines go; the head has HeadTimeout.
 		_ = c.SetDeadline(time.Time{})
 		_ = c.SetReadDeadline(time.Now().Add(g.cfg.HeadTimeout))
-		hosts, err := readHead(cr.br)
+		head, err := readHead(cr.br)
+		hosts := head.Values("Host")
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err) {
 			return
 		}
-		ex := &exchange{kind: "http", source: source, start: g.cfg.Clock.Now()}
+		ex := &exchange{kind: "http", source: source, start: g.cfg.Clock.Now(), head: head}
 		var req *http.Request
 		if err == nil {
 			req, err = http.ReadRequest(cr.br)
@@ -302,9 +306,10 @@ func (cr *clientReader) release() []byte {
 var errMalformedHead = errors.New("malformed request head")
 
 // readHead waits until br holds a whole request head (up to its first empty line) and returns
-// the values of its Host headers, which http.ReadRequest drops. A head larger than br's buffer is
+// its header fields as sent, which http.ReadRequest normalises (it drops Host, and a
+// Content-Length beside a Transfer-Encoding). A head larger than br's buffer is
 // bufio.ErrBufferFull.
-func readHead(br *bufio.Reader) ([]string, error) {
+func readHead(br *bufio.Reader) (textproto.MIMEHeader, error) {
 	n, searched := 1, 0
 	for {
 		b, err := br.Peek(n)
@@ -317,7 +322,7 @@ func readHead(br *bufio.Reader) ([]string, error) {
 			if err != nil {
 				return nil, errMalformedHead
 			}
-			return hdr.Values("Host"), nil
+			return hdr, nil
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && len(b) > 0 {

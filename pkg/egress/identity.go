@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // Credential is what a request's Proxy-Authorization (Basic) carries: the username names the
@@ -29,7 +31,7 @@ type Identity struct {
 	// ClaimUID is the claim's UID when the lookup knows it (the cluster's), else empty.
 	ClaimUID types.UID
 	Runtime  string
-	Policy   *CompiledPolicy
+	Policy   *policy.Compiled
 }
 
 // The errors of a ClaimLookup; the gateway refuses with the matching reason.
@@ -58,8 +60,8 @@ type StaticClaim struct {
 	// Password is the claim's proxy credential.
 	Password string `json:"password"`
 	// Sources are the addresses the credential may be used from (the claim's pod's).
-	Sources []netip.Addr `json:"sources"`
-	Policy  Policy       `json:"policy"`
+	Sources []netip.Addr  `json:"sources"`
+	Policy  policy.Policy `json:"policy"`
 }
 
 // Username is the credential's username for the claim.
@@ -76,7 +78,7 @@ type StaticClaims struct {
 
 type staticEntry struct {
 	StaticClaim
-	policy *CompiledPolicy
+	policy *policy.Compiled
 	err    error
 }
 
@@ -97,7 +99,7 @@ func NewStaticClaims(claims ...StaticClaim) (*StaticClaims, error) {
 		if _, dup := s.claims[c.Username()]; dup {
 			return nil, fmt.Errorf("claim %s/%s is listed twice", c.Namespace, c.Claim)
 		}
-		p, err := Compile(c.Policy)
+		p, err := policy.Compile(c.Policy)
 		s.claims[c.Username()] = staticEntry{StaticClaim: c, policy: p, err: err}
 	}
 	return s, nil

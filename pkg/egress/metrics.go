@@ -35,12 +35,18 @@ var (
 		Help:           "Client connections open to the gateway.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	credentialEchoes = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_credential_echoes_total",
+		Help:           "Injected credentials an upstream sent back in a terminated tunnel, which the gateway replaced before they reached the sandbox.",
+		StabilityLevel: metrics.ALPHA,
+	})
 
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, transferred, durations, openConnections)
+		legacyregistry.MustRegister(requests, transferred, durations, openConnections, credentialEchoes)
 	})
 }

@@ -23,16 +23,18 @@ const (
 	ReasonHeaderTooLarge Reason = "header_too_large" // a request head over the limit
 
 	// What is asked for.
-	ReasonInvalidHost    Reason = "invalid_host"        // a target that is neither a name nor an address
-	ReasonUserinfo       Reason = "userinfo"            // a target with user@ in it
-	ReasonScheme         Reason = "scheme"              // an absolute URI that is not http://
-	ReasonIPLiteral      Reason = "ip_literal"          // an IP address that no rule lists
-	ReasonNotAllowed     Reason = "host_not_allowed"    // a name no rule lists
-	ReasonPortNotAllowed Reason = "port_not_allowed"    // a listed host on a port its rules do not list
-	ReasonInspection     Reason = "inspection_required" // CONNECT to a host whose rules restrict methods or paths
-	ReasonMethodOrPath   Reason = "method_or_path"      // plain HTTP with a method or path no rule allows
-	ReasonHostMismatch   Reason = "host_mismatch"       // a Host header that is not the request's target
-	ReasonUpgrade        Reason = "upgrade"             // a plain HTTP Upgrade (WebSocket, h2c): tunnel with CONNECT
+	ReasonInvalidHost     Reason = "invalid_host"        // a target that is neither a name nor an address
+	ReasonUserinfo        Reason = "userinfo"            // a target with user@ in it
+	ReasonScheme          Reason = "scheme"              // an absolute URI that is not http://
+	ReasonIPLiteral       Reason = "ip_literal"          // an IP address that no rule lists
+	ReasonNotAllowed      Reason = "host_not_allowed"    // a name no rule lists
+	ReasonPortNotAllowed  Reason = "port_not_allowed"    // a listed host on a port its rules do not list
+	ReasonInspection      Reason = "inspection_required" // CONNECT to a host whose rules restrict methods or paths
+	ReasonMethodOrPath    Reason = "method_or_path"      // plain HTTP with a method or path no rule allows
+	ReasonHostMismatch    Reason = "host_mismatch"       // a Host header that is not the request's target
+	ReasonUpgrade         Reason = "upgrade"             // a plain HTTP Upgrade (WebSocket, h2c): tunnel with CONNECT
+	ReasonUnexpectedBody  Reason = "unexpected_body"     // a body with a method that has none (only POST, PUT and PATCH carry one)
+	ReasonAmbiguousLength Reason = "ambiguous_length"    // a body with both Content-Length and Transfer-Encoding, or two Content-Lengths
 
 	// Terminated tunnels and credentials (terminate.go).
 	ReasonCredentialNeedsTLS Reason = "credential_needs_tls"   // plain HTTP to a host only a credential-injecting rule allows
@@ -61,7 +63,7 @@ func (r Reason) status() int {
 		return http.StatusProxyAuthRequired
 	case ReasonNotSynced, ReasonLookupFailed, ReasonShutdown, ReasonNoCredentialValue:
 		return http.StatusServiceUnavailable
-	case ReasonBadRequest, ReasonInvalidHost, ReasonUserinfo, ReasonNotProxyReq, ReasonHostMismatch:
+	case ReasonBadRequest, ReasonInvalidHost, ReasonUserinfo, ReasonNotProxyReq, ReasonHostMismatch, ReasonUnexpectedBody, ReasonAmbiguousLength:
 		return http.StatusBadRequest
 	case ReasonHeaderTooLarge:
 		return http.StatusRequestHeaderFieldsTooLarge

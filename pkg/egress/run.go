@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // DisabledAddress is the listen address that turns a listener off.
@@ -181,7 +183,7 @@ func LoadClaimsFile(name string) (*StaticClaims, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	for _, c := range claims {
-		if _, err := Compile(c.Policy); err != nil {
+		if _, err := policy.Compile(c.Policy); err != nil {
 			return nil, fmt.Errorf("%s: claim %s/%s: %w", name, c.Namespace, c.Claim, err)
 		}
 	}

@@ -77,6 +77,9 @@ func TestRun(t *testing.T) {
 	if want := `airlock_egress_requests_total{decision="denied",kind="connect",reason="host_not_allowed"}`; !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
+	if want := "\nairlock_egress_credential_echoes_total "; !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
 	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, "airlock_egress") && (strings.Contains(line, "evil") || strings.Contains(line, "team-a")) {
 			t.Errorf("a metric names a host or claim: %s", line)

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -170,10 +171,18 @@ func techniques() []technique {
 		{name: "request pipelining after an allowed request", raw: getReq("http://allowed.example/one", "allowed.example") + getReq("http://evil.example/two", "evil.example"),
 			wantStatus: 200, wantReason: ReasonAllowed, wantBody: "hello GET allowed.example /one", wantSecond: ReasonNotAllowed,
 			wantLookups: []string{"allowed.example"}, wantDialed: []string{publicV4 + ":80"}, wantUpstream: []string{"GET allowed.example /one"}},
+		// Content-Length and chunked: two lengths, which upstreams read differently (RFC 9112
+		// section 6.1): refused, as a body without one unambiguous length.
 		{name: "request smuggling in the body (Content-Length and chunked)", raw: "POST http://allowed.example/a HTTP/1.1\r\nHost: allowed.example\r\nProxy-Authorization: " + credA +
 			"\r\nContent-Length: 52\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + getReq("http://evil.example/", "evil.example"),
+			wantStatus: 400, wantReason: ReasonAmbiguousLength},
+		{name: "request smuggling in a chunked body", raw: "POST http://allowed.example/a HTTP/1.1\r\nHost: allowed.example\r\nProxy-Authorization: " + credA +
+			"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + getReq("http://evil.example/", "evil.example"),
 			wantStatus: 200, wantReason: ReasonAllowed, wantBody: "hello POST allowed.example /a", wantSecond: ReasonNotAllowed,
 			wantLookups: []string{"allowed.example"}, wantDialed: []string{publicV4 + ":80"}, wantUpstream: []string{"POST allowed.example /a"}},
+		{name: "a GET with a body (plain HTTP: a request smuggled to an upstream that ignores it)",
+			raw:        getReq("http://api.example/v1/items", "api.example", "Content-Length: 40\r\n") + "DELETE /admin HTTP/1.1\r\nHost: api.example\r\n\r\n",
+			wantStatus: 400, wantReason: ReasonUnexpectedBody},
 		{name: "a WebSocket upgrade to a disallowed host (plain)", raw: getReq("http://evil.example/ws", "evil.example", "Connection: Upgrade\r\nUpgrade: websocket\r\n"),
 			wantStatus: 403, wantReason: ReasonNotAllowed},
 		{name: "a WebSocket upgrade to a disallowed host (CONNECT)", raw: connectReq("evil.example:443"), wantStatus: 403, wantReason: ReasonNotAllowed},
@@ -362,6 +371,16 @@ func TestDocsListEveryTechnique(t *testing.T) {
 			rows[strings.ReplaceAll(strings.TrimPrefix(cells[0], "| "), `\|`, "|")] = cells[2]
 		}
 	}
+	for _, tc := range terminatedTechniques() {
+		reason, ok := rows[tc.name]
+		if !ok {
+			t.Errorf("docs/egress.md has no row for %q", tc.name)
+			continue
+		}
+		if !strings.HasPrefix(reason, "`"+string(tc.wantReason)+"`") {
+			t.Errorf("docs/egress.md says %s for %q, the test %q", reason, tc.name, tc.wantReason)
+		}
+	}
 	for _, tc := range techniques() {
 		reason, ok := rows[tc.name]
 		if !ok {
@@ -371,5 +390,144 @@ func TestDocsListEveryTechnique(t *testing.T) {
 		if !strings.HasPrefix(reason, "`"+string(tc.wantReason)+"`") {
 			t.Errorf("docs/egress.md says %s for %q, the test %q", reason, tc.name, tc.wantReason)
 		}
+	}
+}
+
+// terminatedTechnique is a way of getting a credential out of a terminated tunnel, or of
+// reaching past its rules, as a sandbox would try it: it opens the tunnel, writes requests (all
+// at once, pipelined), closes its side, and reads every answer the gateway sends back.
+type terminatedTechnique struct {
+	name      string
+	authority string // the CONNECT host (and SNI, without the port)
+	requests  string
+	// wantAnswers are the final answers the sandbox gets, in order ("status body-substring"), and
+	// wantInterim the number of 1xx answers before them; the tunnel ends after the last one.
+	wantAnswers []string
+	wantInterim int
+	// wantReason is the tunnel's audit reason.
+	wantReason Reason
+	// wantUpstream is what the raw upstream parsed, exactly.
+	wantUpstream []string
+	// wantEchoes is the least number of credential echoes the gateway must have replaced.
+	wantEchoes int
+}
+
+// secretAuth is what the raw upstream records for a request with the injected credential.
+const secretAuth = "auth=" + testSecret
+
+func terminatedTechniques() []terminatedTechnique {
+	get := func(path, host string, extra ...string) string { return innerReq("GET", path, host, extra...) }
+	// The smuggled request's body is exactly the next request as the gateway forwards it, so an
+	// upstream that reads the smuggled request echoes that one, credential included.
+	next := "GET /v1/b HTTP/1.1\r\nHost: rawpost.example\r\nAuthorization: " + testSecret + "\r\n\r\n"
+	smuggled := fmt.Sprintf("POST /v1/echo HTTP/1.1\r\nHost: rawpost.example\r\nContent-Length: %d\r\n\r\n", len(next))
+	return []terminatedTechnique{
+		{name: "a credential rule without methods: GET and HEAD allowed, with the credential",
+			authority: "raw.example:443", requests: get("/x", "raw.example") + innerReq("HEAD", "/x", "raw.example"),
+			wantAnswers: []string{"200 answer GET /x", "200 "}, wantReason: ReasonAllowed,
+			wantUpstream: []string{"GET /x " + secretAuth, "HEAD /x " + secretAuth}},
+		{name: "TRACE to a credentialed host (an echo of the credential)",
+			authority: "raw.example:443", requests: innerReq("TRACE", "/x", "raw.example"),
+			wantAnswers: []string{"403 method_or_path"}, wantReason: ReasonMethodOrPath},
+		{name: "POST to a credential rule without methods",
+			authority: "raw.example:443", requests: innerReq("POST", "/x", "raw.example", "Content-Length: 2\r\n") + "{}",
+			wantAnswers: []string{"403 method_or_path"}, wantReason: ReasonMethodOrPath},
+		{name: "CONNECT inside a terminated tunnel",
+			authority: "raw.example:443", requests: "CONNECT raw.example:443 HTTP/1.1\r\nHost: raw.example:443\r\n\r\n",
+			wantAnswers: []string{"400 host_mismatch"}, wantReason: ReasonHostMismatch},
+		{name: "a request smuggled in a GET's body captures the next request's credential",
+			authority:   "rawpost.example:443",
+			requests:    get("/v1/a", "rawpost.example", fmt.Sprintf("Content-Length: %d\r\n", len(smuggled))) + smuggled + get("/v1/b", "rawpost.example"),
+			wantAnswers: []string{"400 unexpected_body"}, wantReason: ReasonUnexpectedBody},
+		{name: "a GET with a chunked body in a terminated tunnel",
+			authority: "rawpost.example:443", requests: get("/v1/a", "rawpost.example", "Transfer-Encoding: chunked\r\n") + "0\r\n\r\n",
+			wantAnswers: []string{"400 unexpected_body"}, wantReason: ReasonUnexpectedBody},
+		{name: "Content-Length and chunked in a terminated tunnel",
+			authority: "rawpost.example:443", requests: innerReq("POST", "/v1/a", "rawpost.example", "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n",
+			wantAnswers: []string{"400 ambiguous_length"}, wantReason: ReasonAmbiguousLength},
+		{name: "a POST body the upstream does not read, as the next request on a reused upstream connection",
+			authority: "rawpost.example:443",
+			requests:  innerReq("POST", "/v1/early", "rawpost.example", fmt.Sprintf("Content-Length: %d\r\n", len(smuggled))) + smuggled + get("/v1/b", "rawpost.example"),
+			// The upstream reads the body as a request (without the credential); the tunnel ends
+			// with the POST's answer, so nothing else goes on that connection.
+			wantAnswers: []string{"200 answer POST /v1/early"}, wantReason: ReasonAllowed,
+			wantUpstream: []string{"POST /v1/early " + secretAuth, "POST /v1/echo auth="}},
+		{name: "a 100 Continue before the answer (the next request must not get this one's answer)",
+			authority: "rawpost.example:443", requests: get("/v1/continue/a", "rawpost.example") + get("/v1/continue/b", "rawpost.example"),
+			wantAnswers: []string{"200 answer GET /v1/continue/a", "200 answer GET /v1/continue/b"}, wantInterim: 2, wantReason: ReasonAllowed,
+			wantUpstream: []string{"GET /v1/continue/a " + secretAuth, "GET /v1/continue/b " + secretAuth}},
+		{name: "an upstream that echoes the credential in a header and the body",
+			authority: "raw.example:443", requests: get("/echo", "raw.example"),
+			wantAnswers: []string{"200 GET /echo HTTP/1.1"}, wantReason: ReasonAllowed, wantEchoes: 2,
+			wantUpstream: []string{"GET /echo " + secretAuth}},
+	}
+}
+
+// TestTerminatedTechniques runs every terminated technique against a gateway of its own: the
+// answers, the audit record, what the upstream parsed, and that no byte sequence of the
+// credential (nor its token, after "Bearer ") reaches the sandbox.
+func TestTerminatedTechniques(t *testing.T) {
+	for _, tc := range terminatedTechniques() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, gatewayCA := terminatedFixture(t)
+			sni, _, _ := strings.Cut(tc.authority, ":")
+			echoes := credentialEchoCount(t)
+			conn, _, err := terminatedTunnel(t, f, gatewayCA, tc.authority, sni)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(conn, tc.requests); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			var all strings.Builder
+			br := bufio.NewReader(io.TeeReader(conn, &all))
+			var answers []string
+			interim := 0
+			for {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					break
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode < 200 {
+					interim++
+					continue
+				}
+				answer := fmt.Sprint(resp.StatusCode, " ", string(body))
+				if r := resp.Header.Get("X-Airlock-Egress-Reason"); r != "" {
+					answer = fmt.Sprint(resp.StatusCode, " ", r)
+				}
+				answers = append(answers, answer)
+			}
+			conn.Close()
+			if len(answers) != len(tc.wantAnswers) {
+				t.Errorf("answers %q, want %q", answers, tc.wantAnswers)
+			} else {
+				for i := range answers {
+					if !strings.HasPrefix(answers[i], tc.wantAnswers[i]) {
+						t.Errorf("answer %d: %q, want %q", i, answers[i], tc.wantAnswers[i])
+					}
+				}
+			}
+			if interim != tc.wantInterim {
+				t.Errorf("%d interim answers, want %d", interim, tc.wantInterim)
+			}
+			if strings.Contains(all.String(), testSecret) || strings.Contains(all.String(), strings.TrimPrefix(testSecret, "Bearer ")) {
+				t.Errorf("the sandbox received the credential: %q", all.String())
+			}
+			if rec := f.record(); rec.Reason != tc.wantReason {
+				t.Errorf("audit reason %q, want %q", rec.Reason, tc.wantReason)
+			}
+			if got := f.in.rawSeen(); !slices.Equal(got, tc.wantUpstream) {
+				t.Errorf("the upstream parsed %q, want %q", got, tc.wantUpstream)
+			}
+			if got := credentialEchoCount(t) - echoes; got < tc.wantEchoes {
+				t.Errorf("%d credential echoes counted, want at least %d", got, tc.wantEchoes)
+			}
+		})
 	}
 }

@@ -12,14 +12,19 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"net/textproto"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 )
 
 // Terminator lets the gateway terminate a tunnel's TLS for hosts whose rules restrict methods or
@@ -220,9 +225,9 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 // terminate serves a terminated tunnel: TLS with the sandbox (HTTP/1.1 only), TLS with the
 // checked upstream, verified, then request by request: origin form, Host the CONNECT host, a
 // rule allowing method and path, its credential added; the first refusal ends the tunnel.
-func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstream net.Conn, t target, rules []*compiledRule, ex *exchange) {
+func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstream net.Conn, t policy.Target, rules []*policy.CompiledRule, ex *exchange) {
 	tr := g.cfg.Terminate
-	cert, err := tr.certificate(t.host, g.cfg.Clock.Now())
+	cert, err := tr.certificate(t.Host, g.cfg.Clock.Now())
 	if err != nil {
 		ex.reason = ReasonUpstreamTLS
 		return
@@ -236,7 +241,7 @@ func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstr
 		ex.reason = ReasonNotTLS
 		return
 	}
-	server := tls.Client(upstream, &tls.Config{ServerName: t.host, RootCAs: tr.UpstreamRoots,
+	server := tls.Client(upstream, &tls.Config{ServerName: t.Host, RootCAs: tr.UpstreamRoots,
 		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 	dctx, cancel2 := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel2()
@@ -248,14 +253,26 @@ func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstr
 	idle := &idleWatch{timeout: g.cfg.IdleTimeout, conns: []net.Conn{c, upstream}}
 	cw, uw := &countingWriter{w: &idleConn{Conn: client, watch: idle}}, &countingWriter{w: &idleConn{Conn: server, watch: idle}}
 	defer func() { ex.up += uw.n; ex.down += cw.n }()
-	cbr, ubr := bufio.NewReader(&idleConn{Conn: client, watch: idle}), bufio.NewReader(&idleConn{Conn: server, watch: idle})
+	cbr := bufio.NewReaderSize(&idleConn{Conn: client, watch: idle}, g.cfg.MaxHeaderBytes)
+	ubr := bufio.NewReader(&idleConn{Conn: server, watch: idle})
 	for {
 		idle.touch()
-		req, err := http.ReadRequest(cbr)
+		head, err := readHead(cbr)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			g.refuse(cw, &exchange{}, ReasonHeaderTooLarge)
+			ex.reason = ReasonHeaderTooLarge
+			return
+		}
 		if err != nil {
 			return
 		}
-		if reason := g.checkTerminated(req, t, rules); reason != "" {
+		req, err := http.ReadRequest(cbr)
+		if err != nil {
+			g.refuse(cw, &exchange{}, ReasonBadRequest)
+			ex.reason = ReasonBadRequest
+			return
+		}
+		if reason := g.checkTerminated(req, head, t, rules); reason != "" {
 			g.refuse(cw, &exchange{}, reason)
 			ex.reason = reason
 			return
@@ -266,12 +283,13 @@ func (g *Gateway) terminate(ctx context.Context, c net.Conn, hello []byte, upstr
 	}
 }
 
-// checkTerminated holds one request of a terminated tunnel to the tunnel's host and rules.
-func (g *Gateway) checkTerminated(req *http.Request, t target, rules []*compiledRule) Reason {
+// checkTerminated holds one request of a terminated tunnel to the tunnel's host and rules, and
+// its body to one that its method has and one unambiguous length.
+func (g *Gateway) checkTerminated(req *http.Request, head textproto.MIMEHeader, t policy.Target, rules []*policy.CompiledRule) Reason {
 	if req.URL.IsAbs() || req.URL.Host != "" || req.Method == http.MethodConnect {
 		return ReasonHostMismatch
 	}
-	ht, err := parseAuthority(req.Host, 443)
+	ht, err := policy.ParseAuthority(req.Host, 443)
 	if err != nil || ht != t {
 		return ReasonHostMismatch
 	}
@@ -281,31 +299,36 @@ func (g *Gateway) checkTerminated(req *http.Request, t target, rules []*compiled
 	if matchTerminated(req, rules) == nil {
 		return ReasonMethodOrPath
 	}
-	return ""
+	return bodyReason(req, head)
 }
 
 // matchTerminated returns the rule that allows req: one without a credential first, so that a
-// credential is added only where nothing else allows the request.
-func matchTerminated(req *http.Request, rules []*compiledRule) *compiledRule {
+// credential is added only where nothing else allows the request; a rule with a credential
+// never allows a TRACE or a CONNECT, whose answers would carry the request back.
+func matchTerminated(req *http.Request, rules []*policy.CompiledRule) *policy.CompiledRule {
 	path := req.URL.EscapedPath()
-	var withCredential *compiledRule
+	var withCredential *policy.CompiledRule
 	for _, r := range rules {
-		if !r.allowsRequest(req.Method, path) {
+		if !r.AllowsRequest(req.Method, path) {
 			continue
 		}
 		if r.Inject == nil {
 			return r
 		}
-		if withCredential == nil {
+		if withCredential == nil && req.Method != http.MethodTrace && req.Method != http.MethodConnect {
 			withCredential = r
 		}
 	}
 	return withCredential
 }
 
-// forwardTerminated sends req upstream with its rule's credential and the response back; it
-// reports whether the tunnel may carry another request.
-func (g *Gateway) forwardTerminated(req *http.Request, t target, rules []*compiledRule, uw *countingWriter, ubr *bufio.Reader, cw *countingWriter, ex *exchange) bool {
+// forwardTerminated sends req upstream with its rule's credential and the answer back, 1xx
+// interim answers first (RFC 9110 section 15.2: relayed, the final answer still awaited), with
+// every credential of the tunnel's rules replaced in what it relays (scrub.go). It reports
+// whether the tunnel may carry another request: only when the gateway settled the exchange's
+// framing itself (no request body, which an upstream may leave unread and take for the next
+// request; a final answer with a length of its own, nothing more from the upstream after it).
+func (g *Gateway) forwardTerminated(req *http.Request, t policy.Target, rules []*policy.CompiledRule, uw *countingWriter, ubr *bufio.Reader, cw *countingWriter, ex *exchange) bool {
 	rule := matchTerminated(req, rules)
 	out := outboundRequest(req, t, 443)
 	if rule.Inject != nil {
@@ -316,21 +339,56 @@ func (g *Gateway) forwardTerminated(req *http.Request, t target, rules []*compil
 			return false
 		}
 		out.Header.Set(rule.Inject.Header, string(value))
+		// An answer the gateway can read: a compressed echo would pass the scrubber.
+		out.Header.Set("Accept-Encoding", "identity")
 	}
+	sc := newScrubber(g.tunnelSecrets(rules))
+	hasBody := req.ContentLength != 0 || len(req.TransferEncoding) > 0
 	if err := out.Write(uw); err != nil {
 		return false
 	}
-	resp, err := http.ReadResponse(ubr, out)
-	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
-		return false
+	for {
+		resp, err := http.ReadResponse(ubr, out)
+		if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
+			return false
+		}
+		for _, h := range connectionHeaders(resp.Header) {
+			resp.Header.Del(h)
+		}
+		sc.head(resp)
+		if resp.StatusCode < 200 {
+			_ = resp.Body.Close()
+			if _, err := fmt.Fprintf(cw, "HTTP/1.1 %s\r\n", resp.Status); err != nil {
+				return false
+			}
+			if err := resp.Header.Write(cw); err != nil {
+				return false
+			}
+			if _, err := io.WriteString(cw, "\r\n"); err != nil {
+				return false
+			}
+			continue
+		}
+		settled := !hasBody && !resp.Close && (resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked"))
+		resp.Close = req.Close || !settled
+		resp.Body = sc.body(resp)
+		err = resp.Write(cw)
+		_ = resp.Body.Close()
+		return err == nil && !resp.Close && ubr.Buffered() == 0
 	}
-	defer resp.Body.Close()
-	for _, h := range connectionHeaders(resp.Header) {
-		resp.Header.Del(h)
+}
+
+// tunnelSecrets are the values of the credentials of a tunnel's rules, which nothing the
+// gateway relays to the sandbox may hold.
+func (g *Gateway) tunnelSecrets(rules []*policy.CompiledRule) [][]byte {
+	var out [][]byte
+	for _, r := range rules {
+		if r.Inject == nil {
+			continue
+		}
+		if v, ok := g.cfg.Terminate.Secrets(r.Inject.Secret); ok && len(v) > 0 {
+			out = append(out, v)
+		}
 	}
-	resp.Close = req.Close || resp.Close
-	if err := resp.Write(cw); err != nil {
-		return false
-	}
-	return !resp.Close
+	return out
 }

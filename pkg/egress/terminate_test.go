@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 const testSecret = "Bearer test-secret-0123456789"
@@ -208,4 +210,21 @@ func TestLeafCacheBounded(t *testing.T) {
 	if n := len(tr.leaves); n > maxLeaves {
 		t.Errorf("%d certificates kept, want at most %d", n, maxLeaves)
 	}
+}
+
+// credentialEchoCount is airlock_egress_credential_echoes_total now.
+func credentialEchoCount(t *testing.T) int {
+	t.Helper()
+	registerMetrics()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "airlock_egress_credential_echoes_total" {
+			return int(f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	t.Fatal("no airlock_egress_credential_echoes_total")
+	return 0
 }

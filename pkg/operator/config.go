@@ -102,7 +102,8 @@ type Config struct {
 	// NetworkPolicies let them reach sandboxd, and Reaping claims' pods are stopped through
 	// sandboxd and deleted at once (pkg/sandboxstop).
 	OperatorPeer *sandboxpod.OperatorPeer
-	// EgressCA, when set (--manage-egress-ca), is what the leader's egress CA controller keeps:
-	// the gateway's terminating CA in the operator's namespace and the bundle ConfigMaps.
+	// EgressCA, when set (--manage-egress-ca), is what the leader keeps: the gateway's terminating
+	// CA in the operator's namespace (the egress CA controller) and the bundle ConfigMaps (the CA
+	// bundle distributor).
 	EgressCA *egressca.Config
 }

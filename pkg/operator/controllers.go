@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
+	"github.com/airlock-dev/airlock/pkg/controller/workspacegc"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
@@ -58,14 +59,15 @@ type ControllerContext struct {
 	EgressGateway *sandboxpod.GatewayRef
 	// OperatorPeer turns the operator's stop on (--operator-pod-labels), nil for off.
 	OperatorPeer *sandboxpod.OperatorPeer
-	// EgressCA is what the egress CA controller keeps (its Namespace the operator's), nil for
-	// nothing (--manage-egress-ca unset).
+	// EgressCA is what the egress CA controller keeps (its Namespace the operator's) and the
+	// distributor publishes, nil for nothing (--manage-egress-ca unset).
 	EgressCA *egressca.Config
 	// CABundle is the CA bundle the leader publishes for runtimes; nil when there is none to
 	// publish (--tls-mode=none, or files without --tls-ca-file).
 	CABundle cabundle.Source
-	// CABundleConfigMaps lists and watches only the bundle ConfigMaps
-	// (cabundle.NewConfigMapInformerFactory); like KubeInformers, the term's own.
+	// CABundleConfigMaps lists and watches only the Sandbox API's bundle ConfigMaps
+	// (cabundle.NewConfigMapInformerFactory of cabundle.ConfigMapName); like KubeInformers, the
+	// term's own.
 	CABundleConfigMaps kubeinformers.SharedInformerFactory
 }
 
@@ -86,6 +88,7 @@ type controllerDescriptor struct {
 func newControllerDescriptors() []controllerDescriptor {
 	return []controllerDescriptor{
 		{name: claim.ControllerName, init: startClaimController},
+		{name: workspacegc.ControllerName, init: startWorkspaceGCController},
 		{name: warmpool.ControllerName, init: startPoolController},
 		{name: agentruntime.ControllerName, init: startRuntimeController},
 		{name: cabundle.ControllerName, init: startCABundleController},
@@ -121,25 +124,56 @@ func startClassController(ctx context.Context, cc ControllerContext) (func(ctx c
 	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
-// startCABundleController builds the CA bundle controller; without a bundle to publish it only
-// waits for the end of the term.
+// startCABundleController builds the CA bundle distributor of the bundles there are: the Sandbox
+// API's (cc.CABundle, on the term's CABundleConfigMaps) and the egress CA's (cc.EgressCA, on
+// informers of its own: the one Secret, the bundle ConfigMaps; started and stopped with it);
+// without either it only waits for the end of the term.
 func startCABundleController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
-	if cc.CABundle == nil {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	var bundles []cabundle.Bundle
+	var own []kubeinformers.SharedInformerFactory
+	if cc.CABundle != nil {
+		bundles = append(bundles, cabundle.SandboxAPIBundle(cc.CABundle, airlock.AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps()))
+	}
+	if cc.EgressCA != nil {
+		secrets := egressca.NewSecretInformerFactory(cc.KubeClient, cc.EgressCA.Namespace)
+		configMaps := cabundle.NewConfigMapInformerFactory(cc.KubeClient, cc.EgressCA.ConfigMapName, cabundle.EgressLabelBundle)
+		source, err := egressca.NewBundleSource(secrets.Core().V1().Secrets(), cc.EgressCA.Namespace, cc.EgressCA.Roots)
+		if err != nil {
+			return nil, err
+		}
+		bundles = append(bundles, cabundle.EgressBundle(cc.EgressCA.ConfigMapName, source, source.HasSynced, airlock.SandboxClaims(), configMaps.Core().V1().ConfigMaps(), egressca.ControllerName))
+		own = append(own, secrets, configMaps)
+	}
+	if len(bundles) == 0 {
 		return func(ctx context.Context) error {
 			<-ctx.Done()
 			return nil
 		}, nil
 	}
-	c, err := cabundle.NewController(cc.KubeClient, cc.AirlockInformers.Airlock().V1alpha1().AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps(), cc.CABundle)
+	c, err := cabundle.NewController(cc.KubeClient, bundles...)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
+	return func(ctx context.Context) error {
+		stop := make(chan struct{})
+		for _, f := range own {
+			f.Start(stop)
+		}
+		defer func() {
+			close(stop)
+			for _, f := range own {
+				f.Shutdown()
+			}
+		}()
+		// A ConfigMap per bundle and namespace, written rarely: one worker.
+		return c.Run(ctx, 1)
+	}, nil
 }
 
-// startEgressCAController builds the egress CA controller on informers of its own (the one
-// Secret, the bundle ConfigMaps; started and stopped with it) and the shared claims; without
-// --manage-egress-ca it only waits for the end of the term.
+// startEgressCAController builds the egress CA controller on an informer of its own (the one
+// Secret; started and stopped with it); without --manage-egress-ca it only waits for the end of
+// the term.
 func startEgressCAController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
 	if cc.EgressCA == nil {
 		return func(ctx context.Context) error {
@@ -148,25 +182,18 @@ func startEgressCAController(ctx context.Context, cc ControllerContext) (func(ct
 		}, nil
 	}
 	secrets := egressca.NewSecretInformerFactory(cc.KubeClient, cc.EgressCA.Namespace)
-	configMaps := egressca.NewConfigMapInformerFactory(cc.KubeClient, cc.EgressCA.ConfigMapName)
-	c, err := egressca.NewController(cc.KubeClient, egressca.Informers{
-		Secrets:    secrets.Core().V1().Secrets(),
-		ConfigMaps: configMaps.Core().V1().ConfigMaps(),
-		Claims:     cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
-	}, *cc.EgressCA)
+	c, err := egressca.NewController(cc.KubeClient, secrets.Core().V1().Secrets(), *cc.EgressCA)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		stop := make(chan struct{})
 		secrets.Start(stop)
-		configMaps.Start(stop)
 		defer func() {
 			close(stop)
 			secrets.Shutdown()
-			configMaps.Shutdown()
 		}()
-		// One Secret and a ConfigMap per namespace, written rarely: one worker.
+		// One Secret, written rarely: one worker.
 		return c.Run(ctx, 1)
 	}, nil
 }
@@ -174,7 +201,7 @@ func startEgressCAController(ctx context.Context, cc ControllerContext) (func(ct
 // startRuntimeController builds the AgentRuntime status controller.
 func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
 	airlock := cc.AirlockInformers.Airlock().V1alpha1()
-	c, err := agentruntime.NewController(ctx, cc.AirlockClient, airlock.AgentRuntimes(), airlock.ToolRegistries(), airlock.SandboxClasses(), airlock.SandboxClaims())
+	c, err := agentruntime.NewController(ctx, cc.AirlockClient, airlock.AgentRuntimes(), airlock.ToolRegistries(), airlock.SandboxClasses(), airlock.SandboxClaims(), cc.KubeInformers.Batch().V1().Jobs())
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +267,24 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	c.SetEgressGateway(cc.EgressGateway)
 	c.SetOperatorPeer(cc.OperatorPeer)
 	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
+}
+
+// startWorkspaceGCController builds the controller that collects kept workspaces, on the
+// filtered Job and Pod informers (records and the claims' pods carry LabelClaim).
+func startWorkspaceGCController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	airlock := cc.AirlockInformers.Airlock().V1alpha1()
+	c, err := workspacegc.NewController(ctx, cc.KubeClient, cc.EventClient, cc.AirlockClient, workspacegc.Informers{
+		Jobs:     cc.KubeInformers.Batch().V1().Jobs(),
+		Pods:     cc.KubeInformers.Core().V1().Pods(),
+		Claims:   airlock.SandboxClaims(),
+		Runtimes: airlock.AgentRuntimes(),
+		Classes:  airlock.SandboxClasses(),
+	}, cc.SyncImage)
+	if err != nil {
+		return nil, err
+	}
+	// Records are few and their collections rare: one worker, as the claim controller ran it.
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
 // runControllers builds and runs the controllers until ctx is done, then waits for them all to

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -10,13 +11,17 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // TestEgressCAControllerWired: with Config.EgressCA the leader runs the egress CA controller in
-// the operator's namespace: it makes the Secret there and the bundle in a claim's namespace;
-// stopping the operator stops it (and its informers).
+// the operator's namespace, which makes the Secret there, and the CA bundle distributor, which
+// publishes its bundle in a claim's namespace; stopping the operator stops them (and their
+// informers).
 func TestEgressCAControllerWired(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -31,7 +36,8 @@ func TestEgressCAControllerWired(t *testing.T) {
 	air := airlockfake.NewSimpleClientset(claim)
 	cfg := newTestConfig(kube, air)
 	cfg.EgressCA = &egressca.Config{ConfigMapName: egressca.DefaultConfigMapName, Policy: egressca.DefaultPolicy()}
-	_, done := startOperator(t, ctx, cfg, controllerDescriptor{name: egressca.ControllerName, init: startEgressCAController})
+	_, done := startOperator(t, ctx, cfg, controllerDescriptor{name: egressca.ControllerName, init: startEgressCAController},
+		controllerDescriptor{name: cabundle.ControllerName, init: startCABundleController})
 
 	wctx, wcancel := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer wcancel()
@@ -45,6 +51,46 @@ func TestEgressCAControllerWired(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("waiting for the Secret in %s and the bundle in team-a: %v", testLeaseNamespace, err)
+	}
+	cancel()
+	if err := waitForResult(t, done); err != nil {
+		t.Errorf("run after cancel: %v, want nil", err)
+	}
+}
+
+// TestProxyKeyWritten: with an egress gateway (--egress-gateway-service) the operator writes the
+// gateway's proxy key Secret, derived from its token key and not that key; stopping the operator
+// stops the writer.
+func TestProxyKeyWritten(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube, air := newFakes()
+	cfg := newTestConfig(kube, air)
+	cfg.EgressGateway = &sandboxpod.GatewayRef{Namespace: testLeaseNamespace, Name: "airlock-egress", Port: 3128}
+	_, done := startOperator(t, ctx, cfg)
+
+	wctx, wcancel := context.WithTimeout(ctx, wait.ForeverTestTimeout)
+	defer wcancel()
+	var proxyKey, key []byte
+	err := wait.PollUntilContextCancel(wctx, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := kube.CoreV1().Secrets(testLeaseNamespace).Get(ctx, claimtoken.ProxySecretName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		k, err := kube.CoreV1().Secrets(testLeaseNamespace).Get(ctx, claimtoken.SecretName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		proxyKey, key = p.Data[claimtoken.KeyField], k.Data[claimtoken.KeyField]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the proxy key Secret: %v", err)
+	}
+	want, err := claimtoken.ProxyKey(key)
+	if err != nil || !bytes.Equal(proxyKey, want) || bytes.Equal(proxyKey, key) {
+		t.Errorf("proxy key %x, want ProxyKey of the token key %x (%v)", proxyKey, want, err)
 	}
 	cancel()
 	if err := waitForResult(t, done); err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"sync"
@@ -62,7 +63,11 @@ type operator struct {
 	// serviceInformers caches every Service of the cluster, stripped to selector and ports
 	// (claim.StripService): the claim controller opens NetworkPolicies to the allowed ones.
 	serviceInformers kubeinformers.SharedInformerFactory
-	readiness        *readiness
+	// keptInformers caches the kept workspaces' records (Jobs labelled as records) on every
+	// replica: the Sandbox API reads a legacy record from the API server only when it may exist
+	// (sandboxapi.Config.KeptRecordCache).
+	keptInformers kubeinformers.SharedInformerFactory
+	readiness     *readiness
 	// tokens holds the claim token key (a Secret in the operator's namespace).
 	tokens *claimtoken.Source
 	// secretInformers caches the one Secret of the self-signed serving certificate, and issuer
@@ -92,9 +97,10 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 			airlockinformers.WithTransform(stripManagedFields)),
 		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 			kubeinformers.WithTransform(sandboxpod.StripService)),
-		watchdog:    leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
-		controllers: newControllerDescriptors(),
-		tokens:      claimtoken.NewSource(cfg.KubeClient, cfg.Namespace),
+		keptInformers: newKeptRecordInformers(cfg.KubeClient),
+		watchdog:      leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTimeout),
+		controllers:   newControllerDescriptors(),
+		tokens:        claimtoken.NewSource(cfg.KubeClient, cfg.Namespace),
 	}
 
 	// Every replica keeps these caches: the Sandbox API answers from them, and the leader's
@@ -106,8 +112,9 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		{name: "agentruntimes", informer: airlock.AgentRuntimes().Informer()},
 		{name: "sandboxclaims", informer: airlock.SandboxClaims().Informer()},
 		{name: "allowedservices", informer: o.serviceInformers.Core().V1().Services().Informer()},
+		{name: "keptworkspaces", informer: o.keptInformers.Batch().V1().Jobs().Informer()},
 	}}
-	api, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.tokens)
+	api, err := newSandboxAPI(ctx, cfg, o.airlockInformers, o.keptInformers.Batch().V1().Jobs(), o.tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +273,7 @@ func (o *operator) run(ctx context.Context) error {
 	stopInformers()
 	o.airlockInformers.Shutdown()
 	o.serviceInformers.Shutdown()
+	o.keptInformers.Shutdown()
 	if o.secretInformers != nil {
 		o.secretInformers.Shutdown()
 	}
@@ -300,7 +308,13 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 	if _, err := o.tokens.Key(ctx); err != nil {
 		logger.Error(err, "Cannot read or create the claim token key yet: the Sandbox API answers 503 until it can", "secret", klog.KRef(o.cfg.Namespace, claimtoken.SecretName))
 	}
+	if o.cfg.EgressGateway != nil {
+		// The gateway's proxy key, derived from the token key (the gateway never reads that one);
+		// every replica writes the same value, retried until it is written.
+		o.issuing.Go(func() { o.ensureProxyKey(issuerCtx) })
+	}
 	o.serviceInformers.Start(informersDone) // allowed Services: ready on every replica, for the next leader
+	o.keptInformers.Start(informersDone)    // kept workspaces' records: the Sandbox API's
 
 	cc := ControllerContext{
 		KubeClient:        o.cfg.KubeClient,
@@ -326,7 +340,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 	lead := func(ctx context.Context) error {
 		term := cc
 		term.KubeInformers = newChildInformers(o.cfg.KubeClient)
-		term.CABundleConfigMaps = cabundle.NewConfigMapInformerFactory(o.cfg.KubeClient)
+		term.CABundleConfigMaps = cabundle.NewConfigMapInformerFactory(o.cfg.KubeClient, cabundle.ConfigMapName, cabundle.LabelBundle)
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
 		defer term.CABundleConfigMaps.Shutdown()
@@ -356,6 +370,16 @@ func newChildInformers(client kubernetes.Interface) kubeinformers.SharedInformer
 	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.LabelClaim }),
 		kubeinformers.WithTransform(childTransform))
+}
+
+// newKeptRecordInformers returns an informer factory that lists and watches only the kept
+// workspaces' records (labelled airlock.dev/kept-workspace=true): a handful of Jobs at most.
+func newKeptRecordInformers(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
+	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = airlockv1alpha1.LabelKeptWorkspace + "=" + airlockv1alpha1.LabelValueKeptWorkspace
+		}),
+		kubeinformers.WithTransform(stripManagedFields))
 }
 
 // stripManagedFields is the transform of the operator's caches: managed fields are never read,
@@ -455,4 +479,19 @@ func (o *operator) eventClient() kubernetes.Interface {
 		return o.cfg.EventClient
 	}
 	return o.cfg.KubeClient
+}
+
+// ensureProxyKey writes the egress gateway's proxy key Secret (claimtoken.ProxySecretName),
+// retrying with backoff until it is written or ctx ends: until then the gateway refuses every
+// request (not_synced).
+func (o *operator) ensureProxyKey(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 2 * time.Minute}
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		if err := o.tokens.EnsureProxyKey(ctx); err != nil {
+			logger.Error(err, "Cannot write the egress gateway's proxy key yet: the gateway refuses every request until it can", "secret", klog.KRef(o.cfg.Namespace, claimtoken.ProxySecretName))
+			return false, nil
+		}
+		return true, nil
+	})
 }

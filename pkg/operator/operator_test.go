@@ -255,11 +255,12 @@ func TestReadinessHandler(t *testing.T) {
 	}
 
 	// No Secret informer: the operator may not list Secrets outside its namespace.
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: agentruntimes, allowedservices, sandboxclaims, sandboxclasses, toolregistries\n") {
-		t.Errorf("before the informers start: %d %q, want 503 listing the five informers (no Secrets)", code, body)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "informers not synced: agentruntimes, allowedservices, keptworkspaces, sandboxclaims, sandboxclasses, toolregistries\n") {
+		t.Errorf("before the informers start: %d %q, want 503 listing the six informers (no Secrets)", code, body)
 	}
 
 	o.airlockInformers.Start(ctx.Done())
+	o.keptInformers.Start(ctx.Done())
 	syncCtx, cancelSync := context.WithTimeout(ctx, wait.ForeverTestTimeout)
 	defer cancelSync()
 	var others []cache.InformerSynced
@@ -288,6 +289,7 @@ func TestReadinessHandler(t *testing.T) {
 	}
 	cancel()
 	o.airlockInformers.Shutdown()
+	o.keptInformers.Shutdown()
 	o.serviceInformers.Shutdown()
 }
 

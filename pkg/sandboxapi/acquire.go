@@ -18,6 +18,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // target is what a request names, resolved against the cache.
@@ -139,7 +140,7 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 		// One directory per runtime (name and UID), session and handle: shared by a claim and
 		// its replacement, never by two handles of one session, nor by two runtimes that use
 		// one session id (two writers).
-		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, claimname.WorkspaceHash(rt.Name, string(rt.UID), session, handle))
+		c.Spec.WorkspaceDir = fmt.Sprintf("%s/sandboxes/sessions/%s", ns, workspace.SessionDirName(rt.Name, string(rt.UID), session, handle))
 	default:
 		// One directory per claim and runtime UID (workspace.go); chooseWorkspace may give it
 		// the legacy directory of a kept workspace of the runtime.
@@ -476,6 +477,9 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 		Phase:     string(airlockv1alpha1.ClaimBound),
 		Addresses: make([]client.Address, 0, len(c.Status.Addresses)),
 		Headers:   map[string]string{"Authorization": "Bearer " + token},
+		Warm:      fresh.Status.Warm != nil,
+		// The runtime's idle timeout, so that a client's renewals follow it (pkg/client.Session).
+		IdleTimeoutSeconds: int64(admission.IdleTimeout(a.t.runtime) / time.Second),
 	}
 	for _, addr := range c.Status.Addresses {
 		resp.Addresses = append(resp.Addresses, client.Address{Name: addr.Name, URL: addr.URL})

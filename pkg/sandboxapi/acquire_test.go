@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // TestAcquireCreatesClaim: the claim the API creates, for each kind of workspace.
@@ -34,7 +35,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 		},
 		"session workspace": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", Workspace: airlockv1alpha1.WorkspaceSession},
-			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testRuntime, "rt-uid", testSession, testHandle),
+			wantWorkspaceDir: testNS + "/sandboxes/sessions/" + workspace.SessionDirName(testRuntime, "rt-uid", testSession, testHandle),
 		},
 		"mount role": {
 			entry:            airlockv1alpha1.RegistrySandbox{Name: "codegen", Class: "codegen", TargetPath: "out/codegen", MountRole: "repo"},
@@ -97,7 +98,7 @@ func TestAcquireSessionWorkspace(t *testing.T) {
 			t.Errorf("two handles of one session share the directory %q", dirs["codegen/default"])
 		}
 		for handle, dir := range dirs {
-			if want := testNS + "/sandboxes/sessions/" + claimname.WorkspaceHash(testRuntime, "rt-uid", testSession, handle); dir != want {
+			if want := testNS + "/sandboxes/sessions/" + workspace.SessionDirName(testRuntime, "rt-uid", testSession, handle); dir != want {
 				t.Errorf("handle %s: directory %q, want %q", handle, dir, want)
 			}
 		}
@@ -134,6 +135,8 @@ func TestAcquireBound(t *testing.T) {
 		Claim: c.Name, Phase: "Bound",
 		Addresses: []client.Address{{Name: "mcp", URL: c.Status.Addresses[0].URL}, {Name: "debug", URL: c.Status.Addresses[1].URL}},
 		Headers:   map[string]string{"Authorization": "Bearer " + claimToken(t, c)},
+		// The runtime's idle timeout, so that a client renews in time.
+		IdleTimeoutSeconds: 600, // the fixture runtime's 10m
 	}
 	if diff := cmp.Diff(want, decodeBody[client.AcquireResponse](t, rec)); diff != "" {
 		t.Errorf("answer (-want +got):\n%s", diff)
@@ -143,7 +146,7 @@ func TestAcquireBound(t *testing.T) {
 	}
 }
 
-// TestAcquireBoundWarm: a claim that adopted a warm member is answered with the member's
+// TestAcquireBoundWarm: a claim that adopted a warm member is answered warm, with the member's
 // adoption token, which carries the claim's UID and its recorded tool list and verifies only with
 // that member's key; a warm claim without a recorded tool list gets 503, never a token.
 func TestAcquireBoundWarm(t *testing.T) {
@@ -156,6 +159,9 @@ func TestAcquireBoundWarm(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 	}
 	got := decodeBody[client.AcquireResponse](t, rec)
+	if !got.Warm {
+		t.Error("the answer of a claim that adopted a warm member does not say warm")
+	}
 	token, ok := strings.CutPrefix(got.Headers["Authorization"], "Bearer ")
 	if !ok {
 		t.Fatalf("Authorization %q", got.Headers["Authorization"])

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -118,7 +119,9 @@ type fixture struct {
 
 	runtimes, registries, classes, claims cache.Indexer
 	claimEvents                           *fakeEvents
-	tokens                                *fakeTokens
+	// jobs is the replica's cache of kept workspaces' records (Config.KeptRecordCache).
+	jobs   cache.Indexer
+	tokens *fakeTokens
 	// logs holds what the server logged (the audit lines among it).
 	logs ktesting.Buffer
 
@@ -208,6 +211,7 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 		classes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		claims:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		claimEvents: &fakeEvents{},
+		jobs:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		tokens:      &fakeTokens{},
 		logs:        logger.GetSink().(ktesting.Underlier).GetBuffer(),
 		waiting:     make(chan struct{}, 1000),
@@ -259,17 +263,18 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 		claimLister, claimEvents = informer.Lister(), informer.Informer()
 	}
 	s, err := NewServer(ctx, Config{
-		KubeClient:    f.kube,
-		AirlockClient: f.airlock,
-		Runtimes:      airlocklisters.NewAgentRuntimeLister(f.runtimes),
-		Registries:    airlocklisters.NewToolRegistryLister(f.registries),
-		Classes:       airlocklisters.NewSandboxClassLister(f.classes),
-		Claims:        claimLister,
-		ClaimEvents:   claimEvents,
-		Tokens:        f.tokens,
-		Clock:         f.clock,
-		Audiences:     o.audiences,
-		KeptRecords:   o.keptRecords,
+		KubeClient:      f.kube,
+		AirlockClient:   f.airlock,
+		Runtimes:        airlocklisters.NewAgentRuntimeLister(f.runtimes),
+		Registries:      airlocklisters.NewToolRegistryLister(f.registries),
+		Classes:         airlocklisters.NewSandboxClassLister(f.classes),
+		Claims:          claimLister,
+		ClaimEvents:     claimEvents,
+		Tokens:          f.tokens,
+		Clock:           f.clock,
+		Audiences:       o.audiences,
+		KeptRecords:     o.keptRecords,
+		KeptRecordCache: batchlisters.NewJobLister(f.jobs),
 	})
 	if err != nil {
 		t.Fatal(err)

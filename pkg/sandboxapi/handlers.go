@@ -6,8 +6,9 @@
 //
 // Every request is authenticated with a TokenReview of its bearer token (auth.go) and authorized
 // against the named AgentRuntime's spec.serviceAccountName. Reads come from this replica's
-// informer caches, but for one read of a kept workspace's record when a claim is created
-// (workspace.go); the only API writes are claim creation (a replacement too: the leader links it
+// informer caches (kept workspaces' records too), but for one read of a legacy kept workspace's
+// record when a new claim may resume it (workspace.go: only when the cache shows that record or a
+// claim at its directory was seen lately; never on an ordinary acquire); the only API writes are claim creation (a replacement too: the leader links it
 // to the claim it replaces), renewals' status.lastUsedAt and sessions/close's reap-requested
 // annotation.
 package sandboxapi
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -61,6 +63,12 @@ type Config struct {
 	// KeptRecords reads the record of a kept workspace, to resume one an earlier version named
 	// (workspace.go; NewKeptRecords); nil reads it with KubeClient.
 	KeptRecords KeptRecords
+	// KeptRecordCache is a cache of the kept workspaces' records (a Job informer filtered on
+	// the records' label, on every replica; its HasSynced belongs in Synced): when set, a new
+	// claim's legacy record is read with KeptRecords only if this cache shows a Job of its name,
+	// or a claim at that legacy directory was seen lately (workspace.go, mayHaveLegacyRecord),
+	// so that an acquire costs no API round trip; nil reads every new claim's (tests).
+	KeptRecordCache batchlisters.JobLister
 	// Tokens derives a Bound claim's bearer token from the operator's key (*claimtoken.Source):
 	// the API never reads the claim's Secret. A token it cannot derive is 503, never an answer.
 	Tokens TokenSource
@@ -95,6 +103,8 @@ type Server struct {
 	claims      airlocklisters.SandboxClaimLister
 	tokens      TokenSource
 	keptRecords KeptRecords
+	keptCache   batchlisters.JobLister
+	legacySeen  *legacySeen
 	synced      []cache.InformerSynced
 
 	clock   clock.Clock
@@ -120,6 +130,8 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		claims:        cfg.Claims,
 		tokens:        cfg.Tokens,
 		keptRecords:   cfg.KeptRecords,
+		keptCache:     cfg.KeptRecordCache,
+		legacySeen:    newLegacySeen(cfg.Clock),
 		synced:        cfg.Synced,
 		clock:         cfg.Clock,
 		authn:         newAuthenticator(cfg.KubeClient, cfg.Audiences, cfg.Clock),
@@ -133,6 +145,9 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.ClaimEvents == nil {
 		return nil, errors.New("the Sandbox API needs the sandboxclaims informer")
+	}
+	if _, err := cfg.ClaimEvents.AddEventHandler(s.legacySeen.eventHandler()); err != nil {
+		return nil, err
 	}
 	if _, err := cfg.ClaimEvents.AddEventHandler(s.waiters.eventHandler()); err != nil {
 		return nil, fmt.Errorf("adding the Sandbox API's sandboxclaims event handler: %w", err)

@@ -22,9 +22,6 @@ import (
 	"github.com/airlock-dev/airlock/pkg/client"
 )
 
-// defaultIdleTimeout is spec.sandbox.idleTimeout's default.
-const defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
-
 // eagerInstance is the instance of an eager sandbox's handle: "<sandbox>/default".
 const eagerInstance = "default"
 
@@ -54,11 +51,7 @@ func (s *Server) renew(ctx context.Context, who caller, body io.Reader) (int, an
 		renewals.WithLabelValues("not_bound").Inc()
 		return 0, nil, notBound(c)
 	}
-	idle := defaultIdleTimeout
-	if d := rt.Spec.Sandbox.IdleTimeout; d != nil && d.Duration > 0 {
-		idle = d.Duration
-	}
-	written, err := renewLastUsed(ctx, s.airlockClient, c, idle, s.clock.Now())
+	written, err := renewLastUsed(ctx, s.airlockClient, c, admission.IdleTimeout(rt), s.clock.Now())
 	switch {
 	case errors.Is(err, errNotBound):
 		renewals.WithLabelValues("not_bound").Inc()

@@ -19,6 +19,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // uidHash is the first 8 hex digits of sha256(uid), computed here apart from the code under test.
@@ -28,11 +29,11 @@ func uidHash(uid string) string {
 }
 
 // keptRecord is the record of a kept workspace in dir of the runtime name/uid, as the claim
-// controller writes it (kept.go: buildKeptJob).
+// controller writes it (workspace.Record).
 func keptRecord(dir, runtimeName, runtimeUID string) *batchv1.Job {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: claimname.KeptRecordName(dir), Namespace: testNS, UID: "uid-record",
+			Name: workspace.RecordName(dir), Namespace: testNS, UID: "uid-record",
 			Labels: map[string]string{
 				airlockv1alpha1.LabelClaim: "agent-earlier", airlockv1alpha1.LabelRuntime: runtimeName,
 				airlockv1alpha1.LabelKeptWorkspace: airlockv1alpha1.LabelValueKeptWorkspace,
@@ -46,14 +47,85 @@ func keptRecord(dir, runtimeName, runtimeUID string) *batchv1.Job {
 	}
 }
 
-// addJobs puts Jobs into the fake API server.
+// addJobs puts Jobs into the fake API server and the replica's cache of records.
 func (f *fixture) addJobs(jobs ...*batchv1.Job) {
+	f.t.Helper()
+	f.addJobsUncached(jobs...)
+	for _, j := range jobs {
+		mustAdd(f.t, f.jobs, j)
+	}
+}
+
+// addJobsUncached puts Jobs into the fake API server only: the cache has not shown them yet.
+func (f *fixture) addJobsUncached(jobs ...*batchv1.Job) {
 	f.t.Helper()
 	for _, j := range jobs {
 		if _, err := f.kube.BatchV1().Jobs(j.Namespace).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
 			f.t.Fatal(err)
 		}
 	}
+}
+
+// jobLists counts the Job lists the Sandbox API sent to the API server.
+func (f *fixture) jobLists() int {
+	n := 0
+	for _, a := range f.kube.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "jobs" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAcquireListsNoJobs: an acquire that creates a claim, with no record of its legacy directory
+// in the replica's cache and no claim seen there, reads nothing from the API server: before issue
+// 40 every such acquire listed Jobs (a consistent list) before creating its claim.
+func TestAcquireListsNoJobs(t *testing.T) {
+	f := newFixture(t, baseObjects()...)
+	name := claimname.For(testRuntime, testSession, testHandle)
+	if got, want := f.acquiredDir(), testNS+"/sandboxes/"+name+"-"+uidHash("rt-uid"); got != want {
+		t.Errorf("workspace %q, want %q", got, want)
+	}
+	if n := f.jobLists(); n != 0 {
+		t.Errorf("%d Job lists on the API server, want none", n)
+	}
+}
+
+// TestLegacyRecordNotCachedYet: a record the replica's cache does not show yet is still read, and
+// resumed, when a claim of that name was seen at the legacy directory (it kept its workspace
+// there a moment ago, and was deleted); without such a claim, the uncached record is not looked
+// for.
+func TestLegacyRecordNotCachedYet(t *testing.T) {
+	name := claimname.For(testRuntime, testSession, testHandle)
+	legacy := testNS + "/sandboxes/" + name
+	t.Run("a claim at the legacy directory seen and deleted", func(t *testing.T) {
+		f := newFixture(t, baseObjects()...)
+		f.addJobsUncached(keptRecord(legacy, testRuntime, "rt-uid"))
+		earlier := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimReaping)
+		earlier.Spec.WorkspaceDir = legacy
+		f.claimEvents.fire(nil, earlier)
+		f.claimEvents.fire(earlier, nil)
+		if got := f.acquiredDir(); got != legacy {
+			t.Errorf("workspace %q, want the legacy kept one %q", got, legacy)
+		}
+		if n := f.jobLists(); n != 1 {
+			t.Errorf("%d Job lists on the API server, want 1", n)
+		}
+	})
+	t.Run("seen too long ago", func(t *testing.T) {
+		f := newFixture(t, baseObjects()...)
+		f.addJobsUncached(keptRecord(legacy, testRuntime, "rt-uid"))
+		earlier := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimReaping)
+		earlier.Spec.WorkspaceDir = legacy
+		f.claimEvents.fire(earlier, nil)
+		f.clock.Step(legacySeenTTL + time.Second)
+		if got := f.acquiredDir(); got == legacy {
+			t.Errorf("workspace %q: an uncached record looked for long after its claim", got)
+		}
+		if n := f.jobLists(); n != 0 {
+			t.Errorf("%d Job lists on the API server, want none", n)
+		}
+	})
 }
 
 // acquiredDir acquires testHandle (wait 0) and returns the created claim's workspace directory.
@@ -190,12 +262,21 @@ func (r failingRecords) KeptRecord(context.Context, string, string) (*batchv1.Jo
 	return nil, r.err
 }
 
-// TestClaimWorkspaceRecordReadFails: when the record cannot be read (the API server down, or the
-// read forbidden), the acquire fails with 503 and creates no claim: no directory is guessed.
+// cacheLegacyRecord puts a record of the legacy directory of the acquire's claim into the
+// replica's cache only, so that the acquire reads it from the API server (KeptRecords).
+func (f *fixture) cacheLegacyRecord() {
+	f.t.Helper()
+	mustAdd(f.t, f.jobs, keptRecord(testNS+"/sandboxes/"+claimname.For(testRuntime, testSession, testHandle), testRuntime, "rt-uid"))
+}
+
+// TestClaimWorkspaceRecordReadFails: when the record, which the cache shows, cannot be read (the
+// API server down, or the read forbidden), the acquire fails with 503 and creates no claim: no
+// directory is guessed.
 func TestClaimWorkspaceRecordReadFails(t *testing.T) {
 	forbidden := apierrors.NewForbidden(batchv1.Resource("jobs"), "", errors.New("RBAC: list jobs is not allowed"))
 	t.Run("a KeptRecords that fails", func(t *testing.T) {
 		f := newFixtureWithOptions(t, fixtureOptions{keptRecords: failingRecords{err: errors.New("connection refused")}}, baseObjects()...)
+		f.cacheLegacyRecord()
 		e := wantError(t, f.acquire(0), http.StatusServiceUnavailable, client.CodeUnavailable, "")
 		t.Logf("answer: %s", e.Message)
 		if n := len(actionsOf(f.airlock.Actions(), "create")); n != 0 {
@@ -204,6 +285,7 @@ func TestClaimWorkspaceRecordReadFails(t *testing.T) {
 	})
 	t.Run("the API server's list forbidden", func(t *testing.T) {
 		f := newFixture(t, baseObjects()...)
+		f.cacheLegacyRecord()
 		f.kube.PrependReactor("list", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, forbidden })
 		wantError(t, f.acquire(0), http.StatusServiceUnavailable, client.CodeUnavailable, "")
 		if n := len(actionsOf(f.airlock.Actions(), "create")); n != 0 {
@@ -223,7 +305,7 @@ func TestAPIKeptRecordsReadsByName(t *testing.T) {
 	if err != nil || got.Name != mine.Name {
 		t.Errorf("KeptRecord(%s) = %v, %v", mine.Name, got, err)
 	}
-	if _, err := r.KeptRecord(context.Background(), testNS, claimname.KeptRecordName(testNS+"/sandboxes/c")); !apierrors.IsNotFound(err) {
+	if _, err := r.KeptRecord(context.Background(), testNS, workspace.RecordName(testNS+"/sandboxes/c")); !apierrors.IsNotFound(err) {
 		t.Errorf("a record that is not there: %v, want NotFound", err)
 	}
 	var lists []k8stesting.ListActionImpl
@@ -250,8 +332,9 @@ func (r fixedRecords) KeptRecord(context.Context, string, string) (*batchv1.Job,
 func TestClaimWorkspaceRecordOfAnotherName(t *testing.T) {
 	legacy := testNS + "/sandboxes/" + claimname.For(testRuntime, testSession, testHandle)
 	j := keptRecord(legacy, testRuntime, "rt-uid")
-	j.Name = claimname.KeptRecordName(testNS + "/sandboxes/elsewhere")
+	j.Name = workspace.RecordName(testNS + "/sandboxes/elsewhere")
 	f := newFixtureWithOptions(t, fixtureOptions{keptRecords: fixedRecords{job: j}}, baseObjects()...)
+	f.cacheLegacyRecord() // the answer is read
 	if got := f.acquiredDir(); got == legacy {
 		t.Errorf("workspace %q: a record of another name was resumed", got)
 	}

@@ -16,6 +16,9 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 )
 
 // A light MCP client for the benchmarks: the same code for every server and
@@ -43,7 +46,7 @@ func (c sdkCaller) callTool(ctx context.Context, tool string, args map[string]an
 	if err != nil {
 		return "", false, err
 	}
-	return contentText(res), res.IsError, nil
+	return sandboxdtest.ContentText(res), res.IsError, nil
 }
 
 // rawRequest and rawResponse are the JSON-RPC messages of the light client.
@@ -125,7 +128,7 @@ func connectRawStreamable(b testing.TB, endpoint, version string) *rawStreamable
 	b.Helper()
 	c := &rawStreamable{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, endpoint: endpoint, version: version}
 	b.Cleanup(c.hc.CloseIdleConnections)
-	if version >= protocolStateless {
+	if version >= wire.ProtocolStateless {
 		return c
 	}
 	init := rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "initialize", Params: map[string]any{
@@ -151,7 +154,7 @@ func (c *rawStreamable) id() int64 { c.nextID++; return c.nextID }
 
 func (c *rawStreamable) callTool(ctx context.Context, tool string, args map[string]any) (string, bool, error) {
 	params := rawCallParams{Name: tool, Arguments: args}
-	if c.version >= protocolStateless {
+	if c.version >= wire.ProtocolStateless {
 		params.Meta = &rawMeta{ProtocolVersion: c.version, ClientInfo: benchClientInfo}
 	}
 	resp, err := c.post(ctx, rawRequest{JSONRPC: "2.0", ID: c.id(), Method: "tools/call", Params: params}, "tools/call", tool)
@@ -208,7 +211,7 @@ func (c *rawStreamable) exchange(ctx context.Context, msg rawRequest, method, na
 	if method != "initialize" {
 		req.Header.Set("Mcp-Protocol-Version", c.version)
 	}
-	if c.version >= protocolStateless {
+	if c.version >= wire.ProtocolStateless {
 		req.Header.Set("Mcp-Method", method)
 		if name != "" {
 			req.Header.Set("Mcp-Name", name)
@@ -394,10 +397,10 @@ func BenchmarkRawCall(b *testing.B) {
 		connect func(b *testing.B) benchCaller
 	}{
 		{"sse", func(b *testing.B) benchCaller { return connectRawSSE(b, ts.url) }},
-		{"mcp", func(b *testing.B) benchCaller { return connectRawStreamable(b, ts.url+"/mcp", protocolStateless) }},
+		{"mcp", func(b *testing.B) benchCaller { return connectRawStreamable(b, ts.url+"/mcp", wire.ProtocolStateless) }},
 		{"mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, ts.url+"/mcp", "2025-11-25") }},
 		{"mcpgo-mcp", func(b *testing.B) benchCaller {
-			return connectRawStreamable(b, mg+mcpgoStatelessPath, protocolStateless)
+			return connectRawStreamable(b, mg+mcpgoStatelessPath, wire.ProtocolStateless)
 		}},
 		{"mcpgo-mcp2025", func(b *testing.B) benchCaller { return connectRawStreamable(b, mg+mcpgoStreamablePath, "2025-11-25") }},
 	} {
@@ -441,9 +444,9 @@ func TestRawBenchClient(t *testing.T) {
 	mg := startMCPGoServer(t, ws)
 	callers := map[string]benchCaller{
 		"sandboxd-sse":     connectRawSSE(t, ts.url),
-		"sandboxd-mcp":     connectRawStreamable(t, ts.url+"/mcp", protocolStateless),
+		"sandboxd-mcp":     connectRawStreamable(t, ts.url+"/mcp", wire.ProtocolStateless),
 		"sandboxd-mcp2025": connectRawStreamable(t, ts.url+"/mcp", "2025-11-25"),
-		"mcpgo-mcp":        connectRawStreamable(t, mg+mcpgoStatelessPath, protocolStateless),
+		"mcpgo-mcp":        connectRawStreamable(t, mg+mcpgoStatelessPath, wire.ProtocolStateless),
 		"mcpgo-mcp2025":    connectRawStreamable(t, mg+mcpgoStreamablePath, "2025-11-25"),
 	}
 	want := "     1\tpackage main\n     2\t\n     3\tfunc main() {}\n"
@@ -458,7 +461,7 @@ func TestRawBenchClient(t *testing.T) {
 			t.Errorf("%s: Read of a missing file = tool error %v, %v; want a tool error", name, isError, err)
 		}
 	}
-	if got := ts.streamable.direct.taken.Load(); got < 8 {
+	if got := ts.streamable.DirectTaken(); got < 8 {
 		t.Errorf("the direct path of /mcp took %d of the light client's 8 calls", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -58,7 +59,7 @@ func benchmarkCalls(b *testing.B, transport string, sessions int, tool string, a
 		} else {
 			clients[i] = connectStreamable(b, ts.url, nil)
 		}
-		callOK(b, clients[i], tool, args) // warm up
+		sandboxdtest.CallOK(b, clients[i], tool, args) // warm up
 	}
 
 	var next atomic.Int64

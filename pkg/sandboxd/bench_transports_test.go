@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 )
 
 // BenchmarkSideBySideStreamable measures Streamable HTTP (/mcp) against
@@ -51,9 +53,9 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 			b.Run("client=raw", func(b *testing.B) {
 				all := []*contender{
 					{label: "sandboxd-sse", c: connectRawSSE(b, sd.url)},
-					{label: "sandboxd-mcp", c: connectRawStreamable(b, sd.url+"/mcp", protocolStateless)},
+					{label: "sandboxd-mcp", c: connectRawStreamable(b, sd.url+"/mcp", wire.ProtocolStateless)},
 					{label: "sandboxd-mcp2025", c: connectRawStreamable(b, sd.url+"/mcp", "2025-11-25")},
-					{label: "mcpgo-mcp", c: connectRawStreamable(b, mgURL+mcpgoStatelessPath, protocolStateless)},
+					{label: "mcpgo-mcp", c: connectRawStreamable(b, mgURL+mcpgoStatelessPath, wire.ProtocolStateless)},
 					{label: "mcpgo-mcp2025", c: connectRawStreamable(b, mgURL+mcpgoStreamablePath, "2025-11-25")},
 				}
 				all = append(all, startFloorProcesses(b, sd.url+"/mcp", c.tool, c.args)...)
@@ -63,9 +65,9 @@ func BenchmarkSideBySideStreamable(b *testing.B) {
 				old := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 				all := []*contender{
 					{label: "sandboxd-sse", c: sdkCaller{connectSSE(b, sd.url, nil)}},
-					{label: "sandboxd-mcp", c: sdkCaller{connectRevision(b, sd.url+"/mcp", nil, protocolStateless)}},
+					{label: "sandboxd-mcp", c: sdkCaller{connectRevision(b, sd.url+"/mcp", nil, wire.ProtocolStateless)}},
 					{label: "sandboxd-mcp2025", c: sdkCaller{connectRevision(b, sd.url+"/mcp", old, "2025-11-25")}},
-					{label: "mcpgo-mcp", c: sdkCaller{connectRevision(b, mgURL+mcpgoStatelessPath, nil, protocolStateless)}},
+					{label: "mcpgo-mcp", c: sdkCaller{connectRevision(b, mgURL+mcpgoStatelessPath, nil, wire.ProtocolStateless)}},
 					{label: "mcpgo-mcp2025", c: sdkCaller{connectRevision(b, mgURL+mcpgoStreamablePath, old, "2025-11-25")}},
 				}
 				compareTransports(b, all, sd.pid, mgPID, c.tool, c.args)

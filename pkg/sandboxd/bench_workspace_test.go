@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -64,7 +65,7 @@ func BenchmarkSnapshotCreate(b *testing.B) {
 		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: toolnames.SnapshotCreate, Arguments: map[string]any{"label": "bench"}})
 		elapsed := time.Since(t0)
 		if err != nil || res.IsError {
-			b.Fatalf("snapshot_create: %v %s", err, contentText(res))
+			b.Fatalf("snapshot_create: %v %s", err, sandboxdtest.ContentText(res))
 		}
 		return elapsed
 	}
@@ -144,11 +145,11 @@ func BenchmarkFindReferences(b *testing.B) {
 		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: toolnames.FindReferences, Arguments: args})
 		elapsed := time.Since(t0)
 		if err != nil || res.IsError {
-			b.Fatalf("find_references: %v %s", err, contentText(res))
+			b.Fatalf("find_references: %v %s", err, sandboxdtest.ContentText(res))
 		}
 		// 1 declaration + 2 in main + 20 in the packages.
 		if out, ok := res.StructuredContent.(map[string]any); !ok || len(out["references"].([]any)) != 23 {
-			b.Fatalf("find_references answered %s", contentText(res))
+			b.Fatalf("find_references answered %s", sandboxdtest.ContentText(res))
 		}
 		return elapsed
 	}

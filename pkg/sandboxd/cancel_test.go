@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -49,7 +50,7 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 			default:
 				cs = connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 			}
-			direct := ts.sse.directCalls.Load() + ts.streamable.direct.taken.Load()
+			direct := ts.sse.DirectCalls() + ts.streamable.DirectTaken()
 			dir := fmt.Sprintf("c%d", i)
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
@@ -59,7 +60,7 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 				}})
 				done <- err
 			}()
-			pids := []int{readPID(t, filepath.Join(ts.ws, dir, "leader.pid")), readPID(t, filepath.Join(ts.ws, dir, "bg.pid"))}
+			pids := []int{sandboxdtest.ReadPID(t, filepath.Join(ts.ws, dir, "leader.pid")), sandboxdtest.ReadPID(t, filepath.Join(ts.ws, dir, "bg.pid"))}
 			cancel()
 			select {
 			case err := <-done:
@@ -69,13 +70,13 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 			case <-time.After(testTimeout):
 				t.Fatal("CallTool did not return")
 			}
-			waitDead(t, pids...)
-			if n := ts.sse.directCalls.Load() + ts.streamable.direct.taken.Load() - direct; n != 1 {
+			sandboxdtest.WaitDead(t, pids...)
+			if n := ts.sse.DirectCalls() + ts.streamable.DirectTaken() - direct; n != 1 {
 				t.Errorf("direct calls = %d, want 1", n)
 			}
 			waitMetric(t, ts.url, fmt.Sprintf(`airlock_sandboxd_tool_calls_total{result="canceled",tool="Bash"} %d`, i+1))
 			// The session goes on.
-			callOK(t, cs, toolnames.Bash, map[string]any{"command": "true"})
+			sandboxdtest.CallOK(t, cs, toolnames.Bash, map[string]any{"command": "true"})
 		})
 	}
 }
@@ -84,24 +85,24 @@ func TestCancelKillsTheCallsProcesses(t *testing.T) {
 // Bash call runs gets its processes killed and its session freed.
 func TestClientVanishesMidCall(t *testing.T) {
 	ts := startServer(t, Config{}, options{})
-	s, endpoint := rawSession(t, ts)
-	post(t, endpoint, "application/json", initializeRequest, nil)
-	s.next(t)
-	post(t, endpoint, "application/json", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
+	s, endpoint := sandboxdtest.RawSession(t, ts.url)
+	sandboxdtest.Post(t, endpoint, "application/json", sandboxdtest.InitializeRequest, nil)
+	s.Next(t)
+	sandboxdtest.Post(t, endpoint, "application/json", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
 	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait"}}}`
-	if code, _ := post(t, endpoint, "application/json", call, nil); code != http.StatusAccepted {
+	if code, _ := sandboxdtest.Post(t, endpoint, "application/json", call, nil); code != http.StatusAccepted {
 		t.Fatalf("POST tools/call = %d", code)
 	}
-	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
-	if n := ts.sse.directCalls.Load(); n != 1 {
+	pids := []int{sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "leader.pid")), sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	if n := ts.sse.DirectCalls(); n != 1 {
 		t.Fatalf("direct calls = %d, want the Bash call (directcall.go)", n)
 	}
-	s.close() // the client goes away
-	waitDead(t, pids...)
+	s.Close() // the client goes away
+	sandboxdtest.WaitDead(t, pids...)
 	deadline := time.Now().Add(testTimeout)
-	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.Count() != 0 {
+	for ts.sse.Open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.ProcessGroups() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.Count())
+			t.Fatalf("after the client left: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.Open(), countSessions(ts.mcp), ts.tb.ProcessGroups())
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices the disconnect asynchronously
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -47,9 +48,9 @@ func waitGoroutines(t *testing.T, baseline int) {
 func waitIdle(t *testing.T, ts *testServer) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
-	for ts.sse.open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.procs.Count() != 0 {
+	for ts.sse.Open() != 0 || countSessions(ts.mcp) != 0 || ts.tb.ProcessGroups() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("server not idle: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.open(), countSessions(ts.mcp), ts.tb.procs.Count())
+			t.Fatalf("server not idle: %d SSE sessions, %d MCP sessions, %d process groups", ts.sse.Open(), countSessions(ts.mcp), ts.tb.ProcessGroups())
 		}
 		time.Sleep(10 * time.Millisecond) // the server notices closed connections asynchronously
 	}
@@ -101,7 +102,7 @@ func TestConcurrentSessions(t *testing.T) {
 					errs <- fmt.Errorf("session %d: %s: %v", i, s.tool, err)
 					return
 				}
-				if got := contentText(res); res.IsError || !strings.HasPrefix(got, s.want) {
+				if got := sandboxdtest.ContentText(res); res.IsError || !strings.HasPrefix(got, s.want) {
 					errs <- fmt.Errorf("session %d: %s answered %q (isError %v), want %q", i, s.tool, got, res.IsError, s.want)
 					return
 				}
@@ -112,7 +113,7 @@ func TestConcurrentSessions(t *testing.T) {
 	if n := countSessions(ts.mcp); n != sessions {
 		t.Errorf("%d MCP sessions open at once, want %d", n, sessions)
 	}
-	if n := ts.sse.open(); n != sessions/2 {
+	if n := ts.sse.Open(); n != sessions/2 {
 		t.Errorf("%d SSE streams open at once, want %d", n, sessions/2)
 	}
 	close(release)
@@ -136,18 +137,18 @@ func TestVanishingClientsFreeEverything(t *testing.T) {
 
 	var pids []int
 	for i := range clients {
-		s, endpoint := rawSession(t, ts)
-		post(t, endpoint, "application/json", initializeRequest, nil)
-		s.next(t)
-		post(t, endpoint, "application/json", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
+		s, endpoint := sandboxdtest.RawSession(t, ts.url)
+		sandboxdtest.Post(t, endpoint, "application/json", sandboxdtest.InitializeRequest, nil)
+		s.Next(t)
+		sandboxdtest.Post(t, endpoint, "application/json", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
 		call := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"sleep 300 & echo $! > v%d.pid; wait"}}}`, i)
-		if code, _ := post(t, endpoint, "application/json", call, nil); code != http.StatusAccepted {
+		if code, _ := sandboxdtest.Post(t, endpoint, "application/json", call, nil); code != http.StatusAccepted {
 			t.Fatalf("client %d: tools/call POST = %d", i, code)
 		}
-		pids = append(pids, readPID(t, filepath.Join(ts.ws, fmt.Sprintf("v%d.pid", i))))
-		s.close() // gone, mid-call
+		pids = append(pids, sandboxdtest.ReadPID(t, filepath.Join(ts.ws, fmt.Sprintf("v%d.pid", i))))
+		s.Close() // gone, mid-call
 	}
-	waitDead(t, pids...)
+	sandboxdtest.WaitDead(t, pids...)
 	waitIdle(t, ts)
 	waitGoroutines(t, baseline)
 }

@@ -10,6 +10,35 @@
 // pkg/toolnames is the one list of the tools (a test there checks the list
 // above against it). docs/sandboxd-tools.md is the user's view.
 //
+// # Layers
+//
+// As the official MCP Go SDK keeps its engine in internal/jsonrpc2 behind
+// small public packages, this package exports Run and Config only and
+// composes the server (server.go, run.go, stop.go, health.go, metrics.go,
+// protocol.go: the SDK's server, the middleware every tools/call goes
+// through) from internal packages that import downward only:
+//
+//   - internal/wire: the transports, the direct path, kept connections,
+//     the checks of a message, result encoding, the HTTP guard,
+//     tasks and the call gate: what must answer byte for byte as the SDK and
+//     net/http do, tested against them. It imports internal/toolcall, not
+//     internal/tools.
+//   - internal/tools: the tools, one file per family, the language-server
+//     manager, the Toolbox they share, and how a typed tool is added (its
+//     arguments checked and decoded, its output encoded, as mcp.AddTool
+//     does). It imports internal/toolcall and the helpers, not internal/wire.
+//   - internal/toolcall: the few types both share (Handler, Set,
+//     MarshaledJSON) and SkipSpace, with which both scan raw JSON; it
+//     imports neither.
+//   - helpers that need neither: internal/confine (paths), internal/snapshot,
+//     internal/testfailures, internal/scrub, internal/procgroup,
+//     internal/outcap, internal/lsp (the client).
+//   - for tests only (no other code imports them): internal/sandboxdtest,
+//     what the tests of these packages share (a raw client of both
+//     transports, files, processes, fake secrets; it imports no package of
+//     sandboxd), and internal/fakelsp, the fake language server the test
+//     binaries run as gopls.
+//
 // # Transports
 //
 // Two transports share the listener:
@@ -43,8 +72,8 @@
 // becomes a task when it outlives a threshold (or at once, when its params
 // carry task): its POST gets a CreateTaskResult, the call runs on without
 // it, and tasks/get, tasks/cancel (which kills its process group) and
-// tasks/update reach it (tasks.go); a subscriptions/listen that names tasks
-// gets their notifications/tasks (tasks_listen.go).
+// tasks/update reach it (internal/wire/tasks.go); a subscriptions/listen that names tasks
+// gets their notifications/tasks (internal/wire/tasks_listen.go).
 //
 // The legacy SSE transport is a deliberate choice, not an oversight: the MCP
 // specification deprecated it in 2025-03-26, but agent runtimes and MCP
@@ -56,14 +85,14 @@
 // transport straight to the tool's handler, through the same middleware,
 // and answered with the same bytes the SDK would write; a Read that need
 // not wait for a snapshot is answered within its own POST, before the 202
-// (directcall.go). On /mcp, a plain tools/call of either kind (stateless,
+// (internal/wire/directcall.go). On /mcp, a plain tools/call of either kind (stateless,
 // with the revision's _meta and headers as the SDK checks them; or in an
 // initialized session) runs the same way in its POST and is answered as
-// application/json (directcall_streamable.go; docs/sandboxd-speed.md).
+// application/json (internal/wire/directcall_streamable.go; docs/sandboxd-speed.md).
 // After a direct call on a kept-alive HTTP/1.1 connection, the transport
 // takes the connection over and serves its next direct calls itself, with
 // net/http's parser and the server's whole handler, handing anything else
-// back to net/http byte for byte (keepalive.go).
+// back to net/http byte for byte (internal/wire/keepalive.go).
 // Everything else goes through the SDK.
 //
 // # Protocol
@@ -78,7 +107,7 @@
 // HTTP error. A POST that is not JSON gets HTTP 400 with a JSON-RPC -32700
 // error (id null); one that is JSON but not a JSON-RPC message, -32600; a
 // JSON-RPC batch on the SSE transport, -32600 (send one message per POST);
-// a message larger than MaxMessageBytes (4 MiB), HTTP 413 with a -32600
+// a message larger than 4 MiB (wire.MaxMessageBytes), HTTP 413 with a -32600
 // error that gives the limit. notifications/cancelled cancels the call,
 // which kills its processes.
 //
@@ -91,8 +120,10 @@
 // # Tools
 //
 // Names and fields are the ones agents already know. Timeouts are in
-// milliseconds, as agents pass them: Bash defaults to 120 s and allows up to
-// 600 s; run_* default to 300 s and allow up to 600 s. Read returns up to
+// milliseconds, as Claude Code passes them, or, from 1 to 600, in seconds,
+// as CodeGen-Sandbox passes them (one field, two units: the value says
+// which); Bash defaults to 120 s and allows up to 600 s; run_* default to
+// 300 s and allow up to 600 s. Read returns up to
 // 2000 numbered lines from offset (lines cut at 2000 bytes); Write writes
 // atomically (temporary file, fsync, rename, directory fsync) and keeps the
 // mode of the file it replaces; Write and Edit through a symbolic link that
@@ -122,14 +153,14 @@
 // # Code tools
 //
 // change_function_signature, edit_function_body and insert_after_method
-// (tools_ast.go) edit one declaration of a Go file named by function or
+// (internal/tools/ast.go) edit one declaration of a Go file named by function or
 // method: the new code is parsed alone first, spliced in at the
 // declaration's byte offsets, and the whole file gofmt'ed and written
 // atomically, with the Read requirement and confinement of Edit.
-// search_code (tools_searchcode.go) finds declarations by name: Go through
+// search_code (internal/tools/searchcode.go) finds declarations by name: Go through
 // go/ast, other languages by their declaration keywords. tests_covering
-// (tools_coverage.go) builds a package's test binary with coverage once and
-// runs each of its tests alone with a profile. run_script (tools_script.go)
+// (internal/tools/coverage.go) builds a package's test binary with coverage once and
+// runs each of its tests alone with a profile. run_script (internal/tools/script.go)
 // runs a package.json script, Makefile target or justfile recipe that the
 // top of the workspace declares, and nothing else. The commands of both run
 // like run_tests: process groups, timeouts, capped output.
@@ -138,13 +169,13 @@
 //
 // find_definition, find_references and rename_symbol ask a language server
 // (gopls for Go) spoken to over stdio by a small LSP client (internal/lsp).
-// lsp_server.go runs it: started on the first call, reused, one call at a
+// internal/tools/lsp_server.go runs it: started on the first call, reused, one call at a
 // time, each bounded by a timeout; stopped when idle, killed (its whole
 // process group) past a memory bound, on a timeout, and at shutdown; a
 // server that crashed or was killed is started again by the next call.
 // Before each call the server is told which Go files changed on disk.
 // Locations outside the workspace are counted, never shown; a rename is
-// written to every file or to none (tools_rename.go), through the same
+// written to every file or to none (internal/tools/rename.go), through the same
 // confinement and atomic writes as Edit.
 //
 // # Snapshots
@@ -160,7 +191,7 @@
 // .git entries, nested repositories and empty directories. A restore first
 // saves the current state as a new snapshot, then makes the workspace the
 // snapshot (git read-tree --reset -u): files created since are removed,
-// changed and deleted ones come back. The call gate (callgate.go) runs a
+// changed and deleted ones come back. The call gate (internal/wire/callgate.go) runs a
 // restore, and a snapshot_create, alone: it waits for the calls in flight,
 // and the calls after it wait for it, so no tool call sees a half-restored
 // workspace and a snapshot holds the workspace between two calls
@@ -212,9 +243,11 @@
 // # Authentication and health
 //
 // With an auth token file (one token; surrounding whitespace is ignored),
-// every MCP request (/sse, /message, /mcp) needs `Authorization: Bearer
-// <token>`, compared in constant time, else 401. /healthz, /readyz and
-// /metrics need no token: the kubelet probes them. A request that arrives on
+// every MCP request (/sse, /message, /mcp) and /metrics need `Authorization:
+// Bearer <token>`, compared in constant time, else 401 (/metrics is the
+// claim's business, and every pod of its namespace may reach the sandbox:
+// docs/security.md). /healthz and /readyz need no token: the kubelet probes
+// them. A request that arrives on
 // a loopback address must name a loopback Host, and a request that carries
 // an Origin must come from the host it names (or, on loopback, from another
 // loopback origin), else 403: DNS rebinding protection.
@@ -225,7 +258,8 @@
 // That request adopts it: from then on it accepts that exact token only,
 // and lists and accepts only the tools the token names (those it knows).
 // /healthz and /readyz answer before adoption, so the pool counts the
-// member as ready. The lock is kept in memory: a restarted container is
+// member as ready; /metrics, like the MCP endpoints, only to the adopting
+// token. The lock is kept in memory: a restarted container is
 // adopted by the next token that verifies (docs/decisions.md, "Warm
 // members: the token is the adoption").
 //

@@ -19,7 +19,7 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	if err := s.tb.ws.Check(!s.cfg.ReadOnly); err != nil {
+	if err := s.tb.Workspace().Check(!s.cfg.ReadOnly); err != nil {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

@@ -4,21 +4,28 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
 )
 
-func writeFile(t *testing.T, name, content string) {
+// newTestToolbox returns a toolbox over a fresh workspace, and the
+// workspace's path.
+func newTestToolbox(t *testing.T) (*tools.Toolbox, string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+	ws := filepath.Join(t.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+	tb, err := tools.NewToolbox(ws)
+	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func mustSymlink(t *testing.T, target, name string) {
-	t.Helper()
-	if err := os.Symlink(target, name); err != nil {
+	snaps, err := snapshot.NewStore(filepath.Join(filepath.Dir(ws), "state"), tb.Workspace())
+	if err != nil {
 		t.Fatal(err)
 	}
+	tb.SetSnapshots(snaps)
+	t.Cleanup(func() { tb.Close() })
+	return tb, ws
 }

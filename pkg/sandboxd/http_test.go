@@ -15,6 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -76,24 +78,27 @@ func TestAuthToken(t *testing.T) {
 			if wantPost == http.StatusOK {
 				wantPost = http.StatusNotFound // authorized, but no such session
 			}
-			if code, _ := post(t, ts.url+"/message?sessionId=x", "application/json", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, h); code != wantPost {
+			if code, _ := sandboxdtest.Post(t, ts.url+"/message?sessionId=x", "application/json", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, h); code != wantPost {
 				t.Errorf("POST /message = %d, want %d", code, wantPost)
 			}
-			if code, _ := post(t, ts.url+"/mcp", "application/json", initializeRequest, h); (code == http.StatusUnauthorized) != (tt.want == http.StatusUnauthorized) {
+			if code, _ := sandboxdtest.Post(t, ts.url+"/mcp", "application/json", sandboxdtest.InitializeRequest, h); (code == http.StatusUnauthorized) != (tt.want == http.StatusUnauthorized) {
 				t.Errorf("POST /mcp = %d", code)
 			}
 		})
 	}
-	// Probes and metrics need no token.
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	// Probes need no token; metrics do (issue 39: TestMetricsNeedTheClaimToken).
+	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, _ := get(t, ts.url+p, nil); code != http.StatusOK {
 			t.Errorf("GET %s without a token = %d, want 200", p, code)
 		}
 	}
+	if code, _ := get(t, ts.url+"/metrics", nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without a token = %d, want 401", code)
+	}
 	// A real client with the token works.
 	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer s3cret-token"}}
 	cs := connect(t, &mcp.SSEClientTransport{Endpoint: ts.url + "/sse", HTTPClient: client}, nil)
-	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
+	sandboxdtest.CallOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
 }
 
 // headerTransport adds headers to every request.
@@ -115,7 +120,7 @@ func TestBadTokenFiles(t *testing.T) {
 	os.WriteFile(two, []byte("a b\n"), 0o600)
 	for name, file := range map[string]string{"missing": filepath.Join(dir, "nope"), "empty": empty, "two tokens": two} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := newGuard(file); err == nil {
+			if _, err := wire.NewGuard(file); err == nil {
 				t.Fatal("accepted")
 			}
 		})
@@ -142,23 +147,11 @@ func TestDNSRebindingProtection(t *testing.T) {
 			if code, _ := get(t, ts.url+"/sse", tt.header); code != tt.want {
 				t.Errorf("GET /sse = %d, want %d", code, tt.want)
 			}
-			code, _ := post(t, ts.url+"/mcp", "application/json", initializeRequest, tt.header)
+			code, _ := sandboxdtest.Post(t, ts.url+"/mcp", "application/json", sandboxdtest.InitializeRequest, tt.header)
 			if (code == http.StatusForbidden) != (tt.want == http.StatusForbidden) {
 				t.Errorf("POST /mcp = %d", code)
 			}
 		})
-	}
-}
-
-func TestIsLoopbackHost(t *testing.T) {
-	for host, want := range map[string]bool{
-		"localhost": true, "localhost:80": true, "LOCALHOST": true, "a.localhost:1": true,
-		"127.0.0.1": true, "127.1.2.3:8080": true, "[::1]:8080": true, "::1": true,
-		"example.com": false, "10.0.0.1:80": false, "[::2]:1": false, "": false, "localhost.example.com": false,
-	} {
-		if got := isLoopbackHost(host); got != want {
-			t.Errorf("isLoopbackHost(%q) = %v, want %v", host, got, want)
-		}
 	}
 }
 
@@ -195,11 +188,11 @@ func TestMetrics(t *testing.T) {
 	// (2026-07-28) beside it has none, and is not counted.
 	cs := connectStreamable(t, ts.url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	stateless := connectStreamable(t, ts.url, nil)
-	callOK(t, stateless, toolnames.LS, map[string]any{})
-	callOK(t, cs, toolnames.Write, map[string]any{"file_path": "a.txt", "content": "a"})
-	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
-	callOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
-	if res := callTool(t, cs, toolnames.Read, map[string]any{"file_path": "missing"}); !res.IsError {
+	sandboxdtest.CallOK(t, stateless, toolnames.LS, map[string]any{})
+	sandboxdtest.CallOK(t, cs, toolnames.Write, map[string]any{"file_path": "a.txt", "content": "a"})
+	sandboxdtest.CallOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
+	sandboxdtest.CallOK(t, cs, toolnames.Read, map[string]any{"file_path": "a.txt"})
+	if res := sandboxdtest.CallTool(t, cs, toolnames.Read, map[string]any{"file_path": "missing"}); !res.IsError {
 		t.Fatal("Read of a missing file succeeded")
 	}
 	// Tools that are not served count as "unknown": names never become
@@ -212,7 +205,7 @@ func TestMetrics(t *testing.T) {
 			t.Fatal("a call of a tool that is not served succeeded")
 		}
 	}
-	callOK(t, cs, toolnames.Bash, map[string]any{"command": "echo " + testGitHubPAT})
+	sandboxdtest.CallOK(t, cs, toolnames.Bash, map[string]any{"command": "echo " + sandboxdtest.GitHubPAT})
 	_, body := get(t, ts.url+"/metrics", nil)
 	if strings.Contains(body, "not-a-tool") || strings.Contains(body, "a.txt") {
 		t.Errorf("/metrics has a tool name or path as a label:\n%s", body)
@@ -249,16 +242,16 @@ func TestShutdownClosesStreams(t *testing.T) {
 	addr, stop := serveOn(t, s)
 	url := "http://" + addr
 
-	raw := openSSE(t, url, nil)
-	raw.next(t) // the endpoint
+	raw := sandboxdtest.OpenSSE(t, url, nil)
+	raw.Next(t) // the endpoint
 	sseClient := connectSSE(t, url, nil)
 	streamClient := connectStreamable(t, url, nil)
-	callOK(t, streamClient, toolnames.Glob, map[string]any{"pattern": "*"})
+	sandboxdtest.CallOK(t, streamClient, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	if err := stop(); err != nil {
 		t.Fatalf("serve returned %v", err)
 	}
-	if !raw.ended(t) {
+	if !raw.Ended(t) {
 		t.Error("the raw SSE stream did not end")
 	}
 	// (The Streamable HTTP client is not waited for: it retries with

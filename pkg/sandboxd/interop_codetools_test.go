@@ -9,6 +9,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -85,7 +86,7 @@ func TestCodeToolsGoSDK(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		return contentText(res), res.IsError
+		return sandboxdtest.ContentText(res), res.IsError
 	}, "sdk")
 }
 

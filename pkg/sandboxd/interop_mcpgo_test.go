@@ -10,6 +10,7 @@ import (
 	mcpgoclient "github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -24,7 +25,7 @@ func mcpgoRoundTrip(t *testing.T, c *mcpgoclient.Client, ws, prefix string) {
 	if err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
-	if !slices.Contains(protocolVersions, res.ProtocolVersion) || res.ServerInfo.Name != serverName {
+	if !slices.Contains(wire.ProtocolVersions, res.ProtocolVersion) || res.ServerInfo.Name != wire.ServerName {
 		t.Errorf("initialize result: version %q, server %q", res.ProtocolVersion, res.ServerInfo.Name)
 	}
 	if err := c.Ping(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -23,25 +24,25 @@ func roundTrip(t *testing.T, cs *mcp.ClientSession, ws string) {
 		t.Fatalf("tools/list (-want +got):\n%s", diff)
 	}
 
-	if text := callOK(t, cs, toolnames.Write, map[string]any{"file_path": "src/hello.txt", "content": "hello world\nsecond line\n"}); !strings.Contains(text, "Created src/hello.txt") {
+	if text := sandboxdtest.CallOK(t, cs, toolnames.Write, map[string]any{"file_path": "src/hello.txt", "content": "hello world\nsecond line\n"}); !strings.Contains(text, "Created src/hello.txt") {
 		t.Errorf("Write answered %q", text)
 	}
-	if text := callOK(t, cs, toolnames.Read, map[string]any{"file_path": ws + "/src/hello.txt"}); text != "     1\thello world\n     2\tsecond line\n" {
+	if text := sandboxdtest.CallOK(t, cs, toolnames.Read, map[string]any{"file_path": ws + "/src/hello.txt"}); text != "     1\thello world\n     2\tsecond line\n" {
 		t.Errorf("Read answered %q", text)
 	}
-	if text := callOK(t, cs, toolnames.Edit, map[string]any{"file_path": "src/hello.txt", "old_string": "world", "new_string": "sandbox"}); !strings.Contains(text, "1 replacement") {
+	if text := sandboxdtest.CallOK(t, cs, toolnames.Edit, map[string]any{"file_path": "src/hello.txt", "old_string": "world", "new_string": "sandbox"}); !strings.Contains(text, "1 replacement") {
 		t.Errorf("Edit answered %q", text)
 	}
-	if text := callOK(t, cs, toolnames.Grep, map[string]any{"pattern": "hello s[a-z]+", "output_mode": "content"}); text != "src/hello.txt:1:hello sandbox\n" {
+	if text := sandboxdtest.CallOK(t, cs, toolnames.Grep, map[string]any{"pattern": "hello s[a-z]+", "output_mode": "content"}); text != "src/hello.txt:1:hello sandbox\n" {
 		t.Errorf("Grep answered %q", text)
 	}
 	if slices.Contains(got, toolnames.Bash) {
-		if text := callOK(t, cs, toolnames.Bash, map[string]any{"command": "cat src/hello.txt | tr a-z A-Z"}); !strings.Contains(text, "HELLO SANDBOX") {
+		if text := sandboxdtest.CallOK(t, cs, toolnames.Bash, map[string]any{"command": "cat src/hello.txt | tr a-z A-Z"}); !strings.Contains(text, "HELLO SANDBOX") {
 			t.Errorf("Bash answered %q", text)
 		}
 	}
 	// A structured result comes along with the text.
-	res := callTool(t, cs, toolnames.Glob, map[string]any{"pattern": "**/*.txt"})
+	res := sandboxdtest.CallTool(t, cs, toolnames.Glob, map[string]any{"pattern": "**/*.txt"})
 	if res.IsError || res.StructuredContent == nil {
 		t.Errorf("Glob result = %+v, want structured content", res)
 	}
@@ -61,7 +62,7 @@ func TestGoSDKSSEClient(t *testing.T) {
 	if v := old.InitializeResult().ProtocolVersion; v != "2024-11-05" {
 		t.Errorf("negotiated %q, want 2024-11-05", v)
 	}
-	callOK(t, old, toolnames.Read, map[string]any{"file_path": "src/hello.txt"})
+	sandboxdtest.CallOK(t, old, toolnames.Read, map[string]any{"file_path": "src/hello.txt"})
 }
 
 func TestGoSDKStreamableClient(t *testing.T) {
@@ -76,7 +77,7 @@ func TestGoSDKStreamableClient(t *testing.T) {
 		if got := cs.InitializeResult().ProtocolVersion; got != v {
 			t.Errorf("negotiated %q, want %q", got, v)
 		}
-		callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "**"})
+		sandboxdtest.CallOK(t, cs, toolnames.Glob, map[string]any{"pattern": "**"})
 	}
 }
 

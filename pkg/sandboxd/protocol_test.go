@@ -14,6 +14,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -36,28 +40,16 @@ func newInMemoryWithMetrics(t *testing.T, readOnly bool, allowed []string) (*mcp
 
 // connectInMemory serves tb's tools over the SDK's in-memory transports and
 // connects a client.
-func connectInMemory(t *testing.T, tb *toolbox, readOnly bool, allowed []string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, *metrics) {
+func connectInMemory(t *testing.T, tb *tools.Toolbox, readOnly bool, allowed []string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, *metrics) {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
-	served, err := selectTools(allowed, readOnly)
+	served, err := tools.Select(allowed, readOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := newMetrics(served, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
-	server, _ := newMCPServer(tb, served, m, logger)
-	ct, st := mcp.NewInMemoryTransports()
-	ss, err := server.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
-	cs, err := client.Connect(ctx, ct, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, m
+	server, _ := newMCPServer(tb, wire.NewGate(), served, m, nil, logger)
+	return sandboxdtest.ConnectInMemory(ctx, t, server, opts), m
 }
 
 func TestProtocolVersionNegotiation(t *testing.T) {
@@ -76,7 +68,7 @@ func TestProtocolVersionNegotiation(t *testing.T) {
 			if res.ProtocolVersion != want {
 				t.Errorf("negotiated %q, want %q", res.ProtocolVersion, want)
 			}
-			if res.ServerInfo == nil || res.ServerInfo.Name != serverName {
+			if res.ServerInfo == nil || res.ServerInfo.Name != wire.ServerName {
 				t.Errorf("serverInfo = %+v", res.ServerInfo)
 			}
 			if res.Capabilities == nil || res.Capabilities.Tools == nil {
@@ -131,51 +123,8 @@ func TestToolSelection(t *testing.T) {
 }
 
 func TestSelectToolsRefusesUnknownNames(t *testing.T) {
-	_, err := selectTools([]string{"Read", "rm_rf", "bash"}, false)
-	wantErrContaining(t, err, `"rm_rf", "bash"`)
-}
-
-// TestToolSpecsAgree checks that the tool table, the canonical names and the
-// read-only list agree, and that every tool has described, typed schemas.
-func TestToolSpecsAgree(t *testing.T) {
-	var names []string
-	for _, spec := range toolSpecs {
-		names = append(names, spec.name)
-	}
-	if diff := cmp.Diff(toolnames.All(), names); diff != "" {
-		t.Errorf("toolSpecs order/names (-toolnames.All +toolSpecs):\n%s", diff)
-	}
-	cs, _ := newInMemory(t, false, nil, nil)
-	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var listed []string
-	for _, tool := range res.Tools {
-		listed = append(listed, tool.Name)
-		if tool.Description == "" {
-			t.Errorf("%s has no description", tool.Name)
-		}
-		if toolnames.ReadOnly(tool.Name) && (tool.Annotations == nil || !tool.Annotations.ReadOnlyHint) {
-			t.Errorf("%s is read-only (pkg/toolnames) but not annotated readOnlyHint", tool.Name)
-		}
-		for kind, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
-			m, ok := schema.(map[string]any)
-			if !ok || m["type"] != "object" {
-				t.Errorf("%s %s schema = %v, want an object schema", tool.Name, kind, schema)
-				continue
-			}
-			props, _ := m["properties"].(map[string]any)
-			for field, p := range props {
-				if d, _ := p.(map[string]any)["description"].(string); d == "" {
-					t.Errorf("%s %s field %s has no description", tool.Name, kind, field)
-				}
-			}
-		}
-	}
-	if diff := cmp.Diff(sorted(toolnames.All()), sorted(listed)); diff != "" {
-		t.Errorf("tools/list (-toolnames.All +listed):\n%s", diff)
-	}
+	_, err := tools.Select([]string{"Read", "rm_rf", "bash"}, false)
+	sandboxdtest.WantErrContaining(t, err, `"rm_rf", "bash"`)
 }
 
 func TestToolErrorsAreResults(t *testing.T) {
@@ -199,11 +148,11 @@ func TestToolErrorsAreResults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := callTool(t, cs, tt.tool, tt.args)
+			res := sandboxdtest.CallTool(t, cs, tt.tool, tt.args)
 			if !res.IsError {
-				t.Fatalf("%s(%v) succeeded: %s", tt.tool, tt.args, contentText(res))
+				t.Fatalf("%s(%v) succeeded: %s", tt.tool, tt.args, sandboxdtest.ContentText(res))
 			}
-			if text := contentText(res); !strings.Contains(text, tt.want) {
+			if text := sandboxdtest.ContentText(res); !strings.Contains(text, tt.want) {
 				t.Errorf("error text %q does not contain %q", text, tt.want)
 			}
 		})
@@ -214,8 +163,8 @@ func TestToolPanicIsAToolError(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	m := newMetrics([]string{"boom"}, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	server := mcp.NewServer(&mcp.Implementation{Name: "t"}, nil)
-	server.AddReceivingMiddleware(toolCallMiddleware(newCallGate(), []string{"boom"}, m, logger, true))
-	addTool(newToolSet(server), &mcp.Tool{Name: "boom"}, func(context.Context, ReadInput) (*mcp.CallToolResult, ReadOutput, error) {
+	server.AddReceivingMiddleware(toolCallMiddleware(wire.NewGate(), []string{"boom"}, m, nil, logger, true))
+	tools.AddTool(toolcall.NewSet(server), &mcp.Tool{Name: "boom"}, func(context.Context, tools.ReadInput) (*mcp.CallToolResult, tools.ReadOutput, error) {
 		panic("kaboom")
 	})
 	ct, st := mcp.NewInMemoryTransports()
@@ -229,8 +178,8 @@ func TestToolPanicIsAToolError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	res := callTool(t, cs, "boom", map[string]any{"file_path": "x"})
-	if !res.IsError || !strings.Contains(contentText(res), "kaboom") {
+	res := sandboxdtest.CallTool(t, cs, "boom", map[string]any{"file_path": "x"})
+	if !res.IsError || !strings.Contains(sandboxdtest.ContentText(res), "kaboom") {
 		t.Fatalf("result = %+v, want a tool error naming the panic", res)
 	}
 	if err := cs.Ping(ctx, nil); err != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 )
 
 // defaultShutdownGrace is used when Config.ShutdownGrace is not set.
@@ -69,16 +70,16 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Kept connections (keepalive.go) hand the requests they do not serve
 	// back to hs through back.
-	back := newBackListener(ln.Addr())
-	keep := newKeepAlive(hs, back, s.streamable.maxBytes, s.clock)
-	s.streamable.keep = keep
+	back := wire.NewBackListener(ln.Addr())
+	keep := wire.NewKeepAlive(hs, back, s.streamable.MaxBytes(), s.clock)
+	s.streamable.SetKeep(keep)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	backDone := make(chan error, 1)
 	go func() { backDone <- hs.Serve(back) }()
-	s.logger.Info("sandboxd listening", "address", ln.Addr().String(), "workspace", s.tb.ws.Dir(),
-		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.tokenHash != nil, "warm", s.guard.warm != nil,
-		"openat2", s.tb.ws.FastOpen())
+	s.logger.Info("sandboxd listening", "address", ln.Addr().String(), "workspace", s.tb.Workspace().Dir(),
+		"tools", s.served, "readOnly", s.cfg.ReadOnly, "auth", s.guard.RequiresToken(), "warm", s.guard.Warm(),
+		"openat2", s.tb.Workspace().FastOpen())
 
 	var serveErr error
 	select {
@@ -96,7 +97,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	if err := s.shutdown(sctx); err != nil {
 		s.logger.Error(err, "Shutdown did not finish in time")
 	}
-	if err := keep.close(sctx); err != nil {
+	s.endRecord(sctx)
+	if err := keep.Close(sctx); err != nil {
 		s.logger.Error(err, "Kept connections did not end in time")
 	}
 	if err := hs.Shutdown(sctx); err != nil {

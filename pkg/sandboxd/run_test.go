@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 )
 
 func TestRunRefusesBadConfig(t *testing.T) {
@@ -32,7 +34,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			err := Run(ctx, tt.cfg)
-			wantErrContaining(t, err, tt.want)
+			sandboxdtest.WantErrContaining(t, err, tt.want)
 		})
 	}
 }

@@ -19,49 +19,58 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
-	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 	"github.com/airlock-dev/airlock/pkg/sandboxstop"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
 // options are the knobs that Config does not expose; tests shorten them.
 type options struct {
-	keepAlive       time.Duration // interval of SSE keepalive comments
-	maxMessageBytes int64         // bound of one POSTed message
-	sessionTimeout  time.Duration // idle timeout of Streamable HTTP sessions
-	idleTimeout     time.Duration // idle timeout of a kept-alive HTTP connection
-	tasks           taskOptions   // when a call becomes a task, how long one is kept
+	keepAlive       time.Duration    // interval of SSE keepalive comments
+	maxMessageBytes int64            // bound of one POSTed message
+	sessionTimeout  time.Duration    // idle timeout of Streamable HTTP sessions
+	idleTimeout     time.Duration    // idle timeout of a kept-alive HTTP connection
+	tasks           wire.TaskOptions // when a call becomes a task, how long one is kept
 	// clock runs the idle timeout of Streamable HTTP sessions (nil: the
 	// real one).
 	clock clock.WithDelayedExecution
+	// recordBytes bounds the session's log (recordlog.DefaultMaxBytes when 0).
+	recordBytes int
 }
 
 func defaultOptions() options {
 	return options{
-		keepAlive:       defaultSSEKeepAlive,
-		maxMessageBytes: MaxMessageBytes,
-		sessionTimeout:  defaultSessionTimeout,
+		keepAlive:       wire.DefaultSSEKeepAlive,
+		maxMessageBytes: wire.MaxMessageBytes,
+		sessionTimeout:  wire.DefaultSessionTimeout,
 		idleTimeout:     defaultIdleTimeout,
 		clock:           clock.RealClock{},
-		tasks:           taskOptions{threshold: defaultTaskThreshold, retention: defaultTaskRetention, clock: clock.RealClock{}},
+		tasks:           wire.TaskOptions{Threshold: wire.DefaultTaskThreshold, Retention: wire.DefaultTaskRetention, Clock: clock.RealClock{}},
 	}
 }
 
 // server is one sandboxd: the tools, the protocol layer, both transports,
 // health and metrics, behind one http.Handler.
 type server struct {
-	cfg        Config
-	logger     klog.Logger
-	tb         *toolbox
+	cfg    Config
+	logger klog.Logger
+	tb     *tools.Toolbox
+	// gate runs snapshot_restore and snapshot_create alone (callgate.go).
+	gate       *wire.Gate
 	served     []string
 	mcp        *mcp.Server
-	sse        *sseTransport
-	streamable *streamableTransport
+	sse        *wire.SSETransport
+	streamable *wire.StreamableTransport
 	metrics    *metrics
-	guard      *guard
+	guard      *wire.Guard
 	stopper    *stopper
-	closing    atomic.Bool
+	// record is the session's log (docs/record.md), read by the operator at GET /record.
+	record  *recordlog.Log
+	closing atomic.Bool
 	// idleTimeout is options.idleTimeout, for the HTTP server.
 	idleTimeout time.Duration
 	// clock is options.clock (the real one when nil).
@@ -74,7 +83,7 @@ type server struct {
 // newServer builds a server for cfg. It does not listen.
 func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	var served []string
-	var g *guard
+	var g *wire.Guard
 	var err error
 	if cfg.WarmKeyFile != "" {
 		// A warm member serves nothing until its adoption (adopt).
@@ -82,54 +91,60 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 			return nil, err
 		}
 	} else {
-		if served, err = selectTools(cfg.AllowedTools, cfg.ReadOnly); err != nil {
+		if served, err = tools.Select(cfg.AllowedTools, cfg.ReadOnly); err != nil {
 			return nil, err
 		}
-		if g, err = newGuard(cfg.AuthTokenFile); err != nil {
+		if g, err = wire.NewGuard(cfg.AuthTokenFile); err != nil {
 			return nil, err
 		}
 	}
-	tb, err := newToolbox(cfg.Workspace)
+	tb, err := tools.NewToolbox(cfg.Workspace)
 	if err != nil {
 		return nil, err
 	}
-	if tb.snaps, err = newStateStore(cfg.StateDir, tb.ws, logger); err != nil {
-		tb.close()
+	snaps, err := newStateStore(cfg.StateDir, tb.Workspace(), logger)
+	if err != nil {
+		tb.Close()
 		return nil, err
 	}
-	s := &server{cfg: cfg, logger: logger, tb: tb, served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout}
+	tb.SetSnapshots(snaps)
+	s := &server{cfg: cfg, logger: logger, tb: tb, gate: wire.NewGate(), served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout}
 	if s.idleTimeout <= 0 {
 		s.idleTimeout = defaultIdleTimeout
 	}
 	if s.clock = opts.clock; s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
-	s.metrics = newMetrics(served,
-		func() float64 { return float64(s.sse.open()) },
-		func() float64 { return float64(countSessions(s.mcp)) },
-		func() float64 { return float64(tb.shells.running()) },
-	)
-	var calls *callTable
-	if g.warm != nil {
-		s.mcp = newBareMCPServer(tb, logger)
-		g.warm.adopt = s.adopt
-	} else {
-		s.mcp, calls = newMCPServer(tb, served, s.metrics, logger)
+	if s.record, err = recordlog.New(s.clock.Now, opts.recordBytes); err != nil {
+		tb.Close()
+		return nil, err
 	}
-	s.sse = newSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
-	s.sse.calls.Store(calls)
-	s.streamable = newStreamableTransport(s.mcp, s.sse.calls.Load, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
-	tasks := newTaskStore(opts.tasks, s.sse.calls.Load, logger.WithName("tasks"))
-	s.streamable.tasks = tasks
-	s.streamable.metrics = s.metrics
-	s.metrics.registerTasks(func() float64 { return float64(tasks.running()) }, func() float64 { return float64(tasks.count()) }, tasks.created)
+	s.metrics = newMetrics(served,
+		func() float64 { return float64(s.sse.Open()) },
+		func() float64 { return float64(countSessions(s.mcp)) },
+		func() float64 { return float64(tb.RunningShells()) },
+	)
+	var calls *wire.CallTable
+	if g.Warm() {
+		s.mcp = newBareMCPServer(tb, logger)
+		g.SetAdopt(s.adopt)
+	} else {
+		s.mcp, calls = newMCPServer(tb, s.gate, served, s.metrics, s.record, logger)
+	}
+	s.sse = wire.NewSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
+	s.sse.StoreCalls(calls)
+	s.streamable = wire.NewStreamableTransport(s.mcp, s.sse.LoadCalls, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
+	tasks := wire.NewTaskStore(opts.tasks, s.sse.LoadCalls, logger.WithName("tasks"))
+	s.streamable.SetTasks(tasks)
+	s.streamable.CountStateless = s.metrics.countStateless
+	s.metrics.registerTasks(func() float64 { return float64(tasks.Running()) }, func() float64 { return float64(tasks.Count()) }, tasks.Created())
 	return s, nil
 }
 
 // newWarmServerGuard checks that cfg asks for nothing the adoption token
 // decides (pkg/cmd refuses these flags together already) and reads the
 // member key.
-func newWarmServerGuard(cfg Config, logger klog.Logger) (*guard, error) {
+func newWarmServerGuard(cfg Config, logger klog.Logger) (*wire.Guard, error) {
 	var conflicts []string
 	if cfg.AuthTokenFile != "" {
 		conflicts = append(conflicts, "an auth token file")
@@ -143,7 +158,7 @@ func newWarmServerGuard(cfg Config, logger klog.Logger) (*guard, error) {
 	if len(conflicts) > 0 {
 		return nil, fmt.Errorf("a warm member takes its token and tools from its adoption: a warm key file excludes %s", strings.Join(conflicts, ", "))
 	}
-	return newWarmGuard(cfg.WarmKeyFile, logger)
+	return wire.NewWarmGuard(cfg.WarmKeyFile, logger)
 }
 
 // adopt serves the tools of a warm member's adoption: those of the token's
@@ -169,7 +184,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 	}
 	s.metrics.startTools(served)
 	s.metrics.adopted()
-	s.sse.calls.Store(serveTools(s.mcp, s.tb, served, s.metrics, s.logger))
+	s.sse.StoreCalls(serveTools(s.mcp, s.tb, s.gate, served, s.metrics, s.record, s.logger))
 	return served, ignored, nil
 }
 
@@ -177,7 +192,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 // empty, under the first default state directory that is not inside the
 // workspace. A default that cannot serve leaves sandboxd without snapshots
 // (the snapshot tools say so); an explicit one is an error.
-func newStateStore(stateDir string, ws *workspace.Resolver, logger klog.Logger) (*snapshot.Store, error) {
+func newStateStore(stateDir string, ws *confine.Resolver, logger klog.Logger) (*snapshot.Store, error) {
 	if stateDir != "" {
 		return snapshot.NewStore(stateDir, ws)
 	}
@@ -207,17 +222,23 @@ func countSessions(m *mcp.Server) int {
 	return n
 }
 
-// handler routes the one listener: the two MCP transports behind the guard,
-// and the probes and metrics without it.
+// handler routes the one listener: the two MCP transports and /metrics behind
+// the guard (the claim's bearer token; a warm member's adopting token), the
+// probes without it (the kubelet has no token). /metrics is guarded because
+// a sandbox's NetworkPolicy admits every pod of the claim's namespace, and
+// its series (tool names, call counts and timings, secrets scrubbed) are the
+// claim's business only: docs/security.md.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/sse", s.guard.wrap(http.HandlerFunc(s.sse.serveStream)))
-	mux.Handle(sseEndpointPath, s.guard.wrap(http.HandlerFunc(s.sse.serveMessage)))
-	mux.Handle("/mcp", s.guard.wrap(s.streamable))
-	mux.Handle("POST "+sandboxstop.Path, s.guard.wrap(http.HandlerFunc(s.serveStop)))
+	mux.Handle("/sse", s.guard.Wrap(http.HandlerFunc(s.sse.ServeStream)))
+	mux.Handle(wire.SSEEndpointPath, s.guard.Wrap(http.HandlerFunc(s.sse.ServeMessage)))
+	mux.Handle("/mcp", s.guard.Wrap(s.streamable))
+	mux.Handle("POST "+sandboxstop.Path, s.guard.Wrap(http.HandlerFunc(s.serveStop)))
+	// Read-only: the agent holds the token too (docs/security.md).
+	mux.Handle("GET "+recordlog.Path, s.guard.Wrap(s.record))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", s.guard.Wrap(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	return mux
 }
 
@@ -232,28 +253,28 @@ func (s *server) shutdown(ctx context.Context) error {
 
 func (s *server) endAll(ctx context.Context) error {
 	s.closing.Store(true)
-	s.streamable.closing.Store(true)
+	s.streamable.StartClosing()
 	var errs []error
-	if err := s.sse.close(ctx); err != nil {
+	if err := s.sse.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("closing SSE streams: %w", err))
 	}
 	for _, ss := range slices.Collect(s.mcp.Sessions()) {
 		_ = ss.Close()
 	}
-	if err := s.streamable.sessions.close(ctx); err != nil {
+	if err := s.streamable.CloseSessions(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.streamable.direct.close(ctx); err != nil {
+	if err := s.streamable.CloseDirect(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.streamable.tasks.close(ctx); err != nil {
+	if err := s.streamable.Tasks().Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.tb.stop(ctx); err != nil {
+	if err := s.tb.Stop(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("waiting for background shells: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
 // close releases the workspace.
-func (s *server) close() error { return s.tb.close() }
+func (s *server) close() error { return s.tb.Close() }

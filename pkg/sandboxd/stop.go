@@ -63,10 +63,13 @@ func (s *server) stop() (int, sandboxstop.Response) {
 	if err := s.shutdown(ctx); err != nil {
 		return stopFailed(http.StatusInternalServerError, "failed", "ending the sessions and process groups: "+err.Error())
 	}
-	if _, err := s.tb.gate.enter(ctx, true); err != nil {
+	if _, err := s.gate.Enter(ctx, true); err != nil {
 		return stopFailed(http.StatusInternalServerError, "failed", "waiting for the tool calls in flight to return: "+err.Error())
 	}
-	// The gate is never let go: no tool call runs again in this process.
+	// The gate is never let go: no tool call runs again in this process. Every call has
+	// returned and recorded itself: the log ends here, with its stopped entry, which the
+	// operator reads before it deletes the pod (docs/record.md §2.6).
+	s.record.Stop()
 	killed, err := s.stopper.stopAll(ctx)
 	if errors.Is(err, procgroup.ErrNotInit) {
 		return stopFailed(http.StatusConflict, "not_init", err.Error()+"; the pod must be left to the kubelet to stop")

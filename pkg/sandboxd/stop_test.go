@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/sandboxstop"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -24,7 +25,7 @@ func postStop(t *testing.T, url, token string) (int, sandboxstop.Response) {
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	code, body := post(t, url+"/stop", "application/json", "", h)
+	code, body := sandboxdtest.Post(t, url+"/stop", "application/json", "", h)
 	var resp sandboxstop.Response
 	if code != http.StatusUnauthorized {
 		if err := json.Unmarshal([]byte(body), &resp); err != nil {
@@ -64,7 +65,7 @@ func TestStopEndsEverything(t *testing.T) {
 		}})
 		done <- err
 	}()
-	pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+	pids := []int{sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "leader.pid")), sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "bg.pid"))}
 
 	for _, bad := range []string{"", "nope"} {
 		if code, _ := postStop(t, ts.url, bad); code != http.StatusUnauthorized {
@@ -83,7 +84,7 @@ func TestStopEndsEverything(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the call in flight did not end with the stop")
 	}
-	waitDead(t, pids...)
+	sandboxdtest.WaitDead(t, pids...)
 	if code, _ := get(t, ts.url+"/readyz", nil); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after the stop = %d, want 503", code)
 	}
@@ -98,7 +99,7 @@ func TestStopEndsEverything(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ts.ws, "after.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a file was written after the stop: %v", err)
 	}
-	if code, _ := post(t, ts.url+"/mcp", "application/json", initializeRequest, http.Header{"Authorization": {"Bearer tok"}}); code != http.StatusServiceUnavailable {
+	if code, _ := sandboxdtest.Post(t, ts.url+"/mcp", "application/json", sandboxdtest.InitializeRequest, http.Header{"Authorization": {"Bearer tok"}}); code != http.StatusServiceUnavailable {
 		t.Errorf("a new session after the stop = %d, want 503", code)
 	}
 	if code, again := postStop(t, ts.url, "tok"); code != http.StatusOK || again != resp {

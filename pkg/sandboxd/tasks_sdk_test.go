@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -68,7 +70,7 @@ func (h taskNameHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 func connectTasksClient(t *testing.T, url string) *mcp.ClientSession {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "sandboxd-test", Version: "v0"}, &mcp.ClientOptions{
-		Capabilities: &mcp.ClientCapabilities{Extensions: map[string]any{tasksExtension: map[string]any{}}},
+		Capabilities: &mcp.ClientCapabilities{Extensions: map[string]any{wire.TasksExtension: map[string]any{}}},
 	})
 	for _, method := range []string{"tasks/get", "tasks/cancel"} {
 		if err := mcp.AddSendingCustomMethod[*sdkTaskParams, *sdkTask](client, method); err != nil {
@@ -83,7 +85,7 @@ func connectTasksClient(t *testing.T, url string) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	if v := cs.InitializeResult().ProtocolVersion; v != protocolStateless {
+	if v := cs.InitializeResult().ProtocolVersion; v != wire.ProtocolStateless {
 		t.Fatalf("negotiated %s", v)
 	}
 	return cs
@@ -107,13 +109,13 @@ func startTaskCall(t *testing.T, cs *mcp.ClientSession, fc interface {
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: toolnames.Bash, Arguments: map[string]any{"command": command}})
 		answered <- answer{res, err}
 	}()
-	waitFor(t, "the call at the threshold", fc.HasWaiters)
+	sandboxdtest.WaitFor(t, "the call at the threshold", fc.HasWaiters)
 	fc.Step(time.Minute)
 	a := <-answered
 	if a.err != nil {
 		t.Fatalf("CallTool: %v", a.err)
 	}
-	related, _ := a.res.Meta[metaKeyRelatedTask].(map[string]any)
+	related, _ := a.res.Meta[wire.MetaKeyRelatedTask].(map[string]any)
 	id, _ := related["taskId"].(string)
 	if id == "" {
 		t.Fatalf("CallTool answered %+v: no task in its _meta", a.res)
@@ -142,9 +144,9 @@ func TestTaskThroughTheGoSDKClient(t *testing.T) {
 	t.Run("completed", func(t *testing.T) {
 		ts, fc := taskServer(t)
 		cs := connectTasksClient(t, ts.url)
-		fifo := mkfifo(t, ts, "gate")
+		fifo := sandboxdtest.Mkfifo(t, ts.ws, "gate")
 		id := startTaskCall(t, cs, fc, "read line < gate; echo \"got $line\"")
-		if got := getSDKTask(t, cs, id); got.Status != taskWorking {
+		if got := getSDKTask(t, cs, id); got.Status != wire.TaskWorking {
 			t.Fatalf("a task waiting for its input is %s", got.Status)
 		}
 		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
@@ -154,14 +156,14 @@ func TestTaskThroughTheGoSDKClient(t *testing.T) {
 		fmt.Fprintln(w, "there")
 		w.Close()
 		var got *sdkTask
-		for got = getSDKTask(t, cs, id); got.Status == taskWorking; got = getSDKTask(t, cs, id) {
+		for got = getSDKTask(t, cs, id); got.Status == wire.TaskWorking; got = getSDKTask(t, cs, id) {
 			time.Sleep(10 * time.Millisecond) // as a client polls (pollIntervalMs, shortened)
 		}
 		var res mcp.CallToolResult
 		if err := json.Unmarshal(got.Result, &res); err != nil {
 			t.Fatalf("the task's result %s: %v", got.Result, err)
 		}
-		if got.Status != taskCompleted || res.IsError || !strings.Contains(contentText(&res), "got there") {
+		if got.Status != wire.TaskCompleted || res.IsError || !strings.Contains(sandboxdtest.ContentText(&res), "got there") {
 			t.Errorf("task = %s, result %s", got.Status, got.Result)
 		}
 	})
@@ -169,19 +171,19 @@ func TestTaskThroughTheGoSDKClient(t *testing.T) {
 		ts, fc := taskServer(t)
 		cs := connectTasksClient(t, ts.url)
 		id := startTaskCall(t, cs, fc, "echo $$ > leader.pid; sleep 300 & echo $! > bg.pid; wait")
-		pids := []int{readPID(t, filepath.Join(ts.ws, "leader.pid")), readPID(t, filepath.Join(ts.ws, "bg.pid"))}
+		pids := []int{sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "leader.pid")), sandboxdtest.ReadPID(t, filepath.Join(ts.ws, "bg.pid"))}
 		if _, err := mcp.CallCustomMethod[*sdkTaskParams, *sdkTask](t.Context(), cs, "tasks/cancel", &sdkTaskParams{TaskID: id}); err != nil {
 			t.Fatalf("tasks/cancel: %v", err)
 		}
-		waitDead(t, pids...)
+		sandboxdtest.WaitDead(t, pids...)
 		var got *sdkTask
-		for got = getSDKTask(t, cs, id); got.Status == taskWorking; got = getSDKTask(t, cs, id) {
+		for got = getSDKTask(t, cs, id); got.Status == wire.TaskWorking; got = getSDKTask(t, cs, id) {
 			time.Sleep(10 * time.Millisecond) // as a client polls
 		}
-		if got.Status != taskCancelled {
+		if got.Status != wire.TaskCancelled {
 			t.Errorf("a cancelled task is %s (%s)", got.Status, got.StatusMessage)
 		}
-		if n := ts.tb.procs.Count(); n != 0 {
+		if n := ts.tb.ProcessGroups(); n != 0 {
 			t.Errorf("%d process groups left after the cancelled task", n)
 		}
 	})

@@ -2,33 +2,21 @@ package sandboxd
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
-
-// warmMemberKey derives the key of member warm-<n> from a fixed operator key.
-func warmMemberKey(t testing.TB, n int) []byte {
-	t.Helper()
-	k, err := warmtoken.MemberKey([]byte(strings.Repeat("k", 32)), "team-a", fmt.Sprintf("warm-%d", n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
 
 // writeWarmKey writes a member key's text form, as the member's Secret holds it, into a file.
 func writeWarmKey(t testing.TB, key []byte) string {
@@ -40,15 +28,6 @@ func writeWarmKey(t testing.TB, key []byte) string {
 	return file
 }
 
-func adoptionToken(t testing.TB, key []byte, uid types.UID, tools ...string) string {
-	t.Helper()
-	tok, err := warmtoken.AdoptionToken(key, uid, tools)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
 func bearer(token string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + token}}
 }
@@ -57,26 +36,26 @@ func bearer(token string) http.Header {
 func startWarmServer(t *testing.T) *testServer {
 	t.Helper()
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-	return startServerLogging(t, Config{WarmKeyFile: writeWarmKey(t, warmMemberKey(t, 0))}, options{}, logger)
+	return startServerLogging(t, Config{WarmKeyFile: writeWarmKey(t, sandboxdtest.WarmMemberKey(t, 0))}, options{}, logger)
 }
 
-// wantRefused checks that every MCP endpoint answers 401, with the usual challenge, to header.
+// wantRefused checks that every MCP endpoint (and /metrics) answers 401, with the usual challenge, to header.
 func wantRefused(t *testing.T, url string, header http.Header) {
 	t.Helper()
-	for _, ep := range []struct{ method, path string }{{"GET", "/sse"}, {"POST", "/message?sessionid=x"}, {"POST", "/mcp"}} {
+	for _, ep := range []struct{ method, path string }{{"GET", "/sse"}, {"POST", "/message?sessionid=x"}, {"POST", "/mcp"}, {"GET", "/metrics"}} {
 		var code int
 		var body string
 		if ep.method == "GET" {
 			code, body = get(t, url+ep.path, header)
 		} else {
-			code, body = post(t, url+ep.path, "application/json", initializeRequest, header)
+			code, body = sandboxdtest.Post(t, url+ep.path, "application/json", sandboxdtest.InitializeRequest, header)
 		}
 		if code != http.StatusUnauthorized || !strings.Contains(body, "Authorization: Bearer") {
 			t.Errorf("%s %s = %d %q, want 401", ep.method, ep.path, code, body)
 		}
 	}
 	// The challenge, as without warm mode.
-	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(initializeRequest))
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(sandboxdtest.InitializeRequest))
 	for k, v := range header {
 		req.Header[k] = v
 	}
@@ -101,17 +80,17 @@ func logsOf(ts *testServer) string {
 // another valid token is refused afterwards.
 func TestWarmMember(t *testing.T) {
 	ts := startWarmServer(t)
-	key := warmMemberKey(t, 0)
+	key := sandboxdtest.WarmMemberKey(t, 0)
 
-	// Ready before adoption: the pool counts it.
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	// Ready before adoption: the pool counts it. (/metrics needs the adopting token: wantRefused.)
+	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, _ := get(t, ts.url+p, nil); code != http.StatusOK {
 			t.Errorf("GET %s before adoption = %d, want 200", p, code)
 		}
 	}
 
 	// Nobody is served before adoption: no token, garbage, the wrong scheme, a forged token.
-	forged := adoptionToken(t, warmMemberKey(t, 1), "claim-forged", toolnames.Read, toolnames.Bash)
+	forged := sandboxdtest.AdoptionToken(t, sandboxdtest.WarmMemberKey(t, 1), "claim-forged", toolnames.Read, toolnames.Bash)
 	refused := map[string]http.Header{
 		"no token":                      nil,
 		"empty bearer":                  {"Authorization": {"Bearer "}},
@@ -120,22 +99,22 @@ func TestWarmMember(t *testing.T) {
 		"two dots":                      bearer("aw1..."),
 		"binary":                        bearer("aw1.\xff\xfe.\xc3"),
 		"huge":                          bearer("aw1." + strings.Repeat("A", 40<<10) + ".x"),
-		"basic scheme":                  {"Authorization": {"Basic " + adoptionToken(t, key, "claim-basic", toolnames.Read)}},
-		"no scheme":                     {"Authorization": {adoptionToken(t, key, "claim-noscheme", toolnames.Read)}},
+		"basic scheme":                  {"Authorization": {"Basic " + sandboxdtest.AdoptionToken(t, key, "claim-basic", toolnames.Read)}},
+		"no scheme":                     {"Authorization": {sandboxdtest.AdoptionToken(t, key, "claim-noscheme", toolnames.Read)}},
 		"another member's key":          bearer(forged),
-		"tampered":                      bearer(tampered(adoptionToken(t, key, "claim-1", toolnames.Read))),
-		"token of an unknown tool only": bearer(adoptionToken(t, key, "claim-newer", "WebFetch")),
+		"tampered":                      bearer(tampered(sandboxdtest.AdoptionToken(t, key, "claim-1", toolnames.Read))),
+		"token of an unknown tool only": bearer(sandboxdtest.AdoptionToken(t, key, "claim-newer", "WebFetch")),
 	}
 	for name, h := range refused {
 		t.Run(name, func(t *testing.T) { wantRefused(t, ts.url, h) })
 	}
-	if a := ts.guard.warm.adopted.Load(); a != nil {
-		t.Fatalf("adopted by %s before any valid token", a.claimUID)
+	if a := ts.guard.Adopted(); a != "" {
+		t.Fatalf("adopted by %s before any valid token", a)
 	}
 
 	// The first valid token adopts: the official SDK client over SSE lists exactly its tools
 	// (the unknown name ignored) and may call them, and no other.
-	tok := adoptionToken(t, key, "claim-1", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch")
+	tok := sandboxdtest.AdoptionToken(t, key, "claim-1", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch")
 	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer " + tok}}
 	cs := connect(t, &mcp.SSEClientTransport{Endpoint: ts.url + "/sse", HTTPClient: client}, nil)
 	got := toolNames(t, cs)
@@ -143,8 +122,8 @@ func TestWarmMember(t *testing.T) {
 	if want := []string{toolnames.Glob, toolnames.Grep, toolnames.Read}; !slices.Equal(got, want) {
 		t.Errorf("tools/list = %v, want %v", got, want)
 	}
-	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
-	if n := ts.sse.directCalls.Load(); n != 1 {
+	sandboxdtest.CallOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
+	if n := ts.sse.DirectCalls(); n != 1 {
 		t.Errorf("direct calls = %d, want the adopted Glob (directcall.go)", n)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -152,7 +131,7 @@ func TestWarmMember(t *testing.T) {
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: toolnames.Bash, Arguments: map[string]any{"command": "touch pwned"}}); err == nil {
 		t.Errorf("Bash, not in the token, was called: %+v", res)
 	}
-	if n := ts.sse.directCalls.Load(); n != 1 {
+	if n := ts.sse.DirectCalls(); n != 1 {
 		t.Errorf("direct calls = %d after Bash, want 1: a tool not adopted is not in the direct table", n)
 	}
 	if _, err := os.Stat(filepath.Join(ts.ws, "pwned")); err == nil {
@@ -161,21 +140,21 @@ func TestWarmMember(t *testing.T) {
 
 	// The same token on the other transport: accepted.
 	cs2 := connect(t, &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp", HTTPClient: client}, nil)
-	callOK(t, cs2, toolnames.Glob, map[string]any{"pattern": "*"})
+	sandboxdtest.CallOK(t, cs2, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	// Another valid token (another claim, or the same claim with more tools) is refused now.
 	for name, other := range map[string]string{
-		"another claim":        adoptionToken(t, key, "claim-2", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
-		"more tools":           adoptionToken(t, key, "claim-1", toolnames.Bash, toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
+		"another claim":        sandboxdtest.AdoptionToken(t, key, "claim-2", toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
+		"more tools":           sandboxdtest.AdoptionToken(t, key, "claim-1", toolnames.Bash, toolnames.Glob, toolnames.Read, toolnames.Grep, "WebFetch"),
 		"another member's key": forged,
 		"the token, truncated": tok[:len(tok)-1],
 	} {
 		t.Run("after adoption/"+name, func(t *testing.T) { wantRefused(t, ts.url, bearer(other)) })
 	}
-	callOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
+	sandboxdtest.CallOK(t, cs, toolnames.Glob, map[string]any{"pattern": "*"})
 
 	// Metrics: the adopted tools' series (Grep's at zero, started at adoption), none of the others.
-	_, metrics := get(t, ts.url+"/metrics", nil)
+	_, metrics := get(t, ts.url+"/metrics", bearer(tok))
 	if !strings.Contains(metrics, `tool="Grep"`) || strings.Contains(metrics, `tool="Bash"`) || strings.Contains(metrics, "WebFetch") {
 		t.Errorf("metrics name other tools than the adopted ones:\n%s", grepLines(metrics, "tool="))
 	}
@@ -218,59 +197,18 @@ func grepLines(s, substr string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestWarmAdoptionRace: first requests with different valid tokens race; exactly one adopts,
-// the others are refused, and only the winner's token is accepted afterwards. Run with -race.
-func TestWarmAdoptionRace(t *testing.T) {
-	key := warmMemberKey(t, 0)
-	logger, _ := ktesting.NewTestContext(t)
-	var adopts atomic.Int32
-	l := &warmLock{key: key, logger: logger, adopt: func(a warmtoken.Adoption) ([]string, []string, error) {
-		adopts.Add(1)
-		return a.Tools, nil, nil
-	}}
-	const n = 16
-	tokens := make([]string, n)
-	for i := range tokens {
-		tokens[i] = adoptionToken(t, key, types.UID(fmt.Sprintf("claim-%d", i)), toolnames.Read)
-	}
-	start := make(chan struct{})
-	won := make([]bool, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
-			r.Header.Set("Authorization", "Bearer "+tokens[i])
-			<-start
-			won[i] = l.authorized(r)
-		})
-	}
-	close(start)
-	wg.Wait()
-	winner := slices.Index(won, true)
-	if winner < 0 || slices.Index(won[winner+1:], true) >= 0 || adopts.Load() != 1 {
-		t.Fatalf("won = %v, %d adoptions: want exactly one of each", won, adopts.Load())
-	}
-	for i, tok := range tokens {
-		r, _ := http.NewRequest(http.MethodPost, "/mcp", nil)
-		r.Header.Set("Authorization", "Bearer "+tok)
-		if got := l.authorized(r); got != (i == winner) {
-			t.Errorf("token %d after the race: authorized = %v, want %v", i, got, i == winner)
-		}
-	}
-}
-
 // TestWarmAdoptionRaceHTTP: the same race through a real server: two initialize requests with two
 // valid tokens at once; one is served (200), the other refused (401).
 func TestWarmAdoptionRaceHTTP(t *testing.T) {
 	ts := startWarmServer(t)
-	key := warmMemberKey(t, 0)
-	tokens := []string{adoptionToken(t, key, "claim-a", toolnames.Read), adoptionToken(t, key, "claim-b", toolnames.Grep)}
+	key := sandboxdtest.WarmMemberKey(t, 0)
+	tokens := []string{sandboxdtest.AdoptionToken(t, key, "claim-a", toolnames.Read), sandboxdtest.AdoptionToken(t, key, "claim-b", toolnames.Grep)}
 	codes := make([]int, len(tokens))
 	errs := make([]error, len(tokens))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, tok := range tokens {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.url+"/mcp", strings.NewReader(initializeRequest))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.url+"/mcp", strings.NewReader(sandboxdtest.InitializeRequest))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,12 +245,12 @@ func TestWarmAdoptionRaceHTTP(t *testing.T) {
 // TestWarmRestartAdoptsAgain: the lock is in memory; a new process (here, a new server on the
 // same key) is adopted by the next token that verifies.
 func TestWarmRestartAdoptsAgain(t *testing.T) {
-	key := warmMemberKey(t, 0)
+	key := sandboxdtest.WarmMemberKey(t, 0)
 	file := writeWarmKey(t, key)
-	tok := adoptionToken(t, key, "claim-1", toolnames.Read)
+	tok := sandboxdtest.AdoptionToken(t, key, "claim-1", toolnames.Read)
 	for range 2 {
 		ts := startServer(t, Config{WarmKeyFile: file}, options{})
-		if code, body := post(t, ts.url+"/mcp", "application/json", initializeRequest, bearer(tok)); code != http.StatusOK {
+		if code, body := sandboxdtest.Post(t, ts.url+"/mcp", "application/json", sandboxdtest.InitializeRequest, bearer(tok)); code != http.StatusOK {
 			t.Fatalf("POST /mcp = %d %s, want 200", code, body)
 		}
 	}
@@ -320,7 +258,7 @@ func TestWarmRestartAdoptsAgain(t *testing.T) {
 
 func TestWarmBadConfig(t *testing.T) {
 	dir := t.TempDir()
-	keyFile := writeWarmKey(t, warmMemberKey(t, 0))
+	keyFile := writeWarmKey(t, sandboxdtest.WarmMemberKey(t, 0))
 	tokenFile := filepath.Join(dir, "token")
 	bad := filepath.Join(dir, "bad")
 	short := filepath.Join(dir, "short")
@@ -348,7 +286,7 @@ func TestWarmBadConfig(t *testing.T) {
 			tt.cfg.Workspace = t.TempDir()
 			tt.cfg.StateDir = t.TempDir()
 			err := Run(ctx, tt.cfg)
-			wantErrContaining(t, err, tt.want)
+			sandboxdtest.WantErrContaining(t, err, tt.want)
 		})
 	}
 }

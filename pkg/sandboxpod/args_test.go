@@ -14,7 +14,7 @@ import (
 func TestClassShapes(t *testing.T) {
 	for _, shape := range sandboxpodtest.ClassShapes() {
 		t.Run(shape.Name, func(t *testing.T) {
-			got := ClassConflict(shape.Apply(), nil)
+			got := ClassConflict(shape.Apply())
 			switch {
 			case shape.Refused == "" && got != "":
 				t.Errorf("refused: %s", got)

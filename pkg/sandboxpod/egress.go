@@ -3,7 +3,8 @@ package sandboxpod
 // Egress through airlock's gateway (docs/egress.md, "What a sandbox with egress gets"). A class
 // with egress gets, frozen into its claim's record with the gateway the operator names
 // (--egress-gateway-service), a NetworkPolicy rule to the gateway's pods on its port (nothing
-// else new: no DNS, names are resolved by the gateway), the proxy variables (the claim's proxy
+// else new: no DNS at all, names are resolved by the gateway; a class with egress may not have
+// allowedServices, which would need DNS), the proxy variables (the claim's proxy
 // credential comes from its token Secret through a secretKeyRef, never written in the pod spec)
 // and, when the operator names a CA bundle, the bundle mounted with the variables the usual
 // toolchains read. Nothing a class writes may repeat or override any of it: ClassConflict
@@ -131,10 +132,10 @@ func maps(in map[string]string) map[string]string {
 	return out
 }
 
-// egressConflict says why the class's egress cannot be built, or "": no host and no credential, or
-// env or volumes that take what the operator sets. Whether the gateway compiles the class's host
-// list is the compiler's that ClassConflict is given (egress.ClassPolicyError): this package stays
-// free of the gateway's clients.
+// egressConflict says why the class's egress cannot be built, or "": no host and no credential,
+// allowedServices beside it (which would need DNS: docs/egress.md, "DNS"), or env or volumes that
+// take what the operator sets. Whether the gateway compiles the class's host
+// list is the compiler's (policy.CheckClass, which ClassConflict asks).
 func egressConflict(class *airlockv1alpha1.SandboxClass) string {
 	e := class.Spec.Egress
 	if e == nil {
@@ -142,6 +143,9 @@ func egressConflict(class *airlockv1alpha1.SandboxClass) string {
 	}
 	if len(e.Hosts) == 0 && len(e.Credentials) == 0 {
 		return fmt.Sprintf("SandboxClass %q: egress lists no host and no credential", class.Name)
+	}
+	if len(class.Spec.AllowedServices) > 0 {
+		return fmt.Sprintf("SandboxClass %q: egress and allowedServices together: a sandbox with egress gets no DNS (kube-dns would carry any name past the gateway), so it could not find the Services; give sandboxes that need in-cluster Services a class without egress", class.Name)
 	}
 	reserved := EgressEnvNames()
 	for _, env := range class.Spec.Env {

@@ -227,8 +227,8 @@ func TestNoEgressNoProxy(t *testing.T) {
 	}
 }
 
-// TestEgressNetworkPolicy: the gateway's pods on their port and nothing else new: no DNS unless
-// allowedServices asks for it; a warm pool's policy is built the same way.
+// TestEgressNetworkPolicy: the gateway's pods on their port and nothing else new, no DNS; a warm
+// pool's policy is built the same way.
 func TestEgressNetworkPolicy(t *testing.T) {
 	record := egressRecord(t)
 	gatewayRule := networkingv1.NetworkPolicyEgressRule{
@@ -247,11 +247,92 @@ func TestEgressNetworkPolicy(t *testing.T) {
 	if diff := cmp.Diff([]networkingv1.NetworkPolicyEgressRule{gatewayRule}, pool.Spec.Egress); diff != "" {
 		t.Errorf("pool egress (-want +got):\n%s", diff)
 	}
-	withServices := record.DeepCopy()
-	withServices.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
-	np = ClaimNetworkPolicy(bound("c1"), withServices, nil)
-	if len(np.Spec.Egress) != 2 || !cmp.Equal(np.Spec.Egress[0], gatewayRule) || np.Spec.Egress[1].To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
-		t.Errorf("with an allowed Service: egress %+v, want the gateway then DNS", np.Spec.Egress)
+}
+
+// TestEgressNeverGetsDNS (issue 39): a record with egress gets no DNS, whatever its
+// allowedServices say: kube-dns forwards any name to the resolvers outside, a way out past the
+// gateway. Such a record can only be one an earlier operator froze (a class with both is refused,
+// TestEgressClassWithServicesRefused): it keeps its Services' pods and the gateway, nothing more.
+// With its gateway never frozen it gets no gateway either. A warm pool's policy is the same.
+func TestEgressNeverGetsDNS(t *testing.T) {
+	proxy := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: "infra"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "proxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	serviceRule := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "infra"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "proxy"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(8080))}},
+	}
+	gatewayRule := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "airlock-system"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "airlock-egress"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromString("proxy"))}},
+	}
+	withGateway := egressRecord(t)
+	noGateway := Freeze(egressClass(), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
+	reg := sandboxpodtest.WarmRegistry(1)
+	tests := []struct {
+		name    string
+		record  *airlockv1alpha1.FrozenSandbox
+		allowed []*corev1.Service
+		want    []networkingv1.NetworkPolicyEgressRule
+	}{
+		{name: "gateway, an allowed Service that does not exist", record: withGateway, want: []networkingv1.NetworkPolicyEgressRule{gatewayRule}},
+		{name: "gateway, an allowed Service that exists", record: withGateway, allowed: []*corev1.Service{proxy}, want: []networkingv1.NetworkPolicyEgressRule{serviceRule, gatewayRule}},
+		{name: "no gateway frozen, an allowed Service that does not exist", record: noGateway},
+		{name: "no gateway frozen, an allowed Service that exists", record: noGateway, allowed: []*corev1.Service{proxy}, want: []networkingv1.NetworkPolicyEgressRule{serviceRule}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			record := tc.record.DeepCopy()
+			record.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+			policies := map[string]*networkingv1.NetworkPolicy{
+				"claim": ClaimNetworkPolicy(bound("c1"), record, tc.allowed),
+				"pool":  PoolNetworkPolicy(reg, "codegen", PoolKey(reg.UID, "codegen", record), record, tc.allowed),
+			}
+			for kind, np := range policies {
+				if diff := cmp.Diff(tc.want, np.Spec.Egress); diff != "" {
+					t.Errorf("%s egress (-want +got):\n%s", kind, diff)
+				}
+				for _, rule := range np.Spec.Egress {
+					for _, p := range rule.Ports {
+						if p.Port != nil && p.Port.IntValue() == 53 {
+							t.Errorf("%s: a rule to port 53: %+v", kind, rule)
+						}
+					}
+				}
+			}
+		})
+	}
+	// The control: without egress, an allowed Service still gets DNS (SPEC section 5).
+	plain := Freeze(sandboxpodtest.Class("codegen"), &sandboxpodtest.Registry("tools", "").Spec.Sandboxes[0])
+	plain.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+	np := ClaimNetworkPolicy(bound("c1"), plain, nil)
+	if len(np.Spec.Egress) != 1 || np.Spec.Egress[0].To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("without egress: egress %+v, want DNS", np.Spec.Egress)
+	}
+}
+
+// TestEgressClassWithServicesRefused (issue 39): a class with egress and allowedServices is
+// refused at admission with a reason that says why and what to do; either alone is valid.
+func TestEgressClassWithServicesRefused(t *testing.T) {
+	class := egressClass()
+	class.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "infra", Name: "proxy"}}
+	why := ClassConflict(class)
+	for _, want := range []string{`SandboxClass "` + class.Name + `"`, "egress and allowedServices", "no DNS", "a class without egress"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("ClassConflict = %q, want it to say %q", why, want)
+		}
+	}
+	withoutEgress := class.DeepCopy()
+	withoutEgress.Spec.Egress = nil
+	if why := ClassConflict(withoutEgress); why != "" {
+		t.Errorf("allowedServices without egress refused: %s", why)
 	}
 }
 
@@ -264,12 +345,12 @@ func TestHostileEgressClass(t *testing.T) {
 		t.Run("env "+name, func(t *testing.T) {
 			class := egressClass()
 			class.Spec.Env = append(class.Spec.Env, corev1.EnvVar{Name: name, Value: "http://evil.example:1"})
-			if why := ClassConflict(class, nil); !strings.Contains(why, name) {
+			if why := ClassConflict(class); !strings.Contains(why, name) {
 				t.Errorf("ClassConflict = %q, want a refusal naming %s", why, name)
 			}
 			// Without egress the variable is the class's business: nothing to override.
 			class.Spec.Egress = nil
-			if why := ClassConflict(class, nil); why != "" {
+			if why := ClassConflict(class); why != "" {
 				t.Errorf("without egress: %q", why)
 			}
 		})
@@ -283,12 +364,12 @@ func TestHostileEgressClass(t *testing.T) {
 		t.Run("volume at "+name, func(t *testing.T) {
 			class := egressClass()
 			class.Spec.Volumes = append(class.Spec.Volumes, v)
-			if why := ClassConflict(class, nil); why == "" {
+			if why := ClassConflict(class); why == "" {
 				t.Error("accepted")
 			}
 		})
 	}
-	if why := ClassConflict(egressClass(), nil); why != "" {
+	if why := ClassConflict(egressClass()); why != "" {
 		t.Errorf("a plain egress class refused: %s", why)
 	}
 
@@ -306,11 +387,11 @@ func TestHostileEgressClass(t *testing.T) {
 }
 
 // TestInvalidEgressClass: a class whose egress lists nothing is refused here; whether the gateway
-// compiles a host list is egress.ClassPolicyError's (pkg/egress, TestClassPolicyError).
+// compiles a host list is policy.CheckClass's (pkg/egress/policy, TestCheckClass).
 func TestInvalidEgressClass(t *testing.T) {
 	class := egressClass()
 	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{}
-	if why := ClassConflict(class, nil); !strings.Contains(why, "egress") {
+	if why := ClassConflict(class); !strings.Contains(why, "egress") {
 		t.Errorf("ClassConflict = %q", why)
 	}
 }

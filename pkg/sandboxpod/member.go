@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/syncback"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const (
@@ -61,12 +61,6 @@ func MemberName(registry, entry string) string {
 		prefix = strings.TrimRight(prefix[:memberPrefixMax], "-.")
 	}
 	return prefix + "-" + utilrand.String(memberSuffixLen)
-}
-
-// MemberWorkspaceDir is a member's workspace inside the content PVC: its own, fresh, made by
-// the kubelet when the pod starts; a claim that adopts the member works (and is synced back) from it.
-func MemberWorkspaceDir(namespace, member string) string {
-	return SandboxesDir(namespace) + "/" + syncback.WarmDir + "/" + member
 }
 
 // MemberSecretName is the name of a member's key Secret.
@@ -116,7 +110,7 @@ func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, rec
 		},
 	}}
 	mount := corev1.VolumeMount{Name: memberKeyVolumeName, MountPath: MemberKeyMountPath, ReadOnly: true}
-	return sandboxPod(meta, record, MemberWorkspaceDir(reg.Namespace, member), MemberArgs(record), secret, mount)
+	return sandboxPod(meta, record, workspace.MemberDir(reg.Namespace, member), MemberArgs(record), secret, mount)
 }
 
 // MemberSecret returns a member's key Secret, controlled by its pod: created after the pod
@@ -158,9 +152,4 @@ func PoolNetworkPolicy(reg *airlockv1alpha1.ToolRegistry, entry, key string, rec
 		},
 		Spec: policySpec(reg.Namespace, map[string]string{airlockv1alpha1.LabelWarmPool: key}, record, allowed),
 	}
-}
-
-// SandboxesDir is the directory of a namespace's workspaces inside the content volume.
-func SandboxesDir(namespace string) string {
-	return namespace + "/sandboxes"
 }

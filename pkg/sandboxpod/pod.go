@@ -6,11 +6,13 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // What the operator builds for a claim (SPEC section 5). The builders are pure: they return the
@@ -110,6 +112,43 @@ func RestrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
+// JobConfig is what a workspace's Jobs (its sync-back, its record) are built with: the image of
+// `airlock sync`, run as the sandbox's user with the restricted contexts above, so that the copy
+// reads and writes the workspace as the sandbox does.
+func JobConfig(image string) workspace.JobConfig {
+	return workspace.JobConfig{Image: image, PodSecurity: RestrictedPodSecurityContext, ContainerSecurity: RestrictedContainerSecurityContext}
+}
+
+// ContentClaimName is the content PVC that the claim's workspace is in: its record's, or for a
+// claim admitted before records existed its class's, defaulted (empty when class is nil).
+func ContentClaimName(claim *airlockv1alpha1.SandboxClaim, class *airlockv1alpha1.SandboxClass) string {
+	switch {
+	case claim.Status.Frozen != nil:
+		return claim.Status.Frozen.WorkspaceClaimName
+	case class == nil:
+		return ""
+	case class.Spec.WorkspaceClaimName == "":
+		return DefaultWorkspaceClaimName
+	}
+	return class.Spec.WorkspaceClaimName
+}
+
+// ContentClaimNameOf is ContentClaimName with the claim's class read through getClass (a lister's
+// Get) when its record does not say: empty when the class is gone.
+func ContentClaimNameOf(claim *airlockv1alpha1.SandboxClaim, getClass func(name string) (*airlockv1alpha1.SandboxClass, error)) (string, error) {
+	if claim.Status.Frozen != nil {
+		return ContentClaimName(claim, nil), nil
+	}
+	class, err := getClass(claim.Spec.ClassName)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return ContentClaimName(claim, class), nil
+}
+
 // Ports returns the record's ports (defaulted, for a record that has none).
 func Ports(record *airlockv1alpha1.FrozenSandbox) []airlockv1alpha1.SandboxPort {
 	return Defaulted(record).Ports
@@ -159,7 +198,7 @@ func ClaimPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 		},
 	}}
 	mount := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true}
-	pod := sandboxPod(meta, record, claim.Spec.WorkspaceDir, ClaimArgs(record), secret, mount)
+	pod := sandboxPod(meta, record, workspace.DirOf(claim), ClaimArgs(record), secret, mount)
 	// Egress (egress.go): the operator's variables last, the class's of the same names dropped,
 	// and the CA bundle beside the token.
 	c := &pod.Spec.Containers[0]

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 func TestBuildPod(t *testing.T) {
@@ -74,7 +74,7 @@ func TestBuildPod(t *testing.T) {
 		t.Errorf("readiness probe period %d s, initial delay %d s, success threshold %d, want 1, 0, 1", p.PeriodSeconds, p.InitialDelaySeconds, p.SuccessThreshold)
 	}
 	wantMounts := []corev1.VolumeMount{
-		{Name: "workspace", MountPath: "/workspace", SubPath: "team-a/sandboxes/" + claimname.ClaimWorkspace("c1", "uid-rt-agent")},
+		{Name: "workspace", MountPath: "/workspace", SubPath: "team-a/sandboxes/" + workspace.ClaimDirName("c1", "uid-rt-agent")},
 		{Name: "cache", MountPath: "/sandbox-cache"},
 		{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true},
 	}

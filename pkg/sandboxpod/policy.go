@@ -15,9 +15,9 @@ import (
 )
 
 // ClaimNetworkPolicy returns the claim's NetworkPolicy. Egress reaches nothing but the pods of
-// the allowed Services that exist (allowed), on their target ports, and DNS when the record
-// allows any Service; ingress is the
-// recorded ports from pods in the claim's namespace.
+// the allowed Services that exist (allowed), on their target ports, DNS when the record allows
+// any Service and has no egress, and the egress gateway when it has; ingress is the recorded
+// ports from pods in the claim's namespace.
 func ClaimNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: ChildMeta(claim, claim.Name),
@@ -27,7 +27,8 @@ func ClaimNetworkPolicy(claim *airlockv1alpha1.SandboxClaim, record *airlockv1al
 
 // policySpec is the policy of the sandbox pods selected by selector in namespace, built
 // from record: default deny, the recorded ports open to the namespace's pods, egress only to the
-// allowed Services' pods (and DNS when the record allows any Service).
+// allowed Services' pods (and DNS when the record allows any Service and has no egress) and to
+// the egress gateway.
 func policySpec(namespace string, selector map[string]string, record *airlockv1alpha1.FrozenSandbox, allowed []*corev1.Service) networkingv1.NetworkPolicySpec {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	var egress []networkingv1.NetworkPolicyEgressRule
@@ -64,9 +65,12 @@ func policySpec(namespace string, selector map[string]string, record *airlockv1a
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(tcp), Port: ptr.To(gw.TargetPort)}},
 		})
 	}
-	if len(record.AllowedServices) > 0 {
+	if len(record.AllowedServices) > 0 && record.Egress == nil {
 		// DNS whenever the record allows some Service (SPEC section 5), whether or not the
-		// Service exists yet or names pods: the sandbox reaches it by name.
+		// Service exists yet or names pods: the sandbox reaches it by name. Never with egress,
+		// gateway or not (docs/egress.md, "DNS"): kube-dns forwards any name to the resolvers
+		// outside, a channel past the gateway. A class with both is refused (egressConflict); a
+		// record frozen with both by an earlier operator keeps its Services' pods and loses DNS.
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: metav1.NamespaceSystem}},

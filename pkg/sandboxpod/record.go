@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -112,25 +113,19 @@ func StartupTimeout(r *airlockv1alpha1.FrozenSandbox) time.Duration {
 	return Defaulted(r).StartupTimeout.Duration
 }
 
-// EgressCompiler says why the egress gateway would not compile a class's host list, or nil.
-type EgressCompiler func(*airlockv1alpha1.SandboxEgress) error
-
 // ClassConflict says why a sandbox of class cannot be built, or "": args that would set, repeat
 // or swallow one of the operator's flags (argsConflict), a volume that takes the name or a path
 // of what the operator mounts into every sandbox, the claim's token, a warm member's key or the
 // egress CA (volumesConflict, egressConflict), env that reads a Secret (envConflict), or egress
-// the gateway would not compile. One check for claims and warm members alike, and for the class
-// controller: a class is valid for all or for none. compile is the egress gateway's compiler of
-// a host list (egress.ClassPolicyError; passed in, so that this package links nothing of the
-// gateway's clients); nil skips that one check (tests).
-func ClassConflict(class *airlockv1alpha1.SandboxClass, compile EgressCompiler) string {
+// the gateway would not compile (policy.CheckClass, the gateway's own compiler). One check
+// for claims and warm members alike, and for the class controller: a class is valid for all or
+// for none.
+func ClassConflict(class *airlockv1alpha1.SandboxClass) string {
 	if message := egressConflict(class); message != "" {
 		return message
 	}
-	if compile != nil && class.Spec.Egress != nil {
-		if err := compile(class.Spec.Egress); err != nil {
-			return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
-		}
+	if err := policy.CheckClass(class.Spec.Egress); err != nil {
+		return fmt.Sprintf("SandboxClass %q: egress: %v", class.Name, err)
 	}
 	if message := argsConflict(class); message != "" {
 		return message

@@ -2,7 +2,6 @@ package sandboxpod
 
 import (
 	"encoding/json"
-	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -83,13 +83,13 @@ func TestClassConflict(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			class := sandboxpodtest.Class("codegen")
 			class.Spec.Volumes = append(class.Spec.Volumes, tc.volume)
-			got := ClassConflict(class, nil)
+			got := ClassConflict(class)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("ClassConflict = %q, want %q", got, tc.want)
 			}
 		})
 	}
-	if got := ClassConflict(sandboxpodtest.Class("codegen"), nil); got != "" {
+	if got := ClassConflict(sandboxpodtest.Class("codegen")); got != "" {
 		t.Errorf("the fixtures' class conflicts: %q", got)
 	}
 }
@@ -269,18 +269,23 @@ func TestDefaulted(t *testing.T) {
 }
 
 // TestClassConflictAsksTheCompiler: a class whose egress the gateway's compiler refuses cannot be
-// built, with the compiler's reason; a class without egress is never given to it.
+// built, with the compiler's reason; a class without egress, or with a host list the compiler
+// takes, can.
 func TestClassConflictAsksTheCompiler(t *testing.T) {
-	refuse := func(*airlockv1alpha1.SandboxEgress) error { return errors.New("no such host list") }
 	class := sandboxpodtest.Class("codegen")
-	if got := ClassConflict(class, refuse); got != "" {
+	if got := ClassConflict(class); got != "" {
 		t.Errorf("a class without egress: %q", got)
 	}
-	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}}}
-	if got := ClassConflict(class, refuse); !strings.Contains(got, "no such host list") {
-		t.Errorf("ClassConflict = %q, want the compiler's reason", got)
+	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "*.com", Ports: []airlockv1alpha1.EgressPort{443}}}}
+	want := policy.CheckClass(class.Spec.Egress)
+	if want == nil {
+		t.Fatal("the compiler took a wildcard of a top-level domain")
 	}
-	if got := ClassConflict(class, func(*airlockv1alpha1.SandboxEgress) error { return nil }); got != "" {
+	if got := ClassConflict(class); !strings.Contains(got, want.Error()) {
+		t.Errorf("ClassConflict = %q, want the compiler's reason %q", got, want)
+	}
+	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}}}
+	if got := ClassConflict(class); got != "" {
 		t.Errorf("a host list the compiler takes: %q", got)
 	}
 }

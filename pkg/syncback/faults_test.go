@@ -258,3 +258,53 @@ func TestVersionsDirMustBeReal(t *testing.T) {
 		t.Errorf("the content root changed")
 	}
 }
+
+// TestVersionsRetentionSettable (issue 39): a target keeps as many versions as it is asked to
+// (`airlock sync --keep-versions`, a registry entry's targetVersions), not three: n sessions
+// into one target with a retention of n-1 leave every session's files, byte for byte (content
+// hashes), in the target or a version; a retention of 1 keeps the one before the last; 0 is
+// refused and changes nothing.
+func TestVersionsRetentionSettable(t *testing.T) {
+	for _, keep := range []int{1, 11} {
+		t.Run(fmt.Sprintf("keep %d", keep), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			root := t.TempDir()
+			target := "ns/projects/shared"
+			var hashes []string
+			for i := range 12 {
+				ws := fmt.Sprintf("ns/sandboxes/s%d", i)
+				writeWorkspace(t, filepath.Join(root, ws))
+				writeFile(t, filepath.Join(root, ws, "session.txt"), fmt.Sprintf("session %d\n", i), 0o644, t1)
+				hashes = append(hashes, treeHash(t, filepath.Join(root, ws)))
+				if err := CopyKeepingAndRemove(ctx, root, testSandboxes, ws, target, keep); err != nil {
+					t.Fatalf("sync-back %d: %v", i, err)
+				}
+			}
+			held := map[string]bool{treeHash(t, filepath.Join(root, target)): true}
+			versions := versionsOf(t, filepath.Join(root, target))
+			for _, v := range versions {
+				held[treeHash(t, v)] = true
+			}
+			if len(versions) != keep {
+				t.Errorf("%d versions, want %d", len(versions), keep)
+			}
+			for i, h := range hashes {
+				if want := i >= len(hashes)-1-keep; held[h] != want {
+					t.Errorf("session %d's files kept: %v, want %v", i, held[h], want)
+				}
+			}
+		})
+	}
+	t.Run("keep 0 refused", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		root := t.TempDir()
+		writeWorkspace(t, filepath.Join(root, "ns/sandboxes/c1"))
+		before := treeHash(t, root)
+		if err := CopyKeeping(ctx, root, "ns/sandboxes/c1", "ns/projects/web", 0); err == nil {
+			t.Fatal("a retention of 0 versions was accepted")
+		}
+		if treeHash(t, root) != before {
+			t.Error("the content root changed")
+		}
+	})
+}

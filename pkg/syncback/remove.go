@@ -26,62 +26,17 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
-
-// SessionsDir is the directory, inside a namespace's sandboxes directory, of the workspaces that
-// every claim of one session and handle shares.
-const SessionsDir = "sessions"
-
-// WarmDir is the directory, inside a namespace's sandboxes directory, of the workspaces of warm
-// members (a claim that adopts one works in it).
-const WarmDir = "warm"
 
 // removingInfix marks a workspace being removed: ".<name>" + removingInfix + "<random>".
 const removingInfix = ".airlock-removing-"
 
-// ValidateRemovable checks that dir is a workspace that the operator may remove: a valid path (see
-// ValidatePath) of the shape `<sandboxesDir>/<name>` or `<sandboxesDir>/sessions/<name>`, where
-// sandboxesDir is a valid path whose last element is "sandboxes" (`<namespace>/sandboxes`).
-func ValidateRemovable(dir, sandboxesDir string) error {
-	if err := ValidateSandboxesDir(sandboxesDir); err != nil {
-		return fmt.Errorf("sandboxes directory %w", err)
-	}
-	if err := ValidatePath(dir); err != nil {
-		return err
-	}
-	rel, ok := strings.CutPrefix(dir, sandboxesDir+string(filepath.Separator))
-	if !ok {
-		return fmt.Errorf("%q is not inside %q: only a workspace the operator made may be removed", dir, sandboxesDir)
-	}
-	parts := strings.Split(rel, string(filepath.Separator))
-	switch {
-	case len(parts) == 1 && parts[0] != SessionsDir && parts[0] != WarmDir:
-	case len(parts) == 2 && (parts[0] == SessionsDir || parts[0] == WarmDir):
-	default:
-		return fmt.Errorf("%q is not a workspace of %q (<name>, %s/<name> or %s/<name>)", dir, sandboxesDir, SessionsDir, WarmDir)
-	}
-	if strings.HasPrefix(filepath.Base(dir), ".") {
-		return fmt.Errorf("%q is not a workspace: its name starts with a dot", dir)
-	}
-	return nil
-}
-
-// ValidateSandboxesDir checks that p is a namespace's workspaces directory: a valid path (see
-// ValidatePath) whose last element is "sandboxes".
-func ValidateSandboxesDir(p string) error {
-	if err := ValidatePath(p); err != nil {
-		return err
-	}
-	if filepath.Base(p) != "sandboxes" {
-		return fmt.Errorf("must end in /sandboxes (%q)", p)
-	}
-	return nil
-}
-
 // Remove removes the workspace dir (relative to contentRoot; see ValidateRemovable), and what an
 // earlier, interrupted removal of it left. A workspace that does not exist is not an error.
 func Remove(ctx context.Context, contentRoot, sandboxesDir, dir string) error {
-	if err := ValidateRemovable(dir, sandboxesDir); err != nil {
+	if err := workspace.ValidateRemovable(dir, sandboxesDir); err != nil {
 		return fmt.Errorf("workspace %w", err)
 	}
 	root, err := os.OpenRoot(contentRoot)
@@ -97,7 +52,12 @@ func Remove(ctx context.Context, contentRoot, sandboxesDir, dir string) error {
 // more has nothing to copy: an earlier run copied it and began its removal (which this run
 // finishes), or it was never made (its sandbox never started); the target is left as it is.
 func CopyAndRemove(ctx context.Context, contentRoot, sandboxesDir, from, to string) error {
-	if err := ValidateRemovable(from, sandboxesDir); err != nil {
+	return CopyKeepingAndRemove(ctx, contentRoot, sandboxesDir, from, to, KeepVersions)
+}
+
+// CopyKeepingAndRemove is CopyAndRemove keeping keep previous contents of the target.
+func CopyKeepingAndRemove(ctx context.Context, contentRoot, sandboxesDir, from, to string, keep int) error {
+	if err := workspace.ValidateRemovable(from, sandboxesDir); err != nil {
 		return fmt.Errorf("source %w", err)
 	}
 	root, err := os.OpenRoot(contentRoot)
@@ -111,7 +71,7 @@ func CopyAndRemove(ctx context.Context, contentRoot, sandboxesDir, from, to stri
 	}
 	if !exists {
 		klog.FromContext(ctx).Info("The workspace does not exist: nothing to copy", "from", from, "to", to)
-	} else if err := Copy(ctx, contentRoot, from, to); err != nil {
+	} else if err := CopyKeeping(ctx, contentRoot, from, to, keep); err != nil {
 		return err
 	}
 	return remove(ctx, root, from)

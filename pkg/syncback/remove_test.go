@@ -284,30 +284,3 @@ func TestCopyAndRemoveAfterAnInterruptedRemoval(t *testing.T) {
 		t.Error("a workspace that was never made created a target")
 	}
 }
-
-func TestValidateRemovable(t *testing.T) {
-	for dir, ok := range map[string]bool{
-		"ns/sandboxes/c1":               true,
-		"ns/sandboxes/sessions/ab12":    true,
-		"ns/sandboxes/agent-0123456789": true,
-		"ns/sandboxes/c1-r1":            true,
-		"ns/sandboxes":                  false,
-		"ns/sandboxes/sessions":         false,
-		"ns/sandboxes/c1/x":             false,
-		"ns/sandboxes/sessions/a/b":     false,
-		"ns/sandboxes/warm/tr-cg-x7k2":  true,
-		"ns/sandboxes/warm":             false,
-		"ns/sandboxes/warm/a/b":         false,
-		"ns/sandboxes/.hidden":          false,
-		"ns/sandboxes-x/c1":             false,
-		"ns/projects/c1":                false,
-		"other/sandboxes/c1":            false,
-		"ns/sandboxes/c1/":              false,
-		"ns//sandboxes/c1":              false,
-		"":                              false,
-	} {
-		if err := ValidateRemovable(dir, testSandboxes); (err == nil) != ok {
-			t.Errorf("ValidateRemovable(%q) = %v, want ok %v", dir, err, ok)
-		}
-	}
-}

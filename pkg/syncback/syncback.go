@@ -22,8 +22,8 @@
 // still holds something (a marker file), or the platform team does it.
 //
 // The previous content of a target that is replaced is not deleted: it is kept as a version,
-// ".<target>.airlock-versions/<UTC time>-<random>" next to the target, the newest KeepVersions of
-// them (issue 24; docs/nothing-lost.md says what a target holds after any sequence of sync-backs).
+// ".<target>.airlock-versions/<UTC time>-<random>" next to the target, the newest KeepVersions
+// (or as many as CopyKeeping is asked to keep) of them (issue 24; docs/nothing-lost.md says what a target holds after any sequence of sync-backs).
 //
 // A run that is killed leaves its staging directory (".<target>.airlock-staging-<random>") next to
 // the target, safe to delete; killed between the two renames of the swap, the target is absent and
@@ -46,35 +46,9 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
-
-// ValidatePath checks that p names a directory strictly below the content root: relative, clean,
-// and without ".." segments. The error says what is wrong, not which flag or field carried p.
-func ValidatePath(p string) error {
-	switch {
-	case p == "":
-		return errors.New("must be set")
-	case filepath.IsAbs(p):
-		return fmt.Errorf("must be a path relative to the content root, not absolute (%q)", p)
-	case slices.Contains(strings.Split(filepath.ToSlash(p), "/"), ".."):
-		return fmt.Errorf("must not contain \"..\" segments (%q)", p)
-	case filepath.Clean(p) != p:
-		return fmt.Errorf("must be a clean path (%q, not %q)", filepath.Clean(p), p)
-	case p == ".":
-		return errors.New("must name a directory below the content root, not the root itself")
-	}
-	return nil
-}
-
-// Overlaps reports whether one of two valid paths (see ValidatePath) is the other or lies inside it.
-func Overlaps(a, b string) bool {
-	return a == b || isUnder(a, b) || isUnder(b, a)
-}
-
-// isUnder reports whether p lies strictly inside dir.
-func isUnder(p, dir string) bool {
-	return strings.HasPrefix(p, dir+string(filepath.Separator))
-}
 
 // Copy replaces the directory `to` with a copy of the directory `from`; both are relative to
 // contentRoot. The parents of `to` are created when missing; `to` itself, when it exists, must be a
@@ -82,13 +56,22 @@ func isUnder(p, dir string) bool {
 // empty: then nothing is copied and `to` is left as it is. See the package comment for what is
 // copied.
 func Copy(ctx context.Context, contentRoot, from, to string) error {
-	if err := ValidatePath(from); err != nil {
+	return CopyKeeping(ctx, contentRoot, from, to, KeepVersions)
+}
+
+// CopyKeeping is Copy keeping keep (at least 1) previous contents of the target as versions
+// (`airlock sync --keep-versions`, a registry entry's targetVersions).
+func CopyKeeping(ctx context.Context, contentRoot, from, to string, keep int) error {
+	if keep < 1 {
+		return fmt.Errorf("the versions to keep must be at least 1, not %d", keep)
+	}
+	if err := workspace.ValidatePath(from); err != nil {
 		return fmt.Errorf("source %w", err)
 	}
-	if err := ValidatePath(to); err != nil {
+	if err := workspace.ValidatePath(to); err != nil {
 		return fmt.Errorf("target %w", err)
 	}
-	if Overlaps(from, to) {
+	if workspace.Overlaps(from, to) {
 		return fmt.Errorf("source %q and target %q overlap", from, to)
 	}
 
@@ -154,7 +137,7 @@ func Copy(ctx context.Context, contentRoot, from, to string) error {
 		return err
 	}
 
-	version, err := swapIn(ctx, parent, stagingName, base, suffix, targetExists)
+	version, err := swapIn(ctx, parent, stagingName, base, suffix, targetExists, keep)
 	if err != nil {
 		return fmt.Errorf("replacing target %q: %w", to, err)
 	}
@@ -222,12 +205,13 @@ func existingDir(parent *os.Root, name string) (bool, error) {
 	return true, nil
 }
 
-// KeepVersions is how many previous contents of a target are kept (issue 24, docs/nothing-lost.md):
-// every sync-back that replaces a target moves what it held into the target's versions directory,
-// ".<target>.airlock-versions/<UTC time>-<random>" next to it, and removes the oldest beyond this
-// many. Three: the older of two sessions that share a target, and two sync-backs more, are
-// recoverable, for at most three more copies of the target's size.
-const KeepVersions = 3
+// KeepVersions is how many previous contents of a target Copy keeps (issue 24,
+// docs/nothing-lost.md): every sync-back that replaces a target moves what it held into the
+// target's versions directory, ".<target>.airlock-versions/<UTC time>-<random>" next to it, and
+// removes the oldest beyond this many (CopyKeeping: as many as asked; the operator asks for the
+// registry entry's targetVersions). Three: the older of two sessions that share a target, and two
+// sync-backs more, are recoverable, for at most three more copies of the target's size.
+const KeepVersions = int(workspace.DefaultTargetVersions)
 
 // VersionsDir is the name of the directory next to a target (named base) that keeps its previous
 // contents.
@@ -237,9 +221,9 @@ func VersionsDir(base string) string { return "." + base + ".airlock-versions" }
 const versionTimeFormat = "20060102T150405.000000000Z"
 
 // swapIn renames the staging directory to name, moving an existing name into its versions
-// directory first (versions beyond KeepVersions are removed). It returns the kept version's path
+// directory first (versions beyond keep are removed). It returns the kept version's path
 // in parent, or "" when there was no previous target.
-func swapIn(ctx context.Context, parent *os.Root, stagingName, name, suffix string, exists bool) (string, error) {
+func swapIn(ctx context.Context, parent *os.Root, stagingName, name, suffix string, exists bool, keep int) (string, error) {
 	if !exists {
 		if err := parent.Rename(stagingName, name); err != nil {
 			return "", err
@@ -263,7 +247,7 @@ func swapIn(ctx context.Context, parent *os.Root, stagingName, name, suffix stri
 	if err := errors.Join(syncDir(parent, "."), syncDir(parent, versions)); err != nil {
 		return "", err
 	}
-	if err := pruneVersions(parent, versions, KeepVersions); err != nil {
+	if err := pruneVersions(parent, versions, keep); err != nil {
 		// The new tree is in place and the previous one kept; what is left is an old version.
 		klog.FromContext(ctx).Error(err, "Failed to remove old versions of the target", "path", versions)
 	}

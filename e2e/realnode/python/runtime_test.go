@@ -1,5 +1,6 @@
 // Package python holds runtime.py, the real-node e2e's agent runtime in Python (standard
-// library only; e2e/realnode_python_test.go runs it in a pod). These tests run it on this
+// library only, on the airlock_client package of clients/python; e2e/realnode_python_test.go
+// runs it in a pod). These tests run it on this
 // machine against a real sandboxd (pkg/sandboxd, in process) and a stand-in of the Sandbox API
 // over TLS, so that a change of either side shows in `go test ./...`, not only on a real node.
 package python
@@ -188,10 +189,42 @@ type result struct {
 		IsError bool   `json:"isError"`
 		Text    string `json:"text"`
 	} `json:"calls"`
-	MCPCloseStatus int    `json:"mcpCloseStatus"`
-	RenewStatus    int    `json:"renewStatus"`
-	CloseStatus    int    `json:"closeStatus"`
-	Error          string `json:"error"`
+	RenewStatus int    `json:"renewStatus"`
+	CloseStatus int    `json:"closeStatus"`
+	Error       string `json:"error"`
+}
+
+// scriptDir lays runtime.py out as the image does: the script, and beside it the package
+// airlock_client from clients/python (python3 -I finds it in the script's directory only).
+func scriptDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	copyFile(t, "runtime.py", filepath.Join(dir, "runtime.py"))
+	pkg := filepath.Join("..", "..", "..", "clients", "python", "src", "airlock_client")
+	entries, err := os.ReadDir(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "airlock_client"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".py") || e.Name() == "py.typed" {
+			copyFile(t, filepath.Join(pkg, e.Name()), filepath.Join(dir, "airlock_client", e.Name()))
+		}
+	}
+	return dir
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // runScript runs runtime.py with args and returns its exit code and RESULT.
@@ -199,7 +232,7 @@ func runScript(t *testing.T, args ...string) (int, result) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python3(t), append([]string{"-I", "runtime.py"}, args...)...)
+	cmd := exec.CommandContext(ctx, python3(t), append([]string{"-I", filepath.Join(scriptDir(t), "runtime.py")}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -230,7 +263,7 @@ func writeToken(t *testing.T, path, token string) {
 }
 
 // TestRuntimeAcquiresCallsAndCloses: the script acquires (calling again after a 202), speaks MCP
-// to a real sandboxd with the acquire answer's header (a request without it is refused), writes
+// 2026-07-28 (airlock_client's stateless client) to a real sandboxd with the acquire answer's header (a request without it is refused), writes
 // and reads a file, renews and closes; it reads its token file before every call.
 func TestRuntimeAcquiresCallsAndCloses(t *testing.T) {
 	const sandboxToken = "claim-token-0123456789abcdef"
@@ -266,7 +299,7 @@ func TestRuntimeAcquiresCallsAndCloses(t *testing.T) {
 	if res.NoHeaderStatus != http.StatusUnauthorized {
 		t.Errorf("MCP without the Authorization header: %d, want 401", res.NoHeaderStatus)
 	}
-	if res.Server != "airlock-sandboxd" || res.Protocol == "" || !strings.Contains(strings.Join(res.Tools, ","), "Write") {
+	if res.Server != "airlock-sandboxd" || res.Protocol != "2026-07-28" || !strings.Contains(strings.Join(res.Tools, ","), "Write") {
 		t.Errorf("MCP session: server %q protocol %q tools %v", res.Server, res.Protocol, res.Tools)
 	}
 	if len(res.Calls) != 2 || res.Calls[0].IsError || res.Calls[1].IsError || res.Calls[1].Text != "     1\thello from python\n" {

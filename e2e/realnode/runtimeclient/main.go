@@ -1,6 +1,6 @@
 // Command runtimeclient is the e2e suite's stand-in for an agent runtime on a real node
 // (e2e/realnode_test.go). It runs in a pod as the runtime's own ServiceAccount, acquires a
-// sandbox through the Sandbox API Service with pkg/client, talks MCP to the returned address with
+// sandbox through the Sandbox API Service with pkg/client's Session, talks MCP to the returned address with
 // the official Go SDK client and the returned Authorization header, and prints one JSON document
 // on stdout, which the test reads with `kubectl logs`. It is a test helper, not part of airlock.
 //
@@ -63,6 +63,9 @@ type Plan struct {
 	Handle      string `json:"handle"`
 	WaitSeconds int    `json:"waitSeconds,omitempty"`
 	Transport   string `json:"transport,omitempty"` // "streamable" (default) or "sse"
+	// IdleSeconds is the AgentRuntime's spec.sandbox.idleTimeout when it is not the default:
+	// the session renews at most once per half of it (client.Config.IdleTimeout).
+	IdleSeconds int    `json:"idleSeconds,omitempty"`
 	Steps       []Step `json:"steps,omitempty"`
 	Close       bool   `json:"close,omitempty"` // sessions/close at the end
 	// Probes are host:port addresses the client itself dials (it has no NetworkPolicy): the
@@ -80,6 +83,9 @@ type Plan struct {
 	// dropped while a new pod's NetworkPolicy peers are learned).
 	URLs          []string `json:"urls,omitempty"`
 	ScrapeSeconds int      `json:"scrapeSeconds,omitempty"`
+	// Bearer maps a URL of URLs to the token its scrape sends (Authorization: Bearer); a
+	// sandbox's /metrics needs its claim's token (docs/security.md).
+	Bearer map[string]string `json:"bearer,omitempty"`
 }
 
 // Step is one tool call.
@@ -183,18 +189,18 @@ type AcquireResult struct {
 // runAcquire acquires the plan's handle for its session, then closes the session.
 func runAcquire(ctx context.Context, p Plan) *AcquireResult {
 	out := &AcquireResult{}
-	c, err := apiClient(p)
+	s, err := apiSession(p, p.Session)
 	if err != nil {
 		out.Error = "the Sandbox API's CA: " + err.Error()
 		return out
 	}
-	got, _, err := acquire(ctx, c, p, p.Session)
+	got, _, err := acquire(ctx, s, p)
 	if err != nil {
 		out.Error = "acquire: " + err.Error()
 		return out
 	}
-	out.Claim, out.Phase = got.Claim, got.Phase
-	if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+	out.Claim, out.Phase = got.Claim, got.Response.Phase
+	if _, err := s.Close(ctx); err != nil {
 		out.Error = "close: " + err.Error()
 		return out
 	}
@@ -294,24 +300,34 @@ func firstLine(s string) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// apiClient is a client of the Sandbox API that verifies it with the plan's CA bundle.
-func apiClient(p Plan) (*client.Client, error) {
+// apiConfig is the plan's runtime as pkg/client's Session takes it, with one HTTP client (kept
+// connections shared by every session made from it) that verifies the Sandbox API with the
+// plan's CA bundle.
+func apiConfig(p Plan) (client.Config, error) {
 	hc, err := client.NewHTTPClient(client.TLSOptions{CAFile: p.CAFile, ServerName: p.ServerName, InsecureSkipVerify: p.InsecureSkipVerify})
+	if err != nil {
+		return client.Config{}, err
+	}
+	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
+	return client.Config{
+		API: p.API, TokenFile: p.TokenFile, HTTPClient: hc, PlainHTTP: p.PlainHTTP,
+		Namespace: p.Namespace, Runtime: p.Runtime,
+		IdleTimeout: time.Duration(p.IdleSeconds) * time.Second, AcquireTimeout: 20 * time.Minute, WaitSeconds: p.WaitSeconds,
+	}, nil
+}
+
+// apiSession is the plan's session (a Session, as a runtime uses it).
+func apiSession(p Plan, session string) (*client.Session, error) {
+	cfg, err := apiConfig(p)
 	if err != nil {
 		return nil, err
 	}
-	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
-	var opts []client.Option
-	if p.PlainHTTP {
-		opts = append(opts, client.PlainHTTP())
-	}
-	return client.New(p.API, client.TokenFile(p.TokenFile), hc, opts...), nil
+	return client.NewSession(cfg, session)
 }
 
-func acquire(ctx context.Context, c *client.Client, p Plan, session string) (*client.AcquireResponse, time.Duration, error) {
-	wait := p.WaitSeconds
+func acquire(ctx context.Context, s *client.Session, p Plan) (*client.Sandbox, time.Duration, error) {
 	start := time.Now()
-	got, err := c.Acquire(ctx, client.AcquireRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: session, Handle: p.Handle, WaitSeconds: &wait})
+	got, err := s.Acquire(ctx, p.Handle)
 	return got, time.Since(start), err
 }
 
@@ -431,27 +447,23 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 			}
 		}
 	}
-	c, err := apiClient(p)
+	sess, err := apiSession(p, p.Session)
 	if err != nil {
 		out.Error = "the Sandbox API's CA: " + err.Error()
 		return out
 	}
-	got, d, err := acquire(ctx, c, p, p.Session)
+	got, d, err := acquire(ctx, sess, p)
 	if err != nil {
 		out.Error = "acquire: " + err.Error()
 		return out
 	}
-	out.Claim, out.Phase, out.AcquireMillis = got.Claim, got.Phase, ms(d)
-	if len(got.Addresses) == 0 {
-		out.Error = "acquire answered no address"
-		return out
-	}
-	out.URL = got.Addresses[0].URL
-	say("acquired %s for session %s: claim %s %s in %.0f ms, MCP at %s", p.Handle, p.Session, got.Claim, got.Phase, out.AcquireMillis, out.URL)
+	out.Claim, out.Phase, out.AcquireMillis = got.Claim, got.Response.Phase, ms(d)
+	out.URL = got.Response.Addresses[0].URL
+	say("acquired %s for session %s: claim %s %s in %.0f ms, MCP at %s", p.Handle, p.Session, got.Claim, got.Response.Phase, out.AcquireMillis, got.MCPURL)
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, wait, err := connectRetry(sctx, out.URL, got.Headers, p.Transport)
+	cs, wait, err := connectRetry(sctx, out.URL, got.Response.Headers, p.Transport)
 	out.ReachableMillis = ms(wait)
 	if err != nil {
 		out.Error = "mcp connect: " + err.Error()
@@ -468,11 +480,11 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 		out.Calls = append(out.Calls, r)
 		say("  %-5s %-40.40s -> %s%s (%.1f ms)", s.Tool, stepArg(s), map[bool]string{true: "ERROR "}[r.IsError || r.Err != ""], firstLine(r.Text+r.Err), r.Millis)
 		if r.Err == "" && !r.IsError {
-			_ = c.Renew(ctx, client.RenewRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session, Handle: p.Handle})
+			_, _ = sess.Renew(ctx, p.Handle) // at most one renewal per half idle timeout
 		}
 	}
 	if p.Close {
-		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+		if _, err := sess.Close(ctx); err != nil {
 			out.Error = "close: " + err.Error()
 			return out
 		}

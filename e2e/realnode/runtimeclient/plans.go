@@ -15,26 +15,22 @@ import (
 // runReacquire acquires, uses and closes the same session and handle p.Sessions times in a row.
 func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 	out := &ReacquireResult{Rounds: []ReacquireRound{}}
-	c, err := apiClient(p)
+	s, err := apiSession(p, p.Session)
 	if err != nil {
 		out.Error = "the Sandbox API's CA: " + err.Error()
 		return out
 	}
 	prevAuth := ""
 	for i := 0; i < p.Sessions; i++ {
-		got, d, err := acquire(ctx, c, p, p.Session)
+		got, d, err := acquire(ctx, s, p)
 		if err != nil {
 			out.Error = fmt.Sprintf("round %d: acquire: %v", i, err)
 			return out
 		}
 		r := ReacquireRound{Claim: got.Claim, AcquireMillis: ms(d)}
-		if len(got.Addresses) == 0 {
-			out.Error = fmt.Sprintf("round %d: acquire answered %s and no address", i, got.Phase)
-			return out
-		}
-		url := got.Addresses[0].URL
+		url := got.Response.Addresses[0].URL
 		sctx, cancel := context.WithCancel(ctx)
-		cs, _, err := connectRetry(sctx, url, got.Headers, p.Transport)
+		cs, _, err := connectRetry(sctx, url, got.Response.Headers, p.Transport)
 		if err != nil {
 			cancel()
 			out.Error = fmt.Sprintf("round %d: connect %s: %v", i, url, err)
@@ -53,12 +49,12 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 		if prevAuth != "" {
 			r.PrevTokenStatus = rawStatus(ctx, url, prevAuth)
 		}
-		prevAuth = got.Headers["Authorization"]
+		prevAuth = got.Authorization
 		cs.Close()
 		cancel()
 		out.Rounds = append(out.Rounds, r)
 		say("round %d: claim %s in %.0f ms, pod %s, previous token -> %d", i, r.Claim, r.AcquireMillis, r.Marker, r.PrevTokenStatus)
-		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session}); err != nil {
+		if _, err := s.Close(ctx); err != nil {
 			out.Error = fmt.Sprintf("round %d: close: %v", i, err)
 			return out
 		}
@@ -68,14 +64,22 @@ func runReacquire(ctx context.Context, p Plan) *ReacquireResult {
 
 func runBench(ctx context.Context, p Plan) *BenchResult {
 	out := &BenchResult{}
-	c, err := apiClient(p)
+	cfg, err := apiConfig(p)
 	if err != nil {
 		out.Error = "the Sandbox API's CA: " + err.Error()
 		return out
 	}
+	// The sessions share cfg's HTTP client, as one runtime process does.
+	newSession := func(id string) *client.Session {
+		s, err := client.NewSession(cfg, id)
+		if err != nil {
+			panic(err) // cfg is complete: nothing is left to fail
+		}
+		return s
+	}
 	if p.Connect {
 		start := time.Now()
-		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: p.Session + "-connect"}); err != nil {
+		if _, err := newSession(p.Session + "-connect").Close(ctx); err != nil {
 			out.Error = "the first call of the Sandbox API: " + err.Error()
 			return out
 		}
@@ -92,14 +96,15 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 		}
 		session := fmt.Sprintf("%s-%02d", p.Session, i)
 		began := time.Now()
-		got, d, err := acquire(ctx, c, p, session)
+		s := newSession(session)
+		got, d, err := acquire(ctx, s, p)
 		if err != nil {
 			out.Error = fmt.Sprintf("acquire %s: %v", session, err)
 			return out
 		}
 		out.AcquireMillis = append(out.AcquireMillis, ms(d))
 		sctx, cancel := context.WithCancel(ctx)
-		cs, wait, err := connectRetry(sctx, got.Addresses[0].URL, got.Headers, p.Transport)
+		cs, wait, err := connectRetry(sctx, got.Response.Addresses[0].URL, got.Response.Headers, p.Transport)
 		out.ReachableMillis = append(out.ReachableMillis, ms(wait))
 		if err != nil {
 			cancel()
@@ -128,7 +133,7 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 		}
 		cs.Close()
 		cancel()
-		if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: p.Namespace, Runtime: p.Runtime, Session: session}); err != nil {
+		if _, err := s.Close(ctx); err != nil {
 			out.Error = fmt.Sprintf("close %s: %v", session, err)
 			return out
 		}

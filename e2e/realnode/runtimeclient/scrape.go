@@ -37,18 +37,19 @@ func runScrape(ctx context.Context, p Plan) map[string]*ScrapeResult {
 	}
 	out := map[string]*ScrapeResult{}
 	for _, u := range p.URLs {
-		out[u] = scrapeRetry(ctx, u, limit)
+		out[u] = scrapeRetry(ctx, u, p.Bearer[u], limit)
 		say("scrape %s: status %d, %d families %s", u, out[u].Status, len(out[u].Families), out[u].Error)
 	}
 	return out
 }
 
-// scrapeRetry scrapes u until it answers (any HTTP status) or limit has passed.
-func scrapeRetry(ctx context.Context, u string, limit time.Duration) *ScrapeResult {
+// scrapeRetry scrapes u (with the bearer token, if not empty) until it answers (any HTTP
+// status) or limit has passed.
+func scrapeRetry(ctx context.Context, u, token string, limit time.Duration) *ScrapeResult {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
-		r, err := scrape(ctx, u)
+		r, err := scrape(ctx, u, token)
 		if err == nil {
 			return r
 		}
@@ -60,7 +61,7 @@ func scrapeRetry(ctx context.Context, u string, limit time.Duration) *ScrapeResu
 	}
 }
 
-func scrape(ctx context.Context, u string) (*ScrapeResult, error) {
+func scrape(ctx context.Context, u, token string) (*ScrapeResult, error) {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
@@ -68,6 +69,9 @@ func scrape(ctx context.Context, u string) (*ScrapeResult, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

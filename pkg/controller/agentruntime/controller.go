@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -48,6 +50,10 @@ type Controller struct {
 	classesSynced  cache.InformerSynced
 	claimLister    airlocklisters.SandboxClaimLister
 	claimsSynced   cache.InformerSynced
+	// jobLister holds the kept workspaces' records (the operator's Job informer, filtered on
+	// LabelClaim), of which the held ones are reported.
+	jobLister  batchlisters.JobLister
+	jobsSynced cache.InformerSynced
 
 	// handlers are the event handlers the controller added to shared informers, removed when Run
 	// returns.
@@ -71,11 +77,11 @@ type statusWrite struct {
 }
 
 // NewController returns an AgentRuntime status controller on the given informers.
-func NewController(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer) (*Controller, error) {
-	return newControllerWithClock(ctx, airlockClient, runtimes, registries, classes, claims, clock.RealClock{})
+func NewController(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer, jobs batchinformers.JobInformer) (*Controller, error) {
+	return newControllerWithClock(ctx, airlockClient, runtimes, registries, classes, claims, jobs, clock.RealClock{})
 }
 
-func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer, clk clock.WithTicker) (*Controller, error) {
+func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.Interface, runtimes airlockinformers.AgentRuntimeInformer, registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer, claims airlockinformers.SandboxClaimInformer, jobs batchinformers.JobInformer, clk clock.WithTicker) (*Controller, error) {
 	c := &Controller{
 		airlockClient:  airlockClient,
 		runtimeLister:  runtimes.Lister(),
@@ -86,6 +92,8 @@ func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.
 		classesSynced:  classes.Informer().HasSynced,
 		claimLister:    claims.Lister(),
 		claimsSynced:   claims.Informer().HasSynced,
+		jobLister:      jobs.Lister(),
+		jobsSynced:     jobs.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
 		clock:  clk,
@@ -118,6 +126,9 @@ func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.
 	}
 	if err := c.handlers.Add(claims.Informer(), resourceHandler(c.enqueueRuntimeOfClaim)); err != nil {
 		return nil, fmt.Errorf("adding the claim event handler: %w", err)
+	}
+	if err := c.handlers.Add(jobs.Informer(), resourceHandler(c.enqueueRuntimeOfRecord)); err != nil {
+		return nil, fmt.Errorf("adding the kept workspace event handler: %w", err)
 	}
 	return c, nil
 }
@@ -177,7 +188,7 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced, c.jobsSynced) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 	workers.Run(ctx, n, c.queue, "runtime", c.sync)

@@ -5,8 +5,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -16,6 +21,8 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 var (
@@ -25,7 +32,8 @@ var (
 
 func runtimeObj(connections ...airlockv1alpha1.Connection) *airlockv1alpha1.AgentRuntime {
 	return &airlockv1alpha1.AgentRuntime{
-		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "ns", Generation: 2, UID: "uid-agent"},
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "ns", Generation: 2, UID: "uid-agent",
+			Finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}},
 		Spec: airlockv1alpha1.AgentRuntimeSpec{
 			ServiceAccountName: "agent",
 			ToolRegistryRef:    airlockv1alpha1.LocalObjectReference{Name: "tools"},
@@ -56,6 +64,8 @@ func TestSync(t *testing.T) {
 		runtime     *airlockv1alpha1.AgentRuntime
 		registry    *airlockv1alpha1.ToolRegistry
 		claims      []*airlockv1alpha1.SandboxClaim
+		records     []*batchv1.Job
+		wantHeld    []string
 		wantStatus  metav1.ConditionStatus
 		wantReason  string
 		wantCounts  airlockv1alpha1.ClaimCounts
@@ -91,6 +101,25 @@ func TestSync(t *testing.T) {
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
 			wantCounts: airlockv1alpha1.ClaimCounts{Bound: 2, Reaping: 6, Failed: 1,
 				Stuck: airlockv1alpha1.StuckCounts{PodLost: 2, SyncBackFailing: 4, JobNotStarted: 1}},
+		},
+		"held workspaces listed, oldest first": {
+			runtime:  runtimeObj(),
+			registry: registryObj(codegen),
+			records: []*batchv1.Job{
+				heldRecord("late", "uid-agent", t0.Add(time.Hour)),
+				heldRecord("early", "uid-agent", t0),
+				heldRecord("old-uid", "uid-before", t0), // a runtime of the name before: not this one's
+				func() *batchv1.Job { // kept, not held
+					j := heldRecord("kept", "uid-agent", t0)
+					delete(j.Annotations, airlockv1alpha1.AnnotationHeld)
+					return j
+				}(),
+			},
+			wantHeld: []string{
+				workspace.RecordName("ns/sandboxes/early") + " ns/sandboxes/early out/early",
+				workspace.RecordName("ns/sandboxes/late") + " ns/sandboxes/late out/late",
+			},
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
 		},
 		"registry missing": {
 			runtime:    runtimeObj(),
@@ -130,11 +159,12 @@ func TestSync(t *testing.T) {
 			client := airlockfake.NewClientset(objs...)
 			factory := airlockinformers.NewSharedInformerFactory(client, 0)
 			a := factory.Airlock().V1alpha1()
-			c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), clocktesting.NewFakeClock(t0))
+			jobs := newJobInformer()
+			c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), jobs, clocktesting.NewFakeClock(t0))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady
+			c.runtimesSynced, c.registriesSync, c.classesSynced, c.claimsSynced, c.jobsSynced = alwaysReady, alwaysReady, alwaysReady, alwaysReady, alwaysReady
 			add := func(i cache.SharedIndexInformer, o any) {
 				if err := i.GetIndexer().Add(o); err != nil {
 					t.Fatal(err)
@@ -147,6 +177,9 @@ func TestSync(t *testing.T) {
 			add(a.SandboxClasses().Informer(), &airlockv1alpha1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: "codegen"}})
 			for _, cl := range tc.claims {
 				add(a.SandboxClaims().Informer(), cl)
+			}
+			for _, j := range tc.records {
+				add(jobs.Informer(), j)
 			}
 			client.ClearActions()
 			if err := c.sync(ctx, cache.MetaObjectToName(tc.runtime)); err != nil {
@@ -175,11 +208,37 @@ func TestSync(t *testing.T) {
 			if diff := cmp.Diff(tc.wantCounts, got.Claims); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
+			var held []string
+			for _, h := range got.HeldWorkspaces {
+				held = append(held, h.Record+" "+h.WorkspaceDir+" "+h.TargetPath)
+			}
+			if diff := cmp.Diff(tc.wantHeld, held); diff != "" {
+				t.Errorf("held workspaces (-want +got):\n%s", diff)
+			}
+			if got.HeldWorkspaceCount != int32(len(tc.wantHeld)) {
+				t.Errorf("heldWorkspaceCount %d, want %d", got.HeldWorkspaceCount, len(tc.wantHeld))
+			}
 			if got.ObservedGeneration != 2 {
 				t.Errorf("observedGeneration %d, want 2", got.ObservedGeneration)
 			}
 		})
 	}
+}
+
+// newJobInformer is a Job informer on an empty fake clientset (its store is seeded by hand).
+func newJobInformer() batchinformers.JobInformer {
+	return kubeinformers.NewSharedInformerFactory(k8sfake.NewClientset(), 0).Batch().V1().Jobs()
+}
+
+// heldRecord returns the record of the claim's workspace whose sync-back gave up, of the runtime
+// whose UID is runtimeUID, held since at.
+func heldRecord(claim, runtimeUID string, at time.Time) *batchv1.Job {
+	c := claimObj(claim, "agent", airlockv1alpha1.ClaimFailed)
+	c.Spec.RuntimeUID = types.UID(runtimeUID)
+	c.Spec.TargetPath = "out/" + claim
+	c.Spec.WorkspaceDir = "ns/sandboxes/" + claim
+	job := workspace.HeldRecord(c, "workspace-content", sandboxpod.JobConfig("img"), at, "sync-back Job "+claim+"-sync failed 5 times", 3)
+	return job
 }
 
 var cmpIgnoreMessage = cmp.Transformer("noMessage", func(c metav1.Condition) metav1.Condition {
@@ -211,7 +270,7 @@ func TestStatusWritesCoalesced(t *testing.T) {
 	factory := airlockinformers.NewSharedInformerFactory(client, 0)
 	a := factory.Airlock().V1alpha1()
 	clk := clocktesting.NewFakeClock(t0)
-	c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), clk)
+	c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), newJobInformer(), clk)
 	if err != nil {
 		t.Fatal(err)
 	}

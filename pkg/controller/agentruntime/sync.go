@@ -59,6 +59,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if stale {
 		return nil // the cache has not shown the last write: its update event brings it back
 	}
+	rt, deleting, err := c.syncFinalizer(ctx, rt)
+	if err != nil || deleting {
+		return err
+	}
 	status, reason, message, err := c.resolve(rt)
 	if err != nil {
 		return err
@@ -67,9 +71,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
+	held, heldCount, err := c.heldWorkspaces(rt)
+	if err != nil {
+		return err
+	}
 	updated := rt.DeepCopy()
 	updated.Status.ObservedGeneration = rt.Generation
 	updated.Status.Claims = counts
+	updated.Status.HeldWorkspaces, updated.Status.HeldWorkspaceCount = held, heldCount
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: ConditionReady, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: rt.Generation, LastTransitionTime: metav1.NewTime(c.clock.Now()),

@@ -1,8 +1,14 @@
-// Package cabundle is the CA bundle controller: it keeps a ConfigMap airlock-ca, holding the CA
-// bundle that verifies the Sandbox API, in every namespace that has an AgentRuntime, so that a
-// runtime's pod can mount it. It repairs a changed or deleted ConfigMap, follows every change of
-// the bundle (a CA rotation), and deletes the ConfigMap once the namespace's last runtime is gone.
-// It sees and writes only ConfigMaps of that name that carry its label.
+// Package cabundle is the CA bundle distributor: it publishes each CA bundle it is given in a
+// ConfigMap of the bundle's name in every namespace that needs it, so that pods there can mount
+// it. Two bundles are published (bundles.go): the Sandbox API's, airlock-ca, in every namespace
+// that has an AgentRuntime (SandboxAPIBundle), and the egress gateway CA's
+// (--egress-ca-bundle-configmap, with --manage-egress-ca) in every namespace with a claim frozen
+// with that ConfigMap (EgressBundle). For each, it repairs a changed or deleted ConfigMap,
+// follows every change of the bundle (a CA rotation), and deletes the ConfigMap once the
+// namespace no longer needs it. It sees and writes only ConfigMaps of a bundle's name that carry
+// the bundle's label. Where a bundle comes from is its Source: the Sandbox API's serving
+// certificate (pkg/servingcert), or the egress CA's Secret (pkg/controller/egressca, which issues
+// and rotates that CA and writes no ConfigMap).
 package cabundle
 
 import (
@@ -27,24 +33,14 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
-	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
-	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 )
 
-const (
-	// ControllerName is the queue's name and the field manager of the ConfigMap writes.
-	ControllerName = "airlock-ca-bundle-controller"
-	// ConfigMapName is the ConfigMap in each runtime's namespace.
-	ConfigMapName = "airlock-ca"
-	// Key is the ConfigMap's key that holds the PEM bundle; a runtime mounts it as a file of that
-	// name (by default at /var/run/airlock/ca/ca.crt, pkg/client.DefaultCAFile).
-	Key = "ca.crt"
-	// LabelBundle marks the ConfigMaps the controller owns ("true").
-	LabelBundle = "airlock.dev/ca-bundle"
-)
+// ControllerName is the queue's name and the field manager of the ConfigMap writes (of the
+// bundles that name no other, Bundle.FieldManager).
+const ControllerName = "airlock-ca-bundle-controller"
 
-// Source is where the bundle comes from: the operator's serving certificate Store, or the CA
-// file of files mode.
+// Source is where a bundle comes from: the operator's serving certificate Store, the CA file of
+// files mode, or the egress CA's Secret.
 type Source interface {
 	// Bundle returns the PEM bundle, nil while there is none.
 	Bundle() []byte
@@ -52,93 +48,148 @@ type Source interface {
 	OnBundleChange(f func()) (remove func())
 }
 
+// Bundle is one CA bundle the distributor publishes: the ConfigMap ConfigMapName, with the PEM
+// bundle under Key and Label "true", in every namespace where an object of Audience is Needed.
+type Bundle struct {
+	// Name names the bundle in the log.
+	Name string
+	// ConfigMapName, Key and Label are the ConfigMap's name, its one key, and the label that
+	// marks it the distributor's.
+	ConfigMapName, Key, Label string
+	// FieldManager is the field manager of the ConfigMap writes; "" is ControllerName.
+	FieldManager string
+	// Source is the bundle; SourceSynced, when set, is waited for before the first sync.
+	Source       Source
+	SourceSynced cache.InformerSynced
+	// ConfigMaps lists and watches only the bundle's ConfigMaps (NewConfigMapInformerFactory of
+	// ConfigMapName and Label).
+	ConfigMaps coreinformers.ConfigMapInformer
+	// Audience is an informer (with the namespace index) of the objects that make their
+	// namespace need the bundle; Needs says whether one does (nil: every one).
+	Audience cache.SharedIndexInformer
+	Needs    func(obj any) bool
+}
+
+// bundle is a Bundle with its ConfigMap lister.
+type bundle struct {
+	Bundle
+	configMapLister corelisters.ConfigMapLister
+}
+
+func (b *bundle) needs(obj any) bool { return b.Needs == nil || b.Needs(obj) }
+
 // NewConfigMapInformerFactory returns an informer factory that lists and watches, across the
-// cluster, only the ConfigMaps named ConfigMapName that carry LabelBundle: RBAC grants the
-// operator list and watch of that name only (a metadata.name field selector is authorised against
-// resourceNames).
-func NewConfigMapInformerFactory(client kubernetes.Interface) kubeinformers.SharedInformerFactory {
+// cluster, only the ConfigMaps named name that carry label: RBAC grants the operator list and
+// watch of that name only (a metadata.name field selector is authorised against resourceNames).
+func NewConfigMapInformerFactory(client kubernetes.Interface, name, label string) kubeinformers.SharedInformerFactory {
 	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ConfigMapName).String()
-			o.LabelSelector = LabelBundle + "=true"
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			o.LabelSelector = label + "=true"
 		}))
 }
 
-// Controller keeps the CA bundle ConfigMaps.
+// Controller keeps the CA bundle ConfigMaps. Its queue's keys are a namespace and a bundle's
+// ConfigMap name.
 type Controller struct {
 	kubeClient kubernetes.Interface
-	source     Source
-
-	runtimeLister    airlocklisters.AgentRuntimeLister
-	runtimesSynced   cache.InformerSynced
-	configMapLister  corelisters.ConfigMapLister
-	configMapsSynced cache.InformerSynced
-	handlers         handlers.Registrations
+	bundles    map[string]*bundle // by ConfigMap name
+	synced     []cache.InformerSynced
+	handlers   handlers.Registrations
 
 	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 }
 
-// NewController returns a CA bundle controller on the runtimes' informer and a ConfigMap informer
-// from NewConfigMapInformerFactory.
-func NewController(kubeClient kubernetes.Interface, runtimes airlockinformers.AgentRuntimeInformer, configMaps coreinformers.ConfigMapInformer, source Source) (*Controller, error) {
-	return newControllerWithClock(kubeClient, runtimes, configMaps, source, clock.RealClock{})
+// NewController returns a CA bundle distributor of bundles (SandboxAPIBundle, EgressBundle),
+// whose ConfigMap names must differ.
+func NewController(kubeClient kubernetes.Interface, bundles ...Bundle) (*Controller, error) {
+	return newControllerWithClock(kubeClient, clock.RealClock{}, bundles...)
 }
 
-func newControllerWithClock(kubeClient kubernetes.Interface, runtimes airlockinformers.AgentRuntimeInformer, configMaps coreinformers.ConfigMapInformer, source Source, clk clock.WithTicker) (*Controller, error) {
+func newControllerWithClock(kubeClient kubernetes.Interface, clk clock.WithTicker, bundles ...Bundle) (*Controller, error) {
 	c := &Controller{
-		kubeClient:       kubeClient,
-		source:           source,
-		runtimeLister:    runtimes.Lister(),
-		runtimesSynced:   runtimes.Informer().HasSynced,
-		configMapLister:  configMaps.Lister(),
-		configMapsSynced: configMaps.Informer().HasSynced,
+		kubeClient: kubeClient,
+		bundles:    map[string]*bundle{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
 	}
-	// A runtime's namespace is all that matters of it: adds and deletes only.
-	if err := c.handlers.Add(runtimes.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueNamespaceOf,
-		DeleteFunc: c.enqueueNamespaceOf,
-	}); err != nil {
-		return nil, fmt.Errorf("adding the runtime event handler: %w", err)
-	}
-	// A ConfigMap changed or deleted by someone else is repaired; one that arrives after a
-	// change of the bundle is brought up to date.
-	if err := c.handlers.Add(configMaps.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueNamespaceOf,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueueNamespaceOf(cur)
-			}
-		},
-		DeleteFunc: c.enqueueNamespaceOf,
-	}); err != nil {
-		return nil, fmt.Errorf("adding the ConfigMap event handler: %w", err)
+	for _, in := range bundles {
+		if _, dup := c.bundles[in.ConfigMapName]; dup || in.ConfigMapName == "" {
+			return nil, fmt.Errorf("two CA bundles in the ConfigMap %q, or one without a name", in.ConfigMapName)
+		}
+		b := &bundle{Bundle: in, configMapLister: in.ConfigMaps.Lister()}
+		c.bundles[in.ConfigMapName] = b
+		c.synced = append(c.synced, in.Audience.HasSynced, in.ConfigMaps.Informer().HasSynced)
+		if in.SourceSynced != nil {
+			c.synced = append(c.synced, in.SourceSynced)
+		}
+		if err := c.addHandlers(b); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-func (c *Controller) enqueueNamespaceOf(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
+func (c *Controller) addHandlers(b *bundle) error {
+	// An object of the audience matters when it comes to need the bundle or stops needing it.
+	if err := c.handlers.Add(b.Audience, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if b.needs(obj) {
+				c.enqueueNamespaceOf(b, obj)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			if b.needs(old) != b.needs(cur) {
+				c.enqueueNamespaceOf(b, cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if b.needs(unwrap(obj)) {
+				c.enqueueNamespaceOf(b, obj)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("adding the event handler of the %s's audience: %w", b.Name, err)
 	}
-	if o, ok := obj.(metav1.Object); ok {
-		c.queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: ConfigMapName})
+	// A ConfigMap changed or deleted by someone else is repaired; one that arrives after a
+	// change of the bundle is brought up to date.
+	if err := c.handlers.Add(b.ConfigMaps.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueNamespaceOf(b, obj) },
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueueNamespaceOf(b, cur)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueueNamespaceOf(b, obj) },
+	}); err != nil {
+		return fmt.Errorf("adding the ConfigMap event handler of the %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+func unwrap(obj any) any {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tombstone.Obj
+	}
+	return obj
+}
+
+func (c *Controller) enqueueNamespaceOf(b *bundle, obj any) {
+	if o, ok := unwrap(obj).(metav1.Object); ok {
+		c.queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: b.ConfigMapName})
 	}
 }
 
-// enqueueAll enqueues every namespace with a runtime or a ConfigMap: the bundle changed.
-func (c *Controller) enqueueAll() {
+// enqueueAll enqueues every namespace that needs the bundle or has its ConfigMap: the bundle
+// changed.
+func (c *Controller) enqueueAll(b *bundle) {
 	namespaces := sets.New[string]()
-	runtimes, err := c.runtimeLister.List(labels.Everything())
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
+	for _, obj := range b.Audience.GetStore().List() {
+		if o, ok := obj.(metav1.Object); ok && b.needs(obj) {
+			namespaces.Insert(o.GetNamespace())
+		}
 	}
-	for _, rt := range runtimes {
-		namespaces.Insert(rt.Namespace)
-	}
-	cms, err := c.configMapLister.List(labels.Everything())
+	cms, err := b.configMapLister.List(labels.Everything())
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
@@ -147,7 +198,7 @@ func (c *Controller) enqueueAll() {
 		namespaces.Insert(cm.Namespace)
 	}
 	for ns := range namespaces {
-		c.queue.Add(cache.ObjectName{Namespace: ns, Name: ConfigMapName})
+		c.queue.Add(cache.ObjectName{Namespace: ns, Name: b.ConfigMapName})
 	}
 }
 
@@ -159,87 +210,119 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.runtimesSynced, c.configMapsSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
-	remove := c.source.OnBundleChange(c.enqueueAll)
-	defer remove()
-	c.enqueueAll()
+	for _, b := range c.bundles {
+		remove := b.Source.OnBundleChange(func() { c.enqueueAll(b) })
+		defer remove()
+		c.enqueueAll(b)
+	}
 	workers.Run(ctx, n, c.queue, "configMap", c.sync)
 	return nil
 }
 
-// sync makes the namespace's ConfigMap hold the bundle while the namespace has a runtime, and
-// deletes it once it has none.
+// sync makes the namespace's ConfigMap of the key's bundle hold the bundle while the namespace
+// needs it, and deletes it once it does not.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
-	logger := klog.FromContext(ctx)
+	b := c.bundles[key.Name]
+	if b == nil {
+		return nil
+	}
 	ns := key.Namespace
-	runtimes, err := c.runtimeLister.AgentRuntimes(ns).List(labels.Everything())
+	needed, err := c.needed(b, ns)
 	if err != nil {
 		return err
 	}
-	cm, err := c.configMapLister.ConfigMaps(ns).Get(ConfigMapName)
+	cm, err := b.configMapLister.ConfigMaps(ns).Get(b.ConfigMapName)
 	if apierrors.IsNotFound(err) {
 		cm = nil
 	} else if err != nil {
 		return err
 	}
-	configMaps := c.kubeClient.CoreV1().ConfigMaps(ns)
-
-	if len(runtimes) == 0 {
-		if cm == nil {
-			return nil
-		}
-		err := configMaps.Delete(ctx, ConfigMapName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, ConfigMapName, err)
-		}
-		logger.V(2).Info("Deleted the CA bundle of a namespace without runtimes", "configMap", klog.KRef(ns, ConfigMapName))
-		return nil
+	if !needed {
+		return c.deleteBundle(ctx, b, cm)
 	}
-
-	bundle := c.source.Bundle()
-	if len(bundle) == 0 {
+	pem := b.Source.Bundle()
+	if len(pem) == 0 {
 		return nil // the source calls enqueueAll once it has one
 	}
-	want := map[string]string{Key: string(bundle)}
+	want := map[string]string{b.Key: string(pem)}
 	if cm == nil {
-		_, err := configMaps.Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:      ConfigMapName,
-				Namespace: ns,
-				Labels:    map[string]string{LabelBundle: "true", "app.kubernetes.io/name": "airlock"},
-			},
-			Data: want,
-		}, metav1.CreateOptions{FieldManager: ControllerName})
-		if apierrors.IsAlreadyExists(err) {
-			// Not in the cache: ours, not seen yet (its add event syncs again), or someone
-			// else's of that name, without the label, which is never overwritten.
-			existing, err := configMaps.Get(ctx, ConfigMapName, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("reading ConfigMap %s/%s: %w", ns, ConfigMapName, err)
-			}
-			if existing.Labels[LabelBundle] != "true" {
-				logger.Info("Warning: a ConfigMap without the label "+LabelBundle+"=true has the CA bundle's name: the namespace's runtimes do not get the bundle until it is removed or labelled",
-					"configMap", klog.KRef(ns, ConfigMapName), "runtime", klog.KObj(runtimes[0]))
-			}
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("creating ConfigMap %s/%s: %w", ns, ConfigMapName, err)
-		}
-		logger.V(2).Info("Published the CA bundle", "configMap", klog.KRef(ns, ConfigMapName))
-		return nil
+		return c.createBundle(ctx, b, ns, want)
 	}
-	if len(cm.Data) == 1 && cm.Data[Key] == want[Key] && len(cm.BinaryData) == 0 {
+	if len(cm.Data) == 1 && cm.Data[b.Key] == want[b.Key] && len(cm.BinaryData) == 0 {
 		return nil
 	}
 	updated := cm.DeepCopy()
 	updated.Data = want
 	updated.BinaryData = nil
-	if _, err := configMaps.Update(ctx, updated, metav1.UpdateOptions{FieldManager: ControllerName}); err != nil {
-		return fmt.Errorf("updating ConfigMap %s/%s: %w", ns, ConfigMapName, err)
+	if _, err := c.kubeClient.CoreV1().ConfigMaps(ns).Update(ctx, updated, metav1.UpdateOptions{FieldManager: b.fieldManager()}); err != nil {
+		return fmt.Errorf("updating ConfigMap %s/%s: %w", ns, b.ConfigMapName, err)
 	}
-	logger.V(2).Info("Updated the CA bundle", "configMap", klog.KRef(ns, ConfigMapName))
+	klog.FromContext(ctx).V(2).Info("Updated a CA bundle", "bundle", b.Name, "configMap", klog.KRef(ns, b.ConfigMapName))
+	return nil
+}
+
+// needed says whether an object of the namespace needs the bundle.
+func (c *Controller) needed(b *bundle, ns string) (bool, error) {
+	objs, err := b.Audience.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return false, err
+	}
+	for _, obj := range objs {
+		if b.needs(obj) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (b *bundle) fieldManager() string {
+	if b.FieldManager != "" {
+		return b.FieldManager
+	}
+	return ControllerName
+}
+
+func (c *Controller) deleteBundle(ctx context.Context, b *bundle, cm *corev1.ConfigMap) error {
+	if cm == nil {
+		return nil
+	}
+	err := c.kubeClient.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted the CA bundle of a namespace that needs it no more", "bundle", b.Name, "configMap", klog.KObj(cm))
+	return nil
+}
+
+func (c *Controller) createBundle(ctx context.Context, b *bundle, ns string, data map[string]string) error {
+	configMaps := c.kubeClient.CoreV1().ConfigMaps(ns)
+	_, err := configMaps.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      b.ConfigMapName,
+			Namespace: ns,
+			Labels:    map[string]string{b.Label: "true", "app.kubernetes.io/name": "airlock"},
+		},
+		Data: data,
+	}, metav1.CreateOptions{FieldManager: b.fieldManager()})
+	if apierrors.IsAlreadyExists(err) {
+		// Not in the cache: ours, not seen yet (its add event syncs again), or someone else's of
+		// that name, without the label, which is never overwritten.
+		existing, err := configMaps.Get(ctx, b.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading ConfigMap %s/%s: %w", ns, b.ConfigMapName, err)
+		}
+		if existing.Labels[b.Label] != "true" {
+			klog.FromContext(ctx).Info("Warning: a ConfigMap without the bundle's label has the CA bundle's name: it is left as it is, and the namespace's pods do not get the bundle until it is removed or labelled",
+				"bundle", b.Name, "configMap", klog.KRef(ns, b.ConfigMapName), "label", b.Label+"=true")
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating ConfigMap %s/%s: %w", ns, b.ConfigMapName, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Published a CA bundle", "bundle", b.Name, "configMap", klog.KRef(ns, b.ConfigMapName))
 	return nil
 }

@@ -104,11 +104,11 @@ func newFixture(t *testing.T, runtimes []*airlockv1alpha1.AgentRuntime, cached, 
 	if bundle != "" {
 		f.source.bundle = []byte(bundle)
 	}
-	f.kubeFactory = NewConfigMapInformerFactory(f.kubeClient)
+	f.kubeFactory = NewConfigMapInformerFactory(f.kubeClient, ConfigMapName, LabelBundle)
 	f.airlock = airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	rtInformer := f.airlock.Airlock().V1alpha1().AgentRuntimes()
 	cmInformer := f.kubeFactory.Core().V1().ConfigMaps()
-	c, err := newControllerWithClock(f.kubeClient, rtInformer, cmInformer, f.source, clocktesting.NewFakeClock(t0))
+	c, err := newControllerWithClock(f.kubeClient, clocktesting.NewFakeClock(t0), SandboxAPIBundle(f.source, rtInformer, cmInformer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestEnqueueAll(t *testing.T) {
 	f := newFixture(t,
 		[]*airlockv1alpha1.AgentRuntime{runtimeIn("a", "x"), runtimeIn("a", "y"), runtimeIn("b", "x")},
 		[]*corev1.ConfigMap{bundleConfigMap("b", bundleA, true), bundleConfigMap("c", bundleA, true)}, nil, bundleA)
-	f.controller.enqueueAll()
+	f.controller.enqueueAll(f.controller.bundles[ConfigMapName])
 	got := map[string]bool{}
 	for f.controller.queue.Len() > 0 {
 		key, _ := f.controller.queue.Get()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 func TestSyncAdmission(t *testing.T) {
@@ -133,7 +134,7 @@ func TestSyncExpiry(t *testing.T) {
 		return c
 	}
 	// A Failed claim's workspace is kept (its record written) before the claim is deleted.
-	keptC1 := "create jobs " + keptJobName(failed("").Spec.WorkspaceDir)
+	keptC1 := "create jobs " + workspace.RecordName(failed("").Spec.WorkspaceDir)
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
 		others      []*airlockv1alpha1.SandboxClaim

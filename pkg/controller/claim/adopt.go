@@ -24,9 +24,9 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // warmMembers finds the members of a warm pool that a claim may adopt (warmpool.Members).
@@ -221,7 +221,7 @@ func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlock
 	updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, updated.Status.Frozen)
 	updated.Status.Warm = &airlockv1alpha1.WarmAdoption{
 		Member:       pod.Name,
-		WorkspaceDir: sandboxpod.MemberWorkspaceDir(claim.Namespace, pod.Name),
+		WorkspaceDir: workspace.MemberDir(claim.Namespace, pod.Name),
 		AdoptedAt:    metav1.NewTime(now),
 	}
 	setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonWarmMember, message, now)
@@ -266,23 +266,15 @@ func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.
 
 // warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
 // its own (not a session's, not a mount role's, not a Failed predecessor's). Its own is the
-// per-claim directory with its runtime's UID (claimname.ClaimWorkspace), or the one earlier
+// per-claim directory with its runtime's UID (workspace.ClaimDirName), or the one earlier
 // versions gave it, without (`<ns>/sandboxes/<claim>`).
 func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
 	if claim.Spec.MountRole != "" {
 		return false
 	}
-	dir, sandboxes := claim.Spec.WorkspaceDir, sandboxpod.SandboxesDir(claim.Namespace)
-	if uid := admission.RuntimeUID(claim); uid != "" && dir == sandboxes+"/"+claimname.ClaimWorkspace(claim.Name, uid) {
+	dir, sandboxes := claim.Spec.WorkspaceDir, workspace.SandboxesDir(claim.Namespace)
+	if uid := admission.RuntimeUID(claim); uid != "" && dir == sandboxes+"/"+workspace.ClaimDirName(claim.Name, uid) {
 		return true
 	}
 	return dir == sandboxes+"/"+claim.Name
-}
-
-// workspaceDirOf is the claim's workspace inside the content PVC: its adopted member's, else its own.
-func workspaceDirOf(claim *airlockv1alpha1.SandboxClaim) string {
-	if claim.Status.Warm != nil && claim.Status.Warm.WorkspaceDir != "" {
-		return claim.Status.Warm.WorkspaceDir
-	}
-	return claim.Spec.WorkspaceDir
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // warmRegistry is the fixture's registry with warm members wanted for its sandbox.
@@ -316,7 +316,7 @@ func TestBindingClaimFinishesItsAdoption(t *testing.T) {
 // warmBound returns a claim Bound to member (adopted at boundAt).
 func warmBound(name string, member *corev1.Pod, boundAt time.Time) *airlockv1alpha1.SandboxClaim {
 	c := bound(name, boundAt)
-	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: sandboxpod.MemberWorkspaceDir(testNamespace, member.Name), AdoptedAt: metav1.NewTime(boundAt)}
+	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: workspace.MemberDir(testNamespace, member.Name), AdoptedAt: metav1.NewTime(boundAt)}
 	member.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(c)}
 	for k, v := range sandboxpod.PodLabels(c) {
 		member.Labels[k] = v
@@ -405,12 +405,12 @@ func TestWarmClaimSyncsBackTheMemberWorkspace(t *testing.T) {
 	member := warmMember(warmRegistry(3), "tools-codegen-aaaaaaaaaaaa", testRecord(), t0, testPodIP)
 	claim := warmBound("c1", member, t0)
 	claim.Spec.TargetPath = "projects/web"
-	args := syncJobArgs(claim, true)
+	args := workspace.SyncJobArgs(claim, true, 3)
 	want := "--from=" + testNamespace + "/sandboxes/warm/" + member.Name
 	if !slices.Contains(args, want) {
 		t.Errorf("sync args %v lack %s", args, want)
 	}
-	if !workspaceRemovable(claim) {
+	if !workspace.Removable(claim) {
 		t.Error("a warm member's workspace is not removable")
 	}
 }
@@ -545,7 +545,7 @@ func TestWarmEligible(t *testing.T) {
 	}{
 		"its own, with its runtime's UID":     {dir: claimDir("c1"), want: true},
 		"its own, as earlier versions had it": {dir: testNamespace + "/sandboxes/c1", want: true},
-		"of another runtime UID":              {dir: testNamespace + "/sandboxes/" + claimname.ClaimWorkspace("c1", "uid-rt-other")},
+		"of another runtime UID":              {dir: testNamespace + "/sandboxes/" + workspace.ClaimDirName("c1", "uid-rt-other")},
 		"of another claim":                    {dir: claimDir("c2")},
 		"a session's":                         {dir: testNamespace + "/sandboxes/sessions/0123456789"},
 		"a mount role's":                      {dir: claimDir("c1"), mountRole: "repo"},

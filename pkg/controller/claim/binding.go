@@ -20,6 +20,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // syncBinding builds the claim's children from its frozen record and waits for its pod: Bound
@@ -78,7 +79,7 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
 		updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)
-		if resumed := resumedWorkspace(pod); resumed != nil && updated.Status.ResumedWorkspace == nil {
+		if resumed := workspace.Resumed(pod); resumed != nil && updated.Status.ResumedWorkspace == nil {
 			updated.Status.ResumedWorkspace = resumed
 		}
 		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)

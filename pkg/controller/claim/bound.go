@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -32,7 +33,7 @@ func (c *Controller) syncBound(ctx context.Context, claim *airlockv1alpha1.Sandb
 		return nil, nil
 	}
 	now := c.clock.Now()
-	idle := idleTimeout(rt)
+	idle := admission.IdleTimeout(rt)
 	idleLeft, notIdle := timeLeft(lastUsed(claim), idle, now)
 	if !notIdle {
 		return c.beginReaping(ctx, claim, rt, ReasonIdleTimeout, fmt.Sprintf(messageIdleDetail, idle),
@@ -239,6 +240,9 @@ func (c *Controller) watchLostPod(ctx context.Context, claim *airlockv1alpha1.Sa
 		return nil, true, err
 	}
 	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return nil, true, err
+	}
+	if err := c.releaseDeadPod(ctx, claim, loss); err != nil {
 		return nil, true, err
 	}
 	return ptr.To(min(idleLeft, *recheck)), true, nil

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/google/go-cmp/cmp"
-
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // TestSyncBoundPodNotReady: a Bound claim whose pod stops being ready (a crash loop, a pod gone
@@ -155,7 +155,7 @@ func TestSyncBoundIdle(t *testing.T) {
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, no targetPath: workspace kept, claim deleted, no Job to wait for": {
-			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
+			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
 		"idle, pods gone, targetPath: sync-back Job": {

@@ -94,6 +94,9 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 	if _, err := c.podLister.Pods(pod.Namespace).Get(pod.Name); apierrors.IsNotFound(err) {
 		// Before the pod is made: the claim's workspace may be a kept one (kept.go).
 		resumed, err := c.takeKeptWorkspace(ctx, claim)
+		if errors.Is(err, errWorkspaceDirWritten) {
+			return nil // the status update syncs the claim again, with its workspace
+		}
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,14 @@
 // claim deleted, a claim leaving Binding/Bound, a Reaping claim's pods gone) the namespace is
 // decided again. Sync-back turns are taken by namespace too (syncturns.go): one Job at a time into
 // a target, oldest claim first.
+//
+// Workspaces. What a workspace is (its directory, the rules on it, the sync-back Job, the record
+// of a kept workspace) is pkg/workspace's. This controller writes every change of a claim's
+// status that concerns it: the sync-back turns and attempts (syncback.go, syncturns.go,
+// workspace.go), keeping a saved workspace (a record, kept.go) and taking a kept one when a claim
+// resumes it (read fresh from the API server only when the Job cache shows the record or this
+// controller wrote it a moment ago: a new claim's pod waits for no API read). Collecting kept workspaces is another controller's, pkg/controller/workspacegc: the
+// two meet through the records and the claims only.
 package claim
 
 import (
@@ -46,6 +54,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -77,8 +86,6 @@ type Controller struct {
 	podEvents         podEvents
 	// lostPods reads the Nodes of pods that cannot run and releases dead ones (nodeloss.go).
 	lostPods lostPodControl
-	// syncPods reads the pods of a claim's sync-back Jobs, which no cache holds (kept.go).
-	syncPods syncPodControl
 	// defaultDeny puts the namespace's standing default-deny NetworkPolicy in place before a
 	// pod is created; nil creates no pod (fail closed).
 	defaultDeny DefaultDenyEnsurer
@@ -145,13 +152,12 @@ type Controller struct {
 	turns     turnRequests
 	syncJobs  *syncJobsStarted
 
-	// keptQueue holds the records of kept workspaces to look at (kept.go); keptRecords reads a
-	// record fresh from the API server.
-	keptQueue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// keptRecords reads a kept workspace's record fresh from the API server (kept.go).
 	keptRecords jobReader
-	// orphanedWorkspaces are the workspaces (by record key) of claims garbage collection deleted
-	// whose records are yet to be written (*SandboxClaim values).
-	orphanedWorkspaces sync.Map
+	// keptWritten holds the records (by namespace and name) this controller wrote that the Job
+	// cache may not show yet: a claim's take reads the API server only for a record the cache
+	// shows or one of these (kept.go, mayHaveKeptRecord).
+	keptWritten *expectations.Store[cache.ObjectName, struct{}]
 	// resumedBy are the resume labels (map[string]string) of the claims (by UID) that took a
 	// record, for a pod made again after the take (its first create failed, or it ended).
 	resumedBy sync.Map
@@ -243,7 +249,6 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		legacyDeployments:   realLegacyDeployments{client: kubeClient},
 		podEvents:           realPodEvents{client: kubeClient},
 		lostPods:            realLostPodControl{client: kubeClient},
-		syncPods:            realSyncPods{client: kubeClient},
 		claimLister:         informers.Claims.Lister(),
 		claimsSynced:        informers.Claims.Informer().HasSynced,
 		runtimeLister:       informers.Runtimes.Lister(),
@@ -273,10 +278,8 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		turnQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-sync-turns", Clock: clk}),
-		keptQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName + "-kept-workspaces", Clock: clk}),
 		keptRecords:  realJobReader{client: kubeClient},
+		keptWritten:  expectations.New[cache.ObjectName, struct{}](logger, ControllerName, "kept-record", expectationsTimeout, clk),
 		expectations: newClaimExpectations(logger, clk),
 		childExpect:  newChildExpectations(logger, clk),
 		statusWrites: newStatusWrites(logger, clk),
@@ -326,7 +329,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	defer c.admitQueue.ShutDown()
 	defer c.turnQueue.ShutDown()
-	defer c.keptQueue.ShutDown()
 
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName, "workers", workers)
@@ -350,14 +352,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			wait.UntilWithContext(ctx, c.runSyncTurnWorker, time.Second)
 		})
 	}
-	wg.StartWithContext(ctx, func(ctx context.Context) {
-		wait.UntilWithContext(ctx, c.runKeptWorker, time.Second)
-	})
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.admitQueue.ShutDown()
 	c.turnQueue.ShutDown()
-	c.keptQueue.ShutDown()
 	wg.Wait()
 	c.builds.Wait()
 	c.waitForStops()

@@ -68,7 +68,7 @@ func TestHandlers(t *testing.T) {
 	}
 	// A sandbox pod enqueues its claim by label; a Job its controller.
 	c.handleObject(newPod(boundClaim, nil))
-	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, "workspace-content", testSyncImage, 1, false)})
+	c.handleObject(cache.DeletedFinalStateUnknown{Key: "x", Obj: buildSyncJob(waiting, "workspace-content", testSyncImage, 1, false, 3)})
 	var keys []string
 	for c.queue.Len() > 0 {
 		key, _ := c.queue.Get()

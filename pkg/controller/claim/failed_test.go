@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/google/go-cmp/cmp"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // failed returns a claim that failed at failedAt, replaced by replacedBy if set.
@@ -101,19 +102,19 @@ func TestFailedClaimWorkspaceKept(t *testing.T) {
 			}
 			want := []string{"get sandboxclaims c1", "delete sandboxclaims c1"}
 			if tc.wantKept {
-				want = append([]string{"create jobs " + keptJobName(tc.claim.Spec.WorkspaceDir)}, want...)
+				want = append([]string{"create jobs " + workspace.RecordName(tc.claim.Spec.WorkspaceDir)}, want...)
 			}
 			checkActions(t, f, want)
 			if !tc.wantKept {
 				return
 			}
 			record := f.createdJob()
-			if record.Annotations[AnnotationKeptDir] != tc.claim.Spec.WorkspaceDir || record.Annotations[AnnotationKeptRuntimeUID] != string(f.runtimes[0].UID) {
+			if record.Annotations[airlockv1alpha1.AnnotationKeptDir] != tc.claim.Spec.WorkspaceDir || record.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID] != string(f.runtimes[0].UID) {
 				t.Errorf("record annotations %v, want the claim's directory and its runtime's UID", record.Annotations)
 			}
 			// The next claim of the handle (the same name, runtime and directory) resumes it.
 			next := binding("c1", f.clock.Now())
-			if !resumableBy(record, next) {
+			if !workspace.ResumableBy(record, next) {
 				t.Errorf("the record %s is not resumable by the next claim of the handle", record.Name)
 			}
 			if events := f.events(); !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Normal "+ReasonWorkspaceKept) }) {

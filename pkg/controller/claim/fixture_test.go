@@ -25,13 +25,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const (
@@ -500,5 +500,5 @@ func syncClaim(ctx context.Context, c *Controller, key cache.ObjectName) (*time.
 // claimDir is the per-claim workspace of the runtime "agent"'s claim named name, as the Sandbox API
 // names it (with the runtime's UID) and as the fixture's claims have it.
 func claimDir(name string) string {
-	return testNamespace + "/sandboxes/" + claimname.ClaimWorkspace(name, "uid-rt-agent")
+	return testNamespace + "/sandboxes/" + workspace.ClaimDirName(name, "uid-rt-agent")
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -56,7 +55,7 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 	if err != nil {
 		return nil, nil, err
 	}
-	if message := sandboxpod.ClassConflict(class, egress.ClassPolicyError); message != "" {
+	if message := sandboxpod.ClassConflict(class); message != "" {
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
 	record := sandboxpod.Freeze(class, entry)

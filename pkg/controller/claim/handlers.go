@@ -14,11 +14,12 @@ import (
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // addEventHandlers adds the controller's handlers to the informers (removed when Run returns):
 // claims, the runtimes and registries that change their namespace's admission, the children and
-// pods of claims, sync-back Jobs, and the allowed Services.
+// pods of claims (addChildHandlers), and the allowed Services.
 func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) error {
 	if err := addAllowedServiceIndex(informers.Claims.Informer()); err != nil {
 		return err
@@ -48,6 +49,22 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	if err := c.handlers.Add(informers.Registries.Informer(), namespaceHandler); err != nil {
 		return fmt.Errorf("adding the registry event handler: %w", err)
 	}
+	if err := c.addChildHandlers(informers); err != nil {
+		return err
+	}
+	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addAllowedService,
+		UpdateFunc: c.updateAllowedService,
+		DeleteFunc: c.deleteAllowedService,
+	}); err != nil {
+		return fmt.Errorf("adding the allowed-Service event handler: %w", err)
+	}
+	return nil
+}
+
+// addChildHandlers adds the handlers of the claims' children: NetworkPolicies, Jobs (sync-back
+// Jobs and kept workspaces' records too) and pods.
+func (c *Controller) addChildHandlers(informers Informers) error {
 	// Children, including pods: enqueue the claim they belong to.
 	childHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc: c.handleObject,
@@ -77,7 +94,6 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 			c.podsChecked.Delete(pod.UID)
 			c.adopting.Delete(pod.UID)
 			c.forgetStop(pod.UID)
-			c.enqueueKeptOfPod(pod)
 		}
 		c.handleObject(obj)
 	}
@@ -89,28 +105,6 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	}
 	if err := c.handlers.Add(informers.Jobs.Informer(), c.keptHandler()); err != nil {
 		return fmt.Errorf("adding the kept workspace event handler: %w", err)
-	}
-	// A runtime that goes, or comes again under its name (another UID): its kept workspaces are
-	// collected (kept.go).
-	if err := c.handlers.Add(informers.Runtimes.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueKeptOf,
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*airlockv1alpha1.AgentRuntime)
-			n, ok2 := cur.(*airlockv1alpha1.AgentRuntime)
-			if ok1 && ok2 && keptRuntimeChanged(o, n) {
-				c.enqueueKeptOf(cur)
-			}
-		},
-		DeleteFunc: c.enqueueKeptOf,
-	}); err != nil {
-		return fmt.Errorf("adding the runtime event handler of kept workspaces: %w", err)
-	}
-	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addAllowedService,
-		UpdateFunc: c.updateAllowedService,
-		DeleteFunc: c.deleteAllowedService,
-	}); err != nil {
-		return fmt.Errorf("adding the allowed-Service event handler: %w", err)
 	}
 	return nil
 }
@@ -171,7 +165,7 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	c.statusWrites.forget(claim.UID)
 	c.turns.forget(claim.Namespace, claim.UID)
 	c.enqueueWaiting(claim.Namespace)
-	c.syncJobs.observed(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)})
+	c.syncJobs.observed(cache.ObjectName{Namespace: claim.Namespace, Name: workspace.SyncJobName(claim)})
 	if leftSyncLine(claim, nil) {
 		c.enqueueSyncWaiters(claim.Namespace, claim.Spec.TargetPath)
 	}
@@ -179,9 +173,6 @@ func (c *Controller) deleteClaim(logger klog.Logger, obj any) {
 	if claim.Spec.Replaces != "" {
 		c.queue.Add(cache.ObjectName{Namespace: claim.Namespace, Name: claim.Spec.Replaces})
 	}
-	// It may have kept its workspace's record from collection; or garbage collection deleted it.
-	c.enqueueKeptDir(claim)
-	c.enqueueOrphanedWorkspace(claim)
 	c.resumedBy.Delete(claim.UID)
 }
 

@@ -5,7 +5,7 @@ package claim
 // Once a reaped or closed claim's work is saved (its sync-back Job succeeded, or it has no
 // targetPath), its workspace is kept, not removed: the claim writes a record of it and is deleted.
 // The record is a suspended Job, the workspace's cleanup Job (`airlock sync --remove-only`), named
-// after the workspace directory (keptJobName), with no owner: it survives the claim, the runtime,
+// after the workspace directory (workspace.RecordName), with no owner: it survives the claim, the runtime,
 // an operator restart and a leader change, and the Job informer (filtered on LabelClaim) has it.
 // Its annotations say whose workspace it is (the runtime's name and UID), which directory, and
 // when it was kept.
@@ -13,63 +13,34 @@ package claim
 // Resume. A new claim whose workspace is that directory, of the same runtime name and UID, takes
 // the record before its pod is created: it deletes the Job, conditional on the UID and the
 // resourceVersion it read fresh from the API server, and its pod carries the labels that say so
-// (LabelResumedKeptAt, copied into status.resumedWorkspace when it is Bound). Any other claim on
+// (workspace.LabelResumedKeptAt, copied into status.resumedWorkspace when it is Bound). Any other claim on
 // that directory (a runtime deleted and created again under the same name) waits, Ready False
 // WaitingForWorkspaceCollection, and asks for the record to be collected now.
 //
-// Collection. The keep queue looks at a record when it appears or changes, when its runtime goes
-// or comes again, and when a claim of its directory goes; it collects it (unsuspends the Job, an
-// Update conditional on the resourceVersion, so that of a take and a collection one wins) when the
-// runtime's workspaceRetention has passed since it was kept, or at once when its runtime (by name
-// and UID) is gone or the workspace cannot be resumed (a warm member's). Before, a fresh list of
-// the namespace's claims from the API server must show no live claim on the directory, other than
-// a claim of another owner that waits for the collection. A collection Job that completes is
-// deleted, which wakes the claims that wait for it. Timers are AddAfter on the injected clock.
+// Collection is pkg/controller/workspacegc's: it unsuspends a record when the runtime's
+// workspaceRetention has passed, or at once when its runtime is gone, and deletes it once the
+// collection completed. A claim waiting for it is woken by the record's deletion, or its failure
+// (keptHandler).
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
-	"github.com/airlock-dev/airlock/pkg/syncback"
-)
-
-// Labels and annotations of a kept workspace's record (a suspended cleanup Job) and of a pod that
-// resumed one.
-const (
-	// LabelKeptWorkspace marks a kept workspace's record ("true").
-	LabelKeptWorkspace = airlockv1alpha1.LabelKeptWorkspace
-	// AnnotationKeptRuntimeUID is the UID of the runtime whose workspace it is.
-	AnnotationKeptRuntimeUID = airlockv1alpha1.AnnotationKeptRuntimeUID
-	// AnnotationKeptDir is the workspace directory inside the content PVC.
-	AnnotationKeptDir = airlockv1alpha1.AnnotationKeptDir
-	// AnnotationKeptAt is when the workspace was kept (RFC 3339).
-	AnnotationKeptAt = "airlock.dev/kept-at"
-	// AnnotationKeptResumable is "false" for a workspace no claim resumes (a warm member's).
-	AnnotationKeptResumable = airlockv1alpha1.AnnotationKeptResumable
-	// AnnotationCollected says why a record is being collected.
-	AnnotationCollected = "airlock.dev/collected"
-
-	// LabelResumedKeptAt is on a pod that resumed a kept workspace: when it was kept (Unix
-	// seconds); LabelResumedKeptBy names the claim that left it.
-	LabelResumedKeptAt = "airlock.dev/resumed-kept-at"
-	LabelResumedKeptBy = "airlock.dev/resumed-kept-by"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // Reasons of kept workspaces.
@@ -77,103 +48,35 @@ const (
 	ReasonWorkspaceKept           = "WorkspaceKept"
 	ReasonWorkspaceResumed        = "WorkspaceResumed"
 	ReasonWaitingForCollection    = airlockv1alpha1.ReasonWaitingForWorkspaceCollection
-	ReasonWorkspaceCollected      = "WorkspaceCollected"
-	ReasonWorkspaceCollecting     = "WorkspaceCollecting"
-	ReasonWorkspaceCollectFailed  = "WorkspaceCollectionFailed"
-	CollectedRetentionPassed      = "RetentionPassed"
-	CollectedRuntimeGone          = "RuntimeGone"
-	CollectedNotResumable         = "NotResumable"
+	ReasonWorkspaceHeld           = "WorkspaceHeld"
+	messageWorkspaceHeld          = "Holding the workspace %s, whose sync-back gave up (record Job %s): it is never collected until a person annotates the Job: kubectl annotate job %s airlock.dev/held-action=retry (copy it into the target again) or =release (keep it as any other workspace)"
 	messageWorkspaceKept          = "Kept the workspace %s for %s (record Job %s): a new claim of the same runtime, session and handle resumes with its files"
 	messageWorkspaceResumed       = "Resumed the workspace %s that claim %s left at %s"
 	messageWaitingForCollection   = "the workspace %s is another owner's kept workspace (record Job %s), being collected first"
-	messageWaitingCollectionFail  = "the workspace %s is being collected by Job %s, which failed: %s (delete the Job to retry)"
-	messageWorkspaceCollecting    = "Collecting the kept workspace %s: %s"
-	messageWorkspaceCollected     = "Collected the kept workspace %s"
-	keptCollectionBackoffLimit    = 3
-	annotationValueNotResumable   = airlockv1alpha1.AnnotationValueNotResumable
-	labelValueKeptWorkspace       = airlockv1alpha1.LabelValueKeptWorkspace
+	messageWaitingCollectionFail  = "the workspace %s is being collected by Job %s, which failed: %s (tried again with backoff: see the Job's events)"
+	messageWaitingForHeld         = "the workspace %s is another owner's held workspace (record Job %s): its sync-back gave up, and it is kept until a person retries or releases it (annotation airlock.dev/held-action)"
+	messageWaitingForRetry        = "the workspace %s is being copied into its target again (record Job %s, annotation airlock.dev/held-action=retry)"
 	keptRecordAlreadyCollectedFmt = "the kept workspace record %s is being collected; keeping %s again once it is gone"
 )
-
-// KeptRecordName is the name of the record (a Job) of the kept workspace directory dir: one per
-// directory (claimname.KeptRecordName, shared with the Sandbox API).
-func KeptRecordName(dir string) string { return claimname.KeptRecordName(dir) }
-
-// keptJobName is KeptRecordName.
-func keptJobName(dir string) string { return claimname.KeptRecordName(dir) }
-
-// isKeptRecord says whether the Job is a kept workspace's record (or its collection).
-func isKeptRecord(job *batchv1.Job) bool {
-	return job.Labels[LabelKeptWorkspace] == labelValueKeptWorkspace && len(job.OwnerReferences) == 0
-}
-
-// recordIsOurs says whether the record is of the shape this operator writes: a kept workspace's
-// record of a directory the operator may remove, named after it, running exactly the cleanup it
-// builds for it (the image may be an earlier version's --sync-image). Anything else wearing the
-// label (a Job someone else made in the namespace) is neither collected nor taken, nor waited
-// for: fail closed.
-func recordIsOurs(job *batchv1.Job) bool {
-	dir := job.Annotations[AnnotationKeptDir]
-	if !isKeptRecord(job) || job.Name != keptJobName(dir) ||
-		syncback.ValidateRemovable(dir, sandboxpod.SandboxesDir(job.Namespace)) != nil {
-		return false
-	}
-	containers := job.Spec.Template.Spec.Containers
-	want := keptJobArgs(job.Namespace, dir)
-	return len(containers) == 1 && len(job.Spec.Template.Spec.InitContainers) == 0 &&
-		len(containers[0].Command) == 0 && slices.Equal(containers[0].Args, want)
-}
-
-// keptJobArgs are the arguments of the cleanup Job of a kept workspace.
-func keptJobArgs(namespace, dir string) []string {
-	return []string{"sync", "--content-root=" + contentMountPath, "--from=" + dir, "--remove-only",
-		"--sandboxes-dir=" + sandboxpod.SandboxesDir(namespace)}
-}
-
-// workspaceRetention is the runtime's workspaceRetention, defaulted.
-func workspaceRetention(rt *airlockv1alpha1.AgentRuntime) time.Duration {
-	if rt == nil || rt.Spec.Sandbox.WorkspaceRetention == nil || rt.Spec.Sandbox.WorkspaceRetention.Duration < 0 {
-		return airlockv1alpha1.DefaultWorkspaceRetention
-	}
-	return rt.Spec.Sandbox.WorkspaceRetention.Duration
-}
-
-// buildKeptJob returns the record of the claim's workspace: its cleanup Job, suspended.
-func buildKeptJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, now time.Time) *batchv1.Job {
-	dir := workspaceDirOf(claim)
-	args := keptJobArgs(claim.Namespace, dir)
-	annotations := map[string]string{
-		AnnotationKeptRuntimeUID: string(admission.RuntimeUID(claim)),
-		AnnotationKeptDir:        dir,
-		AnnotationKeptAt:         now.UTC().Format(time.RFC3339),
-	}
-	if claim.Status.Warm != nil {
-		annotations[AnnotationKeptResumable] = annotationValueNotResumable
-	}
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      keptJobName(dir),
-			Namespace: claim.Namespace,
-			Labels: map[string]string{
-				LabelClaim:                   claim.Name,
-				airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName,
-				LabelKeptWorkspace:           labelValueKeptWorkspace,
-			},
-			Annotations: annotations,
-		},
-		Spec: batchv1.JobSpec{
-			Suspend:               ptr.To(true),
-			BackoffLimit:          ptr.To[int32](keptCollectionBackoffLimit),
-			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
-			Template:              syncPodTemplate(keptJobName(dir), contentClaimName, image, args),
-		},
-	}
-}
 
 // keepWorkspace writes the record of the claim's workspace, whose work is saved, before the claim
 // is deleted: nothing is removed now. A workspace that is not the operator's to remove (a mount
 // role's), or that another live claim uses, gets no record (as it got no cleanup before).
 func (c *Controller) keepWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	return c.writeRecord(ctx, claim, "")
+}
+
+// holdWorkspace writes the record of the workspace of a claim whose sync-back gave up (why:
+// the message), held: never collected, by its retention or otherwise, until a person releases it
+// or a retry copies it into its target (workspacegc; the annotation airlock.dev/held-action on the
+// record), and counted on the runtime's status. A claim of the same runtime, session and handle
+// that comes next resumes it as any kept workspace, and its own sync-back saves it.
+func (c *Controller) holdWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, why string) error {
+	return c.writeRecord(ctx, claim, why)
+}
+
+// writeRecord writes the record of the claim's workspace, held when held (why) is set.
+func (c *Controller) writeRecord(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, held string) error {
 	rt, err := c.runtime(claim)
 	if err != nil {
 		return err
@@ -188,10 +91,13 @@ func (c *Controller) keepWorkspace(ctx context.Context, claim *airlockv1alpha1.S
 	}
 	if pvc == "" {
 		klog.FromContext(ctx).Info("Cannot keep the workspace for collection: the class is gone; it is left in the content volume",
-			"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", workspaceDirOf(claim))
+			"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", workspace.DirOf(claim))
 		return nil
 	}
 	job := buildKeptJob(claim, pvc, c.syncImage, c.clock.Now())
+	if held != "" {
+		job = workspace.HeldRecord(claim, pvc, sandboxpod.JobConfig(c.syncImage), c.clock.Now(), held, c.targetVersions(claim))
+	}
 	err = c.children.jobs.Create(ctx, job)
 	if apierrors.IsAlreadyExists(err) {
 		err = c.keepAgain(ctx, job)
@@ -199,8 +105,28 @@ func (c *Controller) keepWorkspace(ctx context.Context, claim *airlockv1alpha1.S
 	if err != nil {
 		return err
 	}
-	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceKept, messageWorkspaceKept, job.Annotations[AnnotationKeptDir], workspaceRetention(rt), job.Name)
+	c.keptWritten.Expect(cache.MetaObjectToName(job), struct{}{}) // until the Job cache shows it
+	if keptFor := job.Labels[airlockv1alpha1.LabelKeptFor]; keptFor != "" {
+		// A warm member's workspace kept for the claim's own directory: the next claim of the
+		// name looks for it there.
+		c.keptWritten.Expect(keptForKey(job.Namespace, keptFor), struct{}{})
+	}
+	if held != "" {
+		c.recorder.Eventf(claim, corev1.EventTypeWarning, ReasonWorkspaceHeld, messageWorkspaceHeld, job.Annotations[airlockv1alpha1.AnnotationKeptDir], job.Name, job.Name)
+		return nil
+	}
+	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceKept, messageWorkspaceKept, job.Annotations[airlockv1alpha1.AnnotationKeptDir], workspace.Retention(rt), job.Name)
 	return nil
+}
+
+// targetVersions is the claim's registry entry's targetVersions (defaulted; the default when the
+// runtime, registry or entry is gone).
+func (c *Controller) targetVersions(claim *airlockv1alpha1.SandboxClaim) int32 {
+	_, entry, err := c.warmEntry(claim)
+	if err != nil {
+		return workspace.DefaultTargetVersions
+	}
+	return workspace.EntryTargetVersions(entry)
 }
 
 // keepAgain updates an existing record of the workspace (an earlier claim's, which nobody took:
@@ -213,11 +139,11 @@ func (c *Controller) keepAgain(ctx context.Context, want *batchv1.Job) error {
 	if live == nil {
 		return fmt.Errorf("the kept workspace record %s was deleted while it was kept again; retrying", want.Name)
 	}
-	if !recordIsOurs(live) {
+	if !workspace.RecordIsOurs(live) {
 		return fmt.Errorf(MessageResourceExists, "Job", live.Name)
 	}
 	if !ptr.Deref(live.Spec.Suspend, false) {
-		return fmt.Errorf(keptRecordAlreadyCollectedFmt, klog.KObj(live), want.Annotations[AnnotationKeptDir])
+		return fmt.Errorf(keptRecordAlreadyCollectedFmt, klog.KObj(live), want.Annotations[airlockv1alpha1.AnnotationKeptDir])
 	}
 	updated := live.DeepCopy()
 	updated.Labels = want.Labels
@@ -228,11 +154,11 @@ func (c *Controller) keepAgain(ctx context.Context, want *batchv1.Job) error {
 // freshKeptRecord reads the record of that name from the API server (a list by name: the
 // operator may list Jobs, not get them); nil when there is none.
 func (c *Controller) freshKeptRecord(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
-	list, err := c.keptRecords.List(ctx, namespace, claimname.KeptRecordListOptions(name))
+	list, err := c.keptRecords.List(ctx, namespace, workspace.RecordListOptions(name))
 	if err != nil {
 		return nil, err
 	}
-	return claimname.KeptRecordIn(list.Items, namespace, name), nil
+	return workspace.RecordIn(list.Items, namespace, name), nil
 }
 
 // jobReader lists Jobs from the API server (a quorum read, not the cache).
@@ -260,33 +186,32 @@ func isWorkspaceWait(err error) (string, bool) {
 	return "", false
 }
 
-// resumedLabels are the labels of a pod that resumed the record's workspace.
-func resumedLabels(record *batchv1.Job) map[string]string {
-	keptAt, err := time.Parse(time.RFC3339, record.Annotations[AnnotationKeptAt])
-	if err != nil {
-		keptAt = record.CreationTimestamp.Time
-	}
-	return map[string]string{
-		LabelResumedKeptAt: strconv.FormatInt(keptAt.Unix(), 10),
-		LabelResumedKeptBy: record.Labels[LabelClaim],
-	}
-}
-
 // takeKeptWorkspace is asked before the claim's pod is created: it takes the record of the
 // claim's workspace when the claim may resume it, and returns the labels its pod carries then;
 // it returns a workspaceWaitError while the workspace is another owner's kept one or is being
 // collected. A claim whose workspace is not one the operator keeps takes nothing.
 func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (map[string]string, error) {
-	if claim.Status.Warm != nil || !workspaceRemovable(claim) {
+	if claim.Status.Warm != nil || !workspace.Removable(claim) {
 		return nil, nil
 	}
-	dir := workspaceDirOf(claim)
-	record, err := c.freshKeptRecord(ctx, claim.Namespace, keptJobName(dir))
+	if claim.Status.WorkspaceDir == "" {
+		// Its own directory: a warm member's workspace may have been kept for it.
+		if moved, err := c.resumeWarmKept(ctx, claim); err != nil || moved {
+			if moved {
+				return nil, errWorkspaceDirWritten
+			}
+			return nil, err
+		}
+	}
+	dir := workspace.DirOf(claim)
+	if !c.mayHaveKeptRecord(claim.Namespace, workspace.RecordName(dir)) {
+		return nil, nil // no record: no API round trip for a new claim (issue 40)
+	}
+	record, err := c.freshKeptRecord(ctx, claim.Namespace, workspace.RecordName(dir))
 	if err != nil || record == nil {
 		return nil, err
 	}
-	key := cache.MetaObjectToName(record)
-	if !recordIsOurs(record) || record.Annotations[AnnotationKeptDir] != dir {
+	if !workspace.RecordIsOurs(record) || record.Annotations[airlockv1alpha1.AnnotationKeptDir] != dir {
 		klog.FromContext(ctx).Info("Ignoring a Job that looks like a kept workspace's record but is not the operator's", "job", klog.KObj(record), "claim", klog.KObj(claim))
 		return nil, nil
 	}
@@ -299,46 +224,196 @@ func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alph
 		}
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForCollection, dir, record.Name)}
 	}
-	if !resumableBy(record, claim) {
-		c.keptQueue.Add(key) // not this claim's to resume: collected now
+	if !workspace.ResumableBy(record, claim) {
+		if workspace.IsHeld(record) {
+			// Held work of another owner is never collected for it: it waits for a person.
+			return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForHeld, dir, record.Name)}
+		}
+		// Not this claim's to resume: collected now (workspacegc sees the claim wait).
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForCollection, dir, record.Name)}
+	}
+	if record.Annotations[airlockv1alpha1.AnnotationHeldAction] == airlockv1alpha1.HeldActionRetry && workspace.IsHeld(record) {
+		// Its sync-back is being retried: no pod writes the workspace while it is copied.
+		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForRetry, dir, record.Name)}
 	}
 	if err := c.children.jobs.DeleteUnchanged(ctx, record); apierrors.IsNotFound(err) {
 		return nil, nil // gone meanwhile (collected and deleted): nothing to resume
 	} else if err != nil {
 		return nil, err // changed meanwhile (a collection began): looked at again
 	}
-	resumed := resumedLabels(record)
-	klog.FromContext(ctx).V(2).Info("Resuming a kept workspace", "claim", klog.KObj(claim), "workspaceDir", dir, "keptBy", resumed[LabelResumedKeptBy])
-	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceResumed, messageWorkspaceResumed, dir, resumed[LabelResumedKeptBy], record.Annotations[AnnotationKeptAt])
+	resumed := workspace.ResumedLabels(record)
+	klog.FromContext(ctx).V(2).Info("Resuming a kept workspace", "claim", klog.KObj(claim), "workspaceDir", dir, "keptBy", resumed[workspace.LabelResumedKeptBy])
+	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceResumed, messageWorkspaceResumed, dir, resumed[workspace.LabelResumedKeptBy], record.Annotations[workspace.AnnotationKeptAt])
 	return resumed, nil
+}
+
+// errWorkspaceDirWritten says that the claim's status.workspaceDir was written (it resumes a warm
+// member's kept workspace): its pod is made at the next sync, which the status update brings,
+// from the claim as written.
+var errWorkspaceDirWritten = errors.New("the claim's workspace directory was written; its pod is made at the next sync")
+
+// resumeWarmKept looks for the record of a warm member's workspace kept for the claim's own
+// directory (workspace.LabelKeptFor: an earlier claim of the same runtime, session and handle
+// that adopted a warm member) that the claim may resume, and when there is one writes the
+// member's directory into the claim's status.workspaceDir (true): from then on the claim's
+// workspace is that directory, whose record it takes as any other before its pod is made. The
+// directory is written first so that a crash between the two leaves a claim that still finds and
+// takes the record at its next sync, never a record taken by a claim that works elsewhere.
+func (c *Controller) resumeWarmKept(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (bool, error) {
+	keptFor := workspace.RecordName(claim.Spec.WorkspaceDir)
+	if _, err := c.jobLister.Jobs(claim.Namespace).Get(keptFor); err == nil {
+		return false, nil // a record of its own directory: resumed as any (no API round trip here)
+	}
+	_, written := c.keptWritten.Get(keptForKey(claim.Namespace, keptFor))
+	if !written && !c.cachedKeptFor(claim.Namespace, keptFor) {
+		return false, nil
+	}
+	list, err := c.keptRecords.List(ctx, claim.Namespace, workspace.KeptForListOptions(keptFor))
+	if err != nil {
+		return false, err
+	}
+	record := newestWarmKept(list.Items, claim, keptFor)
+	if record == nil {
+		return false, nil
+	}
+	updated := claim.DeepCopy()
+	updated.Status.WorkspaceDir = record.Annotations[airlockv1alpha1.AnnotationKeptDir]
+	if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
+		return false, err
+	}
+	klog.FromContext(ctx).V(2).Info("Resuming a warm member's kept workspace", "claim", klog.KObj(claim),
+		"workspaceDir", updated.Status.WorkspaceDir, "record", klog.KObj(record))
+	return true, nil
+}
+
+// newestWarmKept returns, of the records listed for keptFor, the newest kept one the claim may
+// resume (the operator's, suspended, not being deleted, of its runtime by name and UID), or nil.
+func newestWarmKept(jobs []batchv1.Job, claim *airlockv1alpha1.SandboxClaim, keptFor string) *batchv1.Job {
+	var newest *batchv1.Job
+	for i := range jobs {
+		job := &jobs[i]
+		if job.Namespace != claim.Namespace || job.Labels[airlockv1alpha1.LabelKeptFor] != keptFor ||
+			!workspace.RecordIsOurs(job) || job.DeletionTimestamp != nil ||
+			!ptr.Deref(job.Spec.Suspend, false) || !workspace.ResumableBy(job, claim) {
+			continue
+		}
+		if newest == nil || job.Annotations[workspace.AnnotationKeptAt] > newest.Annotations[workspace.AnnotationKeptAt] {
+			newest = job
+		}
+	}
+	return newest
+}
+
+// keptForKey is the keptWritten key of a record kept for the directory whose record name is
+// keptFor (workspace.LabelKeptFor): apart from the key of a record of that name (a name holds no
+// ':'), so that a record of a claim's own directory written a moment ago costs no list of the
+// records kept for it.
+func keptForKey(namespace, keptFor string) cache.ObjectName {
+	return cache.ObjectName{Namespace: namespace, Name: "kept-for:" + keptFor}
+}
+
+// cachedKeptFor says whether the Job cache shows a record kept for the directory whose record
+// name is keptFor (workspace.LabelKeptFor).
+func (c *Controller) cachedKeptFor(namespace, keptFor string) bool {
+	jobs, err := c.jobLister.Jobs(namespace).List(labels.SelectorFromSet(workspace.KeptForSelector(keptFor)))
+	return err != nil || len(jobs) > 0
+}
+
+// mayHaveKeptRecord says whether a record named name may exist in namespace: the Job cache shows
+// a Job of that name, or this controller wrote that record and the cache has not shown it yet
+// (keptWritten). Only then is the record read fresh from the API server before a claim's pod is
+// made; otherwise there is none to take. A record is written only by the claim whose workspace
+// it records, before that claim is deleted, and only then can a new claim of the same name (and
+// directory) be created: written by this leader, it is in keptWritten until the cache shows it;
+// written by an earlier leader, the Job informer of this term listed it when the term began (the
+// same assumption as the admission fence's: a deposed leader writes no more once the lease is
+// lost). Reading every new claim's record fresh cost an API round trip (a consistent list) on
+// the path of every cold acquire (issue 40).
+func (c *Controller) mayHaveKeptRecord(namespace, name string) bool {
+	if _, err := c.jobLister.Jobs(namespace).Get(name); err == nil {
+		return true
+	}
+	_, written := c.keptWritten.Get(cache.ObjectName{Namespace: namespace, Name: name})
+	return written
 }
 
 // hasKeptWorkspace says whether the cache shows a record of the claim's own workspace that it may
 // resume: such a claim adopts no warm member (whose workspace is another), so that it resumes.
 func (c *Controller) hasKeptWorkspace(claim *airlockv1alpha1.SandboxClaim) bool {
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(keptJobName(claim.Spec.WorkspaceDir))
-	return err == nil && isKeptRecord(job) && ptr.Deref(job.Spec.Suspend, false) && resumableBy(job, claim)
-}
-
-// resumableBy says whether the claim may resume the record's workspace: the same runtime, by
-// name and UID, and a workspace a claim may resume.
-func resumableBy(record *batchv1.Job, claim *airlockv1alpha1.SandboxClaim) bool {
-	return record.Annotations[AnnotationKeptResumable] != annotationValueNotResumable &&
-		record.Labels[airlockv1alpha1.LabelRuntime] == claim.Spec.RuntimeName &&
-		record.Annotations[AnnotationKeptRuntimeUID] != "" &&
-		record.Annotations[AnnotationKeptRuntimeUID] == string(admission.RuntimeUID(claim))
-}
-
-// resumedWorkspace is the status.resumedWorkspace of a claim whose pod carries the labels of a
-// resumed workspace (nil when it does not).
-func resumedWorkspace(pod *corev1.Pod) *airlockv1alpha1.ResumedWorkspace {
-	if pod == nil || pod.Labels[LabelResumedKeptAt] == "" {
-		return nil
+	name := workspace.RecordName(claim.Spec.WorkspaceDir)
+	if _, written := c.keptWritten.Get(cache.ObjectName{Namespace: claim.Namespace, Name: name}); written {
+		return true // written by this leader for the directory, not cached yet
 	}
-	secs, err := strconv.ParseInt(pod.Labels[LabelResumedKeptAt], 10, 64)
+	if _, written := c.keptWritten.Get(keptForKey(claim.Namespace, name)); written {
+		return true // a warm member's workspace kept for the directory, not cached yet
+	}
+	job, err := c.jobLister.Jobs(claim.Namespace).Get(name)
+	if err == nil && workspace.IsRecord(job) && ptr.Deref(job.Spec.Suspend, false) && workspace.ResumableBy(job, claim) {
+		return true
+	}
+	kept, err := c.jobLister.Jobs(claim.Namespace).List(labels.SelectorFromSet(workspace.KeptForSelector(name)))
 	if err != nil {
-		return nil
+		return false
 	}
-	return &airlockv1alpha1.ResumedWorkspace{KeptAt: metav1.NewTime(time.Unix(secs, 0).UTC()), KeptBy: pod.Labels[LabelResumedKeptBy]}
+	for _, job := range kept {
+		if ptr.Deref(job.Spec.Suspend, false) && workspace.ResumableBy(job, claim) {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueueWorkspaceClaims enqueues the claims of the namespace whose workspace is the record's
+// directory: one may wait for it.
+func (c *Controller) enqueueWorkspaceClaims(job *batchv1.Job) {
+	claims, err := c.claimLister.SandboxClaims(job.Namespace).List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, claim := range claims {
+		if workspace.DirOf(claim) == job.Annotations[airlockv1alpha1.AnnotationKeptDir] {
+			c.enqueueClaim(claim)
+		}
+	}
+}
+
+// keptHandler is the Job informer's handler for records: a record that goes, or whose collection
+// failed, wakes the claims of its directory (one may wait for it).
+func (c *Controller) keptHandler() cache.ResourceEventHandlerFuncs {
+	failed := func(obj any) {
+		job, ok := obj.(*batchv1.Job)
+		if !ok {
+			return
+		}
+		c.keptWritten.Delete(cache.MetaObjectToName(job)) // the cache shows it now
+		if keptFor := job.Labels[airlockv1alpha1.LabelKeptFor]; keptFor != "" {
+			c.keptWritten.Delete(keptForKey(job.Namespace, keptFor))
+		}
+		if workspace.IsRecord(job) && jobCondition(job, batchv1.JobFailed) != nil {
+			c.enqueueWorkspaceClaims(job)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: failed,
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*batchv1.Job), cur.(*batchv1.Job)
+			if o.ResourceVersion == n.ResourceVersion {
+				return
+			}
+			failed(cur)
+			if workspace.IsRecord(n) && (workspace.IsHeld(o) != workspace.IsHeld(n) ||
+				o.Annotations[airlockv1alpha1.AnnotationHeldAction] != n.Annotations[airlockv1alpha1.AnnotationHeldAction]) {
+				c.enqueueWorkspaceClaims(n) // a retry ended, or the workspace was released: one may wait
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if job, ok := obj.(*batchv1.Job); ok && workspace.IsRecord(job) {
+				c.enqueueWorkspaceClaims(job)
+			}
+		},
+	}
 }

@@ -182,10 +182,10 @@ func (c *Controller) diagnose(ctx context.Context, pod *corev1.Pod, now time.Tim
 }
 
 // reportPodLoss writes the claim's PodLost condition (True with the loss, or False once no pod is
-// lost, when it was True), with a Warning event when the loss is new or changed, and releases a
-// dead pod. updated, when set, is the copy of the claim the caller is writing anyway (the
-// condition goes into it, and the caller writes); else the claim's status is written here. It
-// returns the claim as written.
+// lost, when it was True), with a Warning event when the loss is new or changed. updated, when
+// set, is the copy of the claim the caller is writing anyway (the condition goes into it, and the
+// caller writes, then releases a dead pod with releaseDeadPod); else the claim's status is
+// written here, and then a dead pod released. It returns the claim as written.
 func (c *Controller) reportPodLoss(ctx context.Context, claim, updated *airlockv1alpha1.SandboxClaim, loss *podLoss) (*airlockv1alpha1.SandboxClaim, error) {
 	write := updated == nil
 	if write {
@@ -216,14 +216,29 @@ func (c *Controller) reportPodLoss(ctx context.Context, claim, updated *airlockv
 		}
 		c.recorder.Event(claim, eventType, loss.reason, loss.message)
 	}
-	if loss.dead {
-		klog.FromContext(ctx).Info("Releasing a lost pod", "claim", klog.KObj(claim), "pod", klog.KObj(loss.pod), "node", loss.pod.Spec.NodeName, "reason", loss.reason)
-		if err := objectcontrol.IgnoreGone(c.lostPods.Release(ctx, loss.pod)); err != nil {
-			return nil, err
-		}
-		c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonPodReleased, messagePodReleased, loss.pod.Name, loss.message)
+	if write {
+		// The claim says why (PodLost with the loss) before its pod is released; a caller that
+		// writes the status itself releases after its write (releaseDeadPod).
+		return written, c.releaseDeadPod(ctx, claim, loss)
 	}
 	return written, nil
+}
+
+// releaseDeadPod releases the pod of a dead loss (grace 0), once the claim's PodLost condition
+// that says why is written: were the write refused (a conflict) after the release, the next look
+// would find no pod and a PodLost of an earlier reason (the Node unreachable), clear it as a Node
+// come back, and the acquire would answer 200 with the released pod's address until a new pod is
+// Ready (found by TestClaimSurvivesLostNode).
+func (c *Controller) releaseDeadPod(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, loss *podLoss) error {
+	if loss == nil || !loss.dead {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Releasing a lost pod", "claim", klog.KObj(claim), "pod", klog.KObj(loss.pod), "node", loss.pod.Spec.NodeName, "reason", loss.reason)
+	if err := objectcontrol.IgnoreGone(c.lostPods.Release(ctx, loss.pod)); err != nil {
+		return err
+	}
+	c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonPodReleased, messagePodReleased, loss.pod.Name, loss.message)
+	return nil
 }
 
 // waitForPods is the wait of a Reaping or Failed claim for its deleted pods to go: a lost one is

@@ -1,18 +1,23 @@
 package claim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const testNode = "node-a"
@@ -209,7 +214,7 @@ func TestSyncReapingPodLostThenGone(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonPodNotLost {
 		t.Errorf("PodLost %+v, want False/%s", cond, ReasonPodNotLost)
 	}
-	if got := f.createdJob(); got.Name != syncJobName(claim) {
+	if got := f.createdJob(); got.Name != workspace.SyncJobName(claim) {
 		t.Errorf("created Job %s, want the sync-back Job", got.Name)
 	}
 }
@@ -514,5 +519,41 @@ func TestWhatAClaimThatCannotBeServedCounts(t *testing.T) {
 				t.Errorf("the new claim is %s (%s), want %s", got.Status.Phase, got.Status.Reason, tc.wantPhase)
 			}
 		})
+	}
+}
+
+// TestSyncBoundDeadPodReleasedOnlyOnceSaid: a Bound claim's pod on a Node declared dead (not
+// ready and out of service) is released only after the claim's PodLost condition saying so is
+// written. Were the write refused (a conflict) after the release, the next look would find no pod
+// and the PodLost of an earlier reason, clear it as a Node come back, and the acquire would answer
+// 200 with the released pod's address until a new pod was Ready (seen in
+// TestClaimSurvivesLostNode on the API-only plane).
+func TestSyncBoundDeadPodReleasedOnlyOnceSaid(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-20*time.Minute))
+	claim.Status.LastUsedAt = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
+	// Lost already: its Node was unreachable (the reason before the out-of-service taint).
+	setCondition(&claim.Status, ConditionReady, metav1.ConditionFalse, ReasonNodeUnreachable, "unreachable", t0.Add(-time.Minute))
+	setCondition(&claim.Status, ConditionPodLost, metav1.ConditionTrue, ReasonNodeUnreachable, "unreachable", t0.Add(-time.Minute))
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	pod := stripped(t, newPod(claim, onNode(true, nil)))
+	f.pods = append(f.pods, pod)
+	c := f.newController(ctx)
+	if err := f.kubeClient.Tracker().Add(nodeState(corev1.ConditionUnknown, "node.kubernetes.io/unreachable", TaintOutOfService)); err != nil {
+		t.Fatal(err)
+	}
+	f.airlockClient.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "sandboxclaims"}, "c1", fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err == nil {
+		t.Fatal("the sync reported no error for a refused status write")
+	}
+	if releasedWithGraceZero(f, pod) {
+		t.Errorf("the pod was released before the claim said why (actions %v)", f.actions())
 	}
 }

@@ -13,12 +13,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
 // idleRequeue returns when the Bound claim's idle timeout passes.
 func (c *Controller) idleRequeue(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) *time.Duration {
-	left, _ := timeLeft(lastUsed(claim), idleTimeout(rt), c.clock.Now())
+	left, _ := timeLeft(lastUsed(claim), admission.IdleTimeout(rt), c.clock.Now())
 	return ptr.To(max(left, 0))
 }
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
@@ -16,7 +17,7 @@ func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s)
 // Bound claim now, with sync-back, and deletes one that never ran.
 func TestSyncReapRequested(t *testing.T) {
 	// A Failed claim's workspace is kept (its record written) before the claim is deleted.
-	keptC1 := "create jobs " + keptJobName(failed("c1", t0, "").Spec.WorkspaceDir)
+	keptC1 := "create jobs " + workspace.RecordName(failed("c1", t0, "").Spec.WorkspaceDir)
 	tests := map[string]struct {
 		claim       *airlockv1alpha1.SandboxClaim
 		others      []*airlockv1alpha1.SandboxClaim

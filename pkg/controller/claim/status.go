@@ -142,10 +142,24 @@ func setPhase(claim *airlockv1alpha1.SandboxClaim, phase airlockv1alpha1.ClaimPh
 	claim.Status.ObservedGeneration = claim.Generation
 }
 
+// reasonOfTheWait gives a Binding claim's status.reason and message those of its Ready condition
+// while it is False: why it waits (Binding, WaitingForPredecessorPod,
+// WaitingForWorkspaceCollection, a lost pod's Node reason), which `kubectl get sbx` prints as
+// REASON (issue 39). Every status write goes through updateClaimStatus, so the two never differ.
+func reasonOfTheWait(claim *airlockv1alpha1.SandboxClaim) {
+	if claim.Status.Phase != airlockv1alpha1.ClaimBinding {
+		return
+	}
+	if ready := findCondition(claim, ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+		claim.Status.Reason, claim.Status.Message = ready.Reason, ready.Message
+	}
+}
+
 // updateClaimStatus writes updated's status when it differs from old's, with one UpdateStatus,
 // and records an event and the metrics when the phase changed. It returns the claim as written
 // (or updated unchanged when nothing was written).
 func (c *Controller) updateClaimStatus(ctx context.Context, old, updated *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
+	reasonOfTheWait(updated)
 	if apiequality.Semantic.DeepEqual(old.Status, updated.Status) {
 		return updated, nil
 	}

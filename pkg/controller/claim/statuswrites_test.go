@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // TestSyncWaitsForItsOwnStatusWrite: a claim synced again before the cache shows the status the
@@ -75,7 +76,7 @@ func TestSyncAfterItsOwnDeletion(t *testing.T) {
 	if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + keptJobName(claim.Spec.WorkspaceDir), "delete sandboxclaims c1"})
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claim.Spec.WorkspaceDir), "delete sandboxclaims c1"})
 
 	// The cache shows the status write (the claim still Reaping), then garbage collection
 	// removes the Job: the Job's deletion event comes before the claim's.

@@ -20,8 +20,6 @@ const (
 	// minWaitingTTL is the least time a Queued claim waits, and a Failed claim that was not
 	// replaced is kept: max(idleTimeout, minWaitingTTL).
 	minWaitingTTL = 10 * time.Minute
-	// defaultIdleTimeout is AgentRuntime.spec.sandbox.idleTimeout's default.
-	defaultIdleTimeout = airlockv1alpha1.DefaultIdleTimeout
 	// defaultStartupTimeout is SandboxClass.spec.startupTimeout's default.
 	defaultStartupTimeout = airlockv1alpha1.DefaultStartupTimeout
 	// syncBackoffBase and syncBackoffMax bound the wait before a failed sync-back is retried:
@@ -29,10 +27,9 @@ const (
 	syncBackoffBase = 10 * time.Second
 	syncBackoffMax  = 5 * time.Minute
 	// syncStartTimeout is how long a sync-back Job's pod may take to become ready (be pulled,
-	// scheduled, mounted) before the attempt counts as failed; syncDeadline bounds a whole
+	// scheduled, mounted) before the attempt counts as failed; workspace.SyncDeadline bounds a whole
 	// attempt (the Job's activeDeadlineSeconds).
 	syncStartTimeout = 5 * time.Minute
-	syncDeadline     = 30 * time.Minute
 	// recreateDelay is the wait before creating a child whose name is still taken by an object
 	// being deleted (a sync-back Job of an earlier attempt).
 	recreateDelay = time.Second
@@ -137,16 +134,9 @@ func runtimeGone(rt *airlockv1alpha1.AgentRuntime) bool {
 	return rt == nil || rt.DeletionTimestamp != nil
 }
 
-func idleTimeout(rt *airlockv1alpha1.AgentRuntime) time.Duration {
-	if rt == nil || rt.Spec.Sandbox.IdleTimeout == nil || rt.Spec.Sandbox.IdleTimeout.Duration <= 0 {
-		return defaultIdleTimeout
-	}
-	return rt.Spec.Sandbox.IdleTimeout.Duration
-}
-
 // waitingTTL is how long a claim may stay Queued, and a Failed claim that was not replaced is kept.
 func waitingTTL(rt *airlockv1alpha1.AgentRuntime) time.Duration {
-	return max(idleTimeout(rt), minWaitingTTL)
+	return max(admission.IdleTimeout(rt), minWaitingTTL)
 }
 
 // timeLeft returns how long from now until since+ttl, and whether that is still ahead.

@@ -15,6 +15,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // What sync-back Jobs are built with.
@@ -22,17 +23,11 @@ const (
 	LabelSyncOf            = airlockv1alpha1.LabelSyncOf
 	AnnotationSyncAttempt  = airlockv1alpha1.AnnotationSyncAttempt
 	AnnotationSyncFailures = airlockv1alpha1.AnnotationSyncFailures
-	// syncContainerName is the sync-back container's name.
-	syncContainerName = "sync"
-	// contentMountPath is where sync-back Jobs mount the content PVC.
-	contentMountPath = "/content"
-	// contentVolumeName is the content PVC's volume in sync-back Jobs.
-	contentVolumeName = "content"
 )
 
 // Sync-back (SPEC section 3, "Reaping"): a Job copies the Reaping claim's workspace into its
 // targetPath; the claim is deleted only once the Job has succeeded. Every attempt has an end: the
-// Job has a deadline (activeDeadlineSeconds, syncDeadline), and a Job whose pod has not become
+// Job has a deadline (activeDeadlineSeconds, workspace.SyncDeadline), and a Job whose pod has not become
 // ready within syncStartTimeout of its creation (an image that cannot be pulled, a PVC that is not
 // bound, a pod the API server refuses) is a failed attempt too. A failed attempt is counted on the
 // claim, reported (condition SyncBack=False with the reason, a Warning event) and retried after a
@@ -72,7 +67,14 @@ func (c *Controller) giveUpSyncBack(ctx context.Context, claim *airlockv1alpha1.
 	if claim.Spec.TargetPath == "" {
 		reason, format = ReasonCleanupFailed, messageCleanupGaveUp
 	}
-	message := fmt.Sprintf(format, job.Name, attempt, why, workspaceDirOf(claim), pvc)
+	message := fmt.Sprintf(format, job.Name, attempt, why, workspace.DirOf(claim), pvc)
+	if claim.Spec.TargetPath != "" {
+		// Held before the claim says it gave up: the work that never reached its target is
+		// never collected until a person retries or releases it.
+		if err := c.holdWorkspace(ctx, claim, message); err != nil {
+			return err
+		}
+	}
 	now := c.clock.Now()
 	updated := claim.DeepCopy()
 	setPhase(updated, airlockv1alpha1.ClaimFailed, reason, message)
@@ -86,7 +88,7 @@ func (c *Controller) giveUpSyncBack(ctx context.Context, claim *airlockv1alpha1.
 	}
 	c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackGaveUp, message)
 	klog.FromContext(ctx).Info("Gave up syncing back; the workspace is kept", "claim", klog.KObj(claim), "job", klog.KObj(job),
-		"attempts", attempt, "workspaceDir", workspaceDirOf(claim), "pvc", pvc)
+		"attempts", attempt, "workspaceDir", workspace.DirOf(claim), "pvc", pvc)
 	return nil
 }
 
@@ -112,7 +114,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	now := c.clock.Now()
 	failures := syncFailures(claim)
 	saves := claim.Spec.TargetPath != ""
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
+	job, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.SyncJobName(claim))
 	if apierrors.IsNotFound(err) {
 		return c.startSyncJob(ctx, claim, failures+1)
 	}
@@ -128,7 +130,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	}
 	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
 		if !saves {
-			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, workspaceDirOf(claim))
+			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, workspace.DirOf(claim))
 			return nil, c.removeClaim(ctx, claim, ReasonReaped)
 		}
 		syncBackResults.WithLabelValues("succeeded").Inc()
@@ -198,7 +200,7 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		return ptr.To(syncBackoffMax), nil
 	}
 	// One sync-back at a time into a target: the turn is taken by the namespace's turn pass.
-	c.askSyncTurn(claim, buildSyncJob(claim, pvc, c.syncImage, attempt, false), attempt)
+	c.askSyncTurn(claim, buildSyncJob(claim, pvc, c.syncImage, attempt, false, c.targetVersions(claim)), attempt)
 	return nil, nil
 }
 
@@ -226,20 +228,10 @@ func syncJobStarted(job *batchv1.Job) bool {
 	return ptr.Deref(job.Status.Ready, 0) > 0 || job.Status.Succeeded > 0 || job.Status.Failed > 0
 }
 
-// contentClaimName is the content PVC that the claim's workspace is in: the record's, or for a
-// claim admitted before records existed its class's (empty when the class is gone).
+// contentClaimName is the content PVC that the claim's workspace is in (empty when its class is
+// gone and its record does not say).
 func (c *Controller) contentClaimName(claim *airlockv1alpha1.SandboxClaim) (string, error) {
-	if claim.Status.Frozen != nil {
-		return claim.Status.Frozen.WorkspaceClaimName, nil
-	}
-	class, err := c.classLister.Get(claim.Spec.ClassName)
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return workspaceClaimName(class), nil
+	return sandboxpod.ContentClaimNameOf(claim, c.classLister.Get)
 }
 
 // syncFailures is the number of failed sync-back attempts recorded on the claim.
@@ -269,63 +261,15 @@ func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.
 	return nil
 }
 
-// workspaceClaimName is the class's content PVC, defaulted: only for the sync-back of a claim
-// admitted before records existed (every other reader uses the record's).
-func workspaceClaimName(class *airlockv1alpha1.SandboxClass) string {
-	if class.Spec.WorkspaceClaimName == "" {
-		return sandboxpod.DefaultWorkspaceClaimName
-	}
-	return class.Spec.WorkspaceClaimName
+// buildSyncJob returns the claim's sync-back Job (workspace.SyncJob), a child of the claim.
+func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool, versions int32) *batchv1.Job {
+	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
+	return workspace.SyncJob(meta, claim, contentClaimName, sandboxpod.JobConfig(image), attempt, removeWorkspace, versions)
 }
 
-// syncJobName is the name of the claim's sync-back Job.
-func syncJobName(claim *airlockv1alpha1.SandboxClaim) string {
-	return claim.Name + "-sync"
-}
-
-// buildSyncJob returns the claim's sync-back Job: `airlock sync` (the image's entrypoint is
-// airlock) copying workspaceDir into targetPath inside the content PVC, and removing the
-// workspace afterwards when removeWorkspace is set (syncJobArgs). It does not retry by
-// itself (backoffLimit 0): the controller retries with its own backoff. An attempt ends by
-// syncDeadline (activeDeadlineSeconds) whatever happens to its pod.
-func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool) *batchv1.Job {
-	meta := sandboxpod.ChildMeta(claim, syncJobName(claim))
-	meta.Annotations = map[string]string{AnnotationSyncAttempt: strconv.Itoa(attempt)}
-	return &batchv1.Job{
-		ObjectMeta: meta,
-		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To(int64(syncDeadline / time.Second)),
-			Template:              syncPodTemplate(claim.Name, contentClaimName, image, syncJobArgs(claim, removeWorkspace)),
-		},
-	}
-}
-
-// syncPodTemplate is the pod of a Job that runs `airlock sync` (the image's entrypoint) with
-// args on the content volume: restricted, no ServiceAccount token, no retry of its own. syncOf
-// labels the pod (LabelSyncOf) with what it syncs or removes: the claim, or a kept workspace's
-// record.
-func syncPodTemplate(syncOf, contentClaimName, image string, args []string) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelSyncOf: syncOf}},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false),
-			EnableServiceLinks:           ptr.To(false),
-			SecurityContext:              sandboxpod.RestrictedPodSecurityContext(),
-			Containers: []corev1.Container{{
-				Name:                     syncContainerName,
-				Image:                    image,
-				Args:                     args,
-				VolumeMounts:             []corev1.VolumeMount{{Name: contentVolumeName, MountPath: contentMountPath}},
-				SecurityContext:          sandboxpod.RestrictedContainerSecurityContext(),
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}},
-			Volumes: []corev1.Volume{{Name: contentVolumeName, VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: contentClaimName},
-			}}},
-		},
-	}
+// buildKeptJob returns the record of the claim's workspace (workspace.Record).
+func buildKeptJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, now time.Time) *batchv1.Job {
+	return workspace.Record(claim, contentClaimName, sandboxpod.JobConfig(image), now)
 }
 
 // countSyncFailure records the claim's attempt-th failed sync-back (or cleanup) attempt: the count

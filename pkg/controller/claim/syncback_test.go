@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 func TestSyncReapingSyncBack(t *testing.T) {
@@ -27,7 +28,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		return c
 	}
 	job := func(claim *airlockv1alpha1.SandboxClaim, attempt int, cond batchv1.JobConditionType, at time.Time, age time.Duration, notReady bool) *batchv1.Job {
-		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt, true)
+		j := buildSyncJob(claim, "workspace-content", testSyncImage, attempt, true, 3)
 		j.CreationTimestamp = metav1.NewTime(t0.Add(-age))
 		if !notReady {
 			j.Status.Ready = ptr.To[int32](1)
@@ -76,9 +77,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		"job succeeded: workspace kept, claim deleted": {
 			attempt:     1,
 			cond:        batchv1.JobComplete,
-			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
+			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
-				"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + keptJobName(claimDir("c1")) +
+				"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + workspace.RecordName(claimDir("c1")) +
 					"): a new claim of the same runtime, session and handle resumes with its files",
 				"Normal SyncedBack Deleting the claim (SyncedBack)"},
 		},
@@ -175,7 +176,7 @@ func TestSyncBackoff(t *testing.T) {
 func TestBuildSyncJob(t *testing.T) {
 	claim := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
 	claim.Spec.TargetPath = "projects/demo"
-	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2, false)
+	job := buildSyncJob(claim, "workspace-content", testSyncImage, 2, false, 3)
 	if job.Name != "c1-sync" || job.Annotations[AnnotationSyncAttempt] != "2" || !metav1.IsControlledBy(job, claim) || job.Labels[LabelClaim] != "c1" {
 		t.Errorf("job meta %+v", job.ObjectMeta)
 	}

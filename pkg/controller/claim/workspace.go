@@ -40,8 +40,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/expectations"
-	"github.com/airlock-dev/airlock/pkg/sandboxpod"
-	"github.com/airlock-dev/airlock/pkg/syncback"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // Event and condition reasons, and messages, of workspace removal and sync-back turns.
@@ -60,26 +59,6 @@ const (
 	messageSyncWaitOlder   = "claim %s, older, syncs back into %s first"
 )
 
-// syncJobArgs are the arguments of the claim's sync-back Job: copy the workspace into the
-// targetPath and, with removeWorkspace, remove it once the copy is in place; for a claim without a
-// targetPath (then always with removeWorkspace) only remove it.
-func syncJobArgs(claim *airlockv1alpha1.SandboxClaim, removeWorkspace bool) []string {
-	args := []string{"sync", "--content-root=" + contentMountPath, "--from=" + workspaceDirOf(claim)}
-	switch {
-	case claim.Spec.TargetPath == "":
-		return append(args, "--remove-only", "--sandboxes-dir="+sandboxpod.SandboxesDir(claim.Namespace))
-	case removeWorkspace:
-		return append(args, "--to="+claim.Spec.TargetPath, "--remove-source", "--sandboxes-dir="+sandboxpod.SandboxesDir(claim.Namespace))
-	}
-	return append(args, "--to="+claim.Spec.TargetPath)
-}
-
-// workspaceRemovable says whether the claim's workspace is one the operator made and may remove:
-// no mount role, and a workspaceDir of the shape the operator gives workspaces.
-func workspaceRemovable(claim *airlockv1alpha1.SandboxClaim) bool {
-	return claim.Spec.MountRole == "" && syncback.ValidateRemovable(workspaceDirOf(claim), sandboxpod.SandboxesDir(claim.Namespace)) == nil
-}
-
 // workspaceUser returns another live claim in the cache whose workspace is the claim's, lies
 // inside it or contains it, or "" when there is none. Live as SPEC section 3 says: not Refused,
 // not being deleted, and not a Failed claim that has been replaced.
@@ -95,7 +74,7 @@ func (c *Controller) workspaceUser(claim *airlockv1alpha1.SandboxClaim) (string,
 			other.Status.Phase == airlockv1alpha1.ClaimFailed && replaced[other.Name]:
 			continue
 		}
-		if syncback.Overlaps(workspaceDirOf(other), workspaceDirOf(claim)) {
+		if workspace.Overlaps(workspace.DirOf(other), workspace.DirOf(claim)) {
 			return other.Name, nil
 		}
 	}
@@ -106,9 +85,9 @@ func (c *Controller) workspaceUser(claim *airlockv1alpha1.SandboxClaim) (string,
 // logs why not when it should not.
 func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (bool, error) {
 	logger := klog.FromContext(ctx)
-	if !workspaceRemovable(claim) {
+	if !workspace.Removable(claim) {
 		logger.V(4).Info("The claim's workspace is not the operator's to remove", "claim", klog.KObj(claim),
-			"workspaceDir", workspaceDirOf(claim), "mountRole", claim.Spec.MountRole)
+			"workspaceDir", workspace.DirOf(claim), "mountRole", claim.Spec.MountRole)
 		return false, nil
 	}
 	user, err := c.workspaceUser(claim)
@@ -117,7 +96,7 @@ func (c *Controller) removesWorkspace(ctx context.Context, claim *airlockv1alpha
 	}
 	if user != "" {
 		logger.V(2).Info("Keeping the claim's workspace: another live claim uses it", "claim", klog.KObj(claim),
-			"workspaceDir", workspaceDirOf(claim), "user", klog.KRef(claim.Namespace, user))
+			"workspaceDir", workspace.DirOf(claim), "user", klog.KRef(claim.Namespace, user))
 		return false, nil
 	}
 	return true, nil
@@ -161,7 +140,7 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 	var older *airlockv1alpha1.SandboxClaim
 	for _, other := range claims {
 		if other.UID == claim.UID || other.DeletionTimestamp != nil || other.Spec.TargetPath == "" ||
-			!syncback.Overlaps(other.Spec.TargetPath, claim.Spec.TargetPath) {
+			!workspace.Overlaps(other.Spec.TargetPath, claim.Spec.TargetPath) {
 			continue
 		}
 		running, err := c.syncJobRunning(other)
@@ -169,7 +148,7 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 			return "", err
 		}
 		if running {
-			return fmt.Sprintf(messageSyncWaitRunning, syncJobName(other), other.Name, other.Spec.TargetPath), nil
+			return fmt.Sprintf(messageSyncWaitRunning, workspace.SyncJobName(other), other.Name, other.Spec.TargetPath), nil
 		}
 		if other.Status.Phase != airlockv1alpha1.ClaimReaping || !claimBefore(other, claim) {
 			continue
@@ -192,9 +171,9 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 // syncJobRunning says whether the claim has a sync-back Job that has not finished: in the cache
 // and neither complete nor failed, or created by this controller and not yet in the cache.
 func (c *Controller) syncJobRunning(claim *airlockv1alpha1.SandboxClaim) (bool, error) {
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(syncJobName(claim))
+	job, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.SyncJobName(claim))
 	if apierrors.IsNotFound(err) {
-		return c.syncJobs.has(cache.ObjectName{Namespace: claim.Namespace, Name: syncJobName(claim)}), nil
+		return c.syncJobs.has(cache.ObjectName{Namespace: claim.Namespace, Name: workspace.SyncJobName(claim)}), nil
 	}
 	if err != nil {
 		return false, err
@@ -246,7 +225,7 @@ func (c *Controller) enqueueSyncWaiters(namespace, targetPath string) {
 		if claim.Status.Phase != airlockv1alpha1.ClaimReaping || claim.DeletionTimestamp != nil || claim.Spec.TargetPath == "" {
 			continue
 		}
-		if targetPath == "" || syncback.Overlaps(targetPath, claim.Spec.TargetPath) {
+		if targetPath == "" || workspace.Overlaps(targetPath, claim.Spec.TargetPath) {
 			c.enqueueClaim(claim)
 		}
 	}

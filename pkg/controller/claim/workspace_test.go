@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // reapingClaim is a Reaping claim created at created (its pods gone once the fixture has none),
@@ -32,7 +33,7 @@ func reapingClaim(name string, created time.Time, targetPath string) *airlockv1a
 // syncJob is the claim's sync-back Job as the controller built it, one minute old, with its pod
 // ready, and the given condition (none when empty).
 func syncJob(claim *airlockv1alpha1.SandboxClaim, remove bool, cond batchv1.JobConditionType) *batchv1.Job {
-	j := buildSyncJob(claim, "workspace-content", testSyncImage, 1, remove)
+	j := buildSyncJob(claim, "workspace-content", testSyncImage, 1, remove, 3)
 	j.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
 	j.Status.Ready = ptr.To[int32](1)
 	if cond != "" {
@@ -58,12 +59,15 @@ func TestSyncJobArgs(t *testing.T) {
 	withTarget.Spec.TargetPath = "projects/demo"
 	without := newClaim("c1", "s1", airlockv1alpha1.ClaimReaping, t0)
 	tests := map[string]struct {
-		claim  *airlockv1alpha1.SandboxClaim
-		remove bool
-		want   []string
+		claim    *airlockv1alpha1.SandboxClaim
+		remove   bool
+		versions int32
+		want     []string
 	}{
 		"copy, then remove": {claim: withTarget, remove: true,
 			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo", "--remove-source", "--sandboxes-dir=team-a/sandboxes"}},
+		"copy, 12 versions of the target": {claim: withTarget, versions: 12,
+			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo", "--keep-versions=12"}},
 		"copy, workspace kept": {claim: withTarget,
 			want: []string{"sync", "--content-root=/content", "--from=" + claimDir("c1"), "--to=projects/demo"}},
 		"nothing to save: remove only": {claim: without, remove: true,
@@ -71,7 +75,7 @@ func TestSyncJobArgs(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, syncJobArgs(tc.claim, tc.remove)); diff != "" {
+			if diff := cmp.Diff(tc.want, workspace.SyncJobArgs(tc.claim, tc.remove, tc.versions)); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
 		})
@@ -118,7 +122,7 @@ func TestWorkspaceKeptAfterSyncBack(t *testing.T) {
 	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"})
+	checkActions(t, f, []string{"update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"})
 	checkKeptRecord(t, f.createdJob(), claim)
 }
 
@@ -126,18 +130,18 @@ func TestWorkspaceKeptAfterSyncBack(t *testing.T) {
 // workspace, owned by nothing, saying whose workspace it is and when it was kept.
 func checkKeptRecord(t *testing.T, job *batchv1.Job, claim *airlockv1alpha1.SandboxClaim) {
 	t.Helper()
-	if job.Name != keptJobName(claim.Spec.WorkspaceDir) || !ptr.Deref(job.Spec.Suspend, false) || len(job.OwnerReferences) != 0 {
-		t.Errorf("record %s suspend %v owners %v, want %s, suspended, no owner", job.Name, job.Spec.Suspend, job.OwnerReferences, keptJobName(claim.Spec.WorkspaceDir))
+	if job.Name != workspace.RecordName(claim.Spec.WorkspaceDir) || !ptr.Deref(job.Spec.Suspend, false) || len(job.OwnerReferences) != 0 {
+		t.Errorf("record %s suspend %v owners %v, want %s, suspended, no owner", job.Name, job.Spec.Suspend, job.OwnerReferences, workspace.RecordName(claim.Spec.WorkspaceDir))
 	}
 	want := []string{"sync", "--content-root=/content", "--from=" + claim.Spec.WorkspaceDir, "--remove-only", "--sandboxes-dir=team-a/sandboxes"}
 	if diff := cmp.Diff(want, jobArgs(job)); diff != "" {
 		t.Errorf("record Job args (-want +got):\n%s", diff)
 	}
-	wantMeta := map[string]string{AnnotationKeptRuntimeUID: string(claim.Spec.RuntimeUID), AnnotationKeptDir: claim.Spec.WorkspaceDir, AnnotationKeptAt: t0.UTC().Format(time.RFC3339)}
+	wantMeta := map[string]string{airlockv1alpha1.AnnotationKeptRuntimeUID: string(claim.Spec.RuntimeUID), airlockv1alpha1.AnnotationKeptDir: claim.Spec.WorkspaceDir, workspace.AnnotationKeptAt: t0.UTC().Format(time.RFC3339)}
 	if diff := cmp.Diff(wantMeta, job.Annotations); diff != "" {
 		t.Errorf("record annotations (-want +got):\n%s", diff)
 	}
-	if job.Labels[LabelKeptWorkspace] != "true" || job.Labels[LabelClaim] != claim.Name || job.Labels[airlockv1alpha1.LabelRuntime] != claim.Spec.RuntimeName {
+	if job.Labels[airlockv1alpha1.LabelKeptWorkspace] != "true" || job.Labels[LabelClaim] != claim.Name || job.Labels[airlockv1alpha1.LabelRuntime] != claim.Spec.RuntimeName {
 		t.Errorf("record labels %v", job.Labels)
 	}
 }
@@ -153,8 +157,8 @@ func TestWorkspaceCleanupWithoutTargetPath(t *testing.T) {
 	}{
 		"no Job yet: the workspace kept, the claim deleted": {
 			job:         "-",
-			wantActions: []string{"create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"},
-			wantEvents: []string{"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + keptJobName(claimDir("c1")) +
+			wantActions: []string{"create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + workspace.RecordName(claimDir("c1")) +
 				"): a new claim of the same runtime, session and handle resumes with its files", "Normal Reaped Deleting the claim (Reaped)"},
 		},
 		"cleanup running: the claim stays": {},
@@ -311,7 +315,7 @@ func TestSessionWorkspaceKeptWhileShared(t *testing.T) {
 					checkActions(t, f, []string{"delete sandboxclaims " + claim.Name})
 				case targetPath == "":
 					// Its record: collected past the retention, as the last claim's.
-					checkActions(t, f, []string{"create jobs " + keptJobName(dir), "delete sandboxclaims " + claim.Name})
+					checkActions(t, f, []string{"create jobs " + workspace.RecordName(dir), "delete sandboxclaims " + claim.Name})
 					if args := jobArgs(f.createdJob()); !contains(args, "--remove-only") || !ptr.Deref(f.createdJob().Spec.Suspend, false) {
 						t.Errorf("record Job args %q suspend %v, want --remove-only, suspended", args, f.createdJob().Spec.Suspend)
 					}
@@ -585,7 +589,7 @@ func TestCleanupFailureRetriedAndReported(t *testing.T) {
 			if targetPath == "" {
 				// An earlier version's cleanup Job that failed: no second one; the workspace
 				// is kept (collected past the retention) and the claim deleted.
-				checkActions(t, f, []string{"create jobs " + keptJobName(claimDir("c1")), "delete sandboxclaims c1"})
+				checkActions(t, f, []string{"create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"})
 				return
 			}
 			checkActions(t, f, []string{"create jobs c1-sync"})

@@ -16,10 +16,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
-	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
-
 	"github.com/airlock-dev/airlock/pkg/pki"
 )
 
@@ -37,59 +33,37 @@ var roots = func() []byte {
 	return c.certPEM
 }()
 
-func egressClaim(ns, name, bundle string) *airlockv1alpha1.SandboxClaim {
-	return &airlockv1alpha1.SandboxClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Status: airlockv1alpha1.SandboxClaimStatus{Frozen: &airlockv1alpha1.FrozenSandbox{
-			Egress: &airlockv1alpha1.FrozenEgress{Gateway: airlockv1alpha1.EgressGateway{CABundleConfigMap: bundle}},
-		}},
-	}
-}
-
 type fixture struct {
 	kube       *k8sfake.Clientset
-	claims     *airlockfake.Clientset
 	clock      *clocktesting.FakeClock
 	controller *Controller
+	source     *BundleSource
 	secrets    cache.Indexer
-	configMaps cache.Indexer
-	claimStore cache.Indexer
 }
 
-// newFixture builds the controller on fake clients; start runs its informers and workers, else
-// the test seeds the stores and calls sync itself.
-func newFixture(t *testing.T, start bool, claims ...*airlockv1alpha1.SandboxClaim) *fixture {
+// newFixture builds the controller and the bundle source on a fake client; start runs the
+// informer and the workers, else the test seeds the store and calls sync itself.
+func newFixture(t *testing.T, start bool) *fixture {
 	t.Helper()
-	f := &fixture{kube: k8sfake.NewClientset(), claims: airlockfake.NewSimpleClientset(), clock: clocktesting.NewFakeClock(t0)}
-	for _, cl := range claims {
-		if _, err := f.claims.AirlockV1alpha1().SandboxClaims(cl.Namespace).Create(context.Background(), cl, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	secrets := NewSecretInformerFactory(f.kube, operatorNS)
-	cms := NewConfigMapInformerFactory(f.kube, cmName)
-	air := airlockinformers.NewSharedInformerFactory(f.claims, 0)
-	inf := Informers{Secrets: secrets.Core().V1().Secrets(), ConfigMaps: cms.Core().V1().ConfigMaps(), Claims: air.Airlock().V1alpha1().SandboxClaims()}
-	c, err := newControllerWithClock(f.kube, inf, Config{Namespace: operatorNS, ConfigMapName: cmName, Roots: roots, Policy: testPolicy}, f.clock, rand.Reader)
+	f := &fixture{kube: k8sfake.NewClientset(), clock: clocktesting.NewFakeClock(t0)}
+	factory := NewSecretInformerFactory(f.kube, operatorNS)
+	secrets := factory.Core().V1().Secrets()
+	c, err := newControllerWithClock(f.kube, secrets, Config{Namespace: operatorNS, ConfigMapName: cmName, Roots: roots, Policy: testPolicy}, f.clock, rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f.source, err = NewBundleSource(secrets, operatorNS, roots); err != nil {
+		t.Fatal(err)
+	}
 	f.controller = c
-	f.secrets, f.configMaps, f.claimStore = inf.Secrets.Informer().GetIndexer(), inf.ConfigMaps.Informer().GetIndexer(), inf.Claims.Informer().GetIndexer()
+	f.secrets = secrets.Informer().GetIndexer()
 	if !start {
 		t.Cleanup(c.queue.ShutDown)
-		for _, cl := range claims {
-			if err := f.claimStore.Add(cl); err != nil {
-				t.Fatal(err)
-			}
-		}
 		return f
 	}
 	ctx, cancel := context.WithCancel(testContext(t))
 	done := make(chan struct{})
-	secrets.Start(ctx.Done())
-	cms.Start(ctx.Done())
-	air.Start(ctx.Done())
+	factory.Start(ctx.Done())
 	go func() {
 		defer close(done)
 		if err := c.Run(ctx, 2); err != nil {
@@ -99,9 +73,7 @@ func newFixture(t *testing.T, start bool, claims ...*airlockv1alpha1.SandboxClai
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		secrets.Shutdown()
-		cms.Shutdown()
-		air.Shutdown()
+		factory.Shutdown()
 	})
 	return f
 }
@@ -123,14 +95,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	if err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
-}
-
-func (f *fixture) bundleIn(ns string) (string, bool) {
-	cm, err := f.kube.CoreV1().ConfigMaps(ns).Get(context.Background(), cmName, metav1.GetOptions{})
-	if err != nil {
-		return "", false
-	}
-	return cm.Data[BundleKey], true
 }
 
 // wantBundle is what a namespace's ConfigMap must hold for the Secret s.
@@ -189,15 +153,14 @@ func TestSyncSecretMintAndRotate(t *testing.T) {
 	}
 }
 
-// TestSyncBundle: a namespace gets the bundle while a claim frozen with this ConfigMap is in it,
-// nothing while there is no CA (fail closed: no bundle without the gateway's CA), and loses it
-// when no claim needs it; a ConfigMap of that name that is not ours is left alone.
-func TestSyncBundle(t *testing.T) {
+// TestBundleSource: the bundle is the Secret's terminating CAs then the roots; nothing while
+// there is no Secret or its bundle does not parse (fail closed: no bundle without the gateway's
+// CA); every event of the Secret is a change, and none of another Secret.
+func TestBundleSource(t *testing.T) {
 	ctx := testContext(t)
-	f := newFixture(t, false, egressClaim("team-a", "c1", cmName), egressClaim("team-b", "c2", "their-own"), &airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-c", Name: "c3"}})
-	// No CA yet: nothing written.
-	if err := f.controller.syncBundle(ctx, "team-a"); err != nil || len(f.kube.Actions()) != 0 {
-		t.Fatalf("without a CA: err %v, actions %v", err, f.kube.Actions())
+	f := newFixture(t, false)
+	if got := f.source.Bundle(); got != nil {
+		t.Fatalf("without a Secret: %q", got)
 	}
 	if _, err := f.controller.syncSecret(ctx); err != nil {
 		t.Fatal(err)
@@ -206,90 +169,42 @@ func TestSyncBundle(t *testing.T) {
 	if err := f.secrets.Add(s); err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{"team-a", "team-b", "team-c"} {
-		if err := f.controller.syncBundle(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
+	if got := string(f.source.Bundle()); got != wantBundle(s) {
+		t.Fatalf("bundle of %d certificates, want the Secret's then the roots", strings.Count(got, "BEGIN CERTIFICATE"))
 	}
-	if got, ok := f.bundleIn("team-a"); !ok || got != wantBundle(s) {
-		t.Fatalf("team-a: ConfigMap %v, bundle right %v", ok, got == wantBundle(s))
-	}
-	cm, _ := f.kube.CoreV1().ConfigMaps("team-a").Get(ctx, cmName, metav1.GetOptions{})
-	if cm.Labels[LabelBundle] != "true" {
-		t.Errorf("labels %v", cm.Labels)
-	}
-	for _, ns := range []string{"team-b", "team-c"} {
-		if _, ok := f.bundleIn(ns); ok {
-			t.Errorf("%s got a bundle it does not need", ns)
-		}
-	}
-
-	// Someone else's ConfigMap of the name is never overwritten.
-	theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-d", Name: cmName}, Data: map[string]string{BundleKey: "mine"}}
-	if _, err := f.kube.CoreV1().ConfigMaps("team-d").Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+	broken := s.DeepCopy()
+	broken.Data[BundleKey] = []byte("not a bundle")
+	if err := f.secrets.Update(broken); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.claimStore.Add(egressClaim("team-d", "c4", cmName)); err != nil {
-		t.Fatal(err)
+	if got := f.source.Bundle(); got != nil {
+		t.Errorf("a broken Secret: %q", got)
 	}
-	if err := f.controller.syncBundle(ctx, "team-d"); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := f.bundleIn("team-d"); got != "mine" {
-		t.Errorf("someone else's ConfigMap overwritten: %q", got)
-	}
-
-	// The claim gone: our ConfigMap deleted.
-	if err := f.configMaps.Add(cm); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.claimStore.Delete(egressClaim("team-a", "c1", cmName)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.controller.syncBundle(ctx, "team-a"); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := f.bundleIn("team-a"); ok {
-		t.Error("the bundle of a namespace without claims that need it is kept")
+	if _, err := NewBundleSource(nil, operatorNS, []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n")); err == nil {
+		t.Error("roots that do not parse: no error")
 	}
 }
 
-// TestRunRepairsAndFollowsRotation runs the controller on informers: it makes the CA and the
-// bundle, repairs an edited and a deleted ConfigMap and a deleted Secret, and when the clock
-// reaches two thirds of the CA's life publishes the next CA in every bundle.
-func TestRunRepairsAndFollowsRotation(t *testing.T) {
-	f := newFixture(t, true, egressClaim("team-a", "c1", cmName))
+// TestRunFollowsRotation runs the controller on its informer: it makes the CA, and when the
+// clock reaches two thirds of the CA's life publishes the next CA in the bundle (the source tells
+// of each change); a deleted Secret is made again, with a new CA.
+func TestRunFollowsRotation(t *testing.T) {
+	f := newFixture(t, true)
+	changes := make(chan struct{}, 100)
+	remove := f.source.OnBundleChange(func() { changes <- struct{}{} })
+	defer remove()
 	ctx := context.Background()
 	var s *corev1.Secret
-	waitFor(t, "the Secret and the bundle", func() bool {
+	waitFor(t, "the Secret and its bundle", func() bool {
 		var err error
 		if s, err = f.kube.CoreV1().Secrets(operatorNS).Get(ctx, SecretName, metav1.GetOptions{}); err != nil {
 			return false
 		}
-		got, ok := f.bundleIn("team-a")
-		return ok && got == wantBundle(s)
+		return string(f.source.Bundle()) == wantBundle(s)
 	})
+	waitFor(t, "a change told", func() bool { return len(changes) > 0 })
 
-	cm, _ := f.kube.CoreV1().ConfigMaps("team-a").Get(ctx, cmName, metav1.GetOptions{})
-	cm.Data[BundleKey] = "an attacker's CA"
-	cm.ResourceVersion = "edited"
-	if _, err := f.kube.CoreV1().ConfigMaps("team-a").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the edited bundle repaired", func() bool { got, _ := f.bundleIn("team-a"); return got == wantBundle(s) })
-
-	if err := f.kube.CoreV1().ConfigMaps("team-a").Delete(ctx, cmName, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the deleted bundle made again", func() bool { got, _ := f.bundleIn("team-a"); return got == wantBundle(s) })
-
-	// A second claim's namespace gets it too.
-	if _, err := f.claims.AirlockV1alpha1().SandboxClaims("team-b").Create(ctx, egressClaim("team-b", "c2", cmName), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "team-b's bundle", func() bool { got, _ := f.bundleIn("team-b"); return got == wantBundle(s) })
-
-	// Two thirds of the CA's life: the next CA is in every bundle, the first still signs.
+	// Two thirds of the CA's life: the next CA is in the bundle, the first still signs.
 	first := signerOf(t, s.Data)
 	waitFor(t, "the rotation timer", func() bool { return f.clock.HasWaiters() })
 	f.clock.Step(renewAt(first).Sub(t0))
@@ -299,9 +214,7 @@ func TestRunRepairsAndFollowsRotation(t *testing.T) {
 			return false
 		}
 		s = cur
-		a, _ := f.bundleIn("team-a")
-		b, _ := f.bundleIn("team-b")
-		return a == wantBundle(cur) && b == wantBundle(cur)
+		return string(f.source.Bundle()) == wantBundle(cur)
 	})
 	if !signerOf(t, s.Data).Equal(first) {
 		t.Error("the signer changed before the next CA propagated")
@@ -310,7 +223,7 @@ func TestRunRepairsAndFollowsRotation(t *testing.T) {
 		t.Errorf("bundle of %d certificates, want the signer, the next and the roots", n)
 	}
 
-	// The Secret deleted: a new CA, and the bundles follow.
+	// The Secret deleted: a new CA, and the bundle follows.
 	if err := f.kube.CoreV1().Secrets(operatorNS).Delete(ctx, SecretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +232,7 @@ func TestRunRepairsAndFollowsRotation(t *testing.T) {
 		if apierrors.IsNotFound(err) || err != nil || signerOf(t, cur.Data).Equal(first) {
 			return false
 		}
-		a, _ := f.bundleIn("team-a")
-		return a == wantBundle(cur)
+		return string(f.source.Bundle()) == wantBundle(cur)
 	})
 }
 

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -35,7 +34,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: messageValid, ObservedGeneration: class.Generation}
-	if why := sandboxpod.ClassConflict(class, egress.ClassPolicyError); why != "" {
+	if why := sandboxpod.ClassConflict(class); why != "" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonInvalidClass, why
 	}
 	updated := class.DeepCopy()

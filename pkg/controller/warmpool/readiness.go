@@ -6,7 +6,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -27,7 +26,7 @@ func (c *Controller) entriesReady(reg *airlockv1alpha1.ToolRegistry) ([]airlockv
 		case err != nil:
 			st.Ready, st.Message = false, fmt.Sprintf("reading SandboxClass %q: %v", entry.Class, err)
 		default:
-			if why := sandboxpod.ClassConflict(class, egress.ClassPolicyError); why != "" {
+			if why := sandboxpod.ClassConflict(class); why != "" {
 				st.Ready, st.Message = false, truncateMessage(why, 4096)
 			} else {
 				ready++

@@ -19,7 +19,6 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
-	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -123,7 +122,7 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 		p.message = fmt.Sprintf(messageClassNotFound, entry.Class)
 		return p
 	}
-	if message := sandboxpod.ClassConflict(class, egress.ClassPolicyError); message != "" {
+	if message := sandboxpod.ClassConflict(class); message != "" {
 		p.message = message
 		return p
 	}

@@ -1,13 +1,14 @@
 // Package workers runs the workers of a controller: a key that fails is retried with the queue's
 // backoff, one that succeeds is forgotten, and (RunRequeue) one whose sync says when to look
 // again is added after that long. (The claim controller, which also keeps a deadline through its
-// backoff and retries conflicts quietly, has a loop of its own.)
+// backoff, has a loop of its own.)
 package workers
 
 import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -30,7 +31,7 @@ func RunRequeue(ctx context.Context, n int, queue workqueue.TypedRateLimitingInt
 	for range n {
 		wg.StartWithContext(ctx, func(ctx context.Context) {
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for processNext(ctx, queue, what, sync) {
+				for ProcessNext(ctx, queue, what, sync) {
 				}
 			}, time.Second)
 		})
@@ -40,8 +41,11 @@ func RunRequeue(ctx context.Context, n int, queue workqueue.TypedRateLimitingInt
 	wg.Wait()
 }
 
-// processNext syncs one key; it says false once the queue is shut down.
-func processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) (*time.Duration, error)) bool {
+// ProcessNext syncs one key; it says false once the queue is shut down. A conflict (the cache
+// was behind the API server: the key is synced again from a newer cache) is logged at V(4), any
+// other error as an error; both are retried with the queue's backoff. Tests call it to sync the
+// next key of a controller's queue as its workers would.
+func ProcessNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[cache.ObjectName], what string, sync func(context.Context, cache.ObjectName) (*time.Duration, error)) bool {
 	key, shutdown := queue.Get()
 	if shutdown {
 		return false
@@ -49,7 +53,11 @@ func processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface
 	defer queue.Done(key)
 	requeue, err := sync(ctx, key)
 	if err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing "+what, what, klog.KRef(key.Namespace, key.Name))
+		if apierrors.IsConflict(err) {
+			klog.FromContext(ctx).V(4).Info("Conflict syncing "+what+", retrying", what, klog.KRef(key.Namespace, key.Name), "err", err)
+		} else {
+			utilruntime.HandleErrorWithContext(ctx, err, "Error syncing "+what, what, klog.KRef(key.Namespace, key.Name))
+		}
 		queue.AddRateLimited(key)
 		return true
 	}

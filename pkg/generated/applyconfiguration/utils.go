@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.FrozenEgressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FrozenSandbox"):
 		return &airlockv1alpha1.FrozenSandboxApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HeldWorkspace"):
+		return &airlockv1alpha1.HeldWorkspaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &airlockv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandbox"):

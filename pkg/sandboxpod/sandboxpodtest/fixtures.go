@@ -9,11 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
-	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const (
@@ -60,7 +59,7 @@ func Class(name string) *airlockv1alpha1.SandboxClass {
 
 // Claim returns a claim of runtime "agent" (uid "uid-rt-agent", its controller, as the Sandbox API
 // creates claims) for the sandbox "codegen", created at created, in its per-claim workspace
-// (with the runtime's UID, as the Sandbox API names it: claimname.ClaimWorkspace).
+// (with the runtime's UID, as the Sandbox API names it: workspace.ClaimDirName).
 func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.Time) *airlockv1alpha1.SandboxClaim {
 	return &airlockv1alpha1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -74,7 +73,7 @@ func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.
 		},
 		Spec: airlockv1alpha1.SandboxClaimSpec{
 			RuntimeName: "agent", RuntimeUID: "uid-rt-agent", Session: session, Handle: "codegen/default", Sandbox: "codegen",
-			ClassName: "codegen", WorkspaceDir: Namespace + "/sandboxes/" + claimname.ClaimWorkspace(name, "uid-rt-agent"),
+			ClassName: "codegen", WorkspaceDir: Namespace + "/sandboxes/" + workspace.ClaimDirName(name, "uid-rt-agent"),
 		},
 		Status: airlockv1alpha1.SandboxClaimStatus{Phase: phase},
 	}

@@ -115,3 +115,27 @@ func TestCRDsMatchScheme(t *testing.T) {
 		t.Errorf("registered kinds %v, want the 4 of SPEC section 2", registered)
 	}
 }
+
+// TestClaimReasonColumnIsTheStatusReason (issue 39, small 2): `kubectl get sbx` prints REASON
+// from status.reason, which the claim controller sets, while the claim is Binding, to its Ready
+// condition's reason (why it waits: its TestWaitingClaimReasonSaysWhy); a column on a condition
+// would print nothing for a Queued or Refused claim, which has no Ready condition.
+func TestClaimReasonColumnIsTheStatusReason(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "manifests", "crd", "sandboxclaims."+GroupName+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c crd
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, col := range c.Spec.Versions[0].AdditionalPrinterColumns {
+		if col["name"] == "Reason" {
+			paths = append(paths, col["jsonPath"].(string))
+		}
+	}
+	if len(paths) != 1 || paths[0] != ".status.reason" {
+		t.Errorf("SandboxClaim's Reason columns read %v, want [.status.reason]", paths)
+	}
+}

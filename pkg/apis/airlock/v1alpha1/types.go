@@ -72,6 +72,9 @@ const (
 	// while a workspace nobody comes back to costs its space for one day at most
 	// (docs/nothing-lost.md, "Resume without loss").
 	DefaultWorkspaceRetention = 24 * time.Hour
+	// DefaultTargetVersions is a ToolRegistry sandbox's targetVersions default: the older of two
+	// sessions that share a target, and two sync-backs more, are recoverable.
+	DefaultTargetVersions int32 = 3
 	// DefaultMaxInstances is a ToolRegistry sandbox's maxInstances default.
 	DefaultMaxInstances int32 = 10
 	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
@@ -591,6 +594,16 @@ type RegistrySandbox struct {
 	// +kubebuilder:validation:XValidation:rule="self.split('/').all(s, s != '' && s != '.' && s != '..')",message="must be a relative path without empty, '.' or '..' segments"
 	TargetPath string `json:"targetPath,omitempty"`
 
+	// TargetVersions is how many previous contents of the targetPath a sync-back keeps, next to
+	// it in ".<target>.airlock-versions/", newest first: every sync-back that replaces the target
+	// moves what it held there and removes the oldest beyond this many (docs/nothing-lost.md,
+	// "What a target holds").
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	TargetVersions *int32 `json:"targetVersions,omitempty"`
+
 	// MountRole makes the workspace the directory that the runtime's connection for this role names.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
@@ -819,6 +832,43 @@ type AgentRuntimeStatus struct {
 	// Claims counts the runtime's claims by phase.
 	// +optional
 	Claims ClaimCounts `json:"claims,omitempty"`
+	// HeldWorkspaces are the runtime's kept workspaces whose sync-back gave up: never collected
+	// until a person retries or releases them (the annotation airlock.dev/held-action on the
+	// record Job; docs/nothing-lost.md, "A sync-back that gave up"), oldest first, at most 32.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	HeldWorkspaces []HeldWorkspace `json:"heldWorkspaces,omitempty"`
+	// HeldWorkspaceCount counts them all (HeldWorkspaces lists at most 32).
+	// +optional
+	HeldWorkspaceCount int32 `json:"heldWorkspaceCount,omitempty"`
+}
+
+// HeldWorkspace is a kept workspace whose sync-back gave up.
+type HeldWorkspace struct {
+	// Record is the name of its record Job (annotate it to retry or release).
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Record string `json:"record"`
+	// WorkspaceDir is the workspace inside the content PVC.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	WorkspaceDir string `json:"workspaceDir"`
+	// Claim is the claim whose sync-back gave up.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Claim string `json:"claim,omitempty"`
+	// TargetPath is where its sync-back copies it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	TargetPath string `json:"targetPath,omitempty"`
+	// Message is why it is held: the last failure, or the last retry's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+	// Since is when it was held.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // ClaimCounts counts claims by phase.
@@ -994,7 +1044,9 @@ type SandboxClaimStatus struct {
 	// Phase is where the claim is in its lifecycle.
 	// +optional
 	Phase ClaimPhase `json:"phase,omitempty"`
-	// Reason is a CamelCase word for the phase, e.g. MaxPerSession or ImagePullBackOff.
+	// Reason is a CamelCase word for the phase, e.g. MaxPerSession or ImagePullBackOff. While
+	// the claim is Binding it is the Ready condition's reason: why it waits (Binding,
+	// WaitingForPredecessorPod, WaitingForWorkspaceCollection, a lost pod's Node reason).
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Reason string `json:"reason,omitempty"`
@@ -1043,6 +1095,14 @@ type SandboxClaimStatus struct {
 	// workspaceRetention): the claim's sandbox starts with its files.
 	// +optional
 	ResumedWorkspace *ResumedWorkspace `json:"resumedWorkspace,omitempty"`
+	// WorkspaceDir is set when the claim works in another directory than spec.workspaceDir: the
+	// kept workspace of a warm member that an earlier claim of the same runtime, session and
+	// handle adopted, which this claim resumes (written before the claim takes its record;
+	// docs/nothing-lost.md). Its pod, sync-back and keeping use it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	WorkspaceDir string `json:"workspaceDir,omitempty"`
 }
 
 // ResumedWorkspace is the kept workspace a claim resumed.

@@ -28,9 +28,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
-	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
 )
 
 const (
@@ -76,7 +76,7 @@ func (s *Store) Dir() string { return s.dir }
 // NewStore returns the store of the workspace ws under stateDir,
 // which must not lie inside the workspace. Nothing is created until the
 // first snapshot.
-func NewStore(stateDir string, ws *workspace.Resolver) (*Store, error) {
+func NewStore(stateDir string, ws *confine.Resolver) (*Store, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("state dir %q: %w", stateDir, err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/workspace"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
 )
 
 // newStoreFixture returns a store over a fresh workspace, with the store's
@@ -25,7 +25,7 @@ func newStoreFixture(t *testing.T) (*Store, string) {
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r, err := workspace.NewResolver(ws)
+	r, err := confine.NewResolver(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestStoreRefuses(t *testing.T) {
 	if err := os.Symlink(ws, filepath.Join(top, "link")); err != nil {
 		t.Fatal(err)
 	}
-	r, err := workspace.NewResolver(ws)
+	r, err := confine.NewResolver(ws)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,12 @@ type AgentRuntimeStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Claims counts the runtime's claims by phase.
 	Claims *ClaimCountsApplyConfiguration `json:"claims,omitempty"`
+	// HeldWorkspaces are the runtime's kept workspaces whose sync-back gave up: never collected
+	// until a person retries or releases them (the annotation airlock.dev/held-action on the
+	// record Job; docs/nothing-lost.md, "A sync-back that gave up"), oldest first, at most 32.
+	HeldWorkspaces []HeldWorkspaceApplyConfiguration `json:"heldWorkspaces,omitempty"`
+	// HeldWorkspaceCount counts them all (HeldWorkspaces lists at most 32).
+	HeldWorkspaceCount *int32 `json:"heldWorkspaceCount,omitempty"`
 }
 
 // AgentRuntimeStatusApplyConfiguration constructs a declarative configuration of the AgentRuntimeStatus type for use with
@@ -67,5 +73,26 @@ func (b *AgentRuntimeStatusApplyConfiguration) WithConditions(values ...*v1.Cond
 // If called multiple times, the Claims field is set to the value of the last call.
 func (b *AgentRuntimeStatusApplyConfiguration) WithClaims(value *ClaimCountsApplyConfiguration) *AgentRuntimeStatusApplyConfiguration {
 	b.Claims = value
+	return b
+}
+
+// WithHeldWorkspaces adds the given value to the HeldWorkspaces field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the HeldWorkspaces field.
+func (b *AgentRuntimeStatusApplyConfiguration) WithHeldWorkspaces(values ...*HeldWorkspaceApplyConfiguration) *AgentRuntimeStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithHeldWorkspaces")
+		}
+		b.HeldWorkspaces = append(b.HeldWorkspaces, *values[i])
+	}
+	return b
+}
+
+// WithHeldWorkspaceCount sets the HeldWorkspaceCount field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the HeldWorkspaceCount field is set to the value of the last call.
+func (b *AgentRuntimeStatusApplyConfiguration) WithHeldWorkspaceCount(value int32) *AgentRuntimeStatusApplyConfiguration {
+	b.HeldWorkspaceCount = &value
 	return b
 }

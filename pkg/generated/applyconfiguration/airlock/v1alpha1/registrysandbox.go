@@ -42,6 +42,11 @@ type RegistrySandboxApplyConfiguration struct {
 	// TargetPath is where sync-back copies the workspace inside the content PVC, relative to its
 	// root; empty means no sync-back.
 	TargetPath *string `json:"targetPath,omitempty"`
+	// TargetVersions is how many previous contents of the targetPath a sync-back keeps, next to
+	// it in ".<target>.airlock-versions/", newest first: every sync-back that replaces the target
+	// moves what it held there and removes the oldest beyond this many (docs/nothing-lost.md,
+	// "What a target holds").
+	TargetVersions *int32 `json:"targetVersions,omitempty"`
 	// MountRole makes the workspace the directory that the runtime's connection for this role names.
 	MountRole *string `json:"mountRole,omitempty"`
 	// AllowedTools are the tools this sandbox exposes; omitted, it exposes all. Given, it names
@@ -105,6 +110,14 @@ func (b *RegistrySandboxApplyConfiguration) WithAllocation(value airlockv1alpha1
 // If called multiple times, the TargetPath field is set to the value of the last call.
 func (b *RegistrySandboxApplyConfiguration) WithTargetPath(value string) *RegistrySandboxApplyConfiguration {
 	b.TargetPath = &value
+	return b
+}
+
+// WithTargetVersions sets the TargetVersions field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TargetVersions field is set to the value of the last call.
+func (b *RegistrySandboxApplyConfiguration) WithTargetVersions(value int32) *RegistrySandboxApplyConfiguration {
+	b.TargetVersions = &value
 	return b
 }
 

@@ -31,7 +31,9 @@ import (
 type SandboxClaimStatusApplyConfiguration struct {
 	// Phase is where the claim is in its lifecycle.
 	Phase *airlockv1alpha1.ClaimPhase `json:"phase,omitempty"`
-	// Reason is a CamelCase word for the phase, e.g. MaxPerSession or ImagePullBackOff.
+	// Reason is a CamelCase word for the phase, e.g. MaxPerSession or ImagePullBackOff. While
+	// the claim is Binding it is the Ready condition's reason: why it waits (Binding,
+	// WaitingForPredecessorPod, WaitingForWorkspaceCollection, a lost pod's Node reason).
 	Reason *string `json:"reason,omitempty"`
 	// Message is a human-readable explanation.
 	Message *string `json:"message,omitempty"`
@@ -61,6 +63,11 @@ type SandboxClaimStatusApplyConfiguration struct {
 	// runtime, session and handle left (kept after its sync-back for the runtime's
 	// workspaceRetention): the claim's sandbox starts with its files.
 	ResumedWorkspace *ResumedWorkspaceApplyConfiguration `json:"resumedWorkspace,omitempty"`
+	// WorkspaceDir is set when the claim works in another directory than spec.workspaceDir: the
+	// kept workspace of a warm member that an earlier claim of the same runtime, session and
+	// handle adopted, which this claim resumes (written before the claim takes its record;
+	// docs/nothing-lost.md). Its pod, sync-back and keeping use it.
+	WorkspaceDir *string `json:"workspaceDir,omitempty"`
 }
 
 // SandboxClaimStatusApplyConfiguration constructs a declarative configuration of the SandboxClaimStatus type for use with
@@ -180,5 +187,13 @@ func (b *SandboxClaimStatusApplyConfiguration) WithWarm(value *WarmAdoptionApply
 // If called multiple times, the ResumedWorkspace field is set to the value of the last call.
 func (b *SandboxClaimStatusApplyConfiguration) WithResumedWorkspace(value *ResumedWorkspaceApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
 	b.ResumedWorkspace = value
+	return b
+}
+
+// WithWorkspaceDir sets the WorkspaceDir field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WorkspaceDir field is set to the value of the last call.
+func (b *SandboxClaimStatusApplyConfiguration) WithWorkspaceDir(value string) *SandboxClaimStatusApplyConfiguration {
+	b.WorkspaceDir = &value
 	return b
 }

@@ -1,0 +1,174 @@
+package manifests
+
+// The param policies (rbac/admission_policy_params.yaml), evaluated with cel-go as the API server
+// evaluates them for one param: the claim-record policy against the claim the object names. The
+// API server's own answers, params looked up and all, are e2e/admission_never_test.go's.
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+)
+
+const paramsPolicyFile = "rbac/admission_policy_params.yaml"
+
+// paramPolicies are the policies and bindings of paramsPolicyFile, by name.
+func paramPolicies(t *testing.T) (map[string]*admissionregistrationv1.ValidatingAdmissionPolicy, map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	b, err := os.ReadFile(paramsPolicyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
+	bindings := map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "ValidatingAdmissionPolicy":
+			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err := yaml.UnmarshalStrict([]byte(doc), p); err != nil {
+				t.Fatal(err)
+			}
+			policies[p.Name] = p
+		case "ValidatingAdmissionPolicyBinding":
+			bd := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			if err := yaml.UnmarshalStrict([]byte(doc), bd); err != nil {
+				t.Fatal(err)
+			}
+			bindings[bd.Name] = bd
+		}
+	}
+	return policies, bindings
+}
+
+// TestParamPoliciesCompileAndAreBound: every param policy compiles, has a paramKind, fails
+// closed, and is bound (with a paramRef) to deny.
+func TestParamPoliciesCompileAndAreBound(t *testing.T) {
+	policies, bindings := paramPolicies(t)
+	if len(policies) != 5 {
+		t.Errorf("%d param policies, want 5", len(policies))
+	}
+	for name, p := range policies {
+		compile(t, p)
+		if p.Spec.ParamKind == nil || ptr.Deref(p.Spec.FailurePolicy, "") != admissionregistrationv1.Fail {
+			t.Errorf("%s: paramKind %v, failurePolicy %v", name, p.Spec.ParamKind, p.Spec.FailurePolicy)
+		}
+		bound := false
+		for _, b := range bindings {
+			if b.Spec.PolicyName == name {
+				bound = true
+				if b.Spec.ParamRef == nil || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
+					t.Errorf("binding %s: paramRef %v, actions %v", b.Name, b.Spec.ParamRef, b.Spec.ValidationActions)
+				}
+			}
+		}
+		if !bound {
+			t.Errorf("%s is bound by no binding", name)
+		}
+	}
+}
+
+// asParam is obj as the API server hands a param to CEL.
+func asParam(t *testing.T, obj runtime.Object) map[string]any {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// boundClaim is claim as the API server has it: with a UID, its record frozen.
+func boundClaim(record *airlockv1alpha1.FrozenSandbox) *airlockv1alpha1.SandboxClaim {
+	c := testClaim(record)
+	c.Status.Frozen = record
+	return c
+}
+
+func TestClaimRecordPolicy(t *testing.T) {
+	policies, _ := paramPolicies(t)
+	p := compile(t, policies["airlock-operator-claim-record"])
+	record, egress := testRecord(), egressRecord(t)
+	record.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "mirrors", Name: "goproxy"}}
+	claim, egressClaim := boundClaim(record), boundClaim(egress)
+	pod, egressPod := claimPod(claim), claimPod(egressClaim)
+	other := boundClaim(record)
+	other.Name, other.UID = "agent-9999999999", "00000000-0000-0000-0000-000000000009"
+	withPod := func(mutate func(s *corev1.PodSpec, c *corev1.Container)) *corev1.Pod {
+		p := pod.DeepCopy()
+		mutate(&p.Spec, &p.Spec.Containers[0])
+		return p
+	}
+	np := sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())
+	tests := map[string]struct {
+		r     request
+		param *airlockv1alpha1.SandboxClaim
+		want  string // "" admitted
+	}{
+		"a claim's pod":                          {r: create(pod), param: claim},
+		"a claim's pod, another claim":           {r: create(pod), param: other},
+		"a claim's pod with egress":              {r: create(egressPod), param: egressClaim},
+		"a claim's NetworkPolicy":                {r: create(np), param: claim},
+		"a claim's NetworkPolicy, egress":        {r: create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)), param: egressClaim},
+		"a claim's pod, its record not seen yet": {r: create(pod), param: with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Status.Frozen = nil })},
+		"another image":                          {r: create(withPod(func(_ *corev1.PodSpec, c *corev1.Container) { c.Image = "example.com/other:v1" })), param: claim, want: "a claim's pod runs its claim's record"},
+		"another argument":                       {r: create(withPod(func(_ *corev1.PodSpec, c *corev1.Container) { c.Args = append(c.Args, "--listen=:9090") })), param: claim, want: "a claim's pod runs its claim's record"},
+		"another claim's UID":                    {r: create(with(pod, func(p *corev1.Pod) { p.Labels[airlockv1alpha1.LabelClaimUID] = string(other.UID) })), param: claim, want: "a claim's pod runs its claim's record"},
+		"another PVC": {r: create(withPod(func(s *corev1.PodSpec, _ *corev1.Container) {
+			s.Volumes[0].PersistentVolumeClaim.ClaimName = "database-data"
+		})), param: claim, want: "a claim's pod has its record's runtime class"},
+		"a RuntimeClass the record lacks": {r: create(withPod(func(s *corev1.PodSpec, _ *corev1.Container) { s.RuntimeClassName = ptr.To("runc-unconfined") })), param: claim, want: "a claim's pod has its record's runtime class"},
+		"another ConfigMap as the bundle": {r: create(with(egressPod, func(p *corev1.Pod) { lastConfigMap(p).Name = "settings" })), param: egressClaim, want: "a claim's pod has its record's runtime class"},
+		"a ConfigMap the record's env lacks": {r: create(withPod(func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "x"}}})
+		})), param: claim, want: "a claim's pod reads in its environment no ConfigMap"},
+		"egress to labelled pods of another namespace": {r: create(with(np, func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Egress = append(n.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "payments"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}})
+		})), param: claim, want: "a claim's NetworkPolicy lets out only to the namespaces"},
+		"egress to other pods of the gateway's namespace": {r: create(with(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil), func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Egress[0].To[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "operator"}}
+		})), param: egressClaim, want: "a claim's NetworkPolicy lets out in its egress gateway's namespace only"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
+			if !applies {
+				t.Fatal("the policy does not apply")
+			}
+			switch {
+			case tc.want == "" && len(refused) > 0:
+				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
+			case tc.want != "" && (len(refused) != 1 || !strings.HasPrefix(refused[0], tc.want)):
+				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
+			}
+		})
+	}
+}
+
+// lastConfigMap is the ConfigMap volume of p (the egress CA bundle's).
+func lastConfigMap(p *corev1.Pod) *corev1.ConfigMapVolumeSource {
+	for i := range p.Spec.Volumes {
+		if cm := p.Spec.Volumes[i].ConfigMap; cm != nil {
+			return cm
+		}
+	}
+	panic("no ConfigMap volume")
+}

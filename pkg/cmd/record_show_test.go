@@ -1,0 +1,107 @@
+//go:build !sandboxd_only
+
+package cmd
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
+)
+
+// storedRecord is a sealed record of claim name/uid in one segment, created at created, and the
+// signer's public key file.
+func storedRecord(t *testing.T, name, uid string, created time.Time) (*corev1.ConfigMap, string) {
+	t.Helper()
+	priv, _ := record.SigningKey(bytes.Repeat([]byte{3}, 32))
+	s, _ := record.NewSigner(priv)
+	chain, _ := record.NewChain(uid, s)
+	var seg recordstore.Segment
+	for _, e := range []record.Entry{
+		{Source: record.SourceOperator, Kind: record.KindClaimPhase, Phase: "Bound"},
+		{Source: record.SourceSandboxd, Boot: "b1", SourceSeq: 2, Kind: record.KindToolCall, Call: 1, Tool: "Write", Status: record.StatusOK},
+	} {
+		e.Time = record.FormatTime(created)
+		got, err := chain.Append(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, _ := got.Line()
+		seg.Lines = append(seg.Lines, line)
+	}
+	sealed, a, _ := chain.Seal(created, nil)
+	line, _ := sealed.Line()
+	seg.Lines, seg.Anchor = append(seg.Lines, line), &a
+	claim := &airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(uid)}}
+	cm, err := recordstore.ConfigMap(claim, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.CreationTimestamp = metav1.NewTime(created)
+	pem, _ := record.MarshalPublicKey(s.Public())
+	keyFile := filepath.Join(t.TempDir(), "key.pem")
+	if err := os.WriteFile(keyFile, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cm, keyFile
+}
+
+func showRecord(t *testing.T, o RecordShowOptions, objs ...runtime.Object) (string, error) {
+	t.Helper()
+	o.client, o.Namespace = fake.NewClientset(objs...), "team-a"
+	if o.Output == "" {
+		o.Output = "text"
+	}
+	var out bytes.Buffer
+	err := o.showRecords(t.Context(), "rt-abc", &out)
+	return out.String(), err
+}
+
+func TestRecordShowPrintsAndVerifies(t *testing.T) {
+	cm, key := storedRecord(t, "rt-abc", "uid-1", time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	out, err := showRecord(t, RecordShowOptions{PublicKeyFile: key}, cm)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"Record of claim team-a/rt-abc (UID uid-1): 3 entries", "claim.phase      Bound", "#1 Write ok", "Verified: intact and sealed: 3 entries"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	cm.Data[recordstore.KeyEntries] = strings.Replace(cm.Data[recordstore.KeyEntries], `"tool":"Write"`, `"tool":"Read"`, 1)
+	out, err = showRecord(t, RecordShowOptions{PublicKeyFile: key}, cm)
+	if err == nil || !strings.Contains(err.Error(), "not intact") || !strings.Contains(out, "seq 2: edited") {
+		t.Fatalf("an edited stored record: %v\n%s", err, out)
+	}
+}
+
+func TestRecordShowOfSeveralClaimsOfOneName(t *testing.T) {
+	older, key := storedRecord(t, "rt-abc", "uid-old", time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	newer, _ := storedRecord(t, "rt-abc", "uid-new", time.Date(2025, 6, 2, 12, 0, 0, 0, time.UTC))
+	out, err := showRecord(t, RecordShowOptions{PublicKeyFile: key}, older, newer)
+	if err != nil || strings.Index(out, "uid-new") > strings.Index(out, "uid-old") {
+		t.Fatalf("want both, newest first: %v\n%s", err, out)
+	}
+	if _, err := showRecord(t, RecordShowOptions{Output: "jsonl"}, older, newer); err == nil || !strings.Contains(err.Error(), "--uid") {
+		t.Errorf("jsonl of two records: %v, want a request for --uid", err)
+	}
+	out, err = showRecord(t, RecordShowOptions{Output: "jsonl", UID: "uid-old"}, older, newer)
+	if err != nil || strings.Count(out, "\n") != 4 || !strings.Contains(out, `{"anchor"`) {
+		t.Errorf("jsonl of one record: %v\n%s", err, out)
+	}
+	if _, err := showRecord(t, RecordShowOptions{UID: "nope"}, older); err == nil || !strings.Contains(err.Error(), "no record of claim team-a/rt-abc with UID nope") {
+		t.Errorf("an unknown UID: %v", err)
+	}
+}

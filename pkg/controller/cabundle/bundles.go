@@ -1,0 +1,72 @@
+package cabundle
+
+import (
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+)
+
+// The Sandbox API's bundle.
+const (
+	// ConfigMapName is the ConfigMap in each runtime's namespace.
+	ConfigMapName = "airlock-ca"
+	// Key is the ConfigMap's key that holds the PEM bundle; a runtime mounts it as a file of that
+	// name (by default at /var/run/airlock/ca/ca.crt, pkg/client.DefaultCAFile).
+	Key = "ca.crt"
+	// LabelBundle marks the ConfigMaps airlock-ca the distributor owns ("true").
+	LabelBundle = "airlock.dev/ca-bundle"
+)
+
+// The egress gateway CA's bundle.
+const (
+	// EgressKey is the egress bundle ConfigMap's key (the Secret's, egressca.BundleKey).
+	EgressKey = "ca.crt"
+	// EgressLabelBundle marks the egress bundle ConfigMaps the distributor owns ("true").
+	EgressLabelBundle = "airlock.dev/egress-ca-bundle"
+)
+
+// SandboxAPIBundle is the CA bundle that verifies the Sandbox API, in the ConfigMap airlock-ca of
+// every namespace that has an AgentRuntime, so that a runtime's pod can mount it. configMaps is
+// from NewConfigMapInformerFactory(client, ConfigMapName, LabelBundle).
+func SandboxAPIBundle(source Source, runtimes airlockinformers.AgentRuntimeInformer, configMaps coreinformers.ConfigMapInformer) Bundle {
+	return Bundle{
+		Name:          "Sandbox API CA bundle",
+		ConfigMapName: ConfigMapName,
+		Key:           Key,
+		Label:         LabelBundle,
+		Source:        source,
+		ConfigMaps:    configMaps,
+		Audience:      runtimes.Informer(),
+	}
+}
+
+// EgressBundle is the egress gateway CA's bundle (the public roots and the terminating CAs, from
+// the egress CA's Secret) in the ConfigMap name (--egress-ca-bundle-configmap) of every
+// namespace with a claim frozen with egress and that ConfigMap, which its sandboxes mount.
+// configMaps is from NewConfigMapInformerFactory(client, name, EgressLabelBundle); sourceSynced
+// is the source's informer's; fieldManager names the writer of the ConfigMaps.
+func EgressBundle(name string, source Source, sourceSynced cache.InformerSynced, claims airlockinformers.SandboxClaimInformer, configMaps coreinformers.ConfigMapInformer, fieldManager string) Bundle {
+	return Bundle{
+		Name:          "egress CA bundle",
+		ConfigMapName: name,
+		Key:           EgressKey,
+		Label:         EgressLabelBundle,
+		FieldManager:  fieldManager,
+		Source:        source,
+		SourceSynced:  sourceSynced,
+		ConfigMaps:    configMaps,
+		Audience:      claims.Informer(),
+		Needs:         func(obj any) bool { return frozenWithBundle(obj, name) },
+	}
+}
+
+// frozenWithBundle says whether obj is a claim frozen with egress and the bundle ConfigMap name.
+func frozenWithBundle(obj any, name string) bool {
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok || claim.Status.Frozen == nil || claim.Status.Frozen.Egress == nil {
+		return false
+	}
+	return claim.Status.Frozen.Egress.Gateway.CABundleConfigMap == name
+}

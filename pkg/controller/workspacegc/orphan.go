@@ -1,0 +1,34 @@
+package workspacegc
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
+)
+
+// recordOrphanedWorkspace writes the record of a workspace whose claim garbage collection
+// deleted: not resumable, so collected once no pod or live claim is on it.
+func (c *Controller) recordOrphanedWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	pvc, err := c.contentClaimName(claim)
+	if err != nil || pvc == "" {
+		return err
+	}
+	job := workspace.Record(claim, pvc, sandboxpod.JobConfig(c.syncImage), c.clock.Now())
+	job.Annotations[airlockv1alpha1.AnnotationKeptResumable] = airlockv1alpha1.AnnotationValueNotResumable
+	klog.FromContext(ctx).V(2).Info("Recording the workspace of a claim garbage collection deleted, for collection", "claim", klog.KObj(claim), "workspaceDir", workspace.DirOf(claim))
+	if err := c.jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// contentClaimName is the content PVC that the claim's workspace is in (empty when its class is
+// gone and its record does not say).
+func (c *Controller) contentClaimName(claim *airlockv1alpha1.SandboxClaim) (string, error) {
+	return sandboxpod.ContentClaimNameOf(claim, c.classLister.Get)
+}
