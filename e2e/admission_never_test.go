@@ -17,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -149,12 +151,50 @@ func checkPolicyRefusesWhatAirlockNeverWrites(t *testing.T, ctx context.Context,
 	for name, c := range neverElsewhere(t, ctx, op, claim, pod) {
 		cases[name] = c
 	}
+	for name, c := range neverOutOfShard(t, ctx, op, claim, pod) {
+		cases[name] = c
+	}
 	for name, tc := range cases {
 		if err := tc.write(); !refusedAs(err, tc) {
 			t.Errorf("the operator's %s: %v; want refused: %s", name, err, tc.want)
 		}
 	}
 	checkNoImageChange(t, ctx, op, pod)
+}
+
+// neverOutOfShard are a claim and a claim's pod out of the claim's shard (the label the
+// claim-record policy's bindings select by): each would be weighed against no record.
+func neverOutOfShard(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) map[string]neverCase {
+	t.Helper()
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespaceName, "system:authenticated"}}
+	opAirlock, err := airlockclientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	const want = "carries airlock.dev/claim-shard, the last character of the claim's name"
+	podIn := func(shard string) func() error {
+		p := pod.DeepCopy()
+		if shard == "" {
+			delete(p.Labels, airlockv1alpha1.LabelClaimShard)
+		} else {
+			p.Labels[airlockv1alpha1.LabelClaimShard] = shard
+		}
+		return func() error { _, err := op.CoreV1().Pods(p.Namespace).Create(ctx, p, dryRun); return err }
+	}
+	return map[string]neverCase{
+		"pod without its claim's shard": {write: podIn(""), want: want},
+		"pod in another shard":          {write: podIn("x"), want: want},
+		"claim without its shard": {write: func() error {
+			c := claim.DeepCopy()
+			c.Name, c.UID, c.ResourceVersion, c.Status = "agent-99999999ab", "", "", airlockv1alpha1.SandboxClaimStatus{}
+			c.Labels = map[string]string{airlockv1alpha1.LabelClaimShard: "a"}
+			_, err := opAirlock.AirlockV1alpha1().SandboxClaims(c.Namespace).Create(ctx, c, dryRun)
+			return err
+		}, want: want},
+	}
 }
 
 // neverPods are the claim's pod with one thing airlock never builds.

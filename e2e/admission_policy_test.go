@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -54,7 +55,8 @@ func policyClaim(ns string) *airlockv1alpha1.SandboxClaim {
 	class.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "mirrors", Name: "goproxy"}}
 	registry := validRegistry(ns)
 	claim := &airlockv1alpha1.SandboxClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "agent-0123456789", Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001")},
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-0123456789", Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001"),
+			Labels: map[string]string{airlockv1alpha1.LabelClaimShard: claimname.Shard("agent-0123456789")}},
 		Spec: airlockv1alpha1.SandboxClaimSpec{RuntimeName: "agent", Session: "s", Handle: "codegen/default", Sandbox: "codegen",
 			ClassName: class.Name, WorkspaceDir: ns + "/sandboxes/agent-0123456789"},
 	}

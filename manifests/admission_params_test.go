@@ -5,6 +5,7 @@ package manifests
 // API server's own answers, params looked up and all, are e2e/admission_never_test.go's.
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -23,10 +24,24 @@ import (
 
 const paramsPolicyFile = "rbac/admission_policy_params.yaml"
 
-// paramPolicies are the policies and bindings of paramsPolicyFile, by name.
+// shardsPolicyFile holds the claim-record policy's bindings, one per shard, and the policy that
+// keeps the shard labels true.
+const shardsPolicyFile = "rbac/admission_policy_claim_shards.yaml"
+
+// paramPolicies are the policies of paramsPolicyFile, and the bindings of it and of
+// shardsPolicyFile, by name.
 func paramPolicies(t *testing.T) (map[string]*admissionregistrationv1.ValidatingAdmissionPolicy, map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	b, err := os.ReadFile(paramsPolicyFile)
+	policies, bindings := policiesOf(t, paramsPolicyFile)
+	_, shardBindings := policiesOf(t, shardsPolicyFile)
+	maps.Copy(bindings, shardBindings)
+	return policies, bindings
+}
+
+// policiesOf are the policies and the bindings of file, by name.
+func policiesOf(t *testing.T, file string) (map[string]*admissionregistrationv1.ValidatingAdmissionPolicy, map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,15 @@ type request struct {
 var resourceOf = map[string][2]string{
 	"Pod": {"", "pods"}, "Secret": {"", "secrets"}, "ConfigMap": {"", "configmaps"},
 	"NetworkPolicy": {"networking.k8s.io", "networkpolicies"}, "Job": {"batch", "jobs"}, "Deployment": {"apps", "deployments"},
-	"Event": {"", "events"},
+	"Event": {"", "events"}, "SandboxClaim": {"airlock.dev", "sandboxclaims"},
+}
+
+// versionOf is each kind's API version (v1 but for airlock's own).
+func versionOf(kind string) string {
+	if kind == "SandboxClaim" {
+		return "v1alpha1"
+	}
+	return "v1"
 }
 
 func kindOf(obj runtime.Object) string {
@@ -139,6 +147,8 @@ func kindOf(obj runtime.Object) string {
 		return "Deployment"
 	case *corev1.Event:
 		return "Event"
+	case *airlockv1alpha1.SandboxClaim:
+		return "SandboxClaim"
 	}
 	panic(fmt.Sprintf("no kind for %T", obj))
 }
@@ -147,7 +157,7 @@ func kindOf(obj runtime.Object) string {
 func (p *compiledPolicy) matches(kind string, op admissionregistrationv1.OperationType) bool {
 	gr := resourceOf[kind]
 	for _, r := range p.spec.MatchConstraints.ResourceRules {
-		if slices.Contains(r.APIGroups, gr[0]) && slices.Contains(r.Resources, gr[1]) && slices.Contains(r.APIVersions, "v1") &&
+		if slices.Contains(r.APIGroups, gr[0]) && slices.Contains(r.Resources, gr[1]) && slices.Contains(r.APIVersions, versionOf(kind)) &&
 			(slices.Contains(r.Operations, op) || slices.Contains(r.Operations, admissionregistrationv1.OperationAll)) {
 			return true
 		}
@@ -191,8 +201,8 @@ func (p *compiledPolicy) admitWith(t *testing.T, r request, params any) (applies
 		"object": toMap(r.object), "oldObject": toMap(r.oldObject), "variables": vars, "params": params,
 		"request": map[string]any{
 			"operation": string(r.operation), "namespace": r.namespace,
-			"kind":     map[string]any{"group": gr[0], "version": "v1", "kind": kind},
-			"resource": map[string]any{"group": gr[0], "version": "v1", "resource": gr[1]},
+			"kind":     map[string]any{"group": gr[0], "version": versionOf(kind), "kind": kind},
+			"resource": map[string]any{"group": gr[0], "version": versionOf(kind), "resource": gr[1]},
 			"userInfo": map[string]any{"username": r.user},
 		},
 	}

@@ -36,6 +36,16 @@ func Replacement(name string) string {
 	return name + ReplacementSuffix
 }
 
+// Shard returns the claim-shard label of the claim named name (and of its children): the
+// name's last character, one of [a-z0-9] for every valid name, as the admission policy
+// computes it (name.substring(size(name) - 1)).
+func Shard(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name[len(name)-1:]
+}
+
 // Hash returns the first 10 hex digits of sha256(session NUL handle).
 func Hash(session, handle string) string {
 	sum := sha256.Sum256([]byte(session + "\x00" + handle))

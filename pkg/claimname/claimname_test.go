@@ -51,3 +51,17 @@ func TestHashSeparatesSessionAndHandle(t *testing.T) {
 		t.Errorf("SessionHash length %d, want 10", got)
 	}
 }
+
+// TestShard: a claim's shard is its name's last character, the Sandbox API's names' a hex digit
+// and a replacement's "1", as the admission policy computes it.
+func TestShard(t *testing.T) {
+	name := For("agent", "s1", "codegen/default")
+	for in, want := range map[string]string{name: name[len(name)-1:], Replacement(name): "1", "a": "a", "": ""} {
+		if got := Shard(in); got != want {
+			t.Errorf("Shard(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if s := Shard(name); !strings.Contains("0123456789abcdef", s) {
+		t.Errorf("Shard(%q) = %q, want a hex digit", name, s)
+	}
+}

@@ -113,6 +113,7 @@ func newClaim(t target, name, session, handle string, replaces *airlockv1alpha1.
 				airlockv1alpha1.LabelRuntime:     rt.Name,
 				airlockv1alpha1.LabelSandbox:     entry.Name,
 				airlockv1alpha1.LabelSessionHash: claimname.SessionHash(session),
+				airlockv1alpha1.LabelClaimShard:  claimname.Shard(name),
 			},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rt, airlockv1alpha1.SchemeGroupVersion.WithKind("AgentRuntime"))},
 		},

@@ -58,6 +58,7 @@ func TestAcquireCreatesClaim(t *testing.T) {
 				airlockv1alpha1.LabelRuntime:     testRuntime,
 				airlockv1alpha1.LabelSandbox:     "codegen",
 				airlockv1alpha1.LabelSessionHash: claimname.SessionHash(testSession),
+				airlockv1alpha1.LabelClaimShard:  name[len(name)-1:],
 			}
 			if diff := cmp.Diff(wantLabels, c.Labels); diff != "" {
 				t.Errorf("labels (-want +got):\n%s", diff)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
@@ -45,12 +46,14 @@ const (
 	UID = 65532
 )
 
-// ChildLabels are the labels of every child of the claim and of its sandbox pods.
+// ChildLabels are the labels of every child of the claim and of its sandbox pods; the claim's
+// shard among them, so that the admission policy weighs them against their claim's record.
 func ChildLabels(claim *airlockv1alpha1.SandboxClaim) map[string]string {
 	return map[string]string{
-		airlockv1alpha1.LabelClaim:   claim.Name,
-		airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName,
-		airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox,
+		airlockv1alpha1.LabelClaim:      claim.Name,
+		airlockv1alpha1.LabelClaimShard: claimname.Shard(claim.Name),
+		airlockv1alpha1.LabelRuntime:    claim.Spec.RuntimeName,
+		airlockv1alpha1.LabelSandbox:    claim.Spec.Sandbox,
 	}
 }
 

@@ -30,7 +30,9 @@ func TestBuildPod(t *testing.T) {
 		t.Errorf("pod meta %+v", p.ObjectMeta)
 	}
 	// By UID too: a terminating pod of an earlier claim of the same name is never taken for it.
-	wantLabels := map[string]string{airlockv1alpha1.LabelClaim: "c1", LabelClaimUID: "uid-c1", airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName, airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox}
+	// In its claim's shard, so that the claim-record admission policy weighs it.
+	wantLabels := map[string]string{airlockv1alpha1.LabelClaim: "c1", LabelClaimUID: "uid-c1", airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName, airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox,
+		airlockv1alpha1.LabelClaimShard: "1"}
 	if diff := cmp.Diff(wantLabels, p.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}

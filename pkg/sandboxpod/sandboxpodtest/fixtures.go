@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
@@ -65,7 +66,7 @@ func Claim(name, session string, phase airlockv1alpha1.ClaimPhase, created time.
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: Namespace, UID: types.UID("uid-" + name),
 			CreationTimestamp: metav1.NewTime(created),
-			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen"},
+			Labels:            map[string]string{airlockv1alpha1.LabelRuntime: "agent", airlockv1alpha1.LabelSandbox: "codegen", airlockv1alpha1.LabelClaimShard: claimname.Shard(name)},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "AgentRuntime", Name: "agent", UID: "uid-rt-agent",
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),

@@ -27,6 +27,11 @@ const (
 	// LabelClaimUID is on a claim's sandbox pods: the claim's UID, so that a pod of an earlier
 	// claim of the same name is never taken for this one's.
 	LabelClaimUID = "airlock.dev/claim-uid"
+	// LabelClaimShard is on every claim and on its children and sandbox pods: the last character
+	// of the claim's name. The admission policy that ties a claim's pod to the claim's record has
+	// one binding per shard, so that the API server weighs a pod against the claims of its shard
+	// only, not every claim of the namespace (docs/security.md, "Cost, measured").
+	LabelClaimShard = "airlock.dev/claim-shard"
 	// ClaimTokenKey is the key of the bearer token in a claim's Secret (named like the claim).
 	ClaimTokenKey = "token"
 	// LabelSyncOf is on sync-back Jobs and their pods: the claim whose workspace they copy. They do

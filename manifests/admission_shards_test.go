@@ -1,0 +1,135 @@
+package manifests
+
+// The claim-record policy's bindings, one per shard (rbac/admission_policy_claim_shards.yaml),
+// and the policy that keeps a claim's shard label, and its children's, true.
+
+import (
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+)
+
+// shardChars are the characters a claim's name can end in (a DNS subdomain ends in [a-z0-9]).
+const shardChars = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+// TestClaimRecordBoundPerShard: the claim-record policy is bound once per shard, each binding
+// taking as params the claims of its shard and matching only the objects of that shard, and
+// never to every claim of the namespace (the cost docs/security.md measured).
+func TestClaimRecordBoundPerShard(t *testing.T) {
+	_, bindings := paramPolicies(t)
+	seen := map[string]bool{}
+	for name, b := range bindings {
+		if b.Spec.PolicyName != "airlock-operator-claim-record" {
+			continue
+		}
+		ref := b.Spec.ParamRef
+		if ref == nil || ref.Selector == nil || len(ref.Selector.MatchLabels) != 1 || len(ref.Selector.MatchExpressions) != 0 {
+			t.Errorf("binding %s: paramRef %+v, want a selector of one shard", name, ref)
+			continue
+		}
+		shard, ok := ref.Selector.MatchLabels[airlockv1alpha1.LabelClaimShard]
+		if !ok || len(shard) != 1 || seen[shard] {
+			t.Errorf("binding %s: shard %q (seen before: %v)", name, shard, seen[shard])
+			continue
+		}
+		seen[shard] = true
+		if ref.ParameterNotFoundAction == nil || *ref.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
+			t.Errorf("binding %s: parameterNotFoundAction %v, want Allow (a claim the API server does not show yet ties nothing)", name, ref.ParameterNotFoundAction)
+		}
+		m := b.Spec.MatchResources
+		want := metav1.LabelSelector{MatchLabels: map[string]string{airlockv1alpha1.LabelClaimShard: shard}}
+		if m == nil || m.ObjectSelector == nil || len(m.ObjectSelector.MatchExpressions) != 0 ||
+			len(m.ObjectSelector.MatchLabels) != 1 || m.ObjectSelector.MatchLabels[airlockv1alpha1.LabelClaimShard] != shard {
+			t.Errorf("binding %s: matchResources %+v, want objects of shard %q only (%v)", name, m, shard, want)
+		} else if len(m.ResourceRules) != 0 || len(m.ExcludeResourceRules) != 0 || m.NamespaceSelector != nil {
+			t.Errorf("binding %s: matchResources narrows more than the shard: %+v", name, m)
+		}
+		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
+			t.Errorf("binding %s: actions %v", name, b.Spec.ValidationActions)
+		}
+	}
+	for _, c := range shardChars {
+		if !seen[string(c)] {
+			t.Errorf("no binding of the claim-record policy for shard %q: a claim whose name ends in it has pods no record ties", c)
+		}
+	}
+	// Every name the Sandbox API gives a claim falls in a bound shard.
+	for _, name := range []string{claimname.For("agent", "s1", "codegen/default"), claimname.Replacement(claimname.For("agent", "s1", "codegen/default"))} {
+		if !seen[claimname.Shard(name)] {
+			t.Errorf("claim %s: shard %q unbound", name, claimname.Shard(name))
+		}
+	}
+}
+
+// TestClaimShardPolicy: the operator writes a claim only with its shard label, and a claim's pod
+// and NetworkPolicy only with their claim's shard, so that every one of them is matched by the
+// claim-record binding whose params hold its claim.
+func TestClaimShardPolicy(t *testing.T) {
+	policies, _ := policiesOf(t, shardsPolicyFile)
+	if len(policies) != 1 || policies["airlock-operator-claim-shard"] == nil {
+		t.Fatalf("policies of %s: %v, want airlock-operator-claim-shard", shardsPolicyFile, policies)
+	}
+	p := compile(t, policies["airlock-operator-claim-shard"])
+	claim := testClaim(testRecord())
+	replacement := with(claim, func(c *airlockv1alpha1.SandboxClaim) {
+		c.Name = claimname.Replacement(c.Name)
+		c.Labels[airlockv1alpha1.LabelClaimShard] = claimname.Shard(c.Name)
+	})
+	pod := claimPod(claim)
+	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, allowedServices())
+	const msg = "a claim, and a claim's pod or NetworkPolicy, carries airlock.dev/claim-shard, the last character of the claim's name"
+	unlabel := func(c *airlockv1alpha1.SandboxClaim) { delete(c.Labels, airlockv1alpha1.LabelClaimShard) }
+	tests := map[string]struct {
+		r        request
+		want     string // "" admitted
+		notApply bool
+	}{
+		"a claim as the Sandbox API builds it": {r: create(claim)},
+		"a replacement claim":                  {r: create(replacement)},
+		"a claim updated":                      {r: update(claim, with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Annotations = map[string]string{"a": "b"} }))},
+		"a claim's pod":                        {r: create(pod)},
+		"a claim's NetworkPolicy":              {r: create(np)},
+		"a claim's NetworkPolicy updated":      {r: update(np, np)},
+		"a claim without its shard":            {r: create(with(claim, unlabel)), want: msg},
+		"a claim in another shard":             {r: create(with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Labels[airlockv1alpha1.LabelClaimShard] = "x" })), want: msg},
+		"a claim's shard dropped by an update": {r: update(claim, with(claim, unlabel)), want: msg},
+		"a replacement in its original's shard": {r: create(with(replacement, func(c *airlockv1alpha1.SandboxClaim) {
+			c.Labels[airlockv1alpha1.LabelClaimShard] = claimname.Shard(claim.Name)
+		})), want: msg},
+		"a claim's pod without a shard":          {r: create(with(pod, func(p *corev1.Pod) { delete(p.Labels, airlockv1alpha1.LabelClaimShard) })), want: msg},
+		"a claim's pod in another claim's shard": {r: create(with(pod, func(p *corev1.Pod) { p.Labels[airlockv1alpha1.LabelClaimShard] = "x" })), want: msg},
+		"a claim's NetworkPolicy updated out of its shard": {r: update(np, with(np, func(n *networkingv1.NetworkPolicy) {
+			n.Labels[airlockv1alpha1.LabelClaimShard] = "x"
+		})), want: msg},
+		"a warm member (no claim yet)": {r: create(memberPod(testRecord())), notApply: true},
+		"someone else's claim": {r: request{user: "system:serviceaccount:team:deployer", operation: admissionregistrationv1.Create,
+			namespace: claim.Namespace, object: with(claim, unlabel)}, notApply: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			applies, refused := p.admit(t, tc.r)
+			if tc.notApply {
+				if applies {
+					t.Fatalf("the policy applies (refused %v), want not", refused)
+				}
+				return
+			}
+			if !applies {
+				t.Fatal("the policy does not apply")
+			}
+			if tc.want == "" && len(refused) > 0 {
+				t.Fatalf("refused: %v", refused)
+			}
+			if tc.want != "" && (len(refused) != 1 || refused[0] != tc.want) {
+				t.Fatalf("refused %v, want %q", refused, tc.want)
+			}
+		})
+	}
+}
