@@ -43,6 +43,7 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 		Env:                spec.Env,
 		Resources:          boundedResources(spec.Resources),
 		RuntimeClassName:   spec.RuntimeClassName,
+		Isolation:          spec.Isolation,
 		Volumes:            spec.Volumes,
 		WorkspaceClaimName: spec.WorkspaceClaimName,
 		AllowedTools:       allowedTools(entry),
@@ -59,6 +60,12 @@ func Freeze(class *airlockv1alpha1.SandboxClass, entry *airlockv1alpha1.Registry
 	}
 	fillDefaults(r)
 	return r
+}
+
+// NeedsDedicatedKernel says whether the record's class needs a kernel of the sandbox's own
+// (isolation.kernel Dedicated); a record without isolation needs Any kernel.
+func NeedsDedicatedKernel(r *airlockv1alpha1.FrozenSandbox) bool {
+	return r != nil && r.Isolation != nil && r.Isolation.Kernel == airlockv1alpha1.KernelDedicated
 }
 
 // fillDefaults writes into r every default that a reader of the record would otherwise have to

@@ -134,6 +134,10 @@ func TestEveryClassFieldReachesTheRecord(t *testing.T) {
 				return r.RuntimeClassName != nil && *r.RuntimeClassName == runtimeClass
 			}
 		},
+		"Isolation": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
+			s.Isolation = &airlockv1alpha1.SandboxIsolation{Kernel: airlockv1alpha1.KernelDedicated}
+			return NeedsDedicatedKernel
+		},
 		"Volumes": func(s *airlockv1alpha1.SandboxClassSpec) func(*airlockv1alpha1.FrozenSandbox) bool {
 			s.Volumes = append(s.Volumes, airlockv1alpha1.SandboxVolume{Name: "tmp", MountPath: "/tmp", Scratch: &airlockv1alpha1.ScratchVolumeSource{}})
 			return func(r *airlockv1alpha1.FrozenSandbox) bool {

@@ -42,6 +42,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ClaimAddressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClaimCounts"):
 		return &airlockv1alpha1.ClaimCountsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClaimIsolation"):
+		return &airlockv1alpha1.ClaimIsolationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Connection"):
 		return &airlockv1alpha1.ConnectionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EgressCredential"):
@@ -56,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.FrozenSandboxApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HeldWorkspace"):
 		return &airlockv1alpha1.HeldWorkspaceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("IsolationAttestation"):
+		return &airlockv1alpha1.IsolationAttestationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &airlockv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RegistrySandbox"):
@@ -78,6 +82,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.SandboxClassStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxEgress"):
 		return &airlockv1alpha1.SandboxEgressApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxIsolation"):
+		return &airlockv1alpha1.SandboxIsolationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPolicy"):
 		return &airlockv1alpha1.SandboxPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPort"):

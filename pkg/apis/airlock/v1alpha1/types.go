@@ -201,6 +201,12 @@ type SandboxClassSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
 
+	// Isolation is what the class needs of the boundary between its sandboxes and the node,
+	// checked against the evidence each sandbox gives before it serves a tool (docs/isolation.md):
+	// a claim whose evidence does not show it fails with reason IsolationNotMet, never Bound.
+	// +optional
+	Isolation *SandboxIsolation `json:"isolation,omitempty"`
+
 	// Volumes declare the pod's filesystem: the claim's workspace, and scratch space.
 	// +optional
 	// +listType=map
@@ -234,6 +240,26 @@ type SandboxClassSpec struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
+}
+
+// IsolationKernel is what a class needs of its sandboxes' kernel.
+// +kubebuilder:validation:Enum=Dedicated;Any
+type IsolationKernel string
+
+const (
+	// KernelDedicated: each sandbox runs on a kernel of its own (gVisor's, a VM's), never the
+	// node's: its evidence must show a kernel release that is not the node's.
+	KernelDedicated IsolationKernel = "Dedicated"
+	// KernelAny: the node's kernel will do (runc); the evidence is still read and recorded.
+	KernelAny IsolationKernel = "Any"
+)
+
+// SandboxIsolation is what a class needs of the boundary between its sandboxes and the node.
+type SandboxIsolation struct {
+	// Kernel is Dedicated (a kernel of the sandbox's own) or Any.
+	// +optional
+	// +kubebuilder:default=Any
+	Kernel IsolationKernel `json:"kernel,omitempty"`
 }
 
 // SandboxPort is one container port of a sandbox.
@@ -957,6 +983,7 @@ const (
 // +kubebuilder:printcolumn:name="Warm",type=string,JSONPath=`.status.warm.member`
 // +kubebuilder:printcolumn:name="Last-Used",type=date,JSONPath=`.status.lastUsedAt`
 // +kubebuilder:printcolumn:name="Resumed",type=date,JSONPath=`.status.resumedWorkspace.keptAt`
+// +kubebuilder:printcolumn:name="Isolation",type=string,JSONPath=`.status.isolation.kernel`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -1100,6 +1127,11 @@ type SandboxClaimStatus struct {
 	// workspaceRetention): the claim's sandbox starts with its files.
 	// +optional
 	ResumedWorkspace *ResumedWorkspace `json:"resumedWorkspace,omitempty"`
+
+	// Isolation is what the operator read of the sandbox's boundary before it wrote Bound: the
+	// verdict on its kernel and the signed statement a runtime verifies (docs/isolation.md).
+	// +optional
+	Isolation *ClaimIsolation `json:"isolation,omitempty"`
 	// WorkspaceDir is set when the claim works in another directory than spec.workspaceDir: the
 	// kept workspace of a warm member that an earlier claim of the same runtime, session and
 	// handle adopted, which this claim resumes (written before the claim takes its record;
@@ -1184,6 +1216,10 @@ type FrozenSandbox struct {
 	// +kubebuilder:validation:MaxLength=253
 	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
 
+	// Isolation is the class's isolation need, as admission froze it.
+	// +optional
+	Isolation *SandboxIsolation `json:"isolation,omitempty"`
+
 	// Volumes are the pod's workspace and scratch volumes.
 	// +optional
 	// +listType=map
@@ -1247,4 +1283,40 @@ type SandboxClaimList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 
 	Items []SandboxClaim `json:"items"`
+}
+
+// ClaimIsolation is the boundary a claim's sandbox showed before it was Bound.
+type ClaimIsolation struct {
+	// Kernel is Dedicated (the sandbox's kernel is not the node's) or Shared.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Kernel string `json:"kernel,omitempty"`
+	// Runtime is what sandboxd saw it ran under: gVisor, or kernel (the node's or a VM's).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Runtime string `json:"runtime,omitempty"`
+	// KernelRelease is the kernel release the sandbox saw.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	KernelRelease string `json:"kernelRelease,omitempty"`
+	// EvidenceDigest is the sha256 of the evidence sandboxd served, which its MCP server
+	// metadata carries too.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	EvidenceDigest string `json:"evidenceDigest,omitempty"`
+	// Attestation is the operator's signed statement (pkg/attestation), which the acquire
+	// answer carries.
+	// +optional
+	Attestation *IsolationAttestation `json:"attestation,omitempty"`
+}
+
+// IsolationAttestation is a signed isolation statement: the statement's bytes (base64), the
+// Ed25519 signature over them (base64) and the signing key's ID.
+type IsolationAttestation struct {
+	// +kubebuilder:validation:MaxLength=16384
+	Statement string `json:"statement"`
+	// +kubebuilder:validation:MaxLength=128
+	Signature string `json:"signature"`
+	// +kubebuilder:validation:MaxLength=64
+	KeyID string `json:"keyID"`
 }

@@ -46,6 +46,8 @@ type FrozenSandboxApplyConfiguration struct {
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
 	// RuntimeClassName selects the pod's RuntimeClass.
 	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+	// Isolation is the class's isolation need, as admission froze it.
+	Isolation *SandboxIsolationApplyConfiguration `json:"isolation,omitempty"`
 	// Volumes are the pod's workspace and scratch volumes.
 	Volumes []SandboxVolumeApplyConfiguration `json:"volumes,omitempty"`
 	// WorkspaceClaimName is the content PVC the workspace volume and sync-back mount.
@@ -135,6 +137,14 @@ func (b *FrozenSandboxApplyConfiguration) WithResources(value v1.ResourceRequire
 // If called multiple times, the RuntimeClassName field is set to the value of the last call.
 func (b *FrozenSandboxApplyConfiguration) WithRuntimeClassName(value string) *FrozenSandboxApplyConfiguration {
 	b.RuntimeClassName = &value
+	return b
+}
+
+// WithIsolation sets the Isolation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Isolation field is set to the value of the last call.
+func (b *FrozenSandboxApplyConfiguration) WithIsolation(value *SandboxIsolationApplyConfiguration) *FrozenSandboxApplyConfiguration {
+	b.Isolation = value
 	return b
 }
 

@@ -63,6 +63,9 @@ type SandboxClaimStatusApplyConfiguration struct {
 	// runtime, session and handle left (kept after its sync-back for the runtime's
 	// workspaceRetention): the claim's sandbox starts with its files.
 	ResumedWorkspace *ResumedWorkspaceApplyConfiguration `json:"resumedWorkspace,omitempty"`
+	// Isolation is what the operator read of the sandbox's boundary before it wrote Bound: the
+	// verdict on its kernel and the signed statement a runtime verifies (docs/isolation.md).
+	Isolation *ClaimIsolationApplyConfiguration `json:"isolation,omitempty"`
 	// WorkspaceDir is set when the claim works in another directory than spec.workspaceDir: the
 	// kept workspace of a warm member that an earlier claim of the same runtime, session and
 	// handle adopted, which this claim resumes (written before the claim takes its record;
@@ -187,6 +190,14 @@ func (b *SandboxClaimStatusApplyConfiguration) WithWarm(value *WarmAdoptionApply
 // If called multiple times, the ResumedWorkspace field is set to the value of the last call.
 func (b *SandboxClaimStatusApplyConfiguration) WithResumedWorkspace(value *ResumedWorkspaceApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
 	b.ResumedWorkspace = value
+	return b
+}
+
+// WithIsolation sets the Isolation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Isolation field is set to the value of the last call.
+func (b *SandboxClaimStatusApplyConfiguration) WithIsolation(value *ClaimIsolationApplyConfiguration) *SandboxClaimStatusApplyConfiguration {
+	b.Isolation = value
 	return b
 }
 

@@ -48,6 +48,10 @@ type SandboxClassSpecApplyConfiguration struct {
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
 	// RuntimeClassName selects a RuntimeClass for the pod, e.g. gVisor or Kata.
 	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+	// Isolation is what the class needs of the boundary between its sandboxes and the node,
+	// checked against the evidence each sandbox gives before it serves a tool (docs/isolation.md):
+	// a claim whose evidence does not show it fails with reason IsolationNotMet, never Bound.
+	Isolation *SandboxIsolationApplyConfiguration `json:"isolation,omitempty"`
 	// Volumes declare the pod's filesystem: the claim's workspace, and scratch space.
 	Volumes []SandboxVolumeApplyConfiguration `json:"volumes,omitempty"`
 	// WorkspaceClaimName is the ReadWriteMany PersistentVolumeClaim, in the claim's namespace,
@@ -124,6 +128,14 @@ func (b *SandboxClassSpecApplyConfiguration) WithResources(value v1.ResourceRequ
 // If called multiple times, the RuntimeClassName field is set to the value of the last call.
 func (b *SandboxClassSpecApplyConfiguration) WithRuntimeClassName(value string) *SandboxClassSpecApplyConfiguration {
 	b.RuntimeClassName = &value
+	return b
+}
+
+// WithIsolation sets the Isolation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Isolation field is set to the value of the last call.
+func (b *SandboxClassSpecApplyConfiguration) WithIsolation(value *SandboxIsolationApplyConfiguration) *SandboxClassSpecApplyConfiguration {
+	b.Isolation = value
 	return b
 }
 
