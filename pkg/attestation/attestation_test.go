@@ -149,3 +149,28 @@ func TestSignRefusesInconsistentStatements(t *testing.T) {
 		t.Error("signed a statement of another version")
 	}
 }
+
+func TestPublicKeysRoundTrip(t *testing.T) {
+	a, b := newKey(t), newKey(t)
+	bundle, err := MarshalPublicKeys(a.Public().(ed25519.PublicKey), b.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ParsePublicKeys(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || !keys[KeyID(a.Public().(ed25519.PublicKey))].Equal(a.Public()) {
+		t.Errorf("keys %v", keys)
+	}
+	for name, bad := range map[string][]byte{
+		"empty":       nil,
+		"a CA":        []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+		"not PEM":     []byte("hello"),
+		"garbled key": []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"),
+	} {
+		if _, err := ParsePublicKeys(bad); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+}
