@@ -91,6 +91,8 @@ type Source struct {
 
 	mu  sync.Mutex
 	key []byte
+	// loaded are called once the key is first read (IsolationKeys' listeners).
+	loaded []func()
 	// random is crypto/rand.Read; a seam for tests.
 	random func([]byte) (int, error)
 }
@@ -116,6 +118,9 @@ func (s *Source) Key(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoKey, err)
 	}
 	s.key = key
+	for _, f := range s.loaded {
+		go f() // they only enqueue; never under s.mu
+	}
 	return key, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/attestation"
 )
 
 // TestSigningKey: the signing key is the operator key's alone: one key for every replica, another
@@ -42,5 +44,32 @@ func TestSigningKey(t *testing.T) {
 	fromSource, err := NewSource(client, ns).SigningKey(ctx)
 	if err != nil || !fromSource.Equal(k) {
 		t.Errorf("Source.SigningKey %v, %v", fromSource.Public().(ed25519.PublicKey), err)
+	}
+}
+
+// TestIsolationKeys: the published bundle is empty until the key is read, then the signing key's
+// public key, and its listener is told once.
+func TestIsolationKeys(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: ns}, Data: map[string][]byte{KeyField: testKey}})
+	src := NewSource(client, ns)
+	keys := src.IsolationKeys()
+	if b := keys.Bundle(); b != nil {
+		t.Fatalf("a bundle before the key is read: %s", b)
+	}
+	told := make(chan struct{}, 2)
+	keys.OnBundleChange(func() { told <- struct{}{} })
+	if _, err := src.Key(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-told
+	parsed, err := attestation.ParsePublicKeys(keys.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := SigningKey(testKey)
+	pub := k.Public().(ed25519.PublicKey)
+	if len(parsed) != 1 || !parsed[attestation.KeyID(pub)].Equal(pub) {
+		t.Errorf("published %v, want the signing key's public key", parsed)
 	}
 }

@@ -133,7 +133,12 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 	var bundles []cabundle.Bundle
 	var own []kubeinformers.SharedInformerFactory
 	if cc.CABundle != nil {
-		bundles = append(bundles, cabundle.SandboxAPIBundle(cc.CABundle, airlock.AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps()))
+		// Beside the CA, the public key that verifies the operator's isolation attestations.
+		var extras []cabundle.Extra
+		if cc.Tokens != nil {
+			extras = append(extras, cabundle.Extra{Key: cabundle.IsolationKeysKey, Source: cc.Tokens.IsolationKeys()})
+		}
+		bundles = append(bundles, cabundle.SandboxAPIBundle(cc.CABundle, airlock.AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps(), extras...))
 	}
 	if cc.EgressCA != nil {
 		secrets := egressca.NewSecretInformerFactory(cc.KubeClient, cc.EgressCA.Namespace)

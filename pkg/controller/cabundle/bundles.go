@@ -17,6 +17,10 @@ const (
 	Key = "ca.crt"
 	// LabelBundle marks the ConfigMaps airlock-ca the distributor owns ("true").
 	LabelBundle = "airlock.dev/ca-bundle"
+	// IsolationKeysKey is airlock-ca's key with the PEM public keys that verify the operator's
+	// isolation attestations (pkg/attestation); a runtime that mounts airlock-ca at
+	// /var/run/airlock/ca has them at /var/run/airlock/ca/isolation-keys.pem.
+	IsolationKeysKey = "isolation-keys.pem"
 )
 
 // The egress gateway CA's bundle.
@@ -28,10 +32,12 @@ const (
 )
 
 // SandboxAPIBundle is the CA bundle that verifies the Sandbox API, in the ConfigMap airlock-ca of
-// every namespace that has an AgentRuntime, so that a runtime's pod can mount it. configMaps is
-// from NewConfigMapInformerFactory(client, ConfigMapName, LabelBundle).
-func SandboxAPIBundle(source Source, runtimes airlockinformers.AgentRuntimeInformer, configMaps coreinformers.ConfigMapInformer) Bundle {
+// every namespace that has an AgentRuntime, so that a runtime's pod can mount it; extras are its
+// other keys (the isolation keys, IsolationKeysKey). configMaps is from
+// NewConfigMapInformerFactory(client, ConfigMapName, LabelBundle).
+func SandboxAPIBundle(source Source, runtimes airlockinformers.AgentRuntimeInformer, configMaps coreinformers.ConfigMapInformer, extras ...Extra) Bundle {
 	return Bundle{
+		Extras:        extras,
 		Name:          "Sandbox API CA bundle",
 		ConfigMapName: ConfigMapName,
 		Key:           Key,

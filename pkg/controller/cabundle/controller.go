@@ -14,6 +14,7 @@ package cabundle
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,10 @@ type Bundle struct {
 	// Source is the bundle; SourceSynced, when set, is waited for before the first sync.
 	Source       Source
 	SourceSynced cache.InformerSynced
+	// Extras are more keys of the same ConfigMap, each from a source of its own (the isolation
+	// signing keys beside the Sandbox API's CA): published once they have a bundle, never
+	// before the main one.
+	Extras []Extra
 	// ConfigMaps lists and watches only the bundle's ConfigMaps (NewConfigMapInformerFactory of
 	// ConfigMapName and Label).
 	ConfigMaps coreinformers.ConfigMapInformer
@@ -68,6 +73,12 @@ type Bundle struct {
 	// namespace need the bundle; Needs says whether one does (nil: every one).
 	Audience cache.SharedIndexInformer
 	Needs    func(obj any) bool
+}
+
+// Extra is one more key of a bundle's ConfigMap and its source.
+type Extra struct {
+	Key    string
+	Source Source
 }
 
 // bundle is a Bundle with its ConfigMap lister.
@@ -216,6 +227,10 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	for _, b := range c.bundles {
 		remove := b.Source.OnBundleChange(func() { c.enqueueAll(b) })
 		defer remove()
+		for _, e := range b.Extras {
+			remove := e.Source.OnBundleChange(func() { c.enqueueAll(b) })
+			defer remove()
+		}
 		c.enqueueAll(b)
 	}
 	workers.Run(ctx, n, c.queue, "configMap", c.sync)
@@ -248,10 +263,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return nil // the source calls enqueueAll once it has one
 	}
 	want := map[string]string{b.Key: string(pem)}
+	for _, e := range b.Extras {
+		if extra := e.Source.Bundle(); len(extra) > 0 {
+			want[e.Key] = string(extra)
+		}
+	}
 	if cm == nil {
 		return c.createBundle(ctx, b, ns, want)
 	}
-	if len(cm.Data) == 1 && cm.Data[b.Key] == want[b.Key] && len(cm.BinaryData) == 0 {
+	if maps.Equal(cm.Data, want) && len(cm.BinaryData) == 0 {
 		return nil
 	}
 	updated := cm.DeepCopy()

@@ -83,6 +83,7 @@ type fixture struct {
 	airlockClient *airlockfake.Clientset
 	controller    *Controller
 	source        *fakeSource
+	extra         *fakeSource
 	runtimes      cache.Indexer
 	configMaps    cache.Indexer
 	kubeFactory   kubeinformers.SharedInformerFactory
@@ -100,7 +101,7 @@ func newFixture(t *testing.T, runtimes []*airlockv1alpha1.AgentRuntime, cached, 
 	for _, rt := range runtimes {
 		airlockObjs = append(airlockObjs, rt)
 	}
-	f := &fixture{kubeClient: k8sfake.NewClientset(kubeObjs...), airlockClient: airlockfake.NewClientset(airlockObjs...), source: &fakeSource{}}
+	f := &fixture{kubeClient: k8sfake.NewClientset(kubeObjs...), airlockClient: airlockfake.NewClientset(airlockObjs...), source: &fakeSource{}, extra: &fakeSource{}}
 	if bundle != "" {
 		f.source.bundle = []byte(bundle)
 	}
@@ -108,7 +109,7 @@ func newFixture(t *testing.T, runtimes []*airlockv1alpha1.AgentRuntime, cached, 
 	f.airlock = airlockinformers.NewSharedInformerFactory(f.airlockClient, 0)
 	rtInformer := f.airlock.Airlock().V1alpha1().AgentRuntimes()
 	cmInformer := f.kubeFactory.Core().V1().ConfigMaps()
-	c, err := newControllerWithClock(f.kubeClient, clocktesting.NewFakeClock(t0), SandboxAPIBundle(f.source, rtInformer, cmInformer))
+	c, err := newControllerWithClock(f.kubeClient, clocktesting.NewFakeClock(t0), SandboxAPIBundle(f.source, rtInformer, cmInformer, Extra{Key: IsolationKeysKey, Source: f.extra}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +227,41 @@ func TestSync(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyncExtras: the isolation keys are published beside the CA once they exist, and a change
+// of theirs alone updates the ConfigMap; never without the CA.
+func TestSyncExtras(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t, []*airlockv1alpha1.AgentRuntime{runtimeIn("team-a", "agent")}, []*corev1.ConfigMap{bundleConfigMap("team-a", bundleA, true)}, nil, bundleA)
+	key := cache.ObjectName{Namespace: "team-a", Name: ConfigMapName}
+	steps := []struct {
+		ca, keys string
+		want     []action
+	}{
+		{ca: bundleA, keys: "", want: nil},
+		{ca: bundleA, keys: "keys-1", want: []action{{Verb: "update", Namespace: "team-a", Data: map[string]string{Key: bundleA, IsolationKeysKey: "keys-1"}, Labels: ourLabels}}},
+		{ca: bundleA, keys: "keys-2", want: []action{{Verb: "update", Namespace: "team-a", Data: map[string]string{Key: bundleA, IsolationKeysKey: "keys-2"}, Labels: ourLabels}}},
+		{ca: "", keys: "keys-2", want: nil},
+	}
+	for i, step := range steps {
+		f.source.bundle, f.extra.bundle = []byte(step.ca), []byte(step.keys)
+		f.kubeClient.ClearActions()
+		if err := f.controller.sync(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		got := writes(f.kubeClient)
+		if diff := cmp.Diff(step.want, got); diff != "" {
+			t.Fatalf("step %d: writes (-want +got):\n%s", i, diff)
+		}
+		for _, w := range got {
+			cm, _ := f.kubeClient.CoreV1().ConfigMaps("team-a").Get(ctx, ConfigMapName, metav1.GetOptions{})
+			cm.Data = w.Data
+			if err := f.configMaps.Update(cm); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
