@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/pkg/attestation"
 )
 
 // openapi.json describes the Sandbox API for runtimes in other languages. These tests hold it to
@@ -91,7 +93,7 @@ func (d *document) resolve(t *testing.T, s *schema) (*schema, string) {
 }
 
 // wireTypes are the bodies of the Sandbox API, by the schema that describes each.
-var wireTypes = []any{AcquireRequest{}, AcquireResponse{}, RenewRequest{}, SessionRequest{}, SessionResponse{}, SessionClaim{}, Address{}, ErrorResponse{}}
+var wireTypes = []any{AcquireRequest{}, AcquireResponse{}, attestation.Attestation{}, RenewRequest{}, SessionRequest{}, SessionResponse{}, SessionClaim{}, Address{}, ErrorResponse{}}
 
 // TestOpenAPISchemasAreTheWireTypes: each wire type has a schema of its name with exactly its
 // JSON fields, the fields without omitempty required, of the JSON type Go encodes them as, and

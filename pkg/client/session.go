@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/attestation"
 )
 
 // Where a runtime's pod finds its identity, and the environment variables that override each.
@@ -77,6 +78,15 @@ type Config struct {
 	WaitSeconds int
 	// Now is the clock of the renewal throttle; nil: time.Now.
 	Now func() time.Time
+	// VerifyIsolation makes Acquire verify each sandbox's isolation attestation with the keys
+	// in IsolationKeysFile and refuse (ErrIsolation) a sandbox whose statement is missing or
+	// does not verify; the verified statement is Sandbox.Isolation.
+	VerifyIsolation bool
+	// RequireDedicatedKernel, with VerifyIsolation, also refuses a sandbox on the node's kernel.
+	RequireDedicatedKernel bool
+	// IsolationKeysFile is the operator's published keys: $AIRLOCK_ISOLATION_KEYS_FILE, else
+	// DefaultIsolationKeysFile.
+	IsolationKeysFile string
 }
 
 // complete fills the defaults in.
@@ -93,6 +103,7 @@ func (c Config) complete() (Config, error) {
 	c.API = pick(c.API, EnvAPI, DefaultAPI)
 	c.TokenFile = pick(c.TokenFile, EnvTokenFile, DefaultTokenFile)
 	c.CAFile = pick(c.CAFile, EnvCAFile, DefaultCAFile)
+	c.IsolationKeysFile = pick(c.IsolationKeysFile, EnvIsolationKeysFile, DefaultIsolationKeysFile)
 	c.Runtime = pick(c.Runtime, EnvRuntime, "")
 	if c.Namespace = pick(c.Namespace, EnvNamespace, ""); c.Namespace == "" {
 		b, err := os.ReadFile(DefaultNamespaceFile)
@@ -193,9 +204,9 @@ type Sandbox struct {
 	Warm bool
 	// ResumedWorkspace is set when the sandbox resumed a kept workspace.
 	ResumedWorkspace *ResumedWorkspace
-	// Attestation is the operator's isolation evidence, as raw JSON, NOT verified by this
-	// package (verification lands with the isolation evidence itself); nil when none was sent.
-	Attestation json.RawMessage
+	// Isolation is the verified isolation statement, when Config.VerifyIsolation asked for it
+	// (else nil: Response.Attestation is the unverified one, for VerifyIsolation).
+	Isolation *attestation.Statement
 	// Response is the whole acquire answer.
 	Response *AcquireResponse
 }
@@ -252,7 +263,6 @@ func newSandbox(handle string, resp *AcquireResponse) (*Sandbox, error) {
 		Authorization:    resp.Headers["Authorization"],
 		Warm:             resp.Warm,
 		ResumedWorkspace: resp.ResumedWorkspace,
-		Attestation:      resp.Attestation,
 		Response:         resp,
 	}, nil
 }
@@ -289,7 +299,14 @@ func (s *Session) Acquire(ctx context.Context, handle string) (*Sandbox, error) 
 				s.idle[handle] = time.Duration(resp.IdleTimeoutSeconds) * time.Second
 				s.mu.Unlock()
 			}
-			return newSandbox(handle, resp)
+			sb, err := newSandbox(handle, resp)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.verifyIsolation(sb); err != nil {
+				return nil, err
+			}
+			return sb, nil
 		default:
 			last = resp
 		}

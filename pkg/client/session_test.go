@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/attestation"
 )
 
 // sessionAPI is a stand-in of the Sandbox API for Session's tests: it records every request and
@@ -165,7 +167,7 @@ func TestSessionAcquireWaitsThrough202s(t *testing.T) {
 		resp := bound("c")
 		resp.Warm = true
 		resp.ResumedWorkspace = &ResumedWorkspace{KeptAt: keptAt, KeptBy: "c-old"}
-		resp.Attestation = json.RawMessage(`{"kernel":"6.1","signature":"abc"}`)
+		resp.Attestation = &attestation.Attestation{Statement: "c3RhdGVtZW50", Signature: "c2ln", KeyID: "k1"}
 		return answer{status: http.StatusOK, body: resp}
 	})
 	s, w := newTestSession(t, a, Config{TokenFile: tok, WaitSeconds: 45})
@@ -176,8 +178,9 @@ func TestSessionAcquireWaitsThrough202s(t *testing.T) {
 	if sb.MCPURL != "http://10.0.0.1:8080/mcp" || sb.Authorization != "Bearer claim-token" || sb.Claim != "c" || sb.Handle != "codegen/default" {
 		t.Errorf("sandbox %+v", sb)
 	}
-	if !sb.Warm || sb.ResumedWorkspace == nil || !sb.ResumedWorkspace.KeptAt.Equal(keptAt) || string(sb.Attestation) != `{"kernel":"6.1","signature":"abc"}` {
-		t.Errorf("warm %v, resumed %+v, attestation %s", sb.Warm, sb.ResumedWorkspace, sb.Attestation)
+	if !sb.Warm || sb.ResumedWorkspace == nil || !sb.ResumedWorkspace.KeptAt.Equal(keptAt) ||
+		sb.Response.Attestation == nil || *sb.Response.Attestation != (attestation.Attestation{Statement: "c3RhdGVtZW50", Signature: "c2ln", KeyID: "k1"}) || sb.Isolation != nil {
+		t.Errorf("warm %v, resumed %+v, attestation %+v, isolation %+v (not asked to verify)", sb.Warm, sb.ResumedWorkspace, sb.Response.Attestation, sb.Isolation)
 	}
 	if got := sb.Header().Get("Authorization"); got != "Bearer claim-token" {
 		t.Errorf("Header(): Authorization %q", got)

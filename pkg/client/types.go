@@ -1,8 +1,9 @@
 package client
 
 import (
-	"encoding/json"
 	"time"
+
+	"github.com/airlock-dev/airlock/pkg/attestation"
 )
 
 // The wire types of the Sandbox API (SPEC section 4). The operator's server (pkg/sandboxapi)
@@ -61,10 +62,12 @@ type AcquireResponse struct {
 	// renewed for that long is reaped, and a renewal within half of it writes nothing (SPEC
 	// section 3), so a client renews at most once per half of it (200 only).
 	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
-	// Attestation is the operator's signed isolation evidence about the sandbox (SPEC section
-	// 4), passed through as the JSON it is: this package does not verify it (200 only, when the
-	// operator sends one).
-	Attestation json.RawMessage `json:"attestation,omitempty"`
+	// Attestation is the operator's signed isolation statement about the sandbox (SPEC section
+	// 4, docs/isolation.md): what sandboxd showed of its boundary before any tool ran, bound to
+	// the claim, its pod and node, its record and its token. Verify it with
+	// Sandbox.VerifyIsolation or Config.VerifyIsolation (200 only, when the operator read
+	// evidence).
+	Attestation *attestation.Attestation `json:"attestation,omitempty"`
 }
 
 // ResumedWorkspace is the kept workspace a sandbox resumed.

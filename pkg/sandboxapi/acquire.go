@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/attestation"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/workspace"
@@ -487,6 +488,9 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 	}
 	if r := c.Status.ResumedWorkspace; r != nil {
 		resp.ResumedWorkspace = &client.ResumedWorkspace{KeptAt: r.KeptAt.UTC(), KeptBy: r.KeptBy}
+	}
+	if iso := c.Status.Isolation; iso != nil && iso.Attestation != nil {
+		resp.Attestation = &attestation.Attestation{Statement: iso.Attestation.Statement, Signature: iso.Attestation.Signature, KeyID: iso.Attestation.KeyID}
 	}
 	return stepResult{done: true, status: http.StatusOK, body: resp}
 }

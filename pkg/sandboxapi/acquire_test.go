@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/attestation"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
@@ -144,6 +145,23 @@ func TestAcquireBound(t *testing.T) {
 	}
 	if writes := writeActions(f.airlock.Actions()); len(writes) != 0 {
 		t.Errorf("writes: %v", writes)
+	}
+}
+
+// TestAcquireBoundCarriesTheAttestation: the claim's signed isolation statement, as the
+// operator wrote it into its status before Bound, is the 200's attestation, unchanged.
+func TestAcquireBoundCarriesTheAttestation(t *testing.T) {
+	c := existingClaim(testSession, testHandle, airlockv1alpha1.ClaimBound)
+	c.Status.Isolation = &airlockv1alpha1.ClaimIsolation{Kernel: "Dedicated",
+		Attestation: &airlockv1alpha1.IsolationAttestation{Statement: "c3RhdGVtZW50", Signature: "c2lnbmF0dXJl", KeyID: "0123456789abcdef"}}
+	f := newFixture(t, append(baseObjects(), c)...)
+	rec := f.acquire(30)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+	got := decodeBody[client.AcquireResponse](t, rec).Attestation
+	if got == nil || *got != (attestation.Attestation{Statement: "c3RhdGVtZW50", Signature: "c2lnbmF0dXJl", KeyID: "0123456789abcdef"}) {
+		t.Errorf("attestation %+v", got)
 	}
 }
 
