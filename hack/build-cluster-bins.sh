@@ -3,9 +3,10 @@
 # Pins live in hack/tools/{kube,etcd,kwok}/go.mod, and for the real node of hack/local-node.sh
 # in hack/tools/{kube-node,coredns,kube-network-policies}/, and for the chart checks (make
 # verify-chart, manifests/chart_test.go) helm in hack/tools/helm/, and for `make bench`'s peer
-# (hack/bench.sh, issue 40) agent-sandbox-controller in hack/tools/agent-sandbox/ (asked for by
-# name only: never in the default list). A binary is rebuilt only when its pin changes
-# (bin/.stamp-<name> records the pin it was built from).
+# (hack/bench.sh, issue 40) agent-sandbox-controller in hack/tools/agent-sandbox/, and for the
+# local node's RuntimeClass gvisor (docs/isolation.md) runsc and containerd-shim-runsc-v1 in
+# hack/tools/gvisor/ (these asked for by name only: never in the default list). A binary is
+# rebuilt only when its pin changes (bin/.stamp-<name> records the pin it was built from).
 #
 # usage: hack/build-cluster-bins.sh [name...]   (default: every binary the local cluster needs)
 #        hack/build-cluster-bins.sh --check name...   exit 0 when they are built from their pins,
@@ -28,6 +29,9 @@ stamp_of() { # name -> the pin string for that binary
     coredns) sha256sum "$TOOLS/coredns/go.mod" | cut -c1-16 ;;
     helm) sha256sum "$TOOLS/helm/go.mod" | cut -c1-16 ;;
     agent-sandbox-controller) sha256sum "$TOOLS/agent-sandbox/go.mod" | cut -c1-16 ;;
+    runsc) sha256sum "$TOOLS/gvisor/go.mod" | cut -c1-16 ;;
+    containerd-shim-runsc-v1)
+      sha256sum "$TOOLS/gvisor/go.mod" "$TOOLS/gvisor/local.patch" | sha256sum | cut -c1-16 ;;
     kube-network-policies)
       sha256sum "$TOOLS/kube-network-policies/go.mod" "$TOOLS/kube-network-policies/local.patch" | sha256sum | cut -c1-16 ;;
     *) sha256sum "$TOOLS/kube/go.mod" | cut -c1-16 ;;
@@ -60,8 +64,32 @@ build_kube_network_policies() {
   rm -rf "$work"
 }
 
+# build_gvisor_shim: containerd-shim-runsc-v1 from the pinned module source, copied out of the
+# module cache, with hack/tools/gvisor/local.patch applied; built through the pin's go.mod (a
+# copy, -modfile) with gvisor.dev/gvisor replaced by the patched copy, so that the pin still
+# decides every other module.
+build_gvisor_shim() {
+  local pin=$TOOLS/gvisor src work
+  src=$(module_dir "$pin" gvisor.dev/gvisor) || return 1
+  work=$(mktemp -d)
+  mkdir "$work/gvisor"
+  cp -r "$src/." "$work/gvisor/"
+  chmod -R u+w "$work/gvisor"
+  (cd "$work/gvisor" && patch -s -p0 <"$pin/local.patch") || { rm -rf "$work"; return 1; }
+  cp "$pin/go.mod" "$work/pin.mod"
+  cp "$pin/go.sum" "$work/pin.sum"
+  echo "replace gvisor.dev/gvisor => $work/gvisor" >>"$work/pin.mod"
+  (cd "$pin" && GOWORK=off CGO_ENABLED=0 go build -modfile "$work/pin.mod" -trimpath -ldflags "-s -w" \
+    -o "$BIN/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim) || { rm -rf "$work"; return 1; }
+  rm -rf "$work"
+}
+
 agent_sandbox_version() { # the sigs.k8s.io/agent-sandbox version hack/tools/agent-sandbox/go.mod pins
   awk '$1 == "sigs.k8s.io/agent-sandbox" { print $2 }' "$TOOLS/agent-sandbox/go.mod"
+}
+
+gvisor_version() { # the gvisor.dev/gvisor pseudo-version hack/tools/gvisor/go.mod pins
+  awk '$1 == "gvisor.dev/gvisor" { print $2 }' "$TOOLS/gvisor/go.mod"
 }
 
 helm_version() { # the helm.sh/helm/v4 version hack/tools/helm/go.mod pins
@@ -98,6 +126,12 @@ build_one() {
       (cd "$TOOLS/agent-sandbox" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
         -ldflags "-s -w -X sigs.k8s.io/agent-sandbox/internal/version.gitVersion=$(agent_sandbox_version)" \
         -o "$BIN/agent-sandbox-controller" sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller) ;;
+    runsc) # static (CGO off), as gVisor releases it; `runsc --version` prints its pin
+      (cd "$TOOLS/gvisor" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$(gvisor_version)" \
+        -o "$BIN/runsc" gvisor.dev/gvisor/runsc) ;;
+    containerd-shim-runsc-v1) # package gvisor.dev/gvisor/shim, patched; containerd finds it by this name
+      build_gvisor_shim ;;
     *) echo "unknown binary: $name" >&2; return 2 ;;
   esac
   echo "$want" >"$BIN/.stamp-$name"

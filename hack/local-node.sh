@@ -5,11 +5,13 @@
 #   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler      (hack/lib/cluster.sh)
 #   containerd (Debian) + runc + CNI bridge -> kubelet, kube-proxy (nftables mode),
 #   kube-network-policies (NetworkPolicy enforcement), CoreDNS (a pod, kube-dns Service)
+#   + gVisor: RuntimeClass gvisor (handler runsc: containerd-shim-runsc-v1 + runsc, systrap)
 #
 # Pods really run: readiness probes, Services (ClusterIP from pods and the host), DNS,
-# kubectl exec/logs/port-forward, enforced NetworkPolicies and Pod Security admission. Images come
-# from docker-archive tarballs imported into containerd (hack/imagebuild); nothing is pulled, so
-# use imagePullPolicy IfNotPresent or Never and a non-latest tag.
+# kubectl exec/logs/port-forward (not port-forward into gVisor pods: docs/isolation.md),
+# enforced NetworkPolicies and Pod Security admission. Images come from docker-archive tarballs
+# imported into containerd (hack/imagebuild); nothing is pulled, so use imagePullPolicy
+# IfNotPresent or Never and a non-latest tag.
 #
 # usage: hack/local-node.sh up|down|env|status|images [image...]
 #
@@ -46,6 +48,11 @@
 #   AIRLOCK_NODE_TIMEOUT         seconds each readiness wait may take (default 60)
 #   AIRLOCK_NODE_IMPORT_IMAGES   1 (default): `up` imports the built airlock images; 0: only
 #                                the infrastructure images (pause, coredns)
+#   AIRLOCK_NODE_GVISOR          1 (default): build runsc and containerd-shim-runsc-v1 (pinned in
+#                                hack/tools/gvisor, the shim with its local.patch), give
+#                                containerd the runtime handler runsc and create the RuntimeClass
+#                                gvisor once the node is Ready (docs/isolation.md, "gVisor on the
+#                                local node"); 0: runc only
 #   AIRLOCK_BIN_DIR, AIRLOCK_IMAGES_DIR  binaries (bin/) and image tarballs (_output/images)
 #   etcd, kube-controller-manager and kube-scheduler listen on free 127.0.0.1 ports.
 #
@@ -96,12 +103,16 @@ KUBECONFIG_ADMIN=$STATE/kubeconfig
 CTRD=$STATE/containerd
 CTRD_SOCK=$CTRD/containerd.sock
 RUNC_ROOT=$CTRD/runc
+GVISOR=${AIRLOCK_NODE_GVISOR:-1}
+RUNSC_ROOT=$CTRD/runsc # runsc's state; the shim appends the namespace: $RUNSC_ROOT/k8s.io
+CTRD_PATH=$CTRD/bin    # first on containerd's PATH: the runsc shim (1.6 ignores runtime_path)
 CNI_CONF_DIR=$STATE/cni/net.d
 POD_LOGS=$STATE/pod-logs
 MACHINE_LOCK=/run/airlock-local-node.lock
 MACHINE_OWNER=/run/airlock-local-node # holds the state dir of the node that is up
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
   coredns kube-network-policies)
+if [[ $GVISOR == 1 ]]; then BINARIES+=(runsc containerd-shim-runsc-v1); fi
 PACKAGES=(containerd runc containernetworking-plugins iptables nftables conntrack busybox-static
   openssl curl iproute2 patch)
 
@@ -224,10 +235,41 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$RUNC_ROOT"
+$(if [[ $GVISOR == 1 ]]; then runsc_runtime_config; fi)
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$CNI_CONF_DIR"
     max_conf_num = 1
+EOF
+  if [[ $GVISOR == 1 ]]; then write_runsc_config; fi
+}
+
+# runsc_runtime_config: the CRI runtime handler runsc (RuntimeClass gvisor). containerd finds
+# containerd-shim-runsc-v1 on its PATH (write_runsc_config links it into $CTRD_PATH); the shim
+# reads its options, and runsc's flags, from ConfigPath.
+runsc_runtime_config() {
+  cat <<EOF
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$CTRD/runsc.toml"
+EOF
+}
+
+# write_runsc_config: the shim's options: the runsc binary by absolute path, and runsc's state
+# under the state dir (the gofers' pinned network namespace is a mount there, which `down`
+# unmounts). runsc's defaults are what works here: platform systrap (no KVM), network sandbox
+# (gVisor's netstack on the pod's CNI veth), cgroups v1 as root, the root filesystem overlay
+# backed by a file in the container's own directory. [runsc_config] takes runsc flags without
+# their dashes, e.g. debug = "true" and debug-log = "<dir>/%ID%/" to see what runsc does.
+write_runsc_config() {
+  mkdir -p "$CTRD_PATH" "$RUNSC_ROOT"
+  ln -sfn "$BIN/containerd-shim-runsc-v1" "$CTRD_PATH/containerd-shim-runsc-v1"
+  cat >"$CTRD/runsc.toml" <<EOF
+# containerd-shim-runsc-v1's options for hack/local-node.sh (the CRI runtime handler runsc).
+binary_name = "$BIN/runsc"
+root = "$RUNSC_ROOT"
 EOF
 }
 
@@ -374,6 +416,17 @@ coredns_ready() {
 
 proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" >/dev/null; }
 
+# apply_runtime_class: RuntimeClass gvisor, whose pods containerd runs with the handler runsc.
+apply_runtime_class() {
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+handler: runsc
+EOF
+}
+
 # ---------------------------------------------------------------------------------------------
 # images
 
@@ -460,7 +513,7 @@ cmd_up() {
   start_etcd
   write_containerd_config
   write_cni_config
-  START_EXE=$(command -v containerd) start containerd --config "$CTRD/config.toml"
+  PATH="$CTRD_PATH:$PATH" START_EXE=$(command -v containerd) start containerd --config "$CTRD/config.toml"
   gen_pki
   gen_node_pki
   kubeconfig "$KUBECONFIG_ADMIN" admin
@@ -496,6 +549,9 @@ cmd_up() {
   wait_control_plane "$t0"
   wait_for kubelet "Node $NODE_NAME Ready" node_ready
   log "node $NODE_NAME Ready (+$(since "$t0")s)"
+  if [[ $GVISOR == 1 ]]; then
+    apply_runtime_class || fail kube-apiserver "could not create the RuntimeClass gvisor"
+  fi
   wait_for kube-proxy "kube-proxy /healthz" proxy_healthy
   # No success without enforcement: the NFQUEUE rules must be in place.
   wait_for kube-network-policies "NetworkPolicy enforcement (table inet kube-network-policies with queue rules, and a listener on queue $KNP_QUEUE)" knp_rules
@@ -547,8 +603,16 @@ cleanup_host() {
       done
     done
   fi
+  #    gVisor's likewise with runsc, whose root holds the sandboxes' state: kill -all reaches
+  #    the processes inside a sandbox, delete -force stops the sandbox and its gofers.
+  if [[ -d $RUNSC_ROOT/k8s.io && -x $BIN/runsc ]]; then
+    for id in $("$BIN/runsc" --root "$RUNSC_ROOT/k8s.io" list -quiet 2>/dev/null); do
+      "$BIN/runsc" --root "$RUNSC_ROOT/k8s.io" kill -all "$id" KILL 2>/dev/null || true
+      "$BIN/runsc" --root "$RUNSC_ROOT/k8s.io" delete -force "$id" 2>/dev/null || true
+    done
+  fi
   local pid
-  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CTRD_SOCK" 2>/dev/null || true); do
+  for pid in $(pgrep -f "containerd-shim-run(c-v2|sc-v1) .*-address $CTRD_SOCK" 2>/dev/null || true); do
     # (a shim started by this node's containerd: its command line names our socket)
     grep -qz -- "$CTRD_SOCK" "/proc/$pid/cmdline" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
   done
