@@ -10,7 +10,8 @@
 // section 3's one write per half idle timeout, Close, and a Sandbox with the MCP endpoint and
 // the header a framework needs. Client is the API's four calls, one request each. The same
 // shape exists in Python (clients/python) and TypeScript (clients/typescript); docs/clients.md
-// compares them. The acquire answer's attestation is passed through, not verified.
+// compares them. The acquire answer's attestation is verified when asked (isolation.go,
+// Config.VerifyIsolation), else passed through.
 //
 // It depends on nothing but the standard library.
 package client

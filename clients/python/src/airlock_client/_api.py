@@ -12,11 +12,15 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from . import _attestation
+
 # Where a runtime's pod finds its identity, and the environment variables that override each
 # (the same as the Go and TypeScript clients).
 DEFAULT_API = "https://airlock-sandbox-api.airlock-system.svc:8443"
 DEFAULT_TOKEN_FILE = "/var/run/secrets/airlock/token"  # a projected token, audience airlock
 DEFAULT_CA_FILE = "/var/run/airlock/ca/ca.crt"  # the ConfigMap airlock-ca
+# The operator's isolation keys: the key isolation-keys.pem of the ConfigMap airlock-ca.
+DEFAULT_ISOLATION_KEYS_FILE = "/var/run/airlock/ca/isolation-keys.pem"
 DEFAULT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0  # AgentRuntime spec.sandbox.idleTimeout's default, seconds
 DEFAULT_ACQUIRE_TIMEOUT = 10 * 60.0
@@ -30,6 +34,7 @@ ENV_TOKEN_FILE = "AIRLOCK_TOKEN_FILE"
 ENV_CA_FILE = "AIRLOCK_CA_FILE"
 ENV_NAMESPACE = "AIRLOCK_NAMESPACE"
 ENV_RUNTIME = "AIRLOCK_RUNTIME"
+ENV_ISOLATION_KEYS_FILE = "AIRLOCK_ISOLATION_KEYS_FILE"
 
 
 class AirlockError(Exception):
@@ -100,6 +105,12 @@ class AcquireTimeout(AirlockError):
         if message:
             text += ": " + message
         super().__init__(text)
+
+
+class IsolationError(AirlockError):
+    """The sandbox's isolation is not proven: the acquire answer's attestation is missing, does
+    not verify with the operator's published keys, is about another sandbox, or (with
+    require_dedicated_kernel) says the sandbox runs on the node's kernel."""
 
 
 _ERRORS = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 429: Refused, 502: Failed,
@@ -231,8 +242,9 @@ class Client:
 @dataclass
 class Config:
     """Who the runtime is and where its Sandbox API is. Empty fields come from the environment
-    (AIRLOCK_SANDBOX_API, AIRLOCK_TOKEN_FILE, AIRLOCK_CA_FILE, AIRLOCK_NAMESPACE, AIRLOCK_RUNTIME),
-    else from the pod (the defaults above; the namespace from the ServiceAccount's mount)."""
+    (AIRLOCK_SANDBOX_API, AIRLOCK_TOKEN_FILE, AIRLOCK_CA_FILE, AIRLOCK_NAMESPACE, AIRLOCK_RUNTIME,
+    AIRLOCK_ISOLATION_KEYS_FILE), else from the pod (the defaults above; the namespace from the
+    ServiceAccount's mount)."""
 
     runtime: str = ""
     namespace: str = ""
@@ -246,6 +258,14 @@ class Config:
     idle_timeout: float = 0
     acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT
     wait_seconds: int = DEFAULT_WAIT_SECONDS
+    # verify_isolation makes acquire verify each sandbox's isolation attestation with the keys
+    # in isolation_keys_file (read for every sandbox: the mounted ConfigMap follows a rotation)
+    # and raise IsolationError for a sandbox whose statement is missing or does not verify; the
+    # verified statement is Sandbox.isolation. require_dedicated_kernel, with it, also refuses a
+    # sandbox on the node's kernel.
+    verify_isolation: bool = False
+    require_dedicated_kernel: bool = False
+    isolation_keys_file: str = ""
     # Clocks (seams for tests): the renewal throttle's and the acquire deadline's, and its sleep.
     now: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -255,6 +275,8 @@ class Config:
         c.api = c.api or os.environ.get(ENV_API, "") or DEFAULT_API
         c.token_file = c.token_file or os.environ.get(ENV_TOKEN_FILE, "") or DEFAULT_TOKEN_FILE
         c.ca_file = c.ca_file or os.environ.get(ENV_CA_FILE, "") or DEFAULT_CA_FILE
+        c.isolation_keys_file = (c.isolation_keys_file or os.environ.get(ENV_ISOLATION_KEYS_FILE, "")
+                                 or DEFAULT_ISOLATION_KEYS_FILE)
         c.runtime = c.runtime or os.environ.get(ENV_RUNTIME, "")
         c.namespace = c.namespace or os.environ.get(ENV_NAMESPACE, "")
         if not c.namespace:
@@ -272,8 +294,10 @@ class Config:
 @dataclass
 class Sandbox:
     """An acquired sandbox: its MCP endpoint and the header every MCP request must carry, and
-    what the acquire answer says about it. attestation is the operator's isolation evidence as
-    the JSON it is, NOT verified by this package."""
+    what the acquire answer says about it. attestation is the operator's signed isolation
+    statement as the answer carries it ({statement, signature, keyID}), unverified; isolation
+    is the verified statement when Config.verify_isolation asked for it (else None:
+    verify_isolation(sandbox, keys_pem, namespace) verifies attestation)."""
 
     handle: str
     claim: str
@@ -283,6 +307,7 @@ class Sandbox:
     resumed_workspace: Optional[Dict[str, Any]] = None
     attestation: Optional[Dict[str, Any]] = None
     answer: Dict[str, Any] = field(default_factory=dict)
+    isolation: Optional[Dict[str, Any]] = None
 
     @property
     def headers(self) -> Dict[str, str]:
@@ -299,6 +324,27 @@ class Sandbox:
                    authorization=str((answer.get("headers") or {}).get("Authorization", "")),
                    warm=bool(answer.get("warm")), resumed_workspace=answer.get("resumedWorkspace"),
                    attestation=answer.get("attestation"), answer=answer)
+
+
+def verify_isolation(sandbox: Sandbox, keys_pem: bytes, namespace: str) -> Dict[str, Any]:
+    """Verifies the acquire answer's attestation with the operator's published keys (keys_pem,
+    the PEM of isolation-keys.pem): signed by one of them, about this sandbox's claim of
+    namespace and the bearer token its answer carries, its evidence what its digest says.
+    Returns the statement as its JSON decodes: its "kernel" says whether the sandbox runs on a
+    kernel of its own ("Dedicated") or the node's ("Shared"). Raises IsolationError."""
+    if not sandbox.attestation:
+        raise IsolationError("the acquire answer of claim %s carries no attestation" % sandbox.claim)
+    try:
+        keys = _attestation.parse_public_keys(keys_pem)
+    except ValueError as err:
+        raise IsolationError("the operator's keys: %s" % err) from None
+    token = sandbox.authorization[len("Bearer "):] if sandbox.authorization.startswith("Bearer ") else ""
+    if not token:
+        raise IsolationError("the acquire answer of claim %s has no bearer token" % sandbox.claim)
+    try:
+        return _attestation.verify(sandbox.attestation, keys, token, namespace, sandbox.claim)
+    except ValueError as err:
+        raise IsolationError("claim %s: %s" % (sandbox.claim, err)) from None
 
 
 class Session:
@@ -324,7 +370,9 @@ class Session:
     def acquire(self, handle: str) -> Sandbox:
         """The session's sandbox of handle, once Bound. Calls again on 202 (after its Retry-After
         when it has one) and on 503 (after its Retry-After, else 1 s) until acquire_timeout;
-        raises the APIError subclass of any other error answer, AcquireTimeout at the deadline."""
+        raises the APIError subclass of any other error answer, AcquireTimeout at the deadline,
+        and with Config.verify_isolation IsolationError for a sandbox whose isolation is not
+        proven (the claim stays the session's: close reaps it)."""
         c = self.config
         deadline = c.now() + c.acquire_timeout
         last: Dict[str, Any] = {}
@@ -344,12 +392,29 @@ class Session:
                     if isinstance(idle, (int, float)) and idle > 0:
                         with self._lock:
                             self._idle[handle] = float(idle)
+                    self._verify_isolation(sandbox)
                     return sandbox
                 last = answer
             if wait == 0 and retry == 0:
                 retry = DEFAULT_RETRY_AFTER  # an answer at once: do not spin
             if retry > 0:
                 c.sleep(min(retry, max(deadline - c.now(), 0)))
+
+    def _verify_isolation(self, sandbox: Sandbox) -> None:
+        """acquire's check when Config.verify_isolation is set."""
+        c = self.config
+        if not c.verify_isolation:
+            return
+        try:
+            with open(c.isolation_keys_file, "rb") as f:
+                keys_pem = f.read()
+        except OSError as err:
+            raise IsolationError("reading the operator's keys: %s" % err) from None
+        statement = verify_isolation(sandbox, keys_pem, c.namespace)
+        if c.require_dedicated_kernel and statement.get("kernel") != "Dedicated":
+            raise IsolationError("claim %s runs on the node's kernel (%s), and a kernel of its own is required"
+                                 % (sandbox.claim, statement.get("nodeKernel")))
+        sandbox.isolation = statement
 
     def _renew_every(self, handle: str) -> float:
         """Half the shorter of the handle's acquire answer's idle timeout and the configured one
