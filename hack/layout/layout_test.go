@@ -114,6 +114,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/sandboxrecord", why: "the wire of sandboxd's GET /record and its client: standard library only (sandboxd imports it)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
+		{pkg: "pkg/isolation", why: "what isolation evidence is and how it is judged: pure, standard library only (sandboxd, the operator and runtimes import it)",
+			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/egress", why: "the gateway serves claims; it does not run them",
 			forbidden: []string{module + "pkg/controller/", module + "pkg/operator", module + "pkg/sandboxd"}},
 		{pkg: "pkg/egress", why: "test support (a naive upstream) is imported by tests only",
@@ -167,7 +169,7 @@ func TestImports(t *testing.T) {
 func sandboxdLayers() []rule {
 	const sd = module + "pkg/sandboxd"
 	const internal = sd + "/internal/"
-	helpers := []string{"confine", "lsp", "outcap", "procgroup", "recordlog", "scrub", "snapshot", "testfailures"}
+	helpers := []string{"confine", "evidence", "lsp", "outcap", "procgroup", "recordlog", "scrub", "snapshot", "testfailures"}
 	var rules []rule
 	for _, tags := range []string{"", "sandboxd_only"} {
 		rules = append(rules,

@@ -201,7 +201,9 @@ func newSandboxdCommand(o *SandboxdOptions) *cobra.Command {
 		Use:   "sandboxd",
 		Short: "Serve a sandbox's file tools and shell over MCP (runs inside the sandbox pod)",
 		Long: `Serve the sandbox's tools over MCP: HTTP+SSE (GET /sse, POST /message) and streamable HTTP
-(POST /mcp) on one listener, with /healthz, /readyz and /metrics beside them. With --warm-key-file
+(POST /mcp) on one listener, with /healthz, /readyz and /metrics beside them. Before it serves
+any tool it gathers its isolation evidence (kernel, identity, privileges, probes that must fail),
+served read-only at GET /isolation behind the token (docs/isolation.md). With --warm-key-file
 it is a warm pool member: it serves nobody until a request carries an adoption token MACed with
 its key, and then only that token and the tools it names.`,
 		Args: noArgs,

@@ -119,14 +119,20 @@ func startSandboxdProcess(b *testing.B, bin, ws string) *sandboxdProcess {
 	}
 	p := &sandboxdProcess{pid: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1), cancel: cancel}
 	addr := make(chan string, 1)
+	gathered := make(chan struct{})
 	go func() {
-		// The listening address is in the log line that says so; the rest
-		// of the log is drained so that sandboxd never blocks on it.
+		// The listening address is in the log line that says so, and
+		// readiness waits for the isolation evidence, which a line says
+		// too; the rest of the log is drained so that sandboxd never
+		// blocks on it.
 		re := regexp.MustCompile(`"sandboxd listening".* address="([^"]+)"`)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
+			}
+			if strings.Contains(sc.Text(), `"Isolation evidence gathered"`) {
+				close(gathered)
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
@@ -143,6 +149,12 @@ func startSandboxdProcess(b *testing.B, bin, ws string) *sandboxdProcess {
 	case <-timeout.C:
 		p.stop(b)
 		b.Fatal("sandboxd did not say where it listens")
+	}
+	select {
+	case <-gathered:
+	case <-timeout.C:
+		p.stop(b)
+		b.Fatal("sandboxd did not gather its isolation evidence")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/readyz", nil)
 	if err != nil {

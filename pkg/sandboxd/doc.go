@@ -6,7 +6,7 @@
 // find_references, rename_symbol, change_function_signature,
 // edit_function_body, insert_after_method, tests_covering, run_script,
 // search_code) served over MCP on one HTTP listener, with /healthz,
-// /readyz and /metrics beside them. pkg/cmd calls Run with a Config;
+// /readyz, /metrics and the isolation evidence (GET /isolation) beside them. pkg/cmd calls Run with a Config;
 // pkg/toolnames is the one list of the tools (a test there checks the list
 // above against it). docs/sandboxd-tools.md is the user's view.
 //
@@ -15,8 +15,8 @@
 // As the official MCP Go SDK keeps its engine in internal/jsonrpc2 behind
 // small public packages, this package exports Run and Config only and
 // composes the server (server.go, run.go, stop.go, health.go, metrics.go,
-// protocol.go: the SDK's server, the middleware every tools/call goes
-// through) from internal packages that import downward only:
+// isolation.go, protocol.go: the SDK's server, the middleware every
+// tools/call goes through) from internal packages that import downward only:
 //
 //   - internal/wire: the transports, the direct path, kept connections,
 //     the checks of a message, result encoding, the HTTP guard,
@@ -32,7 +32,8 @@
 //     imports neither.
 //   - helpers that need neither: internal/confine (paths), internal/snapshot,
 //     internal/testfailures, internal/scrub, internal/procgroup,
-//     internal/outcap, internal/lsp (the client).
+//     internal/outcap, internal/lsp (the client), internal/evidence (the
+//     isolation evidence's gathering).
 //   - for tests only (no other code imports them): internal/sandboxdtest,
 //     what the tests of these packages share (a raw client of both
 //     transports, files, processes, fake secrets; it imports no package of
@@ -263,9 +264,9 @@
 // adopted by the next token that verifies (docs/decisions.md, "Warm
 // members: the token is the adoption").
 //
-// /readyz is 200 while the workspace is a directory sandboxd can create a
-// file in (with --readonly, one it can still reach), and 503 once shutdown
-// has begun. /metrics has airlock_sandboxd_tool_calls_total by tool and
+// /readyz is 200 once the isolation evidence is gathered, while the
+// workspace is a directory sandboxd can create a file in (with --readonly,
+// one it can still reach), and 503 once shutdown has begun. /metrics has airlock_sandboxd_tool_calls_total by tool and
 // result (ok, error, canceled, protocol_error),
 // airlock_sandboxd_tool_call_duration_seconds by tool,
 // airlock_sandboxd_secrets_scrubbed_total by kind, the open sessions and SSE
@@ -283,6 +284,26 @@
 // keep their bounds and say what they elided; a cut never shows half of a
 // token (the token it would split goes with the elided part). Scrubbing is
 // hygiene, not a boundary.
+//
+// # Isolation evidence
+//
+// As serve starts, before any tool is served, sandboxd gathers what it sees
+// of its own isolation (isolation.go, internal/evidence, pkg/isolation,
+// docs/isolation.md "Evidence"): the kernel's uname (gVisor told apart by
+// it), its uid and gid, effective and permitted capabilities, no_new_privs
+// and seccomp mode from /proc/self/status, and four TCP probes run side by
+// side, each bounded (1 s): the API server's Service, the node's kubelet
+// (AIRLOCK_NODE_IP:10250, set by the operator from status.hostIP),
+// 169.254.169.254:80 and the first nameserver of /etc/resolv.conf on port
+// 53. /healthz answers meanwhile; /readyz, the MCP endpoints and
+// GET /isolation wait for it. The evidence is kept as its canonical
+// encoding, never gathered again and never changed: GET /isolation (behind
+// the guard, as /record; GET only) answers those bytes, and the initialize
+// and server/discover results name their SHA-256 in _meta
+// (airlock.dev/isolation-digest). Evidence that cannot be gathered (no
+// uname or /proc/self/status) ends sandboxd with the reason: it serves
+// nothing without it. The operator judges it (isolation.Judge), once,
+// before Bound.
 //
 // # The operator's stop
 //

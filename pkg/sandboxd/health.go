@@ -11,12 +11,16 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz is /readyz: the workspace is there and (unless --readonly)
-// writable, and sandboxd is not shutting down.
+// readyz is /readyz: the isolation evidence is gathered, the workspace is
+// there and (unless --readonly) writable, and sandboxd is not shutting down.
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if s.closing.Load() {
 		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if s.isolation.Load() == nil {
+		http.Error(w, "not ready: gathering the isolation evidence", http.StatusServiceUnavailable)
 		return
 	}
 	if err := s.tb.Workspace().Check(!s.cfg.ReadOnly); err != nil {

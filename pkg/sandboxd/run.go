@@ -73,6 +73,11 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	back := wire.NewBackListener(ln.Addr())
 	keep := wire.NewKeepAlive(hs, back, s.streamable.MaxBytes(), s.clock)
 	s.streamable.SetKeep(keep)
+	// The evidence is gathered while the probes are answered: nothing else is served before it.
+	gathered := make(chan error, 1)
+	gctx, endGather := context.WithCancel(ctx)
+	defer endGather()
+	go func() { gathered <- s.gatherIsolation(gctx) }()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	backDone := make(chan error, 1)
@@ -82,10 +87,24 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		"openat2", s.tb.Workspace().FastOpen())
 
 	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-		serveErr = fmt.Errorf("serving on %s: %w", ln.Addr(), serveErr)
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			waiting = false
+		case serveErr = <-errc:
+			serveErr = fmt.Errorf("serving on %s: %w", ln.Addr(), serveErr)
+			waiting = false
+		case err := <-gathered:
+			gathered = nil // gathered once
+			if err != nil && ctx.Err() == nil {
+				serveErr = fmt.Errorf("gathering the isolation evidence: %w", err)
+				waiting = false
+			}
+		}
+	}
+	endGather()
+	if gathered != nil {
+		<-gathered // the probes end with gctx
 	}
 	grace := s.cfg.ShutdownGrace
 	if grace <= 0 {

@@ -19,7 +19,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
+	"github.com/airlock-dev/airlock/pkg/isolation"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/evidence"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
@@ -40,6 +42,8 @@ type options struct {
 	clock clock.WithDelayedExecution
 	// recordBytes bounds the session's log (recordlog.DefaultMaxBytes when 0).
 	recordBytes int
+	// evidence is where the isolation evidence is gathered from (isolation.go): the host's.
+	evidence *evidence.Sources
 }
 
 func defaultOptions() options {
@@ -50,8 +54,13 @@ func defaultOptions() options {
 		idleTimeout:     defaultIdleTimeout,
 		clock:           clock.RealClock{},
 		tasks:           wire.TaskOptions{Threshold: wire.DefaultTaskThreshold, Retention: wire.DefaultTaskRetention, Clock: clock.RealClock{}},
+		evidence:        hostEvidence,
 	}
 }
+
+// hostEvidence are the sources of the isolation evidence of a real sandboxd: its own kernel,
+// /proc, environment and network. The package's tests put a fake one here.
+var hostEvidence = evidence.Host()
 
 // server is one sandboxd: the tools, the protocol layer, both transports,
 // health and metrics, behind one http.Handler.
@@ -69,8 +78,14 @@ type server struct {
 	guard      *wire.Guard
 	stopper    *stopper
 	// record is the session's log (docs/record.md), read by the operator at GET /record.
-	record  *recordlog.Log
-	closing atomic.Bool
+	record *recordlog.Log
+	// evidence is where the isolation evidence is gathered from; isolation holds it once
+	// gathered, and isolated is closed when gathering has ended, with or without it
+	// (isolation.go).
+	evidence  *evidence.Sources
+	isolation atomic.Pointer[gatheredEvidence]
+	isolated  chan struct{}
+	closing   atomic.Bool
 	// idleTimeout is options.idleTimeout, for the HTTP server.
 	idleTimeout time.Duration
 	// clock is options.clock (the real one when nil).
@@ -108,7 +123,12 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		return nil, err
 	}
 	tb.SetSnapshots(snaps)
-	s := &server{cfg: cfg, logger: logger, tb: tb, gate: wire.NewGate(), served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout}
+	if opts.evidence == nil {
+		tb.Close()
+		return nil, errors.New("no source of isolation evidence")
+	}
+	s := &server{cfg: cfg, logger: logger, tb: tb, gate: wire.NewGate(), served: served, guard: g, stopper: newStopper(), idleTimeout: opts.idleTimeout,
+		evidence: opts.evidence, isolated: make(chan struct{})}
 	if s.idleTimeout <= 0 {
 		s.idleTimeout = defaultIdleTimeout
 	}
@@ -131,6 +151,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	} else {
 		s.mcp, calls = newMCPServer(tb, s.gate, served, s.metrics, s.record, logger)
 	}
+	s.mcp.AddReceivingMiddleware(isolationMeta(s.isolationDigest))
 	s.sse = wire.NewSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
 	s.sse.StoreCalls(calls)
 	s.streamable = wire.NewStreamableTransport(s.mcp, s.sse.LoadCalls, opts.maxMessageBytes, opts.sessionTimeout, opts.clock, logger)
@@ -227,15 +248,18 @@ func countSessions(m *mcp.Server) int {
 // probes without it (the kubelet has no token). /metrics is guarded because
 // a sandbox's NetworkPolicy admits every pod of the claim's namespace, and
 // its series (tool names, call counts and timings, secrets scrubbed) are the
-// claim's business only: docs/security.md.
+// claim's business only: docs/security.md. The MCP transports and
+// /isolation serve nothing before the isolation evidence is gathered
+// (afterIsolation).
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/sse", s.guard.Wrap(http.HandlerFunc(s.sse.ServeStream)))
-	mux.Handle(wire.SSEEndpointPath, s.guard.Wrap(http.HandlerFunc(s.sse.ServeMessage)))
-	mux.Handle("/mcp", s.guard.Wrap(s.streamable))
+	mux.Handle("/sse", s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.sse.ServeStream))))
+	mux.Handle(wire.SSEEndpointPath, s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.sse.ServeMessage))))
+	mux.Handle("/mcp", s.guard.Wrap(s.afterIsolation(s.streamable)))
 	mux.Handle("POST "+sandboxstop.Path, s.guard.Wrap(http.HandlerFunc(s.serveStop)))
 	// Read-only: the agent holds the token too (docs/security.md).
 	mux.Handle("GET "+recordlog.Path, s.guard.Wrap(s.record))
+	mux.Handle("GET "+isolation.Path, s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.serveIsolation))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.guard.Wrap(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))

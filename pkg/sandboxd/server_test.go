@@ -79,6 +79,13 @@ func startServerLogging(t testing.TB, cfg Config, opts options, logger logr.Logg
 		}
 		s.close()
 	})
+	// Ready, as the kubelet would wait for: the isolation evidence gathered (TestReadyzWaitsForTheEvidence
+	// sees the time before it).
+	select {
+	case <-s.isolated:
+	case <-time.After(testTimeout):
+		t.Fatal("sandboxd did not gather its isolation evidence")
+	}
 	return &testServer{server: s, url: "http://" + ln.Addr().String(), ws: cfg.Workspace}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/isolation"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
@@ -203,9 +204,9 @@ func ClaimPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 	mount := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true}
 	pod := sandboxPod(meta, record, workspace.DirOf(claim), ClaimArgs(record), secret, mount)
 	// Egress (egress.go): the operator's variables last, the class's of the same names dropped,
-	// and the CA bundle beside the token.
+	// and the CA bundle beside the token; the node's address after them (withNodeIP).
 	c := &pod.Spec.Containers[0]
-	c.Env = withoutReserved(c.Env, egressEnv(claim, record, claim.Name))
+	c.Env = withNodeIP(withoutReserved(c.Env, egressEnv(claim, record, claim.Name)))
 	if v, m := egressVolume(record); v != nil {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, *v)
 		c.VolumeMounts = append(c.VolumeMounts, *m)
@@ -251,7 +252,7 @@ func sandboxPod(meta metav1.ObjectMeta, record *airlockv1alpha1.FrozenSandbox, w
 		Image:           record.Image,
 		Args:            args,
 		Ports:           containerPorts,
-		Env:             append([]corev1.EnvVar(nil), record.Env...),
+		Env:             withNodeIP(record.Env),
 		Resources:       defaultedResources(record.Resources),
 		VolumeMounts:    mounts,
 		SecurityContext: RestrictedContainerSecurityContext(),
@@ -288,6 +289,22 @@ func sandboxPod(meta metav1.ObjectMeta, record *airlockv1alpha1.FrozenSandbox, w
 			RuntimeClassName:              record.RuntimeClassName,
 		},
 	}
+}
+
+// withNodeIP returns env with the node's address (isolation.NodeIPEnv, the downward API's
+// status.hostIP) last and once, for sandboxd's node probe (docs/isolation.md, "Evidence"): any
+// other variable of that name (a class's: ClassConflict refuses such a class) is dropped, so that
+// no class points the probe elsewhere.
+func withNodeIP(env []corev1.EnvVar) []corev1.EnvVar {
+	out := make([]corev1.EnvVar, 0, len(env)+1)
+	for _, e := range env {
+		if e.Name != isolation.NodeIPEnv {
+			out = append(out, e)
+		}
+	}
+	return append(out, corev1.EnvVar{Name: isolation.NodeIPEnv, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.hostIP"},
+	}})
 }
 
 // Addresses are the claim's addresses: one per recorded port, at its pod's IP. The pod is Ready
