@@ -65,7 +65,7 @@ func policySpec(namespace string, selector map[string]string, record *airlockv1a
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(tcp), Port: ptr.To(gw.TargetPort)}},
 		})
 	}
-	if len(record.AllowedServices) > 0 && record.Egress == nil {
+	if DNSAllowed(record) {
 		// DNS whenever the record allows some Service (SPEC section 5), whether or not the
 		// Service exists yet or names pods: the sandbox reaches it by name. Never with egress,
 		// gateway or not (docs/egress.md, "DNS"): kube-dns forwards any name to the resolvers
@@ -165,4 +165,10 @@ func WithOperatorIngress(np *networkingv1.NetworkPolicy, record *airlockv1alpha1
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(Ports(record)[0].Port))}},
 	})
 	return np
+}
+
+// DNSAllowed says whether the record's sandboxes may reach kube-dns: when it allows some Service
+// (they reach it by name), never with egress (docs/egress.md, "DNS").
+func DNSAllowed(record *airlockv1alpha1.FrozenSandbox) bool {
+	return len(record.AllowedServices) > 0 && record.Egress == nil
 }

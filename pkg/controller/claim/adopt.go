@@ -51,7 +51,9 @@ const (
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
 func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	if record == nil || !warmEligible(claim) || c.hasKeptWorkspace(claim) {
+	if record == nil || !warmEligible(claim) || c.hasKeptWorkspace(claim) || sandboxpod.NeedsDedicatedKernel(record) {
+		// A class that needs a kernel of its own is served only with evidence read before
+		// Bound, which a warm adoption does not read (docs/isolation.md): built cold.
 		return nil, false, nil
 	}
 	reg, entry, err := c.warmEntry(claim)

@@ -172,6 +172,34 @@ func TestIneligibleClaimsBuiltCold(t *testing.T) {
 	}
 }
 
+// TestDedicatedKernelClaimsBuiltCold: a claim whose class needs a kernel of its own never adopts
+// a member, even one of its own pool: its evidence must be read before Bound, which an adoption
+// does not do (docs/isolation.md).
+func TestDedicatedKernelClaimsBuiltCold(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	class := newClass("codegen")
+	class.Spec.Isolation = &airlockv1alpha1.SandboxIsolation{Kernel: airlockv1alpha1.KernelDedicated}
+	record := sandboxpod.Freeze(class, &newRegistry("tools", "").Spec.Sandboxes[0])
+	reg := warmRegistry(3)
+	f := warmFixture(t, 5, warmMember(reg, "tools-codegen-aaaaaaaaaaaa", record, t0, "10.244.0.40"))
+	f.classes = []*airlockv1alpha1.SandboxClass{class}
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	built := false
+	for _, a := range f.actions() {
+		if strings.HasPrefix(a, "patch pods") {
+			t.Errorf("adopted a member: %s", a)
+		}
+		built = built || a == "create pods c1"
+	}
+	if !built {
+		t.Errorf("actions %v, want the claim's own pod", f.actions())
+	}
+}
+
 // TestAdoptionConflictTriesTheNext: a member that changed since the cache showed it (the API
 // server refuses the patch: another leader adopted it) is skipped for the next one.
 func TestAdoptionConflictTriesTheNext(t *testing.T) {

@@ -75,7 +75,16 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		return nil, err
 	}
 	if pod := sandboxpod.ReadyPod(pods); pod != nil {
+		v := c.isolationOf(ctx, claim, pod, left, inTime)
+		switch {
+		case v.failure != "":
+			c.recorder.Event(claim, corev1.EventTypeWarning, ReasonIsolationNotMet, v.failure)
+			return c.fail(ctx, claim, rt, ReasonIsolationNotMet, v.failure)
+		case v.wait != nil:
+			return v.wait, nil
+		}
 		updated := claim.DeepCopy()
+		updated.Status.Isolation = v.iso
 		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
 		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
 		updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)

@@ -24,6 +24,7 @@ package claim
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"sync"
@@ -171,6 +172,11 @@ type Controller struct {
 	newProxyCredential func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
 	// stops is the operator's stop of Reaping claims' pods (stop.go); nil: off.
 	stops *stops
+	// evidence reads sandboxes' isolation evidence before Bound (isolation.go); nil: off, with
+	// stops.
+	evidence *evidence
+	// signingKey is the key of the isolation statements; a seam for tests.
+	signingKey signingKeyOf
 	// egressGateway is the operator's egress gateway (--egress-gateway-service); nil: a class
 	// with egress is refused (SetEgressGateway).
 	egressGateway *sandboxpod.GatewayRef
@@ -209,6 +215,8 @@ type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 	// ProxyCredential derives a claim's egress proxy credential (claimtoken.DeriveProxy).
 	ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+	// SigningKey derives the isolation statements' signing key (claimtoken.SigningKey).
+	SigningKey(ctx context.Context) (ed25519.PrivateKey, error)
 }
 
 // NewController returns a SandboxClaim controller on the given informers. Events are recorded
@@ -228,6 +236,7 @@ func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Inter
 	c.newProxyCredential = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
 		return tokens.ProxyCredential(ctx, claim.UID, claim.Namespace, claim.Name)
 	}
+	c.signingKey = tokens.SigningKey
 	return c, nil
 }
 
@@ -359,6 +368,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Wait()
 	c.builds.Wait()
 	c.waitForStops()
+	c.waitForReads()
 	return nil
 }
 

@@ -94,6 +94,7 @@ func (c *Controller) addChildHandlers(informers Informers) error {
 			c.podsChecked.Delete(pod.UID)
 			c.adopting.Delete(pod.UID)
 			c.forgetStop(pod.UID)
+			c.forgetRead(pod.UID)
 		}
 		c.handleObject(obj)
 	}

@@ -48,6 +48,12 @@ var (
 		Help:           "Finished sync-back Jobs, by result (succeeded, failed; gaveup: the claim's last attempt failed and it is Failed with its workspace kept).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	isolationChecks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_isolation_checks_total",
+		Help:           "Sandboxes' isolation evidence judged before Bound, by result: met (signed and Bound), not_met (the claim Failed, reason IsolationNotMet).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 	sandboxStops = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_sandbox_stops_total",
@@ -105,7 +111,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops)
+		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops, isolationChecks)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

@@ -58,10 +58,12 @@ type stops struct {
 // sandbox's NetworkPolicy lets reach sandboxd's port. Call before Run.
 func (c *Controller) SetOperatorPeer(peer *sandboxpod.OperatorPeer) {
 	if peer == nil {
-		c.stops = nil
+		c.stops, c.evidence = nil, nil
 		return
 	}
 	c.stops = &stops{peer: peer, client: sandboxstop.NewClient(), slots: make(chan struct{}, maxStopsInFlight)}
+	// The same ingress lets the controller read each sandbox's isolation evidence before Bound.
+	c.evidence = newEvidence()
 }
 
 // claimNetworkPolicy is the claim's NetworkPolicy, with the operator's ingress when the stop is on.
