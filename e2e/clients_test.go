@@ -121,8 +121,8 @@ func TestGoClientSession(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	if want := claimname.For("agent", "s1", "codegen/default"); sb.Claim != want || !strings.HasSuffix(sb.MCPURL, ":8080/mcp") ||
-		!strings.HasPrefix(sb.Authorization, "Bearer ") || sb.Warm || sb.ResumedWorkspace != nil || sb.Attestation != nil {
-		t.Errorf("sandbox %+v, want claim %s with its MCP URL and token, not warm, nothing resumed, no attestation", sb, want)
+		!strings.HasPrefix(sb.Authorization, "Bearer ") || sb.Warm || sb.ResumedWorkspace != nil || sb.Response.Attestation != nil || sb.Isolation != nil {
+		t.Errorf("sandbox %+v, want claim %s with its MCP URL and token, not warm, nothing resumed, no attestation (kwok: no evidence read)", sb, want)
 	}
 
 	// The runtime's one slot is taken: another session's acquire is answered 202 (Queued) each

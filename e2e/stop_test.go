@@ -23,7 +23,8 @@ import (
 // real node: TestRealNodeReacquire.
 func TestReapingWhenTheStopCannotReachSandboxd(t *testing.T) {
 	e := newClaimEnv(t, "airlock-stop-unreachable", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
-	startClaimOperatorWithArgs(t, e.ns, "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator")
+	// No sandboxd runs on kwok: the evidence is not read (--read-isolation-evidence=false).
+	startClaimOperatorWithArgs(t, e.ns, "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator", "--read-isolation-evidence=false")
 	c := e.createClaim(t, "session-1", "codegen/default", "")
 	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
 

@@ -85,6 +85,8 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			Workers:        4,
 			SyncImage:      "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
 			WarmRefillRate: warmpool.DefaultRefillRate,
+			// Evidence is read wherever the operator can reach sandboxes.
+			ReadIsolationEvidence: true,
 		},
 	}
 }
@@ -167,6 +169,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
 		EgressGateway:          egressGateway,
 		OperatorPeer:           operatorPeer,
+		ReadIsolationEvidence:  o.Controllers.ReadIsolationEvidence,
 		EgressCA:               egressCA,
 	}, nil
 }

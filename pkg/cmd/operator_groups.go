@@ -247,6 +247,9 @@ type ControllerOptions struct {
 	EgressCARootsFile string
 	// OperatorPodLabels are the labels of the operator's own pods (the operator's stop).
 	OperatorPodLabels string
+	// ReadIsolationEvidence, with OperatorPodLabels: read each sandbox's isolation evidence
+	// before Bound (docs/isolation.md).
+	ReadIsolationEvidence bool
 }
 
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
@@ -257,6 +260,7 @@ func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ManageEgressCA, "manage-egress-ca", o.ManageEgressCA, "With --egress-ca-bundle-configmap: keep the egress gateway's terminating CA in the Secret "+egressca.SecretName+" of the operator's namespace (made, rotated before it expires, the next CA published for "+egressca.DefaultPropagation.String()+" before it signs), which the gateway mounts (--terminate-ca-dir), and the bundle ConfigMap, the public roots and the terminating CAs, in every namespace with a claim frozen with it.")
 	fs.StringVar(&o.EgressCARootsFile, "egress-ca-roots-file", o.EgressCARootsFile, "With --manage-egress-ca: PEM file of the public roots the bundle ConfigMaps hold after the terminating CAs (read at start). Empty: the system's bundle ("+strings.Join(systemRootFiles, ", ")+", the first that exists).")
 	fs.StringVar(&o.OperatorPodLabels, "operator-pod-labels", o.OperatorPodLabels, "The labels of this operator's own pods, key=value[,key=value] (like app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator), in its namespace. Set: each sandbox's NetworkPolicy lets those pods reach sandboxd's port, and a reaped claim's pod is stopped through sandboxd (POST /stop, with the claim's token) and deleted at once instead of waiting for the kubelet to stop it (docs/nothing-lost.md, \"The operator's stop\"). Empty: reaping waits for the kubelet.")
+	fs.BoolVar(&o.ReadIsolationEvidence, "read-isolation-evidence", o.ReadIsolationEvidence, "With --operator-pod-labels: before a claim is Bound, read its sandboxd's isolation evidence (GET /isolation, with the claim's token), judge it against the class's isolation and the Node's kernel, and sign it for the runtime (docs/isolation.md); a claim whose evidence does not hold fails (IsolationNotMet). false: claims are Bound without a statement, and a class that needs a kernel of its own is refused. Only for planes where no sandboxd runs (kwok).")
 	fs.Float64Var(&o.WarmRefillRate, "warm-refill-rate", o.WarmRefillRate, "Warm members the leader creates per second at most, across every pool (> 0); they are written with a client of their own, so that refills never take the claims' turn.")
 }
 

@@ -102,6 +102,9 @@ type Config struct {
 	// NetworkPolicies let them reach sandboxd, and Reaping claims' pods are stopped through
 	// sandboxd and deleted at once (pkg/sandboxstop).
 	OperatorPeer *sandboxpod.OperatorPeer
+	// ReadIsolationEvidence, with OperatorPeer, reads each sandbox's isolation evidence before
+	// Bound (--read-isolation-evidence).
+	ReadIsolationEvidence bool
 	// EgressCA, when set (--manage-egress-ca), is what the leader keeps: the gateway's terminating
 	// CA in the operator's namespace (the egress CA controller) and the bundle ConfigMaps (the CA
 	// bundle distributor).

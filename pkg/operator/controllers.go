@@ -59,6 +59,8 @@ type ControllerContext struct {
 	EgressGateway *sandboxpod.GatewayRef
 	// OperatorPeer turns the operator's stop on (--operator-pod-labels), nil for off.
 	OperatorPeer *sandboxpod.OperatorPeer
+	// ReadIsolationEvidence, with OperatorPeer, reads sandboxes' isolation evidence before Bound.
+	ReadIsolationEvidence bool
 	// EgressCA is what the egress CA controller keeps (its Namespace the operator's) and the
 	// distributor publishes, nil for nothing (--manage-egress-ca unset).
 	EgressCA *egressca.Config
@@ -271,6 +273,9 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	}
 	c.SetEgressGateway(cc.EgressGateway)
 	c.SetOperatorPeer(cc.OperatorPeer)
+	if !cc.ReadIsolationEvidence {
+		c.SetIsolationEvidence(false)
+	}
 	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
 }
 

@@ -245,6 +245,17 @@ func (c *Controller) attest(ctx context.Context, claim *airlockv1alpha1.SandboxC
 	}, key)
 }
 
+// SetIsolationEvidence turns the reading of evidence off (false) on a controller whose operator
+// peer is set (SetOperatorPeer turns it on): for planes where no sandboxd runs. Call before Run.
+func (c *Controller) SetIsolationEvidence(read bool) {
+	switch {
+	case !read:
+		c.evidence = nil
+	case c.stops != nil && c.evidence == nil:
+		c.evidence = newEvidence()
+	}
+}
+
 // forgetRead forgets a pod's read, once the pod is deleted.
 func (c *Controller) forgetRead(uid types.UID) {
 	if c.evidence != nil {
