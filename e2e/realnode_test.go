@@ -80,6 +80,8 @@ type realnodeOptions struct {
 	codegenImage                               string                             // the codegen class's image (default: realnodeSandboxImage)
 	warm                                       int32                              // the codegen sandbox's warm members
 	workspaceRetention                         *time.Duration                     // the runtime's workspaceRetention (default: the CRD's, 24h)
+	codegenRuntimeClass                        string                             // the codegen class's runtimeClassName (default: none, runc)
+	codegenIsolation                           *airlockv1alpha1.SandboxIsolation  // the codegen class's isolation (default: none, Any)
 }
 
 func requireRealNode(t *testing.T) {
@@ -133,6 +135,10 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 			if o.codegenResources != nil {
 				class.Spec.Resources = *o.codegenResources
 			}
+			if o.codegenRuntimeClass != "" {
+				class.Spec.RuntimeClassName = ptr.To(o.codegenRuntimeClass)
+			}
+			class.Spec.Isolation = o.codegenIsolation
 		}
 		if o.startupTimeout > 0 {
 			class.Spec.StartupTimeout = &metav1.Duration{Duration: o.startupTimeout}
@@ -513,6 +519,8 @@ type rnSession struct {
 	Protocol      string            `json:"protocol"`
 	Calls         []rnCall          `json:"calls"`
 	Probes        map[string]string `json:"probes"`
+	Kernel        string            `json:"kernel"`  // the verified isolation statement's (verifyIsolation)
+	Runtime       string            `json:"runtime"` // what sandboxd saw it ran under
 	Error         string            `json:"error"`
 }
 

@@ -68,6 +68,10 @@ type Plan struct {
 	IdleSeconds int    `json:"idleSeconds,omitempty"`
 	Steps       []Step `json:"steps,omitempty"`
 	Close       bool   `json:"close,omitempty"` // sessions/close at the end
+	// VerifyIsolation and RequireDedicatedKernel: pkg/client verifies the acquire answer's
+	// isolation attestation with airlock-ca's isolation-keys.pem (Config.VerifyIsolation).
+	VerifyIsolation        bool `json:"verifyIsolation,omitempty"`
+	RequireDedicatedKernel bool `json:"requireDedicatedKernel,omitempty"`
 	// Probes are host:port addresses the client itself dials (it has no NetworkPolicy): the
 	// controls that show a target the sandbox cannot reach does answer.
 	Probes []string `json:"probes,omitempty"`
@@ -120,7 +124,11 @@ type SessionResult struct {
 	Calls           []CallResult      `json:"calls"`
 	Closed          bool              `json:"closed"`
 	Probes          map[string]string `json:"probes,omitempty"` // address -> OPEN or BLOCKED
-	Error           string            `json:"error,omitempty"`
+	// Kernel, Runtime and Node are the verified isolation statement's (VerifyIsolation).
+	Kernel  string `json:"kernel,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // BenchResult is the output of `bench`.
@@ -313,6 +321,7 @@ func apiConfig(p Plan) (client.Config, error) {
 		API: p.API, TokenFile: p.TokenFile, HTTPClient: hc, PlainHTTP: p.PlainHTTP,
 		Namespace: p.Namespace, Runtime: p.Runtime,
 		IdleTimeout: time.Duration(p.IdleSeconds) * time.Second, AcquireTimeout: 20 * time.Minute, WaitSeconds: p.WaitSeconds,
+		VerifyIsolation: p.VerifyIsolation, RequireDedicatedKernel: p.RequireDedicatedKernel,
 	}, nil
 }
 
@@ -459,6 +468,14 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 	}
 	out.Claim, out.Phase, out.AcquireMillis = got.Claim, got.Response.Phase, ms(d)
 	out.URL = got.Response.Addresses[0].URL
+	if st := got.Isolation; st != nil {
+		var ev struct {
+			Runtime string `json:"runtime"`
+		}
+		_ = json.Unmarshal(st.Evidence, &ev)
+		out.Kernel, out.Runtime, out.Node = st.Kernel, ev.Runtime, st.Node
+		say("isolation verified: kernel %s (%s) on node %s (its kernel %s)", st.Kernel, ev.Runtime, st.Node, st.NodeKernel)
+	}
 	say("acquired %s for session %s: claim %s %s in %.0f ms, MCP at %s", p.Handle, p.Session, got.Claim, got.Response.Phase, out.AcquireMillis, got.MCPURL)
 
 	sctx, cancel := context.WithCancel(ctx)
