@@ -73,17 +73,19 @@ MSG
 # The real node and the demo.
 
 DEMO_NS=airlock-demo
+DEMO_GVISOR=false # true once the node has RuntimeClass gvisor (run_demo)
 CONTENT=/var/lib/airlock-demo/content
 
 demo_plan() {
   cat <<EOF
 {"api": "https://airlock-sandbox-api.airlock-system.svc:8443", "tokenFile": "/var/run/secrets/airlock/token", "caFile": "/var/run/airlock/ca/ca.crt", "namespace": "$DEMO_NS",
  "runtime": "agent", "session": "demo-$(date +%H%M%S)", "handle": "codegen/default", "close": true,
+ "verifyIsolation": true, "requireDedicatedKernel": $DEMO_GVISOR,
  "steps": [
   {"name": "write", "tool": "Write", "args": {"file_path": "hello/README.md", "content": "# hello\n\nwritten by an agent in an airlock sandbox\n"}},
   {"name": "read",  "tool": "Read",  "args": {"file_path": "hello/README.md"}},
   {"name": "edit",  "tool": "Edit",  "args": {"file_path": "hello/README.md", "old_string": "an agent", "new_string": "the demo agent"}},
-  {"name": "bash",  "tool": "Bash",  "args": {"command": "echo \"uid \$(id -u)\"; cat hello/README.md | tail -n 1; ls -la hello"}},
+  {"name": "bash",  "tool": "Bash",  "args": {"command": "echo \"uid \$(id -u), kernel \$(uname -r)\"; cat hello/README.md | tail -n 1; ls -la hello"}},
   {"name": "net",   "tool": "Bash",  "args": {"command": "exec 2>/dev/null; if timeout 3 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443'; then echo 'reached the API server'; else echo 'the API server (10.96.0.1:443) is unreachable from the sandbox: NetworkPolicy'; fi"}}
  ]}
 EOF
@@ -173,6 +175,14 @@ run_node() {
   chmod 0777 "$CONTENT"
   find "$CONTENT" -mindepth 1 -maxdepth 3 -type d -perm -1000 -exec chmod -t {} + || true
   "$KUBECTL" apply --server-side --force-conflicts -k hack/local-node/demo
+  if "$KUBECTL" get runtimeclass gvisor >/dev/null 2>&1; then
+    DEMO_GVISOR=true
+    say "the demo's sandbox runs under gVisor (class codegen-gvisor, isolation.kernel Dedicated): the runtime verifies the operator's signed evidence"
+  else
+    DEMO_GVISOR=false
+    say "no RuntimeClass gvisor (AIRLOCK_NODE_GVISOR=0): the demo's sandbox runs under runc (class codegen)"
+    "$KUBECTL" -n "$DEMO_NS" patch toolregistry tools --type=json -p '[{"op":"replace","path":"/spec/sandboxes/0/class","value":"codegen"}]' >/dev/null
+  fi
   "$KUBECTL" get sbc,tr,ar -A
 
   say "the agent runtime pod acquires a sandbox through the Sandbox API and calls tools over MCP"
