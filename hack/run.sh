@@ -73,7 +73,7 @@ MSG
 # The real node and the demo.
 
 DEMO_NS=airlock-demo
-DEMO_GVISOR=false # true once the node has RuntimeClass gvisor (run_demo)
+DEMO_GVISOR=false # true once the node has RuntimeClass gvisor (run_node)
 CONTENT=/var/lib/airlock-demo/content
 
 demo_plan() {
