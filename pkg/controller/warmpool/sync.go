@@ -316,7 +316,6 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 		name := sandboxpod.MemberName(reg.Name, p.entry.Name)
 		pod := sandboxpod.MemberPod(reg, p.entry.Name, p.key, name, p.record)
 		c.created.expect(reg.Namespace, name, p.key)
-		c.demand.memberCreated(cache.ObjectName{Namespace: reg.Namespace, Name: name}, poolRef{registry: reg.UID, entry: p.entry.Name}, now)
 		if err := c.pods.Create(ctx, pod); err != nil {
 			c.created.seen(reg.Namespace, name)
 			if !apierrors.IsAlreadyExists(err) {
@@ -326,6 +325,8 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 			}
 			continue
 		}
+		// Its ready time is measured from here (demand.memberSeen); the request's own time is in it.
+		c.demand.memberCreated(cache.ObjectName{Namespace: reg.Namespace, Name: name}, poolRef{registry: reg.UID, entry: p.entry.Name}, now)
 		p.starting = append(p.starting, pod)
 	}
 	return 0
