@@ -86,8 +86,8 @@ func (d *demand) memberCreated(member cache.ObjectName, pool poolRef, now time.T
 	d.started[member] = startedMember{pool: pool, created: now}
 }
 
-// memberReady measures a member this process created, the first time it is seen Ready; a
-// member deleted before is forgotten.
+// memberSeen measures a member this process created, the first time it is seen Ready; a member
+// deleted before is forgotten.
 func (d *demand) memberSeen(pod *corev1.Pod, gone bool, now time.Time) {
 	key := cache.MetaObjectToName(pod)
 	d.mu.Lock()

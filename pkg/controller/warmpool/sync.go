@@ -29,7 +29,7 @@ type pool struct {
 	entry *airlockv1alpha1.RegistrySandbox
 	// wanted is the pool's target: members are created up to it. keep (at least wanted) is how
 	// many idle members it keeps: more are deleted. Both are warm for a static pool; with a
-	// warmPolicy, keep is the largest target of the last few seconds (warmsize.Held), and
+	// warmPolicy, keep is the largest target of the last 30 s (warmsize.Held), and
 	// sizing says how they were computed.
 	wanted, keep int32
 	sizing       *warmsize.Sizing
@@ -78,7 +78,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		errs     []error
 		requeue  *time.Duration
 		pools    []*pool
-		runtimes []types.UID
+		runtimes []types.UID // of the registry, listed once for the pools with a warmPolicy
+		listed   bool
 		sized    = map[string]bool{}
 	)
 	wait := func(d time.Duration) {
@@ -90,10 +91,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		p := c.poolOf(reg, &reg.Spec.Sandboxes[i])
 		pools = append(pools, p)
 		if p.entry.WarmPolicy != nil {
-			if runtimes == nil {
+			if !listed {
 				if runtimes, err = c.runtimesOf(reg); err != nil {
 					return nil, err
 				}
+				listed = true
 			}
 			wait(c.sizePool(reg, p, runtimes))
 			sized[p.entry.Name] = true
