@@ -145,6 +145,15 @@ func TestCreateAndReadBack(t *testing.T) {
 	if sb.MaxInstances != 10 || sb.Workspace != airlockv1alpha1.WorkspaceClaim || sb.Allocation != airlockv1alpha1.AllocationLazy {
 		t.Errorf("registry sandbox defaults: maxInstances %d workspace %q allocation %q", sb.MaxInstances, sb.Workspace, sb.Allocation)
 	}
+	demand := validRegistry(ns)
+	demand.Name = "tools-demand"
+	demand.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Max: 4}
+	if demand, err = airlockClient.AirlockV1alpha1().ToolRegistries(ns).Create(ctx, demand, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a registry with a warmPolicy: %v", err)
+	}
+	if wp := demand.Spec.Sandboxes[0].WarmPolicy; wp.Min != 0 || wp.Max != 4 || wp.HeadroomPercent == nil || *wp.HeadroomPercent != airlockv1alpha1.DefaultWarmHeadroomPercent {
+		t.Errorf("warmPolicy read back %+v, want min 0, max 4, headroomPercent %d", wp, airlockv1alpha1.DefaultWarmHeadroomPercent)
+	}
 
 	if _, err := airlockClient.AirlockV1alpha1().AgentRuntimes(ns).Create(ctx, validRuntime(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating runtime: %v", err)
@@ -333,6 +342,52 @@ func TestInvalidObjectsRejected(t *testing.T) {
 				return err
 			},
 			wantMsg: "warm members serve fresh workspaces only",
+		},
+		{
+			name: "registry warm and warmPolicy",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-both"
+				r.Spec.Sandboxes[0].Warm = 2
+				r.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Min: 1, Max: 4}
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "warm and warmPolicy are exclusive",
+		},
+		{
+			name: "registry warmPolicy min above max",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-min-max"
+				r.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Min: 5, Max: 4}
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "min may not exceed max",
+		},
+		{
+			name: "registry warmPolicy max above maxInstances",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-max-instances"
+				r.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Max: 11} // maxInstances defaults to 10
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "warmPolicy.max may not exceed maxInstances",
+		},
+		{
+			name: "registry warmPolicy of a session's workspace",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "warm-policy-session"
+				r.Spec.Sandboxes[0].Workspace = airlockv1alpha1.WorkspaceSession
+				r.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Max: 4}
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "no warmPolicy with workspace: session",
 		},
 		{
 			name: "registry negative warm",

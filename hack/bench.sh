@@ -16,8 +16,11 @@
 # when the peer did not run.
 #
 # Settings (environment):
-#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,scale2000,scale10x500
-#                          (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the scale runs)
+#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,warm-demand,scale2000,scale10x500
+#                          (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the scale runs;
+#                          warm-demand, airlock's only: a warmPolicy pool through 2/s, 20/s and 2/s for 30 s
+#                          each; a pool refills no faster than --warm-refill-rate, so give it
+#                          BENCH_OPERATOR_FLAGS="--warm-refill-rate=25" to follow the burst)
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
 #   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
 #                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);
@@ -65,9 +68,10 @@ source "$ROOT/hack/lib/gomod.sh"
 
 # The peer runs when asked (BENCH_PEER=1, built if needed), or by default when its binary is built
 # from its pin; PEER_SKIPPED says why not, and is printed at the end. It runs the scenarios asked
-# for but the scale runs (their fill goes through airlock's Sandbox API).
+# for but the scale runs (their fill goes through airlock's Sandbox API) and warm-demand (the peer's
+# pools follow demand only through an HPA or KEDA, which this plane does not run).
 PEER_SKIPPED=
-PEER_SCENARIOS=$(tr ',' '\n' <<<"$SCENARIOS" | grep -vx -e scale2000 -e scale10x500 -e '' | paste -sd, || true)
+PEER_SCENARIOS=$(tr ',' '\n' <<<"$SCENARIOS" | grep -vx -e scale2000 -e scale10x500 -e warm-demand -e '' | paste -sd, || true)
 case ${BENCH_PEER:-} in
   0) PEER_SKIPPED="BENCH_PEER=0" ;;
   1) hack/build-cluster-bins.sh agent-sandbox-controller ;;

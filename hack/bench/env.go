@@ -72,11 +72,12 @@ func (k kube) ensureClass(ctx context.Context) error {
 }
 
 // setupNamespace creates namespace ns (restricted Pod Security) with what claims need: the
-// workspace-content PVC pre-bound to a PV (kwok never mounts it), a registry, a runtime with
+// workspace-content PVC pre-bound to a PV (kwok never mounts it), a registry (with warm static
+// members, or a warmPolicy), a runtime with
 // limits that never bind, and the runtime's ServiceAccount. It returns a token of that
 // ServiceAccount for the airlock audience, from the TokenRequest API, once the operator reports
 // the runtime Ready (so that the Sandbox API's cache has it too).
-func (k kube) setupNamespace(ctx context.Context, ns string, warm int32) (string, error) {
+func (k kube) setupNamespace(ctx context.Context, ns string, warm int32, policy *warmPolicy) (string, error) {
 	_, err := k.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "airlock.dev/bench": "true"},
@@ -115,6 +116,9 @@ func (k kube) setupNamespace(ctx context.Context, ns string, warm int32) (string
 			Name: sandboxName, Class: className, MaxInstances: limit, Warm: warm,
 			AllowedTools: []airlockv1alpha1.ToolName{"Read", "Bash"},
 		}}},
+	}
+	if policy != nil {
+		registry.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Min: policy.Min, Max: policy.Max}
 	}
 	if _, err := k.airlock.AirlockV1alpha1().ToolRegistries(ns).Create(ctx, registry, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("creating registry in %s: %w", ns, err)

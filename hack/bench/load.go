@@ -26,15 +26,15 @@ type answer struct {
 	err            error
 }
 
-// openLoop sends n acquires, request i at t0 + i/rate whatever the answers (rate 0: all at once),
-// request i to targets[i % len(targets)] with session "<prefix>-<i>", and waits for every answer:
-// 200 Bound, an error, or acquireTimeout.
-func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix string, n int, rate float64, acquireTimeout time.Duration) []answer {
+// openLoop sends n acquires, request i at t0 + at(i) whatever the answers (scenario.offset: i/rate,
+// or by phases), request i to targets[i % len(targets)] with session "<prefix>-<i>" (session),
+// and waits for every answer: 200 Bound, an error, or acquireTimeout.
+func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix string, n int, at func(i int) time.Duration, acquireTimeout time.Duration) []answer {
 	answers := make([]answer, n)
 	var wg sync.WaitGroup
 	start := clk.Now()
 	for i := range n {
-		if d := schedule(i, rate) - clk.Since(start); d > 0 {
+		if d := at(i) - clk.Since(start); d > 0 {
 			t := clk.NewTimer(d)
 			select {
 			case <-t.C():
@@ -53,13 +53,16 @@ func openLoop(ctx context.Context, clk clock.Clock, targets []target, prefix str
 			actx, cancel := context.WithTimeout(ctx, acquireTimeout)
 			defer cancel()
 			sent := clk.Now()
-			err := tg.acquire(actx, fmt.Sprintf("%s-%d", prefix, i), int(min(acquireTimeout, 300*time.Second).Seconds()))
+			err := tg.acquire(actx, session(prefix, i), int(min(acquireTimeout, 300*time.Second).Seconds()))
 			answers[i] = answer{sent: sent, answered: clk.Now(), err: err}
 		}()
 	}
 	wg.Wait()
 	return answers
 }
+
+// session is the session of an open loop's acquire i.
+func session(prefix string, i int) string { return fmt.Sprintf("%s-%d", prefix, i) }
 
 // fill creates n claims in tg's namespace through the Sandbox API without waiting for them
 // (waitSeconds 0: the answer is 202 once the claim exists; a 503 is retried after its

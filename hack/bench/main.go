@@ -123,8 +123,8 @@ func (o options) validate() error {
 		return err
 	}
 	for _, s := range scenarios {
-		if s.FillNamespaces > 0 && o.product != productAirlock {
-			return fmt.Errorf("scenario %s: the scale runs fill through airlock's Sandbox API; %s runs %s only", s.Name, o.product, strings.Join(peerScenarios(), ", "))
+		if (s.FillNamespaces > 0 || s.WarmPolicy != nil) && o.product != productAirlock {
+			return fmt.Errorf("scenario %s: airlock's only (the scale runs fill through its Sandbox API; warm-demand sizes its pool by demand); %s runs %s only", s.Name, o.product, strings.Join(peerScenarios(), ", "))
 		}
 	}
 	for _, re := range []string{o.operatorHistograms, o.passMetric} {

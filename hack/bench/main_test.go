@@ -39,7 +39,9 @@ func TestValidateProduct(t *testing.T) {
 		{productPeer, "", "rate20,warm20", ""},
 		{productAirlock, "https://x", "rate20,scale2000", ""},
 		{productAirlock, "", "rate20", "missing --api-url"},
-		{productPeer, "", "rate20,scale10x500", "scenario scale10x500: the scale runs fill through airlock's Sandbox API"},
+		{productPeer, "", "rate20,scale10x500", "scenario scale10x500: airlock's only"},
+		{productPeer, "", "warm-demand", "scenario warm-demand: airlock's only"},
+		{productAirlock, "https://x", "warm20,warm-demand", ""},
 		{"kube-agent", "", "rate20", `unknown --product "kube-agent"`},
 	} {
 		o := base

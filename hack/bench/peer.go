@@ -120,7 +120,11 @@ func peerClaim(ns, name string) *unstructured.Unstructured {
 	}}
 }
 
-func (p *peerProduct) setupNamespace(ctx context.Context, ns string, warm int32) (target, error) {
+func (p *peerProduct) setupNamespace(ctx context.Context, ns string, s scenario) (target, error) {
+	if s.WarmPolicy != nil {
+		return target{}, fmt.Errorf("scenario %s: the peer's pools do not follow demand by themselves", s.Name)
+	}
+	warm := s.Warm
 	_, err := p.kube.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "airlock.dev/bench": "true"},

@@ -152,7 +152,7 @@ func TestPeerAcquire(t *testing.T) {
 	})
 	p := newPeer(kube{core: fake.NewClientset(), dynamic: dyn})
 	ctx := context.Background()
-	tg, err := p.setupNamespace(ctx, "ns", 0)
+	tg, err := p.setupNamespace(ctx, "ns", scenario{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ type product interface {
 	readyAs() string
 	// prepare creates what every namespace shares (cluster-scoped objects), once.
 	prepare(ctx context.Context) error
-	// setupNamespace creates namespace ns with what acquires need, warm members included, and
-	// returns where its acquires go.
-	setupNamespace(ctx context.Context, ns string, warm int32) (target, error)
+	// setupNamespace creates namespace ns with what the scenario's acquires need, its warm pool
+	// included, and returns where its acquires go.
+	setupNamespace(ctx context.Context, ns string, s scenario) (target, error)
 	// waitWarmReady returns once want warm members of ns are ready.
 	waitWarmReady(ctx context.Context, ns string, want int32) error
 	// warmBound counts the claims of namespaces that adopted a warm member.
@@ -66,8 +66,8 @@ func (a *airlockProduct) prepare(ctx context.Context) error {
 	return nil
 }
 
-func (a *airlockProduct) setupNamespace(ctx context.Context, ns string, warm int32) (target, error) {
-	token, err := a.kube.setupNamespace(ctx, ns, warm)
+func (a *airlockProduct) setupNamespace(ctx context.Context, ns string, s scenario) (target, error) {
+	token, err := a.kube.setupNamespace(ctx, ns, s.Warm, s.WarmPolicy)
 	if err != nil {
 		return target{}, err
 	}

@@ -43,6 +43,8 @@ type Result struct {
 	// WarmBound how many of the scenario's claims were bound to a warm member.
 	WarmFillSeconds float64 `json:"warmFillSeconds,omitempty"`
 	WarmBound       *int    `json:"warmBound,omitempty"`
+	// Demand are the figures of a pool that follows demand (warm-demand).
+	Demand *DemandFigures `json:"demand,omitempty"`
 	// ReadyAs is what the product's acquires wait for (product.readyAs): Bound (airlock's 200
 	// answer; also when empty) or Ready (the peer's claim condition).
 	ReadyAs string `json:"readyAs,omitempty"`
@@ -344,10 +346,7 @@ func (res *Result) print(w io.Writer) {
 		f.Window.print(w, false)
 	}
 	a := res.Acquires
-	how := fmt.Sprintf("open-loop at %g/s", s.Rate)
-	if s.Rate <= 0 {
-		how = "in one burst"
-	}
+	how := s.describeLoad()
 	on := ""
 	if res.Fill != nil {
 		on = fmt.Sprintf(", on top of %d live claims", res.Fill.Bound)
@@ -355,9 +354,15 @@ func (res *Result) print(w io.Writer) {
 	if s.Warm > 0 {
 		on += fmt.Sprintf(", a warm pool of %d (Ready in %.1f s before the window)", s.Warm, res.WarmFillSeconds)
 	}
+	if p := s.WarmPolicy; p != nil {
+		on += fmt.Sprintf(", a warm pool that follows demand within [%d, %d] (its min Ready in %.1f s before the window)", p.Min, p.Max, res.WarmFillSeconds)
+	}
 	fmt.Fprintf(w, "-- %s: %d acquires %s%s\n", s.Name, a.Sent, how, on)
 	if res.WarmBound != nil {
 		fmt.Fprintf(w, "   warm           %d of the claims adopted a warm member\n", *res.WarmBound)
+	}
+	if res.Demand != nil {
+		res.Demand.print(w)
 	}
 	word, until := res.readyWords()
 	fmt.Fprintf(w, "   answers        %d %s", a.Bound, word)
@@ -368,7 +373,7 @@ func (res *Result) print(w io.Writer) {
 	l := a.Latency
 	fmt.Fprintf(w, "   latency ms     p50 %.0f  p90 %.0f  p99 %.0f  max %.0f   (%s)\n", l.P50Ms, l.P90Ms, l.P99Ms, l.MaxMs, until)
 	sent := fmt.Sprintf("sent %.1f/s", a.SendRatePerSec)
-	if s.Rate <= 0 {
+	if s.sendRate() <= 0 {
 		sent = fmt.Sprintf("sent within %.0f ms", a.SendSpreadMs)
 	}
 	fmt.Fprintf(w, "   rate           %s, completed %.1f %s/s (first send -> last answer %.1f s)\n", sent, a.CompletedPerSec, word, a.WindowSeconds)

@@ -247,18 +247,18 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	fmt.Printf("\n== %s: setting up %d namespace(s)\n", s.Name, len(nss))
 	targets := make([]target, 0, len(nss))
 	for _, ns := range nss {
-		tg, err := r.product.setupNamespace(ctx, ns, s.Warm)
+		tg, err := r.product.setupNamespace(ctx, ns, s)
 		if err != nil {
 			return nil, err
 		}
-		if s.Warm > 0 {
+		if want := s.warmBefore(); want > 0 {
 			t0 := r.clock.Now()
-			fmt.Printf("   waiting for %d warm members in %s\n", s.Warm, ns)
-			if err := r.product.waitWarmReady(ctx, ns, s.Warm); err != nil {
+			fmt.Printf("   waiting for %d warm members in %s\n", want, ns)
+			if err := r.product.waitWarmReady(ctx, ns, want); err != nil {
 				return nil, err
 			}
 			res.WarmFillSeconds = r.clock.Since(t0).Seconds()
-			fmt.Printf("   %d warm members Ready in %.1f s\n", s.Warm, res.WarmFillSeconds)
+			fmt.Printf("   %d warm members Ready in %.1f s\n", want, res.WarmFillSeconds)
 		}
 		targets = append(targets, tg)
 	}
@@ -296,10 +296,38 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	answers := openLoop(ctx, r.clock, targets, s.Name, s.Acquires, s.Rate, r.o.acquireTimeout)
-	res.Acquires = summariseAnswers(answers, s.Rate)
+	// A pool that follows demand: its statuses are watched through the loop (one namespace).
+	var (
+		samples   []poolSample
+		watchErr  error
+		watchDone = make(chan struct{})
+	)
+	wctx, stopWatch := context.WithCancel(ctx)
+	if s.WarmPolicy != nil {
+		go func() {
+			defer close(watchDone)
+			samples, watchErr = r.kube.watchPool(wctx, nss[0], r.clock.Now)
+		}()
+	} else {
+		close(watchDone)
+	}
+	answers := openLoop(ctx, r.clock, targets, s.Name, s.Acquires, s.offset, r.o.acquireTimeout)
+	stopWatch()
+	<-watchDone
+	res.Acquires = summariseAnswers(answers, s.sendRate())
 	if res.Window, err = r.end(ctx, start, s.Acquires); err != nil {
 		return res, err
+	}
+	if s.WarmPolicy != nil {
+		if watchErr != nil {
+			return res, watchErr
+		}
+		warm, err := r.kube.warmSessions(ctx, nss[0])
+		if err != nil {
+			return res, err
+		}
+		d := summariseDemand(s, s.Name, answers, warm, samples)
+		res.Demand = &d
 	}
 	if s.Warm > 0 {
 		n, err := r.product.warmBound(ctx, nss)

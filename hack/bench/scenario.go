@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // scenario is one measured run.
@@ -18,15 +20,106 @@ type scenario struct {
 	FillPerNamespace int `json:"fillPerNamespace,omitempty"`
 	// Warm is the registry sandbox's warm members: the acquires start once that many are Ready.
 	Warm int32 `json:"warm,omitempty"`
+	// Phases, when set, are the open loop's rates in turn (Rate is 0 and Acquires their sum):
+	// each phase sends at its rate for its length.
+	Phases []phase `json:"phases,omitempty"`
+	// WarmPolicy, when set, is the registry sandbox's warmPolicy (a pool that follows demand)
+	// instead of a static Warm: the acquires start once its min is Ready.
+	WarmPolicy *warmPolicy `json:"warmPolicy,omitempty"`
+}
+
+// phase is one rate of a phased open loop.
+type phase struct {
+	Rate    float64 `json:"rate"`
+	Seconds float64 `json:"seconds"`
+}
+
+// acquires is how many acquires the phase sends.
+func (p phase) acquires() int { return int(math.Round(p.Rate * p.Seconds)) }
+
+// warmPolicy is a registry sandbox's warmPolicy bounds (airlock only).
+type warmPolicy struct {
+	Min int32 `json:"min"`
+	Max int32 `json:"max"`
+}
+
+// warmDemandPhases are the warm-demand scenario's (issue 40 item 3): a steady 2/s, a burst of 10x
+// that for 30 s, and 2/s again.
+var warmDemandPhases = []phase{{Rate: 2, Seconds: 30}, {Rate: 20, Seconds: 30}, {Rate: 2, Seconds: 30}}
+
+// offset is when acquire i is sent, after the first: i/rate, or within its phase at its
+// phase's rate after the phases before it.
+func (s scenario) offset(i int) time.Duration {
+	if len(s.Phases) == 0 {
+		return schedule(i, s.Rate)
+	}
+	var start time.Duration
+	for _, p := range s.Phases {
+		n := p.acquires()
+		if i < n {
+			return start + schedule(i, p.Rate)
+		}
+		i -= n
+		start += time.Duration(p.Seconds * float64(time.Second))
+	}
+	return start
+}
+
+// phaseOf is the index of the phase acquire i is sent in (0 without phases).
+func (s scenario) phaseOf(i int) int {
+	for k, p := range s.Phases {
+		if i < p.acquires() {
+			return k
+		}
+		i -= p.acquires()
+	}
+	return max(len(s.Phases)-1, 0)
+}
+
+// warmBefore is how many warm members must be Ready before the acquires start: a static pool's
+// count, or a demand pool's min.
+func (s scenario) warmBefore() int32 {
+	if s.WarmPolicy != nil {
+		return s.WarmPolicy.Min
+	}
+	return s.Warm
+}
+
+// sendRate is the rate the acquires are sent at on average (0: a burst).
+func (s scenario) sendRate() float64 {
+	if len(s.Phases) == 0 {
+		return s.Rate
+	}
+	var seconds float64
+	for _, p := range s.Phases {
+		seconds += p.Seconds
+	}
+	return float64(s.Acquires) / seconds
+}
+
+// describeLoad says how the acquires are sent, for the tables.
+func (s scenario) describeLoad() string {
+	if len(s.Phases) > 0 {
+		parts := make([]string, 0, len(s.Phases))
+		for _, p := range s.Phases {
+			parts = append(parts, fmt.Sprintf("%g/s for %g s", p.Rate, p.Seconds))
+		}
+		return "open-loop at " + strings.Join(parts, ", then ")
+	}
+	if s.Rate <= 0 {
+		return "in one burst"
+	}
+	return fmt.Sprintf("open-loop at %g/s", s.Rate)
 }
 
 // scenarioNames are the names parseScenarios knows, in their usual order.
 func scenarioNames() []string {
-	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "scale2000", "scale10x500"}
+	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "warm-demand", "scale2000", "scale10x500"}
 }
 
 // peerScenarios are the scenarios the peer runs: all but the scale runs, whose fill goes through
-// airlock's Sandbox API.
+// airlock's Sandbox API, and warm-demand (the peer's pool keeps a fixed number of replicas unless
+// an HPA or KEDA scales it through its /scale, and this plane runs neither).
 func peerScenarios() []string {
 	return []string{"rate10", "rate20", "rate40", "burst60", "warm20"}
 }
@@ -69,6 +162,14 @@ func parseScenarios(list string, z sizes) ([]scenario, error) {
 			// Issue 14: 200 acquires at 20/s with a pool of 250 (more than the acquires: every
 			// one can be bound warm).
 			out = append(out, scenario{Name: name, Acquires: z.Claims, Rate: 20, Warm: int32(z.Claims + z.Claims/4)})
+		case "warm-demand":
+			// Issue 40 item 3: a pool that follows demand (min 2, max 200) through 2/s, a 10x
+			// burst for 30 s and 2/s again; its own sizes, whatever --claims says.
+			s := scenario{Name: name, Phases: slices.Clone(warmDemandPhases), WarmPolicy: &warmPolicy{Min: 2, Max: 200}}
+			for _, p := range s.Phases {
+				s.Acquires += p.acquires()
+			}
+			out = append(out, s)
 		case "scale2000":
 			out = append(out, scenario{Name: name, Acquires: z.ScaleAcquires, Rate: 10, FillNamespaces: 1, FillPerNamespace: z.ScaleOne})
 		case "scale10x500":

@@ -112,6 +112,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/record", why: "what a session record is: pure, standard library only (sandboxd, the operator and the CLI import it)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
+		{pkg: "pkg/warmsize", why: "what size a warm pool should be: pure, standard library only (the time is given, not read)",
+			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/sandboxrecord", why: "the wire of sandboxd's GET /record and its client: standard library only (sandboxd imports it)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/isolation", why: "what isolation evidence is and how it is judged: pure, standard library only (sandboxd, the operator and runtimes import it)",

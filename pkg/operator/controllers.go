@@ -234,6 +234,8 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 	c, err := warmpool.NewController(ctx, kube, air, warmpool.Informers{
 		Registries:      airlock.ToolRegistries(),
 		Classes:         airlock.SandboxClasses(),
+		Claims:          airlock.SandboxClaims(),
+		Runtimes:        airlock.AgentRuntimes(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
 		AllowedServices: cc.AllowedServices,

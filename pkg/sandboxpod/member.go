@@ -18,6 +18,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
@@ -37,6 +38,28 @@ const (
 	// memberPrefixMax bounds the registry-entry part of a member's name (names are label values).
 	memberPrefixMax = 63 - 1 - memberSuffixLen
 )
+
+// WarmWanted says whether a registry entry keeps a warm pool: a static one (warm > 0) or one that
+// follows demand (warmPolicy, whose target may be zero at times).
+func WarmWanted(entry *airlockv1alpha1.RegistrySandbox) bool {
+	return entry.Warm > 0 || entry.WarmPolicy != nil
+}
+
+// WarmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of its
+// own (not a session's, not a mount role's, not a Failed predecessor's). Its own is the per-claim
+// directory with its runtime's UID (workspace.ClaimDirName), or the one earlier versions gave
+// it, without (`<ns>/sandboxes/<claim>`). The claim controller adopts for these claims only (and
+// not for one that resumes a kept workspace); the pool controller counts them as its demand.
+func WarmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
+	if claim.Spec.MountRole != "" {
+		return false
+	}
+	dir, sandboxes := claim.Spec.WorkspaceDir, workspace.SandboxesDir(claim.Namespace)
+	if uid := admission.RuntimeUID(claim); uid != "" && dir == sandboxes+"/"+workspace.ClaimDirName(claim.Name, uid) {
+		return true
+	}
+	return dir == sandboxes+"/"+claim.Name
+}
 
 // PoolKey identifies a pool: the registry (by UID: a registry deleted and created again has
 // other members), the entry, and the record its members are built from. A member whose key is

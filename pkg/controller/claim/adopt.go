@@ -22,7 +22,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
@@ -51,13 +50,13 @@ const (
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
 func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	if record == nil || !warmEligible(claim) || c.hasKeptWorkspace(claim) || sandboxpod.NeedsDedicatedKernel(record) {
+	if record == nil || !sandboxpod.WarmEligible(claim) || c.hasKeptWorkspace(claim) || sandboxpod.NeedsDedicatedKernel(record) {
 		// A class that needs a kernel of its own is served only with evidence read before
 		// Bound, which a warm adoption does not read (docs/isolation.md): built cold.
 		return nil, false, nil
 	}
 	reg, entry, err := c.warmEntry(claim)
-	if err != nil || entry == nil || entry.Warm <= 0 {
+	if err != nil || entry == nil || !sandboxpod.WarmWanted(entry) {
 		return nil, false, err
 	}
 	candidates, err := c.warm.Idle(reg, entry.Name, record)
@@ -264,19 +263,4 @@ func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.
 		return requeue, true, err
 	}
 	return nil, false, nil
-}
-
-// warmEligible says whether a claim can adopt a warm member: it works in a fresh workspace of
-// its own (not a session's, not a mount role's, not a Failed predecessor's). Its own is the
-// per-claim directory with its runtime's UID (workspace.ClaimDirName), or the one earlier
-// versions gave it, without (`<ns>/sandboxes/<claim>`).
-func warmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
-	if claim.Spec.MountRole != "" {
-		return false
-	}
-	dir, sandboxes := claim.Spec.WorkspaceDir, workspace.SandboxesDir(claim.Namespace)
-	if uid := admission.RuntimeUID(claim); uid != "" && dir == sandboxes+"/"+workspace.ClaimDirName(claim.Name, uid) {
-		return true
-	}
-	return dir == sandboxes+"/"+claim.Name
 }

@@ -99,6 +99,29 @@ func TestAdmittedClaimAdoptsWarmMember(t *testing.T) {
 	}
 }
 
+// TestWarmPolicyClaimAdopts: a sandbox whose pool follows demand (warmPolicy, no static warm)
+// is one with warm members: its claims adopt them as any pool's.
+func TestWarmPolicyClaimAdopts(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(0)
+	reg.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Min: 1, Max: 5}
+	member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", testRecord(), t0.Add(-time.Minute), "10.244.0.40")
+	f := warmFixture(t, 5, member)
+	f.registries = []*airlockv1alpha1.ToolRegistry{reg}
+	f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+	c := f.newController(ctx)
+	if err := admitAndBuild(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, f, []string{
+		"patch pods " + member.Name,
+		"update sandboxclaims/status c1",
+	})
+	if got := f.writtenClaim(); got.Status.Warm == nil || got.Status.Warm.Member != member.Name {
+		t.Errorf("claim warm %+v, want Bound to %s", got.Status.Warm, member.Name)
+	}
+}
+
 // TestNoMemberOfAnotherPool: a claim never adopts a member built from another record (an older
 // class generation), of another entry, of another registry (by UID), not Ready, being deleted,
 // or already adopted; it is built cold.
@@ -559,31 +582,5 @@ func TestUnbuildableClaimLetsItsMemberGo(t *testing.T) {
 	}
 	if got := f.writtenClaim(); got.Status.Phase != airlockv1alpha1.ClaimFailed {
 		t.Errorf("claim %s, want Failed", got.Status.Phase)
-	}
-}
-
-// TestWarmEligible: a claim in its own per-claim workspace may adopt a warm member, whether the
-// directory carries its runtime's UID (as the Sandbox API names it now) or not (as earlier
-// versions did); a directory of another runtime UID, another claim, a session or a mount role
-// may not. The claims of the Sandbox API had gone cold, every one, when the directory got the UID.
-func TestWarmEligible(t *testing.T) {
-	for name, tc := range map[string]struct {
-		dir, mountRole string
-		want           bool
-	}{
-		"its own, with its runtime's UID":     {dir: claimDir("c1"), want: true},
-		"its own, as earlier versions had it": {dir: testNamespace + "/sandboxes/c1", want: true},
-		"of another runtime UID":              {dir: testNamespace + "/sandboxes/" + workspace.ClaimDirName("c1", "uid-rt-other")},
-		"of another claim":                    {dir: claimDir("c2")},
-		"a session's":                         {dir: testNamespace + "/sandboxes/sessions/0123456789"},
-		"a mount role's":                      {dir: claimDir("c1"), mountRole: "repo"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			claim := newClaim("c1", "s1", "", t0)
-			claim.Spec.WorkspaceDir, claim.Spec.MountRole = tc.dir, tc.mountRole
-			if got := warmEligible(claim); got != tc.want {
-				t.Errorf("warmEligible(%q, mount role %q) = %v, want %v", tc.dir, tc.mountRole, got, tc.want)
-			}
-		})
 	}
 }

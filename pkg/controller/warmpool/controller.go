@@ -1,6 +1,8 @@
 // Package warmpool is the warm pool controller (issue 14; docs/decisions.md, "Warm pools"): for every ToolRegistry
 // sandbox with warm: N, it keeps N members Ready and idle in the registry's namespace, built
-// from the entry's record as a claim of it would be, and replaces idle members that are stale
+// from the entry's record as a claim of it would be; for one with a warmPolicy, as many as its
+// claims' arrival rate and its members' ready time ask for, within the policy's bounds
+// (demand.go; docs/decisions.md, "Warm pools that follow demand"). It replaces idle members that are stale
 // (the class or the entry changed), ended, or cannot start. It writes through a client of its
 // own and creates members at a bounded rate, so that refills never take the claim
 // controller's turn at the API server. It writes the registry's status: the pools' counts, and
@@ -67,10 +69,13 @@ type MemberKeys interface {
 }
 
 // Informers are the informers the pool controller reads; Pods and NetworkPolicies are the
-// claim controller's (filtered on LabelClaim: members carry it, empty).
+// claim controller's (filtered on LabelClaim: members carry it, empty). Claims and Runtimes
+// give the arrivals that pools with a warmPolicy follow.
 type Informers struct {
 	Registries      airlockinformers.ToolRegistryInformer
 	Classes         airlockinformers.SandboxClassInformer
+	Claims          airlockinformers.SandboxClaimInformer
+	Runtimes        airlockinformers.AgentRuntimeInformer
 	Pods            coreinformers.PodInformer
 	NetworkPolicies networkinginformers.NetworkPolicyInformer
 	AllowedServices coreinformers.ServiceInformer
@@ -84,21 +89,24 @@ type Controller struct {
 	policies   objectcontrol.Interface[*networkingv1.NetworkPolicy]
 	// defaultDeny puts the namespace's standing default-deny policy in place before the first
 	// member; nil creates no member (fail closed).
-	defaultDeny  DefaultDenyEnsurer
-	keys         MemberKeys
-	limiter      *rate.Limiter
-	clock        clock.WithTicker
-	handlers     handlers.Registrations
-	queue        workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	synced       []cache.InformerSynced
-	lastStatus   sync.Map // cache.ObjectName -> time.Time of the last status write
-	created      *memberExpectations
-	keysWritten  sync.Map // member pod UID -> struct{}: its key Secret was created by this process
-	registryList airlocklisters.ToolRegistryLister
-	classLister  airlocklisters.SandboxClassLister
-	podLister    corelisters.PodLister
-	npLister     networkinglisters.NetworkPolicyLister
-	svcLister    corelisters.ServiceLister
+	defaultDeny DefaultDenyEnsurer
+	keys        MemberKeys
+	limiter     *rate.Limiter
+	clock       clock.WithTicker
+	handlers    handlers.Registrations
+	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	synced      []cache.InformerSynced
+	lastStatus  sync.Map // cache.ObjectName -> time.Time of the last status write
+	created     *memberExpectations
+	keysWritten sync.Map // member pod UID -> struct{}: its key Secret was created by this process
+	// demand is what pools with a warmPolicy are sized from (demand.go).
+	demand        *demand
+	registryList  airlocklisters.ToolRegistryLister
+	runtimeLister airlocklisters.AgentRuntimeLister
+	classLister   airlocklisters.SandboxClassLister
+	podLister     corelisters.PodLister
+	npLister      networkinglisters.NetworkPolicyLister
+	svcLister     corelisters.ServiceLister
 }
 
 // NewController returns a pool controller writing with kubeClient and airlockClient (the
@@ -133,16 +141,19 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
-		created:      newMemberExpectations(klog.FromContext(ctx), clk),
-		registryList: informers.Registries.Lister(),
-		classLister:  informers.Classes.Lister(),
-		podLister:    informers.Pods.Lister(),
-		npLister:     informers.NetworkPolicies.Lister(),
-		svcLister:    informers.AllowedServices.Lister(),
+		created:       newMemberExpectations(klog.FromContext(ctx), clk),
+		demand:        newDemand(),
+		registryList:  informers.Registries.Lister(),
+		runtimeLister: informers.Runtimes.Lister(),
+		classLister:   informers.Classes.Lister(),
+		podLister:     informers.Pods.Lister(),
+		npLister:      informers.NetworkPolicies.Lister(),
+		svcLister:     informers.AllowedServices.Lister(),
 		synced: []cache.InformerSynced{
 			informers.Registries.Informer().HasSynced, informers.Classes.Informer().HasSynced,
 			informers.Pods.Informer().HasSynced, informers.NetworkPolicies.Informer().HasSynced,
 			informers.AllowedServices.Informer().HasSynced,
+			informers.Claims.Informer().HasSynced, informers.Runtimes.Informer().HasSynced,
 		},
 	}
 	if err := c.handlers.Add(informers.Registries.Informer(), cache.ResourceEventHandlerFuncs{
@@ -177,6 +188,16 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		DeleteFunc: c.enqueueOwner,
 	}
 	podHandler := member
+	podHandler.AddFunc = func(obj any) {
+		c.memberSeen(obj, false)
+		c.enqueueOwner(obj)
+	}
+	podHandler.UpdateFunc = func(old, cur any) {
+		if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+			c.memberSeen(cur, false)
+			c.enqueueOwner(cur)
+		}
+	}
 	podHandler.DeleteFunc = func(obj any) {
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
@@ -184,6 +205,7 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.keysWritten.Delete(pod.UID) // an adopted member is deleted by its claim, not here
 		}
+		c.memberSeen(obj, true)
 		c.enqueueOwner(obj)
 	}
 	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
@@ -191,6 +213,10 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 	}
 	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), member); err != nil {
 		return nil, fmt.Errorf("adding the networkpolicy event handler: %w", err)
+	}
+	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool.
+	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addClaim}); err != nil {
+		return nil, fmt.Errorf("adding the claim event handler: %w", err)
 	}
 	klog.FromContext(ctx).V(4).Info("Built the warm pool controller", "refillRate", refillRate)
 	return c, nil
@@ -245,6 +271,13 @@ func (c *Controller) enqueueOwner(obj any) {
 			c.created.seen(pod.Namespace, pod.Name)
 		}
 		c.queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: reg})
+	}
+}
+
+// memberSeen passes a member pod's event to the ready-time measurement (demand.memberSeen).
+func (c *Controller) memberSeen(obj any, gone bool) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Labels[airlockv1alpha1.LabelWarmMember] != "" {
+		c.demand.memberSeen(pod, gone, c.clock.Now())
 	}
 }
 

@@ -38,6 +38,7 @@ type fixture struct {
 
 	registries      []*airlockv1alpha1.ToolRegistry
 	classes         []*airlockv1alpha1.SandboxClass
+	runtimes        []*airlockv1alpha1.AgentRuntime
 	netpols         []*networkingv1.NetworkPolicy
 	secrets         []*corev1.Secret
 	pods            []*corev1.Pod
@@ -59,6 +60,9 @@ func (f *fixture) newClients() {
 		airlockObjects = append(airlockObjects, o)
 	}
 	for _, o := range f.classes {
+		airlockObjects = append(airlockObjects, o)
+	}
+	for _, o := range f.runtimes {
 		airlockObjects = append(airlockObjects, o)
 	}
 	for _, o := range f.netpols {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -20,14 +21,20 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/warmsize"
 )
 
 // pool is one registry sandbox's warm pool, as one sync sees it.
 type pool struct {
-	entry  *airlockv1alpha1.RegistrySandbox
-	wanted int32
-	record *airlockv1alpha1.FrozenSandbox // nil when the pool cannot be built
-	key    string
+	entry *airlockv1alpha1.RegistrySandbox
+	// wanted is the pool's target: members are created up to it. keep (at least wanted) is how
+	// many idle members it keeps: more are deleted. Both are warm for a static pool; with a
+	// warmPolicy, keep is the largest target of the last 30 s (warmsize.Held), and
+	// sizing says how they were computed.
+	wanted, keep int32
+	sizing       *warmsize.Sizing
+	record       *airlockv1alpha1.FrozenSandbox // nil when the pool cannot be built
+	key          string
 	// message says why members are missing (the class is gone, a write is refused, ...).
 	message string
 
@@ -44,6 +51,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	reg, err := c.registryList.ToolRegistries(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.lastStatus.Delete(key)
+		c.demand.forgetRegistry(key)
 		return nil, nil // garbage collection removes its idle members and its policies
 	}
 	if err != nil {
@@ -67,13 +75,31 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 
 	var (
-		errs    []error
-		requeue *time.Duration
-		pools   []*pool
+		errs     []error
+		requeue  *time.Duration
+		pools    []*pool
+		runtimes []types.UID // of the registry, listed once for the pools with a warmPolicy
+		listed   bool
+		sized    = map[string]bool{}
 	)
+	wait := func(d time.Duration) {
+		if d > 0 && (requeue == nil || d < *requeue) {
+			requeue = ptr.To(d)
+		}
+	}
 	for i := range reg.Spec.Sandboxes {
 		p := c.poolOf(reg, &reg.Spec.Sandboxes[i])
 		pools = append(pools, p)
+		if p.entry.WarmPolicy != nil {
+			if !listed {
+				if runtimes, err = c.runtimesOf(reg); err != nil {
+					return nil, err
+				}
+				listed = true
+			}
+			wait(c.sizePool(reg, p, runtimes))
+			sized[p.entry.Name] = true
+		}
 		if p.key != "" {
 			inUse[p.key] = true
 		}
@@ -83,12 +109,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		}
 		delete(idle, p.entry.Name)
 		if missing := int(p.wanted) - len(p.ready) - len(p.starting) - c.created.pending(reg.Namespace, p.key); p.record != nil && missing > 0 {
-			wait := c.refill(ctx, reg, p, missing)
-			if wait > 0 && (requeue == nil || wait < *requeue) {
-				requeue = ptr.To(wait)
-			}
+			wait(c.refill(ctx, reg, p, missing))
 		}
 	}
+	c.demand.forget(c.clock.Now(), reg, sized)
 	// Members of entries removed from the registry serve nobody: deleted.
 	for entry, pods := range idle {
 		logger.V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
@@ -97,21 +121,23 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		}
 	}
 	errs = append(errs, c.collectPolicies(ctx, reg, inUse))
-	wait, err := c.writeStatus(ctx, reg, pools)
+	statusWait, err := c.writeStatus(ctx, reg, pools)
 	errs = append(errs, err)
-	if wait > 0 && (requeue == nil || wait < *requeue) {
-		requeue = ptr.To(wait)
-	}
+	wait(statusWait)
 	return requeue, errors.Join(errs...)
 }
 
 // poolOf returns the pool of an entry: what its members are built from now, or why none can be.
+// A static pool's target is its warm count; one with a warmPolicy is sized by the sync
+// (sizePool).
 func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1alpha1.RegistrySandbox) *pool {
 	p := &pool{entry: entry}
-	if entry.Warm <= 0 {
+	if !sandboxpod.WarmWanted(entry) {
 		return p
 	}
-	p.wanted = entry.Warm
+	if entry.WarmPolicy == nil {
+		p.wanted, p.keep = entry.Warm, entry.Warm
+	}
 	if entry.Workspace == airlockv1alpha1.WorkspaceSession || entry.MountRole != "" {
 		// The schema refuses it; a registry written before the rule existed builds nothing.
 		p.message = "warm members serve fresh workspaces only: not with workspace: session or a mountRole"
@@ -139,7 +165,7 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 
 // syncPool sorts the pool's idle members into ready and starting, deletes those that are stale
 // (another key: the class or the entry changed), ended, failing, or starting for longer than the
-// record's startupTimeout, and those beyond the warm count, and keeps the pool's policy.
+// record's startupTimeout, and those beyond the number it keeps, and keeps the pool's policy.
 func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, idle []*corev1.Pod) error {
 	var errs []error
 	if p.record != nil {
@@ -184,8 +210,10 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 			p.starting = append(p.starting, pod)
 		}
 	}
-	// Beyond the warm count: starting members go first, then the newest ready ones.
-	surplus := len(p.ready) + len(p.starting) - int(p.wanted)
+	// Beyond the number kept: starting members go first, then the newest ready ones (claims
+	// adopt the oldest first). Only idle members are here, and each is deleted only as the cache
+	// showed it (deleteMember): one adopted since is the claim's.
+	surplus := len(p.ready) + len(p.starting) - int(p.keep)
 	if surplus > 0 {
 		newestFirst := func(pods []*corev1.Pod) {
 			sort.Slice(pods, func(i, j int) bool { return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
@@ -299,6 +327,8 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 			}
 			continue
 		}
+		// Its ready time is measured from here (demand.memberSeen); the request's own time is in it.
+		c.demand.memberCreated(cache.ObjectName{Namespace: reg.Namespace, Name: name}, poolRef{registry: reg.UID, entry: p.entry.Name}, now)
 		p.starting = append(p.starting, pod)
 	}
 	return 0
@@ -345,16 +375,20 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 	updated.Status.Warm = nil
 	updated.Status.WarmReady, updated.Status.WarmWanted = 0, 0
 	for _, p := range pools {
-		if p.wanted == 0 {
+		if !sandboxpod.WarmWanted(p.entry) {
 			continue
 		}
-		updated.Status.Warm = append(updated.Status.Warm, airlockv1alpha1.WarmPoolStatus{
+		st := airlockv1alpha1.WarmPoolStatus{
 			Name:     p.entry.Name,
 			Wanted:   p.wanted,
 			Ready:    int32(len(p.ready)),
 			Starting: int32(len(p.starting)),
 			Message:  truncateMessage(p.message, 4096),
-		})
+		}
+		if p.sizing != nil {
+			sizingStatus(&st, p.sizing)
+		}
+		updated.Status.Warm = append(updated.Status.Warm, st)
 		updated.Status.WarmReady += int32(len(p.ready))
 		updated.Status.WarmWanted += p.wanted
 	}

@@ -46,6 +46,8 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	c, err := newController(ctx, f.kubeClient, f.airlockClient, Informers{
 		Registries:      ai.Airlock().V1alpha1().ToolRegistries(),
 		Classes:         ai.Airlock().V1alpha1().SandboxClasses(),
+		Claims:          ai.Airlock().V1alpha1().SandboxClaims(),
+		Runtimes:        ai.Airlock().V1alpha1().AgentRuntimes(),
 		Pods:            ki.Core().V1().Pods(),
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
 		AllowedServices: ki.Core().V1().Services(),
@@ -65,6 +67,9 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	}
 	for _, o := range f.classes {
 		add(ai.Airlock().V1alpha1().SandboxClasses().Informer(), o)
+	}
+	for _, o := range f.runtimes {
+		add(ai.Airlock().V1alpha1().AgentRuntimes().Informer(), o)
 	}
 	for _, o := range f.pods {
 		add(ki.Core().V1().Pods().Informer(), o)

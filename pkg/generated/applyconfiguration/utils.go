@@ -104,6 +104,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ToolRegistryStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("WarmAdoption"):
 		return &airlockv1alpha1.WarmAdoptionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("WarmPolicy"):
+		return &airlockv1alpha1.WarmPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("WarmPoolStatus"):
 		return &airlockv1alpha1.WarmPoolStatusApplyConfiguration{}
 

@@ -82,6 +82,8 @@ const (
 	DefaultTargetVersions int32 = 3
 	// DefaultMaxInstances is a ToolRegistry sandbox's maxInstances default.
 	DefaultMaxInstances int32 = 10
+	// DefaultWarmHeadroomPercent is a ToolRegistry sandbox's warmPolicy.headroomPercent default.
+	DefaultWarmHeadroomPercent int32 = 50
 	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
 	DefaultStartupTimeout = 5 * time.Minute
 	// DefaultWorkspaceClaimName is SandboxClass spec.workspaceClaimName's default.
@@ -584,6 +586,9 @@ type ToolRegistrySpec struct {
 
 // RegistrySandbox is one sandbox a runtime may ask for.
 // +kubebuilder:validation:XValidation:rule="!has(self.warm) || self.warm == 0 || ((!has(self.workspace) || self.workspace != 'session') && (!has(self.mountRole) || size(self.mountRole) == 0))",message="warm members serve fresh workspaces only: warm must be 0 with workspace: session or a mountRole"
+// +kubebuilder:validation:XValidation:rule="!has(self.warmPolicy) || ((!has(self.workspace) || self.workspace != 'session') && (!has(self.mountRole) || size(self.mountRole) == 0))",message="warm members serve fresh workspaces only: no warmPolicy with workspace: session or a mountRole"
+// +kubebuilder:validation:XValidation:rule="!has(self.warmPolicy) || !has(self.warm) || self.warm == 0",message="warm and warmPolicy are exclusive: warm is a static pool, warmPolicy one that follows demand (warm: N is warmPolicy min N, max N)"
+// +kubebuilder:validation:XValidation:rule="!has(self.warmPolicy) || !has(self.maxInstances) || self.warmPolicy.max <= self.maxInstances",message="warmPolicy.max may not exceed maxInstances: more members than live claims can never be adopted at once"
 type RegistrySandbox struct {
 	// Name is the first part of the sandbox's handles, e.g. "codegen" in "codegen/default".
 	// +required
@@ -651,13 +656,51 @@ type RegistrySandbox struct {
 	AllowedTools []ToolName `json:"allowedTools,omitempty"`
 
 	// Warm is how many sandboxes of this entry the operator keeps Ready, built ahead of any
-	// claim, each with a fresh workspace of its own. An acquire that one can serve (a fresh
-	// workspace: not workspace "session", no mountRole) adopts it instead of waiting for a pod.
+	// claim, each with a fresh workspace of its own: a static pool, whatever the demand. An
+	// acquire that one can serve (a fresh workspace: not workspace "session", no mountRole)
+	// adopts it instead of waiting for a pod. Exclusive with warmPolicy.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	Warm int32 `json:"warm,omitempty"`
+
+	// WarmPolicy keeps a warm pool that follows demand instead of a static count: as many
+	// members as the entry's claims arrive during the time a member takes to become Ready, with
+	// headroom, never fewer than min nor more than max (docs/decisions.md, "Warm pools that follow
+	// demand"). Exclusive with warm; the same fresh-workspace rule applies.
+	// +optional
+	WarmPolicy *WarmPolicy `json:"warmPolicy,omitempty"`
+}
+
+// WarmPolicy bounds and tunes a warm pool that follows demand. Its size, recomputed on every
+// claim of the entry and as the measured rate decays, is
+// clamp(ceil(rate × readyTime × (1 + headroomPercent/100)) + 1, min, max), where rate is the
+// entry's claims per second (the larger of a one-minute moving average and the last five
+// seconds' rate), readyTime the time its members take from creation to Ready (a moving average),
+// and the + 1 is there only while claims arrive (none for a while: min).
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || self.min <= self.max",message="min may not exceed max"
+type WarmPolicy struct {
+	// Min is the fewest members kept Ready or starting, with no claims arriving at all.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Min int32 `json:"min,omitempty"`
+
+	// Max is the most members kept, however fast claims arrive. At most maxInstances.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Max int32 `json:"max"`
+
+	// HeadroomPercent is how much the pool keeps beyond what the measured demand needs while a
+	// member starts (Little's law: rate × readyTime), for arrivals faster than the average.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	HeadroomPercent *int32 `json:"headroomPercent,omitempty"`
 }
 
 // WarmPoolStatus is the state of one sandbox's warm members.
@@ -666,7 +709,7 @@ type WarmPoolStatus struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// Wanted is the sandbox's warm.
+	// Wanted is the pool's target: the sandbox's warm, or what its warmPolicy computed now.
 	Wanted int32 `json:"wanted"`
 	// Ready is the number of members Ready and idle, built from the sandbox's current class and
 	// entry.
@@ -678,6 +721,21 @@ type WarmPoolStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
+	// ArrivalsPerMinute is the rate of the sandbox's claims that could adopt a member (a fresh
+	// workspace), per minute, as the warmPolicy measured it (two significant digits): the larger
+	// of a one-minute moving average and the last five seconds' rate. Only with a warmPolicy.
+	// +optional
+	ArrivalsPerMinute *resource.Quantity `json:"arrivalsPerMinute,omitempty"`
+	// ReadyMilliseconds is the time a member takes from creation to Ready that the warmPolicy
+	// used: a moving average of the members this operator created, or a default before any
+	// was measured (Sizing says which). Only with a warmPolicy.
+	// +optional
+	ReadyMilliseconds int32 `json:"readyMilliseconds,omitempty"`
+	// Sizing says how Wanted was computed from the arrival rate and the ready time, and
+	// whether members beyond it are kept for a while (scale-down waits). Only with a warmPolicy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Sizing string `json:"sizing,omitempty"`
 }
 
 // RegistrySandboxStatus says whether sandboxes of one registry entry can be built now.
@@ -714,10 +772,11 @@ type ToolRegistryStatus struct {
 	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
 	// +optional
 	WarmReady int32 `json:"warmReady,omitempty"`
-	// WarmWanted is the sum of the sandboxes' warm.
+	// WarmWanted is the sum of the pools' targets (their status.warm[].wanted).
 	// +optional
 	WarmWanted int32 `json:"warmWanted,omitempty"`
-	// Warm is, per sandbox with warm members wanted, how many are Ready and idle.
+	// Warm is, per sandbox with warm members wanted (warm or warmPolicy), how many are Ready
+	// and idle, the pool's target and, with a warmPolicy, what it was computed from.
 	// +optional
 	// +listType=map
 	// +listMapKey=name

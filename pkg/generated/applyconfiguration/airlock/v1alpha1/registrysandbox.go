@@ -54,9 +54,15 @@ type RegistrySandboxApplyConfiguration struct {
 	// this is least privilege, not a boundary: the pod is the boundary.
 	AllowedTools []airlockv1alpha1.ToolName `json:"allowedTools,omitempty"`
 	// Warm is how many sandboxes of this entry the operator keeps Ready, built ahead of any
-	// claim, each with a fresh workspace of its own. An acquire that one can serve (a fresh
-	// workspace: not workspace "session", no mountRole) adopts it instead of waiting for a pod.
+	// claim, each with a fresh workspace of its own: a static pool, whatever the demand. An
+	// acquire that one can serve (a fresh workspace: not workspace "session", no mountRole)
+	// adopts it instead of waiting for a pod. Exclusive with warmPolicy.
 	Warm *int32 `json:"warm,omitempty"`
+	// WarmPolicy keeps a warm pool that follows demand instead of a static count: as many
+	// members as the entry's claims arrive during the time a member takes to become Ready, with
+	// headroom, never fewer than min nor more than max (docs/decisions.md, "Warm pools that follow
+	// demand"). Exclusive with warm; the same fresh-workspace rule applies.
+	WarmPolicy *WarmPolicyApplyConfiguration `json:"warmPolicy,omitempty"`
 }
 
 // RegistrySandboxApplyConfiguration constructs a declarative configuration of the RegistrySandbox type for use with
@@ -144,5 +150,13 @@ func (b *RegistrySandboxApplyConfiguration) WithAllowedTools(values ...airlockv1
 // If called multiple times, the Warm field is set to the value of the last call.
 func (b *RegistrySandboxApplyConfiguration) WithWarm(value int32) *RegistrySandboxApplyConfiguration {
 	b.Warm = &value
+	return b
+}
+
+// WithWarmPolicy sets the WarmPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WarmPolicy field is set to the value of the last call.
+func (b *RegistrySandboxApplyConfiguration) WithWarmPolicy(value *WarmPolicyApplyConfiguration) *RegistrySandboxApplyConfiguration {
+	b.WarmPolicy = value
 	return b
 }

@@ -37,9 +37,10 @@ type ToolRegistryStatusApplyConfiguration struct {
 	Sandboxes []RegistrySandboxStatusApplyConfiguration `json:"sandboxes,omitempty"`
 	// WarmReady is the number of warm members Ready and idle, across the registry's sandboxes.
 	WarmReady *int32 `json:"warmReady,omitempty"`
-	// WarmWanted is the sum of the sandboxes' warm.
+	// WarmWanted is the sum of the pools' targets (their status.warm[].wanted).
 	WarmWanted *int32 `json:"warmWanted,omitempty"`
-	// Warm is, per sandbox with warm members wanted, how many are Ready and idle.
+	// Warm is, per sandbox with warm members wanted (warm or warmPolicy), how many are Ready
+	// and idle, the pool's target and, with a warmPolicy, what it was computed from.
 	Warm []WarmPoolStatusApplyConfiguration `json:"warm,omitempty"`
 	// Conditions of the registry.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`

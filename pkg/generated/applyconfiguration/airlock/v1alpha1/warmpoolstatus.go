@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	resource "k8s.io/apimachinery/pkg/api/resource"
+)
+
 // WarmPoolStatusApplyConfiguration represents a declarative configuration of the WarmPoolStatus type for use
 // with apply.
 //
@@ -25,7 +29,7 @@ package v1alpha1
 type WarmPoolStatusApplyConfiguration struct {
 	// Name is the registry sandbox's name.
 	Name *string `json:"name,omitempty"`
-	// Wanted is the sandbox's warm.
+	// Wanted is the pool's target: the sandbox's warm, or what its warmPolicy computed now.
 	Wanted *int32 `json:"wanted,omitempty"`
 	// Ready is the number of members Ready and idle, built from the sandbox's current class and
 	// entry.
@@ -34,6 +38,17 @@ type WarmPoolStatusApplyConfiguration struct {
 	Starting *int32 `json:"starting,omitempty"`
 	// Message says why members are missing, when something keeps them from being built.
 	Message *string `json:"message,omitempty"`
+	// ArrivalsPerMinute is the rate of the sandbox's claims that could adopt a member (a fresh
+	// workspace), per minute, as the warmPolicy measured it (two significant digits): the larger
+	// of a one-minute moving average and the last five seconds' rate. Only with a warmPolicy.
+	ArrivalsPerMinute *resource.Quantity `json:"arrivalsPerMinute,omitempty"`
+	// ReadyMilliseconds is the time a member takes from creation to Ready that the warmPolicy
+	// used: a moving average of the members this operator created, or a default before any
+	// was measured (Sizing says which). Only with a warmPolicy.
+	ReadyMilliseconds *int32 `json:"readyMilliseconds,omitempty"`
+	// Sizing says how Wanted was computed from the arrival rate and the ready time, and
+	// whether members beyond it are kept for a while (scale-down waits). Only with a warmPolicy.
+	Sizing *string `json:"sizing,omitempty"`
 }
 
 // WarmPoolStatusApplyConfiguration constructs a declarative configuration of the WarmPoolStatus type for use with
@@ -79,5 +94,29 @@ func (b *WarmPoolStatusApplyConfiguration) WithStarting(value int32) *WarmPoolSt
 // If called multiple times, the Message field is set to the value of the last call.
 func (b *WarmPoolStatusApplyConfiguration) WithMessage(value string) *WarmPoolStatusApplyConfiguration {
 	b.Message = &value
+	return b
+}
+
+// WithArrivalsPerMinute sets the ArrivalsPerMinute field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ArrivalsPerMinute field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithArrivalsPerMinute(value resource.Quantity) *WarmPoolStatusApplyConfiguration {
+	b.ArrivalsPerMinute = &value
+	return b
+}
+
+// WithReadyMilliseconds sets the ReadyMilliseconds field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReadyMilliseconds field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithReadyMilliseconds(value int32) *WarmPoolStatusApplyConfiguration {
+	b.ReadyMilliseconds = &value
+	return b
+}
+
+// WithSizing sets the Sizing field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Sizing field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithSizing(value string) *WarmPoolStatusApplyConfiguration {
+	b.Sizing = &value
 	return b
 }
