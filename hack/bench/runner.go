@@ -264,37 +264,70 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	}
 
 	if s.FillNamespaces > 0 {
-		total := s.FillNamespaces * s.FillPerNamespace
-		fmt.Printf("   filling: %d claims through the Sandbox API (waitSeconds 0), then waiting until they are Bound\n", total)
-		start, err := r.begin(ctx)
+		f, err := r.fill(ctx, s, nss, targets)
 		if err != nil {
-			return nil, err
-		}
-		t0 := r.clock.Now()
-		for _, tg := range targets {
-			if err := fill(ctx, tg, "fill", s.FillPerNamespace, fillParallel); err != nil {
-				return nil, err
-			}
-		}
-		f := &Fill{Claims: total, CreateSeconds: r.clock.Since(t0).Seconds()}
-		fmt.Printf("   %d claims created in %.1f s\n", total, f.CreateSeconds)
-		f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, r.clock, r.o.fillStall, nss, total, func(bound, failed int) {
-			fmt.Printf("   %d Bound, %d failed (+%.0fs)\n", bound, failed, r.clock.Since(t0).Seconds())
-		})
-		if err != nil {
-			return nil, fmt.Errorf("waiting for the fill: %w", err)
-		}
-		f.Seconds = r.clock.Since(t0).Seconds()
-		f.BoundPerSec = perSecond(f.Bound, r.clock.Since(t0))
-		if f.Window, err = r.end(ctx, start, total); err != nil {
 			return nil, err
 		}
 		res.Fill = f
 	}
+	if err := r.measureLoop(ctx, s, nss, targets, res); err != nil {
+		return res, err
+	}
+	if s.Warm > 0 {
+		n, err := r.product.warmBound(ctx, nss)
+		if err != nil {
+			return res, err
+		}
+		res.WarmBound = &n
+	}
+	res.LoadAvgEnd = loadavg()
+	if !last {
+		for _, ns := range nss {
+			r.product.forget(ns)
+			if err := r.kube.deleteNamespace(ctx, ns); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, ctx.Err()
+}
 
+// fill creates the scenario's standing claims in every namespace and waits until they settle.
+func (r *runner) fill(ctx context.Context, s scenario, nss []string, targets []target) (*Fill, error) {
+	total := s.FillNamespaces * s.FillPerNamespace
+	fmt.Printf("   filling: %d claims through the Sandbox API (waitSeconds 0), then waiting until they are Bound\n", total)
 	start, err := r.begin(ctx)
 	if err != nil {
 		return nil, err
+	}
+	t0 := r.clock.Now()
+	for _, tg := range targets {
+		if err := fill(ctx, tg, "fill", s.FillPerNamespace, fillParallel); err != nil {
+			return nil, err
+		}
+	}
+	f := &Fill{Claims: total, CreateSeconds: r.clock.Since(t0).Seconds()}
+	fmt.Printf("   %d claims created in %.1f s\n", total, f.CreateSeconds)
+	f.Bound, f.Failed, err = r.kube.waitClaimsSettled(ctx, r.clock, r.o.fillStall, nss, total, func(bound, failed int) {
+		fmt.Printf("   %d Bound, %d failed (+%.0fs)\n", bound, failed, r.clock.Since(t0).Seconds())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the fill: %w", err)
+	}
+	f.Seconds = r.clock.Since(t0).Seconds()
+	f.BoundPerSec = perSecond(f.Bound, r.clock.Since(t0))
+	if f.Window, err = r.end(ctx, start, total); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// measureLoop runs the scenario's open loop of acquires and puts its figures into res (with a
+// demand-following pool, its statuses watched through the loop, in one namespace).
+func (r *runner) measureLoop(ctx context.Context, s scenario, nss []string, targets []target, res *Result) error {
+	start, err := r.begin(ctx)
+	if err != nil {
+		return err
 	}
 	// A pool that follows demand: its statuses are watched through the loop (one namespace).
 	var (
@@ -316,36 +349,20 @@ func (r *runner) runScenario(ctx context.Context, s scenario, last bool) (*Resul
 	<-watchDone
 	res.Acquires = summariseAnswers(answers, s.sendRate())
 	if res.Window, err = r.end(ctx, start, s.Acquires); err != nil {
-		return res, err
+		return err
 	}
 	if s.WarmPolicy != nil {
 		if watchErr != nil {
-			return res, watchErr
+			return watchErr
 		}
 		warm, err := r.kube.warmSessions(ctx, nss[0])
 		if err != nil {
-			return res, err
+			return err
 		}
 		d := summariseDemand(s, s.Name, answers, warm, samples)
 		res.Demand = &d
 	}
-	if s.Warm > 0 {
-		n, err := r.product.warmBound(ctx, nss)
-		if err != nil {
-			return res, err
-		}
-		res.WarmBound = &n
-	}
-	res.LoadAvgEnd = loadavg()
-	if !last {
-		for _, ns := range nss {
-			r.product.forget(ns)
-			if err := r.kube.deleteNamespace(ctx, ns); err != nil {
-				return res, err
-			}
-		}
-	}
-	return res, ctx.Err()
+	return nil
 }
 
 // summariseAnswers computes the acquire figures of one open-loop run.

@@ -75,28 +75,7 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		return nil, err
 	}
 	if pod := sandboxpod.ReadyPod(pods); pod != nil {
-		v := c.isolationOf(ctx, claim, pod, left, inTime)
-		switch {
-		case v.failure != "":
-			c.recorder.Event(claim, corev1.EventTypeWarning, ReasonIsolationNotMet, v.failure)
-			return c.fail(ctx, claim, rt, ReasonIsolationNotMet, v.failure)
-		case v.wait != nil:
-			return v.wait, nil
-		}
-		updated := claim.DeepCopy()
-		updated.Status.Isolation = v.iso
-		setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
-		updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
-		updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)
-		if resumed := workspace.Resumed(pod); resumed != nil && updated.Status.ResumedWorkspace == nil {
-			updated.Status.ResumedWorkspace = resumed
-		}
-		setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
-		written, err := c.updateClaimStatus(ctx, claim, updated)
-		if err != nil {
-			return nil, err
-		}
-		return c.idleRequeue(written, rt), nil
+		return c.bindReady(ctx, claim, rt, pod, left, inTime)
 	}
 	if reason, message := sandboxpod.Failure(pods); reason != "" {
 		return c.fail(ctx, claim, rt, reason, message)
@@ -111,6 +90,35 @@ func (c *Controller) syncBinding(ctx context.Context, claim *airlockv1alpha1.San
 		return c.fail(ctx, claim, rt, ReasonUnschedulable, message)
 	}
 	return c.fail(ctx, claim, rt, ReasonStartupTimeout, fmt.Sprintf(messageStartupTimeout, timeout))
+}
+
+// bindReady binds the claim to its Ready pod: once the pod's isolation evidence holds (read,
+// judged and signed: isolation.go), Bound at the pod's address with the statement, in one status
+// write; it fails the claim when the evidence does not hold, and waits while it is read.
+func (c *Controller) bindReady(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime, pod *corev1.Pod, left time.Duration, inTime bool) (*time.Duration, error) {
+	record, now := claim.Status.Frozen, c.clock.Now()
+	v := c.isolationOf(ctx, claim, pod, left, inTime)
+	switch {
+	case v.failure != "":
+		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonIsolationNotMet, v.failure)
+		return c.fail(ctx, claim, rt, ReasonIsolationNotMet, v.failure)
+	case v.wait != nil:
+		return v.wait, nil
+	}
+	updated := claim.DeepCopy()
+	updated.Status.Isolation = v.iso
+	setPhase(updated, airlockv1alpha1.ClaimBound, "", MessageBound)
+	updated.Status.BoundAt = ptr.To(metav1.NewTime(now))
+	updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, record)
+	if resumed := workspace.Resumed(pod); resumed != nil && updated.Status.ResumedWorkspace == nil {
+		updated.Status.ResumedWorkspace = resumed
+	}
+	setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonPodReady, MessageBound, now)
+	written, err := c.updateClaimStatus(ctx, claim, updated)
+	if err != nil {
+		return nil, err
+	}
+	return c.idleRequeue(written, rt), nil
 }
 
 // onlyPredecessorChildren says whether every error of err (ensureChildren joins them) is a child of

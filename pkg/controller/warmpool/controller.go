@@ -156,6 +156,16 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 			informers.Claims.Informer().HasSynced, informers.Runtimes.Informer().HasSynced,
 		},
 	}
+	if err := c.addEventHandlers(informers); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(4).Info("Built the warm pool controller", "refillRate", refillRate)
+	return c, nil
+}
+
+// addEventHandlers: registries and classes by generation, members (pods, policies) by
+// resourceVersion, with the pods' ready times and keys, and claims' arrivals.
+func (c *Controller) addEventHandlers(informers Informers) error {
 	if err := c.handlers.Add(informers.Registries.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur any) {
@@ -165,7 +175,7 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		},
 		DeleteFunc: c.enqueue,
 	}); err != nil {
-		return nil, fmt.Errorf("adding the registry event handler: %w", err)
+		return fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Classes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueClassUsers,
@@ -176,7 +186,7 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		},
 		DeleteFunc: c.enqueueClassUsers,
 	}); err != nil {
-		return nil, fmt.Errorf("adding the class event handler: %w", err)
+		return fmt.Errorf("adding the class event handler: %w", err)
 	}
 	member := cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueOwner,
@@ -209,17 +219,16 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		c.enqueueOwner(obj)
 	}
 	if err := c.handlers.Add(informers.Pods.Informer(), podHandler); err != nil {
-		return nil, fmt.Errorf("adding the pod event handler: %w", err)
+		return fmt.Errorf("adding the pod event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), member); err != nil {
-		return nil, fmt.Errorf("adding the networkpolicy event handler: %w", err)
+		return fmt.Errorf("adding the networkpolicy event handler: %w", err)
 	}
 	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool.
 	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addClaim}); err != nil {
-		return nil, fmt.Errorf("adding the claim event handler: %w", err)
+		return fmt.Errorf("adding the claim event handler: %w", err)
 	}
-	klog.FromContext(ctx).V(4).Info("Built the warm pool controller", "refillRate", refillRate)
-	return c, nil
+	return nil
 }
 
 // enqueue adds a registry.
