@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -166,10 +165,7 @@ func checkPolicyRefusesWhatAirlockNeverWrites(t *testing.T, ctx context.Context,
 // claim-record policy's bindings select by): each would be weighed against no record.
 func neverOutOfShard(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) map[string]neverCase {
 	t.Helper()
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespaceName, "system:authenticated"}}
-	opAirlock, err := airlockclientset.NewForConfig(cfg)
+	opAirlock, err := airlockclientset.NewForConfig(operatorConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

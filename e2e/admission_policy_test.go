@@ -38,14 +38,19 @@ const policyRefusal = "ValidatingAdmissionPolicy 'airlock-operator' with binding
 // asOperator returns a clientset that impersonates the operator's ServiceAccount, groups and all.
 func asOperator(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespaceName, "system:authenticated"}}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(operatorConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// operatorConfig is the suite's config impersonating the operator's ServiceAccount.
+func operatorConfig() *rest.Config {
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespaceName, "system:authenticated"}}
+	return cfg
 }
 
 // policyClaim is a claim of namespace ns as the operator's builders read it: named, with a UID
