@@ -42,6 +42,9 @@ func recordCall(log *recordlog.Log, call uint64, tool string, req mcp.Request, s
 // operator's stream before the HTTP server waits for its connections. The call gate is held
 // from then on, as the operator's stop holds it.
 func (s *server) endRecord(ctx context.Context) {
+	if s.record == nil {
+		return // options.withoutRecord: nothing to end
+	}
 	if s.record.Stopped() {
 		return // the operator's stop ended it, and holds the gate
 	}

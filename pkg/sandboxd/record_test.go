@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -315,5 +318,92 @@ func TestOperatorFollowsTheRecordAcrossAReconnect(t *testing.T) {
 	}
 	if err := rc.Follow(t.Context(), ts.url, "nope", "", 0, take); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("a wrong token: %v, want 401", err)
+	}
+}
+
+// TestWithoutRecordNothingIsRecorded: options.withoutRecord, BenchmarkRecordOverhead's
+// record=off, really leaves the record out (no log, GET /record not routed) while the tools
+// answer as with it; and the default, record=on, records the same calls. So the benchmark never
+// compares two servers that both record.
+func TestWithoutRecordNothingIsRecorded(t *testing.T) {
+	calls := func(t *testing.T, ts *testServer) {
+		t.Helper()
+		cs := connectStreamable(t, ts.url, nil)
+		for _, c := range recordBenchCalls {
+			if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args}); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+	}
+	write := func(t *testing.T, ts *testServer) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(ts.ws, "small.txt"), []byte("small\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	off := defaultOptions()
+	off.withoutRecord = true
+	ts := startServer(t, Config{}, off)
+	write(t, ts)
+	calls(t, ts)
+	if ts.record != nil {
+		t.Errorf("withoutRecord: the server has a log")
+	}
+	if code, entries := readRecord(t, ts.url, "", ""); code != http.StatusNotFound || len(entries) != 0 {
+		t.Errorf("withoutRecord: GET /record = %d with %d entries, want 404", code, len(entries))
+	}
+
+	ts = startServer(t, Config{}, defaultOptions())
+	write(t, ts)
+	calls(t, ts)
+	code, entries := readRecord(t, ts.url, "", "")
+	var tools []string
+	for _, e := range entries {
+		if e.Kind == record.KindToolCall {
+			tools = append(tools, e.Tool)
+		}
+	}
+	if code != http.StatusOK || strings.Join(tools, " ") != "Read Write" {
+		t.Errorf("with the record: GET /record = %d, tool calls %v, want Read Write", code, tools)
+	}
+}
+
+// TestOnlyTestsLeaveTheRecordOut: no code of the package but its tests sets
+// options.withoutRecord (and no other package can: the field is unexported), so the record is
+// not something a flag, a Config or a class can turn off.
+func TestOnlyTestsLeaveTheRecordOut(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var set []ast.Expr // what n sets: a composite literal's keys, an assignment's left side
+			switch n := n.(type) {
+			case *ast.KeyValueExpr:
+				set = append(set, n.Key)
+			case *ast.AssignStmt:
+				for _, lhs := range n.Lhs {
+					if sel, ok := lhs.(*ast.SelectorExpr); ok {
+						set = append(set, sel.Sel)
+					}
+				}
+			}
+			for _, x := range set {
+				if id, ok := x.(*ast.Ident); ok && id.Name == "withoutRecord" {
+					t.Errorf("%s sets withoutRecord: only the package's tests may", fset.Position(n.Pos()))
+				}
+			}
+			return true
+		})
 	}
 }

@@ -42,6 +42,12 @@ type options struct {
 	clock clock.WithDelayedExecution
 	// recordBytes bounds the session's log (recordlog.DefaultMaxBytes when 0).
 	recordBytes int
+	// withoutRecord leaves the session record out: no log, no entry, GET /record not routed.
+	// It is for one thing only, the baseline of BenchmarkRecordOverhead (docs/record.md §4):
+	// Run takes defaultOptions(), which leaves it false, and no Config field or flag reaches
+	// it, so the record is not something a class or a user can turn off
+	// (TestOnlyTestsLeaveTheRecordOut holds the package's code to that).
+	withoutRecord bool
 	// evidence is where the isolation evidence is gathered from (isolation.go): the host's.
 	evidence *evidence.Sources
 }
@@ -77,7 +83,8 @@ type server struct {
 	metrics    *metrics
 	guard      *wire.Guard
 	stopper    *stopper
-	// record is the session's log (docs/record.md), read by the operator at GET /record.
+	// record is the session's log (docs/record.md), read by the operator at GET /record; nil
+	// only under options.withoutRecord, a benchmark's baseline.
 	record *recordlog.Log
 	// evidence is where the isolation evidence is gathered from; isolation holds it once
 	// gathered, and isolated is closed when gathering has ended, with or without it
@@ -135,9 +142,11 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 	if s.clock = opts.clock; s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
-	if s.record, err = recordlog.New(s.clock.Now, opts.recordBytes); err != nil {
-		tb.Close()
-		return nil, err
+	if !opts.withoutRecord {
+		if s.record, err = recordlog.New(s.clock.Now, opts.recordBytes); err != nil {
+			tb.Close()
+			return nil, err
+		}
 	}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.Open()) },
@@ -257,8 +266,10 @@ func (s *server) handler() http.Handler {
 	mux.Handle(wire.SSEEndpointPath, s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.sse.ServeMessage))))
 	mux.Handle("/mcp", s.guard.Wrap(s.afterIsolation(s.streamable)))
 	mux.Handle("POST "+sandboxstop.Path, s.guard.Wrap(http.HandlerFunc(s.serveStop)))
-	// Read-only: the agent holds the token too (docs/security.md).
-	mux.Handle("GET "+recordlog.Path, s.guard.Wrap(s.record))
+	if s.record != nil {
+		// Read-only: the agent holds the token too (docs/security.md).
+		mux.Handle("GET "+recordlog.Path, s.guard.Wrap(s.record))
+	}
 	mux.Handle("GET "+isolation.Path, s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.serveIsolation))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)

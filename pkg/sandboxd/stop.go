@@ -69,7 +69,9 @@ func (s *server) stop() (int, sandboxstop.Response) {
 	// The gate is never let go: no tool call runs again in this process. Every call has
 	// returned and recorded itself: the log ends here, with its stopped entry, which the
 	// operator reads before it deletes the pod (docs/record.md §2.6).
-	s.record.Stop()
+	if s.record != nil {
+		s.record.Stop()
+	}
 	killed, err := s.stopper.stopAll(ctx)
 	if errors.Is(err, procgroup.ErrNotInit) {
 		return stopFailed(http.StatusConflict, "not_init", err.Error()+"; the pod must be left to the kubelet to stop")
