@@ -541,9 +541,12 @@ cmd_up() {
     --root-dir="$STATE/kubelet" --cert-dir="$STATE/kubelet/pki" \
     --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" -v=1
   start kube-proxy --config="$STATE/kube-proxy-config.yaml" -v=1
-  # NRI off: containerd 1.6 has none. Not fail-open: unjudged packets are dropped.
+  # NRI off: containerd 1.6 has none. Not fail-open: unjudged packets are dropped. Without NRI
+  # a new pod's IP is known once the apiserver publishes it; until then a connection from it is
+  # dropped (--drop-unknown-pods-in, local.patch), not judged as no pod's, which no egress policy
+  # selects: a sandbox's isolation evidence saw its first connections escape (docs/isolation.md).
   start kube-network-policies --kubeconfig="$STATE/kube-network-policies.kubeconfig" \
-    --hostname-override="$NODE_NAME" --disable-nri --nfqueue-id="$KNP_QUEUE" \
+    --hostname-override="$NODE_NAME" --disable-nri --nfqueue-id="$KNP_QUEUE" --drop-unknown-pods-in="$POD_CIDR" \
     --metrics-bind-address="127.0.0.1:$KNP_METRICS_PORT" -v=1
 
   wait_control_plane "$t0"
