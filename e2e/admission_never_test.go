@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -52,15 +53,26 @@ func servePolicyClaim(t *testing.T, ctx context.Context, claim *airlockv1alpha1.
 	if err != nil {
 		t.Fatalf("creating the claim: %v", err)
 	}
+	name := created.Name
 	t.Cleanup(func() {
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		_, err := airlockClient.AirlockV1alpha1().SandboxClaims(ns).Patch(context.Background(), created.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := airlockClient.AirlockV1alpha1().SandboxClaims(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("releasing the claim: %v", err)
 		}
 	})
-	created.Status.Frozen = frozen
-	if created, err = airlockClient.AirlockV1alpha1().SandboxClaims(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// On the real node the in-cluster operator writes the claim's status too: the record is
+	// written on the latest claim, again after a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest, err := airlockClient.AirlockV1alpha1().SandboxClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		latest.Status.Frozen = frozen
+		created, err = airlockClient.AirlockV1alpha1().SandboxClaims(ns).UpdateStatus(ctx, latest, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatalf("freezing the claim's record: %v", err)
 	}
 	// A RuntimeClass and a PriorityClass that exist, so that Kubernetes' own admission lets the
