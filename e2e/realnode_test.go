@@ -1050,14 +1050,22 @@ func TestRealNodeLeaderKill(t *testing.T) {
 	})
 	// The new leader settles the burst: maxInstances admitted, maxConcurrent of them Bound, the
 	// rest Queued; refused claims are deleted.
+	var unsettled []string // the claims' phases and reasons at the last look
+	defer func() {
+		if t.Failed() {
+			t.Logf("the burst's claims at the last look: %v", unsettled)
+		}
+	}()
 	eventually(t, 3*time.Minute, "the burst to settle", func(ctx context.Context) (bool, error) {
 		list, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		by := map[airlockv1alpha1.ClaimPhase]int{}
+		unsettled = unsettled[:0]
 		for _, c := range list.Items {
 			by[c.Status.Phase]++
+			unsettled = append(unsettled, c.Name+" "+string(c.Status.Phase)+"/"+c.Status.Reason+": "+c.Status.Message)
 		}
 		return by[airlockv1alpha1.ClaimBound] == maxConcurrent && by[airlockv1alpha1.ClaimQueued] == maxInstances-maxConcurrent && len(list.Items) == maxInstances, nil
 	})
