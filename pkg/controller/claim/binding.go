@@ -100,10 +100,13 @@ func (c *Controller) bindReady(ctx context.Context, claim *airlockv1alpha1.Sandb
 	v := c.isolationOf(ctx, claim, pod, left, inTime)
 	switch {
 	case v.failure != "":
+		isolationChecks.WithLabelValues("not_met").Inc()
 		c.recorder.Event(claim, corev1.EventTypeWarning, ReasonIsolationNotMet, v.failure)
 		return c.fail(ctx, claim, rt, ReasonIsolationNotMet, v.failure)
 	case v.wait != nil:
 		return v.wait, nil
+	case v.iso != nil:
+		isolationChecks.WithLabelValues("met").Inc()
 	}
 	updated := claim.DeepCopy()
 	updated.Status.Isolation = v.iso

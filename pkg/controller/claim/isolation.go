@@ -188,7 +188,6 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 	record := claim.Status.Frozen
 	ev, err := isolation.Decode(read.evidence)
 	if err != nil {
-		isolationChecks.WithLabelValues("not_met").Inc()
 		return verdict{failure: fmt.Sprintf("pod %s: %v", pod.Name, err)}
 	}
 	nodeKernel := read.node.Status.NodeInfo.KernelVersion
@@ -197,7 +196,6 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 		need.Kernel = isolation.KernelDedicated
 	}
 	if ok, _, message := isolation.Judge(ev, nodeKernel, need); !ok {
-		isolationChecks.WithLabelValues("not_met").Inc()
 		return verdict{failure: fmt.Sprintf("pod %s on node %s: %s", pod.Name, pod.Spec.NodeName, message)}
 	}
 	kernel := "Dedicated"
@@ -216,7 +214,6 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 		c.evidence.mu.Unlock()
 		return verdict{wait: ptr.To(readRetry)}
 	}
-	isolationChecks.WithLabelValues("met").Inc()
 	return verdict{iso: &airlockv1alpha1.ClaimIsolation{
 		Kernel: kernel, Runtime: ev.Runtime, KernelRelease: ev.KernelRelease, EvidenceDigest: ev.Digest(),
 		Attestation: &airlockv1alpha1.IsolationAttestation{Statement: att.Statement, Signature: att.Signature, KeyID: att.KeyID},
