@@ -497,7 +497,7 @@ func TestKubectlShortNamesAndColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	want := []string{"NAME", "RUNTIME", "HANDLE", "PHASE", "READY", "REASON", "WARM", "LAST-USED", "RESUMED", "AGE"}
+	want := []string{"NAME", "RUNTIME", "HANDLE", "PHASE", "READY", "REASON", "WARM", "LAST-USED", "RESUMED", "ISOLATION", "AGE"}
 	if strings.Join(header, " ") != strings.Join(want, " ") {
 		t.Errorf("kubectl get sbx columns %v, want %v", header, want)
 	}
