@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -151,7 +152,7 @@ func TestRealNodeMetricsScraped(t *testing.T) {
 	sort.Strings(operatorURLs)
 	sandboxURL := kept.URL + "/metrics"
 	noTokenURL := sandboxURL + "?without-token" // the same endpoint: the query is ignored
-	token := string(claimSecret(t, ctx, e.ns, kept.Claim).Data[sandboxpod.TokenKey])
+	token := sandboxToken(t, ctx, e.ns, kept.Claim)
 
 	var opScrape, rtScrape map[string]scrapeResult
 	var opErr, rtErr error
@@ -260,4 +261,30 @@ func servedFamilies(t *testing.T, what string, scrapes map[string]scrapeResult, 
 		}
 	}
 	return out
+}
+
+// sandboxToken is the bearer token of the claim's sandbox: the claim's own (its token Secret),
+// or, for a claim that adopted a warm member, the adoption token the Sandbox API hands its
+// runtime (derived from the operator's key, which the suite's administrator may read). Which of
+// two concurrent sessions adopts the one warm member is theirs to race.
+func sandboxToken(t *testing.T, ctx context.Context, ns, claimName string) string {
+	t.Helper()
+	c, err := airlockClient.AirlockV1alpha1().SandboxClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Warm == nil {
+		return string(claimSecret(t, ctx, ns, claimName).Data[sandboxpod.TokenKey])
+	}
+	var tools []string
+	if c.Status.Frozen != nil {
+		for _, tool := range c.Status.Frozen.AllowedTools {
+			tools = append(tools, string(tool))
+		}
+	}
+	token, err := claimtoken.NewSource(kubeClient, operatorNamespace).AdoptionToken(ctx, ns, c.Status.Warm.Member, c.UID, tools)
+	if err != nil {
+		t.Fatalf("the warm claim %s's adoption token: %v", claimName, err)
+	}
+	return token
 }
