@@ -91,8 +91,6 @@ type Source struct {
 
 	mu  sync.Mutex
 	key []byte
-	// loaded are called once the key is first read (IsolationKeys' listeners).
-	loaded []func()
 	// random is crypto/rand.Read; a seam for tests.
 	random func([]byte) (int, error)
 }
@@ -118,9 +116,6 @@ func (s *Source) Key(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoKey, err)
 	}
 	s.key = key
-	for _, f := range s.loaded {
-		go f() // they only enqueue; never under s.mu
-	}
 	return key, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	"github.com/airlock-dev/airlock/pkg/controller/defaultdeny"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
+	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	"github.com/airlock-dev/airlock/pkg/controller/workspacegc"
@@ -71,6 +72,14 @@ type ControllerContext struct {
 	// (cabundle.NewConfigMapInformerFactory of cabundle.ConfigMapName); like KubeInformers, the
 	// term's own.
 	CABundleConfigMaps kubeinformers.SharedInformerFactory
+	// Namespace is the operator's.
+	Namespace string
+	// IsolationKeySecrets lists and watches only the isolation signing keys' Secret
+	// (isolationkey.NewSecretInformerFactory), and IsolationKeys reads it: the claim controller
+	// signs with them, the distributor publishes them, the isolation key controller keeps them.
+	// Like KubeInformers, the term's own.
+	IsolationKeySecrets kubeinformers.SharedInformerFactory
+	IsolationKeys       *isolationkey.Keys
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -97,7 +106,20 @@ func newControllerDescriptors() []controllerDescriptor {
 		{name: egressca.ControllerName, init: startEgressCAController},
 		{name: sandboxclass.ControllerName, init: startClassController},
 		{name: defaultdeny.ControllerName, init: startDefaultDenyController},
+		{name: isolationkey.ControllerName, init: startIsolationKeyController},
 	}
+}
+
+// startIsolationKeyController builds the controller of the isolation signing keys' Secret, on
+// the term's informer of that Secret and the claims' informer.
+func startIsolationKeyController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	c, err := isolationkey.NewController(cc.KubeClient, cc.Namespace, cc.IsolationKeySecrets.Core().V1().Secrets(),
+		cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(), isolationkey.DefaultPolicy())
+	if err != nil {
+		return nil, err
+	}
+	// One Secret, written rarely: one worker.
+	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
 // startDefaultDenyController builds the controller of the namespaces' standing default-deny
@@ -135,10 +157,10 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 	var bundles []cabundle.Bundle
 	var own []kubeinformers.SharedInformerFactory
 	if cc.CABundle != nil {
-		// Beside the CA, the public key that verifies the operator's isolation attestations.
+		// Beside the CA, the public keys that verify the operator's isolation attestations.
 		var extras []cabundle.Extra
-		if cc.Tokens != nil {
-			extras = append(extras, cabundle.Extra{Key: cabundle.IsolationKeysKey, Source: cc.Tokens.IsolationKeys()})
+		if cc.IsolationKeys != nil {
+			extras = append(extras, cabundle.Extra{Key: cabundle.IsolationKeysKey, Source: cc.IsolationKeys})
 		}
 		bundles = append(bundles, cabundle.SandboxAPIBundle(cc.CABundle, airlock.AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps(), extras...))
 	}
@@ -269,7 +291,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		AllowedServices: cc.AllowedServices,
-	}, cc.SyncImage, cc.Tokens, defaultdeny.NewEnsurer(cc.KubeClient, cc.KubeInformers.Networking().V1().NetworkPolicies()))
+	}, cc.SyncImage, cc.Tokens, cc.IsolationKeys, defaultdeny.NewEnsurer(cc.KubeClient, cc.KubeInformers.Networking().V1().NetworkPolicies()))
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +346,9 @@ func runControllers(ctx context.Context, controllers []controllerDescriptor, cc 
 	cc.KubeInformers.Start(termDone)
 	if cc.CABundleConfigMaps != nil {
 		cc.CABundleConfigMaps.Start(termDone)
+	}
+	if cc.IsolationKeySecrets != nil {
+		cc.IsolationKeySecrets.Start(termDone)
 	}
 	cc.AirlockInformers.Start(informersDone)
 	logger.Info("Starting controllers", "count", len(runnables))

@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/claim"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
+	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
@@ -334,6 +335,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		OperatorPeer:          o.cfg.OperatorPeer,
 		ReadIsolationEvidence: o.cfg.ReadIsolationEvidence,
 		EgressCA:              o.egressCA(),
+		Namespace:             o.cfg.Namespace,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no
@@ -342,9 +344,12 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		term := cc
 		term.KubeInformers = newChildInformers(o.cfg.KubeClient)
 		term.CABundleConfigMaps = cabundle.NewConfigMapInformerFactory(o.cfg.KubeClient, cabundle.ConfigMapName, cabundle.LabelBundle)
+		term.IsolationKeySecrets = isolationkey.NewSecretInformerFactory(o.cfg.KubeClient, o.cfg.Namespace)
+		term.IsolationKeys = isolationkey.NewKeys(term.IsolationKeySecrets.Core().V1().Secrets(), o.cfg.Namespace)
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
 		defer term.CABundleConfigMaps.Shutdown()
+		defer term.IsolationKeySecrets.Shutdown()
 		defer close(termDone)
 		return runControllers(ctx, o.controllers, term, termDone, informersDone)
 	}

@@ -64,7 +64,7 @@ type Bundle struct {
 	SourceSynced cache.InformerSynced
 	// Extras are more keys of the same ConfigMap, each from a source of its own (the isolation
 	// signing keys beside the Sandbox API's CA): published once they have a bundle, never
-	// before the main one.
+	// before the main one, and kept as published while their source has none.
 	Extras []Extra
 	// ConfigMaps lists and watches only the bundle's ConfigMaps (NewConfigMapInformerFactory of
 	// ConfigMapName and Label).
@@ -266,6 +266,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	for _, e := range b.Extras {
 		if extra := e.Source.Bundle(); len(extra) > 0 {
 			want[e.Key] = string(extra)
+		} else if cm != nil && cm.Data[e.Key] != "" {
+			// No bundle now (not read yet, or its Secret does not parse): what runtimes were
+			// given stays, so that the statements it verifies still do.
+			want[e.Key] = cm.Data[e.Key]
 		}
 	}
 	if cm == nil {

@@ -231,7 +231,8 @@ func TestSync(t *testing.T) {
 }
 
 // TestSyncExtras: the isolation keys are published beside the CA once they exist, and a change
-// of theirs alone updates the ConfigMap; never without the CA.
+// of theirs alone updates the ConfigMap; never without the CA; and while their source has none
+// (its Secret does not parse), the keys published stay.
 func TestSyncExtras(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t, []*airlockv1alpha1.AgentRuntime{runtimeIn("team-a", "agent")}, []*corev1.ConfigMap{bundleConfigMap("team-a", bundleA, true)}, nil, bundleA)
@@ -243,6 +244,7 @@ func TestSyncExtras(t *testing.T) {
 		{ca: bundleA, keys: "", want: nil},
 		{ca: bundleA, keys: "keys-1", want: []action{{Verb: "update", Namespace: "team-a", Data: map[string]string{Key: bundleA, IsolationKeysKey: "keys-1"}, Labels: ourLabels}}},
 		{ca: bundleA, keys: "keys-2", want: []action{{Verb: "update", Namespace: "team-a", Data: map[string]string{Key: bundleA, IsolationKeysKey: "keys-2"}, Labels: ourLabels}}},
+		{ca: bundleA, keys: "", want: nil}, // the keys' Secret unreadable: what was published stays
 		{ca: "", keys: "keys-2", want: nil},
 	}
 	for i, step := range steps {

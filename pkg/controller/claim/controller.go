@@ -215,13 +215,18 @@ type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 	// ProxyCredential derives a claim's egress proxy credential (claimtoken.DeriveProxy).
 	ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error)
-	// SigningKey derives the isolation statements' signing key (claimtoken.SigningKey).
+}
+
+// SigningKeys gives the key that signs isolation statements now; *isolationkey.Keys is one (the
+// Secret airlock-isolation-signing-key, rotated by its controller).
+type SigningKeys interface {
 	SigningKey(ctx context.Context) (ed25519.PrivateKey, error)
 }
 
 // NewController returns a SandboxClaim controller on the given informers. Events are recorded
-// with eventClient (nil: kubeClient). tokens derives the token written into each claim's Secret.
-func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource, defaultDeny DefaultDenyEnsurer) (*Controller, error) {
+// with eventClient (nil: kubeClient). tokens derives the token written into each claim's Secret;
+// keys sign the isolation statements.
+func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Interface, airlockClient airlockclientset.Interface, informers Informers, syncImage string, tokens TokenSource, keys SigningKeys, defaultDeny DefaultDenyEnsurer) (*Controller, error) {
 	c, err := newControllerWithClock(ctx, kubeClient, airlockClient, informers, syncImage, clock.RealClock{})
 	if err != nil {
 		return nil, err
@@ -236,7 +241,7 @@ func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Inter
 	c.newProxyCredential = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error) {
 		return tokens.ProxyCredential(ctx, claim.UID, claim.Namespace, claim.Name)
 	}
-	c.signingKey = tokens.SigningKey
+	c.signingKey = keys.SigningKey
 	return c, nil
 }
 

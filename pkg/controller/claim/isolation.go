@@ -5,8 +5,9 @@ package claim
 // isolation.Path, with the claim's token, from the pod's address; the operator's ingress is the
 // stop's, --operator-pod-labels), reads the pod's Node, judges the evidence against the Node's
 // kernel and the record's need (isolation.Judge), and signs what it saw for the runtime
-// (pkg/attestation, with claimtoken's signing key). A claim whose evidence does not hold fails
-// with reason IsolationNotMet naming what was seen: never Bound, never a 200.
+// (pkg/attestation, with the current key of pkg/controller/isolationkey). A claim whose
+// evidence does not hold fails with reason IsolationNotMet naming what was seen: never Bound,
+// never a 200.
 //
 // The read happens once per pod, in a goroutine of its own (the worker does not wait on the
 // network), at most maxReadsInFlight at a time; its end enqueues the claim. A read that failed
@@ -207,7 +208,8 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 	}
 	att, err := c.attest(ctx, claim, pod, nodeKernel, kernel, read.evidence)
 	if err != nil {
-		// The key is the token key: without it nothing is served anyway. Tried again.
+		// No key yet, or its Secret does not parse (the isolation key controller says why): no
+		// claim is Bound with evidence until there is one. Tried again.
 		klog.FromContext(ctx).Error(err, "Cannot sign the sandbox's isolation statement; trying again", "claim", klog.KObj(claim))
 		c.evidence.mu.Lock()
 		delete(c.evidence.reads, pod.UID)
@@ -269,5 +271,5 @@ func (c *Controller) waitForReads() {
 	}
 }
 
-// signingKeyOf is the seam of the signing key: claimtoken's, derived from the operator's key.
+// signingKeyOf is the seam of the signing key: SigningKeys'.
 type signingKeyOf func(ctx context.Context) (ed25519.PrivateKey, error)
