@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
@@ -87,6 +88,17 @@ func checkOperatorCannotReadSecrets(t *testing.T) {
 	}
 	if got := canI(t, ctx, "get", "secrets/"+servingcert.SecretName, operatorNamespaceName); got != "no" {
 		t.Errorf("can-i get its serving certificate Secret: %q, want no (nothing gets it)", got)
+	}
+	// The isolation signing keys' Secret likewise: the leader's informer, by name; never got.
+	for _, verb := range []string{"list", "watch", "update"} {
+		if got := canI(t, ctx, verb, "secrets/"+isolationkey.SecretName, operatorNamespaceName); got != "yes" {
+			t.Errorf("can-i %s its isolation signing keys' Secret: %q, want yes", verb, got)
+		}
+	}
+	for _, verb := range []string{"get", "delete", "patch"} {
+		if got := canI(t, ctx, verb, "secrets/"+isolationkey.SecretName, operatorNamespaceName); got != "no" {
+			t.Errorf("can-i %s its isolation signing keys' Secret: %q, want no", verb, got)
+		}
 	}
 	// ConfigMaps: the CA bundle airlock-ca in any namespace, no other.
 	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -28,11 +29,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
 
+	"github.com/airlock-dev/airlock/pkg/attestation"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
 
@@ -78,6 +82,39 @@ func servingSecret(t *testing.T, ctx context.Context) *corev1.Secret {
 		t.Fatalf("the serving certificate Secret: %v", err)
 	}
 	return s
+}
+
+// checkIsolationKeysPublished: beside the CA, airlock-ca of ns carries the public key of the
+// isolation signing keys' Secret's signing key (the leader publishes it once it made the key),
+// and nothing private.
+func checkIsolationKeysPublished(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	var published string
+	var signing ed25519.PublicKey
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := kubeClient.CoreV1().Secrets(operatorNamespaceName).Get(ctx, isolationkey.SecretName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		var doc struct{ Signing struct{ Seed []byte } }
+		if err := json.Unmarshal(s.Data[isolationkey.KeysKey], &doc); err != nil || len(doc.Signing.Seed) != ed25519.SeedSize {
+			return false, fmt.Errorf("the isolation signing keys' Secret: %v", err)
+		}
+		signing = ed25519.NewKeyFromSeed(doc.Signing.Seed).Public().(ed25519.PublicKey)
+		cm, err := kubeClient.CoreV1().ConfigMaps(ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		published = cm.Data[cabundle.IsolationKeysKey]
+		return published != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the isolation keys in airlock-ca of %s: %v", ns, err)
+	}
+	keys, err := attestation.ParsePublicKeys([]byte(published))
+	if err != nil || keys[attestation.KeyID(signing)] == nil || strings.Contains(published, "PRIVATE") {
+		t.Errorf("airlock-ca's isolation keys (%d, %v) do not hold the Secret's signing key alone and public:\n%s", len(keys), err, published)
+	}
 }
 
 // replaceServingSecret deletes the serving certificate Secret old and waits for the operator to
@@ -134,6 +171,7 @@ func TestSandboxAPIOverTLS(t *testing.T) {
 	if secret.Type != corev1.SecretTypeTLS {
 		t.Errorf("Secret type %q, want %q", secret.Type, corev1.SecretTypeTLS)
 	}
+	checkIsolationKeysPublished(t, ctx, e.ns)
 
 	req := client.AcquireRequest{Namespace: e.ns, Runtime: "agent", Session: "tls", Handle: "codegen/default", WaitSeconds: waitSeconds(0)}
 	if _, status, err := op.client(token).AcquireOnce(ctx, req); err != nil || (status != http.StatusOK && status != http.StatusAccepted) {

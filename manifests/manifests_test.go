@@ -87,8 +87,9 @@ func decodeAll[T any](t *testing.T, docs []document, kind string) map[string]*T 
 // caBundleConfigMap is the one ConfigMap name the operator may read and write in any namespace
 // (the CA bundle for runtimes); servingSecret the Secret of its own CA and certificate.
 const (
-	caBundleConfigMap = "airlock-ca"
-	servingSecret     = "airlock-sandbox-api-tls"
+	caBundleConfigMap   = "airlock-ca"
+	servingSecret       = "airlock-sandbox-api-tls"
+	isolationKeysSecret = "airlock-isolation-signing-key"
 )
 
 // secretReads are the verbs on Secrets that no ClusterRole may grant.
@@ -182,13 +183,14 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 }
 
 // TestNamespaceRoleReadsOnlyTheKey: in its own namespace the operator may get the claim token
-// key Secret by name, list, watch and update the serving certificate Secret by name, and
-// touch no other Secret.
+// key Secret by name, list, watch and update the serving certificate and the isolation signing
+// keys' Secrets by name, and touch no other Secret.
 func TestNamespaceRoleReadsOnlyTheKey(t *testing.T) {
 	roles := decodeAll[rbacv1.Role](t, documents(t), "Role")
 	allowed := map[string][]string{
 		"airlock-token-key": {"get"},
 		servingSecret:       {"list", "watch", "update"},
+		isolationKeysSecret: {"list", "watch", "update"},
 	}
 	granted := map[string][]string{}
 	for file, role := range roles {

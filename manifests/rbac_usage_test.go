@@ -108,6 +108,10 @@ var rbacUses = map[string]rbacUse{
 	"/secrets@airlock-sandbox-api-tls watch":  {"pkg/servingcert/issuer.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
 	"/secrets@airlock-sandbox-api-tls update": {"pkg/servingcert/issuer.go", `secrets.Update(ctx, secret,`},
 
+	"/secrets@airlock-isolation-signing-key list":   {"pkg/controller/isolationkey/keys.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
+	"/secrets@airlock-isolation-signing-key watch":  {"pkg/controller/isolationkey/keys.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
+	"/secrets@airlock-isolation-signing-key update": {"pkg/controller/isolationkey/controller.go", `secrets.Update(ctx, secret,`},
+
 	"/secrets@airlock-egress-ca list":          {"pkg/controller/egressca/controller.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
 	"/secrets@airlock-egress-ca watch":         {"pkg/controller/egressca/controller.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
 	"/secrets@airlock-egress-ca update":        {"pkg/controller/egressca/controller.go", `secrets.Update(ctx, secret,`},

@@ -165,6 +165,7 @@ func pythonFixtureSet(t *testing.T) *pythonFixtures {
 	cases := []pythonFixture{
 		{Name: "verified", Attestation: verified, Verifies: true},
 		{Name: "verified, shared kernel", Attestation: shared, Verifies: true},
+		{Name: "signed by the other published key (the previous one, after a rotation)", Attestation: sign(other, same), Verifies: true},
 		{Name: "about another token", Attestation: sign(key, func(s *Statement) { s.TokenHash = TokenHash("other-token") })},
 		{Name: "about another claim", Attestation: sign(key, func(s *Statement) { s.Claim = "d" })},
 		{Name: "about another namespace", Attestation: sign(key, func(s *Statement) { s.Namespace = "team-b" })},

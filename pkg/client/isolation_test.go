@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,64 @@ func TestSessionVerifiesIsolation(t *testing.T) {
 				t.Errorf("isolation %+v", sb.Isolation)
 			}
 		})
+	}
+}
+
+// TestSessionVerifiesAcrossRotation: the keys file is read for every sandbox and may hold several
+// keys, picked by the statement's key ID. While the operator rotates its key (the next key
+// published beside the current one, then signing, the old one kept), statements of either key
+// verify; once the old key is no longer published, a statement it signed does not.
+func TestSessionVerifiesAcrossRotation(t *testing.T) {
+	newKey := func() ed25519.PrivateKey {
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	old, cur := newKey(), newKey()
+	byOld, byCur := signed(t, old, "Dedicated", "claim-token"), signed(t, cur, "Dedicated", "claim-token")
+	var att *attestation.Attestation
+	a := newSessionAPI(t, false, func(int, string) answer {
+		resp := bound("c")
+		resp.Attestation = att
+		return answer{status: http.StatusOK, body: resp}
+	})
+	keys := filepath.Join(t.TempDir(), "isolation-keys.pem")
+	s, _ := newTestSession(t, a, Config{VerifyIsolation: true, IsolationKeysFile: keys})
+	publish := func(from string) {
+		t.Helper()
+		if err := os.Rename(from, keys); err != nil { // as the kubelet swaps a mounted ConfigMap
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		name      string
+		published []ed25519.PrivateKey
+		att       *attestation.Attestation
+		wantErr   string
+	}{
+		{name: "the next key published beside the current", published: []ed25519.PrivateKey{old, cur}, att: byOld},
+		{name: "the new key signs, the old one kept", published: []ed25519.PrivateKey{cur, old}, att: byCur},
+		{name: "a statement of the old key after the rotation", published: []ed25519.PrivateKey{cur, old}, att: byOld},
+		{name: "the old key no longer published", published: []ed25519.PrivateKey{cur}, att: byOld, wantErr: "not among the 1 published"},
+		{name: "the new key's statement", published: []ed25519.PrivateKey{cur}, att: byCur},
+	}
+	for _, step := range steps {
+		publish(keysFile(t, step.published...))
+		att = step.att
+		sb, err := s.Acquire(context.Background(), "codegen/default")
+		if step.wantErr != "" {
+			if !errors.Is(err, ErrIsolation) || !strings.Contains(err.Error(), step.wantErr) {
+				t.Fatalf("%s: Acquire = %v, want ErrIsolation saying %q", step.name, err, step.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if sb.Response.Attestation.KeyID != step.att.KeyID || sb.Isolation == nil {
+			t.Fatalf("%s: verified %+v", step.name, sb.Isolation)
+		}
 	}
 }

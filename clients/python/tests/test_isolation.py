@@ -65,6 +65,12 @@ def statement_of(case: str) -> bytes:
     return base64.b64decode(CASES[case]["attestation"]["statement"])
 
 
+def pem_of(*keys: bytes) -> bytes:
+    """The PEM bundle of Ed25519 public keys, as the operator publishes it."""
+    return b"".join(b"-----BEGIN PUBLIC KEY-----\n" + base64.b64encode(_attestation._SPKI_PREFIX + k)
+                    + b"\n-----END PUBLIC KEY-----\n" for k in keys)
+
+
 def signing_key() -> bytes:
     return _attestation.parse_public_keys(KEYS)[CASES["verified"]["attestation"]["keyID"]]
 
@@ -197,6 +203,21 @@ class VerifyIsolationTest(unittest.TestCase):
                     ac.verify_isolation(sb, keys, namespace)
                 self.assertIsInstance(cm.exception, ac.AirlockError)
                 self.assertIn(want, str(cm.exception))
+
+    def test_rotation(self) -> None:
+        """A bundle of several keys: each statement is checked with the key its keyID names, so
+        one signed by the previous key verifies while that key is published beside the new one,
+        and not once the bundle no longer holds it."""
+        old = CASES["signed by the other published key (the previous one, after a rotation)"]["attestation"]
+        new = CASES["verified"]["attestation"]
+        self.assertNotEqual(old["keyID"], new["keyID"])
+        for att in (old, new):
+            with self.subTest(key=att["keyID"]):
+                self.assertEqual(ac.verify_isolation(sandbox(att), KEYS, "team-a")["podUID"], "uid-pod")
+        only_new = pem_of(_attestation.parse_public_keys(KEYS)[new["keyID"]])
+        self.assertEqual(ac.verify_isolation(sandbox(new), only_new, "team-a")["claim"], "c")
+        with self.assertRaisesRegex(ac.IsolationError, "signed by key '%s', which is not among the 1 published" % old["keyID"]):
+            ac.verify_isolation(sandbox(old), only_new, "team-a")
 
     def test_key_bundle(self) -> None:
         """Only PUBLIC KEY blocks of Ed25519 keys; text around the blocks is ignored."""
