@@ -34,6 +34,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
+	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
@@ -421,6 +422,7 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 	leftPool := with(adopted, func(p *corev1.Pod) { delete(p.Labels, airlockv1alpha1.LabelWarmPool) })
 	legacy := &appsv1.Deployment{ObjectMeta: sandboxpod.ChildMeta(claim, claim.Name)}
 	tlsSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "airlock-sandbox-api-tls", Namespace: "airlock-system"}, Type: corev1.SecretTypeTLS}
+	isolationKeys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: isolationkey.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeOpaque}
 	caBefore := caBundle()
 	egressCA := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: egressca.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeTLS}
 
@@ -456,6 +458,8 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"the claim token key":                   create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claimtoken.SecretName, Namespace: "airlock-system"}, Type: corev1.SecretTypeOpaque}),
 		"the serving certificate":               create(tlsSecret),
 		"the serving certificate, renewed":      update(tlsSecret, tlsSecret),
+		"the isolation signing keys":            create(isolationKeys),
+		"the isolation signing keys, rotated":   update(isolationKeys, isolationKeys),
 		"the CA bundle":                         create(caBefore),
 		"the CA bundle, updated":                update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
 		"the CA bundle deleted":                 remove(caBefore),
