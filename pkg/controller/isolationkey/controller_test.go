@@ -35,6 +35,8 @@ type fixture struct {
 	keys       *Keys
 	secrets    cache.Indexer
 	claims     cache.Indexer
+	// startInformers starts the informers without the workers (a fixture built without start).
+	startInformers func(t *testing.T)
 }
 
 // newFixture builds the controller and the keys on kube (a fake clientset: several fixtures
@@ -55,6 +57,18 @@ func newFixture(t *testing.T, kube *k8sfake.Clientset, start bool) *fixture {
 	f.secrets, f.claims = secrets.Informer().GetIndexer(), claims.Informer().GetIndexer()
 	if !start {
 		t.Cleanup(c.queue.ShutDown)
+		f.startInformers = func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testContext(t))
+			factory.Start(ctx.Done())
+			airlockFactory.Start(ctx.Done())
+			t.Cleanup(func() {
+				cancel()
+				factory.Shutdown()
+				airlockFactory.Shutdown()
+			})
+			factory.WaitForCacheSync(ctx.Done())
+			airlockFactory.WaitForCacheSync(ctx.Done())
+		}
 		return f
 	}
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -352,6 +366,66 @@ func TestKeysWithoutASecret(t *testing.T) {
 	}
 	if b := f.keys.Bundle(); b != nil {
 		t.Errorf("Bundle without a Secret: %q", b)
+	}
+}
+
+// TestClaimEventsEnqueue: a claim whose statement stops naming a key (signed anew, or deleted)
+// enqueues the Secret, so that a retired key no claim names leaves without waiting for a timer;
+// a new claim, or an update that keeps the key, does not.
+func TestClaimEventsEnqueue(t *testing.T) {
+	f := newFixture(t, k8sfake.NewClientset(), false)
+	f.startInformers(t)
+	signed := func(seed byte, label string) *airlockv1alpha1.SandboxClaim {
+		ev := []byte("{}")
+		k := ed25519.NewKeyFromSeed(append(make([]byte, ed25519.SeedSize-1), seed))
+		a, err := attestation.Sign(&attestation.Statement{Version: attestation.Version, EvidenceDigest: attestation.Digest(ev), Evidence: ev}, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := claimSigned("c", a)
+		c.Labels = map[string]string{"step": label}
+		return c
+	}
+	gvr := airlockv1alpha1.SchemeGroupVersion.WithResource("sandboxclaims")
+	steps := []struct {
+		name  string
+		write func() error
+		// label is what the cache shows of the claim once it has the write; "" for none (deleted).
+		label string
+		want  int
+	}{
+		{name: "a new claim", write: func() error { return f.airlock.Tracker().Add(signed(1, "new")) }, label: "new"},
+		{name: "an update keeping the key", write: func() error { return f.airlock.Tracker().Update(gvr, signed(1, "kept"), "team-a") }, label: "kept"},
+		{name: "a statement signed anew", write: func() error { return f.airlock.Tracker().Update(gvr, signed(2, "resigned"), "team-a") }, label: "resigned", want: 1},
+		{name: "a deletion", write: func() error { return f.airlock.Tracker().Delete(gvr, "team-a", "c") }, want: 1},
+	}
+	for _, step := range steps {
+		if err := step.write(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, step.name+" in the cache", func() bool {
+			obj, ok, _ := f.claims.GetByKey("team-a/c")
+			if step.label == "" {
+				return !ok
+			}
+			return ok && obj.(*airlockv1alpha1.SandboxClaim).Labels["step"] == step.label
+		})
+		// The handler runs after the cache has the write, in a goroutine of its own: wait for
+		// the key, or see that none comes for a while.
+		if step.want > 0 {
+			waitFor(t, step.name+" enqueued", func() bool { return f.controller.queue.Len() == step.want })
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) { return f.controller.queue.Len() > 0, nil })
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: the Secret was enqueued", step.name)
+			}
+		}
+		for f.controller.queue.Len() > 0 {
+			k, _ := f.controller.queue.Get()
+			f.controller.queue.Done(k)
+		}
 	}
 }
 
