@@ -442,12 +442,15 @@ func TestRunFollowsRotation(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		d, err = decode(s.Data[KeysKey])
-		return err == nil && string(f.keys.Bundle()) != "" && f.keys.HasSynced()
+		if d, err = decode(s.Data[KeysKey]); err != nil {
+			return false
+		}
+		// The keys' cache shows it too.
+		want, err := attestation.MarshalPublicKeys(d.publicKeys()...)
+		return err == nil && string(f.keys.Bundle()) == string(want)
 	}
 	waitFor(t, "the Secret", current)
 	first := idOf(d.Signing)
-	waitFor(t, "the keys' cache", func() bool { _, err := f.keys.SigningKey(ctx); return err == nil })
 	old := statement(t, f.keys, "old")
 	if err := f.airlock.Tracker().Add(claimSigned("old", old)); err != nil {
 		t.Fatal(err)
