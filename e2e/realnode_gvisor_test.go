@@ -58,6 +58,7 @@ func TestRealNodeGVisor(t *testing.T) {
 			cancelled(step("cancel", "Bash", map[string]any{"command": "sleep 62; echo not-reached"}), 2000),
 			step("gone", "Bash", map[string]any{"command": leftProcesses}),
 			step("background", "Bash", map[string]any{"command": "sleep 600 & echo started", "run_in_background": true}),
+			step("escape", "Bash", map[string]any{"command": escapeSession}),
 		}}
 	var res rnSession
 	e.runClient(t, "runtime-gvisor", "session", plan, 10*time.Minute, &res)
@@ -78,6 +79,7 @@ func TestRealNodeGVisor(t *testing.T) {
 		{"timeout", "timed out after 2s"},
 		{"gone", "left=0"},
 		{"background", ""},
+		{"escape", "escaped"},
 	} {
 		c := res.call(t, tc.name)
 		t.Logf("%s (%s, %.0f ms): %q", tc.name, c.Tool, c.Millis, c.Text)
@@ -104,8 +106,9 @@ func TestRealNodeGVisor(t *testing.T) {
 		t.Errorf("synced main.go: %q, %v", got, err)
 	}
 	// The operator's stop, asked before the pod's deletion: sandboxd (PID 1 of gVisor's
-	// sandbox) killed every other process of its container, the background sleep among them,
-	// and the pod was released at once.
+	// sandbox) ended the background shell with its group and killed every other process of its
+	// container, the one that left its group (setsid) among them, and the pod was released at
+	// once.
 	events, err := kubeClient.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=SandboxStopped"})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +121,7 @@ func TestRealNodeGVisor(t *testing.T) {
 	if i := strings.Index(msg, "("); i < 0 {
 		t.Fatalf("stop: %q names no count of killed processes", msg)
 	} else if _, err := fmt.Sscanf(msg[i:], "(%d killed)", &killed); err != nil || killed < 1 {
-		t.Errorf("stop: %q (%v); want at least the background sleep killed", msg, err)
+		t.Errorf("stop: %q (%v); want at least the process that left its group killed", msg, err)
 	}
 	t.Logf("stop: %s", msg)
 }
@@ -127,6 +130,12 @@ func TestRealNodeGVisor(t *testing.T) {
 // `sleep 61` or `sleep 62` (the timed-out and the cancelled calls' commands), waiting up to 5 s
 // for them to go.
 const leftProcesses = `for i in $(seq 50); do n=0; for c in /proc/[0-9]*/cmdline; do case "$(tr '\0' ' ' <"$c" 2>/dev/null)" in "sleep 61 "|"sleep 62 ") n=$((n+1));; esac; done; [ $n = 0 ] && break; sleep 0.1; done; echo left=$n`
+
+// escapeSession leaves a process behind in a session of its own, outside every tool call's
+// process group, which only the stop's kill of every other process reaches (as runtimeclient's
+// escapeCommand in TestRealNodeReacquire); the call returns once the process is in its session.
+const escapeSession = `rm -f /tmp/escape && mkfifo /tmp/escape && ` +
+	`(setsid sh -c 'echo escaped > /tmp/escape; exec sleep 100000' > /dev/null 2>&1 < /dev/null &) && read x < /tmp/escape && echo $x`
 
 // cancelled is a step whose call the client cancels after ms milliseconds.
 func cancelled(s map[string]any, ms int) map[string]any {
