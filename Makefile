@@ -108,6 +108,12 @@ bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go s
 bench-egress: ## The egress gateway side by side with direct TLS, a plain Go relay (the floor), tinyproxy and squid (when installed) on loopback: connection setup, a 100 MiB download (ratios from one run), memory per idle tunnel (hack/bench-egress.sh, ~1 min).
 	hack/bench-egress.sh
 
+.PHONY: bench-node
+bench-node: ## As root: the real-node figures (hack/e2e-node.sh): acquire latency, and what a kernel of its own costs (cold and warm acquire → first tool result, go build and go test, under runc and gVisor side by side; the evidence's read and signing at bind: docs/isolation.md, "Measured") (~15 min).
+	@echo "load average before: $$(cat /proc/loadavg)"
+	hack/e2e-node.sh -run '^TestRealNode(AcquireLatency|IsolationCost)$$'
+	@echo "load average after: $$(cat /proc/loadavg)"
+
 .PHONY: bench
 bench: ## Claim admission and binding under open-loop load on a throwaway API-only plane (hack/bench.sh; BENCH_SCALE=1 adds the scale runs); figures to stdout and _output/bench/, each beside the committed baseline (hack/bench/baseline.json), a scenario more than 25% slower said so; then the peer, agent-sandbox, on a fresh plane and side by side (BENCH_PEER=1 builds it, 0 leaves it out; by default it runs when built).
 	hack/bench.sh

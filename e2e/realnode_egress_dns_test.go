@@ -71,7 +71,7 @@ func TestRealNodeEgressDNS(t *testing.T) {
 	requireRealNode(t)
 	ctx := context.Background()
 	f := setUpEgress(t)
-	e := newEgressEnv(t, f)
+	e := newEgressEnv(t, f, "")
 	e.startEcho(t, "svc")
 	svc := airlockv1alpha1.ServiceReference{Namespace: e.ns, Name: "svc"}
 	svcName := "svc." + e.ns + ".svc.cluster.local"

@@ -552,9 +552,9 @@ func applyConfigMap(t *testing.T, ns string, cm *corev1.ConfigMap) {
 }
 
 // egressEnv is the sandboxes' namespace: a content volume, the agent ServiceAccount, a class with
-// the suite's egress in the -go image, a registry and a runtime (the CA bundle ConfigMap is the
-// operator's, checkEgressBundle).
-func newEgressEnv(t *testing.T, f *egressFixture) *realnodeEnv {
+// the suite's egress in the -go image (under runtimeClass when set, then needing a kernel of its
+// own), a registry and a runtime (the CA bundle ConfigMap is the operator's, checkEgressBundle).
+func newEgressEnv(t *testing.T, f *egressFixture, runtimeClass string) *realnodeEnv {
 	t.Helper()
 	ctx := context.Background()
 	ns := newNamespace(t, "airlock-rn-egress")
@@ -570,6 +570,11 @@ func newEgressEnv(t *testing.T, f *egressFixture) *realnodeEnv {
 	class.Spec.Ports = []airlockv1alpha1.SandboxPort{{Name: "mcp", Port: 8080}}
 	class.Spec.Env = []corev1.EnvVar{{Name: "HOME", Value: "/cache/home"}}
 	class.Spec.Egress = egressClassSpec()
+	if runtimeClass != "" {
+		class.Spec.RuntimeClassName = ptr.To(runtimeClass)
+		class.Spec.Isolation = dedicatedKernel
+		class.Spec.StartupTimeout = &metav1.Duration{Duration: 4 * time.Minute}
+	}
 	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating class: %v", err)
 	}

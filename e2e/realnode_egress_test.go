@@ -229,11 +229,22 @@ func egressTechniques(f *egressFixture, own, other, gatewayPodIP, dnsIP string) 
 // policy does not allow; the gateway's audit lines name the refusals after 200; the injected
 // credential is in neither the sandbox's pod spec nor its environment; and the gateway's
 // monitored metrics are served to the monitoring namespace.
+//
+// Then the same suite again with the class under RuntimeClass gvisor (issue 38 item 2: the
+// gateway's bypass suite from inside gVisor's own network stack), the class needing a kernel of
+// its own, on the same gateway and stand-in internet.
 func TestRealNodeEgress(t *testing.T) {
 	requireRealNode(t)
-	ctx := context.Background()
 	f := setUpEgress(t)
-	e := newEgressEnv(t, f)
+	runEgressSuite(t, f, "")
+	t.Run("gVisor", func(t *testing.T) { runEgressSuite(t, f, "gvisor") })
+}
+
+// runEgressSuite is TestRealNodeEgress's suite in a namespace of its own, its class under
+// runtimeClass (none: the node's default, runc; else with isolation.kernel Dedicated).
+func runEgressSuite(t *testing.T, f *egressFixture, runtimeClass string) {
+	ctx := context.Background()
+	e := newEgressEnv(t, f, runtimeClass)
 	const handle = "online/default"
 	claimA := claimname.For("agent", "probe", handle)
 

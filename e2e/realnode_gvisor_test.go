@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,12 @@ func TestRealNodeGVisor(t *testing.T) {
 			step("build", "Bash", map[string]any{"command": "go build -o /cache/hello . && /cache/hello && go test ./... 2>&1 | tail -1", "timeout": 240000}),
 			step("snapshot", "snapshot_create", map[string]any{"label": "built"}),
 			step("definition", "find_definition", map[string]any{"file_path": "main.go", "line": 7, "symbol": "greet"}),
+			step("tests", "run_tests", map[string]any{"language": "go", "timeout": 240000}),
+			step("timeout", "Bash", map[string]any{"command": "sleep 61; echo not-reached", "timeout": 2000}),
+			cancelled(step("cancel", "Bash", map[string]any{"command": "sleep 62; echo not-reached"}), 2000),
+			step("gone", "Bash", map[string]any{"command": leftProcesses}),
 			step("background", "Bash", map[string]any{"command": "sleep 600 & echo started", "run_in_background": true}),
+			step("escape", "Bash", map[string]any{"command": escapeSession}),
 		}}
 	var res rnSession
 	e.runClient(t, "runtime-gvisor", "session", plan, 10*time.Minute, &res)
@@ -69,13 +75,22 @@ func TestRealNodeGVisor(t *testing.T) {
 		{"build", "hello gvisor"},
 		{"snapshot", "Snapshot s1 taken"},
 		{"definition", "main.go:5:6"},
+		{"tests", "ok"},
+		{"timeout", "timed out after 2s"},
+		{"gone", "left=0"},
 		{"background", ""},
+		{"escape", "escaped"},
 	} {
 		c := res.call(t, tc.name)
 		t.Logf("%s (%s, %.0f ms): %q", tc.name, c.Tool, c.Millis, c.Text)
 		if c.Err != "" || c.IsError || !strings.Contains(c.Text, tc.want) {
 			t.Errorf("%s: err %q isError %v: %q, want %q in it", tc.name, c.Err, c.IsError, c.Text, tc.want)
 		}
+	}
+	// Cancelled by the client (notifications/cancelled) after 2 s: the call ended with the
+	// client's deadline, and its process group was killed ("gone" above found no sleep left).
+	if c := res.call(t, "cancel"); c.Err == "" || strings.Contains(c.Text, "not-reached") {
+		t.Errorf("the cancelled call: err %q, text %q; want it cancelled before its command ended", c.Err, c.Text)
 	}
 	if c := res.call(t, "build"); !strings.Contains(c.Text, "ok") {
 		t.Errorf("go test under gVisor: %q, want ok", c.Text)
@@ -90,20 +105,42 @@ func TestRealNodeGVisor(t *testing.T) {
 	if got, err := e.readContent("out/gvisor/main.go"); err != nil || !strings.Contains(got, "\"gvisor\"") {
 		t.Errorf("synced main.go: %q, %v", got, err)
 	}
-	// The operator's stop races the kubelet's SIGTERM of the deleted pod: under gVisor sandboxd
-	// has been seen to close the stop's connection (EOF) while it shut down, and then the pod is
-	// left to the kubelet (fail closed), which ends gVisor's whole sandbox. Either way no process
-	// outlives the pod, which is gone (above); what the stop said is logged.
+	// The operator's stop, asked before the pod's deletion: sandboxd (PID 1 of gVisor's
+	// sandbox) ended the background shell with its group and killed every other process of its
+	// container, the one that left its group (setsid) among them, and the pod was released at
+	// once.
 	events, err := kubeClient.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=SandboxStopped"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range events.Items {
-		t.Logf("stop: %s", ev.Message)
+	if len(events.Items) != 1 {
+		t.Fatalf("%d SandboxStopped events of claim %s, want one: the operator's stop under gVisor", len(events.Items), claim)
 	}
-	if len(events.Items) == 0 {
-		t.Log("stop: no SandboxStopped event (the stop lost the race with the kubelet; the pod was left to it)")
+	var killed int
+	msg := events.Items[0].Message
+	if i := strings.Index(msg, "("); i < 0 {
+		t.Fatalf("stop: %q names no count of killed processes", msg)
+	} else if _, err := fmt.Sscanf(msg[i:], "(%d killed)", &killed); err != nil || killed < 1 {
+		t.Errorf("stop: %q (%v); want at least the process that left its group killed", msg, err)
 	}
+	t.Logf("stop: %s", msg)
+}
+
+// leftProcesses is a Bash command that says left=<n>, the processes of the sandbox running
+// `sleep 61` or `sleep 62` (the timed-out and the cancelled calls' commands), waiting up to 5 s
+// for them to go.
+const leftProcesses = `for i in $(seq 50); do n=0; for c in /proc/[0-9]*/cmdline; do case "$(tr '\0' ' ' <"$c" 2>/dev/null)" in "sleep 61 "|"sleep 62 ") n=$((n+1));; esac; done; [ $n = 0 ] && break; sleep 0.1; done; echo left=$n`
+
+// escapeSession leaves a process behind in a session of its own, outside every tool call's
+// process group, which only the stop's kill of every other process reaches (as runtimeclient's
+// escapeCommand in TestRealNodeReacquire); the call returns once the process is in its session.
+const escapeSession = `rm -f /tmp/escape && mkfifo /tmp/escape && ` +
+	`(setsid sh -c 'echo escaped > /tmp/escape; exec sleep 100000' > /dev/null 2>&1 < /dev/null &) && read x < /tmp/escape && echo $x`
+
+// cancelled is a step whose call the client cancels after ms milliseconds.
+func cancelled(s map[string]any, ms int) map[string]any {
+	s["cancelAfterMillis"] = ms
+	return s
 }
 
 // TestRealNodeGVisorImpostorRefused: a RuntimeClass named for gVisor whose handler is runc

@@ -60,8 +60,11 @@ func readMonitoredFamilies(t *testing.T) []monitoredFamily {
 type scrapeResult struct {
 	Status   int `json:"status"`
 	Families map[string]struct {
-		Type    string `json:"type"`
-		Samples int    `json:"samples"`
+		Type           string             `json:"type"`
+		Samples        int                `json:"samples"`
+		HistogramSum   float64            `json:"histogramSum"`
+		HistogramCount float64            `json:"histogramCount"`
+		Counters       map[string]float64 `json:"counters"`
 	} `json:"families"`
 	Error string `json:"error"`
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/airlock-dev/airlock/pkg/isolation"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
@@ -118,6 +119,7 @@ func TestReadyzWaitsForTheEvidence(t *testing.T) {
 		}
 	})
 	opts.evidence.Timeout = 2 * testTimeout
+	opts.clock = clocktesting.NewFakeClock(time.Now()) // readyzWait never passes
 	logger, _ := ktesting.NewTestContext(t)
 	s, err := newServer(Config{Workspace: t.TempDir(), StateDir: t.TempDir(), ShutdownGrace: 5 * time.Second}, opts, logger)
 	if err != nil {
@@ -136,15 +138,17 @@ func TestReadyzWaitsForTheEvidence(t *testing.T) {
 	if code, _ := get(t, url+"/healthz", nil); code != http.StatusOK {
 		t.Errorf("/healthz while gathering = %d, want 200", code)
 	}
-	if code, body := get(t, url+"/readyz", nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "gathering the isolation evidence") {
-		t.Errorf("/readyz while gathering = %d %q, want 503 naming the evidence", code, body)
-	}
 	type answer struct {
-		initialize bool     // else GET /isolation
+		initialize bool     // else GET /isolation, or /readyz
+		readyz     int      // /readyz's status
 		meta       mcp.Meta // initialize's
 		body       string   // GET /isolation's
 	}
-	answered := make(chan answer, 2)
+	answered := make(chan answer, 3)
+	go func() { // a probe while the evidence is gathered is held, and answered ready after it
+		code, _ := get(t, url+"/readyz", nil)
+		answered <- answer{readyz: code}
+	}()
 	go func() {
 		cs := connectStreamable(t, url, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		answered <- answer{initialize: true, meta: cs.InitializeResult().Meta}
@@ -161,12 +165,17 @@ func TestReadyzWaitsForTheEvidence(t *testing.T) {
 	}
 	close(release)
 	var digest, body string
-	for range 2 {
+	for range 3 {
 		select {
 		case a := <-answered:
-			if a.initialize {
+			switch {
+			case a.initialize:
 				digest, _ = a.meta[isolation.MetaKeyDigest].(string)
-			} else {
+			case a.readyz != 0:
+				if a.readyz != http.StatusOK {
+					t.Errorf("/readyz asked while gathering = %d, want 200 once the evidence is there", a.readyz)
+				}
+			default:
 				body = a.body
 			}
 		case <-time.After(testTimeout):
@@ -188,6 +197,58 @@ func TestReadyzWaitsForTheEvidence(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadyzAnswersNotReadyAfterItsWait: a probe held while the evidence is gathered answers 503,
+// naming the evidence, once readyzWait has passed (within the kubelet's probe timeout).
+func TestReadyzAnswersNotReadyAfterItsWait(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	opts := defaultOptions()
+	opts.evidence = fakeEvidence(func(ctx context.Context, address string) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	opts.evidence.Timeout = 2 * testTimeout
+	fc := clocktesting.NewFakeClock(time.Now())
+	opts.clock = fc
+	logger, _ := ktesting.NewTestContext(t)
+	s, err := newServer(Config{Workspace: t.TempDir(), StateDir: t.TempDir(), ShutdownGrace: 5 * time.Second}, opts, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	addr, stop := serveOn(t, s)
+	defer func() { _ = stop() }()
+	type answer struct {
+		code int
+		body string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		code, body := get(t, "http://"+addr+"/readyz", nil)
+		answered <- answer{code, body}
+	}()
+	sandboxdtest.WaitFor(t, "the probe to wait for the evidence", fc.HasWaiters)
+	fc.Step(readyzWait - time.Millisecond)
+	select {
+	case a := <-answered:
+		t.Fatalf("/readyz answered %d %q before readyzWait passed", a.code, a.body)
+	default:
+	}
+	fc.Step(time.Millisecond)
+	select {
+	case a := <-answered:
+		if a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "gathering the isolation evidence") {
+			t.Errorf("/readyz after its wait = %d %q, want 503 naming the evidence", a.code, a.body)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("/readyz did not answer once readyzWait passed")
 	}
 }
 

@@ -97,6 +97,9 @@ type Step struct {
 	Name string         `json:"name"` // a label for the test
 	Tool string         `json:"tool"`
 	Args map[string]any `json:"args"`
+	// CancelAfterMillis, when set, cancels the call that long after it was sent: the Go SDK
+	// sends notifications/cancelled (the result's Err then says the context's deadline).
+	CancelAfterMillis int `json:"cancelAfterMillis,omitempty"`
 }
 
 // CallResult is one tool call's outcome.
@@ -402,7 +405,11 @@ func connect(ctx context.Context, url string, headers map[string]string, transpo
 }
 
 func call(ctx context.Context, cs *mcp.ClientSession, s Step) CallResult {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	limit := 2 * time.Minute
+	if s.CancelAfterMillis > 0 {
+		limit = time.Duration(s.CancelAfterMillis) * time.Millisecond
+	}
+	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	start := time.Now()
 	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: s.Tool, Arguments: s.Args})

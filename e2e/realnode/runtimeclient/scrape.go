@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -26,6 +27,12 @@ type ScrapeResult struct {
 type ScrapedFamily struct {
 	Type    string `json:"type"`
 	Samples int    `json:"samples"`
+	// HistogramSum and HistogramCount add up a histogram's series (the sum of their observations
+	// and how many there were).
+	HistogramSum   float64 `json:"histogramSum,omitempty"`
+	HistogramCount uint64  `json:"histogramCount,omitempty"`
+	// Counters adds up a counter's series by their label values ("k=v,k=v", sorted).
+	Counters map[string]float64 `json:"counters,omitempty"`
 }
 
 // runScrape GETs every URL of the plan, as Prometheus scrapes a target (Accept: the text format),
@@ -94,7 +101,25 @@ func scrape(ctx context.Context, u, token string) (*ScrapeResult, error) {
 	}
 	r.Families = map[string]ScrapedFamily{}
 	for name, f := range families {
-		r.Families[name] = ScrapedFamily{Type: strings.ToLower(f.GetType().String()), Samples: len(f.GetMetric())}
+		sf := ScrapedFamily{Type: strings.ToLower(f.GetType().String()), Samples: len(f.GetMetric())}
+		for _, m := range f.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				if sf.Counters == nil {
+					sf.Counters = map[string]float64{}
+				}
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				sort.Strings(labels)
+				sf.Counters[strings.Join(labels, ",")] += c.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				sf.HistogramSum += h.GetSampleSum()
+				sf.HistogramCount += h.GetSampleCount()
+			}
+		}
+		r.Families[name] = sf
 	}
 	return r, nil
 }

@@ -344,6 +344,11 @@ func (c *Controller) createBundle(ctx context.Context, b *bundle, ns string, dat
 		}
 		return nil
 	}
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// Nothing new may be created in it; its deletion ends the work.
+		klog.FromContext(ctx).V(2).Info("The namespace is being deleted: the CA bundle is not published in it", "bundle", b.Name, "namespace", ns)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("creating ConfigMap %s/%s: %w", ns, b.ConfigMapName, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -351,5 +352,21 @@ func TestRunFollowsRotationAndRepairs(t *testing.T) {
 	next(watch.Deleted)
 	if cm := next(watch.Added); cm.Data[Key] != bundleB || cm.Labels[LabelBundle] != "true" {
 		t.Fatalf("after a deletion: %v %v, want bundle B back, labelled", cm.Data, cm.Labels)
+	}
+}
+
+// TestSyncNamespaceTerminating: a namespace being deleted refuses new content; the sync ends
+// there without an error (nothing to retry: its deletion ends the work), and writes nothing else.
+func TestSyncNamespaceTerminating(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t, []*airlockv1alpha1.AgentRuntime{runtimeIn("team-a", "agent")}, nil, nil, bundleA)
+	f.kubeClient.PrependReactor("create", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}},
+		}}
+	})
+	if err := f.controller.sync(ctx, cache.ObjectName{Namespace: "team-a", Name: ConfigMapName}); err != nil {
+		t.Errorf("a terminating namespace: %v, want nil", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -282,6 +283,12 @@ func (c *Controller) replaceEndedPod(ctx context.Context, claim *airlockv1alpha1
 // whose pod a Deployment of an earlier version runs, that Deployment. Their deletions enqueue
 // the claim.
 func (c *Controller) stopPods(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
+	return c.deletePods(ctx, claim, nil)
+}
+
+// deletePods is stopPods but for the pods held (by UID): those whose deletion waits for the
+// operator's stop (stop.go).
+func (c *Controller) deletePods(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, held map[types.UID]bool) error {
 	pods, err := c.claimPods(claim)
 	if err != nil {
 		return err
@@ -292,7 +299,7 @@ func (c *Controller) stopPods(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		}
 	}
 	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, claim) {
+		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, claim) || held[pod.UID] {
 			continue
 		}
 		if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, pod.Namespace, pod.Name, pod.UID)); err != nil {

@@ -85,6 +85,7 @@ func (r httpEvidenceReader) Read(ctx context.Context, base, token string) ([]byt
 
 // evidenceRead is one pod's read: done once the goroutine ended.
 type evidenceRead struct {
+	started  time.Time // when the read was started (the pod seen Ready; a failed read's retry anew)
 	done     bool
 	evidence []byte
 	node     *corev1.Node
@@ -127,7 +128,7 @@ func (c *Controller) isolationOf(ctx context.Context, claim *airlockv1alpha1.San
 	e.mu.Lock()
 	r := e.reads[pod.UID]
 	if r == nil {
-		r = &evidenceRead{}
+		r = &evidenceRead{started: c.clock.Now()}
 		e.reads[pod.UID] = r
 		e.mu.Unlock()
 		c.startRead(ctx, claim, pod, r)
@@ -216,6 +217,7 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 		c.evidence.mu.Unlock()
 		return verdict{wait: ptr.To(readRetry)}
 	}
+	isolationReadDuration.Observe(c.clock.Since(read.started).Seconds())
 	return verdict{iso: &airlockv1alpha1.ClaimIsolation{
 		Kernel: kernel, Runtime: ev.Runtime, KernelRelease: ev.KernelRelease, EvidenceDigest: ev.Digest(),
 		Attestation: &airlockv1alpha1.IsolationAttestation{Statement: att.Statement, Signature: att.Signature, KeyID: att.KeyID},

@@ -54,6 +54,13 @@ var (
 		Help:           "Sandboxes' isolation evidence judged before Bound, by result: met (signed and Bound), not_met (the claim Failed, reason IsolationNotMet).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	isolationReadDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "claim_isolation_read_seconds",
+		Help:           "Time from a claim's Ready pod to its isolation evidence read, judged and signed: what reading the evidence adds to binding.",
+		Buckets:        metrics.ExponentialBuckets(0.002, 2, 14),
+		StabilityLevel: metrics.ALPHA,
+	})
 	sandboxStops = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "claim_sandbox_stops_total",
@@ -111,7 +118,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops, isolationChecks)
+		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops, isolationChecks, isolationReadDuration)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

@@ -60,19 +60,21 @@ func (c *Controller) syncReaping(ctx context.Context, claim *airlockv1alpha1.San
 	if leftToGarbageCollection(claim, rt) {
 		return nil, nil // garbage collection deletes the claim, without sync-back
 	}
-	if err := c.stopPods(ctx, claim); err != nil {
-		return nil, err
-	}
 	pods, err := c.claimPods(claim)
 	if err != nil {
 		return nil, err
 	}
+	// The operator's stop, when on, asks a running pod's sandboxd to stop before the pod is
+	// deleted, and deletes it at once when it did (stop.go); the others are deleted now.
+	held, stopRecheck := c.stopSandboxes(ctx, claim, pods)
+	if err := c.deletePods(ctx, claim, held); err != nil {
+		return nil, err
+	}
 	if len(pods) > 0 {
-		// The operator's stop, when on, may delete them at once (stop.go).
-		c.stopSandboxes(ctx, claim, pods)
 		// Their deletion enqueues the claim; a pod that cannot go (its Node lost, or stuck
 		// terminating) is reported, and released once Kubernetes says it is dead (nodeloss.go).
-		return c.waitForPods(ctx, claim, pods)
+		recheck, err := c.waitForPods(ctx, claim, pods)
+		return sooner(recheck, stopRecheck), err
 	}
 	// The pod is gone: the claim no longer holds a slot.
 	c.enqueueWaiting(claim.Namespace)

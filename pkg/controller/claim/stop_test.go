@@ -68,32 +68,41 @@ func terminatingPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod
 	return stripped.(*corev1.Pod)
 }
 
-// TestStopSandboxes: a Reaping claim's pod that is being deleted and still runs is asked once,
-// with the claim's token at its IP and sandboxd's port, to stop, and deleted at once (grace
-// period 0, on its UID) only when sandboxd said it stopped. Nothing is asked with the stop off,
-// of a pod not being deleted or not running, or of a pod on another token (a warm member's).
+// TestStopSandboxes: a Reaping claim's pod that still runs, being deleted or not yet, is asked
+// once, with the claim's token at its IP and sandboxd's port, to stop, and deleted at once (grace
+// period 0, on its UID) only when sandboxd said it stopped; a running pod not yet deleted is
+// deleted gracefully only when the stop failed. Nothing is asked with the stop off, of a pod not
+// running, or of a pod on another token (a warm member's): those are deleted gracefully at once.
 func TestStopSandboxes(t *testing.T) {
 	port := strconv.Itoa(int(sandboxpod.Ports(testRecord())[0].Port))
 	wantAsk := "http://" + testPodIP + ":" + port + " " + testToken
+	running := func(p *corev1.Pod) { p.DeletionTimestamp = nil }
 	tests := map[string]struct {
 		off         bool
 		pod         func(*corev1.Pod)
 		stopErr     error
 		wantAsked   int
 		wantRelease bool
+		// wantDelete: the pod deleted gracefully (the stop off, failed, or not asked).
+		wantDelete bool
 	}{
-		"stopped: deleted at once":              {wantAsked: 1, wantRelease: true},
-		"sandboxd refused: left to the kubelet": {stopErr: errors.New("409 not_init"), wantAsked: 1},
-		"the stop off":                          {off: true},
-		"not being deleted":                     {pod: func(p *corev1.Pod) { p.DeletionTimestamp = nil }},
-		"its container waits (restarting)": {pod: func(p *corev1.Pod) {
+		"stopped before the deletion: deleted at once only":     {pod: running, wantAsked: 1, wantRelease: true},
+		"refused before the deletion: deleted after the answer": {pod: running, stopErr: errors.New("409 not_init"), wantAsked: 1, wantDelete: true},
+		"stopped while terminating: deleted at once":            {wantAsked: 1, wantRelease: true},
+		"refused while terminating: left to the kubelet":        {stopErr: errors.New("409 not_init"), wantAsked: 1},
+		"the stop off":                                          {off: true, pod: running, wantDelete: true},
+		"its container waits (restarting)": {wantDelete: true, pod: func(p *corev1.Pod) {
+			running(p)
 			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 		}},
-		"no status of its container yet": {pod: func(p *corev1.Pod) { p.Status.ContainerStatuses = nil }},
-		"ended (Failed)":                 {pod: func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }},
-		"no IP":                          {pod: func(p *corev1.Pod) { p.Status.PodIP = "" }},
-		"another token (a warm member)":  {pod: func(p *corev1.Pod) { sandboxpod.UseTokenSecret(p, "airlock-warm-x") }},
-		"not controlled by the claim":    {pod: func(p *corev1.Pod) { p.OwnerReferences = nil }},
+		"no status of its container yet": {wantDelete: true, pod: func(p *corev1.Pod) { running(p); p.Status.ContainerStatuses = nil }},
+		"ended (Failed)":                 {wantDelete: true, pod: func(p *corev1.Pod) { running(p); p.Status.Phase = corev1.PodFailed }},
+		"no IP":                          {wantDelete: true, pod: func(p *corev1.Pod) { running(p); p.Status.PodIP = "" }},
+		"another token (a warm member)": {wantDelete: true, pod: func(p *corev1.Pod) {
+			running(p)
+			sandboxpod.UseTokenSecret(p, "airlock-warm-x")
+		}},
+		"not controlled by the claim": {pod: func(p *corev1.Pod) { p.OwnerReferences = nil }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -127,13 +136,66 @@ func TestStopSandboxes(t *testing.T) {
 			if got := len(rel.released) == 1 && rel.released[0] == pod.UID; got != tc.wantRelease || len(rel.released) > 1 {
 				t.Errorf("released %v, want the pod released: %v", rel.released, tc.wantRelease)
 			}
+			// The fixture's cache does not see a deletion: a graceful one is made at each sync.
+			graceful := countActions(f, "delete pods c1") - len(rel.released)
+			if (graceful > 0) != tc.wantDelete {
+				t.Errorf("%d graceful deletions of the pod (actions %v), want them: %v", graceful, f.actions(), tc.wantDelete)
+			}
 			if tc.wantRelease {
-				checkActionsContain(t, f, "delete pods c1")
 				if got := f.events(); !containsPrefix(got, "Normal "+ReasonSandboxStopped) {
 					t.Errorf("events %v, want a %s event", got, ReasonSandboxStopped)
 				}
 			}
 		})
+	}
+}
+
+// blockingStopper answers no stop until its context is done.
+type blockingStopper struct{ asked chan struct{} }
+
+func (b *blockingStopper) Stop(ctx context.Context, _, _ string) (sandboxstop.Response, error) {
+	b.asked <- struct{}{}
+	<-ctx.Done()
+	return sandboxstop.Response{}, ctx.Err()
+}
+
+// TestStopHoldsTheDeletionForStopHoldOnly: a running pod whose sandboxd does not answer is held
+// from deletion for stopHold after it was asked, and then deleted gracefully (left to the
+// kubelet), the stop still in flight; the sync says when to look again.
+func TestStopHoldsTheDeletionForStopHoldOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	f := newFixture(t).withDefaults()
+	claim := reapingClaim("c1", t0.Add(-time.Hour), "")
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	f.pods = append(f.pods, terminatingPod(claim, func(p *corev1.Pod) { p.DeletionTimestamp = nil }))
+	c := f.newController(ctx)
+	c.SetOperatorPeer(testOperatorPeer)
+	stopper := &blockingStopper{asked: make(chan struct{}, 1)}
+	c.stops.client = stopper
+	defer func() { cancel(); c.waitForStops() }()
+	requeue, err := syncClaim(ctx, c, keyOf(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-stopper.asked
+	if n := countActions(f, "delete pods c1"); n != 0 || requeue == nil || *requeue != stopHold {
+		t.Fatalf("asked: %d deletions, requeue %v; want none, and a look again in %v", n, requeue, stopHold)
+	}
+	f.clock.Step(stopHold - time.Millisecond)
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countActions(f, "delete pods c1"); n != 0 {
+		t.Fatalf("%d deletions before stopHold passed, want none", n)
+	}
+	f.clock.Step(time.Millisecond)
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countActions(f, "delete pods c1"); n != 1 {
+		t.Fatalf("%d deletions once stopHold passed (actions %v), want the graceful one", n, f.actions())
 	}
 }
 
@@ -182,6 +244,16 @@ func TestClaimNetworkPolicyLetsTheOperatorIn(t *testing.T) {
 		rule.Ports[0].Port.IntVal != sandboxpod.Ports(record)[0].Port {
 		t.Errorf("the operator's rule %+v, want its pods to sandboxd's port", rule)
 	}
+}
+
+func countActions(f *fixture, want string) int {
+	n := 0
+	for _, a := range f.actions() {
+		if a == want {
+			n++
+		}
+	}
+	return n
 }
 
 func checkActionsContain(t *testing.T, f *fixture, want string) {

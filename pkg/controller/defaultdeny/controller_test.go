@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -199,5 +200,28 @@ func TestPolicyEventsEnqueue(t *testing.T) {
 	got, _ := f.c.queue.Get()
 	if got != key() {
 		t.Errorf("key %v, want %v", got, key())
+	}
+}
+
+// TestSyncNamespaceTerminating: a namespace being deleted refuses new content; the sync ends
+// there without an error (nothing to retry: its deletion ends the work), and any other refusal
+// is still an error.
+func TestSyncNamespaceTerminating(t *testing.T) {
+	f := newFixture(t, runtimeIn(ns))
+	_, ctx := ktesting.NewTestContext(t)
+	terminating := &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}},
+	}}
+	refusal := error(terminating)
+	f.kube.PrependReactor("create", "networkpolicies", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, refusal
+	})
+	if err := f.c.sync(ctx, key()); err != nil {
+		t.Errorf("a terminating namespace: %v, want nil", err)
+	}
+	refusal = apierrors.NewForbidden(networkingv1.Resource("networkpolicies"), sandboxpod.DefaultDenyPolicyName, errors.New("no"))
+	if err := f.c.sync(ctx, key()); err == nil {
+		t.Error("another refusal: nil, want the error")
 	}
 }

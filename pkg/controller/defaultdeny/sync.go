@@ -3,6 +3,7 @@ package defaultdeny
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,7 +34,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if len(runtimes) == 0 && len(registries) == 0 {
 		return nil
 	}
-	return ensure(ctx, c.npLister, c.policies, key.Namespace)
+	err = ensure(ctx, c.npLister, c.policies, key.Namespace)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// Nothing new may be created in it, pods included; its deletion ends the work.
+		klog.FromContext(ctx).V(2).Info("The namespace is being deleted: no default-deny NetworkPolicy is created in it", "namespace", key.Namespace)
+		return nil
+	}
+	return err
 }
 
 // Ensurer puts a namespace's default-deny policy in place if the cache does not show it: the
