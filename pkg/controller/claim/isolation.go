@@ -148,7 +148,7 @@ func (c *Controller) isolationOf(ctx context.Context, claim *airlockv1alpha1.San
 	case read.err != nil:
 		return verdict{failure: fmt.Sprintf("the operator could not read the isolation evidence of pod %s before the startup timeout: %v", pod.Name, read.err)}
 	}
-	return c.judge(ctx, claim, pod, read)
+	return c.judge(ctx, claim, pod, read, inTime)
 }
 
 // startRead reads the pod's evidence and Node in a goroutine, and enqueues the claim after.
@@ -185,8 +185,9 @@ func (c *Controller) startRead(ctx context.Context, claim *airlockv1alpha1.Sandb
 	}()
 }
 
-// judge weighs a read evidence, and signs it when it holds.
-func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod, read evidenceRead) verdict {
+// judge weighs a read evidence, and signs it when it holds; inTime says whether the claim's
+// startup deadline has not passed.
+func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod, read evidenceRead, inTime bool) verdict {
 	record := claim.Status.Frozen
 	ev, err := isolation.Decode(read.evidence)
 	if err != nil {
@@ -208,6 +209,9 @@ func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxCl
 		kernel = "Unknown"
 	}
 	att, err := c.attest(ctx, claim, pod, nodeKernel, kernel, read.evidence)
+	if err != nil && !inTime {
+		return verdict{failure: fmt.Sprintf("the operator could not sign the isolation statement of pod %s before the startup timeout: %v", pod.Name, err)}
+	}
 	if err != nil {
 		// No key yet, or its Secret does not parse (the isolation key controller says why): no
 		// claim is Bound with evidence until there is one. Tried again.

@@ -72,6 +72,7 @@ func TestIsolationBeforeBound(t *testing.T) {
 		claim     func(*airlockv1alpha1.SandboxClaim)
 		body      []byte
 		readErr   error
+		signErr   error         // of the signing key
 		step      time.Duration // before the second sync
 		wantPhase airlockv1alpha1.ClaimPhase
 		wantIn    string // in the message (Failed) or the kernel verdict (Bound)
@@ -87,6 +88,8 @@ func TestIsolationBeforeBound(t *testing.T) {
 		"not evidence: refused":                                                 {body: []byte(`{"kernelRelease":"4.19.0-gvisor"}`), wantPhase: airlockv1alpha1.ClaimFailed, wantIn: "evidence"},
 		"unreadable, in time: tried again":                                      {readErr: errors.New("connection refused")},
 		"unreadable past the deadline: refused":                                 {readErr: errors.New("connection refused"), step: 5 * time.Minute, wantPhase: airlockv1alpha1.ClaimFailed, wantIn: "could not read"},
+		"no signing key, in time: tried again":                                  {body: runc, signErr: errors.New("the Secret does not parse")},
+		"no signing key past the deadline: refused":                             {body: runc, signErr: errors.New("the Secret does not parse"), step: 5 * time.Minute, wantPhase: airlockv1alpha1.ClaimFailed, wantIn: "could not sign the isolation statement of pod c1 before the startup timeout: the Secret does not parse"},
 		"ingress off, any kernel: Bound as before":                              {off: true, wantPhase: airlockv1alpha1.ClaimBound},
 		"ingress off, dedicated needed: refused":                                {off: true, claim: dedicated, wantPhase: airlockv1alpha1.ClaimFailed, wantIn: "--operator-pod-labels"},
 		"the evidence of the node's kernel, unknown node kernel: Bound unknown": {body: runc, wantPhase: airlockv1alpha1.ClaimBound, wantIn: "Unknown"},
@@ -112,7 +115,12 @@ func TestIsolationBeforeBound(t *testing.T) {
 				t.Fatal(err)
 			}
 			reader := &fakeEvidence{body: tc.body, err: tc.readErr}
-			c.signingKey = func(context.Context) (ed25519.PrivateKey, error) { return signer, nil }
+			c.signingKey = func(context.Context) (ed25519.PrivateKey, error) {
+				if tc.signErr != nil {
+					return nil, tc.signErr
+				}
+				return signer, nil
+			}
 			if !tc.off {
 				c.SetOperatorPeer(testOperatorPeer)
 				c.evidence.reader = reader
