@@ -55,6 +55,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/evidence"
 	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
@@ -174,7 +175,7 @@ type Controller struct {
 	stops *stops
 	// evidence reads sandboxes' isolation evidence before Bound (isolation.go); nil: off, with
 	// stops.
-	evidence *evidence
+	evidence *evidence.Reads
 	// signingKey is the key of the isolation statements; a seam for tests.
 	signingKey signingKeyOf
 	// egressGateway is the operator's egress gateway (--egress-gateway-service); nil: a class
