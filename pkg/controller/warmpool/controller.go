@@ -163,12 +163,12 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
-		created:       newMemberExpectations(klog.FromContext(ctx), clk),
-		members:       realMemberControl{client: kubeClient},
+		created: newMemberExpectations(klog.FromContext(ctx), clk),
+		members: realMemberControl{client: kubeClient},
 		nodes: func(ctx context.Context, name string) (*corev1.Node, error) {
 			return kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		},
-		eventClient: kubeClient,
+		eventClient:   kubeClient,
 		demand:        newDemand(),
 		registryList:  informers.Registries.Lister(),
 		runtimeLister: informers.Runtimes.Lister(),
