@@ -204,10 +204,12 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 	}
 	if member.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{member}) != nil {
 		_, err := c.writeWarmBound(ctx, claim, claim, member)
-		return true, err
+		if !errors.Is(err, errMemberUnfit) {
+			return true, err
+		}
 	}
 	if member.DeletionTimestamp == nil {
-		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
+		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready, or its evidence does not meet the claim's need; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
 		if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID)); err != nil {
 			return false, err
 		}

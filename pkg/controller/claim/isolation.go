@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -135,6 +136,72 @@ func (c *Controller) attest(ctx context.Context, claim *airlockv1alpha1.SandboxC
 		RecordDigest: attestation.Digest(recordJSON), TokenHash: attestation.TokenHash(token),
 		EvidenceDigest: attestation.Digest(raw), Evidence: raw, IssuedAt: c.clock.Now().UTC().Truncate(time.Second),
 	}, key)
+}
+
+// errMemberUnfit says that a warm member's sealed evidence record is missing, not the operator's,
+// or does not meet the adopting claim's need: the member is let go and the claim built cold.
+var errMemberUnfit = errors.New("the warm member's isolation evidence does not meet the claim's need")
+
+// memberFits says whether the member may be adopted for a claim of record: without reading,
+// always (a class that needs a kernel of its own never adopts: reserveMember); with it, only a
+// member whose evidence the pool controller read at its readiness and sealed onto it
+// (evidence.Open: this operator's seal, for this pod and node) and which meets the record's
+// need (a Dedicated class takes a member whose evidence proves a kernel of its own).
+func (c *Controller) memberFits(ctx context.Context, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) bool {
+	if c.evidence == nil {
+		return true
+	}
+	m, err := c.openMember(ctx, pod)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("A warm member is not adoptable: its isolation evidence", "member", klog.KObj(pod), "err", err)
+		return false
+	}
+	if v := evidence.Judge(m.Evidence, m.NodeKernel, evidence.Need(record)); v.Failure != "" {
+		klog.FromContext(ctx).V(4).Info("A warm member does not meet the claim's isolation need", "member", klog.KObj(pod), "why", v.Failure)
+		return false
+	}
+	return true
+}
+
+// openMember returns the member's sealed evidence record.
+func (c *Controller) openMember(ctx context.Context, pod *corev1.Pod) (*evidence.Member, error) {
+	key, err := c.memberEvidenceKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return evidence.Open(key, pod)
+}
+
+// warmIsolation is the status.isolation of a claim of record bound to its adopted member: nil
+// without reading; else the member's sealed evidence (read at its readiness, before any
+// adoption; nothing is read from the sandbox now) judged against record's need and signed for
+// the claim, the member's pod and node, and the adoption token the runtime is given, as a cold
+// claim's is. errMemberUnfit when the record is missing or not the operator's, or the need not
+// met; another error is the token's or the signing's (tried again).
+func (c *Controller) warmIsolation(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) (*airlockv1alpha1.ClaimIsolation, error) {
+	if c.evidence == nil {
+		return nil, nil
+	}
+	key, err := c.memberEvidenceKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := evidence.Open(key, pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errMemberUnfit, err)
+	}
+	token, err := c.newAdoptionToken(ctx, claim, pod.Name, record)
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.statement(ctx, claim, record, pod, m.Evidence, m.NodeKernel, token)
+	if err != nil {
+		return nil, err
+	}
+	if v.failure != "" {
+		return nil, fmt.Errorf("%w: %s", errMemberUnfit, v.failure)
+	}
+	return v.iso, nil
 }
 
 // SetIsolationEvidence turns the reading of evidence off (false) on a controller whose operator
