@@ -11,7 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/attestation"
@@ -246,8 +249,29 @@ func TestBindingClaimsMemberUnfit(t *testing.T) {
 				}
 				return
 			}
-			if len(acts) == 0 || acts[0] != "delete pods "+pod.Name || !slices.Contains(acts, "create pods c1") {
-				t.Errorf("actions %v, want the member deleted, then the claim built cold", acts)
+			if !slices.Equal(acts, []string{"delete pods " + pod.Name}) {
+				t.Fatalf("actions %v, want the member deleted, alone", acts)
+			}
+			// Once the cache shows the deletion, the claim is built cold (and never bound to
+			// the member, which the cache showed Ready until then).
+			gone := pod.DeepCopy()
+			gone.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+			if err := f.podInformer.GetIndexer().Update(gone); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			c.waitForReads()
+			if acts := f.actions(); !slices.Contains(acts, "create pods c1") {
+				t.Errorf("actions %v, want the claim built cold", acts)
+			}
+			for _, a := range f.log {
+				if u, ok := a.(core.UpdateAction); ok && a.GetSubresource() == "status" {
+					if got := u.GetObject().(*airlockv1alpha1.SandboxClaim); got.Status.Phase == airlockv1alpha1.ClaimBound {
+						t.Errorf("the claim was Bound (warm %+v) to the member it let go", got.Status.Warm)
+					}
+				}
 			}
 		})
 	}
