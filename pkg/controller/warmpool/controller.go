@@ -6,7 +6,9 @@
 // (the class or the entry changed), ended, or cannot start. It writes through a client of its
 // own and creates members at a bounded rate, so that refills never take the claim
 // controller's turn at the API server. It writes the registry's status: the pools' counts, and
-// whether each of its sandboxes can be built now (readiness.go). Adoption is the claim controller's (pkg/controller/claim,
+// whether each of its sandboxes can be built now (readiness.go). When the operator reads
+// isolation evidence, it reads each member's once, at its readiness, and seals what it read onto
+// the member, which is adoptable only then (evidence.go). Adoption is the claim controller's (pkg/controller/claim,
 // adopt.go), which finds a pool's idle members through Members.
 package warmpool
 
