@@ -67,8 +67,11 @@ func (c *Controller) reserveMember(ctx context.Context, claim *airlockv1alpha1.S
 		return nil, true, err
 	}
 	for _, pod := range candidates {
-		if tried[pod.UID] || !c.memberFits(ctx, record, pod) {
+		if tried[pod.UID] {
 			continue
+		}
+		if _, taken := c.adopting.Load(pod.UID); taken || !c.memberFits(ctx, record, pod) {
+			continue // the cheap check first: a burst's claims pass over the members taken before them
 		}
 		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); !taken {
 			return pod, true, nil

@@ -130,3 +130,25 @@ func TestOpenRefuses(t *testing.T) {
 		t.Error("Seal took a short key")
 	}
 }
+
+// BenchmarkOpenJudge: what a claim's adoption pays per member it looks at (the record opened and
+// judged against its need).
+func BenchmarkOpenJudge(b *testing.B) {
+	ev := evidencetest.Of("4.19.0-gvisor", isolation.RuntimeGVisor, nil)
+	pod := memberPod("tools-codegen-aaaaaaaaaaaa", "a", "node-1")
+	value, err := Seal(sealKey, MemberOf(pod, nodeOf("6.18.0"), ev, readTime))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pod.Annotations = map[string]string{AnnotationMember: value}
+	need := isolation.Need{Kernel: isolation.KernelDedicated}
+	for b.Loop() {
+		m, err := Open(sealKey, pod)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v := Judge(m.Evidence, m.NodeKernel, need); v.Failure != "" {
+			b.Fatal(v.Failure)
+		}
+	}
+}
