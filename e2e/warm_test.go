@@ -283,3 +283,74 @@ func TestWarmPoolRefusedMembersReported(t *testing.T) {
 		t.Errorf("members %d (%v), want none", len(members), err)
 	}
 }
+
+// TestWarmPoolWithoutReading (issue 38): with the operator's ingress on but no evidence read
+// (--read-isolation-evidence=false, as on kwok, where no sandboxd runs), warm pools work as they
+// did before members were read: members are adoptable unread and carry no evidence record, the
+// pool's policy lets nothing of the operator in, and a claim of a class that takes any kernel
+// adopts one and is Bound without a statement. A class that needs a kernel of its own never
+// adopts (fail closed): its claim is built cold and fails IsolationNotMet, its pool's member
+// left idle.
+func TestWarmPoolWithoutReading(t *testing.T) {
+	ctx := context.Background()
+	e := newClaimEnv(t, "airlock-warm-noread", claimEnvOptions{maxConcurrent: 10, maxPerSession: 3, maxInstances: 20})
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 1 })
+	startClaimOperatorWithArgs(t, e.ns, "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator", "--read-isolation-evidence=false")
+	for name, m := range e.waitWarm(t, 1, 60*time.Second) {
+		if _, ok := m.Annotations[airlockv1alpha1.AnnotationIsolationEvidence]; ok {
+			t.Errorf("member %s carries an evidence record, but nothing is read", name)
+		}
+	}
+	policies, err := kubeClient.NetworkingV1().NetworkPolicies(e.ns).List(ctx, metav1.ListOptions{LabelSelector: airlockv1alpha1.LabelWarmRegistry})
+	if err != nil || len(policies.Items) != 1 {
+		t.Fatalf("pool policies %v (%v), want one", policies, err)
+	}
+	if in := policies.Items[0].Spec.Ingress; len(in) != 1 {
+		t.Errorf("the pool's policy has ingress %+v, want the namespace's rule alone (the operator reads nothing)", in)
+	}
+
+	c := e.waitPhase(t, e.createClaim(t, "session-1", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 30*time.Second)
+	if c.Status.Warm == nil || c.Status.Isolation != nil {
+		t.Fatalf("claim warm %+v isolation %+v, want adopted, without a statement", c.Status.Warm, c.Status.Isolation)
+	}
+
+	// A kernel of its own: the pool is rebuilt for the new record, and its claim never adopts.
+	before := e.waitWarm(t, 1, 60*time.Second)
+	eventually(t, 10*time.Second, "the class update", func(ctx context.Context) (bool, error) {
+		class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(ctx, e.class, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		class.Spec.Isolation = &airlockv1alpha1.SandboxIsolation{Kernel: airlockv1alpha1.KernelDedicated}
+		_, err = airlockClient.AirlockV1alpha1().SandboxClasses().Update(ctx, class, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	var member string
+	eventually(t, 60*time.Second, "a member of the new record Ready", func(ctx context.Context) (bool, error) {
+		now, err := e.idleMembers(ctx)
+		if err != nil {
+			return false, err
+		}
+		for name, p := range now {
+			if _, old := before[name]; old {
+				return false, nil
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					member = name
+				}
+			}
+		}
+		return member != "", nil
+	})
+	d := e.waitPhase(t, e.createClaim(t, "session-2", "codegen/default", "").Name, airlockv1alpha1.ClaimFailed, 60*time.Second)
+	if d.Status.Warm != nil || d.Status.Reason != "IsolationNotMet" || !strings.Contains(d.Status.Message, "reads no sandbox's evidence") {
+		t.Errorf("the Dedicated claim: warm %+v, reason %s, message %q; want built cold and IsolationNotMet", d.Status.Warm, d.Status.Reason, d.Status.Message)
+	}
+	if p := e.pod(t, member); p.Labels[airlockv1alpha1.LabelClaim] != "" || p.DeletionTimestamp != nil {
+		t.Errorf("the member %s was taken (claim label %q)", member, p.Labels[airlockv1alpha1.LabelClaim])
+	}
+}

@@ -41,7 +41,8 @@ var programs = []string{module + "pkg/egress", module + "pkg/syncback", module +
 
 // shared are the packages under pkg/controller that every controller may import: they are no
 // controller.
-var shared = map[string]bool{"expectations": true, "objectcontrol": true, "handlers": true, "workers": true, "controllertest": true}
+var shared = map[string]bool{"expectations": true, "objectcontrol": true, "handlers": true, "workers": true, "controllertest": true,
+	"evidence": true, "evidence/evidencetest": true}
 
 // mayImport are the exceptions to "one controller per package": the claim controller finds a
 // warm pool's idle members through warmpool.Members, the implementation of a small interface it
@@ -102,6 +103,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{module + "pkg/"}},
 		{pkg: "pkg/controller/objectcontrol", why: "shared by every controller: depends on none",
 			forbidden: []string{module + "pkg/"}},
+		{pkg: "pkg/controller/evidence", why: "shared by the claim and warm pool controllers: depends on none, nor on a program",
+			forbidden: append([]string{module + "pkg/controller/", module + "pkg/operator", module + "pkg/generated/"}, programs...)},
 		{pkg: "pkg/sandboxapi", why: "the Sandbox API runs on every replica, the controllers on the leader",
 			forbidden: []string{module + "pkg/controller/", module + "pkg/operator"}},
 		{pkg: "pkg/sandboxd", tags: "sandboxd_only", why: "the sandbox image: no Kubernetes client, no operator",

@@ -2,6 +2,8 @@ package claimtoken
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -69,4 +71,46 @@ func (s *Source) AdoptionToken(ctx context.Context, namespace, member string, cl
 		return "", err
 	}
 	return AdoptionToken(mk, claimUID, tools)
+}
+
+// EvidenceToken returns the warm member's evidence token: the bearer token with which the operator
+// reads its isolation evidence before any claim adopts it (GET /isolation only; it adopts
+// nothing): "awe1." + base64url(HMAC-SHA256(memberKey, "airlock.dev/warm-evidence-read/v1")).
+func EvidenceToken(memberKey []byte) (string, error) { return warmtoken.EvidenceToken(memberKey) }
+
+// EvidenceToken returns the evidence token of the warm member namespace/member, with the member's
+// key derived from the Source's key.
+func (s *Source) EvidenceToken(ctx context.Context, namespace, member string) (string, error) {
+	mk, err := s.MemberKey(ctx, namespace, member)
+	if err != nil {
+		return "", err
+	}
+	return EvidenceToken(mk)
+}
+
+// memberEvidenceDomain separates the key that seals warm members' evidence records from every
+// other derivation of the operator's key.
+const memberEvidenceDomain = "airlock.dev/warm-evidence-seal/v1"
+
+// MemberEvidenceKey derives the key with which the operator seals the isolation evidence it read
+// of a warm member onto the member's pod (pkg/controller/evidence, docs/isolation.md, "Warm
+// members"): HMAC-SHA256(key, "airlock.dev/warm-evidence-seal/v1"), 32 bytes. It is one-way and
+// in a domain of its own: no member key, token or signing key yields it, and it is never written
+// anywhere (every replica derives it). A short key is an error that wraps ErrNoKey.
+func MemberEvidenceKey(key []byte) ([]byte, error) {
+	if len(key) < KeyBytes {
+		return nil, fmt.Errorf("%w: the key has %d bytes, want %d", ErrNoKey, len(key), KeyBytes)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(memberEvidenceDomain))
+	return mac.Sum(nil), nil
+}
+
+// MemberEvidenceKey derives the key that seals warm members' evidence records from the Source's key.
+func (s *Source) MemberEvidenceKey(ctx context.Context) ([]byte, error) {
+	key, err := s.Key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return MemberEvidenceKey(key)
 }

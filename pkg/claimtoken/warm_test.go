@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 )
 
 const testUID types.UID = "6f1c2a3e-9b1d-4c55-8f0e-2d7a9c1b3e4f"
@@ -338,6 +340,90 @@ func TestSourceAdoptionToken(t *testing.T) {
 	}
 	if _, err := src.AdoptionToken(ctx, "team-a", "", testUID, []string{"Read"}); err == nil {
 		t.Error("no member: want an error")
+	}
+}
+
+// TestEvidenceToken: a member's evidence token is the documented MAC in a domain of its own,
+// one per member; it is no adoption token, and no adoption token, other member's token or
+// malformed text is taken for it.
+func TestEvidenceToken(t *testing.T) {
+	mk := testMemberKey(t, "warm-0")
+	tok, err := EvidenceToken(mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, mk)
+	mac.Write([]byte("airlock.dev/warm-evidence-read/v1"))
+	if want := "awe1." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil)); tok != want {
+		t.Fatalf("EvidenceToken = %q, want the documented %q", tok, want)
+	}
+	if !warmtoken.IsEvidenceToken(mk, tok) {
+		t.Fatal("the member's own evidence token is not taken")
+	}
+	if _, err := VerifyAdoption(mk, tok); err == nil {
+		t.Error("an evidence token verifies as an adoption token: it would adopt the member")
+	}
+	adoption, err := AdoptionToken(mk, testUID, []string{"Read"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := EvidenceToken(testMemberKey(t, "warm-1"))
+	for name, bad := range map[string]string{
+		"another member's":   other,
+		"an adoption token":  adoption,
+		"empty":              "",
+		"the prefix alone":   "awe1.",
+		"cut":                tok[:len(tok)-1],
+		"longer":             tok + "A",
+		"padded":             tok + "=",
+		"another version":    "awe2." + strings.TrimPrefix(tok, "awe1."),
+		"the MAC, no prefix": strings.TrimPrefix(tok, "awe1."),
+	} {
+		if warmtoken.IsEvidenceToken(mk, bad) {
+			t.Errorf("%s is taken for the member's evidence token", name)
+		}
+	}
+	if warmtoken.IsEvidenceToken(mk[:31], tok) {
+		t.Error("a short member key takes a token")
+	}
+}
+
+// TestMemberEvidenceKey: the seal key is the documented one-way derivation, in a domain of its
+// own: neither a member key nor the proxy key.
+func TestMemberEvidenceKey(t *testing.T) {
+	k, err := MemberEvidenceKey(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, testKey)
+	mac.Write([]byte("airlock.dev/warm-evidence-seal/v1"))
+	if !bytes.Equal(k, mac.Sum(nil)) {
+		t.Error("the seal key is not HMAC-SHA256(key, \"airlock.dev/warm-evidence-seal/v1\")")
+	}
+	proxy, err := ProxyKey(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(k, proxy) || bytes.Equal(k, testMemberKey(t, "warm-0")) {
+		t.Error("the seal key equals another derivation of the operator's key")
+	}
+	if _, err := MemberEvidenceKey(testKey[:KeyBytes-1]); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a short key: %v, want ErrNoKey", err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	src := NewSource(k8sfake.NewClientset(), ns)
+	key, err := src.Key(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := src.MemberEvidenceKey(ctx)
+	if want, _ := MemberEvidenceKey(key); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("Source.MemberEvidenceKey = %x, %v; want MemberEvidenceKey of the Source's key", got, err)
+	}
+	tok, err := src.EvidenceToken(ctx, "team-a", "warm-0")
+	mk, _ := src.MemberKey(ctx, "team-a", "warm-0")
+	if want, _ := EvidenceToken(mk); err != nil || tok != want {
+		t.Errorf("Source.EvidenceToken = %q, %v; want the member's", tok, err)
 	}
 }
 

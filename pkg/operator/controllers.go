@@ -265,6 +265,11 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 	if err != nil {
 		return nil, err
 	}
+	if cc.ReadIsolationEvidence {
+		// Members are read at their readiness, before any adoption, through the operator's
+		// ingress (without --operator-pod-labels, OperatorPeer is nil: nothing is read).
+		c.SetOperatorPeer(cc.OperatorPeer)
+	}
 	return c.Run, nil
 }
 
@@ -277,6 +282,14 @@ func (m memberKeys) EncodedMemberKey(ctx context.Context, namespace, member stri
 		return "", err
 	}
 	return claimtoken.EncodeMemberKey(key), nil
+}
+
+func (m memberKeys) EvidenceToken(ctx context.Context, namespace, member string) (string, error) {
+	return m.tokens.EvidenceToken(ctx, namespace, member)
+}
+
+func (m memberKeys) MemberEvidenceKey(ctx context.Context) ([]byte, error) {
+	return m.tokens.MemberEvidenceKey(ctx)
 }
 
 // startClaimController builds the SandboxClaim controller.

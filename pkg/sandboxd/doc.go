@@ -262,7 +262,11 @@
 // member as ready; /metrics, like the MCP endpoints, only to the adopting
 // token. The lock is kept in memory: a restarted container is
 // adopted by the next token that verifies (docs/decisions.md, "Warm
-// members: the token is the adoption").
+// members: the token is the adoption"). GET /isolation also takes the
+// member's evidence token (warmtoken.EvidenceToken, MACed with the member
+// key in a domain of its own), with which the operator reads the evidence
+// before any adoption; that token opens no other route and adopts nothing
+// (docs/isolation.md, "Warm members").
 //
 // /readyz is 200 once the isolation evidence is gathered, while the
 // workspace is a directory sandboxd can create a file in (with --readonly,

@@ -18,8 +18,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/airlock-dev/airlock/pkg/claimtoken/warmtoken"
 	"github.com/airlock-dev/airlock/pkg/isolation"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
+	"github.com/airlock-dev/airlock/pkg/sandboxstop"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -352,5 +355,63 @@ func TestWarmMemberIsolationNeedsTheAdoptingToken(t *testing.T) {
 	}
 	if code, _, _ := getIsolation(t, ts.url, bearer(sandboxdtest.AdoptionToken(t, key, "claim-2", toolnames.Glob))); code != http.StatusUnauthorized {
 		t.Errorf("GET %s with another claim's adoption token = %d, want 401", isolation.Path, code)
+	}
+}
+
+// TestWarmMemberEvidenceToken: a warm member's evidence token (the operator's, read before any
+// adoption) opens GET /isolation and nothing else: no MCP endpoint, /metrics, /record or /stop;
+// it adopts nothing (the first adoption token still adopts, and the member is then locked to
+// it); another member's evidence token and an ordinary sandbox's token route are refused.
+func TestWarmMemberEvidenceToken(t *testing.T) {
+	ts := startWarmServer(t)
+	key := sandboxdtest.WarmMemberKey(t, 0)
+	evidenceToken, err := warmtoken.EvidenceToken(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, before := getIsolation(t, ts.url, bearer(evidenceToken))
+	if code != http.StatusOK || !strings.Contains(before, `"kernelRelease":"`+testKernel+`"`) {
+		t.Fatalf("GET %s with the evidence token = %d %q, want the evidence", isolation.Path, code, before)
+	}
+	if a := ts.guard.Adopted(); a != "" {
+		t.Fatalf("the evidence token adopted the member (by %q)", a)
+	}
+	wantRefused(t, ts.url, bearer(evidenceToken))
+	for _, ep := range []struct{ method, path string }{{"GET", recordlog.Path}, {"POST", sandboxstop.Path}} {
+		req, _ := http.NewRequestWithContext(t.Context(), ep.method, ts.url+ep.path, nil)
+		req.Header = bearer(evidenceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s with the evidence token = %d, want 401", ep.method, ep.path, resp.StatusCode)
+		}
+	}
+	other, err := warmtoken.EvidenceToken(sandboxdtest.WarmMemberKey(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := getIsolation(t, ts.url, bearer(other)); code != http.StatusUnauthorized {
+		t.Errorf("GET %s with another member's evidence token = %d, want 401", isolation.Path, code)
+	}
+	// The adoption is untouched: the first adoption token adopts, and only it serves MCP.
+	tok := sandboxdtest.AdoptionToken(t, key, "claim-1", toolnames.Glob)
+	if code, _ := sandboxdtest.Post(t, ts.url+"/mcp", "application/json", sandboxdtest.InitializeRequest, bearer(tok)); code != http.StatusOK {
+		t.Fatalf("POST /mcp with the first adoption token = %d, want 200", code)
+	}
+	if a := ts.guard.Adopted(); a != "claim-1" {
+		t.Fatalf("adopted by %q, want claim-1", a)
+	}
+	wantRefused(t, ts.url, bearer(evidenceToken))
+	if code, _, after := getIsolation(t, ts.url, bearer(evidenceToken)); code != http.StatusOK || after != before {
+		t.Errorf("GET %s with the evidence token after the adoption = %d, changed %v; want the same bytes", isolation.Path, code, after != before)
+	}
+
+	// A sandbox that is not warm knows no evidence token.
+	plain := startServer(t, Config{AuthTokenFile: writeToken(t, "claim-a-token-0123456789")}, options{})
+	if code, _, _ := getIsolation(t, plain.url, bearer(evidenceToken)); code != http.StatusUnauthorized {
+		t.Errorf("GET %s of a claim's sandbox with an evidence token = %d, want 401", isolation.Path, code)
 	}
 }

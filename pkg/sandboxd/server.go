@@ -270,7 +270,9 @@ func (s *server) handler() http.Handler {
 		// Read-only: the agent holds the token too (docs/security.md).
 		mux.Handle("GET "+recordlog.Path, s.guard.Wrap(s.record))
 	}
-	mux.Handle("GET "+isolation.Path, s.guard.Wrap(s.afterIsolation(http.HandlerFunc(s.serveIsolation))))
+	// A warm member's evidence token opens this route alone: the operator reads a member's
+	// evidence before any claim adopts it (docs/isolation.md, "Warm members").
+	mux.Handle("GET "+isolation.Path, s.guard.WrapEvidence(s.afterIsolation(http.HandlerFunc(s.serveIsolation))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.guard.Wrap(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))

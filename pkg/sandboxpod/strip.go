@@ -3,11 +3,13 @@ package sandboxpod
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 )
 
 // StripPod is the transform of the sandbox pod informer: it keeps of a pod only what the claim
 // controller reads (whose pod it is, what it runs, the token Secret it mounts, its Node, whether
-// it is ready, at which IP, and why it is not), so that 2,000 cached sandbox pods cost little memory.
+// it is ready, at which IP, and why it is not; a warm member's evidence record), so that 2,000 cached sandbox pods cost little memory.
 // A stripped pod is never written back: its labels are repaired with a patch
 // (objectControl.PatchLabels). Anything else (a tombstone) passes through.
 func StripPod(obj any) (any, error) {
@@ -32,6 +34,11 @@ func StripPod(obj any) (any, error) {
 			Message: pod.Status.Message,
 			PodIP:   pod.Status.PodIP,
 		},
+	}
+	// A warm member's evidence record (AnnotationIsolationEvidence), which the claim
+	// controller judges at adoption; no other annotation, and none of a claim's own pod.
+	if v, ok := pod.Annotations[airlockv1alpha1.AnnotationIsolationEvidence]; ok && pod.Labels[airlockv1alpha1.LabelWarmMember] != "" {
+		out.Annotations = map[string]string{airlockv1alpha1.AnnotationIsolationEvidence: v}
 	}
 	// Its Node: a pod that is not ready or is stuck terminating is looked at on it (issue 24,
 	// the claim controller's nodeloss.go).

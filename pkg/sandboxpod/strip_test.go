@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
 
@@ -56,6 +57,20 @@ func TestStripPod(t *testing.T) {
 	pod.DeletionTimestamp = nil
 	if diff := cmp.Diff(ReadyPod([]*corev1.Pod{whole}).Status.PodIP, ReadyPod([]*corev1.Pod{pod}).Status.PodIP); diff != "" {
 		t.Errorf("ready pod IP (-whole +stripped):\n%s", diff)
+	}
+	// A warm member keeps its evidence record (the claim controller judges it at adoption),
+	// and nothing else of its annotations; a claim's pod keeps none.
+	member := whole.DeepCopy()
+	member.Labels[airlockv1alpha1.LabelWarmMember] = member.Name
+	member.Annotations[airlockv1alpha1.AnnotationIsolationEvidence] = "sealed"
+	strippedMember, _ := StripPod(member)
+	if got := strippedMember.(*corev1.Pod).Annotations; len(got) != 1 || got[airlockv1alpha1.AnnotationIsolationEvidence] != "sealed" {
+		t.Errorf("stripped member's annotations %v, want its evidence record alone", got)
+	}
+	notMember := whole.DeepCopy()
+	notMember.Annotations[airlockv1alpha1.AnnotationIsolationEvidence] = "sealed"
+	if stripped, _ := StripPod(notMember); stripped.(*corev1.Pod).Annotations != nil {
+		t.Errorf("a claim's own pod keeps annotations %v", stripped.(*corev1.Pod).Annotations)
 	}
 	tombstone := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: whole}
 	if got, err := StripPod(tombstone); err != nil || got != any(tombstone) {

@@ -48,6 +48,11 @@ const (
 	memberKeyDomain = "airlock.dev/warm-member-key/v1"
 	// adoptionDomain separates the adoption MAC from any other use of the member key.
 	adoptionDomain = "airlock.dev/warm-adoption/v1"
+
+	// evidencePrefix starts every evidence token: the format's version.
+	evidencePrefix = "awe1."
+	// evidenceDomain separates the evidence token from any other use of the member key.
+	evidenceDomain = "airlock.dev/warm-evidence-read/v1"
 )
 
 // b64 is the one base64 of the tokens and keys: base64url without padding, strict, so that a
@@ -202,6 +207,42 @@ func VerifyAdoption(memberKey []byte, token string) (Adoption, error) {
 		return Adoption{}, errors.New("the adoption token's payload is not in its canonical encoding")
 	}
 	return Adoption{ClaimUID: types.UID(decoded.ClaimUID), Tools: decoded.Tools}, nil
+}
+
+// EvidenceToken returns the bearer token with which the operator reads a warm member's isolation
+// evidence before any claim adopts it (docs/isolation.md, "Warm members"): "awe1." +
+// base64url(HMAC-SHA256(memberKey, "airlock.dev/warm-evidence-read/v1")). It is one per member
+// and opens GET /isolation only: sandboxd accepts it nowhere else, and it adopts nothing (it is
+// no adoption token: another prefix, another MAC domain).
+func EvidenceToken(memberKey []byte) (string, error) {
+	if err := checkMemberKey(memberKey); err != nil {
+		return "", err
+	}
+	return evidencePrefix + b64.EncodeToString(evidenceMAC(memberKey)), nil
+}
+
+// IsEvidenceToken reports whether token is the member's evidence token, comparing in constant
+// time. Any other input is false, never a panic.
+func IsEvidenceToken(memberKey []byte, token string) bool {
+	if checkMemberKey(memberKey) != nil {
+		return false
+	}
+	rest, ok := strings.CutPrefix(token, evidencePrefix)
+	if !ok || len(rest) != b64.EncodedLen(sha256.Size) {
+		return false
+	}
+	got, err := b64.DecodeString(rest)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(got, evidenceMAC(memberKey))
+}
+
+// evidenceMAC is the MAC of a member's evidence token.
+func evidenceMAC(memberKey []byte) []byte {
+	mac := hmac.New(sha256.New, memberKey)
+	mac.Write([]byte(evidenceDomain))
+	return mac.Sum(nil)
 }
 
 // sign is the MAC of an adoption payload.

@@ -49,10 +49,13 @@ const (
 // longest) that no other worker of this process has taken, and takes it. It returns nil when
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
-func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	if record == nil || !sandboxpod.WarmEligible(claim) || c.hasKeptWorkspace(claim) || sandboxpod.NeedsDedicatedKernel(record) {
-		// A class that needs a kernel of its own is served only with evidence read before
-		// Bound, which a warm adoption does not read (docs/isolation.md): built cold.
+func (c *Controller) reserveMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
+	if record == nil || !sandboxpod.WarmEligible(claim) || c.hasKeptWorkspace(claim) {
+		return nil, false, nil
+	}
+	if c.evidence == nil && sandboxpod.NeedsDedicatedKernel(record) {
+		// A class that needs a kernel of its own is served only with evidence, and without
+		// reading no member's evidence was read (docs/isolation.md): built cold, which fails.
 		return nil, false, nil
 	}
 	reg, entry, err := c.warmEntry(claim)
@@ -66,6 +69,9 @@ func (c *Controller) reserveMember(claim *airlockv1alpha1.SandboxClaim, record *
 	for _, pod := range candidates {
 		if tried[pod.UID] {
 			continue
+		}
+		if _, taken := c.adopting.Load(pod.UID); taken || !c.memberFits(ctx, record, pod) {
+			continue // the cheap check first: a burst's claims pass over the members taken before them
 		}
 		if _, taken := c.adopting.LoadOrStore(pod.UID, claim.UID); !taken {
 			return pod, true, nil
@@ -94,7 +100,7 @@ func (c *Controller) reserveMembers(ctx context.Context, ordered []*airlockv1alp
 		if record == nil {
 			continue
 		}
-		pod, eligible, err := c.reserveMember(claim, record, nil)
+		pod, eligible, err := c.reserveMember(ctx, claim, record, nil)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Looking for a warm member failed; the claim is built cold", "claim", klog.KObj(claim), "err", err)
 		}
@@ -120,7 +126,7 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		if r.pod != nil {
 			c.adopting.CompareAndDelete(r.pod.UID, claim.UID) // not needed: give it back
 		}
-		if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil {
+		if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil && c.memberFits(ctx, record, earlier) {
 			written, err := c.writeWarmAdmitted(ctx, claim, record, earlier)
 			return written, err == nil, err
 		}
@@ -133,7 +139,7 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 	pod, eligible := r.pod, r.eligible
 	for {
 		if pod == nil {
-			if pod, eligible, err = c.reserveMember(claim, record, tried); err != nil {
+			if pod, eligible, err = c.reserveMember(ctx, claim, record, tried); err != nil {
 				return nil, false, err
 			}
 		}
@@ -212,8 +218,15 @@ func (c *Controller) warmEntry(claim *airlockv1alpha1.SandboxClaim) (*airlockv1a
 }
 
 // writeWarmBound writes updated (the claim, or the claim with its admission) Bound to its adopted
-// member pod: addresses at the pod's IP, status.warm naming the member and its workspace.
+// member pod: addresses at the pod's IP, status.warm naming the member and its workspace, and,
+// when the operator reads evidence, status.isolation signed from the member's record
+// (warmIsolation). It writes nothing when that cannot be signed (an error) or the member does not
+// meet the record's need (errMemberUnfit: the caller lets the member go and builds the claim cold).
 func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+	iso, err := c.warmIsolation(ctx, claim, updated.Status.Frozen, pod)
+	if err != nil {
+		return nil, err
+	}
 	now := c.clock.Now()
 	message := fmt.Sprintf("Adopted the warm member %s: the sandbox is ready", pod.Name)
 	updated = updated.DeepCopy()
@@ -225,7 +238,11 @@ func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlock
 		WorkspaceDir: workspace.MemberDir(claim.Namespace, pod.Name),
 		AdoptedAt:    metav1.NewTime(now),
 	}
+	updated.Status.Isolation = iso
 	setCondition(&updated.Status, ConditionReady, metav1.ConditionTrue, ReasonWarmMember, message, now)
+	if iso != nil {
+		isolationChecks.WithLabelValues("met").Inc()
+	}
 	return c.updateClaimStatus(ctx, claim, updated)
 }
 
@@ -263,4 +280,17 @@ func (c *Controller) syncWarmMember(ctx context.Context, claim *airlockv1alpha1.
 		return requeue, true, err
 	}
 	return nil, false, nil
+}
+
+// adoptionTools are the tools an adoption token names: the record's, as the Sandbox API gives
+// them (boundToken); claimtoken.AdoptionToken sorts them and refuses none.
+func adoptionTools(record *airlockv1alpha1.FrozenSandbox) []string {
+	if record == nil {
+		return nil
+	}
+	tools := make([]string, len(record.AllowedTools))
+	for i, t := range record.AllowedTools {
+		tools[i] = string(t)
+	}
+	return tools
 }

@@ -195,9 +195,10 @@ func TestIneligibleClaimsBuiltCold(t *testing.T) {
 	}
 }
 
-// TestDedicatedKernelClaimsBuiltCold: a claim whose class needs a kernel of its own never adopts
-// a member, even one of its own pool: its evidence must be read before Bound, which an adoption
-// does not do (docs/isolation.md).
+// TestDedicatedKernelClaimsBuiltCold: without reading evidence (no --operator-pod-labels, or
+// --read-isolation-evidence=false), a claim whose class needs a kernel of its own never adopts a
+// member, even one of its own pool: no member's evidence was read (docs/isolation.md; with
+// reading, TestWarmAdoptionJudgesTheMembersEvidence).
 func TestDedicatedKernelClaimsBuiltCold(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	class := newClass("codegen")

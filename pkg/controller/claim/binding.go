@@ -204,7 +204,14 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 	}
 	if member.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{member}) != nil {
 		_, err := c.writeWarmBound(ctx, claim, claim, member)
-		return true, err
+		if !errors.Is(err, errMemberUnfit) {
+			return true, err
+		}
+		// Ready, but its evidence does not meet the claim's need: deleted, and the claim built
+		// cold once the cache shows the deletion (the event brings it back), so that the cold
+		// path never takes the Ready member for the claim's own pod.
+		klog.FromContext(ctx).V(2).Info("The claim's warm member does not meet its isolation need; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member), "err", err)
+		return true, objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID))
 	}
 	if member.DeletionTimestamp == nil {
 		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))

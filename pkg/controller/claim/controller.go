@@ -55,6 +55,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/evidence"
 	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
@@ -174,9 +175,13 @@ type Controller struct {
 	stops *stops
 	// evidence reads sandboxes' isolation evidence before Bound (isolation.go); nil: off, with
 	// stops.
-	evidence *evidence
+	evidence *evidence.Reads
 	// signingKey is the key of the isolation statements; a seam for tests.
 	signingKey signingKeyOf
+	// newAdoptionToken returns the token that adopts member for the claim with record's tools;
+	// memberEvidenceKey the key that seals members' evidence records. Seams for tests.
+	newAdoptionToken  func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, member string, record *airlockv1alpha1.FrozenSandbox) (string, error)
+	memberEvidenceKey func(ctx context.Context) ([]byte, error)
 	// egressGateway is the operator's egress gateway (--egress-gateway-service); nil: a class
 	// with egress is refused (SetEgressGateway).
 	egressGateway *sandboxpod.GatewayRef
@@ -215,6 +220,12 @@ type TokenSource interface {
 	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
 	// ProxyCredential derives a claim's egress proxy credential (claimtoken.DeriveProxy).
 	ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+	// AdoptionToken derives the token that adopts a warm member for a claim
+	// (claimtoken.AdoptionToken), whose hash a warm claim's isolation statement carries.
+	AdoptionToken(ctx context.Context, namespace, member string, claimUID types.UID, tools []string) (string, error)
+	// MemberEvidenceKey derives the key that seals warm members' evidence records
+	// (claimtoken.MemberEvidenceKey).
+	MemberEvidenceKey(ctx context.Context) ([]byte, error)
 }
 
 // SigningKeys gives the key that signs isolation statements now; *isolationkey.Keys is one (the
@@ -242,6 +253,10 @@ func NewController(ctx context.Context, kubeClient, eventClient kubernetes.Inter
 		return tokens.ProxyCredential(ctx, claim.UID, claim.Namespace, claim.Name)
 	}
 	c.signingKey = keys.SigningKey
+	c.newAdoptionToken = func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, member string, record *airlockv1alpha1.FrozenSandbox) (string, error) {
+		return tokens.AdoptionToken(ctx, claim.Namespace, member, claim.UID, adoptionTools(record))
+	}
+	c.memberEvidenceKey = tokens.MemberEvidenceKey
 	return c, nil
 }
 
@@ -307,6 +322,12 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 		},
 		newProxyCredential: func(context.Context, *airlockv1alpha1.SandboxClaim) (string, error) {
 			return "", errors.New("no token source")
+		},
+		newAdoptionToken: func(context.Context, *airlockv1alpha1.SandboxClaim, string, *airlockv1alpha1.FrozenSandbox) (string, error) {
+			return "", errors.New("no token source")
+		},
+		memberEvidenceKey: func(context.Context) ([]byte, error) {
+			return nil, errors.New("no token source")
 		},
 		decide: admission.Decide,
 	}

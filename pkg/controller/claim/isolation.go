@@ -10,8 +10,8 @@ package claim
 // never a 200.
 //
 // The read happens once per pod, in a goroutine of its own (the worker does not wait on the
-// network), at most maxReadsInFlight at a time; its end enqueues the claim. A read that failed
-// is tried again after readRetry until the claim's startup deadline, which then fails the claim.
+// network), at most evidence.MaxInFlight at a time; its end enqueues the claim. A read that failed
+// is tried again after evidence.Retry until the claim's startup deadline, which then fails the claim.
 // Without --operator-pod-labels nothing is read: a claim whose class needs a kernel of its own
 // fails (fail closed), the others are Bound without a statement, as before.
 
@@ -19,12 +19,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +31,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/attestation"
+	"github.com/airlock-dev/airlock/pkg/controller/evidence"
 	"github.com/airlock-dev/airlock/pkg/isolation"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -43,67 +40,10 @@ import (
 // isolation its class needs, or shows a boundary that does not hold.
 const ReasonIsolationNotMet = isolation.ReasonIsolationNotMet
 
-const (
-	// maxReadsInFlight bounds the evidence reads that wait on sandboxes at once.
-	maxReadsInFlight = 32
-	// readTimeout bounds one read of a sandbox's evidence and its Node.
-	readTimeout = 10 * time.Second
-	// readRetry is how long after a failed read the claim is looked at again.
-	readRetry = time.Second
-)
-
 const messageNoReader = "the class needs a kernel of its own (isolation.kernel Dedicated), and this operator reads no sandbox's evidence: it runs without --operator-pod-labels, so the sandbox's NetworkPolicy lets it not reach sandboxd"
 
-// evidenceReader reads a sandbox's evidence (GET isolation.Path with the claim's token).
-type evidenceReader interface {
-	Read(ctx context.Context, base, token string) ([]byte, error)
-}
-
-// httpEvidenceReader is the evidenceReader over HTTP.
-type httpEvidenceReader struct{ client *http.Client }
-
-func (r httpEvidenceReader) Read(ctx context.Context, base, token string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+isolation.Path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, isolation.MaxBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("sandboxd answered %d to GET %s", resp.StatusCode, isolation.Path)
-	}
-	return body, nil
-}
-
-// evidenceRead is one pod's read: done once the goroutine ended.
-type evidenceRead struct {
-	started  time.Time // when the read was started (the pod seen Ready; a failed read's retry anew)
-	done     bool
-	evidence []byte
-	node     *corev1.Node
-	err      error
-}
-
-// evidence is the controller's state of the reads; nil without --operator-pod-labels.
-type evidence struct {
-	reader evidenceReader
-	slots  chan struct{}
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	reads  map[types.UID]*evidenceRead
-}
-
-func newEvidence() *evidence {
-	return &evidence{reader: httpEvidenceReader{client: &http.Client{Timeout: readTimeout}}, slots: make(chan struct{}, maxReadsInFlight), reads: map[types.UID]*evidenceRead{}}
-}
+// newEvidence returns the controller's reads of sandboxes' evidence (pkg/controller/evidence).
+func newEvidence() *evidence.Reads { return evidence.NewReads() }
 
 // verdict is what the controller decided of a Ready pod's isolation: wait (the read runs, or is
 // tried again), fail with a message, or bind with iso (nil: nothing was read, the class needs
@@ -125,129 +65,151 @@ func (c *Controller) isolationOf(ctx context.Context, claim *airlockv1alpha1.San
 		}
 		return verdict{}
 	}
-	e.mu.Lock()
-	r := e.reads[pod.UID]
-	if r == nil {
-		r = &evidenceRead{started: c.clock.Now()}
-		e.reads[pod.UID] = r
-		e.mu.Unlock()
-		c.startRead(ctx, claim, pod, r)
+	result, started, done := e.Get(pod.UID)
+	if !started {
+		c.startRead(ctx, claim, pod)
 		return verdict{wait: ptr.To(left)} // the read's end enqueues the claim
 	}
-	read := *r
-	if read.done && read.err != nil && inTime {
-		delete(e.reads, pod.UID) // tried again
-	}
-	e.mu.Unlock()
 	switch {
-	case !read.done:
+	case !done:
 		return verdict{wait: ptr.To(left)}
-	case read.err != nil && inTime:
-		klog.FromContext(ctx).V(2).Info("Reading the sandbox's isolation evidence failed; trying again", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "err", read.err)
-		return verdict{wait: ptr.To(min(readRetry, left))}
-	case read.err != nil:
-		return verdict{failure: fmt.Sprintf("the operator could not read the isolation evidence of pod %s before the startup timeout: %v", pod.Name, read.err)}
+	case result.Err != nil && inTime:
+		e.Forget(pod.UID) // tried again
+		klog.FromContext(ctx).V(2).Info("Reading the sandbox's isolation evidence failed; trying again", "claim", klog.KObj(claim), "pod", klog.KObj(pod), "err", result.Err)
+		return verdict{wait: ptr.To(min(evidence.Retry, left))}
+	case result.Err != nil:
+		return verdict{failure: fmt.Sprintf("the operator could not read the isolation evidence of pod %s before the startup timeout: %v", pod.Name, result.Err)}
 	}
-	return c.judge(ctx, claim, pod, read, inTime)
-}
-
-// startRead reads the pod's evidence and Node in a goroutine, and enqueues the claim after.
-func (c *Controller) startRead(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod, r *evidenceRead) {
-	e := c.evidence
-	key := cache.ObjectName{Namespace: claim.Namespace, Name: claim.Name}
-	token, tokenErr := c.newToken(ctx, claim)
-	base := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(sandboxpod.Ports(claim.Status.Frozen)[0].Port)))
-	nodeName := pod.Spec.NodeName
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		var body []byte
-		var node *corev1.Node
-		err := tokenErr
-		select {
-		case e.slots <- struct{}{}:
-			if err == nil {
-				readCtx, cancel := context.WithTimeout(ctx, readTimeout)
-				body, err = e.reader.Read(readCtx, base, token)
-				if err == nil {
-					node, err = c.lostPods.Node(readCtx, nodeName)
-				}
-				cancel()
+	token, err := c.newToken(ctx, claim)
+	if err == nil {
+		var v verdict
+		if v, err = c.statement(ctx, claim, record, pod, result.Evidence, result.Node.Status.NodeInfo.KernelVersion, token); err == nil {
+			if v.iso != nil {
+				isolationReadDuration.Observe(c.clock.Since(result.Started).Seconds())
 			}
-			<-e.slots
-		case <-ctx.Done():
-			err = ctx.Err()
+			return v
 		}
-		e.mu.Lock()
-		r.done, r.evidence, r.node, r.err = true, body, node, err
-		e.mu.Unlock()
-		c.queue.Add(key)
-	}()
-}
-
-// judge weighs a read evidence, and signs it when it holds; inTime says whether the claim's
-// startup deadline has not passed.
-func (c *Controller) judge(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod, read evidenceRead, inTime bool) verdict {
-	record := claim.Status.Frozen
-	ev, err := isolation.Decode(read.evidence)
-	if err != nil {
-		return verdict{failure: fmt.Sprintf("pod %s: %v", pod.Name, err)}
 	}
-	nodeKernel := read.node.Status.NodeInfo.KernelVersion
-	need := isolation.Need{Kernel: string(airlockv1alpha1.KernelAny), DNS: sandboxpod.DNSAllowed(record)}
-	if sandboxpod.NeedsDedicatedKernel(record) {
-		need.Kernel = isolation.KernelDedicated
-	}
-	if ok, _, message := isolation.Judge(ev, nodeKernel, need); !ok {
-		return verdict{failure: fmt.Sprintf("pod %s on node %s: %s", pod.Name, pod.Spec.NodeName, message)}
-	}
-	kernel := "Dedicated"
-	switch isolation.BoundaryOf(ev, nodeKernel) {
-	case isolation.BoundaryNode:
-		kernel = "Shared"
-	case isolation.BoundaryUnknown:
-		kernel = "Unknown"
-	}
-	att, err := c.attest(ctx, claim, pod, nodeKernel, kernel, read.evidence)
-	if err != nil && !inTime {
+	if !inTime {
 		return verdict{failure: fmt.Sprintf("the operator could not sign the isolation statement of pod %s before the startup timeout: %v", pod.Name, err)}
 	}
-	if err != nil {
-		// No key yet, or its Secret does not parse (the isolation key controller says why): no
-		// claim is Bound with evidence until there is one. Tried again.
-		klog.FromContext(ctx).Error(err, "Cannot sign the sandbox's isolation statement; trying again", "claim", klog.KObj(claim))
-		c.evidence.mu.Lock()
-		delete(c.evidence.reads, pod.UID)
-		c.evidence.mu.Unlock()
-		return verdict{wait: ptr.To(readRetry)}
-	}
-	isolationReadDuration.Observe(c.clock.Since(read.started).Seconds())
-	return verdict{iso: &airlockv1alpha1.ClaimIsolation{
-		Kernel: kernel, Runtime: ev.Runtime, KernelRelease: ev.KernelRelease, EvidenceDigest: ev.Digest(),
-		Attestation: &airlockv1alpha1.IsolationAttestation{Statement: att.Statement, Signature: att.Signature, KeyID: att.KeyID},
-	}}
+	// No key yet, or its Secret does not parse (the isolation key controller says why): no claim
+	// is Bound with evidence until there is one. Tried again.
+	klog.FromContext(ctx).Error(err, "Cannot sign the sandbox's isolation statement; trying again", "claim", klog.KObj(claim))
+	e.Forget(pod.UID)
+	return verdict{wait: ptr.To(evidence.Retry)}
 }
 
-// attest signs the statement of the claim's evidence.
-func (c *Controller) attest(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod, nodeKernel, kernel string, evidence []byte) (*attestation.Attestation, error) {
+// startRead reads the pod's evidence (with the claim's token) and Node in a goroutine, and
+// enqueues the claim after.
+func (c *Controller) startRead(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) {
+	key := cache.ObjectName{Namespace: claim.Namespace, Name: claim.Name}
+	token, tokenErr := c.newToken(ctx, claim)
+	target := evidence.Target{Base: evidence.BaseURL(pod, claim.Status.Frozen), Token: token, TokenErr: tokenErr, Node: pod.Spec.NodeName, Started: c.clock.Now()}
+	c.evidence.Start(ctx, pod.UID, target, c.lostPods.Node, func() { c.queue.Add(key) })
+}
+
+// statement judges the evidence read of the claim's pod (raw, with the Node's kernel) against
+// record's need, and signs the statement for the claim, the pod and the token the runtime gets
+// (token): a verdict to bind with, or one that fails the claim. An error is the signing's.
+func (c *Controller) statement(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod, raw []byte, nodeKernel, token string) (verdict, error) {
+	v := evidence.Judge(raw, nodeKernel, evidence.Need(record))
+	if v.Failure != "" {
+		return verdict{failure: fmt.Sprintf("pod %s on node %s: %s", pod.Name, pod.Spec.NodeName, v.Failure)}, nil
+	}
+	att, err := c.attest(ctx, claim, record, pod, nodeKernel, v.Kernel, raw, token)
+	if err != nil {
+		return verdict{}, err
+	}
+	return verdict{iso: &airlockv1alpha1.ClaimIsolation{
+		Kernel: v.Kernel, Runtime: v.Evidence.Runtime, KernelRelease: v.Evidence.KernelRelease, EvidenceDigest: v.Evidence.Digest(),
+		Attestation: &airlockv1alpha1.IsolationAttestation{Statement: att.Statement, Signature: att.Signature, KeyID: att.KeyID},
+	}}, nil
+}
+
+// attest signs the statement of the claim's evidence: the claim, its record, the pod and its
+// node, the verdict, the evidence's bytes, and the hash of the token the runtime is given.
+func (c *Controller) attest(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod, nodeKernel, kernel string, raw []byte, token string) (*attestation.Attestation, error) {
 	key, err := c.signingKey(ctx)
 	if err != nil {
 		return nil, err
 	}
-	token, err := c.newToken(ctx, claim)
-	if err != nil {
-		return nil, err
-	}
-	record, err := json.Marshal(claim.Status.Frozen)
+	recordJSON, err := json.Marshal(record)
 	if err != nil {
 		return nil, err
 	}
 	return attestation.Sign(&attestation.Statement{
 		Version: attestation.Version, Namespace: claim.Namespace, Claim: claim.Name, ClaimUID: string(claim.UID),
 		Pod: pod.Name, PodUID: string(pod.UID), Node: pod.Spec.NodeName, NodeKernel: nodeKernel, Kernel: kernel,
-		RecordDigest: attestation.Digest(record), TokenHash: attestation.TokenHash(token),
-		EvidenceDigest: attestation.Digest(evidence), Evidence: evidence, IssuedAt: c.clock.Now().UTC().Truncate(time.Second),
+		RecordDigest: attestation.Digest(recordJSON), TokenHash: attestation.TokenHash(token),
+		EvidenceDigest: attestation.Digest(raw), Evidence: raw, IssuedAt: c.clock.Now().UTC().Truncate(time.Second),
 	}, key)
+}
+
+// errMemberUnfit says that a warm member's sealed evidence record is missing, not the operator's,
+// or does not meet the adopting claim's need: the member is let go and the claim built cold.
+var errMemberUnfit = errors.New("the warm member's isolation evidence does not meet the claim's need")
+
+// memberFits says whether the member may be adopted for a claim of record: without reading,
+// always (a class that needs a kernel of its own never adopts: reserveMember); with it, only a
+// member whose evidence the pool controller read at its readiness and sealed onto it
+// (evidence.Open: this operator's seal, for this pod and node) and which meets the record's
+// need (a Dedicated class takes a member whose evidence proves a kernel of its own).
+func (c *Controller) memberFits(ctx context.Context, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) bool {
+	if c.evidence == nil {
+		return true
+	}
+	m, err := c.openMember(ctx, pod)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("A warm member is not adoptable: its isolation evidence", "member", klog.KObj(pod), "err", err)
+		return false
+	}
+	if v := evidence.Judge(m.Evidence, m.NodeKernel, evidence.Need(record)); v.Failure != "" {
+		klog.FromContext(ctx).V(4).Info("A warm member does not meet the claim's isolation need", "member", klog.KObj(pod), "why", v.Failure)
+		return false
+	}
+	return true
+}
+
+// openMember returns the member's sealed evidence record.
+func (c *Controller) openMember(ctx context.Context, pod *corev1.Pod) (*evidence.Member, error) {
+	key, err := c.memberEvidenceKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return evidence.Open(key, pod)
+}
+
+// warmIsolation is the status.isolation of a claim of record bound to its adopted member: nil
+// without reading; else the member's sealed evidence (read at its readiness, before any
+// adoption; nothing is read from the sandbox now) judged against record's need and signed for
+// the claim, the member's pod and node, and the adoption token the runtime is given, as a cold
+// claim's is. errMemberUnfit when the record is missing or not the operator's, or the need not
+// met; another error is the token's or the signing's (tried again).
+func (c *Controller) warmIsolation(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) (*airlockv1alpha1.ClaimIsolation, error) {
+	if c.evidence == nil {
+		return nil, nil
+	}
+	key, err := c.memberEvidenceKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := evidence.Open(key, pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errMemberUnfit, err)
+	}
+	token, err := c.newAdoptionToken(ctx, claim, pod.Name, record)
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.statement(ctx, claim, record, pod, m.Evidence, m.NodeKernel, token)
+	if err != nil {
+		return nil, err
+	}
+	if v.failure != "" {
+		return nil, fmt.Errorf("%w: %s", errMemberUnfit, v.failure)
+	}
+	return v.iso, nil
 }
 
 // SetIsolationEvidence turns the reading of evidence off (false) on a controller whose operator
@@ -264,16 +226,14 @@ func (c *Controller) SetIsolationEvidence(read bool) {
 // forgetRead forgets a pod's read, once the pod is deleted.
 func (c *Controller) forgetRead(uid types.UID) {
 	if c.evidence != nil {
-		c.evidence.mu.Lock()
-		delete(c.evidence.reads, uid)
-		c.evidence.mu.Unlock()
+		c.evidence.Forget(uid)
 	}
 }
 
 // waitForReads waits for the reads in flight (Run, once its context is done).
 func (c *Controller) waitForReads() {
 	if c.evidence != nil {
-		c.evidence.wg.Wait()
+		c.evidence.Wait()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/attestation"
+	"github.com/airlock-dev/airlock/pkg/controller/evidence"
 	"github.com/airlock-dev/airlock/pkg/isolation"
 )
 
@@ -123,7 +124,7 @@ func TestIsolationBeforeBound(t *testing.T) {
 			}
 			if !tc.off {
 				c.SetOperatorPeer(testOperatorPeer)
-				c.evidence.reader = reader
+				c.evidence.Reader = reader
 				// The first sync starts the read and writes nothing.
 				if _, err := c.sync(ctx, keyOf(claim)); err != nil {
 					t.Fatal(err)
@@ -143,8 +144,8 @@ func TestIsolationBeforeBound(t *testing.T) {
 			}
 			c.waitForReads()
 			if tc.wantPhase == "" {
-				if n := claimStatusWrites(f); n != 0 || requeue == nil || *requeue > readRetry {
-					t.Fatalf("%d status writes, requeue %v; want none, and a look again within %v", n, requeue, readRetry)
+				if n := claimStatusWrites(f); n != 0 || requeue == nil || *requeue > evidence.Retry {
+					t.Fatalf("%d status writes, requeue %v; want none, and a look again within %v", n, requeue, evidence.Retry)
 				}
 				return
 			}

@@ -6,7 +6,9 @@
 // (the class or the entry changed), ended, or cannot start. It writes through a client of its
 // own and creates members at a bounded rate, so that refills never take the claim
 // controller's turn at the API server. It writes the registry's status: the pools' counts, and
-// whether each of its sandboxes can be built now (readiness.go). Adoption is the claim controller's (pkg/controller/claim,
+// whether each of its sandboxes can be built now (readiness.go). When the operator reads
+// isolation evidence, it reads each member's once, at its readiness, and seals what it read onto
+// the member, which is adoptable only then (evidence.go). Adoption is the claim controller's (pkg/controller/claim,
 // adopt.go), which finds a pool's idle members through Members.
 package warmpool
 
@@ -21,22 +23,28 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/evidence"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
+	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 )
@@ -62,10 +70,16 @@ const (
 	memberCreateExpiry = time.Minute
 )
 
-// MemberKeys derives warm members' keys, in the text form their Secrets hold;
-// claimtoken.Source is one (through an adapter in pkg/operator).
+// MemberKeys derives warm members' keys, in the text form their Secrets hold, their evidence
+// tokens, and the key that seals what was read of them; claimtoken.Source is one (through an
+// adapter in pkg/operator).
 type MemberKeys interface {
 	EncodedMemberKey(ctx context.Context, namespace, member string) (string, error)
+	// EvidenceToken is the member's evidence token (claimtoken.EvidenceToken): it reads the
+	// member's GET /isolation and adopts nothing.
+	EvidenceToken(ctx context.Context, namespace, member string) (string, error)
+	// MemberEvidenceKey seals members' evidence records (claimtoken.MemberEvidenceKey).
+	MemberEvidenceKey(ctx context.Context) ([]byte, error)
 }
 
 // Informers are the informers the pool controller reads; Pods and NetworkPolicies are the
@@ -100,7 +114,17 @@ type Controller struct {
 	created     *memberExpectations
 	keysWritten sync.Map // member pod UID -> struct{}: its key Secret was created by this process
 	// demand is what pools with a warmPolicy are sized from (demand.go).
-	demand        *demand
+	demand *demand
+	// evidence reads members' isolation evidence (evidence.go); nil: off.
+	evidence *readsState
+	// members annotates members; nodes reads a member's Node (with its evidence).
+	members memberControl
+	nodes   evidence.NodeGetter
+	// recorder records the events of registries (a member deleted for its evidence);
+	// eventClient is where they go.
+	broadcaster   record.EventBroadcaster
+	recorder      record.EventRecorder
+	eventClient   kubernetes.Interface
 	registryList  airlocklisters.ToolRegistryLister
 	runtimeLister airlocklisters.AgentRuntimeLister
 	classLister   airlocklisters.SandboxClassLister
@@ -141,7 +165,12 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
-		created:       newMemberExpectations(klog.FromContext(ctx), clk),
+		created: newMemberExpectations(klog.FromContext(ctx), clk),
+		members: realMemberControl{client: kubeClient},
+		nodes: func(ctx context.Context, name string) (*corev1.Node, error) {
+			return kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		},
+		eventClient:   kubeClient,
 		demand:        newDemand(),
 		registryList:  informers.Registries.Lister(),
 		runtimeLister: informers.Runtimes.Lister(),
@@ -156,9 +185,11 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 			informers.Claims.Informer().HasSynced, informers.Runtimes.Informer().HasSynced,
 		},
 	}
+	c.broadcaster, c.recorder = newEventRecorder(ctx)
 	if err := c.addEventHandlers(informers); err != nil {
 		return nil, err
 	}
+	registerMetrics()
 	klog.FromContext(ctx).V(4).Info("Built the warm pool controller", "refillRate", refillRate)
 	return c, nil
 }
@@ -214,6 +245,7 @@ func (c *Controller) addEventHandlers(informers Informers) error {
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			c.keysWritten.Delete(pod.UID) // an adopted member is deleted by its claim, not here
+			c.forgetRead(pod.UID)
 		}
 		c.memberSeen(obj, true)
 		c.enqueueOwner(obj)
@@ -294,6 +326,10 @@ func (c *Controller) memberSeen(obj any, gone bool) {
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.handlers.RemoveAll()
+	c.broadcaster.StartStructuredLogging(3)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.eventClient.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	defer c.waitForReads()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting controller", "controller", ControllerName)
@@ -304,4 +340,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	// One worker: pools are filled one registry at a time, at the refill rate.
 	workers.RunRequeue(ctx, 1, c.queue, "registry", c.sync)
 	return nil
+}
+
+// newEventRecorder returns the broadcaster and recorder of the controller's events, which
+// reference registries: a scheme of its own with the airlock kinds (as the claim controller's).
+func newEventRecorder(ctx context.Context) (record.EventBroadcaster, record.EventRecorder) {
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(airlockscheme.AddToScheme(eventScheme))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	return broadcaster, broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: ControllerName})
 }

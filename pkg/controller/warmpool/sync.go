@@ -42,6 +42,8 @@ type pool struct {
 	// policyReady says the pool's policy is in the cache as the record wants it; policyCreated
 	// that this sync created it: members may be created after either.
 	policyReady, policyCreated bool
+	// requeue is when to look at the pool again for its members' evidence (0: on an event).
+	requeue time.Duration
 }
 
 // sync brings the registry's pools to their warm counts and writes its status. It returns
@@ -107,6 +109,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			errs = append(errs, err)
 			p.message = err.Error()
 		}
+		wait(p.requeue)
 		delete(idle, p.entry.Name)
 		if missing := int(p.wanted) - len(p.ready) - len(p.starting) - c.created.pending(reg.Namespace, p.key); p.record != nil && missing > 0 {
 			wait(c.refill(ctx, reg, p, missing))
@@ -176,6 +179,11 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
+		if c.refusedForEvidence(pod) {
+			// Deleted for its evidence; the cache has not shown it yet (tried again if it failed).
+			errs = append(errs, c.deleteMember(ctx, pod))
+			continue
+		}
 		reason := ""
 		switch {
 		case p.record == nil || pod.Labels[airlockv1alpha1.LabelWarmPool] != p.key:
@@ -204,9 +212,22 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 			errs = append(errs, err)
 			continue
 		}
-		if sandboxpod.ReadyPod([]*corev1.Pod{pod}) != nil {
+		if sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil {
+			p.starting = append(p.starting, pod)
+			continue
+		}
+		// Ready: adoptable once its evidence was read and held (evidence.go).
+		state, wait, err := c.checkEvidence(ctx, reg, p, pod)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if wait > 0 && (p.requeue == 0 || wait < p.requeue) {
+			p.requeue = wait
+		}
+		switch state {
+		case evidenceHeld:
 			p.ready = append(p.ready, pod)
-		} else {
+		case evidencePending:
 			p.starting = append(p.starting, pod)
 		}
 	}
@@ -239,6 +260,11 @@ func (c *Controller) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.
 		return err
 	}
 	want := sandboxpod.PoolNetworkPolicy(reg, p.entry.Name, p.key, p.record, allowed)
+	if c.evidence != nil {
+		// The operator reads each member's evidence: its pods reach sandboxd's port, as a
+		// claim's policy lets them (docs/security.md, "The operator's ingress").
+		want = sandboxpod.WithOperatorIngress(want, p.record, c.evidence.peer)
+	}
 	live, err := c.npLister.NetworkPolicies(reg.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
 		err = c.policies.Create(ctx, want)

@@ -36,6 +36,23 @@ func (k fakeMemberKeys) EncodedMemberKey(_ context.Context, namespace, member st
 	return "key-of-" + namespace + "-" + member, nil
 }
 
+func (k fakeMemberKeys) EvidenceToken(_ context.Context, namespace, member string) (string, error) {
+	if k.err != nil {
+		return "", k.err
+	}
+	return "evidence-token-of-" + namespace + "-" + member, nil
+}
+
+// testSealKey is the fake key that seals members' evidence records.
+var testSealKey = []byte("0123456789abcdef0123456789abcdef")
+
+func (k fakeMemberKeys) MemberEvidenceKey(context.Context) ([]byte, error) {
+	if k.err != nil {
+		return nil, k.err
+	}
+	return testSealKey, nil
+}
+
 // newPoolController builds a pool controller on the fixture's objects, creating at most rate
 // members per second.
 func (f *fixture) newController(ctx context.Context, rate float64) *Controller {

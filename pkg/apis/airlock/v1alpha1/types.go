@@ -60,6 +60,12 @@ const (
 	LabelWarmPool = "airlock.dev/warm-pool"
 	// LabelWarmMember is on a warm member for good: its own name.
 	LabelWarmMember = "airlock.dev/warm-member"
+	// AnnotationIsolationEvidence is on a warm member once the operator read its isolation
+	// evidence (at its readiness, before any adoption): what was read, with the Node's kernel,
+	// sealed by the operator with a key of its own and bound to the pod's UID and node
+	// (docs/isolation.md, "Warm members"). A member without it is not adopted while the
+	// operator reads evidence.
+	AnnotationIsolationEvidence = "airlock.dev/isolation-evidence"
 )
 
 // The defaults of the CRD schema (the +kubebuilder:default markers below), in one place for the

@@ -21,6 +21,10 @@ func (g *Gate) Enter(ctx context.Context, exclusive bool) (release func(), err e
 // Wrap puts h behind the guard.
 func (g *Guard) Wrap(h http.Handler) http.Handler { return g.wrap(h) }
 
+// WrapEvidence puts h, GET /isolation, behind the guard, which for a warm
+// member also takes its evidence token there (and nowhere else).
+func (g *Guard) WrapEvidence(h http.Handler) http.Handler { return g.wrapEvidence(h) }
+
 // RequiresToken says whether a token is required (not for a warm member).
 func (g *Guard) RequiresToken() bool { return g.tokenHash != nil }
 

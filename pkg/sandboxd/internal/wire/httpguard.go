@@ -69,6 +69,31 @@ func (g *Guard) wrap(h http.Handler) http.Handler {
 	})
 }
 
+// wrapEvidence puts the checks of GET /isolation in front of h: those of
+// wrap, and for a warm member also its evidence token
+// (warmtoken.EvidenceToken), with which the operator reads the evidence
+// before any claim adopts the member. That token opens this route alone and
+// adopts nothing: an unadopted member stays unadopted, an adopted one stays
+// locked to its adopting token (docs/security.md, "sandboxd's GET
+// /isolation").
+func (g *Guard) wrapEvidence(h http.Handler) http.Handler {
+	if g.warm == nil {
+		return g.wrap(h)
+	}
+	l := g.warm
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkHostAndOrigin(r); err != nil {
+			http.Error(w, "Forbidden: "+err.Error(), http.StatusForbidden)
+			return
+		}
+		if !l.evidenceReader(r) && !l.authorized(r) {
+			unauthorized(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // unauthorized answers 401 with the challenge every refused MCP request gets.
 func unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-sandboxd"`)
@@ -184,6 +209,12 @@ func (l *warmLock) authorized(r *http.Request) bool {
 		l.logger.Info("Adopted", "claimUID", verified.ClaimUID, "tools", len(served))
 	}
 	return true
+}
+
+// evidenceReader reports whether r carries the member's evidence token.
+func (l *warmLock) evidenceReader(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && warmtoken.IsEvidenceToken(l.key, strings.TrimSpace(token))
 }
 
 // matches reports whether token is the one that adopted the member. A
