@@ -65,6 +65,7 @@ type scrapeResult struct {
 		HistogramSum   float64            `json:"histogramSum"`
 		HistogramCount float64            `json:"histogramCount"`
 		Counters       map[string]float64 `json:"counters"`
+		Buckets        map[string]float64 `json:"histogramBuckets"`
 	} `json:"families"`
 	Error string `json:"error"`
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type ScrapedFamily struct {
 	// and how many there were).
 	HistogramSum   float64 `json:"histogramSum,omitempty"`
 	HistogramCount uint64  `json:"histogramCount,omitempty"`
+	// HistogramBuckets adds up the series' cumulative counts by upper bound (le, as the text
+	// format writes it).
+	HistogramBuckets map[string]uint64 `json:"histogramBuckets,omitempty"`
 	// Counters adds up a counter's series by their label values ("k=v,k=v", sorted).
 	Counters map[string]float64 `json:"counters,omitempty"`
 }
@@ -117,6 +121,12 @@ func scrape(ctx context.Context, u, token string) (*ScrapeResult, error) {
 			if h := m.GetHistogram(); h != nil {
 				sf.HistogramSum += h.GetSampleSum()
 				sf.HistogramCount += h.GetSampleCount()
+				if sf.HistogramBuckets == nil {
+					sf.HistogramBuckets = map[string]uint64{}
+				}
+				for _, b := range h.GetBucket() {
+					sf.HistogramBuckets[strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)] += b.GetCumulativeCount()
+				}
 			}
 		}
 		r.Families[name] = sf

@@ -8,6 +8,7 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +32,41 @@ const (
 	Timeout = 10 * time.Second
 	// Retry is how long after a failed read the sandbox is looked at again.
 	Retry = time.Second
+	// dialAttempt bounds one attempt to connect to a sandbox; a read that got no answer to its
+	// SYN in that time connects again, until Timeout.
+	dialAttempt = 250 * time.Millisecond
 )
+
+// newHTTPClient is the reads' HTTP client: no proxy (a read goes to the pod's own address, with
+// a token), a connection per read (a pod's address is soon another pod's: the node's IPAM gives
+// it out again at once, and a kept connection is to a pod that is gone), and a connect that is
+// tried again after dialAttempt: a new pod's first SYN can go unanswered while the node's
+// network policy learns of the pod (on the local node 2 of 33 reads waited for the kernel's
+// 1 s SYN retransmission), and a new attempt costs less.
+func newHTTPClient() *http.Client {
+	return &http.Client{Timeout: Timeout, Transport: &http.Transport{
+		Proxy:             nil,
+		DisableKeepAlives: true,
+		DialContext:       dialAgain((&net.Dialer{Timeout: dialAttempt}).DialContext),
+	}}
+}
+
+// dialFunc connects as net.Dialer.DialContext does.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dialAgain connects with dial (each attempt bounded by dialAttempt) until ctx ends or an
+// attempt fails other than by its time (a refusal is the read's error).
+func dialAgain(dial dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for {
+			conn, err := dial(ctx, network, addr)
+			var ne net.Error
+			if err == nil || ctx.Err() != nil || !errors.As(err, &ne) || !ne.Timeout() {
+				return conn, err
+			}
+		}
+	}
+}
 
 // Reader reads a sandbox's evidence: GET isolation.Path at base with the bearer token.
 type Reader interface {
@@ -109,7 +144,7 @@ type read struct {
 // NewReads returns Reads over HTTP.
 func NewReads() *Reads {
 	return &Reads{
-		Reader: HTTPReader{Client: &http.Client{Timeout: Timeout}},
+		Reader: HTTPReader{Client: newHTTPClient()},
 		slots:  make(chan struct{}, MaxInFlight),
 		reads:  map[types.UID]*read{},
 	}

@@ -3,6 +3,7 @@ package evidence
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,5 +124,84 @@ func TestJudge(t *testing.T) {
 				t.Fatalf("verdict %+v, want kernel %s", v, tc.wantKernel)
 			}
 		})
+	}
+}
+
+// timeoutErr is a dial's timeout.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// TestDialAgain: a connect that timed out is tried again until one connects; a refusal, or the
+// read's end, ends it with its error.
+func TestDialAgain(t *testing.T) {
+	refused := errors.New("connection refused")
+	for name, tc := range map[string]struct {
+		errs     []error // the attempts' errors before one connects
+		cancel   bool
+		wantN    int
+		wantErr  error
+		wantConn bool
+	}{
+		"two lost SYNs, then connected": {errs: []error{timeoutErr{}, timeoutErr{}}, wantN: 3, wantConn: true},
+		"refused: not tried again":      {errs: []error{refused}, wantN: 1, wantErr: refused},
+		"the read ended":                {errs: []error{timeoutErr{}, timeoutErr{}}, cancel: true, wantN: 1, wantErr: timeoutErr{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			n := 0
+			dial := dialAgain(func(context.Context, string, string) (net.Conn, error) {
+				n++
+				if tc.cancel {
+					cancel()
+				}
+				if n <= len(tc.errs) {
+					return nil, tc.errs[n-1]
+				}
+				c, _ := net.Pipe()
+				return c, nil
+			})
+			conn, err := dial(ctx, "tcp", "10.0.0.1:8080")
+			if n != tc.wantN || (conn != nil) != tc.wantConn || !errors.Is(err, tc.wantErr) {
+				t.Errorf("%d attempts, conn %v, err %v; want %d, a conn: %v, err %v", n, conn, err, tc.wantN, tc.wantConn, tc.wantErr)
+			}
+			if conn != nil {
+				conn.Close()
+			}
+		})
+	}
+}
+
+// TestHTTPClientDirectAndOnce: the reads' client goes to the pod's address itself whatever the
+// environment's proxy says (the token goes to the sandbox only; the environment's proxy is never
+// used for loopback, so the transport's setting is what is checked), on a connection of its own
+// for each read.
+func TestHTTPClientDirectAndOnce(t *testing.T) {
+	client := newHTTPClient()
+	if tr, ok := client.Transport.(*http.Transport); !ok || tr.Proxy != nil || !tr.DisableKeepAlives {
+		t.Fatalf("transport %#v: want one of its own, without a proxy or kept connections", client.Transport)
+	}
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(evidencetest.Of("6.18.0", isolation.RuntimeKernel, nil))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	reader := HTTPReader{Client: client}
+	for range 2 {
+		if _, err := reader.Read(t.Context(), srv.URL, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections for two reads, want one each", n)
 	}
 }
