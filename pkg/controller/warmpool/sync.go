@@ -66,15 +66,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if err != nil {
 		return nil, err
 	}
-	idle := map[string][]*corev1.Pod{} // entry -> idle members the registry controls
-	inUse := map[string]bool{}         // pool keys of every member, idle or adopted
-	for _, pod := range members {
-		inUse[pod.Labels[airlockv1alpha1.LabelWarmPool]] = true
-		if metav1.IsControlledBy(pod, reg) && pod.Labels[airlockv1alpha1.LabelClaim] == "" {
-			e := pod.Labels[airlockv1alpha1.LabelSandbox]
-			idle[e] = append(idle[e], pod)
-		}
-	}
+	idle, inUse := sortMembers(reg, members)
 
 	var (
 		errs     []error
@@ -128,6 +120,20 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	errs = append(errs, err)
 	wait(statusWait)
 	return requeue, errors.Join(errs...)
+}
+
+// sortMembers returns the registry's idle members by entry, and the pool keys of every member,
+// idle or adopted.
+func sortMembers(reg *airlockv1alpha1.ToolRegistry, members []*corev1.Pod) (idle map[string][]*corev1.Pod, inUse map[string]bool) {
+	idle, inUse = map[string][]*corev1.Pod{}, map[string]bool{}
+	for _, pod := range members {
+		inUse[pod.Labels[airlockv1alpha1.LabelWarmPool]] = true
+		if metav1.IsControlledBy(pod, reg) && pod.Labels[airlockv1alpha1.LabelClaim] == "" {
+			e := pod.Labels[airlockv1alpha1.LabelSandbox]
+			idle[e] = append(idle[e], pod)
+		}
+	}
+	return idle, inUse
 }
 
 // poolOf returns the pool of an entry: what its members are built from now, or why none can be.
@@ -184,26 +190,7 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 			errs = append(errs, c.deleteMember(ctx, pod))
 			continue
 		}
-		reason := ""
-		switch {
-		case p.record == nil || pod.Labels[airlockv1alpha1.LabelWarmPool] != p.key:
-			reason = "stale: its sandbox's class or registry entry changed, or it wants no warm members"
-		case sandboxpod.Ended(pod):
-			reason = "ended: " + string(pod.Status.Phase) + " " + pod.Status.Reason
-		}
-		if reason == "" {
-			if why, message := sandboxpod.Failure([]*corev1.Pod{pod}); why != "" {
-				reason = why + ": " + message
-				p.message = fmt.Sprintf("member %s cannot start: %s: %s", pod.Name, why, message)
-			}
-		}
-		if reason == "" && sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil && now.Sub(pod.CreationTimestamp.Time) > sandboxpod.StartupTimeout(p.record) {
-			reason = fmt.Sprintf("not Ready after the startupTimeout (%s)", sandboxpod.StartupTimeout(p.record))
-			if m := sandboxpod.Unschedulable([]*corev1.Pod{pod}); m != "" {
-				p.message = fmt.Sprintf("member %s cannot be scheduled: %s", pod.Name, m)
-			}
-		}
-		if reason != "" {
+		if reason := replaceReason(p, pod, now); reason != "" {
 			klog.FromContext(ctx).V(2).Info("Replacing a warm member", "registry", klog.KObj(reg), "sandbox", p.entry.Name, "member", klog.KObj(pod), "why", reason)
 			errs = append(errs, c.deleteMember(ctx, pod))
 			continue
@@ -231,9 +218,38 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 			p.starting = append(p.starting, pod)
 		}
 	}
-	// Beyond the number kept: starting members go first, then the newest ready ones (claims
-	// adopt the oldest first). Only idle members are here, and each is deleted only as the cache
-	// showed it (deleteMember): one adopted since is the claim's.
+	errs = append(errs, c.trimSurplus(ctx, p)...)
+	return errors.Join(errs...)
+}
+
+// replaceReason says why the idle member must be replaced ("": it need not): stale, ended,
+// failing, or not Ready after the record's startupTimeout; a failure to start or to be scheduled
+// is also the pool's message.
+func replaceReason(p *pool, pod *corev1.Pod, now time.Time) string {
+	switch {
+	case p.record == nil || pod.Labels[airlockv1alpha1.LabelWarmPool] != p.key:
+		return "stale: its sandbox's class or registry entry changed, or it wants no warm members"
+	case sandboxpod.Ended(pod):
+		return "ended: " + string(pod.Status.Phase) + " " + pod.Status.Reason
+	}
+	if why, message := sandboxpod.Failure([]*corev1.Pod{pod}); why != "" {
+		p.message = fmt.Sprintf("member %s cannot start: %s: %s", pod.Name, why, message)
+		return why + ": " + message
+	}
+	if sandboxpod.ReadyPod([]*corev1.Pod{pod}) == nil && now.Sub(pod.CreationTimestamp.Time) > sandboxpod.StartupTimeout(p.record) {
+		if m := sandboxpod.Unschedulable([]*corev1.Pod{pod}); m != "" {
+			p.message = fmt.Sprintf("member %s cannot be scheduled: %s", pod.Name, m)
+		}
+		return fmt.Sprintf("not Ready after the startupTimeout (%s)", sandboxpod.StartupTimeout(p.record))
+	}
+	return ""
+}
+
+// trimSurplus deletes the members beyond the number kept: starting members go first, then the
+// newest ready ones (claims adopt the oldest first). Only idle members are here, and each is
+// deleted only as the cache showed it (deleteMember): one adopted since is the claim's.
+func (c *Controller) trimSurplus(ctx context.Context, p *pool) []error {
+	var errs []error
 	surplus := len(p.ready) + len(p.starting) - int(p.keep)
 	if surplus > 0 {
 		newestFirst := func(pods []*corev1.Pod) {
@@ -249,7 +265,7 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 		p.starting = p.starting[n:]
 		p.ready = p.ready[surplus-n:]
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // ensurePoolPolicy creates the pool's NetworkPolicy, before any of its members, and keeps it as
