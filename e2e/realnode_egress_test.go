@@ -283,7 +283,7 @@ func runEgressSuite(t *testing.T, f *egressFixture, runtimeClass string) {
 	goMod := `export PATH=/usr/local/go/bin:$PATH GOPROXY=https://goproxy.internet.test GOSUMDB=off GOTOOLCHAIN=local GOFLAGS=-mod=mod GOPATH=/cache/home/go
 cd /tmp && go mod download -json example.test/hello@v1.0.0 >/tmp/dl.json 2>&1; echo "exit=$?"; cat /tmp/dl.json | grep -E '"(Version|Error)"'; cat /cache/home/go/pkg/mod/example.test/hello@v1.0.0/hello.go | grep -o 'hello from the stand-in internet'`
 	gitClone := `export GIT_TERMINAL_PROMPT=0 HOME=/cache/home; cd /tmp && rm -rf repo && git clone -q https://git.internet.test/repo.git repo 2>&1; echo "exit=$?"; cat repo/README`
-	gitPush := `export GIT_TERMINAL_PROMPT=0 HOME=/cache/home; cd /tmp/repo && echo pushed-from-the-sandbox > PUSHED && git add PUSHED && git -c user.email=agent@e2e -c user.name=agent commit -qm push && git push -q origin HEAD:main 2>&1; echo "exit=$?"; cd /tmp && rm -rf again && git clone -q https://git.internet.test/repo.git again 2>&1 && cat again/PUSHED`
+	gitPush := `export GIT_TERMINAL_PROMPT=0 HOME=/cache/home; cd /tmp/repo && echo pushed-from-the-sandbox >> PUSHED && git add PUSHED && git -c user.email=agent@e2e -c user.name=agent commit -qm push && git push -q origin HEAD:main 2>&1; echo "exit=$?"; cd /tmp && rm -rf again && git clone -q https://git.internet.test/repo.git again 2>&1 && cat again/PUSHED`
 	steps := []map[string]any{
 		step("plan", "Write", map[string]any{"file_path": "egress-plan.json", "content": string(plan)}),
 		step("probe", "Bash", map[string]any{"command": `./egressprobe egressprobe -plan "$(cat egress-plan.json)"`, "timeout": 600000}),
@@ -554,7 +554,7 @@ func checkEgressMetrics(t *testing.T, f *egressFixture) {
 	for _, p := range f.gatewayPods {
 		urls = append(urls, fmt.Sprintf("http://%s/metrics", net.JoinHostPort(p.Status.PodIP, "8080")))
 	}
-	scrapes, err := runScraper(context.Background(), mon, "scrape-egress", urls, nil, 60)
+	scrapes, err := runScraper(context.Background(), mon, fmt.Sprintf("scrape-egress-%d", scrapesTaken.Add(1)), urls, nil, 60)
 	if err != nil {
 		t.Fatal(err)
 	}

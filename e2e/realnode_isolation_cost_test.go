@@ -151,7 +151,8 @@ func buildTimes(t *testing.T, e *realnodeEnv) (build, rebuild, gotest float64) {
 	return res.call(t, "build").Millis, res.call(t, "rebuild").Millis, res.call(t, "gotest").Millis
 }
 
-// scrapesTaken names each scraper pod of isolationReads apart (runPodToEnd leaves them).
+// scrapesTaken names scraper pods apart (runPodToEnd leaves them): isolationReads', and
+// checkEgressMetrics' in the egress suite's two runs.
 var scrapesTaken atomic.Int32
 
 // histogramTotals is a histogram's observations added up over the operator's replicas, and the
