@@ -544,7 +544,8 @@ cmd_up() {
   # NRI off: containerd 1.6 has none. Not fail-open: unjudged packets are dropped. Without NRI
   # a new pod's IP is known once the apiserver publishes it; until then a connection from it is
   # dropped (--drop-unknown-pods-in, local.patch), not judged as no pod's, which no egress policy
-  # selects: a sandbox's isolation evidence saw its first connections escape (docs/isolation.md).
+  # selects: a sandbox's isolation evidence saw its first connections escape (docs/isolation.md);
+  # and a pod's connection to such an address is dropped too, not judged under no ingress policy.
   start kube-network-policies --kubeconfig="$STATE/kube-network-policies.kubeconfig" \
     --hostname-override="$NODE_NAME" --disable-nri --nfqueue-id="$KNP_QUEUE" --drop-unknown-pods-in="$POD_CIDR" \
     --metrics-bind-address="127.0.0.1:$KNP_METRICS_PORT" -v=1
