@@ -8,10 +8,19 @@
 # helm is built from its pin if bin/helm is missing) and runs the real-pod e2e suite (tags `e2e
 # realnode`, the same tests it runs on this repository's local node).
 #
+# gVisor: the suite runs the codegen class under RuntimeClass `gvisor` (handler `runsc`,
+# docs/isolation.md, "A kernel of its own in your cluster"). This script builds runsc and
+# containerd-shim-runsc-v1 from their pin (hack/build-cluster-bins.sh, no Docker needed), creates
+# the cluster with containerd's `runsc` runtime (containerdConfigPatches: kind's node images run
+# containerd 2, config version 3), copies both binaries into every node's /usr/local/bin (where
+# containerd finds the shim on its PATH) and creates the RuntimeClass. AIRLOCK_KIND_GVISOR=0
+# leaves gVisor out (the gVisor tests then fail: they need the RuntimeClass).
+#
 # Not run on the development machines: they have no Docker engine (docs/decisions.md, "Real node").
 #
 # usage: hack/e2e-kind.sh [go test flags...]
-# env: KIND (default kind), KIND_CLUSTER (default airlock-e2e), KEEP_CLUSTER=1 to keep it afterwards.
+# env: KIND (default kind), KIND_CLUSTER (default airlock-e2e), KEEP_CLUSTER=1 to keep it afterwards,
+#      AIRLOCK_KIND_GVISOR=0 (above).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,9 +42,25 @@ docker build --build-arg VERSION="$version" --build-arg COMMIT="$commit" -t "$IM
 docker build --build-arg VERSION="$version" --build-arg COMMIT="$commit" -f Dockerfile.sandbox --target sandbox -t "$SANDBOX_IMAGE" .
 AIRLOCK_E2E_CLIENT_IMAGE=$CLIENT_IMAGE hack/imagebuild/build-images.sh e2e-client e2e-python e2e-go-example e2e-typescript
 
-if ! "$KIND" get clusters | grep -qx "$CLUSTER"; then
-  "$KIND" create cluster --name "$CLUSTER" --wait 120s
+GVISOR=${AIRLOCK_KIND_GVISOR:-1}
+kind_config=$(mktemp)
+if ((GVISOR)); then
+  AIRLOCK_BIN_DIR=${AIRLOCK_BIN_DIR:-$ROOT/bin} hack/build-cluster-bins.sh runsc containerd-shim-runsc-v1
+  cat >"$kind_config" <<'KIND'
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+containerdConfigPatches:
+- |-
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
+    runtime_type = "io.containerd.runsc.v1"
+KIND
+else
+  printf 'kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n' >"$kind_config"
 fi
+if ! "$KIND" get clusters | grep -qx "$CLUSTER"; then
+  "$KIND" create cluster --name "$CLUSTER" --config "$kind_config" --wait 120s
+fi
+rm -f "$kind_config"
 if [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then
   trap '"$KIND" delete cluster --name "$CLUSTER"' EXIT
 fi
@@ -46,4 +71,18 @@ done
 
 kubeconfig=$(mktemp)
 "$KIND" get kubeconfig --name "$CLUSTER" >"$kubeconfig"
+if ((GVISOR)); then
+  bin=${AIRLOCK_BIN_DIR:-$ROOT/bin}
+  for node in $("$KIND" get nodes --name "$CLUSTER"); do
+    docker cp "$bin/runsc" "$node:/usr/local/bin/runsc"
+    docker cp "$bin/containerd-shim-runsc-v1" "$node:/usr/local/bin/containerd-shim-runsc-v1"
+  done
+  KUBECONFIG=$kubeconfig kubectl apply -f - <<'RC'
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+handler: runsc
+RC
+fi
 KUBECONFIG=$kubeconfig KUBECTL=$(command -v kubectl) AIRLOCK_E2E_USE_KUBECONFIG=1 hack/e2e-node.sh "$@"
