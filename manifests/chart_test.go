@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -391,6 +392,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 			want: []string{"sandbox.codegenClass.enabled is false"}},
 		"warm members of a session workspace": {set: []string{"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,sandbox.toolRegistry.workspace=session,sandbox.toolRegistry.warm=2"},
 			want: []string{"sandbox.toolRegistry.warm must be 0"}},
+		"a fixed warm count and a warmPolicy": {set: []string{"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,sandbox.toolRegistry.warm=2", "--set-json", `sandbox.toolRegistry.warmPolicy={"max":5}`},
+			want: []string{"sandbox.toolRegistry.warm and sandbox.toolRegistry.warmPolicy are both set"}},
+		"a warmPolicy of a session workspace": {set: []string{"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,sandbox.toolRegistry.workspace=session", "--set-json", `sandbox.toolRegistry.warmPolicy={"max":5}`},
+			want: []string{"sandbox.toolRegistry.warmPolicy is set with sandbox.toolRegistry.workspace session"}},
+		"a warmPolicy without its max": {set: []string{"--set-json", `sandbox.toolRegistry.warmPolicy={"min":1}`},
+			want: []string{"/sandbox/toolRegistry/warmPolicy", "max"}},
+		"a warmPolicy with a misspelt key": {set: []string{"--set-json", `sandbox.toolRegistry.warmPolicy={"max":3,"headroom":50}`},
+			want: []string{"/sandbox/toolRegistry/warmPolicy", "headroom"}},
 		"a scrape interval in words": {set: []string{"--set", "monitoring.serviceMonitor.interval=often"},
 			want: []string{"/monitoring/serviceMonitor/interval"}},
 		"tools without the registry": {set: []string{"--set-json", `sandbox.allowedTools=["Read"]`},
@@ -511,6 +520,13 @@ func TestChartToolRegistry(t *testing.T) {
 		TargetPath: "results/codegen", AllowedTools: []airlockv1alpha1.ToolName{"Read", "Grep", "Glob"}, Warm: 3}}
 	if diff := cmp.Diff(want, reg.Spec.Sandboxes); diff != "" {
 		t.Errorf("sandboxes (-want +got):\n%s", diff)
+	}
+	policy := renderOne[airlockv1alpha1.ToolRegistry](t, "ToolRegistry", "codegen",
+		"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents",
+		"--set-json", `sandbox.toolRegistry.warmPolicy={"min":1,"max":8,"headroomPercent":25}`)
+	wantPolicy := &airlockv1alpha1.WarmPolicy{Min: 1, Max: 8, HeadroomPercent: ptr.To[int32](25)}
+	if got := policy.Spec.Sandboxes[0]; got.Warm != 0 || !cmp.Equal(got.WarmPolicy, wantPolicy) {
+		t.Errorf("with a warmPolicy: warm %d, warmPolicy %+v; want 0 and %+v", got.Warm, got.WarmPolicy, wantPolicy)
 	}
 	class := renderOne[airlockv1alpha1.SandboxClass](t, "SandboxClass", "codegen-go", "--set", "sandbox.codegenClass.name=codegen-go,sandbox.codegenClass.image.tag=v0.1.0-go,sandbox.codegenClass.runtimeClassName=gvisor")
 	if class.Spec.Image != "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0-go" || class.Spec.RuntimeClassName == nil || *class.Spec.RuntimeClassName != "gvisor" {

@@ -106,6 +106,12 @@ each fails the render with one line that names the values.
 {{- if and $tr.enabled (gt (int $tr.warm) 0) (eq $tr.workspace "session") -}}
 {{- fail "sandbox.toolRegistry.warm must be 0 with sandbox.toolRegistry.workspace session: warm members serve fresh workspaces only" -}}
 {{- end -}}
+{{- if and $tr.enabled $tr.warmPolicy (gt (int $tr.warm) 0) -}}
+{{- fail "sandbox.toolRegistry.warm and sandbox.toolRegistry.warmPolicy are both set: a pool has a fixed count or follows demand, not both" -}}
+{{- end -}}
+{{- if and $tr.enabled $tr.warmPolicy (eq $tr.workspace "session") -}}
+{{- fail "sandbox.toolRegistry.warmPolicy is set with sandbox.toolRegistry.workspace session: warm members serve fresh workspaces only" -}}
+{{- end -}}
 {{- if and .Values.sandbox.allowedTools (not $tr.enabled) -}}
 {{- fail "sandbox.allowedTools is set but sandbox.toolRegistry.enabled is false: the allowlist belongs to the chart's ToolRegistry; enable it (or write your own registry)" -}}
 {{- end -}}
