@@ -16,12 +16,16 @@ import (
 )
 
 // The Python client verifies attestations with an Ed25519 of its own (it depends on nothing but
-// the standard library, which has none: clients/python/src/airlock_client/_ed25519.py). Its
-// tests take attestations this package signs, and forgeries of them, from pythonFixturesFile.
+// the standard library, which has none: clients/python/src/airlock_client/_ed25519.py), the
+// TypeScript client with Node's. Their tests take attestations this package signs, and forgeries
+// of them, from the same fixtures, a copy in each (fixturesFiles).
 
 const pythonFixturesFile = "../../clients/python/tests/testdata/attestation.json"
 
-var update = flag.Bool("update", false, "rewrite "+pythonFixturesFile)
+// fixturesFiles are the clients' copies of the fixtures.
+var fixturesFiles = []string{pythonFixturesFile, "../../clients/typescript/test/testdata/attestation.json"}
+
+var update = flag.Bool("update", false, "rewrite the clients' fixtures ("+pythonFixturesFile+" and the TypeScript client's copy)")
 
 type pythonFixtures struct {
 	Comment   string `json:"comment"`
@@ -198,8 +202,9 @@ func pythonFixtureSet(t *testing.T) *pythonFixtures {
 	}
 }
 
-// TestPythonFixtures: the Python client's fixtures are what this package signs today, and Verify
-// accepts exactly those marked verifies, so that the two verifiers are held to the same cases.
+// TestPythonFixtures: the Python and TypeScript clients' fixtures are what this package signs
+// today, and Verify accepts exactly those marked verifies, so that the three verifiers are held
+// to the same cases.
 func TestPythonFixtures(t *testing.T) {
 	fx := pythonFixtureSet(t)
 	keys, err := ParsePublicKeys([]byte(fx.Keys))
@@ -220,17 +225,19 @@ func TestPythonFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
-	if *update {
-		if err := os.WriteFile(pythonFixturesFile, b, 0o644); err != nil {
+	for _, file := range fixturesFiles {
+		if *update {
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return
-	}
-	got, err := os.ReadFile(pythonFixturesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, b) {
-		t.Errorf("%s is not what this package signs today: cd pkg/attestation && go test -run TestPythonFixtures -update", pythonFixturesFile)
+		if !bytes.Equal(got, b) {
+			t.Errorf("%s is not what this package signs today: cd pkg/attestation && go test -run TestPythonFixtures -update", file)
+		}
 	}
 }

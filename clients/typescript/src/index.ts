@@ -1,9 +1,9 @@
 /**
  * airlock's client for agent runtimes in TypeScript: acquire a sandbox through the Sandbox API
  * (SPEC section 4), get an MCP Client of the official SDK connected to it, renew it after each
- * tool call, close the session. The acquire answer's attestation (the isolation evidence) is
- * passed through and NOT verified by this version. docs/clients.md in the airlock repository
- * compares the Go, Python and TypeScript clients.
+ * tool call, close the session. The acquire answer's attestation (the isolation evidence,
+ * signed by the operator) is checked by sandbox.verifyIsolation(keysPem, namespace).
+ * docs/clients.md in the airlock repository compares the Go, Python and TypeScript clients.
  *
  *     const session = new Session("session-1", { runtime: "agent" });
  *     const sandbox = await session.acquire("codegen/default");
@@ -16,3 +16,4 @@
 export * from "./errors.js";
 export * from "./session.js";
 export * from "./mcp.js";
+export * from "./isolation.js";

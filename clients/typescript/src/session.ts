@@ -3,6 +3,7 @@ import * as http from "node:http";
 import * as https from "node:https";
 
 import { AcquireTimeout, AirlockError, APIError, ConfigError, errorClasses, Unavailable } from "./errors.js";
+import { verifyIsolation, type IsolationStatement } from "./isolation.js";
 
 // Where a runtime's pod finds its identity, and the environment variables that override each
 // (the same as the Go and Python clients).
@@ -88,7 +89,7 @@ export interface AcquireResponse {
   resumedWorkspace?: { keptAt: string; keptBy?: string };
   idleTimeoutSeconds?: number;
   warm?: boolean;
-  /** The operator's isolation evidence, passed through, NOT verified by this package. */
+  /** The operator's signed isolation statement (Sandbox.verifyIsolation checks it). */
   attestation?: Record<string, unknown>;
 }
 
@@ -110,7 +111,7 @@ export class Sandbox {
   readonly authorization: string;
   readonly warm: boolean;
   readonly resumedWorkspace?: { keptAt: string; keptBy?: string };
-  /** The operator's isolation evidence, as sent: NOT verified by this package. */
+  /** The operator's signed isolation statement, as sent: verifyIsolation checks it. */
   readonly attestation?: Record<string, unknown>;
   readonly answer: AcquireResponse;
 
@@ -128,6 +129,15 @@ export class Sandbox {
     this.resumedWorkspace = answer.resumedWorkspace;
     this.attestation = answer.attestation;
     this.answer = answer;
+  }
+
+  /** Checks the acquire answer's attestation against the operator's published keys (the PEM of
+   * isolation-keys.pem, DEFAULT_ISOLATION_KEYS_FILE in a runtime's pod): signed by one of them,
+   * about this claim of namespace and the token this sandbox is opened with. Returns the
+   * statement (its kernel: "Dedicated", "Shared" or "Unknown"); throws IsolationError. */
+  verifyIsolation(keysPem: string, namespace: string): IsolationStatement {
+    const token = this.authorization.replace(/^Bearer /, "");
+    return verifyIsolation(this.attestation, keysPem, { token, namespace, claim: this.claim });
   }
 
   /** The HTTP headers for the sandbox's MCP server (Authorization). */
