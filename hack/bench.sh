@@ -19,8 +19,8 @@
 #   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,warm-demand,scale2000,scale10x500
 #                          (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the scale runs;
 #                          warm-demand, airlock's only: a warmPolicy pool through 2/s, 20/s and 2/s for 30 s
-#                          each; a pool refills no faster than --warm-refill-rate, so give it
-#                          BENCH_OPERATOR_FLAGS="--warm-refill-rate=25" to follow the burst)
+#                          each; the pool's refill follows the measured arrivals, above
+#                          --warm-refill-rate)
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
 #   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
 #                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);

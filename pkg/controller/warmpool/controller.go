@@ -105,7 +105,13 @@ type Controller struct {
 	// member; nil creates no member (fail closed).
 	defaultDeny DefaultDenyEnsurer
 	keys        MemberKeys
-	limiter     *rate.Limiter
+	// limiter bounds member creations: at baseRefill a second, or at the claims' measured arrival
+	// rate of the pools that follow demand, whichever is faster (refillLimit).
+	limiter    *rate.Limiter
+	baseRefill float64
+	// demandRates are, by registry, the measured claims a second of its pools with a warmPolicy;
+	// only the worker touches it.
+	demandRates map[cache.ObjectName]float64
 	clock       clock.WithTicker
 	handlers    handlers.Registrations
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -160,7 +166,9 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		secrets:    objectcontrol.Secrets(kubeClient, ControllerName),
 		policies:   objectcontrol.NetworkPolicies(kubeClient, ControllerName),
 		keys:       keys,
-		limiter:    rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
+		limiter:     rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
+		baseRefill:  refillRate,
+		demandRates: map[cache.ObjectName]float64{},
 		clock:      clk,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),

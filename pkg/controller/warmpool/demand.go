@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -237,6 +238,39 @@ func (c *Controller) sizePool(reg *airlockv1alpha1.ToolRegistry, p *pool, runtim
 	p.wanted, p.keep = s.Target, s.Keep
 	p.sizing = &s
 	return s.Recheck
+}
+
+// refillLimit sets the member creations' rate: the --warm-refill-rate floor, or the claims a
+// second that the pools following demand measure, all registries together, whichever is
+// faster. A member a claim adopts is a pod that claim would have created cold, so refilling as
+// fast as claims arrive asks no more of the API server than the claims would; a static pool, or
+// no demand, refills at the floor (docs/decisions.md, "Warm pools that follow demand").
+func (c *Controller) refillLimit(key cache.ObjectName, pools []*pool) {
+	perSecond := 0.0
+	for _, p := range pools {
+		if p.sizing != nil {
+			perSecond += p.sizing.Rate.PerSecond()
+		}
+	}
+	if perSecond > 0 {
+		c.demandRates[key] = perSecond
+	} else {
+		delete(c.demandRates, key)
+	}
+	c.setRefillLimit()
+}
+
+// setRefillLimit sets the limiter to the larger of the floor and the registries' demand.
+func (c *Controller) setRefillLimit() {
+	total := 0.0
+	for _, r := range c.demandRates {
+		total += r
+	}
+	limit := max(c.baseRefill, total)
+	if now := c.clock.Now(); float64(c.limiter.Limit()) != limit {
+		c.limiter.SetLimitAt(now, rate.Limit(limit))
+		c.limiter.SetBurstAt(now, max(1, int(limit)))
+	}
 }
 
 // sizingStatus fills a pool status's warmPolicy fields.

@@ -361,3 +361,43 @@ func TestStaticPoolIgnoresDemand(t *testing.T) {
 		t.Errorf("created %d members, want 3", n)
 	}
 }
+
+// TestRefillFollowsDemand: members are created at --warm-refill-rate (5/s here) at the least, and
+// as fast as claims arrive at the pools that follow demand when that is faster: a 20/s burst
+// raises the limit to its measured rate, and a registry whose pool no longer follows demand, or
+// that is gone, gives it back.
+func TestRefillFollowsDemand(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := demandFixture(t, 0, 100, nil, currentPolicy())
+	f.defaultDenyErr = errors.New("not in this test") // sizing only: no member is created
+	c := f.newController(ctx, 5)
+	measuredReady(c, 1200*time.Millisecond)
+	sync := func() {
+		if _, err := c.sync(ctx, registryKey()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sync(); c.limiter.Limit() != 5 {
+		t.Fatalf("with no claims: limit %v/s, want the floor 5", c.limiter.Limit())
+	}
+	a := &arrivals{f: f, c: c, each: sync}
+	a.at(20, 10*time.Second)
+	if got := float64(c.limiter.Limit()); got < 19 || got > 21 || c.limiter.Burst() < 19 {
+		t.Errorf("during a 20/s burst: limit %v/s, burst %d; want about 20", got, c.limiter.Burst())
+	}
+	a.at(2, 10*time.Minute)
+	if got := c.limiter.Limit(); got != 5 {
+		t.Errorf("back at 2/s: limit %v/s, want the floor 5", got)
+	}
+	a.at(20, 10*time.Second)
+	f.registries[0].Spec.Sandboxes[0].WarmPolicy = nil // a static pool now: its demand weighs nothing
+	c2 := f.newController(ctx, 5)
+	c2.demandRates = c.demandRates
+	c2.limiter = c.limiter
+	if _, err := c2.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c2.limiter.Limit(); got != 5 || len(c2.demandRates) != 0 {
+		t.Errorf("the pool no longer follows demand: limit %v/s, rates %v; want the floor 5 and none", got, c2.demandRates)
+	}
+}

@@ -54,6 +54,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if apierrors.IsNotFound(err) {
 		c.lastStatus.Delete(key)
 		c.demand.forgetRegistry(key)
+		delete(c.demandRates, key)
+		c.setRefillLimit()
 		return nil, nil // garbage collection removes its idle members and its policies
 	}
 	if err != nil {
@@ -93,6 +95,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			}
 			wait(c.sizePool(reg, p, runtimes))
 			sized[p.entry.Name] = true
+			c.refillLimit(key, pools) // before this pool's refill: the pools sized so far
 		}
 		if p.key != "" {
 			inUse[p.key] = true
@@ -107,6 +110,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			wait(c.refill(ctx, reg, p, missing))
 		}
 	}
+	c.refillLimit(key, pools) // a registry with no pool following demand any more weighs nothing
 	c.demand.forget(c.clock.Now(), reg, sized)
 	// Members of entries removed from the registry serve nobody: deleted.
 	for entry, pods := range idle {
