@@ -3,7 +3,7 @@ import * as http from "node:http";
 import * as https from "node:https";
 
 import { AcquireTimeout, AirlockError, APIError, ConfigError, errorClasses, Unavailable } from "./errors.js";
-import { verifyIsolation, type IsolationStatement } from "./isolation.js";
+import { DEFAULT_ISOLATION_KEYS_FILE, IsolationError, verifyIsolation, type IsolationStatement } from "./isolation.js";
 
 // Where a runtime's pod finds its identity, and the environment variables that override each
 // (the same as the Go and Python clients).
@@ -19,6 +19,7 @@ const DEFAULT_RETRY_AFTER = 1;
 const MAX_RETRY_AFTER = 30;
 
 export const ENV_API = "AIRLOCK_SANDBOX_API";
+export const ENV_ISOLATION_KEYS_FILE = "AIRLOCK_ISOLATION_KEYS_FILE";
 export const ENV_TOKEN_FILE = "AIRLOCK_TOKEN_FILE";
 export const ENV_CA_FILE = "AIRLOCK_CA_FILE";
 export const ENV_NAMESPACE = "AIRLOCK_NAMESPACE";
@@ -43,6 +44,14 @@ export interface Config {
   idleTimeoutSeconds?: number;
   acquireTimeoutSeconds?: number;
   waitSeconds?: number;
+  /** Verify each Bound answer's isolation statement with the keys in isolationKeysFile, and
+   * refuse (IsolationError) a sandbox whose statement is missing or does not verify. */
+  verifyIsolation?: boolean;
+  /** With verifyIsolation: also refuse a sandbox whose kernel is not its own ("Dedicated"). */
+  requireDedicatedKernel?: boolean;
+  /** The operator's published keys: $AIRLOCK_ISOLATION_KEYS_FILE, else
+   * DEFAULT_ISOLATION_KEYS_FILE; read at each acquire (it follows a rotation). */
+  isolationKeysFile?: string;
   /** The clock of the renewal throttle and the acquire deadline, in ms (tests). */
   now?: () => number;
   /** Acquire's wait between calls, in ms (tests). */
@@ -70,6 +79,9 @@ export function completeConfig(c: Config = {}, env: NodeJS.ProcessEnv = process.
     tokenFile: pick(c.tokenFile, ENV_TOKEN_FILE, DEFAULT_TOKEN_FILE),
     caFile: pick(c.caFile, ENV_CA_FILE, DEFAULT_CA_FILE),
     allowPlainHttp: c.allowPlainHttp ?? false,
+    verifyIsolation: c.verifyIsolation ?? false,
+    requireDedicatedKernel: c.requireDedicatedKernel ?? false,
+    isolationKeysFile: pick(c.isolationKeysFile, ENV_ISOLATION_KEYS_FILE, DEFAULT_ISOLATION_KEYS_FILE),
     idleTimeoutSeconds: c.idleTimeoutSeconds || 0,
     acquireTimeoutSeconds: c.acquireTimeoutSeconds || DEFAULT_ACQUIRE_TIMEOUT_SECONDS,
     waitSeconds: Math.max(1, Math.min(c.waitSeconds || DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS)),
@@ -113,6 +125,8 @@ export class Sandbox {
   readonly resumedWorkspace?: { keptAt: string; keptBy?: string };
   /** The operator's signed isolation statement, as sent: verifyIsolation checks it. */
   readonly attestation?: Record<string, unknown>;
+  /** The verified statement, when the session verifies isolation (Config.verifyIsolation). */
+  isolation?: IsolationStatement;
   readonly answer: AcquireResponse;
 
   constructor(handle: string, answer: AcquireResponse) {
@@ -277,6 +291,7 @@ export class Session {
         if (reply.status === 200) {
           const sandbox = new Sandbox(handle, got);
           if (typeof got.idleTimeoutSeconds === "number" && got.idleTimeoutSeconds > 0) this.idle.set(handle, got.idleTimeoutSeconds);
+          if (c.verifyIsolation) sandbox.isolation = this.proveIsolation(sandbox);
           return sandbox;
         }
         last = got;
@@ -288,6 +303,29 @@ export class Session {
       if (wait === 0 && retry === 0) retry = DEFAULT_RETRY_AFTER; // an answer at once: do not spin
       if (retry > 0) await c.sleep(Math.min(retry * 1000, Math.max(deadline - c.now(), 0)));
     }
+  }
+
+  /** The sandbox's verified statement, or IsolationError: not signed by a published key, not
+   * about this sandbox, or (requireDedicatedKernel) not a kernel of its own. A refused sandbox
+   * stays the session's claim: close reaps it. */
+  private proveIsolation(sandbox: Sandbox): IsolationStatement {
+    const c = this.config;
+    let keys: string;
+    try {
+      keys = readFileSync(c.isolationKeysFile, "utf8");
+    } catch (err) {
+      throw new IsolationError(`sandbox ${sandbox.handle}: the operator's isolation keys: ${(err as Error).message}`);
+    }
+    let statement: IsolationStatement;
+    try {
+      statement = sandbox.verifyIsolation(keys, c.namespace);
+    } catch (err) {
+      throw new IsolationError(`sandbox ${sandbox.handle} (claim ${sandbox.claim}): its isolation is not proven: ${(err as Error).message}`);
+    }
+    if (c.requireDedicatedKernel && statement.kernel !== "Dedicated") {
+      throw new IsolationError(`sandbox ${sandbox.handle} (claim ${sandbox.claim}) runs on kernel "${statement.kernel}" on node ${statement.node}, not a kernel of its own`);
+    }
+    return statement;
   }
 
   /** Half the shorter of the handle's acquire answer's idle timeout and the configured one

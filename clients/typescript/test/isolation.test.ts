@@ -2,10 +2,13 @@
 // written by its TestPythonFixtures, the same cases the Python client is held to: verified ones,
 // forgeries, malleated and non-canonical signatures, other tokens, claims, namespaces and keys).
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 
-import { IsolationError, Sandbox, parseIsolationKeys, verifyIsolation } from "../src/index.js";
+import { IsolationError, Sandbox, Session, parseIsolationKeys, verifyIsolation } from "../src/index.js";
+import { FakeAPI } from "./fake.js";
 
 interface Fixtures {
   keys: string;
@@ -61,5 +64,43 @@ describe("Sandbox.verifyIsolation", () => {
     assert.throws(() => new Sandbox("codegen/default", other).verifyIsolation(fixtures.keys, fixtures.namespace), IsolationError);
     const none = { ...answer, attestation: undefined };
     assert.throws(() => new Sandbox("codegen/default", none).verifyIsolation(fixtures.keys, fixtures.namespace), /no attestation/);
+  });
+});
+
+describe("Session with verifyIsolation", () => {
+  const dir = mkdtempSync(join(tmpdir(), "airlock-isolation-"));
+  const tokenFile = join(dir, "token");
+  writeFileSync(tokenFile, "sa-token\n");
+  const keysFile = join(dir, "isolation-keys.pem");
+  writeFileSync(keysFile, fixtures.keys);
+  const answerOf = (name: string) => ({
+    claim: fixtures.claim, phase: "Bound", addresses: [{ name: "mcp", url: "http://10.0.0.1:8080" }],
+    headers: { Authorization: `Bearer ${fixtures.token}` }, attestation: fixtures.cases.find((c) => c.name === name)!.attestation,
+  });
+  const acquire = async (answer: unknown, extra: Record<string, unknown>) => {
+    const api = await new FakeAPI(() => ({ status: 200, body: answer as Record<string, unknown> })).start();
+    try {
+      return await new Session("s1", {
+        runtime: "agent", namespace: fixtures.namespace, api: api.url, tokenFile, allowPlainHttp: true,
+        verifyIsolation: true, isolationKeysFile: keysFile, ...extra,
+      }).acquire("codegen/default");
+    } finally {
+      await api.close();
+    }
+  };
+
+  it("gives the verified statement", async () => {
+    const sb = await acquire(answerOf("verified"), {});
+    assert.equal(sb.isolation?.claim, fixtures.claim);
+  });
+  it("refuses a statement that does not verify, or none", async () => {
+    await assert.rejects(acquire(answerOf("signed by an unpublished key"), {}), IsolationError);
+    await assert.rejects(acquire({ ...answerOf("verified"), attestation: undefined }, {}), /no attestation/);
+    await assert.rejects(acquire(answerOf("verified"), { isolationKeysFile: join(dir, "none.pem") }), /isolation keys/);
+  });
+  it("with requireDedicatedKernel, refuses the node's kernel", async () => {
+    assert.equal((await acquire(answerOf("verified"), { requireDedicatedKernel: true })).isolation?.kernel, "Dedicated");
+    await assert.rejects(acquire(answerOf("verified, shared kernel"), { requireDedicatedKernel: true }), /not a kernel of its own/);
+    assert.equal((await acquire(answerOf("verified, shared kernel"), {})).isolation?.kernel, "Shared");
   });
 });
