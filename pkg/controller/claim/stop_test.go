@@ -90,7 +90,7 @@ func TestStopSandboxes(t *testing.T) {
 		"refused before the deletion: deleted after the answer": {pod: running, stopErr: errors.New("409 not_init"), wantAsked: 1, wantDelete: true},
 		"stopped while terminating: deleted at once":            {wantAsked: 1, wantRelease: true},
 		"refused while terminating: left to the kubelet":        {stopErr: errors.New("409 not_init"), wantAsked: 1},
-		"the stop off":                                          {off: true, pod: running, wantDelete: true},
+		"the stop off": {off: true, pod: running, wantDelete: true},
 		"its container waits (restarting)": {wantDelete: true, pod: func(p *corev1.Pod) {
 			running(p)
 			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}

@@ -161,15 +161,15 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		return nil, fmt.Errorf("the warm refill rate must be > 0, got %v", refillRate)
 	}
 	c := &Controller{
-		registries: realPoolRegistryControl{client: airlockClient},
-		pods:       objectcontrol.Pods(kubeClient, ControllerName),
-		secrets:    objectcontrol.Secrets(kubeClient, ControllerName),
-		policies:   objectcontrol.NetworkPolicies(kubeClient, ControllerName),
-		keys:       keys,
+		registries:  realPoolRegistryControl{client: airlockClient},
+		pods:        objectcontrol.Pods(kubeClient, ControllerName),
+		secrets:     objectcontrol.Secrets(kubeClient, ControllerName),
+		policies:    objectcontrol.NetworkPolicies(kubeClient, ControllerName),
+		keys:        keys,
 		limiter:     rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
 		baseRefill:  refillRate,
 		demandRates: map[cache.ObjectName]float64{},
-		clock:      clk,
+		clock:       clk,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
