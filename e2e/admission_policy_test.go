@@ -171,7 +171,7 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
 	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
 	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
-	memberKey := sandboxpod.MemberSecret(member, "key")
+	memberKey := sandboxpod.MemberSecret(member, "key", "")
 	claimPolicy := sandboxpod.ClaimNetworkPolicy(claim, record, services)
 	poolPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, services)
 	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta, &claimPolicy.ObjectMeta, &poolPolicy.ObjectMeta} {
