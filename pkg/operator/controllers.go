@@ -172,7 +172,8 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 		if err != nil {
 			return nil, err
 		}
-		bundles = append(bundles, cabundle.EgressBundle(cc.EgressCA.ConfigMapName, source, source.HasSynced, airlock.SandboxClaims(), configMaps.Core().V1().ConfigMaps(), egressca.ControllerName))
+		bundles = append(bundles, cabundle.EgressBundle(cc.EgressCA.ConfigMapName, source, source.HasSynced, airlock.SandboxClaims(),
+			airlock.ToolRegistries(), airlock.SandboxClasses(), configMaps.Core().V1().ConfigMaps(), egressca.ControllerName))
 		own = append(own, secrets, configMaps)
 	}
 	if len(bundles) == 0 {
