@@ -167,11 +167,21 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
 	member := sandboxpod.MemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record)
 	member.OwnerReferences = nil
+	// A member of a class with egress: the bundle airlock-egress-ca mounted, the proxy
+	// credential read from its own key Secret.
+	egressRecord := record.DeepCopy()
+	egressRecord.Egress = &airlockv1alpha1.FrozenEgress{
+		Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}},
+		Gateway: airlockv1alpha1.EgressGateway{Namespace: "airlock-system", Service: "airlock-egress", Address: "10.96.0.50", Port: 3128,
+			TargetPort: intstr.FromInt32(3128), PodSelector: map[string]string{"app.kubernetes.io/name": "airlock-egress"}, CABundleConfigMap: "airlock-egress-ca"},
+	}
+	egressMember := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", egressRecord), sandboxpod.MemberName(reg.Name, "codegen"), egressRecord)
+	egressMember.OwnerReferences = nil
 	services := []*corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
 	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
 	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
-	memberKey := sandboxpod.MemberSecret(member, "key")
+	memberKey := sandboxpod.MemberSecret(member, "key", "")
 	claimPolicy := sandboxpod.ClaimNetworkPolicy(claim, record, services)
 	poolPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, services)
 	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta, &claimPolicy.ObjectMeta, &poolPolicy.ObjectMeta} {
@@ -185,8 +195,12 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 		},
 	}
 	writes := map[string]func() error{
-		"a claim's pod":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
-		"a warm member":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, member, dryRun); return err },
+		"a claim's pod": func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
+		"a warm member": func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, member, dryRun); return err },
+		"a warm member with egress": func() error {
+			_, err := op.CoreV1().Pods(ns).Create(ctx, egressMember, dryRun)
+			return err
+		},
 		"a claim's token":     func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
 		"a warm member's key": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err },
 		"a claim's policy": func() error {

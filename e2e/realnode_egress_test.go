@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 )
 
@@ -317,6 +318,69 @@ cd /tmp && go mod download -json example.test/hello@v1.0.0 >/tmp/dl.json 2>&1; e
 	checkResolverLog(t, f)
 	checkEgressAudit(t, f, e.ns+"/"+claimA)
 	checkEgressMetrics(t, f)
+	if runtimeClass == "" {
+		checkWarmEgress(t, f, e, handle, gitClone)
+	}
+}
+
+// checkWarmEgress (docs/egress.md, "Warm members of a class with egress"): with one warm member
+// kept for the class, a session adopts it, and the member's own credential (HTTPS_PROXY names
+// <ns>.~<member>, its password from the member's key Secret) takes it through the gateway as the
+// adopting claim: the clone of the credential host works, and the gateway's audit lines of that
+// claim say allowed.
+func checkWarmEgress(t *testing.T, f *egressFixture, e *realnodeEnv, handle, gitClone string) {
+	t.Helper()
+	ctx := context.Background()
+	reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, "tools", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Spec.Sandboxes[0].Warm = 1
+	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Update(ctx, reg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ce := &claimEnv{ns: e.ns, runtime: &airlockv1alpha1.AgentRuntime{Spec: airlockv1alpha1.AgentRuntimeSpec{ToolRegistryRef: airlockv1alpha1.LocalObjectReference{Name: "tools"}}}}
+	var member string
+	for name := range ce.waitWarm(t, 1, 5*time.Minute) {
+		member = name
+	}
+	steps := []map[string]any{
+		step("clone", "Bash", map[string]any{"command": gitClone, "timeout": 300000}),
+		step("env", "Bash", map[string]any{"command": `env | grep -i '^https_proxy='`}),
+	}
+	var res rnSession
+	e.runClient(t, "runtime-warm", "session", map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "warm", "handle": handle, "steps": steps}, 5*time.Minute, &res)
+	if res.Error != "" || res.Phase != "Bound" {
+		t.Fatalf("warm claim: %s %s", res.Phase, res.Error)
+	}
+	claim, err := airlockClient.AirlockV1alpha1().SandboxClaims(e.ns).Get(ctx, res.Claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Warm == nil || claim.Status.Warm.Member != member {
+		t.Fatalf("claim %s warm %+v, want the member %s adopted", res.Claim, claim.Status.Warm, member)
+	}
+	if env := res.call(t, "env").Text; !strings.Contains(env, "HTTPS_PROXY=http://"+e.ns+".~"+member+":") {
+		t.Errorf("the adopted member's proxy variables %q, want its own member username", env)
+	}
+	if c := res.call(t, "clone"); c.Err != "" || c.IsError || !strings.Contains(c.Text, "exit=0\nhello from the stand-in git server") {
+		t.Errorf("clone through the gateway from the adopted member: err %q isError %v: %q", c.Err, c.IsError, c.Text)
+	}
+	var allowed int
+	for _, p := range f.gatewayPods {
+		logs, err := kubeClient.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(logs), "\n") {
+			if strings.Contains(line, `"Egress"`) && strings.Contains(line, `claim="`+e.ns+"/"+res.Claim+`"`) && strings.Contains(line, ` reason="allowed"`) {
+				allowed++
+			}
+		}
+	}
+	if allowed == 0 {
+		t.Errorf("no audit line of the warm claim %s/%s allowed", e.ns, res.Claim)
+	}
 }
 
 // proxyCredential is the claim's proxy credential, read (as the test's admin) from the token

@@ -146,6 +146,22 @@ func TestPolicyRefusesWhatIssue39Found(t *testing.T) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}})
 		})), msgConfigMaps},
+		// A warm member with egress mounts the bundle airlock-egress-ca and no other ConfigMap,
+		// and only as a member (its own name in airlock.dev/warm-member).
+		"a warm member mounting another ConfigMap as its bundle": {create(with(memberPod(egressRecord(t)), func(p *corev1.Pod) {
+			for i := range p.Spec.Volumes {
+				if cm := p.Spec.Volumes[i].ConfigMap; cm != nil {
+					cm.Name = "settings"
+				}
+			}
+		})), msgConfigMaps},
+		"a warm member mounting a ConfigMap under another volume name": {create(with(memberPod(egressRecord(t)), func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "airlock-egress-ca"}}}})
+		})), msgConfigMaps},
+		"an unclaimed pod that is no member with the bundle": {create(with(memberPod(egressRecord(t)), func(p *corev1.Pod) {
+			p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else"
+		})), msgConfigMaps},
 		"a second PVC": {create(hostilePod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "database-data"}}})
 		})), msgConfigMaps},

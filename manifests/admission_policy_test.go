@@ -410,7 +410,7 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 	p := compile(t, policy)
 	record, egress := testRecord(), egressRecord(t)
 	claim, egressClaim := testClaim(record), testClaim(egress)
-	pod, member := claimPod(claim), memberPod(record)
+	pod, member, egressMember := claimPod(claim), memberPod(record), memberPod(egress)
 	reg := warmRegistry()
 	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
 
@@ -440,7 +440,14 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 			&sandboxpod.OperatorPeer{Namespace: "airlock-system", Labels: map[string]string{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": "operator"}})),
 		"a claim's sync-back Job":               create(syncJob(claim)),
 		"a warm member":                         create(member),
-		"a warm member's key Secret":            create(sandboxpod.MemberSecret(liveMember, "key")),
+		"a warm member's key Secret":            create(sandboxpod.MemberSecret(liveMember, "key", "")),
+		"a warm member with egress":             create(egressMember),
+		"a warm member's key Secret with proxy": create(sandboxpod.MemberSecret(admitted(egressMember), "key", "proxy")),
+		"a pool's NetworkPolicy with egress":    create(sandboxpod.PoolNetworkPolicy(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", egress), egress, nil)),
+		"an adoption of a member with egress": update(admitted(egressMember), with(admitted(egressMember), func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(egressClaim)}
+			maps.Copy(p.Labels, sandboxpod.PodLabels(egressClaim))
+		})),
 		"a pool's NetworkPolicy":                create(sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, allowedServices())),
 		"a namespace's default-deny policy":     create(defaultDenyPolicy()),
 		"an adoption":                           update(liveMember, adopted),

@@ -25,6 +25,9 @@ const (
 	proxyKeyDomain = "airlock.dev/egress-proxy-key/v1"
 	// proxyDomain separates the egress proxy credential from any other use of the proxy key.
 	proxyDomain = "airlock.dev/egress-proxy-credential/v1"
+	// memberProxyDomain separates a warm member's proxy credential from a claim's and from any
+	// other use of the proxy key.
+	memberProxyDomain = "airlock.dev/egress-member-proxy-credential/v1"
 )
 
 // ProxyKey derives the egress gateway's key from the operator's key: HMAC-SHA256(key,
@@ -48,6 +51,34 @@ func ProxyKey(key []byte) ([]byte, error) {
 // sandbox gets it in its proxy URL.
 func DeriveProxy(proxyKey []byte, uid types.UID, namespace, name string) (string, error) {
 	return derive(proxyDomain, proxyKey, uid, namespace, name)
+}
+
+// DeriveMemberProxy returns the egress gateway's credential of the warm member pod
+// namespace/member with uid (docs/egress.md, "Warm members of a class with egress"): the
+// password of the member's Proxy-Authorization, whose username is "<namespace>.~<member>",
+// HMAC-SHA256(proxyKey, "airlock.dev/egress-member-proxy-credential/v1" NUL uid NUL namespace/member) in base64url. It exists
+// before any claim, so that the member's environment can name it; the gateway, which holds the
+// proxy key and nothing that derives a sandbox's token, computes it again for a member pod it
+// finds in its cache, and takes it as the adopting claim's credential once (and only while) a
+// Bound claim has adopted that pod. A domain of its own: it is no claim's credential, and no
+// claim's is a member's, even where a pod and a claim share a UID and a name. The pod's UID is
+// in it, so that a pod created again under a member's name gets another credential.
+func DeriveMemberProxy(proxyKey []byte, uid types.UID, namespace, member string) (string, error) {
+	return derive(memberProxyDomain, proxyKey, uid, namespace, member)
+}
+
+// MemberProxyCredential derives the egress proxy credential of the warm member pod
+// namespace/member with uid, with the proxy key of the Source's key.
+func (s *Source) MemberProxyCredential(ctx context.Context, uid types.UID, namespace, member string) (string, error) {
+	key, err := s.Key(ctx)
+	if err != nil {
+		return "", err
+	}
+	pk, err := ProxyKey(key)
+	if err != nil {
+		return "", err
+	}
+	return DeriveMemberProxy(pk, uid, namespace, member)
 }
 
 // ProxyCredential derives the egress proxy credential of a claim with the Source's key.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -86,5 +87,70 @@ func TestProxyKey(t *testing.T) {
 		if _, err := client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestDeriveMemberProxy: a warm member's proxy credential is deterministic and bound to the
+// proxy key, the pod's UID, namespace and name; it is in a domain of its own, so it is never a
+// claim's proxy credential, bearer token or member key, even for the same UID, namespace and
+// name; the operator's key itself in place of the proxy key gives another (the gateway holds
+// only the proxy key); the Source hands out DeriveMemberProxy of its proxy key.
+func TestDeriveMemberProxy(t *testing.T) {
+	pk, err := ProxyKey(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := DeriveMemberProxy(pk, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) != 43 {
+		t.Errorf("credential %q has %d characters, want 43", p, len(p))
+	}
+	if again, _ := DeriveMemberProxy(pk, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl"); again != p {
+		t.Error("the derivation is not deterministic")
+	}
+	others := map[string]func() (string, error){
+		"another pod UID": func() (string, error) {
+			return DeriveMemberProxy(pk, "pod-uid-2", "team-a", "tools-codegen-abcdefghijkl")
+		},
+		"another namespace": func() (string, error) {
+			return DeriveMemberProxy(pk, "pod-uid-1", "team-b", "tools-codegen-abcdefghijkl")
+		},
+		"another member": func() (string, error) {
+			return DeriveMemberProxy(pk, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkm")
+		},
+		"the operator's key in place of the proxy key": func() (string, error) {
+			return DeriveMemberProxy(testKey, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl")
+		},
+		// Other domains over the very same inputs.
+		"a claim's proxy credential": func() (string, error) { return DeriveProxy(pk, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl") },
+		"a claim's bearer token":     func() (string, error) { return Derive(testKey, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl") },
+		"a bearer token of the proxy key": func() (string, error) {
+			return Derive(pk, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl")
+		},
+		"the member key": func() (string, error) {
+			k, err := MemberKey(testKey, "team-a", "tools-codegen-abcdefghijkl")
+			return EncodeMemberKey(k), err
+		},
+	}
+	for name, other := range others {
+		if o, err := other(); err != nil || o == p {
+			t.Errorf("%s: %q, %v; want another value", name, o, err)
+		}
+	}
+	if _, err := DeriveMemberProxy(pk[:KeyBytes-1], "pod-uid-1", "team-a", "m"); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a short key: %v, want ErrNoKey", err)
+	}
+	for _, missing := range [][3]string{{"", "team-a", "m"}, {"u", "", "m"}, {"u", "team-a", ""}} {
+		if _, err := DeriveMemberProxy(pk, types.UID(missing[0]), missing[1], missing[2]); err == nil {
+			t.Errorf("DeriveMemberProxy%q: no error", missing)
+		}
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	src := NewSource(k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: ns}, Data: map[string][]byte{KeyField: testKey}}), ns)
+	if cred, err := src.MemberProxyCredential(ctx, "pod-uid-1", "team-a", "tools-codegen-abcdefghijkl"); err != nil || cred != p {
+		t.Errorf("MemberProxyCredential %q, %v; want DeriveMemberProxy of the proxy key %q", cred, err, p)
 	}
 }

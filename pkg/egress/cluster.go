@@ -37,8 +37,10 @@ import (
 // deleted, its password is the proxy credential derived from that claim's UID
 // (claimtoken.DeriveProxy of the proxy key: a claim re-created under the same name has another one), and its source
 // is the address of a running pod of that claim (labelled with its UID, in its namespace, not
-// being deleted). The policy is the claim's frozen egress (policy.FromRecord). Everything is
-// refused until the caches have synced and the key is known.
+// being deleted). A warm member's credential (username <namespace>.~<member>) is its adopting
+// claim's, and no one's before the adoption (lookupMember). The policy is the claim's frozen
+// egress (policy.FromRecord). Everything is refused until the caches have synced and the key is
+// known.
 type ClusterClaims struct {
 	claims      airlocklisters.SandboxClaimLister
 	pods        cache.Indexer
@@ -113,14 +115,17 @@ func stripPod(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			DeletionTimestamp: pod.DeletionTimestamp,
-			Labels:            map[string]string{airlockv1alpha1.LabelClaimUID: pod.Labels[airlockv1alpha1.LabelClaimUID]},
+			Labels: map[string]string{
+				airlockv1alpha1.LabelClaimUID: pod.Labels[airlockv1alpha1.LabelClaimUID],
+				airlockv1alpha1.LabelClaim:    pod.Labels[airlockv1alpha1.LabelClaim],
+			},
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs},
 	}, nil
 }
 
-// stripClaim keeps of a claim only what the lookup reads: its identity, runtime, phase and frozen
-// egress.
+// stripClaim keeps of a claim only what the lookup reads: its identity, runtime, phase, frozen
+// egress and the warm member it adopted.
 func stripClaim(obj any) (any, error) {
 	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
 	if !ok {
@@ -136,6 +141,9 @@ func stripClaim(obj any) (any, error) {
 	}
 	if f := claim.Status.Frozen; f != nil {
 		out.Status.Frozen = &airlockv1alpha1.FrozenSandbox{Egress: f.Egress}
+	}
+	if w := claim.Status.Warm; w != nil {
+		out.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: w.Member}
 	}
 	return out, nil
 }
@@ -188,6 +196,9 @@ func (c *ClusterClaims) Lookup(_ context.Context, cred Credential, source netip.
 	if !ok || namespace == "" || name == "" {
 		return Identity{}, ErrBadCredential
 	}
+	if member, ok := strings.CutPrefix(name, memberMarker); ok {
+		return c.lookupMember(key, cred, namespace, member, source)
+	}
 	claim, err := c.claims.SandboxClaims(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return Identity{}, ErrBadCredential
@@ -208,12 +219,73 @@ func (c *ClusterClaims) Lookup(_ context.Context, cred Credential, source netip.
 	if !c.fromClaimPod(claim, source) {
 		return Identity{}, ErrWrongSource
 	}
+	return c.identity(claim)
+}
+
+// identity is the claim's identity with its compiled frozen egress.
+func (c *ClusterClaims) identity(claim *airlockv1alpha1.SandboxClaim) (Identity, error) {
 	id := Identity{Namespace: claim.Namespace, Claim: claim.Name, ClaimUID: claim.UID, Runtime: claim.Spec.RuntimeName}
+	var err error
 	id.Policy, err = c.policy(claim)
 	if err != nil {
 		return id, fmt.Errorf("%w: %v", ErrPolicyInvalid, err)
 	}
 	return id, nil
+}
+
+// memberMarker begins the name part of a warm member's username, <namespace>.~<member>
+// (sandboxpod.MemberProxyUsername; no claim's name holds it).
+const memberMarker = "~"
+
+// lookupMember resolves a warm member's credential (docs/egress.md, "Warm members of a class
+// with egress") to the claim that adopted the member, or refuses. The member pod is found by
+// name in the pod cache, which holds only pods labelled with a claim's UID: an idle member is
+// not there, so before its adoption every request is bad_credential. The password must be
+// claimtoken.DeriveMemberProxy of the proxy key and that pod (its UID: a pod created again
+// under the name has another credential). The claim its labels name must be the one of that
+// UID, live and Bound, and its status (which only the operator writes) must name this pod as
+// its adopted member: labels on a pod alone (which whoever may patch pods in the namespace can
+// write) never make it a claim's. Then the source must be that pod's own address, the pod
+// running and not being deleted (wrong_source otherwise). The policy is the claim's frozen
+// record, as a cold claim's.
+func (c *ClusterClaims) lookupMember(key []byte, cred Credential, namespace, member string, source netip.Addr) (Identity, error) {
+	if member == "" {
+		return Identity{}, ErrBadCredential
+	}
+	obj, exists, err := c.pods.GetByKey(namespace + "/" + member)
+	if err != nil {
+		return Identity{}, fmt.Errorf("reading pod %s/%s from the cache: %w", namespace, member, err)
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !exists || !ok || pod.UID == "" {
+		return Identity{}, ErrBadCredential // not adopted (not in the cache), or no such pod
+	}
+	want, err := claimtoken.DeriveMemberProxy(key, pod.UID, namespace, member)
+	if err != nil {
+		return Identity{}, fmt.Errorf("deriving the member proxy credential: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(cred.Password), []byte(want)) != 1 {
+		return Identity{}, ErrBadCredential
+	}
+	claimName, claimUID := pod.Labels[airlockv1alpha1.LabelClaim], pod.Labels[airlockv1alpha1.LabelClaimUID]
+	if claimName == "" || claimUID == "" {
+		return Identity{}, ErrBadCredential
+	}
+	claim, err := c.claims.SandboxClaims(namespace).Get(claimName)
+	if apierrors.IsNotFound(err) {
+		return Identity{}, ErrBadCredential // its claim is gone
+	}
+	if err != nil {
+		return Identity{}, fmt.Errorf("reading claim %s/%s from the cache: %w", namespace, claimName, err)
+	}
+	if string(claim.UID) != claimUID || claim.DeletionTimestamp != nil || claim.Status.Phase != airlockv1alpha1.ClaimBound ||
+		claim.Status.Warm == nil || claim.Status.Warm.Member != member {
+		return Identity{}, ErrBadCredential // not adopted by a live, Bound claim
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !hasAddress(pod, source) {
+		return Identity{}, ErrWrongSource
+	}
+	return c.identity(claim)
 }
 
 // fromClaimPod reports whether source is the address of a running pod of the claim: labelled with
@@ -224,20 +296,28 @@ func (c *ClusterClaims) fromClaimPod(claim *airlockv1alpha1.SandboxClaim, source
 	if err != nil {
 		return false
 	}
-	source = source.Unmap()
 	for _, obj := range objs {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || pod.Namespace != claim.Namespace || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		ips := pod.Status.PodIPs
-		if len(ips) == 0 && pod.Status.PodIP != "" {
-			ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+		if hasAddress(pod, source) {
+			return true
 		}
-		for _, ip := range ips {
-			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Unmap() == source {
-				return true
-			}
+	}
+	return false
+}
+
+// hasAddress reports whether source is one of the pod's addresses.
+func hasAddress(pod *corev1.Pod, source netip.Addr) bool {
+	source = source.Unmap()
+	ips := pod.Status.PodIPs
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Unmap() == source {
+			return true
 		}
 	}
 	return false

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 const clusterKeyNS = "airlock-system"
@@ -361,5 +364,218 @@ func TestGatewayHoldsNoTokenKey(t *testing.T) {
 				t.Errorf("%s from the gateway's key is the claim's %s", name, what)
 			}
 		}
+	}
+}
+
+// warmClaim is a claim Bound to the warm member it adopted.
+func warmClaim(ns, name string, uid types.UID, member string, phase airlockv1alpha1.ClaimPhase, hosts ...string) *airlockv1alpha1.SandboxClaim {
+	c := clusterClaim(name, uid, phase, hosts...)
+	c.Namespace = ns
+	c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member}
+	return c
+}
+
+// memberPod is a warm member pod, adopted by the claim name with claimUID as the adoption's patch
+// labels it (an idle member, claimUID "", carries an empty claim label and no UID label).
+func memberPod(ns, name string, uid types.UID, claim string, claimUID types.UID, ip string, phase corev1.PodPhase) *corev1.Pod {
+	labels := map[string]string{airlockv1alpha1.LabelWarmMember: name, airlockv1alpha1.LabelClaim: claim}
+	if claimUID != "" {
+		labels[airlockv1alpha1.LabelClaimUID] = string(claimUID)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid, Labels: labels},
+		Status:     corev1.PodStatus{Phase: phase, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
+	}
+}
+
+// memberCredential is the member pod's proxy credential as the operator writes it into the
+// member's key Secret: DeriveMemberProxy of the proxy key (of key) and the pod.
+func memberCredential(t *testing.T, key []byte, ns, member string, uid types.UID) Credential {
+	t.Helper()
+	pk, err := claimtoken.ProxyKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := claimtoken.DeriveMemberProxy(pk, uid, ns, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Credential{Username: sandboxpod.MemberProxyUsername(ns, member), Password: pw}
+}
+
+// TestClusterClaimsWarmMembers (docs/egress.md, "Warm members of a class with egress"; this is
+// a new way into the gateway, so adversarially): a warm member's own credential is its adopting
+// claim's, with that claim's policy, from the member pod's address only, while the claim is live
+// and Bound and names the pod as its member; before the adoption, after the claim is gone, from
+// another pod, of another namespace, with labels forged on a pod, a forged username or a
+// credential of another domain or key, it is refused.
+func TestClusterClaimsWarmMembers(t *testing.T) {
+	const (
+		m       = "tools-codegen-mmmmmmmmmmmm"
+		idle    = "tools-codegen-iiiiiiiiiiii"
+		forged  = "tools-codegen-ffffffffffff"
+		reaping = "tools-codegen-rrrrrrrrrrrr"
+		orphan  = "tools-codegen-oooooooooooo"
+		renewed = "tools-codegen-nnnnnnnnnnnn"
+		dying   = "tools-codegen-dddddddddddd"
+		pending = "tools-codegen-pppppppppppp"
+	)
+	w := warmClaim("team-a", "w", "uid-w", m, airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	// A claim whose member is m: labels on another pod that name w make that pod no member of w.
+	cold := clusterClaim("cold", "uid-cold", airlockv1alpha1.ClaimBound, "github.com")
+	r := warmClaim("team-a", "r", "uid-r", reaping, airlockv1alpha1.ClaimReaping, "proxy.golang.org")
+	// The claim "n" of this name now is another claim (re-created): the member was the old one's.
+	n := warmClaim("team-a", "n", "uid-n-new", renewed, airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	d := warmClaim("team-a", "d", "uid-d", dying, airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	p := warmClaim("team-a", "p", "uid-p", pending, airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	deleting := warmClaim("team-a", "x", "uid-x", "tools-codegen-xxxxxxxxxxxx", airlockv1alpha1.ClaimBound, "proxy.golang.org")
+	deleting.DeletionTimestamp = &metav1.Time{}
+	deleting.Finalizers = []string{"airlock.dev/test"}
+	// Another namespace's member and claim, of the same names.
+	b := warmClaim("team-b", "w", "uid-b-w", m, airlockv1alpha1.ClaimBound, "github.com")
+	dyingPod := memberPod("team-a", dying, "pod-uid-d", "d", "uid-d", "10.244.0.56", corev1.PodRunning)
+	dyingPod.DeletionTimestamp = &metav1.Time{}
+	dyingPod.Finalizers = []string{"airlock.dev/test"}
+
+	c := startClusterClaims(t, keySecret(), w, cold, r, n, d, p, deleting, b,
+		memberPod("team-a", m, "pod-uid-m", "w", "uid-w", "10.244.0.50", corev1.PodRunning),
+		memberPod("team-a", idle, "pod-uid-i", "", "", "10.244.0.51", corev1.PodRunning),
+		// Someone who may patch pods labels an idle member with w's name and UID.
+		memberPod("team-a", forged, "pod-uid-f", "w", "uid-w", "10.244.0.52", corev1.PodRunning),
+		memberPod("team-a", reaping, "pod-uid-r", "r", "uid-r", "10.244.0.53", corev1.PodRunning),
+		memberPod("team-a", orphan, "pod-uid-o", "gone", "uid-gone", "10.244.0.54", corev1.PodRunning),
+		memberPod("team-a", renewed, "pod-uid-n", "n", "uid-n-old", "10.244.0.55", corev1.PodRunning),
+		dyingPod,
+		memberPod("team-a", pending, "pod-uid-p", "p", "uid-p", "10.244.0.57", corev1.PodPending),
+		memberPod("team-a", "tools-codegen-xxxxxxxxxxxx", "pod-uid-x", "x", "uid-x", "10.244.0.58", corev1.PodRunning),
+		clusterPod("cold", "uid-cold", "10.244.0.60", corev1.PodRunning),
+		memberPod("team-b", m, "pod-uid-b-m", "w", "uid-b-w", "10.244.1.50", corev1.PodRunning),
+	)
+	ip := netip.MustParseAddr
+	cred := func(ns, member string, uid types.UID) Credential {
+		return memberCredential(t, clusterKey, ns, member, uid)
+	}
+	mine := cred("team-a", m, "pod-uid-m")
+	withPassword := func(c Credential, pw string) Credential { c.Password = pw; return c }
+	tests := map[string]struct {
+		cred    Credential
+		source  netip.Addr
+		wantErr error
+		want    string // the claim, in namespace wantNS
+		wantNS  string
+	}{
+		"the member's credential once adopted":      {mine, ip("10.244.0.50"), nil, "w", "team-a"},
+		"the same, IPv4-mapped":                     {mine, ip("::ffff:10.244.0.50"), nil, "w", "team-a"},
+		"another namespace's member, from its pod":  {cred("team-b", m, "pod-uid-b-m"), ip("10.244.1.50"), nil, "w", "team-b"},
+		"the member's credential from another pod":  {mine, ip("10.244.0.60"), ErrWrongSource, "", ""},
+		"the member's credential from an idle pod":  {mine, ip("10.244.0.51"), ErrWrongSource, "", ""},
+		"from another namespace's pod":              {mine, ip("10.244.1.50"), ErrWrongSource, "", ""},
+		"another namespace's credential, from here": {cred("team-b", m, "pod-uid-b-m"), ip("10.244.0.50"), ErrWrongSource, "", ""},
+		"another namespace's password, this name":   {withPassword(mine, cred("team-b", m, "pod-uid-b-m").Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"an idle member (before adoption)":          {cred("team-a", idle, "pod-uid-i"), ip("10.244.0.51"), ErrBadCredential, "", ""},
+		"labels forged on a pod":                    {cred("team-a", forged, "pod-uid-f"), ip("10.244.0.52"), ErrBadCredential, "", ""},
+		"a member whose claim is Reaping":           {cred("team-a", reaping, "pod-uid-r"), ip("10.244.0.53"), ErrBadCredential, "", ""},
+		"a member whose claim is being deleted":     {cred("team-a", "tools-codegen-xxxxxxxxxxxx", "pod-uid-x"), ip("10.244.0.58"), ErrBadCredential, "", ""},
+		"a member whose claim is gone":              {cred("team-a", orphan, "pod-uid-o"), ip("10.244.0.54"), ErrBadCredential, "", ""},
+		"a member of a claim re-created":            {cred("team-a", renewed, "pod-uid-n"), ip("10.244.0.55"), ErrBadCredential, "", ""},
+		"a member pod re-created under the name":    {cred("team-a", m, "pod-uid-earlier"), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"a member pod being deleted":                {cred("team-a", dying, "pod-uid-d"), ip("10.244.0.56"), ErrWrongSource, "", ""},
+		"a member pod not running":                  {cred("team-a", pending, "pod-uid-p"), ip("10.244.0.57"), ErrWrongSource, "", ""},
+		"a member that does not exist":              {cred("team-a", "tools-codegen-zzzzzzzzzzzz", "pod-uid-z"), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"an empty member name":                      {withPassword(Credential{Username: "team-a.~"}, mine.Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"a wrong password":                          {withPassword(mine, "not-the-credential"), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"the claim's own credential, member's name": {withPassword(mine, credentialOf(t, w).Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"the member's credential, the claim's name": {withPassword(credentialOf(t, w), mine.Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"a cold claim's pod named as a member":      {cred("team-a", "cold", "pod-cold"), ip("10.244.0.60"), ErrBadCredential, "", ""},
+		"derived with the operator's key itself":    {memberCredential(t, bytes.Repeat([]byte{9}, 32), "team-a", m, "pod-uid-m"), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"the member key in place of the credential": {withPassword(mine, memberKeyText(t, "team-a", m)), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"a dot in the member part of another name":  {withPassword(Credential{Username: "team-a.~" + m + ".x"}, mine.Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+		"the marker without the namespace":          {withPassword(Credential{Username: "~" + m}, mine.Password), ip("10.244.0.50"), ErrBadCredential, "", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			id, err := c.Lookup(context.Background(), tc.cred, tc.source)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr == nil && (id.Claim != tc.want || id.Namespace != tc.wantNS || id.Policy == nil) {
+				t.Errorf("identity %+v, want claim %s/%s with a policy", id, tc.wantNS, tc.want)
+			}
+		})
+	}
+
+	// The policy is the adopting claim's frozen record.
+	id, _ := c.Lookup(context.Background(), mine, ip("10.244.0.50"))
+	if id.ClaimUID != "uid-w" {
+		t.Errorf("claim UID %q, want the adopting claim's", id.ClaimUID)
+	}
+	if rules, _ := id.Policy.Candidates(policy.Target{Host: "proxy.golang.org", Port: 443}); len(rules) != 1 {
+		t.Error("the member's policy is not its claim's")
+	}
+	if rules, listed := id.Policy.Candidates(policy.Target{Host: "github.com", Port: 443}); len(rules) != 0 || listed {
+		t.Error("the member's policy allows another claim's host")
+	}
+}
+
+// memberKeyText is the member's sandboxd key, in its Secret's text form.
+func memberKeyText(t *testing.T, ns, member string) string {
+	t.Helper()
+	k, err := claimtoken.MemberKey(clusterKey, ns, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claimtoken.EncodeMemberKey(k)
+}
+
+// TestMemberUsernameShape: the gateway reads a member's username as sandboxpod writes it into
+// the member's proxy URL.
+func TestMemberUsernameShape(t *testing.T) {
+	ns, name, _ := strings.Cut(sandboxpod.MemberProxyUsername("team-a", "tools-codegen-mmmmmmmmmmmm"), ".")
+	if member, ok := strings.CutPrefix(name, memberMarker); ns != "team-a" || !ok || member != "tools-codegen-mmmmmmmmmmmm" {
+		t.Errorf("namespace %q name %q: the gateway reads another shape than sandboxpod writes", ns, name)
+	}
+}
+
+// TestWarmMemberThroughTheGateway: through the gateway, an adopted member's own credential
+// reaches what its claim's record allows, from the member's address only; an idle member's
+// credential, and the adopted one from another address, are refused with their reasons (407),
+// before anything is resolved or dialled.
+func TestWarmMemberThroughTheGateway(t *testing.T) {
+	const m, idle = "tools-codegen-mmmmmmmmmmmm", "tools-codegen-iiiiiiiiiiii"
+	claim := warmClaim("team-a", "w", "uid-w", m, airlockv1alpha1.ClaimBound, "allowed.example")
+	lookup := startClusterClaims(t, keySecret(), claim,
+		memberPod("team-a", m, "pod-uid-m", "w", "uid-w", "127.0.0.1", corev1.PodRunning),
+		memberPod("team-a", idle, "pod-uid-i", "", "", "127.0.0.3", corev1.PodRunning))
+	f := newFixture(t, newInternet(t), withLookup(lookup))
+	cred := memberCredential(t, clusterKey, "team-a", m, "pod-uid-m")
+	auth := basic(cred.Username, cred.Password)
+
+	r, br, c := f.send("", "CONNECT allowed.example:443 HTTP/1.1\r\nHost: allowed.example:443\r\nProxy-Authorization: "+auth+"\r\n\r\n")
+	if r.status != 200 {
+		t.Fatalf("CONNECT with the adopted member's credential: %+v", r)
+	}
+	if body, err := f.tlsGet(c, br, "allowed.example", "allowed.example"); err != nil || body == "" {
+		t.Errorf("TLS through the tunnel: %q, %v", body, err)
+	}
+	idleCred := memberCredential(t, clusterKey, "team-a", idle, "pod-uid-i")
+	asked := f.resolver.names()
+	for _, tc := range []struct {
+		name, source, raw string
+		status            int
+		reason            Reason
+	}{
+		{"a host the claim's record does not list", "", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\nProxy-Authorization: " + auth + "\r\n\r\n", 403, ReasonNotAllowed},
+		{"the member's credential from another address", "127.0.0.2", "CONNECT allowed.example:443 HTTP/1.1\r\nHost: allowed.example:443\r\nProxy-Authorization: " + auth + "\r\n\r\n", 407, ReasonWrongSource},
+		{"an idle member's credential from its own address", "127.0.0.3", "CONNECT allowed.example:443 HTTP/1.1\r\nHost: allowed.example:443\r\nProxy-Authorization: " + basic(idleCred.Username, idleCred.Password) + "\r\n\r\n", 407, ReasonBadCredential},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _, _ := f.send(tc.source, tc.raw)
+			if r.status != tc.status || r.reason != tc.reason {
+				t.Errorf("got %d %s, want %d %s", r.status, r.reason, tc.status, tc.reason)
+			}
+		})
+	}
+	if got := f.resolver.names(); !slices.Equal(got, asked) {
+		t.Errorf("the refused requests were resolved: %v, want %v", got, asked)
 	}
 }

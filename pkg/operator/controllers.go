@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -171,7 +172,8 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 		if err != nil {
 			return nil, err
 		}
-		bundles = append(bundles, cabundle.EgressBundle(cc.EgressCA.ConfigMapName, source, source.HasSynced, airlock.SandboxClaims(), configMaps.Core().V1().ConfigMaps(), egressca.ControllerName))
+		bundles = append(bundles, cabundle.EgressBundle(cc.EgressCA.ConfigMapName, source, source.HasSynced, airlock.SandboxClaims(),
+			airlock.ToolRegistries(), airlock.SandboxClasses(), configMaps.Core().V1().ConfigMaps(), egressca.ControllerName))
 		own = append(own, secrets, configMaps)
 	}
 	if len(bundles) == 0 {
@@ -265,6 +267,8 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 	if err != nil {
 		return nil, err
 	}
+	// Members of classes with egress are built with the claims' gateway (docs/egress.md).
+	c.SetEgressGateway(cc.EgressGateway)
 	if cc.ReadIsolationEvidence {
 		// Members are read at their readiness, before any adoption, through the operator's
 		// ingress (without --operator-pod-labels, OperatorPeer is nil: nothing is read).
@@ -290,6 +294,10 @@ func (m memberKeys) EvidenceToken(ctx context.Context, namespace, member string)
 
 func (m memberKeys) MemberEvidenceKey(ctx context.Context) ([]byte, error) {
 	return m.tokens.MemberEvidenceKey(ctx)
+}
+
+func (m memberKeys) MemberProxyCredential(ctx context.Context, uid types.UID, namespace, member string) (string, error) {
+	return m.tokens.MemberProxyCredential(ctx, uid, namespace, member)
 }
 
 // startClaimController builds the SandboxClaim controller.

@@ -179,10 +179,24 @@ func ProxyUsername(claim *airlockv1alpha1.SandboxClaim) string {
 	return claim.Namespace + "." + claim.Name
 }
 
-// egressEnv is the environment the operator sets in the claim's sandbox when its record has
-// egress: the proxy credential from the token Secret (secretName, set by UseTokenSecret), the
-// proxy URLs that use it, NO_PROXY and the CA variables.
-func egressEnv(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, secretName string) []corev1.EnvVar {
+// MemberProxyMarker begins the name part of a warm member's proxy username: no claim's name
+// holds it (a claim's name is a DNS label), so the gateway tells a member's credential from a
+// claim's by it (pkg/egress, ClusterClaims).
+const MemberProxyMarker = "~"
+
+// MemberProxyUsername is the proxy credential's username of the warm member pod
+// namespace/member: <namespace>.~<member> (docs/egress.md, "Warm members of a class with
+// egress"). Its password is claimtoken.DeriveMemberProxy of the pod; the gateway takes it as the
+// credential of the claim that adopted the pod, and of no one before.
+func MemberProxyUsername(namespace, member string) string {
+	return namespace + "." + MemberProxyMarker + member
+}
+
+// egressEnv is the environment the operator sets in a sandbox when its record has egress: the
+// proxy credential from the Secret secretName (a claim's token Secret, set by UseTokenSecret, or
+// a warm member's key Secret), the proxy URLs that use it with username, NO_PROXY and the CA
+// variables.
+func egressEnv(username string, record *airlockv1alpha1.FrozenSandbox, secretName string) []corev1.EnvVar {
 	if !egressReady(record) {
 		return nil
 	}
@@ -190,7 +204,7 @@ func egressEnv(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froz
 	env := []corev1.EnvVar{{Name: ProxyCredentialEnv, ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: ProxyKey},
 	}}}
-	url := "http://" + ProxyUsername(claim) + ":$(" + ProxyCredentialEnv + ")@" + net.JoinHostPort(gw.Address, strconv.Itoa(int(gw.Port)))
+	url := "http://" + username + ":$(" + ProxyCredentialEnv + ")@" + net.JoinHostPort(gw.Address, strconv.Itoa(int(gw.Port)))
 	for _, name := range proxyVars {
 		env = append(env, corev1.EnvVar{Name: name, Value: url})
 	}

@@ -2,6 +2,7 @@ package sandboxpod
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -393,5 +394,112 @@ func TestInvalidEgressClass(t *testing.T) {
 	class.Spec.Egress = &airlockv1alpha1.SandboxEgress{}
 	if why := ClassConflict(class); !strings.Contains(why, "egress") {
 		t.Errorf("ClassConflict = %q", why)
+	}
+}
+
+// TestEgressMember: a warm member of a record with egress gets a claim's environment and bundle,
+// with its own proxy credential: the username <namespace>.~<member> (no claim's name has "~"),
+// the password from its own key Secret (never in the spec); the Secret holds it under "proxy"
+// beside the member key, and one without egress holds the key alone. The member's pod is the
+// cold claim's in everything else of egress: the same variables, values but the username, and
+// the same CA volume and mount.
+func TestEgressMember(t *testing.T) {
+	record := egressRecord(t)
+	reg := sandboxpodtest.WarmRegistry(1)
+	const member = "tools-codegen-abcdefabcdef"
+	pod := MemberPod(reg, "codegen", PoolKey(reg.UID, "codegen", record), member, record)
+	env := envOf(pod)
+	if diff := cmp.Diff([]corev1.EnvVar{{Name: ProxyCredentialEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: MemberSecretName(member)}, Key: ProxyKey,
+	}}}}, env[ProxyCredentialEnv]); diff != "" {
+		t.Errorf("credential variable (-want +got):\n%s", diff)
+	}
+	if got := MemberProxyUsername(reg.Namespace, member); got != "team-a.~"+member {
+		t.Errorf("username %q", got)
+	}
+	wantURL := "http://team-a.~" + member + ":$(AIRLOCK_EGRESS_CREDENTIAL)@10.96.0.50:3128"
+	for _, name := range proxyVars {
+		if got := env[name]; len(got) != 1 || got[0].Value != wantURL {
+			t.Errorf("%s = %+v, want %s", name, got, wantURL)
+		}
+	}
+
+	// Everything else of egress is the cold claim's.
+	claimPod := ClaimPod(bound("c1"), record)
+	claimEnv := envOf(claimPod)
+	for _, name := range EgressEnvNames() {
+		if name == ProxyCredentialEnv || slices.Contains(proxyVars, name) {
+			continue
+		}
+		if diff := cmp.Diff(claimEnv[name], env[name]); diff != "" || len(env[name]) != 1 {
+			t.Errorf("%s differs from a claim's (-claim +member):\n%s", name, diff)
+		}
+	}
+	last := func(p *corev1.Pod) (corev1.Volume, corev1.VolumeMount) {
+		m := p.Spec.Containers[0].VolumeMounts
+		return p.Spec.Volumes[len(p.Spec.Volumes)-1], m[len(m)-1]
+	}
+	mv, mm := last(pod)
+	cv, cm := last(claimPod)
+	if mv.Name != EgressCAVolumeName || !cmp.Equal(mv, cv) || mm != cm {
+		t.Errorf("member's CA volume %+v %+v, want the claim's %+v %+v", mv, mm, cv, cm)
+	}
+
+	withProxy := MemberSecret(pod, "member-key", "member-proxy-credential-0123456789")
+	if string(withProxy.Data[ProxyKey]) != "member-proxy-credential-0123456789" || string(withProxy.Data[memberKeyField]) != "member-key" || len(withProxy.Data) != 2 {
+		t.Errorf("secret data %v", withProxy.Data)
+	}
+	if plain := MemberSecret(pod, "member-key", ""); len(plain.Data) != 1 {
+		t.Errorf("a member without egress: secret data %v", plain.Data)
+	}
+	spec, _ := json.Marshal(pod)
+	if strings.Contains(string(spec), "member-proxy-credential") {
+		t.Error("the pod spec holds the proxy credential")
+	}
+
+	// A member without egress gets nothing of it.
+	plain := testRecord()
+	plainPod := MemberPod(reg, "codegen", PoolKey(reg.UID, "codegen", plain), member, plain)
+	for _, n := range EgressEnvNames() {
+		if len(envOf(plainPod)[n]) != 0 {
+			t.Errorf("%s set in a member without egress", n)
+		}
+	}
+}
+
+// TestPoolKeyCoversEgress: the pool key is over the whole record, its egress included: another
+// host, credential, gateway Service, address, port, selector or CA bundle gives another key, so
+// that a claim adopts only a member built with its own gateway and policy (and an operator whose
+// gateway moved builds new members).
+func TestPoolKeyCoversEgress(t *testing.T) {
+	reg := sandboxpodtest.WarmRegistry(1)
+	base := PoolKey(reg.UID, "codegen", egressRecord(t))
+	if again := PoolKey(reg.UID, "codegen", egressRecord(t)); again != base {
+		t.Fatal("the pool key is not deterministic")
+	}
+	if plain := PoolKey(reg.UID, "codegen", testRecord()); plain == base {
+		t.Error("a record without egress has the key of one with egress")
+	}
+	for name, change := range map[string]func(e *airlockv1alpha1.FrozenEgress){
+		"another host":          func(e *airlockv1alpha1.FrozenEgress) { e.Hosts[0].Host = "sum.golang.org" },
+		"another port":          func(e *airlockv1alpha1.FrozenEgress) { e.Hosts[0].Ports = []airlockv1alpha1.EgressPort{8443} },
+		"one more host":         func(e *airlockv1alpha1.FrozenEgress) { e.Hosts = append(e.Hosts, e.Hosts[0]) },
+		"no credential":         func(e *airlockv1alpha1.FrozenEgress) { e.Credentials = nil },
+		"another credential":    func(e *airlockv1alpha1.FrozenEgress) { e.Credentials[0].SecretName = "other-token" },
+		"another gateway":       func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.Service = "other-egress" },
+		"another gateway ns":    func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.Namespace = "other-system" },
+		"another address":       func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.Address = "10.96.0.51" },
+		"another gateway port":  func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.Port = 3129 },
+		"another target port":   func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.TargetPort = intstr.FromInt32(8080) },
+		"another selector":      func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.PodSelector = map[string]string{"app": "x"} },
+		"another CA bundle":     func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.CABundleConfigMap = "trust-bundle" },
+		"no CA bundle":          func(e *airlockv1alpha1.FrozenEgress) { e.Gateway.CABundleConfigMap = "" },
+		"the gateway not found": func(e *airlockv1alpha1.FrozenEgress) { e.Gateway = airlockv1alpha1.EgressGateway{} },
+	} {
+		record := egressRecord(t)
+		change(record.Egress)
+		if got := PoolKey(reg.UID, "codegen", record); got == base {
+			t.Errorf("%s: the same pool key", name)
+		}
 	}
 }

@@ -133,13 +133,21 @@ func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, rec
 		},
 	}}
 	mount := corev1.VolumeMount{Name: memberKeyVolumeName, MountPath: MemberKeyMountPath, ReadOnly: true}
-	return sandboxPod(meta, record, workspace.MemberDir(reg.Namespace, member), MemberArgs(record), secret, mount)
+	pod := sandboxPod(meta, record, workspace.MemberDir(reg.Namespace, member), MemberArgs(record), secret, mount)
+	// Egress: a claim's environment and bundle, with the member's own proxy credential (from its
+	// key Secret, under ProxyKey), which the gateway takes for the adopting claim's once a claim
+	// has adopted the member, and for no one's before (docs/egress.md, "Warm members of a class
+	// with egress").
+	withEgress(pod, record, MemberProxyUsername(reg.Namespace, member), MemberSecretName(member))
+	return pod
 }
 
 // MemberSecret returns a member's key Secret, controlled by its pod: created after the pod
-// (which does not start before it exists) and gone with it.
-func MemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
-	return &corev1.Secret{
+// (which does not start before it exists) and gone with it. A member of a record with egress
+// also gets its proxy credential (claimtoken.DeriveMemberProxy of the pod) under ProxyKey, which
+// its environment reads; proxyCredential is "" for one without.
+func MemberSecret(pod *corev1.Pod, encodedKey, proxyCredential string) *corev1.Secret {
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      MemberSecretName(pod.Name),
 			Namespace: pod.Namespace,
@@ -155,6 +163,10 @@ func MemberSecret(pod *corev1.Pod, encodedKey string) *corev1.Secret {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{memberKeyField: []byte(encodedKey)},
 	}
+	if proxyCredential != "" {
+		s.Data[ProxyKey] = []byte(proxyCredential)
+	}
+	return s
 }
 
 // PoolNetworkPolicy returns a pool's NetworkPolicy: the one a claim of the record gets,

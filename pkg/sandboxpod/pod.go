@@ -203,15 +203,21 @@ func ClaimPod(claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.Froze
 	}}
 	mount := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenMountPath, ReadOnly: true}
 	pod := sandboxPod(meta, record, workspace.DirOf(claim), ClaimArgs(record), secret, mount)
-	// Egress (egress.go): the operator's variables last, the class's of the same names dropped,
-	// and the CA bundle beside the token; the node's address after them (withNodeIP).
+	withEgress(pod, record, ProxyUsername(claim), claim.Name)
+	return pod
+}
+
+// withEgress gives the pod what a sandbox with egress gets (egress.go): the operator's
+// variables last, with the credential of username from the Secret secretName, the class's of
+// the same names dropped, and the CA bundle beside the token or key; the node's address after
+// them (withNodeIP). Nothing when the record has no egress with its gateway.
+func withEgress(pod *corev1.Pod, record *airlockv1alpha1.FrozenSandbox, username, secretName string) {
 	c := &pod.Spec.Containers[0]
-	c.Env = withNodeIP(withoutReserved(c.Env, egressEnv(claim, record, claim.Name)))
+	c.Env = withNodeIP(withoutReserved(c.Env, egressEnv(username, record, secretName)))
 	if v, m := egressVolume(record); v != nil {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, *v)
 		c.VolumeMounts = append(c.VolumeMounts, *m)
 	}
-	return pod
 }
 
 // sandboxPod returns a sandbox pod of meta running what record says, with args, the workspace

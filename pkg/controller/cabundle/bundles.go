@@ -6,6 +6,8 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // The Sandbox API's bundle.
@@ -44,16 +46,24 @@ func SandboxAPIBundle(source Source, runtimes airlockinformers.AgentRuntimeInfor
 		Label:         LabelBundle,
 		Source:        source,
 		ConfigMaps:    configMaps,
-		Audience:      runtimes.Informer(),
+		Audiences:     []Audience{{Informer: runtimes.Informer()}},
 	}
 }
 
 // EgressBundle is the egress gateway CA's bundle (the public roots and the terminating CAs, from
 // the egress CA's Secret) in the ConfigMap name (--egress-ca-bundle-configmap) of every
-// namespace with a claim frozen with egress and that ConfigMap, which its sandboxes mount.
-// configMaps is from NewConfigMapInformerFactory(client, name, EgressLabelBundle); sourceSynced
-// is the source's informer's; fieldManager names the writer of the ConfigMaps.
-func EgressBundle(name string, source Source, sourceSynced cache.InformerSynced, claims airlockinformers.SandboxClaimInformer, configMaps coreinformers.ConfigMapInformer, fieldManager string) Bundle {
+// namespace with a claim frozen with egress and that ConfigMap, which its sandboxes mount, and
+// of every namespace with a ToolRegistry that keeps warm members of a class with egress (built
+// with the operator's gateway and this ConfigMap: docs/egress.md, "Warm members of a class with
+// egress"), so that the bundle is there before any claim, as the members start. classes are
+// what the registries' sandboxes name: a class that gains or loses egress looks at every
+// namespace again. configMaps is from NewConfigMapInformerFactory(client, name,
+// EgressLabelBundle); sourceSynced is the source's informer's; fieldManager names the writer of
+// the ConfigMaps.
+func EgressBundle(name string, source Source, sourceSynced cache.InformerSynced, claims airlockinformers.SandboxClaimInformer,
+	registries airlockinformers.ToolRegistryInformer, classes airlockinformers.SandboxClassInformer,
+	configMaps coreinformers.ConfigMapInformer, fieldManager string) Bundle {
+	classLister := classes.Lister()
 	return Bundle{
 		Name:          "egress CA bundle",
 		ConfigMapName: name,
@@ -63,9 +73,31 @@ func EgressBundle(name string, source Source, sourceSynced cache.InformerSynced,
 		Source:        source,
 		SourceSynced:  sourceSynced,
 		ConfigMaps:    configMaps,
-		Audience:      claims.Informer(),
-		Needs:         func(obj any) bool { return frozenWithBundle(obj, name) },
+		Audiences: []Audience{
+			{Informer: claims.Informer(), Needs: func(obj any) bool { return frozenWithBundle(obj, name) }},
+			{Informer: registries.Informer(), Needs: func(obj any) bool { return warmWithEgress(obj, classLister) }},
+		},
+		Dependencies: []cache.SharedIndexInformer{classes.Informer()},
 	}
+}
+
+// warmWithEgress says whether obj is a registry with a sandbox that wants warm members and whose
+// class (from classes) has egress.
+func warmWithEgress(obj any, classes airlocklisters.SandboxClassLister) bool {
+	reg, ok := obj.(*airlockv1alpha1.ToolRegistry)
+	if !ok {
+		return false
+	}
+	for i := range reg.Spec.Sandboxes {
+		entry := &reg.Spec.Sandboxes[i]
+		if !sandboxpod.WarmWanted(entry) {
+			continue
+		}
+		if class, err := classes.Get(entry.Class); err == nil && class.Spec.Egress != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // frozenWithBundle says whether obj is a claim frozen with egress and the bundle ConfigMap name.

@@ -3,7 +3,8 @@
 // it. Two bundles are published (bundles.go): the Sandbox API's, airlock-ca, in every namespace
 // that has an AgentRuntime (SandboxAPIBundle), and the egress gateway CA's
 // (--egress-ca-bundle-configmap, with --manage-egress-ca) in every namespace with a claim frozen
-// with that ConfigMap (EgressBundle). For each, it repairs a changed or deleted ConfigMap,
+// with that ConfigMap or a ToolRegistry whose warm members are of a class with egress
+// (EgressBundle). For each, it repairs a changed or deleted ConfigMap,
 // follows every change of the bundle (a CA rotation), and deletes the ConfigMap once the
 // namespace no longer needs it. It sees and writes only ConfigMaps of a bundle's name that carry
 // the bundle's label. Where a bundle comes from is its Source: the Sandbox API's serving
@@ -69,11 +70,23 @@ type Bundle struct {
 	// ConfigMaps lists and watches only the bundle's ConfigMaps (NewConfigMapInformerFactory of
 	// ConfigMapName and Label).
 	ConfigMaps coreinformers.ConfigMapInformer
-	// Audience is an informer (with the namespace index) of the objects that make their
-	// namespace need the bundle; Needs says whether one does (nil: every one).
-	Audience cache.SharedIndexInformer
+	// Audiences are the kinds of object that make their namespace need the bundle: a namespace
+	// needs it while one object of one audience does.
+	Audiences []Audience
+	// Dependencies are informers of the objects an audience's Needs reads beside the object
+	// itself (the classes a registry's sandboxes name): a change of one looks at every
+	// namespace again.
+	Dependencies []cache.SharedIndexInformer
+}
+
+// Audience is an informer (with the namespace index) of objects that may make their namespace
+// need a bundle; Needs says whether one does (nil: every one).
+type Audience struct {
+	Informer cache.SharedIndexInformer
 	Needs    func(obj any) bool
 }
+
+func (a Audience) needs(obj any) bool { return a.Needs == nil || a.Needs(obj) }
 
 // Extra is one more key of a bundle's ConfigMap and its source.
 type Extra struct {
@@ -86,8 +99,6 @@ type bundle struct {
 	Bundle
 	configMapLister corelisters.ConfigMapLister
 }
-
-func (b *bundle) needs(obj any) bool { return b.Needs == nil || b.Needs(obj) }
 
 // NewConfigMapInformerFactory returns an informer factory that lists and watches, across the
 // cluster, only the ConfigMaps named name that carry label: RBAC grants the operator list and
@@ -130,7 +141,13 @@ func newControllerWithClock(kubeClient kubernetes.Interface, clk clock.WithTicke
 		}
 		b := &bundle{Bundle: in, configMapLister: in.ConfigMaps.Lister()}
 		c.bundles[in.ConfigMapName] = b
-		c.synced = append(c.synced, in.Audience.HasSynced, in.ConfigMaps.Informer().HasSynced)
+		c.synced = append(c.synced, in.ConfigMaps.Informer().HasSynced)
+		for _, a := range in.Audiences {
+			c.synced = append(c.synced, a.Informer.HasSynced)
+		}
+		for _, d := range in.Dependencies {
+			c.synced = append(c.synced, d.HasSynced)
+		}
 		if in.SourceSynced != nil {
 			c.synced = append(c.synced, in.SourceSynced)
 		}
@@ -142,25 +159,41 @@ func newControllerWithClock(kubeClient kubernetes.Interface, clk clock.WithTicke
 }
 
 func (c *Controller) addHandlers(b *bundle) error {
-	// An object of the audience matters when it comes to need the bundle or stops needing it.
-	if err := c.handlers.Add(b.Audience, cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if b.needs(obj) {
-				c.enqueueNamespaceOf(b, obj)
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			if b.needs(old) != b.needs(cur) {
-				c.enqueueNamespaceOf(b, cur)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if b.needs(unwrap(obj)) {
-				c.enqueueNamespaceOf(b, obj)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("adding the event handler of the %s's audience: %w", b.Name, err)
+	// An object of an audience matters when it comes to need the bundle or stops needing it.
+	for _, a := range b.Audiences {
+		if err := c.handlers.Add(a.Informer, cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				if a.needs(obj) {
+					c.enqueueNamespaceOf(b, obj)
+				}
+			},
+			UpdateFunc: func(old, cur any) {
+				if a.needs(old) != a.needs(cur) {
+					c.enqueueNamespaceOf(b, cur)
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if a.needs(unwrap(obj)) {
+					c.enqueueNamespaceOf(b, obj)
+				}
+			},
+		}); err != nil {
+			return fmt.Errorf("adding the event handler of the %s's audience: %w", b.Name, err)
+		}
+	}
+	// What an audience's Needs reads changed: any namespace may need the bundle now, or not.
+	for _, d := range b.Dependencies {
+		if err := c.handlers.Add(d, cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { c.enqueueAll(b) },
+			UpdateFunc: func(old, cur any) {
+				if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
+					c.enqueueAll(b)
+				}
+			},
+			DeleteFunc: func(any) { c.enqueueAll(b) },
+		}); err != nil {
+			return fmt.Errorf("adding the event handler of the %s's dependencies: %w", b.Name, err)
+		}
 	}
 	// A ConfigMap changed or deleted by someone else is repaired; one that arrives after a
 	// change of the bundle is brought up to date.
@@ -195,9 +228,11 @@ func (c *Controller) enqueueNamespaceOf(b *bundle, obj any) {
 // changed.
 func (c *Controller) enqueueAll(b *bundle) {
 	namespaces := sets.New[string]()
-	for _, obj := range b.Audience.GetStore().List() {
-		if o, ok := obj.(metav1.Object); ok && b.needs(obj) {
-			namespaces.Insert(o.GetNamespace())
+	for _, a := range b.Audiences {
+		for _, obj := range a.Informer.GetStore().List() {
+			if o, ok := obj.(metav1.Object); ok && a.needs(obj) {
+				namespaces.Insert(o.GetNamespace())
+			}
 		}
 	}
 	cms, err := b.configMapLister.List(labels.Everything())
@@ -290,13 +325,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // needed says whether an object of the namespace needs the bundle.
 func (c *Controller) needed(b *bundle, ns string) (bool, error) {
-	objs, err := b.Audience.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
-	if err != nil {
-		return false, err
-	}
-	for _, obj := range objs {
-		if b.needs(obj) {
-			return true, nil
+	for _, a := range b.Audiences {
+		objs, err := a.Informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		if err != nil {
+			return false, err
+		}
+		for _, obj := range objs {
+			if a.needs(obj) {
+				return true, nil
+			}
 		}
 	}
 	return false, nil

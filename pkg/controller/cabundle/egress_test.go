@@ -33,6 +33,8 @@ type egressFixture struct {
 	controller *Controller
 	configMaps cache.Indexer
 	claims     cache.Indexer
+	registries cache.Indexer
+	classes    cache.Indexer
 }
 
 // newEgressFixture builds a distributor of the egress bundle alone on fake clients; the test
@@ -41,13 +43,16 @@ func newEgressFixture(t *testing.T, claims ...*airlockv1alpha1.SandboxClaim) *eg
 	t.Helper()
 	f := &egressFixture{kube: k8sfake.NewClientset(), source: &fakeSource{}}
 	cms := NewConfigMapInformerFactory(f.kube, egressCM, EgressLabelBundle).Core().V1().ConfigMaps()
-	claimInformer := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0).Airlock().V1alpha1().SandboxClaims()
-	c, err := newControllerWithClock(f.kube, clocktesting.NewFakeClock(t0), EgressBundle(egressCM, f.source, nil, claimInformer, cms, "airlock-egress-ca-controller"))
+	air := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0).Airlock().V1alpha1()
+	claimInformer := air.SandboxClaims()
+	c, err := newControllerWithClock(f.kube, clocktesting.NewFakeClock(t0),
+		EgressBundle(egressCM, f.source, nil, claimInformer, air.ToolRegistries(), air.SandboxClasses(), cms, "airlock-egress-ca-controller"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.queue.ShutDown)
 	f.controller, f.configMaps, f.claims = c, cms.Informer().GetIndexer(), claimInformer.Informer().GetIndexer()
+	f.registries, f.classes = air.ToolRegistries().Informer().GetIndexer(), air.SandboxClasses().Informer().GetIndexer()
 	for _, cl := range claims {
 		if err := f.claims.Add(cl); err != nil {
 			t.Fatal(err)
@@ -168,9 +173,9 @@ func TestEgressBundleAudience(t *testing.T) {
 	if !got["a"] || got["b"] || !got["c"] || len(got) != 2 {
 		t.Errorf("enqueued %v, want a and c", got)
 	}
-	b := f.controller.bundles[egressCM]
+	claims := f.controller.bundles[egressCM].Audiences[0]
 	plain := &airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: "z"}}
-	if b.needs(plain) || !b.needs(egressClaim("d", "z", egressCM)) || b.needs(egressClaim("d", "z", "other")) {
+	if claims.needs(plain) || !claims.needs(egressClaim("d", "z", egressCM)) || claims.needs(egressClaim("d", "z", "other")) {
 		t.Error("needs: want only a claim frozen with this ConfigMap")
 	}
 }
@@ -181,7 +186,89 @@ func TestNewControllerRefusesOneNameTwice(t *testing.T) {
 	air := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0).Airlock().V1alpha1()
 	cms := NewConfigMapInformerFactory(kube, ConfigMapName, LabelBundle).Core().V1().ConfigMaps()
 	src := &fakeSource{}
-	if _, err := NewController(kube, SandboxAPIBundle(src, air.AgentRuntimes(), cms), EgressBundle(ConfigMapName, src, nil, air.SandboxClaims(), cms, "")); err == nil {
+	if _, err := NewController(kube, SandboxAPIBundle(src, air.AgentRuntimes(), cms), EgressBundle(ConfigMapName, src, nil, air.SandboxClaims(), air.ToolRegistries(), air.SandboxClasses(), cms, "")); err == nil {
 		t.Error("two bundles named airlock-ca: no error")
+	}
+}
+
+// poolRegistry is a registry in ns whose one sandbox, of class, wants warm members (warm) or not.
+func poolRegistry(ns, class string, warm int32) *airlockv1alpha1.ToolRegistry {
+	return &airlockv1alpha1.ToolRegistry{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tools"},
+		Spec: airlockv1alpha1.ToolRegistrySpec{Sandboxes: []airlockv1alpha1.RegistrySandbox{{
+			Name: "codegen", Class: class, Warm: warm,
+		}}},
+	}
+}
+
+func egressClass(name string, egress bool) *airlockv1alpha1.SandboxClass {
+	c := &airlockv1alpha1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1}}
+	if egress {
+		c.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}}}
+	}
+	return c
+}
+
+// TestEgressBundleForWarmPools (docs/egress.md, "Warm members of a class with egress"): a
+// namespace with no claim gets the egress bundle while a ToolRegistry there keeps warm members
+// of a class with egress (they mount it before any claim adopts them), and not for a registry
+// without warm members, or whose class has no egress or does not exist; when the class loses its
+// egress the bundle goes, and a class change looks at every namespace again.
+func TestEgressBundleForWarmPools(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newEgressFixture(t)
+	f.source.set(bundleA)
+	for _, o := range []struct {
+		indexer cache.Indexer
+		obj     any
+	}{
+		{f.classes, egressClass("online", true)},
+		{f.classes, egressClass("offline", false)},
+		{f.registries, poolRegistry("pool-only", "online", 2)},
+		{f.registries, poolRegistry("cold-only", "online", 0)},
+		{f.registries, poolRegistry("no-egress", "offline", 2)},
+		{f.registries, poolRegistry("no-class", "missing", 2)},
+	} {
+		if err := o.indexer.Add(o.obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withPolicy := poolRegistry("by-policy", "online", 0)
+	withPolicy.Spec.Sandboxes[0].WarmPolicy = &airlockv1alpha1.WarmPolicy{Max: 4}
+	if err := f.registries.Add(withPolicy); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"pool-only", "cold-only", "no-egress", "no-class", "by-policy"} {
+		f.sync(t, ctx, ns)
+	}
+	for ns, want := range map[string]bool{"pool-only": true, "by-policy": true, "cold-only": false, "no-egress": false, "no-class": false} {
+		if got, ok := f.bundleIn(ns); ok != want || (want && got != bundleA) {
+			t.Errorf("%s: bundle published %v (%q), want %v", ns, ok, got, want)
+		}
+	}
+
+	// The class loses its egress: enqueued again, the bundle goes from the pool's namespace.
+	cm, _ := f.kube.CoreV1().ConfigMaps("pool-only").Get(ctx, egressCM, metav1.GetOptions{})
+	if err := f.configMaps.Add(cm); err != nil {
+		t.Fatal(err)
+	}
+	lost := egressClass("online", false)
+	lost.Generation = 2
+	if err := f.classes.Update(lost); err != nil {
+		t.Fatal(err)
+	}
+	f.controller.enqueueAll(f.controller.bundles[egressCM])
+	enqueued := map[string]bool{}
+	for f.controller.queue.Len() > 0 {
+		key, _ := f.controller.queue.Get()
+		enqueued[key.Namespace] = true
+		f.controller.queue.Done(key)
+	}
+	if !enqueued["pool-only"] {
+		t.Errorf("enqueued %v: the namespace holding the bundle is not looked at again", enqueued)
+	}
+	f.sync(t, ctx, "pool-only")
+	if _, ok := f.bundleIn("pool-only"); ok {
+		t.Error("the bundle is kept for a pool whose class lost its egress")
 	}
 }

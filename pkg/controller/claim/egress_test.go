@@ -105,3 +105,59 @@ func TestEgressClaimChildren(t *testing.T) {
 		t.Error("the pod spec holds the proxy credential")
 	}
 }
+
+// TestEgressClaimAdoptsWarmMember: a claim of a class with egress adopts a Ready member built
+// from the record the pool controller freezes (the class, the entry and the same gateway from
+// its Service), and builds nothing: the member keeps its own proxy credential, which the gateway
+// takes as this claim's once adopted (docs/egress.md). A member built with the gateway at
+// another address (its Service re-created) is of another pool key: not adopted, the claim is
+// built cold.
+func TestEgressClaimAdoptsWarmMember(t *testing.T) {
+	ref := &sandboxpod.GatewayRef{Namespace: "airlock-system", Name: "airlock-egress", Port: 3128}
+	memberRecord := func(t *testing.T, address string) *airlockv1alpha1.FrozenSandbox {
+		class := newClass("codegen")
+		withEgress(class)
+		record := sandboxpod.Freeze(class, &warmRegistry(3).Spec.Sandboxes[0])
+		svc := egressGatewayService()
+		svc.Spec.ClusterIP = address
+		gw, why := sandboxpod.FreezeGateway(ref, svc)
+		if why != "" {
+			t.Fatal(why)
+		}
+		record.Egress.Gateway = *gw
+		return record
+	}
+	for name, tc := range map[string]struct {
+		address   string
+		wantAdopt bool
+	}{
+		"built with the claim's gateway":       {address: "10.96.0.50", wantAdopt: true},
+		"built with the gateway's old address": {address: "10.96.0.99"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			reg := warmRegistry(3)
+			member := warmMember(reg, "tools-codegen-aaaaaaaaaaaa", memberRecord(t, tc.address), t0.Add(-time.Minute), "10.244.0.40")
+			f := warmFixture(t, 5, member)
+			withEgress(f.classes[0])
+			f.allowedServices = append(f.allowedServices, egressGatewayService())
+			f.claims = append(f.claims, newClaim("c1", "s1", "", t0))
+			c := f.newController(ctx)
+			c.SetEgressGateway(ref)
+			if err := admitAndBuild(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			got := f.writtenClaim()
+			if !tc.wantAdopt {
+				if got.Status.Warm != nil {
+					t.Errorf("adopted %+v: a member of another gateway", got.Status.Warm)
+				}
+				return
+			}
+			checkActions(t, f, []string{"patch pods " + member.Name, "update sandboxclaims/status c1"})
+			if got.Status.Warm == nil || got.Status.Warm.Member != member.Name || got.Status.Frozen.Egress == nil {
+				t.Errorf("claim warm %+v record %+v, want Bound to %s with egress", got.Status.Warm, got.Status.Frozen, member.Name)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
@@ -47,6 +49,7 @@ import (
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // ControllerName is the pool controller's queue name and the field manager of its writes.
@@ -80,6 +83,10 @@ type MemberKeys interface {
 	EvidenceToken(ctx context.Context, namespace, member string) (string, error)
 	// MemberEvidenceKey seals members' evidence records (claimtoken.MemberEvidenceKey).
 	MemberEvidenceKey(ctx context.Context) ([]byte, error)
+	// MemberProxyCredential is the egress proxy credential of the member pod with uid
+	// (claimtoken.DeriveMemberProxy of the proxy key), written into the key Secret of a member
+	// of a class with egress.
+	MemberProxyCredential(ctx context.Context, uid types.UID, namespace, member string) (string, error)
 }
 
 // Informers are the informers the pool controller reads; Pods and NetworkPolicies are the
@@ -121,6 +128,10 @@ type Controller struct {
 	keysWritten sync.Map // member pod UID -> struct{}: its key Secret was created by this process
 	// demand is what pools with a warmPolicy are sized from (demand.go).
 	demand *demand
+	// egressGateway is the operator's egress gateway (--egress-gateway-service), which members
+	// of a class with egress are built with as a claim's record is frozen with it; nil: such a
+	// class gets no member (SetEgressGateway). Atomic: the Service handler reads it.
+	egressGateway atomic.Pointer[sandboxpod.GatewayRef]
 	// evidence reads members' isolation evidence (evidence.go); nil: off.
 	evidence *readsState
 	// members annotates members; nodes reads a member's Node (with its evidence).
@@ -149,6 +160,12 @@ func NewController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 	c.defaultDeny = defaultDeny
 	return c, nil
 }
+
+// SetEgressGateway names the egress gateway that the members of classes with egress are built
+// with (docs/egress.md, "Warm members of a class with egress"): the claim controller's
+// (claim.Controller.SetEgressGateway), so that a claim's record, frozen with it, gives the pool key
+// of those members. Without one, such a class keeps no member. Call before Run.
+func (c *Controller) SetEgressGateway(ref *sandboxpod.GatewayRef) { c.egressGateway.Store(ref) }
 
 // DefaultDenyEnsurer puts a namespace's standing default-deny NetworkPolicy in place
 // (*defaultdeny.Ensurer is one): asked before a pool's members are created.
@@ -264,6 +281,19 @@ func (c *Controller) addEventHandlers(informers Informers) error {
 	if err := c.handlers.Add(informers.NetworkPolicies.Informer(), member); err != nil {
 		return fmt.Errorf("adding the networkpolicy event handler: %w", err)
 	}
+	// The egress gateway's Service: its address and selector are in the records of the members
+	// of classes with egress (their pool key), so its every change rebuilds those pools.
+	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.gatewayChanged,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.gatewayChanged(cur)
+			}
+		},
+		DeleteFunc: c.gatewayChanged,
+	}); err != nil {
+		return fmt.Errorf("adding the egress gateway Service event handler: %w", err)
+	}
 	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool.
 	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addClaim}); err != nil {
 		return fmt.Errorf("adding the claim event handler: %w", err)
@@ -298,6 +328,31 @@ func (c *Controller) enqueueClassUsers(obj any) {
 	for _, reg := range regs {
 		for _, e := range reg.Spec.Sandboxes {
 			if e.Class == class.GetName() {
+				c.enqueue(reg)
+				break
+			}
+		}
+	}
+}
+
+// gatewayChanged adds every registry with a sandbox of a class with egress when the Service is
+// the egress gateway's.
+func (c *Controller) gatewayChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	svc, ok := obj.(metav1.Object)
+	gw := c.egressGateway.Load()
+	if !ok || gw == nil || svc.GetNamespace() != gw.Namespace || svc.GetName() != gw.Name {
+		return
+	}
+	regs, err := c.registryList.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, reg := range regs {
+		for _, e := range reg.Spec.Sandboxes {
+			if class, err := c.classLister.Get(e.Class); err == nil && class.Spec.Egress != nil {
 				c.enqueue(reg)
 				break
 			}

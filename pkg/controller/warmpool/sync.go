@@ -165,15 +165,36 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 		p.message = message
 		return p
 	}
-	if class.Spec.Egress != nil {
-		// A member's environment would need the adopting claim's proxy credential, known only
-		// at admission (docs/egress.md): claims of such a class are built cold.
-		p.message = fmt.Sprintf("SandboxClass %q has egress: warm members are not kept for it (its proxy credential is the claim's)", class.Name)
-		return p
+	record := sandboxpod.Freeze(class, entry)
+	if record.Egress != nil {
+		// The gateway frozen as the claim controller freezes a claim's (claim.freezeFrom): the
+		// same ref and Service cache, so that a claim's record gives these members' pool key,
+		// and a gateway that moved gives another one (docs/egress.md, "Warm members of a class
+		// with egress"). Without a usable gateway, no member: its claims fail as
+		// EgressUnavailable anyway.
+		gw, why := sandboxpod.FreezeGateway(c.egressGateway.Load(), c.gatewayService())
+		if why != "" {
+			p.message = fmt.Sprintf("SandboxClass %q: %s", class.Name, why)
+			return p
+		}
+		record.Egress.Gateway = *gw
 	}
-	p.record = sandboxpod.Freeze(class, entry)
+	p.record = record
 	p.key = sandboxpod.PoolKey(reg.UID, entry.Name, p.record)
 	return p
+}
+
+// gatewayService is the egress gateway's Service from the Service cache, or nil.
+func (c *Controller) gatewayService() *corev1.Service {
+	gw := c.egressGateway.Load()
+	if gw == nil {
+		return nil
+	}
+	svc, err := c.svcLister.Services(gw.Namespace).Get(gw.Name)
+	if err != nil {
+		return nil
+	}
+	return svc
 }
 
 // syncPool sorts the pool's idle members into ready and starting, deletes those that are stale
@@ -199,7 +220,7 @@ func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegi
 			errs = append(errs, c.deleteMember(ctx, pod))
 			continue
 		}
-		if err := c.ensureMemberKey(ctx, pod); err != nil {
+		if err := c.ensureMemberKey(ctx, pod, p.record); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -316,12 +337,13 @@ func (c *Controller) ensurePoolPolicy(ctx context.Context, reg *airlockv1alpha1.
 }
 
 // ensureMemberKey creates the key Secret of a member whose Secret this process has not created
-// yet. The Secret comes after the pod (whose container does not start before it exists), and
-// is the pod's: gone with it. A Secret of that name that exists already is one this process
+// yet: its key and, when its record has egress, its proxy credential (bound to the pod's UID,
+// known only now). The Secret comes after the pod (whose container does not start before it
+// exists), and is the pod's: gone with it. A Secret of that name that exists already is one this process
 // cannot vouch for (the operator may not read Secrets; another leader may have made it, or
 // someone else): the member is deleted, never adopted (fail closed). So a new leader replaces
 // the idle members of the previous term once.
-func (c *Controller) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error {
+func (c *Controller) ensureMemberKey(ctx context.Context, pod *corev1.Pod, record *airlockv1alpha1.FrozenSandbox) error {
 	if _, ok := c.keysWritten.Load(pod.UID); ok {
 		return nil
 	}
@@ -329,7 +351,16 @@ func (c *Controller) ensureMemberKey(ctx context.Context, pod *corev1.Pod) error
 	if err != nil {
 		return fmt.Errorf("deriving the key of warm member %s: %w", pod.Name, err)
 	}
-	err = c.secrets.Create(ctx, sandboxpod.MemberSecret(pod, encoded))
+	proxy := ""
+	if record.Egress != nil {
+		if proxy, err = c.keys.MemberProxyCredential(ctx, pod.UID, pod.Namespace, pod.Name); err != nil {
+			return fmt.Errorf("deriving the egress proxy credential of warm member %s: %w", pod.Name, err)
+		}
+		if proxy == "" {
+			return fmt.Errorf("deriving the egress proxy credential of warm member %s: empty credential", pod.Name)
+		}
+	}
+	err = c.secrets.Create(ctx, sandboxpod.MemberSecret(pod, encoded, proxy))
 	switch {
 	case err == nil:
 		c.keysWritten.Store(pod.UID, struct{}{})

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	kubeinformers "k8s.io/client-go/informers"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -24,6 +26,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/controllertest"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
 
 // fakeMemberKeys derives a member's key text from its name.
@@ -45,6 +48,13 @@ func (k fakeMemberKeys) EvidenceToken(_ context.Context, namespace, member strin
 
 // testSealKey is the fake key that seals members' evidence records.
 var testSealKey = []byte("0123456789abcdef0123456789abcdef")
+
+func (k fakeMemberKeys) MemberProxyCredential(_ context.Context, uid types.UID, namespace, member string) (string, error) {
+	if k.err != nil {
+		return "", k.err
+	}
+	return "proxy-of-" + namespace + "-" + member + "-" + string(uid), nil
+}
 
 func (k fakeMemberKeys) MemberEvidenceKey(context.Context) ([]byte, error) {
 	if k.err != nil {
@@ -444,24 +454,180 @@ func TestPoolDeletesOnlyWhatItSaw(t *testing.T) {
 	}
 }
 
-// TestNoWarmMembersWithEgress: a pool whose class has egress creates no member (a member would
-// need its adopting claim's proxy credential) and says why; claims of it are built cold.
-func TestNoWarmMembersWithEgress(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := poolFixture(t, 2, nil)
+// egressGatewayRef and egressGatewayService are the operator's egress gateway and its Service.
+func egressGatewayRef() *sandboxpod.GatewayRef {
+	return &sandboxpod.GatewayRef{Namespace: "airlock-system", Name: "airlock-egress", Port: 3128, CABundleConfigMap: "airlock-egress-ca"}
+}
+
+func egressGatewayService(ip string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock-egress", Namespace: "airlock-system", ResourceVersion: "1"},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: ip,
+			Selector:  map[string]string{"app.kubernetes.io/name": "airlock-egress"},
+			Ports:     []corev1.ServicePort{{Name: "proxy", Port: 3128, TargetPort: intstr.FromString("proxy"), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// egressFixtureClass gives the fixture's class egress.
+func egressFixtureClass(f *fixture) {
 	f.classes[0].Spec.Egress = &airlockv1alpha1.SandboxEgress{
 		Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}},
 	}
+}
+
+// claimRecord is the record a claim of the fixture's class and entry is frozen with, as the claim
+// controller freezes it (claim.freezeFrom): the class, the entry, and the gateway from its Service.
+func claimRecord(t *testing.T, class *airlockv1alpha1.SandboxClass, svc *corev1.Service) *airlockv1alpha1.FrozenSandbox {
+	t.Helper()
+	record := sandboxpod.Freeze(class, &warmRegistry(1).Spec.Sandboxes[0])
+	gw, why := sandboxpod.FreezeGateway(egressGatewayRef(), svc)
+	if why != "" {
+		t.Fatal(why)
+	}
+	record.Egress.Gateway = *gw
+	return record
+}
+
+// TestWarmMembersWithEgress: a pool whose class has egress keeps members built as a claim of it
+// would be (docs/egress.md, "Warm members of a class with egress"): with the gateway frozen from
+// the operator's Service, so that the pool key is the one a claim's record gives (a claim adopts
+// them); its policy lets the members reach the gateway; each member's environment names its own
+// proxy credential (username <ns>.~<member>, password from its key Secret), which its key Secret,
+// written once the pod's UID is known, holds under "proxy" beside the member key. A member built
+// with a gateway at another address is stale: replaced.
+func TestWarmMembersWithEgress(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	reg := warmRegistry(3)
+	svc := egressGatewayService("10.96.0.50")
+	f := poolFixture(t, 3, nil)
+	egressFixtureClass(f)
+	record := claimRecord(t, f.classes[0], svc)
+	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
+	starting := warmMember(reg, "tools-codegen-startingstar", record, t0, "")
+	moved := warmMember(reg, "tools-codegen-movedmovedmo", claimRecord(t, f.classes[0], egressGatewayService("10.96.0.99")), t0, "10.244.0.41")
+	f.pods = append(f.pods, starting, moved)
+	f.allowedServices = append(f.allowedServices, svc)
 	c := f.newController(ctx, 100)
+	c.SetEgressGateway(egressGatewayRef())
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.createdOf("pods")); n != 0 {
-		t.Errorf("created %d members", n)
+
+	np := f.createdOf("networkpolicies")
+	if len(np) != 1 || np[0].GetLabels()[airlockv1alpha1.LabelWarmPool] != key {
+		t.Fatalf("policies created %v, want the pool's of key %s", np, key)
 	}
-	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
-	if st := written.Status.Warm[0]; st.Ready != 0 || !strings.Contains(st.Message, "has egress") {
-		t.Errorf("status %+v, want why no member is built", st)
+	if egress := np[0].(*networkingv1.NetworkPolicy).Spec.Egress; len(egress) != 1 || egress[0].To[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "airlock-system" {
+		t.Errorf("pool policy egress %+v, want the gateway's pods", egress)
+	}
+	pods := f.createdOf("pods")
+	if len(pods) != 2 {
+		t.Fatalf("created %d members, want 2 (3 wanted, 1 starting)", len(pods))
+	}
+	for _, o := range pods {
+		pod := o.(*corev1.Pod)
+		if pod.Labels[airlockv1alpha1.LabelWarmPool] != key {
+			t.Errorf("member %s of pool %s, want %s (the key a claim's record gives)", pod.Name, pod.Labels[airlockv1alpha1.LabelWarmPool], key)
+		}
+		env := map[string]corev1.EnvVar{}
+		for _, e := range pod.Spec.Containers[0].Env {
+			env[e.Name] = e
+		}
+		wantURL := "http://" + testNamespace + ".~" + pod.Name + ":$(AIRLOCK_EGRESS_CREDENTIAL)@10.96.0.50:3128"
+		if env["HTTPS_PROXY"].Value != wantURL || env["http_proxy"].Value != wantURL {
+			t.Errorf("member %s HTTPS_PROXY %q, want %q", pod.Name, env["HTTPS_PROXY"].Value, wantURL)
+		}
+		ref := env[sandboxpod.ProxyCredentialEnv].ValueFrom
+		if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != pod.Name+"-key" || ref.SecretKeyRef.Key != sandboxpod.ProxyKey {
+			t.Errorf("member %s credential from %+v, want its key Secret's %q", pod.Name, ref, sandboxpod.ProxyKey)
+		}
+		if env["SSL_CERT_FILE"].Value != sandboxpod.EgressCAFile {
+			t.Errorf("member %s without the CA variables", pod.Name)
+		}
+	}
+	secrets := f.createdOf("secrets")
+	if len(secrets) != 1 || secrets[0].GetName() != starting.Name+"-key" {
+		t.Fatalf("key Secrets created %v, want the starting member's", secrets)
+	}
+	data := secrets[0].(*corev1.Secret).Data
+	if got, want := string(data[sandboxpod.ProxyKey]), "proxy-of-"+testNamespace+"-"+starting.Name+"-"+string(starting.UID); got != want {
+		t.Errorf("proxy credential %q, want %q (bound to the pod's UID)", got, want)
+	}
+	if string(data["key"]) != "key-of-"+testNamespace+"-"+starting.Name {
+		t.Errorf("member key %q", data["key"])
+	}
+	if !slices.Contains(f.actions(), "delete pods "+moved.Name) {
+		t.Errorf("actions %v: the member built with the gateway's old address is kept", f.actions())
+	}
+}
+
+// TestNoWarmMembersWithoutGateway: a pool whose class has egress and no gateway to build its
+// members with (the operator names none, or its Service is missing) creates no member and says
+// why, as a claim of it fails EgressUnavailable.
+func TestNoWarmMembersWithoutGateway(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ref         *sandboxpod.GatewayRef
+		svc         *corev1.Service
+		wantMessage string
+	}{
+		"no gateway named":     {svc: egressGatewayService("10.96.0.50"), wantMessage: "--egress-gateway-service is not set"},
+		"no Service":           {ref: egressGatewayRef(), wantMessage: "does not exist"},
+		"a Service without ip": {ref: egressGatewayRef(), svc: egressGatewayService("None"), wantMessage: "no cluster IP"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := poolFixture(t, 2, nil)
+			egressFixtureClass(f)
+			if tc.svc != nil {
+				f.allowedServices = append(f.allowedServices, tc.svc)
+			}
+			c := f.newController(ctx, 100)
+			c.SetEgressGateway(tc.ref)
+			if _, err := c.sync(ctx, registryKey()); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(f.createdOf("pods")); n != 0 {
+				t.Errorf("created %d members", n)
+			}
+			written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+			if st := written.Status.Warm[0]; st.Ready != 0 || !strings.Contains(st.Message, tc.wantMessage) {
+				t.Errorf("status %+v, want why no member is built (%q)", st, tc.wantMessage)
+			}
+		})
+	}
+}
+
+// TestGatewayServiceEnqueuesEgressPools: an event of the gateway's Service brings back the
+// registries with a sandbox of a class with egress (their members' records hold its address),
+// and no other; another Service's event brings back none.
+func TestGatewayServiceEnqueuesEgressPools(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := poolFixture(t, 2, nil)
+	egressFixtureClass(f)
+	plain := sandboxpodtest.Registry("plain", "")
+	plain.Spec.Sandboxes[0].Class = "plain"
+	f.registries = append(f.registries, plain)
+	f.classes = append(f.classes, newClass("plain"))
+	c := f.newController(ctx, 100)
+	other := egressGatewayService("10.96.0.50")
+	other.Name = "something-else"
+	c.gatewayChanged(egressGatewayService("10.96.0.50"))
+	if c.queue.Len() != 0 {
+		t.Fatalf("%d registries enqueued without a gateway named", c.queue.Len())
+	}
+	c.SetEgressGateway(egressGatewayRef())
+	c.gatewayChanged(other)
+	if c.queue.Len() != 0 {
+		t.Fatalf("another Service's event enqueued %d registries", c.queue.Len())
+	}
+	c.gatewayChanged(cache.DeletedFinalStateUnknown{Obj: egressGatewayService("10.96.0.50")})
+	if c.queue.Len() != 1 {
+		t.Fatalf("%d registries enqueued, want the one with an egress class", c.queue.Len())
+	}
+	if key, _ := c.queue.Get(); key != registryKey() {
+		t.Errorf("enqueued %v, want %v", key, registryKey())
 	}
 }
 
