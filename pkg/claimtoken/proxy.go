@@ -70,19 +70,16 @@ func DeriveMemberProxy(proxyKey []byte, uid types.UID, namespace, member string)
 // MemberProxyCredential derives the egress proxy credential of the warm member pod
 // namespace/member with uid, with the proxy key of the Source's key.
 func (s *Source) MemberProxyCredential(ctx context.Context, uid types.UID, namespace, member string) (string, error) {
-	key, err := s.Key(ctx)
-	if err != nil {
-		return "", err
-	}
-	pk, err := ProxyKey(key)
-	if err != nil {
-		return "", err
-	}
-	return DeriveMemberProxy(pk, uid, namespace, member)
+	return s.withProxyKey(ctx, func(pk []byte) (string, error) { return DeriveMemberProxy(pk, uid, namespace, member) })
 }
 
 // ProxyCredential derives the egress proxy credential of a claim with the Source's key.
 func (s *Source) ProxyCredential(ctx context.Context, uid types.UID, namespace, name string) (string, error) {
+	return s.withProxyKey(ctx, func(pk []byte) (string, error) { return DeriveProxy(pk, uid, namespace, name) })
+}
+
+// withProxyKey derives with the proxy key of the Source's key.
+func (s *Source) withProxyKey(ctx context.Context, derive func(proxyKey []byte) (string, error)) (string, error) {
 	key, err := s.Key(ctx)
 	if err != nil {
 		return "", err
@@ -91,7 +88,7 @@ func (s *Source) ProxyCredential(ctx context.Context, uid types.UID, namespace, 
 	if err != nil {
 		return "", err
 	}
-	return DeriveProxy(pk, uid, namespace, name)
+	return derive(pk)
 }
 
 // EnsureProxyKey makes the Secret ProxySecretName of the Source's namespace hold the proxy key

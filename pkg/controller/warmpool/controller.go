@@ -219,40 +219,37 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 	return c, nil
 }
 
+// onChange calls f on an object's add and delete, and on an update when changed(old, cur).
+func onChange(f func(obj any), changed func(old, cur metav1.Object) bool) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: f,
+		UpdateFunc: func(old, cur any) {
+			if changed(old.(metav1.Object), cur.(metav1.Object)) {
+				f(cur)
+			}
+		},
+		DeleteFunc: f,
+	}
+}
+
+func generationChanged(old, cur metav1.Object) bool {
+	return old.GetGeneration() != cur.GetGeneration()
+}
+
+func resourceVersionChanged(old, cur metav1.Object) bool {
+	return old.GetResourceVersion() != cur.GetResourceVersion()
+}
+
 // addEventHandlers: registries and classes by generation, members (pods, policies) by
 // resourceVersion, with the pods' ready times and keys, and claims' arrivals.
 func (c *Controller) addEventHandlers(informers Informers) error {
-	if err := c.handlers.Add(informers.Registries.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
-				c.enqueue(cur)
-			}
-		},
-		DeleteFunc: c.enqueue,
-	}); err != nil {
+	if err := c.handlers.Add(informers.Registries.Informer(), onChange(c.enqueue, generationChanged)); err != nil {
 		return fmt.Errorf("adding the registry event handler: %w", err)
 	}
-	if err := c.handlers.Add(informers.Classes.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueClassUsers,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetGeneration() != cur.(metav1.Object).GetGeneration() {
-				c.enqueueClassUsers(cur)
-			}
-		},
-		DeleteFunc: c.enqueueClassUsers,
-	}); err != nil {
+	if err := c.handlers.Add(informers.Classes.Informer(), onChange(c.enqueueClassUsers, generationChanged)); err != nil {
 		return fmt.Errorf("adding the class event handler: %w", err)
 	}
-	member := cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueOwner,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueueOwner(cur)
-			}
-		},
-		DeleteFunc: c.enqueueOwner,
-	}
+	member := onChange(c.enqueueOwner, resourceVersionChanged)
 	podHandler := member
 	podHandler.AddFunc = func(obj any) {
 		c.memberSeen(obj, false)
@@ -283,15 +280,7 @@ func (c *Controller) addEventHandlers(informers Informers) error {
 	}
 	// The egress gateway's Service: its address and selector are in the records of the members
 	// of classes with egress (their pool key), so its every change rebuilds those pools.
-	if err := c.handlers.Add(informers.AllowedServices.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.gatewayChanged,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.gatewayChanged(cur)
-			}
-		},
-		DeleteFunc: c.gatewayChanged,
-	}); err != nil {
+	if err := c.handlers.Add(informers.AllowedServices.Informer(), onChange(c.gatewayChanged, resourceVersionChanged)); err != nil {
 		return fmt.Errorf("adding the egress gateway Service event handler: %w", err)
 	}
 	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool.
