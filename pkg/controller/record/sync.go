@@ -148,6 +148,13 @@ func (c *Controller) end(ctx context.Context, s *session, claim *airlockv1alpha1
 		}
 		s.cancel()
 	}
+	s.mu.Unlock()
+	// What waits is stored before the seal, so that a segment changed under the leader is
+	// still said in the record (store.go).
+	if err := c.store(ctx, s); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
 	err := c.sealLocked(s, claim, why)
 	s.mu.Unlock()
 	if err != nil {
