@@ -174,8 +174,8 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 		})
 	}
 	for name, ok := range map[string]rbacv1.PolicyRule{
-		"create secrets":    {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
-		"create configmaps": {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		"create secrets":      {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		"create configmaps":   {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 		"the record segments": {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "list", "update"}},
 		"the CA bundle": {APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{caBundleConfigMap},
 			Verbs: []string{"get", "list", "watch", "update", "delete"}},

@@ -245,4 +245,6 @@ func kinds(entries []record.Entry) string {
 	return strings.Join(k, " ")
 }
 
-func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName { return cache.MetaObjectToName(claim) }
+func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName {
+	return cache.MetaObjectToName(claim)
+}
