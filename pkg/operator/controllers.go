@@ -87,6 +87,10 @@ type ControllerContext struct {
 	RecordSigning *recordSigning
 	// Records links the claim controller to the term's record controller; the term's own.
 	Records *recordLink
+	// RecordObservers are told of every entry the record controller appends to a claim's
+	// record, in order (recordcontroller.Observer: they must not block): the usage ledger's and
+	// the trace export's feed.
+	RecordObservers []recordcontroller.Observer
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -352,6 +356,9 @@ func startRecordController(ctx context.Context, cc ControllerContext) (func(ctx 
 		cc.KubeInformers.Core().V1().Pods(), cc.Tokens, cc.RecordSigning, cc.OperatorPeer != nil)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range cc.RecordObservers {
+		c.AddObserver(o)
 	}
 	if cc.Records != nil {
 		cc.Records.c = c
