@@ -67,8 +67,9 @@ func TestABatchWaitsOneSecond(t *testing.T) {
 	f.follower.lines["b1"] = [][]byte{sandboxdLine(t, "b1", 1, record.KindSandboxBoot)}
 	f.follower.end = context.Canceled // a read that stays open
 	_ = f.claims.Add(claim)
+	f.sync(claim) // the phase, stored at once
 	_ = f.pods.Add(runningPod(claim))
-	f.sync(claim)
+	f.sync(claim) // the read starts, and takes the boot entry
 	requeue := f.sync(claim)
 	if requeue == nil || *requeue != flushDelay {
 		t.Fatalf("requeue = %v, want %v", requeue, flushDelay)
