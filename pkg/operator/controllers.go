@@ -82,6 +82,8 @@ type ControllerContext struct {
 	// Like KubeInformers, the term's own.
 	IsolationKeySecrets kubeinformers.SharedInformerFactory
 	IsolationKeys       *isolationkey.Keys
+	// RecordKubeClient is the record controller's own client (nil: KubeClient).
+	RecordKubeClient kubernetes.Interface
 	// RecordSigning is the session record's signing key, derived from the token key; its
 	// public half is published in airlock-ca (record-signing.pub).
 	RecordSigning *recordSigning
@@ -352,7 +354,11 @@ func startRecordController(ctx context.Context, cc ControllerContext) (func(ctx 
 			return nil
 		}, nil
 	}
-	c, err := recordcontroller.NewController(cc.KubeClient, cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
+	kube := cc.RecordKubeClient
+	if kube == nil {
+		kube = cc.KubeClient
+	}
+	c, err := recordcontroller.NewController(kube, cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
 		cc.KubeInformers.Core().V1().Pods(), cc.Tokens, cc.RecordSigning, cc.OperatorPeer != nil)
 	if err != nil {
 		return nil, err
