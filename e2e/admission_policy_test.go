@@ -25,6 +25,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
@@ -221,6 +222,14 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
 			return err
 		},
+		"a session record segment": func() error {
+			cm, err := recordstore.ConfigMap(claim, recordstore.Segment{N: 3})
+			if err != nil {
+				return err
+			}
+			_, err = op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			return err
+		},
 	}
 	for name, write := range writes {
 		// AlreadyExists is admitted: validating admission runs before the storage's create (an
@@ -310,7 +319,16 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Labels: map[string]string{"airlock.dev/ca-bundle": "true"}}}
 			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
 			return err
-		}, "the only ConfigMap the airlock operator writes"},
+		}, "the only ConfigMaps the airlock operator writes"},
+		"a record segment of another claim's name": {func() error {
+			cm, err := recordstore.ConfigMap(claim, recordstore.Segment{})
+			if err != nil {
+				return err
+			}
+			cm.Labels[recordstore.LabelRecordClaim] = "someone-else"
+			_, err = op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			return err
+		}, "the only ConfigMaps the airlock operator writes"},
 	}
 	// A claim's pod in the operator's namespace is refused by the first policy, or (no claim there)
 	// by a param policy before it: admission_never_test.go.

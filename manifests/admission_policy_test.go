@@ -35,6 +35,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
 )
@@ -378,6 +379,15 @@ func egressCABundle() *corev1.ConfigMap {
 	}
 }
 
+// recordSegment is segment n of the claim's session record, as the record controller writes it.
+func recordSegment(claim *airlockv1alpha1.SandboxClaim, n int) *corev1.ConfigMap {
+	cm, err := recordstore.ConfigMap(claim, recordstore.Segment{N: n, Lines: [][]byte{[]byte("{}")}})
+	if err != nil {
+		panic(err)
+	}
+	return cm
+}
+
 func caBundle() *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "airlock-ca", Namespace: sandboxpodtest.Namespace,
@@ -468,13 +478,18 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"the isolation signing keys":            create(isolationKeys),
 		"the isolation signing keys, rotated":   update(isolationKeys, isolationKeys),
 		"the CA bundle":                         create(caBefore),
-		"the CA bundle, updated":                update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
-		"the CA bundle deleted":                 remove(caBefore),
-		"the egress CA":                         create(egressCA),
-		"the egress CA, rotated":                update(egressCA, egressCA),
-		"the egress CA bundle":                  create(egressCABundle()),
-		"the egress CA bundle, updated":         update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
-		"the egress CA bundle deleted":          remove(egressCABundle()),
+		"a record segment":                      create(recordSegment(claim, 0)),
+		"the last record segment":               create(recordSegment(claim, 63)),
+		"a record segment, appended":            update(recordSegment(claim, 1), with(recordSegment(claim, 1), func(c *corev1.ConfigMap) { c.Data[recordstore.KeyEntries] += "{}\n" })),
+		"a record moved to its kept workspace": update(recordSegment(claim, 0), recordstore.OwnedBy(recordSegment(claim, 0),
+			metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "job-uid"})),
+		"the CA bundle, updated":        update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
+		"the CA bundle deleted":         remove(caBefore),
+		"the egress CA":                 create(egressCA),
+		"the egress CA, rotated":        update(egressCA, egressCA),
+		"the egress CA bundle":          create(egressCABundle()),
+		"the egress CA bundle, updated": update(egressCABundle(), with(egressCABundle(), func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
+		"the egress CA bundle deleted":  remove(egressCABundle()),
 		"another install's operator, its pod": func() request {
 			r := create(pod)
 			r.user = "system:serviceaccount:airlock-two:airlock-operator"
@@ -519,7 +534,7 @@ const (
 	msgNPLabel      = "a NetworkPolicy the airlock operator writes carries"
 	msgNPSelector   = "a NetworkPolicy the airlock operator writes selects"
 	msgNPPeers      = "a NetworkPolicy the airlock operator writes admits"
-	msgConfigMap    = "the only ConfigMap the airlock operator writes"
+	msgConfigMap    = "the only ConfigMaps the airlock operator writes"
 	msgToken        = "a pod the airlock operator writes gets no ServiceAccount token"
 	msgHost         = "a pod the airlock operator writes shares no host namespace"
 	msgVolumes      = "a pod the airlock operator writes has no hostPath"
@@ -697,7 +712,26 @@ func TestPolicyRefusesWhatAirlockDoesNotBuild(t *testing.T) {
 		"a Job in kube-system":     {create(in("kube-system", job)), msgSystemNS},
 		"another Job deleted":      {remove(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
 		"another ConfigMap":        {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = "coredns" })), msgConfigMap},
-		"an unlabelled CA bundle":  {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+		"a record segment deleted": {remove(recordSegment(claim, 0)), msgConfigMap},
+		"a record segment named for another claim": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+			c.Labels[recordstore.LabelRecordClaim] = "other"
+		})), msgConfigMap},
+		"a record segment 64": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name = strings.TrimSuffix(c.Name, "-0") + "-64" })), msgConfigMap},
+		"a record segment without its hash": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+			c.Name = claim.Name + "-record-0"
+		})), msgConfigMap},
+		"a record segment with a name after its number": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name += "-coredns" })), msgConfigMap},
+		"a record segment without record-of": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+			delete(c.Labels, recordstore.LabelRecordOf)
+		})), msgConfigMap},
+		"a record segment moved to another claim's record": {update(recordSegment(claim, 0), with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+			c.Labels[recordstore.LabelRecordOf] = "another-uid"
+		})), msgConfigMap},
+		"a record segment owned by a Deployment": {create(recordstore.OwnedBy(recordSegment(claim, 0),
+			metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "d-uid"})), msgConfigMap},
+		"a record segment without an owner":          {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.OwnerReferences = nil })), msgConfigMap},
+		"the CA bundle turned into a record segment": {update(caBundle(), with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name = "airlock-ca" })), msgConfigMap},
+		"an unlabelled CA bundle":                    {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
 		"an egress CA bundle with the other bundle's label": {create(with(egressCABundle(), func(c *corev1.ConfigMap) {
 			c.Labels = map[string]string{"airlock.dev/ca-bundle": "true"}
 		})), msgConfigMap},

@@ -91,6 +91,9 @@ var rbacUses = map[string]rbacUse{
 	"/configmaps@airlock-ca update": {"pkg/controller/cabundle/controller.go", `ConfigMaps(ns).Update(`},
 	"/configmaps@airlock-ca delete": {"pkg/controller/cabundle/controller.go", `ConfigMaps(cm.Namespace).Delete(`},
 	"/configmaps create":            {"pkg/controller/cabundle/controller.go", `configMaps.Create(`},
+	"/configmaps get":               {"pkg/controller/record/control.go", `ConfigMaps(namespace).Get(`},
+	"/configmaps list":              {"pkg/controller/record/control.go", `ConfigMaps(namespace).List(`},
+	"/configmaps update":            {"pkg/controller/record/control.go", `ConfigMaps(cm.Namespace).Update(`},
 
 	// client-go's core/v1 recorder creates an event, and patches it when it repeats.
 	"/events create": {"pkg/controller/claim/controller.go", `StartRecordingToSink(`},

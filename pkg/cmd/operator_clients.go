@@ -24,6 +24,9 @@ type operatorClients struct {
 	// claim's write.
 	poolKube    kubernetes.Interface
 	poolAirlock airlockclientset.Interface
+	// record writes the session records' segments: a record's write never waits in front of a
+	// claim's.
+	record kubernetes.Interface
 	// leaderElection renews the lease, so that lease renewals never queue behind the
 	// controllers' requests.
 	leaderElection kubernetes.Interface
@@ -46,6 +49,9 @@ func newOperatorClients(restConfig *rest.Config, userAgent string, renewDeadline
 		return nil, err
 	}
 	if c.poolKube, err = kubeClientFor(kubeConfig, userAgent+"/warm-pools", "the warm pool client"); err != nil {
+		return nil, err
+	}
+	if c.record, err = kubeClientFor(kubeConfig, userAgent+"/session-records", "the session records' client"); err != nil {
 		return nil, err
 	}
 	if c.airlock, err = airlockClientFor(restConfig, userAgent, "the airlock client"); err != nil {

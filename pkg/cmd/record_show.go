@@ -15,11 +15,13 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
@@ -44,7 +46,7 @@ func (o *RecordShowOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Namespace, "namespace", "n", o.Namespace, "the claim's namespace (default: the context's)")
 	fs.StringVar(&o.UID, "uid", o.UID, "the UID of the claim whose record to show, when several claims of that name had one")
 	fs.StringVarP(&o.Output, "output", "o", "text", "text (one line an entry), jsonl (the export verify reads) or ocsf")
-	fs.StringVar(&o.PublicKeyFile, "public-key", o.PublicKeyFile, "PEM file of the operator's record-signing public keys: the record is verified against it")
+	fs.StringVar(&o.PublicKeyFile, "public-key", o.PublicKeyFile, "PEM file of the operator's record-signing public keys: the record is verified against it (default: the namespace's airlock-ca ConfigMap, key record-signing.pub)")
 }
 
 // Validate returns every invalid value.
@@ -106,6 +108,29 @@ func records(ctx context.Context, c kubernetes.Interface, ns, name string) (map[
 	return byUID, uids, nil
 }
 
+// publishedKeys reads the operator's record-signing public key from the namespace's airlock-ca
+// ConfigMap (record-signing.pub), which the operator publishes in every namespace with an
+// AgentRuntime when it serves TLS; nil when there is none (or it may not be read): the record is
+// then printed, not verified.
+func publishedKeys(ctx context.Context, c kubernetes.Interface, ns string) (record.Keys, error) {
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the record-signing key from ConfigMap %s/%s: %w", ns, cabundle.ConfigMapName, err)
+	}
+	pem := cm.Data[cabundle.RecordSigningKey]
+	if pem == "" {
+		return nil, nil
+	}
+	keys, err := record.ParsePublicKeys([]byte(pem))
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s, %s: %w", ns, cabundle.ConfigMapName, cabundle.RecordSigningKey, err)
+	}
+	return keys, nil
+}
+
 // showRecords prints the records of claim name as o asks, and fails when one does not verify.
 func (o *RecordShowOptions) showRecords(ctx context.Context, name string, out io.Writer) error {
 	c, ns, err := o.clientAndNamespace()
@@ -134,6 +159,8 @@ func (o *RecordShowOptions) showRecords(ctx context.Context, name string, out io
 		if keys, err = record.ParsePublicKeys(pem); err != nil {
 			return fmt.Errorf("--public-key %s: %w", o.PublicKeyFile, err)
 		}
+	} else if keys, err = publishedKeys(ctx, c, ns); err != nil {
+		return err
 	}
 	var bad []string
 	for _, uid := range uids {
@@ -174,7 +201,7 @@ func (o *RecordShowOptions) print(out io.Writer, ns, name, uid string, export []
 		fmt.Fprintf(out, "%5d  %s  %-8s  %-15s  %s\n", e.Seq, e.Time, e.Source, e.Kind, entryDetails(e))
 	}
 	if keys == nil {
-		fmt.Fprintln(out, "Not verified: give --public-key (the operator's record-signing key).")
+		fmt.Fprintln(out, "Not verified: no record-signing key in ConfigMap airlock-ca (record-signing.pub); give --public-key (the operator's record-signing key).")
 		return true, nil
 	}
 	rep, err := record.Verify(bytes.NewReader(export), keys, record.Options{Claim: uid})

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
@@ -103,5 +104,26 @@ func TestRecordShowOfSeveralClaimsOfOneName(t *testing.T) {
 	}
 	if _, err := showRecord(t, RecordShowOptions{UID: "nope"}, older); err == nil || !strings.Contains(err.Error(), "no record of claim team-a/rt-abc with UID nope") {
 		t.Errorf("an unknown UID: %v", err)
+	}
+}
+
+// TestRecordShowReadsTheKeyFromAirlockCA: without --public-key, the key published in the
+// namespace's airlock-ca ConfigMap (record-signing.pub) verifies the record; without one there,
+// the record is printed, not verified.
+func TestRecordShowReadsTheKeyFromAirlockCA(t *testing.T) {
+	cm, keyFile := storedRecord(t, "rt-abc", "uid-1", time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	pem, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: cabundle.ConfigMapName},
+		Data: map[string]string{cabundle.Key: "---", cabundle.RecordSigningKey: string(pem)}}
+	out, err := showRecord(t, RecordShowOptions{}, cm, ca)
+	if err != nil || !strings.Contains(out, "Verified: intact and sealed: 3 entries") {
+		t.Fatalf("with the key in airlock-ca: %v\n%s", err, out)
+	}
+	out, err = showRecord(t, RecordShowOptions{}, cm)
+	if err != nil || !strings.Contains(out, "Not verified: no record-signing key in ConfigMap airlock-ca") {
+		t.Fatalf("without airlock-ca: %v\n%s", err, out)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/defaultdeny"
 	"github.com/airlock-dev/airlock/pkg/controller/egressca"
 	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
+	recordcontroller "github.com/airlock-dev/airlock/pkg/controller/record"
 	"github.com/airlock-dev/airlock/pkg/controller/sandboxclass"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
 	"github.com/airlock-dev/airlock/pkg/controller/workspacegc"
@@ -81,6 +82,17 @@ type ControllerContext struct {
 	// Like KubeInformers, the term's own.
 	IsolationKeySecrets kubeinformers.SharedInformerFactory
 	IsolationKeys       *isolationkey.Keys
+	// RecordKubeClient is the record controller's own client (nil: KubeClient).
+	RecordKubeClient kubernetes.Interface
+	// RecordSigning is the session record's signing key, derived from the token key; its
+	// public half is published in airlock-ca (record-signing.pub).
+	RecordSigning *recordSigning
+	// Records links the claim controller to the term's record controller; the term's own.
+	Records *recordLink
+	// RecordObservers are told of every entry the record controller appends to a claim's
+	// record, in order (recordcontroller.Observer: they must not block): the usage ledger's and
+	// the trace export's feed.
+	RecordObservers []recordcontroller.Observer
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -108,6 +120,7 @@ func newControllerDescriptors() []controllerDescriptor {
 		{name: sandboxclass.ControllerName, init: startClassController},
 		{name: defaultdeny.ControllerName, init: startDefaultDenyController},
 		{name: isolationkey.ControllerName, init: startIsolationKeyController},
+		{name: recordcontroller.ControllerName, init: startRecordController},
 	}
 }
 
@@ -162,6 +175,10 @@ func startCABundleController(ctx context.Context, cc ControllerContext) (func(ct
 		var extras []cabundle.Extra
 		if cc.IsolationKeys != nil {
 			extras = append(extras, cabundle.Extra{Key: cabundle.IsolationKeysKey, Source: cc.IsolationKeys})
+		}
+		if cc.RecordSigning != nil {
+			// And the public key that verifies the session records (airlock record).
+			extras = append(extras, cabundle.Extra{Key: cabundle.RecordSigningKey, Source: cc.RecordSigning})
 		}
 		bundles = append(bundles, cabundle.SandboxAPIBundle(cc.CABundle, airlock.AgentRuntimes(), cc.CABundleConfigMaps.Core().V1().ConfigMaps(), extras...))
 	}
@@ -318,8 +335,39 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	}
 	c.SetEgressGateway(cc.EgressGateway)
 	c.SetOperatorPeer(cc.OperatorPeer)
+	if cc.Records != nil {
+		c.SetSessionRecords(cc.Records)
+	}
 	if !cc.ReadIsolationEvidence {
 		c.SetIsolationEvidence(false)
+	}
+	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
+}
+
+// startRecordController builds the session record controller (docs/record.md §2), on the claims'
+// informer and the filtered pod informer (sandbox pods carry LabelClaim). It reads sandboxes'
+// logs only through the operator's ingress (--operator-pod-labels).
+func startRecordController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
+	if cc.RecordSigning == nil {
+		return func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}, nil
+	}
+	kube := cc.RecordKubeClient
+	if kube == nil {
+		kube = cc.KubeClient
+	}
+	c, err := recordcontroller.NewController(kube, cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
+		cc.KubeInformers.Core().V1().Pods(), cc.Tokens, cc.RecordSigning, cc.OperatorPeer != nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range cc.RecordObservers {
+		c.AddObserver(o)
+	}
+	if cc.Records != nil {
+		cc.Records.c = c
 	}
 	return func(ctx context.Context) error { return c.Run(ctx, cc.Workers) }, nil
 }

@@ -336,6 +336,8 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		ReadIsolationEvidence: o.cfg.ReadIsolationEvidence,
 		EgressCA:              o.egressCA(),
 		Namespace:             o.cfg.Namespace,
+		RecordSigning:         newRecordSigning(o.tokens),
+		RecordKubeClient:      o.cfg.RecordKubeClient,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no
@@ -346,6 +348,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		term.CABundleConfigMaps = cabundle.NewConfigMapInformerFactory(o.cfg.KubeClient, cabundle.ConfigMapName, cabundle.LabelBundle)
 		term.IsolationKeySecrets = isolationkey.NewSecretInformerFactory(o.cfg.KubeClient, o.cfg.Namespace)
 		term.IsolationKeys = isolationkey.NewKeys(term.IsolationKeySecrets.Core().V1().Secrets(), o.cfg.Namespace)
+		term.Records = &recordLink{}
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
 		defer term.CABundleConfigMaps.Shutdown()

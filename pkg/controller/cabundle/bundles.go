@@ -23,6 +23,9 @@ const (
 	// isolation attestations (pkg/attestation); a runtime that mounts airlock-ca at
 	// /var/run/airlock/ca has them at /var/run/airlock/ca/isolation-keys.pem.
 	IsolationKeysKey = "isolation-keys.pem"
+	// RecordSigningKey is airlock-ca's key with the PEM public key that verifies the session
+	// records (docs/record.md §2.2): `airlock record` reads it from there.
+	RecordSigningKey = "record-signing.pub"
 )
 
 // The egress gateway CA's bundle.

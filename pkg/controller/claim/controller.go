@@ -173,6 +173,8 @@ type Controller struct {
 	newProxyCredential func(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (string, error)
 	// stops is the operator's stop of Reaping claims' pods (stop.go); nil: off.
 	stops *stops
+	// records is the session record's side of a claim's end (records.go); nil: none.
+	records SessionRecords
 	// evidence reads sandboxes' isolation evidence before Bound (isolation.go); nil: off, with
 	// stops.
 	evidence *evidence.Reads

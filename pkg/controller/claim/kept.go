@@ -105,6 +105,17 @@ func (c *Controller) writeRecord(ctx context.Context, claim *airlockv1alpha1.San
 	if err != nil {
 		return err
 	}
+	if c.records != nil {
+		// The claim's records live as long as the workspace: they move to the Job before the
+		// claim is deleted (records.go); a failed move is tried again with the keep.
+		live, err := c.freshKeptRecord(ctx, job.Namespace, job.Name)
+		if err != nil {
+			return err
+		}
+		if err := c.moveRecordsToJob(ctx, claim, live); err != nil {
+			return err
+		}
+	}
 	c.keptWritten.Expect(cache.MetaObjectToName(job), struct{}{}) // until the Job cache shows it
 	if keptFor := job.Labels[airlockv1alpha1.LabelKeptFor]; keptFor != "" {
 		// A warm member's workspace kept for the claim's own directory: the next claim of the
@@ -235,6 +246,11 @@ func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alph
 	if record.Annotations[airlockv1alpha1.AnnotationHeldAction] == airlockv1alpha1.HeldActionRetry && workspace.IsHeld(record) {
 		// Its sync-back is being retried: no pod writes the workspace while it is copied.
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForRetry, dir, record.Name)}
+	}
+	// The workspace's records follow it to the resuming claim before the Job goes (records.go):
+	// a failed move fails the take, which is tried again.
+	if err := c.moveRecordsToClaim(ctx, claim, record); err != nil {
+		return nil, err
 	}
 	if err := c.children.jobs.DeleteUnchanged(ctx, record); apierrors.IsNotFound(err) {
 		return nil, nil // gone meanwhile (collected and deleted): nothing to resume

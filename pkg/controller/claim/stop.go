@@ -205,6 +205,9 @@ func (c *Controller) stopSandbox(ctx context.Context, claim *airlockv1alpha1.San
 		return false
 	}
 	sandboxStops.WithLabelValues("stopped").Inc()
+	// sandboxd appended its stopped entry before it answered: the record reads it before the
+	// pod goes (records.go).
+	c.waitForRecord(ctx, claim)
 	if err := objectcontrol.IgnoreGone(c.lostPods.Release(ctx, pod)); err != nil {
 		logger.Error(err, "Deleting the stopped pod at once; the kubelet will")
 		return false

@@ -1,0 +1,106 @@
+//go:build e2e && realnode
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
+)
+
+// TestRealNodeSessionRecord: a session that Writes a file and runs Bash, then closes, leaves a
+// record (docs/record.md §2) that the in-cluster leader read from sandboxd and stored: the claim's
+// phases, each tool.call, the file.write of the Write, the process of the Bash, sandboxd's
+// stopped entry (the operator's stop: no gap), and the seal. `airlock record` prints it and says
+// "intact and sealed" with the key it reads from airlock-ca; an edited segment is reported.
+func TestRealNodeSessionRecord(t *testing.T) {
+	requireRealNode(t)
+	ctx := context.Background()
+	e := newRealnodeEnv(t, "airlock-rn-record", realnodeOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 5, idleTimeout: 5 * time.Minute})
+	steps := []map[string]any{
+		step("write", "Write", map[string]any{"file_path": "src/record.txt", "content": "recorded\n"}),
+		step("bash", "Bash", map[string]any{"command": "cat src/record.txt && echo done"}),
+	}
+	plan := map[string]any{"api": apiURL(), "namespace": e.ns, "runtime": "agent", "session": "session-record", "handle": "codegen/default",
+		"steps": steps, "close": true, "idleSeconds": 300}
+	var res rnSession
+	e.runClient(t, "runtime-record", "session", plan, 4*time.Minute, &res)
+	if res.Error != "" || res.Claim == "" {
+		t.Fatalf("runtime: %q (claim %q)", res.Error, res.Claim)
+	}
+	for _, name := range []string{"write", "bash"} {
+		if c := res.call(t, name); c.IsError || c.Err != "" {
+			t.Fatalf("%s: %s %s", name, c.Text, c.Err)
+		}
+	}
+
+	// The claim is reaped (the session closed), its pod stopped through sandboxd, the record
+	// sealed; then the claim goes and the record stays with the kept workspace.
+	var uid string
+	eventually(t, 3*time.Minute, "the claim's record to be stored sealed", func(ctx context.Context) (bool, error) {
+		list, err := kubeClient.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + res.Claim})
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			s, err := recordstore.Parse(&list.Items[i])
+			if err == nil && s.Anchor != nil && s.Anchor.Sealed {
+				uid = list.Items[i].Labels[recordstore.LabelRecordOf]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	ca, err := kubeClient.CoreV1().ConfigMaps(e.ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+	if err != nil || !strings.Contains(ca.Data[cabundle.RecordSigningKey], "PUBLIC KEY") {
+		t.Fatalf("airlock-ca has no record-signing key: %v", err)
+	}
+
+	out, ok := airlockRecord(t, res.Claim, "-n", e.ns, "--uid", uid)
+	t.Logf("airlock record:\n%s", out)
+	if !ok || !strings.Contains(out, "Verified: intact and sealed") {
+		t.Fatalf("airlock record: exit 0 %v, want intact and sealed", ok)
+	}
+	jsonl, ok := airlockRecord(t, res.Claim, "-n", e.ns, "--uid", uid, "-o", "jsonl")
+	if !ok {
+		t.Fatalf("airlock record -o jsonl:\n%s", jsonl)
+	}
+	for _, want := range []string{
+		`"kind":"claim.phase"`, `"phase":"Bound"`, `"phase":"Reaping"`,
+		`"kind":"tool.call"`, `"tool":"Write"`, `"tool":"Bash"`,
+		`"kind":"file.write"`, `"path":"src/record.txt"`,
+		`"kind":"process"`, `"kind":"sandbox.stopped"`, `"kind":"record.sealed"`,
+	} {
+		if !strings.Contains(jsonl, want) {
+			t.Errorf("the record lacks %s", want)
+		}
+	}
+	if strings.Contains(jsonl, `"kind":"record.gap"`) {
+		t.Errorf("an ordinary end left a gap in the record:\n%s", jsonl)
+	}
+
+	// Tampered where it is stored: an edited entry is reported, and the command fails.
+	list, err := kubeClient.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
+	if err != nil || len(list.Items) == 0 {
+		t.Fatalf("the record's segments: %v", err)
+	}
+	seg := list.Items[0].DeepCopy()
+	orig := seg.Data[recordstore.KeyEntries]
+	seg.Data[recordstore.KeyEntries] = strings.Replace(orig, `"tool":"Bash"`, `"tool":"Read"`, 1)
+	if seg.Data[recordstore.KeyEntries] == orig {
+		t.Fatalf("segment %s holds no Bash call", seg.Name)
+	}
+	if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Update(ctx, seg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = airlockRecord(t, res.Claim, "-n", e.ns, "--uid", uid)
+	if ok || !strings.Contains(out, "edited") || !strings.Contains(out, "tampered") {
+		t.Errorf("an edited segment: exit 0 %v, want a failure that says edited and tampered:\n%s", ok, out)
+	}
+}

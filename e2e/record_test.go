@@ -1,0 +1,144 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
+)
+
+// airlockRecord runs `airlock record` against the suite's cluster; it returns the output and
+// whether the command succeeded (exit 0: every record shown is intact).
+func airlockRecord(t *testing.T, args ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(airlockBinary(t), append([]string{"record", "--kubeconfig=" + os.Getenv("KUBECONFIG")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// recordSegments are the stored segments of the claim with uid.
+func recordSegments(ctx context.Context, ns, uid string) ([]corev1.ConfigMap, error) {
+	list, err := kubeClient.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// waitRecordSealed waits until the claim's stored record is sealed, and returns its segments.
+func waitRecordSealed(t *testing.T, ns, uid string, timeout time.Duration) []corev1.ConfigMap {
+	t.Helper()
+	var segs []corev1.ConfigMap
+	eventually(t, timeout, "the claim's record to be stored sealed", func(ctx context.Context) (bool, error) {
+		var err error
+		if segs, err = recordSegments(ctx, ns, uid); err != nil {
+			return false, err
+		}
+		for i := range segs {
+			if s, err := recordstore.Parse(&segs[i]); err == nil && s.Anchor != nil && s.Anchor.Sealed {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return segs
+}
+
+// TestRecordOfAClaim (API-only): a claim that binds, is reaped and is deleted leaves a record of
+// its phases, sealed, kept with its workspace (owned by the kept workspace's Job); `airlock
+// record` prints it and verifies it with the key published in airlock-ca; an edited segment and
+// a deleted middle segment are reported, and the command fails.
+func TestRecordOfAClaim(t *testing.T) {
+	e := newClaimEnv(t, "airlock-record", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
+	startClaimOperator(t, e.ns)
+	c := e.createClaim(t, "session-1", "codegen/default", "")
+	e.waitPhase(t, c.Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+	e.waitGone(t, c.Name, 90*time.Second)
+	kept := waitKeptRecord(t, e.ns, c.Spec.WorkspaceDir, 30*time.Second)
+	segs := waitRecordSealed(t, e.ns, string(c.UID), 60*time.Second)
+	for _, s := range segs {
+		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != kept.UID {
+			t.Errorf("segment %s owned by %v, want the kept workspace's Job %s only", s.Name, s.OwnerReferences, kept.Name)
+		}
+	}
+	ctx := context.Background()
+	ca, err := kubeClient.CoreV1().ConfigMaps(e.ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
+	if err != nil || !strings.Contains(ca.Data[cabundle.RecordSigningKey], "PUBLIC KEY") {
+		t.Fatalf("airlock-ca has no record-signing key: %v %v", err, ca.Data)
+	}
+
+	out, ok := airlockRecord(t, c.Name, "-n", e.ns)
+	if !ok {
+		t.Fatalf("airlock record failed:\n%s", out)
+	}
+	for _, want := range []string{"Bound", "Reaping", "record.sealed", "Verified: intact and sealed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("airlock record's output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// An edited entry.
+	seg := segs[0].DeepCopy()
+	orig := seg.Data[recordstore.KeyEntries]
+	seg.Data[recordstore.KeyEntries] = strings.Replace(orig, `"phase":"Bound"`, `"phase":"Bond"`, 1)
+	if seg.Data[recordstore.KeyEntries] == orig {
+		t.Fatalf("no Bound phase in the stored segment:\n%s", orig)
+	}
+	if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Update(ctx, seg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = airlockRecord(t, c.Name, "-n", e.ns)
+	if ok || !strings.Contains(out, "edited") || !strings.Contains(out, "tampered") {
+		t.Errorf("an edited segment: exit 0 %v, want a failure that says edited and tampered:\n%s", ok, out)
+	}
+
+	// A deleted middle segment: the record, split into three segments as a longer one is stored
+	// (the anchor in the last), then the middle one deleted.
+	if err := kubeClient.CoreV1().ConfigMaps(e.ns).Delete(ctx, seg.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := recordstore.Parse(&segs[0])
+	if err != nil || len(parsed.Lines) < 3 {
+		t.Fatalf("the stored record: %v, %d lines; want at least 3", err, len(parsed.Lines))
+	}
+	n := len(parsed.Lines)
+	parts := [][][]byte{parsed.Lines[:1], parsed.Lines[1:2], parsed.Lines[2:n]}
+	for i, lines := range parts {
+		s := recordstore.Segment{N: i, Lines: lines, Cursor: parsed.Cursor}
+		if i == len(parts)-1 {
+			s.Anchor = parsed.Anchor
+		}
+		cm, err := recordstore.ConfigMap(c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.OwnerReferences = segs[0].OwnerReferences
+		if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, ok = airlockRecord(t, c.Name, "-n", e.ns); !ok {
+		t.Fatalf("the record split into three segments does not verify:\n%s", out)
+	}
+	if err := kubeClient.CoreV1().ConfigMaps(e.ns).Delete(ctx, recordstore.Name(c.Name, c.UID, 1), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = airlockRecord(t, c.Name, "-n", e.ns)
+	if ok || !strings.Contains(out, "dropped") {
+		t.Errorf("a deleted middle segment: exit 0 %v, want a failure that says dropped:\n%s", ok, out)
+	}
+	if !strings.Contains(out, "seq 2") {
+		t.Errorf("a deleted middle segment (entry 2): the output does not say where:\n%s", out)
+	}
+}

@@ -1,0 +1,273 @@
+// Package record is the leader's side of the session record (docs/record.md §2): for each claim
+// it keeps the claim's record, a hash chain signed with the operator's key (pkg/record), and
+// stores it as ConfigMap segments in the claim's namespace (pkg/recordstore).
+//
+// What goes in: the claim's phases and reasons as the claim informer shows them (claim.phase
+// entries, source operator); and, for a claim whose pod runs sandboxd with the claim's own token,
+// sandboxd's log, followed over GET /record (pkg/sandboxrecord) through the operator's ingress
+// (the one POST /stop and the isolation evidence use), into a record.Collector: a cut stream or
+// a new boot becomes a record.gap entry there.
+//
+// When it is stored: a batch of 256 entries, one second after the first entry not yet stored
+// (an AddAfter), at every phase change and at the seal; each write the last segment's Update,
+// conditional on the resourceVersion this leader last wrote or read, and a new segment when it
+// is full. A write that finds the segment changed by someone else (a roll-back, a deletion)
+// writes the record's own lines again and says so in a record.gap entry. The record is sealed
+// (record.sealed) once the claim ended: gone, or Reaping, Refused or Failed with no pod left.
+//
+// A new leader resumes each record from its last segment (its anchor's count and head, and the
+// collector's cursor), read once per claim and term from the API server; sandboxd kept its whole
+// log, so it reads again from there.
+//
+// The controller runs on the leader only, keyed by the claim's namespace/name; its state per
+// claim (by UID) lives in memory for the term, bounded per claim (maxPendingBytes of entries not
+// yet stored, one segment).
+package record
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/handlers"
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
+	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxrecord"
+)
+
+// ControllerName is the queue's name and the field manager of the controller's writes.
+const ControllerName = "airlock-record-controller"
+
+// FieldManager names the controller's writes.
+const FieldManager = ControllerName
+
+const (
+	// batchEntries is the batch that is stored at once; flushDelay how long the first entry not
+	// yet stored waits for more (docs/record.md §2.5).
+	batchEntries = 256
+	flushDelay   = time.Second
+	// maxPendingBytes bounds a claim's entries read but not yet stored (a stalled API server):
+	// past it the controller stops reading sandboxd's log, which keeps everything, and reads on
+	// from its cursor once the entries are stored (the bound of sandboxd's own log, §2.1).
+	maxPendingBytes = 8 << 20
+	// followRetry is how long a cut stream waits before it is read again.
+	followRetry = time.Second
+	// maxMessage bounds a phase's message in an entry.
+	maxMessage = 1024
+)
+
+// Signer gives the record's signer (derived from the operator's token key, which may not be
+// readable yet: then an error, and the claim is tried again).
+type Signer interface {
+	Signer(ctx context.Context) (*record.Signer, error)
+}
+
+// Tokens derives a claim's bearer token (claimtoken.Source is one).
+type Tokens interface {
+	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
+}
+
+// follower reads a sandbox's log (*sandboxrecord.Client is one).
+type follower interface {
+	Follow(ctx context.Context, base, token, boot string, after uint64, take func(line []byte) error) error
+}
+
+// Observer is told of each entry appended to a claim's record, in order, as it is appended
+// (before it is stored). It is called with the claim's record locked: it must not block (the
+// usage ledger and the trace export take entries from here). claim holds only the claim's
+// namespace, name and UID when the claim is gone.
+type Observer func(claim *airlockv1alpha1.SandboxClaim, e record.Entry)
+
+// Controller keeps the session records of claims.
+type Controller struct {
+	configMaps configMapControl
+	tokens     Tokens
+	signer     Signer
+	follower   follower
+	// readSandboxes says whether the operator reaches sandboxes (its ingress, --operator-pod-labels).
+	readSandboxes bool
+	observers     []Observer
+
+	claimLister  airlocklisters.SandboxClaimLister
+	claimsSynced cache.InformerSynced
+	podLister    corelisters.PodLister
+	podsSynced   cache.InformerSynced
+
+	handlers handlers.Registrations
+	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	clock    clock.WithTicker
+
+	mu       sync.Mutex
+	sessions map[types.UID]*session
+	byName   map[cache.ObjectName]types.UID
+	// ctx is Run's: the followers' goroutines end with it; wg joins them.
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+// NewController returns the controller on the claims' informer and the operator's filtered pod
+// informer. readSandboxes says whether the operator's pods may reach sandboxd (its ingress is in
+// every claim's NetworkPolicy): without it only the operator's entries are recorded.
+func NewController(kubeClient kubernetes.Interface, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, readSandboxes bool) (*Controller, error) {
+	return newControllerWithClock(realConfigMaps{client: kubeClient}, claims, pods, tokens, signer, sandboxrecord.NewClient(), readSandboxes, clock.RealClock{})
+}
+
+func newControllerWithClock(configMaps configMapControl, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, f follower, readSandboxes bool, clk clock.WithTicker) (*Controller, error) {
+	c := &Controller{
+		configMaps:    configMaps,
+		tokens:        tokens,
+		signer:        signer,
+		follower:      f,
+		readSandboxes: readSandboxes,
+		claimLister:   claims.Lister(),
+		claimsSynced:  claims.Informer().HasSynced,
+		podLister:     pods.Lister(),
+		podsSynced:    pods.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName, Clock: clk}),
+		clock:    clk,
+		sessions: map[types.UID]*session{},
+		byName:   map[cache.ObjectName]types.UID{},
+		ctx:      context.Background(),
+	}
+	if err := c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueClaim,
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*airlockv1alpha1.SandboxClaim), cur.(*airlockv1alpha1.SandboxClaim)
+			if o.ResourceVersion != n.ResourceVersion {
+				c.enqueueClaim(cur)
+			}
+		},
+		DeleteFunc: c.enqueueClaim,
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.handlers.Add(pods.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueuePodOwner,
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Pod), cur.(*corev1.Pod)
+			if o.ResourceVersion != n.ResourceVersion {
+				c.enqueuePodOwner(cur)
+			}
+		},
+		DeleteFunc: c.enqueuePodOwner,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// AddObserver adds an observer of every entry appended (call before Run).
+func (c *Controller) AddObserver(o Observer) { c.observers = append(c.observers, o) }
+
+// Run runs n workers until ctx is done, then waits for them and for every follower.
+func (c *Controller) Run(ctx context.Context, n int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.handlers.RemoveAll()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
+	defer logger.Info("Shutting down controller", "controller", ControllerName)
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	defer c.wg.Wait()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.podsSynced) {
+		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
+	}
+	// The key, before any claim needs it: its public half is published from here on (airlock-ca).
+	if _, err := c.signer.Signer(ctx); err != nil {
+		logger.Error(err, "No record signing key yet; every claim's record waits for it")
+	}
+	workers.RunRequeue(ctx, n, c.queue, "claim", c.sync)
+	return nil
+}
+
+func (c *Controller) enqueueClaim(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok {
+		return
+	}
+	c.queue.Add(cache.MetaObjectToName(claim))
+}
+
+// enqueuePodOwner enqueues the claim that controls a sandbox pod.
+func (c *Controller) enqueuePodOwner(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "SandboxClaim" {
+		c.queue.Add(cache.ObjectName{Namespace: pod.Namespace, Name: ref.Name})
+	}
+}
+
+// claimPods are the claim's own sandbox pods in the cache.
+func (c *Controller) claimPods(claim *airlockv1alpha1.SandboxClaim) ([]*corev1.Pod, error) {
+	selector := sandboxpod.PolicySelector(claim)
+	if claim.Status.Frozen != nil {
+		selector = sandboxpod.SelectorLabels(claim)
+	}
+	pods, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(selector))
+	if err != nil {
+		return nil, err
+	}
+	own := pods[:0:0]
+	for _, p := range pods {
+		if metav1.IsControlledBy(p, claim) {
+			own = append(own, p)
+		}
+	}
+	return own, nil
+}
+
+// WaitStopped waits until the claim's record has read its sandboxd's stopped entry, or ctx ends;
+// it says whether it was read. The claim controller asks it after sandboxd answered its stop and
+// before it deletes the pod, so that an ordinary end leaves no gap (docs/record.md §2.6). It
+// returns false at once when nothing follows the claim's log.
+func (c *Controller) WaitStopped(ctx context.Context, claimUID types.UID) bool {
+	c.mu.Lock()
+	s := c.sessions[claimUID]
+	c.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	followed := s.followedPod != ""
+	ch := s.stoppedCh
+	s.mu.Unlock()
+	if !followed {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

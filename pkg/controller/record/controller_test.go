@@ -1,0 +1,250 @@
+package record
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
+	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
+	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+)
+
+var t0 = time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+
+const testToken = "tok"
+
+type fixedSigner struct{ s *record.Signer }
+
+func (f fixedSigner) Signer(context.Context) (*record.Signer, error) { return f.s, nil }
+
+type fixedTokens struct{}
+
+func (fixedTokens) Token(context.Context, types.UID, string, string) (string, error) {
+	return testToken, nil
+}
+
+// fakeFollower answers each Follow with the lines of the boot asked for after the cursor, and
+// returns end (nil: the stopped entry was among them).
+type fakeFollower struct {
+	mu    sync.Mutex
+	lines map[string][][]byte // by boot; "" reads the current boot
+	boot  string
+	end   error
+	calls []string
+}
+
+func (f *fakeFollower) Follow(ctx context.Context, base, token, boot string, after uint64, take func([]byte) error) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, fmt.Sprintf("%s %s after %d", base, boot, after))
+	if boot == "" {
+		boot = f.boot
+	}
+	lines := f.lines[boot]
+	end := f.end
+	f.mu.Unlock()
+	for i := int(after); i < len(lines); i++ {
+		if err := take(lines[i]); err != nil {
+			return err
+		}
+	}
+	return end
+}
+
+// sandboxdLine is one line of sandboxd's log.
+func sandboxdLine(t *testing.T, boot string, seq uint64, kind string) []byte {
+	t.Helper()
+	e := record.Entry{Time: record.FormatTime(t0), Source: record.SourceSandboxd, Boot: boot, SourceSeq: seq, Kind: kind, Prev: ""}
+	if kind == record.KindToolCall {
+		e.Tool, e.Status, e.Call = "Bash", record.StatusOK, 1
+	}
+	if kind == record.KindSandboxStopped {
+		e.Count = seq
+	}
+	b, err := e.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type fixture struct {
+	t          *testing.T
+	kube       *k8sfake.Clientset
+	claims     cache.Indexer
+	pods       cache.Indexer
+	clock      *clocktesting.FakeClock
+	follower   *fakeFollower
+	signer     *record.Signer
+	c          *Controller
+	observed   []record.Entry
+	observedMu sync.Mutex
+}
+
+func newFixture(t *testing.T, kube *k8sfake.Clientset, signer *record.Signer) *fixture {
+	t.Helper()
+	if kube == nil {
+		kube = k8sfake.NewClientset()
+		conditionalUpdates(kube)
+	}
+	if signer == nil {
+		priv, err := record.SigningKey(bytes.Repeat([]byte{7}, 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer, _ = record.NewSigner(priv)
+	}
+	air := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0)
+	kinf := kubeinformers.NewSharedInformerFactory(kube, 0)
+	f := &fixture{t: t, kube: kube, clock: clocktesting.NewFakeClock(t0), follower: &fakeFollower{lines: map[string][][]byte{}}, signer: signer}
+	c, err := newControllerWithClock(realConfigMaps{client: kube}, air.Airlock().V1alpha1().SandboxClaims(), kinf.Core().V1().Pods(),
+		fixedTokens{}, fixedSigner{signer}, f.follower, true, f.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.claimsSynced, c.podsSynced = alwaysReady, alwaysReady
+	c.AddObserver(func(_ *airlockv1alpha1.SandboxClaim, e record.Entry) {
+		f.observedMu.Lock()
+		f.observed = append(f.observed, e)
+		f.observedMu.Unlock()
+	})
+	f.c = c
+	f.claims = air.Airlock().V1alpha1().SandboxClaims().Informer().GetIndexer()
+	f.pods = kinf.Core().V1().Pods().Informer().GetIndexer()
+	t.Cleanup(func() { c.queue.ShutDown(); c.wg.Wait() })
+	return f
+}
+
+func alwaysReady() bool { return true }
+
+// conditionalUpdates makes the fake's ConfigMap writes keep and check resourceVersions as the
+// API server does.
+func conditionalUpdates(kube *k8sfake.Clientset) {
+	var mu sync.Mutex
+	rv := 100
+	kube.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cm := a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		rv++
+		cm.ResourceVersion = strconv.Itoa(rv)
+		if err := kube.Tracker().Create(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, cm.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, cm, nil
+	})
+	kube.PrependReactor("update", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cm := a.(k8stesting.UpdateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		cur, err := kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), cm.Namespace, cm.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if cm.ResourceVersion != "" && cm.ResourceVersion != cur.(*corev1.ConfigMap).ResourceVersion {
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), cm.Name, errors.New("the object has been modified"))
+		}
+		rv++
+		cm.ResourceVersion = strconv.Itoa(rv)
+		if err := kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, cm.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, cm, nil
+	})
+}
+
+func newClaim(phase airlockv1alpha1.ClaimPhase) *airlockv1alpha1.SandboxClaim {
+	return &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1", ResourceVersion: "1"},
+		Status:     airlockv1alpha1.SandboxClaimStatus{Phase: phase, Frozen: &airlockv1alpha1.FrozenSandbox{}},
+	}
+}
+
+func runningPod(claim *airlockv1alpha1.SandboxClaim) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name + "-pod", UID: "pod-1",
+			Labels:          sandboxpod.SelectorLabels(claim),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "airlock.dev/v1alpha1", Kind: "SandboxClaim", Name: claim.Name, UID: claim.UID, Controller: ptrTrue()}}},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: sandboxpod.TokenVolumeName,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: claimtoken.ClaimSecretName(claim.Name, testToken)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7",
+			ContainerStatuses: []corev1.ContainerStatus{{Name: sandboxpod.ContainerName}}},
+	}
+}
+
+func ptrTrue() *bool { b := true; return &b }
+
+func (f *fixture) sync(claim *airlockv1alpha1.SandboxClaim) *time.Duration {
+	f.t.Helper()
+	_, ctx := ktesting.NewTestContext(f.t)
+	requeue, err := f.c.sync(ctx, cache.ObjectName{Namespace: "ns", Name: claim.Name})
+	if err != nil {
+		f.t.Fatalf("sync: %v", err)
+	}
+	f.c.wg.Wait() // the follower's read, which the fake answers at once
+	return requeue
+}
+
+// export reads the stored record and verifies it.
+func (f *fixture) export() (record.Report, []record.Entry) {
+	f.t.Helper()
+	list, err := f.kube.CoreV1().ConfigMaps("ns").List(context.Background(), metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=uid-1"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var cms []*corev1.ConfigMap
+	for i := range list.Items {
+		cms = append(cms, &list.Items[i])
+	}
+	var buf bytes.Buffer
+	if _, err := recordstore.Export(cms, &buf); err != nil {
+		f.t.Fatal(err)
+	}
+	entries, _, err := record.ReadJSONL(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rep, err := record.Verify(bytes.NewReader(buf.Bytes()), record.NewKeys(f.signer.Public()), record.Options{Claim: "uid-1"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rep, entries
+}
+
+func kinds(entries []record.Entry) string {
+	var k []string
+	for _, e := range entries {
+		s := e.Kind
+		if e.Kind == record.KindClaimPhase {
+			s += ":" + e.Phase
+		}
+		k = append(k, s)
+	}
+	return strings.Join(k, " ")
+}
+
+func keyOf(claim *airlockv1alpha1.SandboxClaim) cache.ObjectName {
+	return cache.MetaObjectToName(claim)
+}

@@ -1,0 +1,345 @@
+package record
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/recordstore"
+)
+
+// goneHold is how long a read of a pod that is gone may still deliver what it had in flight
+// before it is cut and the record sealed: nothing waits forever on a dead connection.
+const goneHold = 5 * time.Second
+
+// sync keeps the record of the claim key names: its phase, the read of its sandboxd's log, its
+// seal, its storage. It returns when to look again.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
+	start := c.clock.Now()
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(key.Namespace, key.Name))
+	defer func() { logger.V(4).Info("Finished syncing the claim's record", "elapsed", c.clock.Since(start)) }()
+	ctx = klog.NewContext(ctx, logger)
+
+	claim, err := c.claimLister.SandboxClaims(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		claim = nil
+	} else if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	uid, had := c.byName[key]
+	old := c.sessions[uid]
+	c.mu.Unlock()
+	if had && (claim == nil || claim.UID != uid) {
+		// The claim of the record ended (deleted, perhaps replaced by another of its name).
+		if requeue, err := c.end(ctx, old, nil, "the claim was deleted"); err != nil || requeue != nil {
+			return requeue, err
+		}
+	}
+	if claim == nil {
+		return nil, nil
+	}
+	s, err := c.sessionFor(ctx, claim)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	pods, err := c.claimPods(claim)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	err = c.recordPhaseLocked(s, claim)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if claimEnded(claim) && runningSandbox(pods) == nil && len(pods) == 0 {
+		return c.end(ctx, s, claim, "the sandbox pod ended")
+	}
+	follow, err := c.follow(ctx, s, claim, pods)
+	if err != nil {
+		return nil, err
+	}
+	flush, err := c.flushIfDue(ctx, s)
+	return sooner(follow, flush), err
+}
+
+// claimEnded says whether the claim's session is over (its pods are deleted or never come).
+func claimEnded(claim *airlockv1alpha1.SandboxClaim) bool {
+	switch claim.Status.Phase {
+	case airlockv1alpha1.ClaimReaping, airlockv1alpha1.ClaimRefused, airlockv1alpha1.ClaimFailed:
+		return true
+	}
+	return claim.DeletionTimestamp != nil
+}
+
+// recordPhaseLocked appends a claim.phase entry when the claim's phase or reason changed.
+func (c *Controller) recordPhaseLocked(s *session, claim *airlockv1alpha1.SandboxClaim) error {
+	if s.sealed {
+		return nil
+	}
+	phase := string(claim.Status.Phase)
+	if phase == "" {
+		phase = string(airlockv1alpha1.ClaimPending)
+	}
+	if phase == s.phase && claim.Status.Reason == s.reason {
+		return nil
+	}
+	msg := claim.Status.Message
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage] + "…"
+	}
+	if err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindClaimPhase, Phase: phase, Reason: claim.Status.Reason, Message: msg}); err != nil {
+		return err
+	}
+	s.phase, s.reason, s.phaseChanged = phase, claim.Status.Reason, true
+	return nil
+}
+
+// follow starts reading the claim's running sandbox when nothing reads it, and says when to look
+// again (a cut stream is read again after followRetry).
+func (c *Controller) follow(ctx context.Context, s *session, claim *airlockv1alpha1.SandboxClaim, pods []*corev1.Pod) (*time.Duration, error) {
+	if !c.readSandboxes || claim.Status.Frozen == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pod := runningSandbox(pods)
+	if s.sealed || s.following || pod == nil || (pod.UID == s.followedPod && s.stopped) {
+		return nil, nil
+	}
+	if s.paused && s.pendingBytes > maxPendingBytes/2 {
+		return nil, nil // read on once stored (the store enqueues the claim)
+	}
+	if now := c.clock.Now(); now.Before(s.retryAt) {
+		return ptr.To(s.retryAt.Sub(now)), nil
+	}
+	return nil, c.startFollowingLocked(ctx, s, claim, pod)
+}
+
+// end seals the record of a claim that ended (claim nil: it is gone) and stores it; once stored,
+// the session is forgotten. A read still running is given goneHold to deliver what it had.
+func (c *Controller) end(ctx context.Context, s *session, claim *airlockv1alpha1.SandboxClaim, why string) (*time.Duration, error) {
+	gone := claim == nil
+	if gone {
+		claim = s.claim
+	}
+	s.mu.Lock()
+	if s.following && !s.sealed {
+		now := c.clock.Now()
+		if s.goneAt.IsZero() {
+			s.goneAt = now
+		}
+		if left := s.goneAt.Add(goneHold).Sub(now); left > 0 {
+			s.mu.Unlock()
+			return ptr.To(left), nil
+		}
+		s.cancel()
+	}
+	s.mu.Unlock()
+	// What waits is stored before the seal, so that a segment changed under the leader is
+	// still said in the record (store.go).
+	if err := c.store(ctx, s); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	err := c.sealLocked(s, claim, why)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.store(ctx, s); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	done := len(s.pending) == 0
+	s.mu.Unlock()
+	if !done {
+		return nil, fmt.Errorf("the sealed record of claim %s is not stored yet", s.key)
+	}
+	if gone {
+		c.forget(s)
+	}
+	return nil, nil
+}
+
+// sealLocked appends what the record lacks at its end (the log's end when its stopped entry was
+// not read, the counts of a full record) and seals it.
+func (c *Controller) sealLocked(s *session, claim *airlockv1alpha1.SandboxClaim, why string) error {
+	if s.sealed {
+		return nil
+	}
+	gaps, err := s.collector.Ended(why)
+	if err != nil {
+		return err
+	}
+	if err := c.appendLocked(s, claim, gaps); err != nil {
+		return err
+	}
+	if s.full && len(s.dropped) > 0 {
+		var counts []string
+		for _, k := range slices.Sorted(maps.Keys(s.dropped)) {
+			counts = append(counts, fmt.Sprintf("%s %d", k, s.dropped[k]))
+		}
+		if err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
+			Message: "entries counted, not kept, after the record was full: " + strings.Join(counts, ", ")}); err != nil {
+			return err
+		}
+	}
+	e, _, err := s.chain.Seal(c.clock.Now(), nil)
+	if err != nil {
+		return err
+	}
+	if err := c.appendLocked(s, claim, []record.Entry{e}); err != nil {
+		return err
+	}
+	s.sealed, s.phaseChanged = true, true
+	if !s.stopped && s.stoppedCh != nil {
+		s.stopped = true
+		close(s.stoppedCh)
+	}
+	return nil
+}
+
+// forget drops a stored, sealed record's session.
+func (c *Controller) forget(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sessions, s.claim.UID)
+	if c.byName[s.key] == s.claim.UID {
+		delete(c.byName, s.key)
+	}
+}
+
+// sessionFor returns the claim's session, resuming its record from what is stored when this
+// leader has none yet (a list of the claim's segments, once per claim and term: an informer
+// would hold every record's entries in the operator's memory). It returns nil for a record
+// stored sealed: nothing more is written to it.
+func (c *Controller) sessionFor(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (*session, error) {
+	key := cache.MetaObjectToName(claim)
+	c.mu.Lock()
+	s := c.sessions[claim.UID]
+	c.mu.Unlock()
+	if s != nil {
+		if s.storedSealedDone() {
+			return nil, nil
+		}
+		return s, nil
+	}
+	signer, err := c.signer.Signer(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the record's signing key: %w", err)
+	}
+	s, err = c.resume(ctx, claim, signer)
+	if err != nil {
+		return nil, err
+	}
+	s.key = key
+	c.mu.Lock()
+	c.sessions[claim.UID] = s
+	c.byName[key] = claim.UID
+	c.mu.Unlock()
+	if s.storedSealedDone() {
+		return nil, nil
+	}
+	return s, nil
+}
+
+// storedSealedDone says that the record is sealed and stored whole.
+func (s *session) storedSealedDone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sealed && len(s.pending) == 0 && s.segCM != nil
+}
+
+// resume builds the claim's session from its stored segments, or a new record when there are
+// none.
+func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, signer *record.Signer) (*session, error) {
+	s := &session{claim: metaOf(claim), stoppedCh: make(chan struct{})}
+	cms, err := c.configMaps.List(ctx, claim.Namespace, recordstore.LabelRecordOf+"="+string(claim.UID))
+	if err != nil {
+		return nil, fmt.Errorf("listing the record's segments: %w", err)
+	}
+	var last *recordstore.Segment
+	for i := range cms {
+		seg, err := recordstore.Parse(&cms[i])
+		if err != nil {
+			klog.FromContext(ctx).Info("Ignoring a segment of the record that does not parse", "configMap", klog.KObj(&cms[i]), "err", err)
+			continue
+		}
+		if last == nil || seg.N > last.N {
+			if last != nil {
+				s.storedSegments += last.Size()
+			}
+			last, s.segCM, s.owners = &seg, cms[i].DeepCopy(), cms[i].OwnerReferences
+		} else {
+			s.storedSegments += seg.Size()
+		}
+	}
+	if last == nil || last.Anchor == nil {
+		s.chain, err = record.NewChain(string(claim.UID), signer)
+		if err != nil {
+			return nil, err
+		}
+		s.collector = record.NewCollector(s.chain, c.clock.Now, "", 0)
+		if last != nil {
+			// A segment without an anchor is not one this controller wrote: left as it is, and
+			// the record starts after it (Verify reports what it is).
+			s.seg = recordstore.Segment{N: last.N + 1}
+			s.segCM = nil
+		}
+		if !c.readSandboxes {
+			s.mu.Lock()
+			err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
+				Message: "sandboxd's log is not read: the operator has no ingress to sandboxes (--operator-pod-labels is unset); only the operator's entries are recorded"})
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
+	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
+	s.storedCount, s.storedHead = last.Anchor.Count, last.Anchor.Head
+	if last.Anchor.Sealed {
+		s.sealed = true
+		s.chain, _ = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
+		s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
+		return s, nil
+	}
+	s.chain, err = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
+	if err != nil {
+		return nil, err
+	}
+	s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
+	// The phase last recorded, so that it is not recorded twice.
+	for i := len(last.Lines) - 1; i >= 0; i-- {
+		var e record.Entry
+		if json.Unmarshal(last.Lines[i], &e) == nil && e.Kind == record.KindClaimPhase {
+			s.phase, s.reason = e.Phase, e.Reason
+			break
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After)
+	return s, nil
+}
+
+// sooner is the earlier of two times to look again (nil: none).
+func sooner(a, b *time.Duration) *time.Duration {
+	if a == nil || (b != nil && *b < *a) {
+		return b
+	}
+	return a
+}
