@@ -19,8 +19,10 @@ type Totals struct {
 
 // runtime is one runtime's sums: what was carried in (Seed) and what this ledger observed.
 type runtime struct {
-	uid      string
-	seeded   bool
+	uid    string
+	seeded bool
+	// written: the runtime's status was written from this ledger; its seed is fixed from then.
+	written  bool
 	seed     Totals
 	observed Totals // the sum of its claims' totals as this ledger counted them
 }
@@ -51,7 +53,7 @@ type Ledger struct {
 
 type ledgerClaim struct {
 	key   Key
-	claim claim
+	claim Tracker
 	total record.Usage // claim.total() as last added to its runtime
 }
 
@@ -75,7 +77,7 @@ func (l *Ledger) Observe(ns, runtimeName, claimUID string, e record.Entry) {
 		l.claims[claimUID] = c
 	}
 	first := c.claim.lastSeq == 0 && c.claim.boots == nil
-	if !c.claim.observe(e) {
+	if !c.claim.Observe(e) {
 		return
 	}
 	rt := l.runtimeLocked(c.key)
@@ -83,7 +85,7 @@ func (l *Ledger) Observe(ns, runtimeName, claimUID string, e record.Entry) {
 		rt.observed.Sessions++
 		l.metrics.addSessions(c.key)
 	}
-	total := c.claim.total()
+	total := c.claim.Total()
 	delta := Sub(total, c.total)
 	c.total = total
 	rt.observed.Usage = Add(rt.observed.Usage, delta)
@@ -123,19 +125,29 @@ func (l *Ledger) runtimeLocked(key Key) *runtime {
 	return rt
 }
 
-// Seed carries a runtime's sums in from its status (a new leader's start): the first Seed of a
-// runtime (of that UID) sets what its sums start from; later ones do nothing. A runtime seeded
-// with another UID is another runtime (deleted and created again under its name): its sums
-// start again from seed.
+// Seed carries a runtime's sums in from its status (a new leader's start): what its sums start
+// from. Until Written, a later Seed replaces it (a cache that had not yet shown the former
+// leader's last write); after, Seed does nothing, since the status then holds this ledger's own
+// sums. A runtime seeded with another UID is another runtime (deleted and created again under
+// its name): its sums start again from seed.
 func (l *Ledger) Seed(ns, name, uid string, seed Totals) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rt := l.runtimeLocked(Key{ns, name})
 	switch {
-	case !rt.seeded:
-		rt.uid, rt.seed, rt.seeded = uid, seed, true
-	case rt.uid != uid:
+	case rt.seeded && rt.uid != uid:
 		*rt = runtime{uid: uid, seed: seed, seeded: true}
+	case !rt.written:
+		rt.uid, rt.seed, rt.seeded = uid, seed, true
+	}
+}
+
+// Written says that the runtime's status was written from Snapshot: its seed is fixed.
+func (l *Ledger) Written(ns, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rt, ok := l.runtimes[Key{ns, name}]; ok && rt.seeded {
+		rt.written = true
 	}
 }
 

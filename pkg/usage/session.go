@@ -14,11 +14,11 @@ import "github.com/airlock-dev/airlock/pkg/record"
 // Session is what the claim whose record holds entries used: the record's entries in order, from
 // its first. An entry that appears twice (by seq) counts once.
 func Session(entries []record.Entry) record.Usage {
-	var c claim
+	var c Tracker
 	for _, e := range entries {
-		c.observe(e)
+		c.Observe(e)
 	}
-	return c.total()
+	return c.Total()
 }
 
 // boot is what one sandboxd boot reported.
@@ -34,8 +34,10 @@ type boot struct {
 	hasWorkspace bool
 }
 
-// claim is what one claim's record says so far.
-type claim struct {
+// Tracker is what one claim's record says it used so far, fed one entry at a time in the
+// record's order (the record controller may keep one per claim for its seal's usage). Its zero
+// value is ready.
+type Tracker struct {
 	lastSeq uint64
 	boots   map[string]*boot
 	order   []string // boots, in the order first seen
@@ -44,8 +46,10 @@ type claim struct {
 	carried bool
 }
 
-// observe takes one entry; it returns false for an entry already seen (seq not past the last).
-func (c *claim) observe(e record.Entry) bool {
+// Observe takes one entry; it returns false for an entry already seen (seq not past the last).
+// A Tracker whose first entry is past the record's first (seq > 1) counts each boot it first sees
+// past its start from its first figure on: what came before was counted elsewhere (§3).
+func (c *Tracker) Observe(e record.Entry) bool {
 	if e.Seq != 0 {
 		if e.Seq <= c.lastSeq {
 			return false
@@ -64,7 +68,7 @@ func (c *claim) observe(e record.Entry) bool {
 	return true
 }
 
-func (c *claim) observeSandboxd(e record.Entry) {
+func (c *Tracker) observeSandboxd(e record.Entry) {
 	if c.boots == nil {
 		c.boots = map[string]*boot{}
 	}
@@ -89,9 +93,9 @@ func (c *claim) observeSandboxd(e record.Entry) {
 	}
 }
 
-// total is the claim's usage: its boots' figures less what was counted before, the last
+// Total is the claim's usage: its boots' figures less what was counted before, the last
 // workspace figure, its egress.
-func (c *claim) total() record.Usage {
+func (c *Tracker) Total() record.Usage {
 	var t record.Usage
 	for _, id := range c.order {
 		b := c.boots[id]

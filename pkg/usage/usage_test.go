@@ -154,7 +154,7 @@ func TestLedgerSumsPerRuntimeOnceAnEntry(t *testing.T) {
 }
 
 // TestLedgerAfterAFailoverCountsNothingTwice: a new leader's ledger starts from the runtime's
-// status (Seed), and a claim it first sees past its record's start (the old leader counted it
+// status (Seed; the freshest one seen until the ledger's first write), and a claim it first sees past its record's start (the old leader counted it
 // up to its last status write) counts from its first figure seen on; a boot it sees from its
 // start counts whole.
 func TestLedgerAfterAFailoverCountsNothingTwice(t *testing.T) {
@@ -176,8 +176,11 @@ func TestLedgerAfterAFailoverCountsNothingTwice(t *testing.T) {
 	for _, e := range r.entries[resumed:] {
 		l.Observe("ns", "rt", "c1", e)
 	}
-	l.Seed("ns", "rt", "rt-uid", status)
-	l.Seed("ns", "rt", "rt-uid", Totals{}) // a later seed does nothing
+	stale := Totals{Usage: record.Usage{CPUMillis: 100}, Sessions: 1} // a cache without the last write
+	l.Seed("ns", "rt", "rt-uid", stale)
+	l.Seed("ns", "rt", "rt-uid", status) // until written, a later seed replaces it
+	l.Written("ns", "rt")
+	l.Seed("ns", "rt", "rt-uid", stale) // after, it does nothing: the status is this ledger's
 	got, seeded := l.Snapshot("ns", "rt")
 	// Boot a from its first figure seen (220) on: 30 ms more; boot b whole: 40 ms. The 60 ms
 	// between the old leader's write and the resume are not counted (docs/record.md §3).

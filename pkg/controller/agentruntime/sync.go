@@ -98,6 +98,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	c.writesMu.Lock()
 	c.writes[key] = statusWrite{basedOn: rt.ResourceVersion, at: c.clock.Now()}
 	c.writesMu.Unlock()
+	if c.usage != nil && runtimeUsage != rt.Status.Usage {
+		c.usage.Written(rt.Namespace, rt.Name) // the status holds the source's sums from now on
+	}
 	return nil
 }
 

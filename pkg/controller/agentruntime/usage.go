@@ -17,8 +17,10 @@ const usagePeriod = time.Minute
 // UsageSource is what the controller reads a runtime's usage from: the term's usage.Ledger, which
 // the record controller feeds.
 type UsageSource interface {
-	// Seed carries the runtime's status.usage into the source (the first time only, per UID).
+	// Seed carries the runtime's status.usage into the source (until Written, per UID).
 	Seed(ns, name, uid string, seed usage.Totals)
+	// Written says that status.usage was written from Snapshot.
+	Written(ns, name string)
 	// Snapshot is the runtime's sums, and whether they were seeded.
 	Snapshot(ns, name string) (usage.Totals, bool)
 	// ForgetRuntime drops a deleted runtime's sums.
