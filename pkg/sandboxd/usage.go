@@ -8,6 +8,7 @@ package sandboxd
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -52,19 +53,19 @@ type usageMeter struct {
 	noCgroup  string
 	workspace string
 	walk      meter.WalkLimits
-	log       interface {
-		Append(record.Entry)
-		Count(string) uint64
-	}
-	logger klog.Logger
+	log       usageLog
+	logger    klog.Logger
+}
+
+// usageLog is what the meter needs of the session's log (recordlog.Log).
+type usageLog interface {
+	Append(record.Entry)
+	Count(kind string) uint64
 }
 
 // newUsageMeter finds the cgroup; without one it logs once that CPU and memory are not
 // measured.
-func newUsageMeter(opts usageOptions, workspace string, log interface {
-	Append(record.Entry)
-	Count(string) uint64
-}, logger klog.Logger) *usageMeter {
+func newUsageMeter(opts usageOptions, workspace string, log usageLog, logger klog.Logger) *usageMeter {
 	if opts.clock == nil {
 		opts.clock = clock.RealClock{}
 	}
@@ -134,10 +135,7 @@ func (u *usageMeter) figures(now time.Time, stop bool) (*record.Usage, string) {
 			usage.WorkspaceBytes = n
 		}
 	}
-	if len(notes) == 0 {
-		return usage, ""
-	}
-	return usage, joinNotes(notes)
+	return usage, strings.Join(notes, "; ")
 }
 
 // stop stops the sampler's ticker (run may never have started).
@@ -149,11 +147,3 @@ func (u *usageMeter) stop() {
 
 // final is the stopped entry's usage (recordlog.Log.OnStop).
 func (u *usageMeter) final() (*record.Usage, string) { return u.figures(u.clock.Now(), true) }
-
-func joinNotes(notes []string) string {
-	s := notes[0]
-	for _, n := range notes[1:] {
-		s += "; " + n
-	}
-	return s
-}
