@@ -63,7 +63,9 @@ func NewLedger(m *Metrics) *Ledger {
 }
 
 // Observe takes one entry appended to the record of the claim claimUID of runtime (namespace
-// ns): the record controller's observer hook.
+// ns): the record controller's observer hook. A claim is its runtime's from its first entry
+// seen on; an entry of a claim not seen before whose runtime is not known (runtimeName empty:
+// the claim is gone) is not counted, since it cannot be said whose it is. It does not block.
 func (l *Ledger) Observe(ns, runtimeName, claimUID string, e record.Entry) {
 	key := Key{ns, runtimeName}
 	l.mu.Lock()
@@ -73,6 +75,9 @@ func (l *Ledger) Observe(ns, runtimeName, claimUID string, e record.Entry) {
 	}
 	c, ok := l.claims[claimUID]
 	if !ok {
+		if runtimeName == "" {
+			return
+		}
 		c = &ledgerClaim{key: key}
 		l.claims[claimUID] = c
 	}

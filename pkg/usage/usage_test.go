@@ -151,6 +151,16 @@ func TestLedgerSumsPerRuntimeOnceAnEntry(t *testing.T) {
 	if got, _ := l.Snapshot("ns", "other"); got != (Totals{Usage: one, Sessions: 1}) {
 		t.Errorf("runtime other = %+v", got)
 	}
+	// A claim's entries after it is gone come without its runtime: still its runtime's; a claim
+	// first seen gone is nobody's.
+	l.Observe("ns", "", "c3", r.sandboxd("b", record.KindUsage, &record.Usage{CPUMillis: 150, MemoryMiBSeconds: 5, ToolCalls: 1}))
+	l.Observe("ns", "", "c4", r.entries[0])
+	if got, _ := l.Snapshot("ns", "other"); got.CPUMillis != one.CPUMillis+100 {
+		t.Errorf("runtime other's CPU after its gone claim's entry: %d, want %d", got.CPUMillis, one.CPUMillis+100)
+	}
+	if got, _ := l.Snapshot("ns", ""); got != (Totals{}) {
+		t.Error("a claim first seen without its runtime was counted to a runtime \"\"")
+	}
 }
 
 // TestLedgerAfterAFailoverCountsNothingTwice: a new leader's ledger starts from the runtime's
