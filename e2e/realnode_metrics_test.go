@@ -68,13 +68,14 @@ type scrapeResult struct {
 		Buckets        map[string]float64 `json:"histogramBuckets"`
 	} `json:"families"`
 	Error string `json:"error"`
+	Body  string `json:"body"` // the answer of a raw URL, as it came
 }
 
 // runScraper runs runtimeclient's `scrape` in a pod of namespace ns, with no ServiceAccount token
 // (Prometheus needs none for the operator's and the gateway's /metrics), and returns its answer
 // by URL. bearer maps a URL to the token its scrape sends (a sandbox's /metrics needs its claim's).
-func runScraper(ctx context.Context, ns, name string, urls []string, bearer map[string]string, seconds int) (map[string]scrapeResult, error) {
-	plan, err := json.Marshal(map[string]any{"urls": urls, "bearer": bearer, "scrapeSeconds": seconds})
+func runScraper(ctx context.Context, ns, name string, urls []string, bearer map[string]string, seconds int, raw ...string) (map[string]scrapeResult, error) {
+	plan, err := json.Marshal(map[string]any{"urls": urls, "bearer": bearer, "scrapeSeconds": seconds, "raw": raw})
 	if err != nil {
 		return nil, err
 	}

@@ -136,6 +136,8 @@ func TestImports(t *testing.T) {
 			forbidden: pure},
 		rule{pkg: "pkg/recordstore", why: "what a stored session record is: pure, no clients, no controller, no program",
 			forbidden: pure},
+		rule{pkg: "pkg/usage", why: "what a session used and a runtime's sums: pure, no clients, no controller, no program",
+			forbidden: pure},
 		rule{pkg: "pkg/syncback", why: "the copier: the workspace's rules come from pkg/workspace, nothing of the operator",
 			forbidden: append([]string{module + "pkg/controller/", module + "pkg/operator"}, clientsets...)},
 	)
@@ -174,7 +176,7 @@ func TestImports(t *testing.T) {
 func sandboxdLayers() []rule {
 	const sd = module + "pkg/sandboxd"
 	const internal = sd + "/internal/"
-	helpers := []string{"confine", "evidence", "lsp", "outcap", "procgroup", "recordlog", "scrub", "snapshot", "testfailures"}
+	helpers := []string{"confine", "evidence", "lsp", "outcap", "meter", "procgroup", "recordlog", "scrub", "snapshot", "testfailures"}
 	var rules []rule
 	for _, tags := range []string{"", "sandboxd_only"} {
 		rules = append(rules,

@@ -70,4 +70,8 @@ func (g *Gateway) audit(ctx context.Context, ex *exchange) {
 	durations.WithLabelValues(ex.kind, decision).Observe(duration.Seconds())
 	transferred.WithLabelValues("up").Add(float64(ex.up))
 	transferred.WithLabelValues("down").Add(float64(ex.down))
+	if ex.id.Runtime != "" && ex.up+ex.down > 0 {
+		runtimeBytes.WithLabelValues(ex.id.Namespace, ex.id.Runtime, "up").Add(float64(ex.up))
+		runtimeBytes.WithLabelValues(ex.id.Namespace, ex.id.Runtime, "down").Add(float64(ex.down))
+	}
 }

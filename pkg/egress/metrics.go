@@ -8,7 +8,9 @@ import (
 )
 
 // The gateway's metrics. Labels are bounded: kind (connect, http), decision (allowed, denied),
-// reason (the Reason constants), direction (up, down); never a claim, host or address.
+// reason (the Reason constants), direction (up, down), and the claim's namespace and runtime
+// (runtimeBytes: as many series as runtimes, however many sessions); never a claim, host or
+// address.
 var (
 	requests = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      "airlock",
@@ -22,6 +24,12 @@ var (
 		Help:           "Bytes through the gateway, by direction: up (sandbox to upstream) and down.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"direction"})
+	runtimeBytes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_runtime_bytes_total",
+		Help:           "Bytes through the gateway by the claim's namespace and runtime and by direction (up: sandbox to upstream), counted when each exchange ends: a runtime's egress usage (docs/record.md §3).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "runtime", "direction"})
 	durations = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Subsystem:      "airlock",
 		Name:           "egress_duration_seconds",
@@ -47,6 +55,6 @@ var (
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, transferred, durations, openConnections, credentialEchoes)
+		legacyregistry.MustRegister(requests, transferred, runtimeBytes, durations, openConnections, credentialEchoes)
 	})
 }

@@ -27,6 +27,7 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/usage"
 )
 
 // ControllerContext is what a controller is built from. The informer factories are shared by
@@ -93,6 +94,10 @@ type ControllerContext struct {
 	// record, in order (recordcontroller.Observer: they must not block): the usage ledger's and
 	// the trace export's feed.
 	RecordObservers []recordcontroller.Observer
+	// Usage sums the runtimes' usage (docs/record.md §3): the record controller feeds it
+	// (Observe, for each entry it appends), the runtime controller writes status.usage from it.
+	// Like KubeInformers, the term's own.
+	Usage *usage.Ledger
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -252,6 +257,9 @@ func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx
 	c, err := agentruntime.NewController(ctx, cc.AirlockClient, airlock.AgentRuntimes(), airlock.ToolRegistries(), airlock.SandboxClasses(), airlock.SandboxClaims(), cc.KubeInformers.Batch().V1().Jobs())
 	if err != nil {
 		return nil, err
+	}
+	if cc.Usage != nil {
+		c.SetUsageSource(cc.Usage)
 	}
 	// Status writes are few and cheap: one worker keeps them ordered.
 	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil

@@ -38,6 +38,7 @@ import (
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
+	"github.com/airlock-dev/airlock/pkg/usage"
 	"github.com/airlock-dev/airlock/pkg/version"
 )
 
@@ -349,6 +350,9 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		term.IsolationKeySecrets = isolationkey.NewSecretInformerFactory(o.cfg.KubeClient, o.cfg.Namespace)
 		term.IsolationKeys = isolationkey.NewKeys(term.IsolationKeySecrets.Core().V1().Secrets(), o.cfg.Namespace)
 		term.Records = &recordLink{}
+		// A ledger per term: it starts from the runtimes' status.usage (docs/record.md §3).
+		term.Usage = usage.NewLedger(usage.DefaultMetrics())
+		term.RecordObservers = append(term.RecordObservers, usageObserver(term.Usage))
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
 		defer term.CABundleConfigMaps.Shutdown()

@@ -78,6 +78,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	gctx, endGather := context.WithCancel(ctx)
 	defer endGather()
 	go func() { gathered <- s.gatherIsolation(gctx) }()
+	if s.usage != nil {
+		go s.usage.run(gctx) // ends with gctx, before the shutdown's stopped entry
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	backDone := make(chan error, 1)

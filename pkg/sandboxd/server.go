@@ -50,6 +50,8 @@ type options struct {
 	withoutRecord bool
 	// evidence is where the isolation evidence is gathered from (isolation.go): the host's.
 	evidence *evidence.Sources
+	// usage says where usage is read from (usage.go); nil: the container's cgroup, the real clock.
+	usage *usageOptions
 }
 
 func defaultOptions() options {
@@ -86,6 +88,8 @@ type server struct {
 	// record is the session's log (docs/record.md), read by the operator at GET /record; nil
 	// only under options.withoutRecord, a benchmark's baseline.
 	record *recordlog.Log
+	// usage appends the session's usage to record (usage.go); nil when record is.
+	usage *usageMeter
 	// evidence is where the isolation evidence is gathered from; isolation holds it once
 	// gathered, and isolated is closed when gathering has ended, with or without it
 	// (isolation.go).
@@ -147,6 +151,12 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 			tb.Close()
 			return nil, err
 		}
+		uopts := defaultUsageOptions()
+		if opts.usage != nil {
+			uopts = *opts.usage
+		}
+		s.usage = newUsageMeter(uopts, tb.Workspace().Dir(), s.record, logger)
+		s.record.OnStop(s.usage.final)
 	}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.Open()) },
@@ -314,4 +324,9 @@ func (s *server) endAll(ctx context.Context) error {
 }
 
 // close releases the workspace.
-func (s *server) close() error { return s.tb.Close() }
+func (s *server) close() error {
+	if s.usage != nil {
+		s.usage.stop()
+	}
+	return s.tb.Close()
+}

@@ -90,6 +90,9 @@ type Plan struct {
 	// Bearer maps a URL of URLs to the token its scrape sends (Authorization: Bearer); a
 	// sandbox's /metrics needs its claim's token (docs/security.md).
 	Bearer map[string]string `json:"bearer,omitempty"`
+	// Raw lists URLs of URLs whose answer is handed back as it came (Body), not parsed as
+	// metrics: a sandbox's GET /record (its usage entries).
+	Raw []string `json:"raw,omitempty"`
 }
 
 // Step is one tool call.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ type ScrapeResult struct {
 	// untyped) and how many samples it has.
 	Families map[string]ScrapedFamily `json:"families,omitempty"`
 	Error    string                   `json:"error,omitempty"`
+	// Body is the answer of a URL of the plan's Raw, as it came (at most 4 MiB).
+	Body string `json:"body,omitempty"`
 }
 
 // ScrapedFamily is one family of a scrape.
@@ -48,7 +51,7 @@ func runScrape(ctx context.Context, p Plan) map[string]*ScrapeResult {
 	}
 	out := map[string]*ScrapeResult{}
 	for _, u := range p.URLs {
-		out[u] = scrapeRetry(ctx, u, p.Bearer[u], limit)
+		out[u] = scrapeRetry(ctx, u, p.Bearer[u], slices.Contains(p.Raw, u), limit)
 		say("scrape %s: status %d, %d families %s", u, out[u].Status, len(out[u].Families), out[u].Error)
 	}
 	return out
@@ -56,11 +59,11 @@ func runScrape(ctx context.Context, p Plan) map[string]*ScrapeResult {
 
 // scrapeRetry scrapes u (with the bearer token, if not empty) until it answers (any HTTP
 // status) or limit has passed.
-func scrapeRetry(ctx context.Context, u, token string, limit time.Duration) *ScrapeResult {
+func scrapeRetry(ctx context.Context, u, token string, raw bool, limit time.Duration) *ScrapeResult {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
-		r, err := scrape(ctx, u, token)
+		r, err := scrape(ctx, u, token, raw)
 		if err == nil {
 			return r
 		}
@@ -72,7 +75,7 @@ func scrapeRetry(ctx context.Context, u, token string, limit time.Duration) *Scr
 	}
 }
 
-func scrape(ctx context.Context, u, token string) (*ScrapeResult, error) {
+func scrape(ctx context.Context, u, token string, raw bool) (*ScrapeResult, error) {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
@@ -93,6 +96,10 @@ func scrape(ctx context.Context, u, token string) (*ScrapeResult, error) {
 		return nil, err
 	}
 	r := &ScrapeResult{Status: resp.StatusCode}
+	if raw {
+		r.Body = string(body[:min(len(body), 4<<20)])
+		return r, nil
+	}
 	if resp.StatusCode != http.StatusOK {
 		r.Error = firstLine(string(body))
 		return r, nil

@@ -62,6 +62,9 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	clock clock.Clock
 
+	// usage, when set, is where status.usage comes from (usage.go).
+	usage UsageSource
+
 	// writes are the runtimes' last status writes by this controller (sync.go).
 	writesMu sync.Mutex
 	writes   map[cache.ObjectName]statusWrite
@@ -113,6 +116,9 @@ func newControllerWithClock(ctx context.Context, airlockClient airlockclientset.
 				c.writesMu.Lock()
 				delete(c.writes, cache.MetaObjectToName(rt))
 				c.writesMu.Unlock()
+				if c.usage != nil {
+					c.usage.ForgetRuntime(rt.Namespace, rt.Name)
+				}
 			}
 		},
 	}); err != nil {

@@ -75,7 +75,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
+	runtimeUsage, again := c.runtimeUsage(rt)
+	if again > 0 {
+		defer c.queue.AddAfter(key, again) // the usage goes on growing without an event
+	}
 	updated := rt.DeepCopy()
+	updated.Status.Usage = runtimeUsage
 	updated.Status.ObservedGeneration = rt.Generation
 	updated.Status.Claims = counts
 	updated.Status.HeldWorkspaces, updated.Status.HeldWorkspaceCount = held, heldCount
@@ -93,6 +98,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	c.writesMu.Lock()
 	c.writes[key] = statusWrite{basedOn: rt.ResourceVersion, at: c.clock.Now()}
 	c.writesMu.Unlock()
+	if c.usage != nil && runtimeUsage != rt.Status.Usage {
+		c.usage.Written(rt.Namespace, rt.Name) // the status holds the source's sums from now on
+	}
 	return nil
 }
 

@@ -68,6 +68,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.RegistrySandboxStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ResumedWorkspace"):
 		return &airlockv1alpha1.ResumedWorkspaceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RuntimeUsage"):
+		return &airlockv1alpha1.RuntimeUsageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"):
 		return &airlockv1alpha1.SandboxClaimApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClaimSpec"):

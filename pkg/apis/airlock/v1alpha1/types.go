@@ -938,6 +938,41 @@ type AgentRuntimeStatus struct {
 	// HeldWorkspaceCount counts them all (HeldWorkspaces lists at most 32).
 	// +optional
 	HeldWorkspaceCount int32 `json:"heldWorkspaceCount,omitempty"`
+	// Usage is what the runtime's sessions used, summed (docs/record.md §3): written by the
+	// leader at most once a minute, carried across a leader's change.
+	// +optional
+	Usage *RuntimeUsage `json:"usage,omitempty"`
+}
+
+// RuntimeUsage sums the usage of a runtime's sessions since the runtime was created.
+type RuntimeUsage struct {
+	// CPUMillis is CPU time, in milliseconds (CPU-seconds × 1000), from the sandboxes' cgroups.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CPUMillis int64 `json:"cpuMillis,omitempty"`
+	// MemoryMiBSeconds is memory in use integrated over time, in MiB-seconds (GiB-seconds × 1024).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MemoryMiBSeconds int64 `json:"memoryMiBSeconds,omitempty"`
+	// WorkspaceBytes sums the size of each session's workspace at its sandbox's last stop.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WorkspaceBytes int64 `json:"workspaceBytes,omitempty"`
+	// EgressBytes counts bytes through the egress gateway, both ways.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	EgressBytes int64 `json:"egressBytes,omitempty"`
+	// ToolCalls counts tool calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ToolCalls int64 `json:"toolCalls,omitempty"`
+	// Sessions counts the claims whose usage is summed here.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Sessions int64 `json:"sessions,omitempty"`
+	// UpdateTime is when the leader last wrote these figures.
+	// +optional
+	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
 }
 
 // HeldWorkspace is a kept workspace whose sync-back gave up.

@@ -48,6 +48,10 @@ type Log struct {
 	changed chan struct{}     // closed at each change, then replaced
 
 	calls uint64 // the last tool call number given
+
+	kinds map[string]uint64 // entries appended (kept or only counted), by kind
+	// final, when set, gives the stopped entry's usage (docs/record.md §3): the boot's figures.
+	final func() (*record.Usage, string)
 }
 
 // New returns a log with a new boot id whose first entry is sandbox.boot. now is its clock;
@@ -60,7 +64,7 @@ func New(now func() time.Time, maxBytes int) (*Log, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	l := &Log{boot: hex.EncodeToString(b[:]), now: now, max: maxBytes, dropped: map[string]uint64{}, changed: make(chan struct{})}
+	l := &Log{boot: hex.EncodeToString(b[:]), now: now, max: maxBytes, dropped: map[string]uint64{}, kinds: map[string]uint64{}, changed: make(chan struct{})}
 	l.Append(record.Entry{Kind: record.KindSandboxBoot})
 	return l, nil
 }
@@ -88,6 +92,7 @@ func (l *Log) Append(e record.Entry) {
 }
 
 func (l *Log) appendLocked(e record.Entry) {
+	l.kinds[e.Kind]++
 	l.seq++
 	e.V, e.Source, e.Boot, e.SourceSeq = record.Version, record.SourceSandboxd, l.boot, l.seq
 	if e.Time == "" {
@@ -126,19 +131,42 @@ func (l *Log) signalLocked() {
 	l.changed = make(chan struct{})
 }
 
+// Count is how many entries of kind this boot appended, kept or only counted: the usage's tool
+// calls are its tool.call entries.
+func (l *Log) Count(kind string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.kinds[kind]
+}
+
+// OnStop sets what gives the stopped entry its usage and, when some figure was not measured, a
+// message that says which (usage.go in pkg/sandboxd). Stop calls it before it takes the log's
+// lock; set it before the log is shared.
+func (l *Log) OnStop(final func() (*record.Usage, string)) { l.final = final }
+
 // Stop appends sandbox.stopped, with the count of every entry this boot made (kept or not) and
 // what was not kept, and ends the log: the operator's stop calls it before it answers, so that
 // the operator reads the log to its end. It returns the count; a second Stop does nothing.
 func (l *Log) Stop() uint64 {
+	var usage *record.Usage
+	var unmeasured string
+	if l.final != nil && !l.Stopped() {
+		usage, unmeasured = l.final()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
 		return l.seq
 	}
-	e := record.Entry{Kind: record.KindSandboxStopped, Count: l.seq + 1}
+	e := record.Entry{Kind: record.KindSandboxStopped, Count: l.seq + 1, Usage: usage}
+	var notes []string
 	if len(l.dropped) > 0 {
-		e.Message = "not kept: " + countsOf(l.dropped)
+		notes = append(notes, "not kept: "+countsOf(l.dropped))
 	}
+	if unmeasured != "" {
+		notes = append(notes, unmeasured)
+	}
+	e.Message = strings.Join(notes, "; ")
 	l.appendLocked(e)
 	l.stopped = true
 	return l.seq

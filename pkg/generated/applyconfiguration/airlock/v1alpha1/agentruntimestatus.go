@@ -39,6 +39,9 @@ type AgentRuntimeStatusApplyConfiguration struct {
 	HeldWorkspaces []HeldWorkspaceApplyConfiguration `json:"heldWorkspaces,omitempty"`
 	// HeldWorkspaceCount counts them all (HeldWorkspaces lists at most 32).
 	HeldWorkspaceCount *int32 `json:"heldWorkspaceCount,omitempty"`
+	// Usage is what the runtime's sessions used, summed (docs/record.md §3): written by the
+	// leader at most once a minute, carried across a leader's change.
+	Usage *RuntimeUsageApplyConfiguration `json:"usage,omitempty"`
 }
 
 // AgentRuntimeStatusApplyConfiguration constructs a declarative configuration of the AgentRuntimeStatus type for use with
@@ -94,5 +97,13 @@ func (b *AgentRuntimeStatusApplyConfiguration) WithHeldWorkspaces(values ...*Hel
 // If called multiple times, the HeldWorkspaceCount field is set to the value of the last call.
 func (b *AgentRuntimeStatusApplyConfiguration) WithHeldWorkspaceCount(value int32) *AgentRuntimeStatusApplyConfiguration {
 	b.HeldWorkspaceCount = &value
+	return b
+}
+
+// WithUsage sets the Usage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Usage field is set to the value of the last call.
+func (b *AgentRuntimeStatusApplyConfiguration) WithUsage(value *RuntimeUsageApplyConfiguration) *AgentRuntimeStatusApplyConfiguration {
+	b.Usage = value
 	return b
 }
