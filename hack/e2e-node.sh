@@ -83,7 +83,7 @@ export KUBECONFIG
 INSTALL=${AIRLOCK_E2E_INSTALL:-helm}
 export AIRLOCK_E2E_INSTALL=$INSTALL
 CRDS=(crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev
-  crd/sandboxclaims.airlock.dev)
+  crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev)
 
 # apply_crds: the CRDs of manifests/crd, server-side (Helm installs them on `helm install` but
 # never upgrades them: docs/helm.md), and wait until they are served.
