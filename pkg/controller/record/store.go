@@ -65,7 +65,7 @@ func plan(last recordstore.Segment, lines [][]byte) []write {
 func (c *Controller) store(ctx context.Context, s *session) error {
 	s.mu.Lock()
 	lines := s.pending[:len(s.pending):len(s.pending)]
-	if len(lines) == 0 && s.segSR != nil {
+	if len(lines) == 0 { // nothing to store (a segment is never written empty: the CRD refuses it)
 		s.mu.Unlock()
 		return nil
 	}
