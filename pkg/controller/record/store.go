@@ -149,7 +149,8 @@ func (c *Controller) writeSegment(ctx context.Context, s *session, seg recordsto
 	updated := fresh.DeepCopy()
 	updated.Spec = want.Spec
 	written, err = c.records.Update(ctx, updated)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		// Invalid: the API server's rules refuse the leader's lines on it (a forged seal).
 		return nil, c.changedUnder(ctx, s, fresh, seg.N)
 	}
 	return written, err
@@ -173,7 +174,7 @@ func (c *Controller) changedUnder(ctx context.Context, s *session, sr *airlockv1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stored := n == s.seg.N && s.segSR != nil // the leader had stored segment n
+	stored := n == s.seg.N && len(s.seg.Lines) > 0 // the leader had stored lines in segment n
 	var msg string
 	switch {
 	case fresh == nil && !stored:

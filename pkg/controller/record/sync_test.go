@@ -467,3 +467,34 @@ func TestTheSealCarriesTheSessionsUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestASegmentDeletedUnderTheLeaderIsCreatedAgain: a live record's last segment deleted (which the
+// API server admits) is found at the leader's next write and created again as the leader had it,
+// after a gap entry that says so: the record verifies intact.
+func TestASegmentDeletedUnderTheLeaderIsCreatedAgain(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimBound)
+	_ = f.claims.Add(claim)
+	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim)
+	if err := f.records.Tracker().Delete(sessionRecordsResource, "ns", recordstore.Name("c1", "uid-1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	reaping := claim.DeepCopy()
+	reaping.Status.Phase, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "2"
+	_ = f.claims.Update(reaping)
+	_, ctx := ktesting.NewTestContext(t)
+	for range 3 {
+		if _, err := f.c.sync(ctx, keyOf(reaping)); err == nil {
+			break
+		}
+	}
+	rep, entries := f.export()
+	if !rep.Intact() || !rep.Sealed {
+		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	}
+	if got := kinds(entries); got != "claim.phase:Bound claim.phase:Reaping record.gap record.sealed" || !strings.Contains(entries[2].Message, "was deleted under the leader") {
+		t.Errorf("entries = %q (%q), want the record created again with a gap", got, entries[2].Message)
+	}
+}
