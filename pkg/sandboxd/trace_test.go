@@ -44,7 +44,7 @@ func TestToolCallsJoinTheCallersTrace(t *testing.T) {
 	}
 	call(toolnames.Write, mcp.Meta{"traceparent": metaParent}, map[string]any{"file_path": "a.txt", "content": "hi\n"})
 	out := call(toolnames.Bash, nil, map[string]any{"command": `echo "tp=$TRACEPARENT"; u=${HTTPS_PROXY#http://}; echo "user=${u%%:*}"; [ "${u#*:}" = secret-credential@10.0.0.9:3128 ] && echo rest-unchanged`})
-	call(toolnames.Read, mcp.Meta{"traceparent": "00-zz"}, map[string]any{"file_path": "a.txt"})                     // malformed: the header's
+	call(toolnames.Read, mcp.Meta{"traceparent": "00-zz"}, map[string]any{"file_path": "a.txt"})                                   // malformed: the header's
 	call(toolnames.Read, mcp.Meta{"traceparent": strings.TrimSuffix(metaParent, "1") + "0"}, map[string]any{"file_path": "a.txt"}) // unsampled: none
 
 	_, entries := readRecord(t, ts.url, "tok", "")

@@ -73,7 +73,7 @@ func TestSplitProxyUser(t *testing.T) {
 	for _, bad := range []string{
 		"_", prefix, // nothing after the span
 		strings.ToUpper(prefix) + "team-a.claim-1",
-		"_" + strings.Repeat("0", 32) + "-" + p.Span.String() + ".team-a.claim-1", // zero trace
+		"_" + strings.Repeat("0", 32) + "-" + p.Span.String() + ".team-a.claim-1",  // zero trace
 		"_" + p.Trace.String() + "-" + strings.Repeat("0", 16) + ".team-a.claim-1", // zero span
 		"_" + p.Trace.String() + "-" + p.Span.String() + "team-a.claim-1",          // no dot
 		"_" + p.Trace.String() + "." + p.Span.String() + ".team-a.claim-1",
