@@ -44,6 +44,7 @@ type OperatorOptions struct {
 	SandboxAPI     *SandboxAPIOptions
 	Serving        *ServingOptions
 	Controllers    *ControllerOptions
+	Tracing        *TracingOptions
 }
 
 // NewOperatorOptions returns the operator's options with their defaults.
@@ -81,6 +82,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			MetricsBindAddress:     ":8080",
 			HealthProbeBindAddress: ":8081",
 		},
+		Tracing: newTracingOptions(),
 		Controllers: &ControllerOptions{
 			Workers:        4,
 			SyncImage:      "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
@@ -98,6 +100,7 @@ func (o *OperatorOptions) Flags(fss *cliflag.NamedFlagSets) {
 	o.Controllers.AddFlags(fss.FlagSet("controllers"))
 	o.LeaderElection.AddFlags(fss.FlagSet("leader election"))
 	o.KubeClient.AddFlags(fss.FlagSet("kubernetes client"))
+	o.Tracing.AddFlags(fss.FlagSet("tracing"))
 	addLogsFlags(fss.FlagSet("logs"))
 }
 
@@ -109,6 +112,7 @@ func (o *OperatorOptions) Validate() []error {
 	errs = append(errs, o.Controllers.Validate()...)
 	errs = append(errs, o.LeaderElection.Validate()...)
 	errs = append(errs, o.KubeClient.Validate()...)
+	errs = append(errs, o.Tracing.Validate()...)
 	errs = append(errs, validateDistinctAddresses(
 		bindAddress{"api-bind-address", o.SandboxAPI.BindAddress},
 		bindAddress{"health-probe-bind-address", o.Serving.HealthProbeBindAddress},
@@ -171,6 +175,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		OperatorPeer:           operatorPeer,
 		ReadIsolationEvidence:  o.Controllers.ReadIsolationEvidence,
 		EgressCA:               egressCA,
+		Tracing:                o.Tracing.Config(),
 	}, nil
 }
 

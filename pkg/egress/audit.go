@@ -66,6 +66,7 @@ func (g *Gateway) audit(ctx context.Context, ex *exchange) {
 			Reason: ex.reason, BytesUp: ex.up, BytesDown: ex.down, Duration: duration})
 	}
 
+	g.span(ctx, ex, host, decision, duration)
 	requests.WithLabelValues(ex.kind, decision, string(ex.reason)).Inc()
 	durations.WithLabelValues(ex.kind, decision).Observe(duration.Seconds())
 	transferred.WithLabelValues("up").Add(float64(ex.up))

@@ -3,6 +3,8 @@
 package operator
 
 import (
+	"github.com/airlock-dev/airlock/pkg/tracing"
+
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -109,4 +111,7 @@ type Config struct {
 	// CA in the operator's namespace (the egress CA controller) and the bundle ConfigMaps (the CA
 	// bundle distributor).
 	EgressCA *egressca.Config
+	// Tracing is where the operator's spans go (--tracing-*): the Sandbox API's acquire spans,
+	// and the spans of collected record entries (pkg/recordtrace). Off by default.
+	Tracing tracing.Config
 }
