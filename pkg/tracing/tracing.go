@@ -122,7 +122,8 @@ func New(ctx context.Context, c Config, service string) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{sdk: NewSDKProvider(c, service, sdktrace.WithBatcher(exp))}, nil
+	sdk := NewSDKProvider(c, service, sdktrace.WithBatcher(exp))
+	return &Provider{TracerProvider: sdk, sdk: sdk}, nil
 }
 
 // NewSDKProvider is the SDK provider of service with c's sampler and the given options (an

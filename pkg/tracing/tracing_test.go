@@ -93,3 +93,20 @@ func TestParentBasedSampling(t *testing.T) {
 func sdktraceSyncer(exp *tracetest.InMemoryExporter) sdktrace.TracerProviderOption {
 	return sdktrace.WithSyncer(exp)
 }
+
+// TestOnIsTheSDKProvider: with an endpoint the provider's tracer records (no collector is
+// reached: the exporter dials when it sends).
+func TestOnIsTheSDKProvider(t *testing.T) {
+	p, err := New(t.Context(), Config{Endpoint: "127.0.0.1:1", SampleRatio: 1}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.Tracer("t").Start(t.Context(), "x")
+	if p.SDK() == nil || !span.SpanContext().IsValid() || !span.IsRecording() {
+		t.Errorf("tracing on: sdk %v, span %+v recording %v", p.SDK(), span.SpanContext(), span.IsRecording())
+	}
+	span.End()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // nothing to wait for: the collector does not exist
+	_ = p.Shutdown(ctx)
+}
