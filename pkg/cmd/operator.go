@@ -3,6 +3,8 @@
 package cmd
 
 import (
+	"github.com/airlock-dev/airlock/pkg/tracing"
+
 	"fmt"
 	"os"
 	"time"
@@ -198,6 +200,12 @@ the replica that holds the leader lease also runs the controllers.`,
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			operator.TuneGC(klog.FromContext(ctx), os.Getenv)
+			tp, err := tracing.New(ctx, cfg.Tracing, tracing.ServiceOperator)
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tp)
+			cfg.TracerProvider = tp
 			return operator.Run(ctx, cfg)
 		},
 	}

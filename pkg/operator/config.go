@@ -3,6 +3,8 @@
 package operator
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlock-dev/airlock/pkg/tracing"
 
 	"time"
@@ -112,6 +114,10 @@ type Config struct {
 	// bundle distributor).
 	EgressCA *egressca.Config
 	// Tracing is where the operator's spans go (--tracing-*): the Sandbox API's acquire spans,
-	// and the spans of collected record entries (pkg/recordtrace). Off by default.
+	// and the spans of collected record entries (pkg/recordtrace.New(ctx, Tracing)). Off by
+	// default.
 	Tracing tracing.Config
+	// TracerProvider is the provider of Tracing, built by the command (nil: no spans); the
+	// Sandbox API's acquire spans go through it.
+	TracerProvider trace.TracerProvider
 }
