@@ -91,3 +91,51 @@ func TestToolCallsJoinTheCallersTrace(t *testing.T) {
 }
 
 func noEnv(string) string { return "" }
+
+// TestSSECallsCarryTheirTraceInMeta: on the legacy SSE transport a call's _meta traceparent
+// traces it (on the direct path, a Read, and through the SDK, a Bash).
+func TestSSECallsCarryTheirTraceInMeta(t *testing.T) {
+	ts := startServer(t, Config{}, options{})
+	cs := connectSSE(t, ts.url, nil)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{toolnames.Write, map[string]any{"file_path": "a.txt", "content": "x"}},
+		{toolnames.Read, map[string]any{"file_path": "a.txt"}},
+		{toolnames.Bash, map[string]any{"command": "true"}},
+	} {
+		if res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Meta: mcp.Meta{"traceparent": metaParent}, Name: c.tool, Arguments: c.args}); err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", c.tool, err, res)
+		}
+	}
+	_, entries := readRecord(t, ts.url, "", "")
+	meta, _ := traceparent.Parse(metaParent)
+	calls := 0
+	for _, e := range entries {
+		if e.Kind != record.KindToolCall {
+			continue
+		}
+		calls++
+		if e.Trace != meta.Trace.String() || e.Parent != meta.Span.String() {
+			t.Errorf("%s over SSE: trace %q parent %q, want the _meta's", e.Tool, e.Trace, e.Parent)
+		}
+	}
+	if calls != 3 {
+		t.Fatalf("%d tool.call entries, want 3", calls)
+	}
+}
+
+// TestProxyWithSpan: the span goes before a proxy URL's user name, the rest of the URL as it
+// was; a URL without a user name (nothing to attribute to) or that does not parse is left alone.
+func TestProxyWithSpan(t *testing.T) {
+	tp, _ := traceparent.Parse(headerParent)
+	if got, want := proxyWithSpan("http://ns.claim:p%40ss@10.0.0.1:3128", tp), "http://"+traceparent.ProxyUser(tp, "ns.claim")+":p%40ss@10.0.0.1:3128"; got != want {
+		t.Errorf("proxyWithSpan = %q, want %q", got, want)
+	}
+	for _, raw := range []string{"", "http://10.0.0.1:3128", "http://:pw@10.0.0.1:3128", "://bad"} {
+		if got := proxyWithSpan(raw, tp); got != "" {
+			t.Errorf("proxyWithSpan(%q) = %q, want it left alone", raw, got)
+		}
+	}
+}
