@@ -46,12 +46,22 @@ const (
 // the Bash call's span parenting the gateway's egress span (the call's span named in the proxy
 // URL sandboxd gave the process), and the Write call's span parenting its file.write span; both
 // found by one query of the trace by its id.
+//
+// Once with each OTLP protocol: gRPC and HTTP.
 func TestOneQueryFindsTheToolCallBehindEgressAndAFileWrite(t *testing.T) {
+	jaeger := startJaeger(t)
+	for _, otlp := range []tracing.Config{
+		{Endpoint: jaeger.otlpGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1},
+		{Endpoint: "http://" + jaeger.otlpHTTP, Protocol: tracing.ProtocolHTTP, SampleRatio: 1},
+	} {
+		t.Run(otlp.Protocol, func(t *testing.T) { oneQuery(t, jaeger, otlp) })
+	}
+}
+
+func oneQuery(t *testing.T, jaeger jaegerProcess, otlp tracing.Config) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	jaeger := startJaeger(t)
-	otlp := tracing.Config{Endpoint: jaeger.otlp, Protocol: tracing.ProtocolGRPC, SampleRatio: 1}
 
 	// The runtime: its own span, exported, whose context goes with each tool call.
 	runtimeTP, err := tracing.New(ctx, otlp, "test-runtime")
@@ -198,8 +208,9 @@ func (tr jaegerTrace) check() (bool, string) {
 }
 
 type jaegerProcess struct {
-	otlp  string // host:port of OTLP over gRPC
-	query string // base URL of the query API
+	otlpGRPC string // host:port of OTLP over gRPC
+	otlpHTTP string // host:port of OTLP over HTTP
+	query    string // base URL of the query API
 }
 
 func (j jaegerProcess) trace(ctx context.Context, id string) (jaegerTrace, error) {
@@ -246,7 +257,7 @@ func jaegerBin(t *testing.T) string {
 // over gRPC in and the query API out, on free loopback ports, until the test ends; it returns
 // once the query API answers.
 func startJaeger(t *testing.T) jaegerProcess {
-	ports := freePorts(t, 4)
+	ports := freePorts(t, 5)
 	config := fmt.Sprintf(`service:
   extensions: [jaeger_storage, jaeger_query, healthcheckv2]
   pipelines:
@@ -281,10 +292,12 @@ receivers:
     protocols:
       grpc:
         endpoint: 127.0.0.1:%d
+      http:
+        endpoint: 127.0.0.1:%d
 exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
-`, ports[0], ports[1], ports[2], ports[3])
+`, ports[0], ports[1], ports[2], ports[3], ports[4])
 	file := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -308,7 +321,7 @@ exporters:
 			t.Logf("jaeger's log:\n%s", b)
 		}
 	})
-	j := jaegerProcess{otlp: fmt.Sprintf("127.0.0.1:%d", ports[3]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	j := jaegerProcess{otlpGRPC: fmt.Sprintf("127.0.0.1:%d", ports[3]), otlpHTTP: fmt.Sprintf("127.0.0.1:%d", ports[4]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-exited:

@@ -113,6 +113,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}, allowed: []string{module + "pkg/attestation"}},
 		{pkg: "pkg/attestation", why: "what the operator signs and runtimes verify: standard library only",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
+		{pkg: "pkg/cmd", why: "the OTLP exporter's wire is pkg/tracing's own: gRPC's library and x/net/trace's html/template took the binary from 38.6 to 62.1 MB",
+			forbidden: []string{"google.golang.org/grpc", "golang.org/x/net/trace", "html/template"}},
 		{pkg: "pkg/traceparent", why: "the W3C traceparent sandboxd and the gateway read: pure, standard library only (sandboxd never exports)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/", "go.opentelemetry.io/"}},
 		{pkg: "pkg/record", why: "what a session record is: pure, standard library only (sandboxd, the operator and the CLI import it)",

@@ -12,8 +12,7 @@ import (
 	"net/url"
 	"strings"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -143,18 +142,11 @@ func NewExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Protocol == ProtocolHTTP {
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(host)}
-		if insecure {
-			opts = append(opts, otlptracehttp.WithInsecure())
-		}
-		return otlptracehttp.New(ctx, opts...)
+	protocol := c.Protocol
+	if protocol == "" {
+		protocol = ProtocolGRPC
 	}
-	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(host)}
-	if insecure {
-		opts = append(opts, otlptracegrpc.WithInsecure())
-	}
-	return otlptracegrpc.New(ctx, opts...)
+	return otlptrace.New(ctx, newOTLPClient(protocol, host, insecure))
 }
 
 func mapErrors(errs map[string]error) []error {
