@@ -132,3 +132,24 @@ func TestOTLPGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOTLPGRPCOverTLS: an https endpoint is gRPC over HTTP/2 with TLS (ALPN h2).
+func TestOTLPGRPCOverTLS(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 || r.TLS == nil {
+			t.Errorf("%s, TLS %v: want HTTP/2 over TLS", r.Proto, r.TLS != nil)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Trailer", "Grpc-Status")
+		w.WriteHeader(http.StatusOK)
+		w.Header().Set("Grpc-Status", "0")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	c := newOTLPClient(ProtocolGRPC, strings.TrimPrefix(srv.URL, "https://"), false)
+	c.hc.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	if err := c.UploadTraces(t.Context(), testSpans); err != nil {
+		t.Fatal(err)
+	}
+}
