@@ -5,7 +5,8 @@
 # verify-chart, manifests/chart_test.go) helm in hack/tools/helm/, and for `make bench`'s peer
 # (hack/bench.sh, issue 40) agent-sandbox-controller in hack/tools/agent-sandbox/, and for the
 # local node's RuntimeClass gvisor (docs/isolation.md) runsc and containerd-shim-runsc-v1 in
-# hack/tools/gvisor/ (these asked for by name only: never in the default list). A binary is
+# hack/tools/gvisor/, and for the tracing e2e (e2e/trace_test.go, docs/record.md §1) the trace
+# collector jaeger in hack/tools/jaeger/ (these asked for by name only: never in the default list). A binary is
 # rebuilt only when its pin changes (bin/.stamp-<name> records the pin it was built from).
 #
 # usage: hack/build-cluster-bins.sh [name...]   (default: every binary the local cluster needs)
@@ -30,6 +31,7 @@ stamp_of() { # name -> the pin string for that binary
     helm) sha256sum "$TOOLS/helm/go.mod" | cut -c1-16 ;;
     agent-sandbox-controller) sha256sum "$TOOLS/agent-sandbox/go.mod" | cut -c1-16 ;;
     runsc) sha256sum "$TOOLS/gvisor/go.mod" | cut -c1-16 ;;
+    jaeger) sha256sum "$TOOLS/jaeger/go.mod" | cut -c1-16 ;;
     containerd-shim-runsc-v1)
       sha256sum "$TOOLS/gvisor/go.mod" "$TOOLS/gvisor/local.patch" | sha256sum | cut -c1-16 ;;
     kube-network-policies)
@@ -92,6 +94,10 @@ gvisor_version() { # the gvisor.dev/gvisor pseudo-version hack/tools/gvisor/go.m
   awk '$1 == "gvisor.dev/gvisor" { print $2 }' "$TOOLS/gvisor/go.mod"
 }
 
+jaeger_version() { # the github.com/jaegertracing/jaeger version hack/tools/jaeger/go.mod pins
+  awk '$1 == "github.com/jaegertracing/jaeger" { print $2 }' "$TOOLS/jaeger/go.mod"
+}
+
 helm_version() { # the helm.sh/helm/v4 version hack/tools/helm/go.mod pins
   awk '$1 == "helm.sh/helm/v4" { print $2 }' "$TOOLS/helm/go.mod"
 }
@@ -130,6 +136,10 @@ build_one() {
       (cd "$TOOLS/gvisor" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
         -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$(gvisor_version)" \
         -o "$BIN/runsc" gvisor.dev/gvisor/runsc) ;;
+    jaeger) # the trace collector of the tracing e2e (OTLP in, the query API out); static
+      (cd "$TOOLS/jaeger" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$(jaeger_version)" \
+        -o "$BIN/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger) ;;
     containerd-shim-runsc-v1) # package gvisor.dev/gvisor/shim, patched; containerd finds it by this name
       build_gvisor_shim ;;
     *) echo "unknown binary: $name" >&2; return 2 ;;

@@ -18,9 +18,18 @@
 # AIRLOCK_E2E_INSTALL=helm (default) installs with the chart; =kustomize with `kubectl apply -k
 # manifests/` instead (one install path per run: manifests/chart_test.go holds the two equal).
 # HELM names the helm binary (default bin/helm, built by hack/build-cluster-bins.sh if missing).
+# The trace collector (TestRealNodeTrace, docs/record.md §1): the real Jaeger (bin/jaeger, built by
+# `hack/build-cluster-bins.sh jaeger` if missing) runs on this host for the run, in memory, OTLP in
+# on the node's address (where pods reach the host) and its query API on 127.0.0.1; the chart is
+# installed with tracing.endpoint naming it, and it is stopped when the script ends (also with
+# AIRLOCK_E2E_NODE_KEEP=1: the kept release then names a collector that is gone, which costs only
+# dropped batches). AIRLOCK_E2E_TRACING_PROTOCOL=grpc (default) or http picks the OTLP protocol;
+# AIRLOCK_E2E_JAEGER_PORTS="OTLP-gRPC OTLP-HTTP query query-gRPC health" moves its ports (default
+# "4317 4318 16686 16685 13133"). Not with AIRLOCK_E2E_INSTALL=kustomize (no tracing there).
 # With KUBECONFIG set and AIRLOCK_E2E_USE_KUBECONFIG=1 it runs against that cluster instead (pods
 # must really run there, e.g. kind, with the images loaded: hack/e2e-kind.sh); airlock is
-# installed there too.
+# installed there too; Jaeger only with AIRLOCK_E2E_JAEGER_HOST, an address of this host the
+# cluster's pods reach (e.g. kind's Docker network gateway), else TestRealNodeTrace is skipped.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,6 +66,117 @@ can_run_node() {
   fi
 }
 
+# The trace collector's PID while it runs (stop_jaeger).
+JAEGER_PID=
+# NODE_DOWN=1: the node was brought up here and goes down at the end.
+NODE_DOWN=0
+
+# start_jaeger HOST: the real Jaeger v2 (an OpenTelemetry Collector) with in-memory storage, OTLP
+# over gRPC and HTTP in on HOST (the operator's and the gateway's pods reach this host there: the
+# node IP is on this host's lo, kube-apiserver's address; their NetworkPolicies restrict ingress
+# only), the query API on 127.0.0.1 for the test; returns once the query API answers. Exports the
+# endpoint the chart gets and the query URL (e2e/realnode_trace_test.go reads them).
+start_jaeger() {
+  local host=$1 jaeger=${AIRLOCK_BIN_DIR:-$ROOT/bin}/jaeger dir=$ROOT/_output/e2e-node
+  local protocol=${AIRLOCK_E2E_TRACING_PROTOCOL:-grpc}
+  local -a ports
+  read -r -a ports <<<"${AIRLOCK_E2E_JAEGER_PORTS:-4317 4318 16686 16685 13133}"
+  ((${#ports[@]} == 5)) || { log "error: AIRLOCK_E2E_JAEGER_PORTS needs 5 ports, got '${ports[*]}'"; exit 1; }
+  case $protocol in
+    grpc) AIRLOCK_E2E_TRACING_ENDPOINT=$host:${ports[0]} ;;
+    http) AIRLOCK_E2E_TRACING_ENDPOINT=http://$host:${ports[1]} ;;
+    *) log "error: AIRLOCK_E2E_TRACING_PROTOCOL=$protocol: want grpc or http"; exit 1 ;;
+  esac
+  [[ -x $jaeger ]] || hack/build-cluster-bins.sh jaeger
+  local addr
+  for addr in "$host:${ports[0]}" "$host:${ports[1]}" "127.0.0.1:${ports[2]}" "127.0.0.1:${ports[3]}" "127.0.0.1:${ports[4]}"; do
+    if timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${addr%:*}" "${addr##*:}" 2>/dev/null; then
+      log "error: $addr is taken (one of Jaeger's; AIRLOCK_E2E_JAEGER_PORTS moves them)"
+      exit 1
+    fi
+  done
+  mkdir -p "$dir"
+  cat >"$dir/jaeger.yaml" <<EOF
+service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: []
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 127.0.0.1:${ports[4]}
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: 127.0.0.1:${ports[2]}
+    grpc:
+      endpoint: 127.0.0.1:${ports[3]}
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 20000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: $host:${ports[0]}
+      http:
+        endpoint: $host:${ports[1]}
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+EOF
+  "$jaeger" --config "file:$dir/jaeger.yaml" >"$dir/jaeger.log" 2>&1 &
+  JAEGER_PID=$!
+  local query=http://127.0.0.1:${ports[2]} i
+  for ((i = 0; i < 300; i++)); do
+    if ! kill -0 "$JAEGER_PID" 2>/dev/null; then
+      wait "$JAEGER_PID" || true
+      JAEGER_PID=
+      log "error: jaeger exited; the end of its log ($dir/jaeger.log):"
+      tail -n 30 "$dir/jaeger.log" >&2
+      exit 1
+    fi
+    curl -sf --max-time 2 "$query/api/services" >/dev/null && break
+    sleep 0.2
+  done
+  ((i < 300)) || { log "error: jaeger's query API $query did not answer in 60 s ($dir/jaeger.log)"; exit 1; }
+  export AIRLOCK_E2E_TRACING_ENDPOINT AIRLOCK_E2E_TRACING_PROTOCOL=$protocol AIRLOCK_E2E_JAEGER_QUERY=$query
+  log "jaeger (pid $JAEGER_PID): OTLP over $protocol at $AIRLOCK_E2E_TRACING_ENDPOINT, query API $query, log $dir/jaeger.log"
+}
+
+# stop_jaeger: TERM, a bounded wait, KILL; by its PID only.
+stop_jaeger() {
+  [[ -n $JAEGER_PID ]] || return 0
+  kill -TERM "$JAEGER_PID" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$JAEGER_PID" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -KILL "$JAEGER_PID" 2>/dev/null || true
+  wait "$JAEGER_PID" 2>/dev/null || true
+  JAEGER_PID=
+}
+
+# on_exit, whatever happens: the collector stopped, the node taken down if it was brought up here.
+on_exit() {
+  stop_jaeger
+  if ((NODE_DOWN)); then hack/local-node.sh down; fi
+}
+trap on_exit EXIT
+
 # kubectl: bin/kubectl (or $AIRLOCK_BIN_DIR/kubectl; hack/build-cluster-bins.sh), unless KUBECTL names another.
 KUBECTL=${KUBECTL:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/kubectl}
 export KUBECTL
@@ -68,20 +188,33 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
     # A node that was up before (e.g. `make run`'s) is used and left up.
     log "using the local node that is already up (left up afterwards)"
   elif [[ ${AIRLOCK_E2E_NODE_KEEP:-0} != 1 ]]; then
-    trap 'hack/local-node.sh down' EXIT
+    NODE_DOWN=1
   fi
   # The images are built from this tree every time (tens of seconds), then imported.
   AIRLOCK_NODE_IMPORT_IMAGES=0 hack/local-node.sh up
   hack/local-node.sh images operator sandbox sandbox-go e2e-client e2e-python e2e-go-example e2e-typescript
   eval "$(hack/local-node.sh env)"
   log "node up and images imported in $((SECONDS - t0))s"
+  # The node's address is on this host's lo (hack/local-node.sh's AIRLOCK_NODE_IP).
+  JAEGER_HOST=${AIRLOCK_E2E_JAEGER_HOST:-${AIRLOCK_NODE_IP:-10.10.0.1}}
 else
   [[ -n ${KUBECONFIG:-} ]] || { log "error: AIRLOCK_E2E_USE_KUBECONFIG=1 needs KUBECONFIG"; exit 1; }
+  JAEGER_HOST=${AIRLOCK_E2E_JAEGER_HOST:-}
 fi
 export KUBECONFIG
 
 INSTALL=${AIRLOCK_E2E_INSTALL:-helm}
 export AIRLOCK_E2E_INSTALL=$INSTALL
+
+# The chart's tracing values: the collector started here (the sample ratio stays the chart's
+# default: only sampled traces export, and TestRealNodeTrace's traceparent is sampled).
+TRACING_SET=()
+if [[ $INSTALL == helm && -n $JAEGER_HOST ]]; then
+  start_jaeger "$JAEGER_HOST"
+  TRACING_SET=(--set "tracing.endpoint=$AIRLOCK_E2E_TRACING_ENDPOINT" --set "tracing.protocol=$AIRLOCK_E2E_TRACING_PROTOCOL")
+else
+  log "no trace collector (install $INSTALL, host '$JAEGER_HOST'): TestRealNodeTrace will not find one"
+fi
 CRDS=(crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev
   crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev)
 
@@ -113,14 +246,14 @@ install_helm() {
   if "$helm" status airlock "${common[@]}" >/dev/null 2>&1; then
     log "upgrading the Helm release airlock: helm upgrade airlock $chart"
     apply_crds
-    "$helm" upgrade airlock "$chart" "${common[@]}" >/dev/null
+    "$helm" upgrade airlock "$chart" "${common[@]}" ${TRACING_SET[@]+"${TRACING_SET[@]}"} >/dev/null
   elif [[ -n $installed ]]; then
     log "taking the kustomize install over: helm install --take-ownership airlock $chart"
     apply_crds
-    "$helm" install airlock "$chart" "${common[@]}" --take-ownership >/dev/null
+    "$helm" install airlock "$chart" "${common[@]}" --take-ownership ${TRACING_SET[@]+"${TRACING_SET[@]}"} >/dev/null
   else
     log "installing airlock: helm install airlock $chart --namespace airlock-system --create-namespace"
-    "$helm" install airlock "$chart" "${common[@]}" --create-namespace >/dev/null
+    "$helm" install airlock "$chart" "${common[@]}" --create-namespace ${TRACING_SET[@]+"${TRACING_SET[@]}"} >/dev/null
   fi
 }
 

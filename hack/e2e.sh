@@ -23,6 +23,8 @@ if [[ "${AIRLOCK_E2E_USE_KUBECONFIG:-0}" != 1 ]]; then
   export AIRLOCK_E2E_CLUSTER_DIR
 fi
 export KUBECONFIG
+# The trace collector of e2e/tracing (docs/record.md §1), built from its pin once (bin/.stamp-jaeger).
+AIRLOCK_BIN_DIR=${AIRLOCK_BIN_DIR:-$ROOT/bin} hack/build-cluster-bins.sh jaeger
 export KUBECTL=${KUBECTL:-${AIRLOCK_BIN_DIR:-$ROOT/bin}/kubectl}
 
 go test -tags e2e -count=1 -timeout 20m -v "$@" ./e2e/...

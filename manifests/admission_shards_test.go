@@ -93,6 +93,10 @@ func TestClaimShardPolicy(t *testing.T) {
 	}{
 		"a claim as the Sandbox API builds it": {r: create(claim)},
 		"a replacement claim":                  {r: create(replacement)},
+		// The acquire's trace context (docs/record.md §1): metadata only, admitted as any annotation.
+		"a claim with the acquire's traceparent": {r: create(with(claim, func(c *airlockv1alpha1.SandboxClaim) {
+			c.Annotations = map[string]string{airlockv1alpha1.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		}))},
 		"a claim updated":                      {r: update(claim, with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Annotations = map[string]string{"a": "b"} }))},
 		"a claim's pod":                        {r: create(pod)},
 		"a claim's NetworkPolicy":              {r: create(np)},

@@ -404,6 +404,16 @@ func TestChartRefusesBadValues(t *testing.T) {
 			want: []string{"/monitoring/serviceMonitor/interval"}},
 		"tools without the registry": {set: []string{"--set-json", `sandbox.allowedTools=["Read"]`},
 			want: []string{"sandbox.toolRegistry.enabled is false"}},
+		"a tracing ratio above one": {set: []string{"--set", "tracing.endpoint=collector:4317,tracing.sampleRatio=2"},
+			want: []string{"/tracing/sampleRatio"}},
+		"a tracing endpoint with a path": {set: []string{"--set", "tracing.endpoint=http://collector:4318/v1/traces"},
+			want: []string{"/tracing/endpoint"}},
+		"an unknown tracing protocol": {set: []string{"--set", "tracing.protocol=thrift"},
+			want: []string{"/tracing/protocol"}},
+		"a tracing flag in extraArgs": {set: []string{"--set-json", `operator.extraArgs=["--tracing-endpoint=x:1"]`},
+			want: []string{`operator.extraArgs has "--tracing-endpoint=x:1"`}},
+		"a tracing flag in egress.extraArgs": {set: []string{"--set-json", `egress.extraArgs=["--tracing-sample-ratio=1"]`},
+			want: []string{`egress.extraArgs has "--tracing-sample-ratio=1"`}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -469,6 +479,12 @@ func TestChartValuesReachTheOperator(t *testing.T) {
 			wantArgs: []string{"operator", "--leader-elect=false", "--api-bind-address=:8443", "--tls-mode=self-signed", "--token-audiences=airlock,airlock.example.com", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--kube-api-qps=50", "--kube-api-burst=100", "--workers=8", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator", "-v=4", "--profiling"},
 			wantReplicas: 1,
+		},
+		"tracing on": {
+			set: []string{"--set", "tracing.endpoint=otel-collector.observability:4317,tracing.sampleRatio=0"},
+			wantArgs: []string{"operator", "--leader-elect=true", "--api-bind-address=:8443", "--tls-mode=self-signed", "--token-audiences=airlock", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--operator-pod-labels=app.kubernetes.io/name=airlock,app.kubernetes.io/component=operator",
+				"--tracing-endpoint=otel-collector.observability:4317", "--tracing-protocol=grpc", "--tracing-sample-ratio=0"},
+			wantReplicas: 2,
 		},
 		"leader election durations, plain HTTP": {
 			set: []string{"--set", "operator.leaderElection.leaseDuration=30s,operator.leaderElection.renewDeadline=20s,operator.leaderElection.retryPeriod=4s,operator.tls.mode=none"},

@@ -3,6 +3,8 @@
 package cmd
 
 import (
+	"github.com/airlock-dev/airlock/pkg/tracing"
+
 	"context"
 	"fmt"
 	"net"
@@ -47,6 +49,8 @@ type EgressOptions struct {
 	// The cluster (without --claims-file): how to reach it, and where the proxy key is.
 	KubeClient        *KubeClientOptions
 	TokenKeyNamespace string
+	// Tracing: an egress span per decision (docs/record.md §1), off by default.
+	Tracing *TracingOptions
 }
 
 // NewEgressOptions returns the gateway's options with their defaults.
@@ -62,6 +66,7 @@ func newEgressOptionsWithEnv(getenv func(string) string) *EgressOptions {
 		IdleTimeout:            10 * time.Minute,
 		ShutdownGrace:          30 * time.Second,
 		KubeClient:             &KubeClientOptions{QPS: 20, Burst: 40},
+		Tracing:                newTracingOptions(),
 		TokenKeyNamespace:      defaultNamespace(getenv),
 	}
 }
@@ -181,6 +186,7 @@ func (o *EgressOptions) validateTermination() []error {
 			errs = append(errs, invalidFlag("credentials-dir", "%s is not a directory", o.CredentialsDir))
 		}
 	}
+	errs = append(errs, o.Tracing.Validate()...)
 	return errs
 }
 
@@ -333,6 +339,14 @@ the CONNECT host. docs/egress.md is the contract.`,
 				return err
 			}
 			defer stopEvents()
+			tp, err := tracing.New(ctx, o.Tracing.Config(), tracing.ServiceEgress)
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tp)
+			if tp.SDK() != nil {
+				cfg.Gateway.Tracer = tp.Tracer(tracing.ServiceEgress)
+			}
 			if informers != nil {
 				// The gateway refuses everything, and is not ready, until they have synced.
 				informersDone := make(chan struct{})
@@ -346,6 +360,7 @@ the CONNECT host. docs/egress.md is the contract.`,
 	fss := newNamedFlagSets()
 	o.AddFlags(fss.FlagSet("egress"))
 	o.KubeClient.AddFlags(fss.FlagSet("kubernetes client"))
+	o.Tracing.AddFlags(fss.FlagSet("tracing"))
 	addLogsFlags(fss.FlagSet("logs"))
 	setFlags(cmd, fss)
 	return cmd

@@ -23,8 +23,8 @@ func TestEgressDefaults(t *testing.T) {
 	if errs := o.Validate(); len(errs) != 0 {
 		t.Fatalf("the defaults with a claims file do not validate: %v", errs)
 	}
-	got := []any{o.ProxyBindAddress, o.HealthProbeBindAddress, o.MetricsBindAddress, o.HeadTimeout, o.DialTimeout, o.IdleTimeout, o.ShutdownGrace}
-	want := []any{":3128", ":8081", ":8080", 30 * time.Second, 10 * time.Second, 10 * time.Minute, 30 * time.Second}
+	got := []any{o.ProxyBindAddress, o.HealthProbeBindAddress, o.MetricsBindAddress, o.HeadTimeout, o.DialTimeout, o.IdleTimeout, o.ShutdownGrace, o.Tracing.Endpoint}
+	want := []any{":3128", ":8081", ":8080", 30 * time.Second, 10 * time.Second, 10 * time.Minute, 30 * time.Second, ""} // tracing off
 	if !slices.Equal(got, want) {
 		t.Errorf("defaults %v, want %v", got, want)
 	}
@@ -97,6 +97,9 @@ func TestEgressInvalidFlags(t *testing.T) {
 			o.TerminateCADir, o.TerminateCACertFile, o.TerminateCAKeyFile = t.TempDir(), claims, claims
 		}, "terminate-ca-dir"},
 		"upstream CA without a CA": {func(o *EgressOptions) { o.UpstreamCAFile = claims }, "upstream-ca-file"},
+		"tracing endpoint":         {func(o *EgressOptions) { o.Tracing.Endpoint = "no-port" }, "tracing-endpoint"},
+		"tracing protocol":         {func(o *EgressOptions) { o.Tracing.Protocol = "udp" }, "tracing-protocol"},
+		"tracing sample ratio":     {func(o *EgressOptions) { o.Tracing.SampleRatio = -1 }, "tracing-sample-ratio"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -3,6 +3,9 @@
 package cmd
 
 import (
+	"github.com/airlock-dev/airlock/pkg/recordtrace"
+	"github.com/airlock-dev/airlock/pkg/tracing"
+
 	"fmt"
 	"os"
 	"time"
@@ -44,6 +47,7 @@ type OperatorOptions struct {
 	SandboxAPI     *SandboxAPIOptions
 	Serving        *ServingOptions
 	Controllers    *ControllerOptions
+	Tracing        *TracingOptions
 }
 
 // NewOperatorOptions returns the operator's options with their defaults.
@@ -81,6 +85,7 @@ func newOperatorOptions(getenv func(string) string) *OperatorOptions {
 			MetricsBindAddress:     ":8080",
 			HealthProbeBindAddress: ":8081",
 		},
+		Tracing: newTracingOptions(),
 		Controllers: &ControllerOptions{
 			Workers:        4,
 			SyncImage:      "ghcr.io/airlock-dev/airlock:" + version.Get().Version,
@@ -98,6 +103,7 @@ func (o *OperatorOptions) Flags(fss *cliflag.NamedFlagSets) {
 	o.Controllers.AddFlags(fss.FlagSet("controllers"))
 	o.LeaderElection.AddFlags(fss.FlagSet("leader election"))
 	o.KubeClient.AddFlags(fss.FlagSet("kubernetes client"))
+	o.Tracing.AddFlags(fss.FlagSet("tracing"))
 	addLogsFlags(fss.FlagSet("logs"))
 }
 
@@ -109,6 +115,7 @@ func (o *OperatorOptions) Validate() []error {
 	errs = append(errs, o.Controllers.Validate()...)
 	errs = append(errs, o.LeaderElection.Validate()...)
 	errs = append(errs, o.KubeClient.Validate()...)
+	errs = append(errs, o.Tracing.Validate()...)
 	errs = append(errs, validateDistinctAddresses(
 		bindAddress{"api-bind-address", o.SandboxAPI.BindAddress},
 		bindAddress{"health-probe-bind-address", o.Serving.HealthProbeBindAddress},
@@ -172,6 +179,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		OperatorPeer:           operatorPeer,
 		ReadIsolationEvidence:  o.Controllers.ReadIsolationEvidence,
 		EgressCA:               egressCA,
+		Tracing:                o.Tracing.Config(),
 	}, nil
 }
 
@@ -194,6 +202,18 @@ the replica that holds the leader lease also runs the controllers.`,
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			operator.TuneGC(klog.FromContext(ctx), os.Getenv)
+			tp, err := tracing.New(ctx, cfg.Tracing, tracing.ServiceOperator)
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tp)
+			cfg.TracerProvider = tp
+			spans, err := recordtrace.New(ctx, cfg.Tracing)
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(spans)
+			cfg.RecordSpans = spans
 			return operator.Run(ctx, cfg)
 		},
 	}

@@ -60,6 +60,7 @@ func (g *Gateway) audit(ctx context.Context, ex *exchange) {
 	kv = append(kv, "decision", decision, "reason", string(ex.reason),
 		"bytesUp", ex.up, "bytesDown", ex.down, "duration", duration)
 	klog.FromContext(ctx).Info("Egress", kv...)
+	g.span(ctx, ex, host, decision, duration) // before Observe: whoever it tells finds the span ended
 	if g.cfg.Observe != nil {
 		g.cfg.Observe(Record{Kind: ex.kind, Source: ex.source, Namespace: ex.id.Namespace, Claim: ex.id.Claim, ClaimUID: ex.id.ClaimUID,
 			Runtime: ex.id.Runtime, Host: host, Port: ex.port, Address: ex.dialed, Allowed: decision == "allowed",

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -346,7 +347,11 @@ type fixtureOptions struct {
 	terminate *Terminator
 	// lookup, if set, is the gateway's ClaimLookup instead of the static claims A and B.
 	lookup ClaimLookup
+	// tracer, if set, is the gateway's Config.Tracer.
+	tracer trace.Tracer
 }
+
+func withTracer(tr trace.Tracer) fixtureOption { return func(o *fixtureOptions) { o.tracer = tr } }
 
 func withLookup(l ClaimLookup) fixtureOption { return func(o *fixtureOptions) { o.lookup = l } }
 
@@ -413,6 +418,7 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 		IdleTimeout:   o.idle,
 		Terminate:     o.terminate,
 		Clock:         o.clock,
+		Tracer:        o.tracer,
 	})
 	if err != nil {
 		t.Fatal(err)

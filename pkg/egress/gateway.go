@@ -15,8 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/traceparent"
 )
 
 // Resolver resolves an allowed name, which the gateway gives it rooted (with a trailing dot, so
@@ -59,6 +62,9 @@ type Config struct {
 	// Observe, if set, is called with every exchange's record once it has ended, after its audit
 	// line; it must not block.
 	Observe func(Record)
+	// Tracer, if set, gets an "egress <host>" span per decision, parented on the span the
+	// credential's user name named (trace.go); nil: no spans.
+	Tracer trace.Tracer
 }
 
 // Gateway is the egress proxy.
@@ -218,6 +224,9 @@ type exchange struct {
 	// head is the request's head as the client sent it (readHead), which http.ReadRequest
 	// normalises: its Host and framing headers.
 	head textproto.MIMEHeader
+	// parent is the span the proxy user name named (traced), attribution only (trace.go).
+	parent traceparent.Parent
+	traced bool
 }
 
 // serveConn reads requests from one client connection and handles each until one is refused,
@@ -269,6 +278,11 @@ func (g *Gateway) handle(ctx context.Context, c net.Conn, cr *clientReader, req 
 	cred, ok := parseProxyAuthorization(req.Header.Values("Proxy-Authorization"))
 	if !ok {
 		g.refuse(c, ex, ReasonNoCredential)
+		return false
+	}
+	cred, ok = g.takeSpan(cred, ex)
+	if !ok {
+		g.refuse(c, ex, ReasonBadCredential)
 		return false
 	}
 	id, err := g.cfg.Claims.Lookup(ctx, cred, ex.source)

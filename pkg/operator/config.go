@@ -3,6 +3,11 @@
 package operator
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlock-dev/airlock/pkg/recordtrace"
+	"github.com/airlock-dev/airlock/pkg/tracing"
+
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -112,4 +117,15 @@ type Config struct {
 	// CA in the operator's namespace (the egress CA controller) and the bundle ConfigMaps (the CA
 	// bundle distributor).
 	EgressCA *egressca.Config
+	// Tracing is where the operator's spans go (--tracing-*): the Sandbox API's acquire spans,
+	// and the spans of collected record entries (pkg/recordtrace.New(ctx, Tracing)). Off by
+	// default.
+	Tracing tracing.Config
+	// TracerProvider is the provider of Tracing, built by the command (nil: no spans); the
+	// Sandbox API's acquire spans go through it.
+	TracerProvider trace.TracerProvider
+	// RecordSpans exports the spans of collected record entries (tool calls, their files and
+	// processes), built by the command from Tracing (nil: none); the leader's record controller
+	// feeds it every entry it appends.
+	RecordSpans *recordtrace.Exporter
 }

@@ -352,7 +352,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		term.Records = &recordLink{}
 		// A ledger per term: it starts from the runtimes' status.usage (docs/record.md §3).
 		term.Usage = usage.NewLedger(usage.DefaultMetrics())
-		term.RecordObservers = append(term.RecordObservers, usageObserver(term.Usage))
+		term.RecordObservers = append(term.RecordObservers, usageObserver(term.Usage), spanObserver(ctx, o.cfg.RecordSpans))
 		termDone := make(chan struct{})
 		defer term.KubeInformers.Shutdown()
 		defer term.CABundleConfigMaps.Shutdown()

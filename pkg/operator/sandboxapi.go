@@ -37,7 +37,8 @@ func newSandboxAPI(ctx context.Context, cfg *Config, airlockInformers airlockinf
 			claims.Informer().HasSynced,
 			keptRecords.Informer().HasSynced,
 		},
-		Audiences: cfg.TokenAudiences,
+		Audiences:      cfg.TokenAudiences,
+		TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err

@@ -65,6 +65,9 @@ type Entry struct {
 	Call      uint64 `json:"call,omitempty"`
 	Trace     string `json:"trace,omitempty"`
 	Span      string `json:"span,omitempty"`
+	// Parent is the span id of the span's parent (the caller's, from its traceparent), when the
+	// call carried one.
+	Parent string `json:"parent,omitempty"`
 
 	// claim.phase
 	Phase   string `json:"phase,omitempty"`

@@ -127,6 +127,7 @@ func unmapped(e Entry) map[string]any {
 	set("call", e.Call, e.Call != 0)
 	set("trace", e.Trace, e.Trace != "")
 	set("span", e.Span, e.Span != "")
+	set("parent_span", e.Parent, e.Parent != "")
 	set("phase", e.Phase, e.Phase != "")
 	set("reason", e.Reason, e.Reason != "")
 	set("args_sha256", e.ArgsSHA256, e.ArgsSHA256 != "")

@@ -68,6 +68,7 @@ func TestEditOfEachFieldIsDetected(t *testing.T) {
 		"call":        {2, func(e *Entry) { e.Call = 99 }, ProblemEdited},
 		"trace":       {2, func(e *Entry) { e.Trace = "4bf92f3577b34da6a3ce929d0e0e4736" }, ProblemEdited},
 		"span":        {2, func(e *Entry) { e.Span = "00f067aa0ba902b7" }, ProblemEdited},
+		"parent":      {2, func(e *Entry) { e.Parent = "b7ad6b7169203331" }, ProblemEdited},
 		"phase":       {0, func(e *Entry) { e.Phase = "Failed" }, ProblemEdited},
 		"reason":      {0, func(e *Entry) { e.Reason = "Other" }, ProblemEdited},
 		"message":     {0, func(e *Entry) { e.Message = "nothing happened" }, ProblemEdited},

@@ -251,6 +251,8 @@ type acquisition struct {
 	phase string
 	// reason is the last reason seen, for a 202; message the PodLost condition's message.
 	reason, message string
+	// trace is the acquire's spans (trace.go).
+	trace *acquireTrace
 }
 
 // stepResult is the end of an acquire, or nothing yet (done false).
@@ -261,7 +263,9 @@ type stepResult struct {
 	err    error
 }
 
-func (s *Server) acquire(ctx context.Context, who caller, body io.Reader) (int, any, error) {
+func (s *Server) acquire(ctx context.Context, who caller, body io.Reader) (status int, out any, err error) {
+	ctx, tr := s.startAcquire(ctx)
+	defer func() { tr.end(status, err) }()
 	req, wait, aerr := decodeAcquire(body)
 	if aerr != nil {
 		return 0, nil, aerr
@@ -280,7 +284,7 @@ func (s *Server) acquire(ctx context.Context, who caller, body io.Reader) (int, 
 		return 0, nil, err
 	}
 	base := claimname.For(rt.Name, req.Session, req.Handle)
-	a := &acquisition{s: s, t: t, session: req.Session, handle: req.Handle, base: base, replacement: claimname.Replacement(base)}
+	a := &acquisition{s: s, t: t, session: req.Session, handle: req.Handle, base: base, replacement: claimname.Replacement(base), trace: tr}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KRef(rt.Namespace, base))
 	ctx = klog.NewContext(ctx, logger)
 
@@ -385,6 +389,7 @@ func (a *acquisition) step(ctx context.Context) stepResult {
 		a.phase, a.reason = string(airlockv1alpha1.ClaimReaping), client.ReasonPreviousRuntime
 		return stepResult{}
 	}
+	a.trace.observe(c)
 	a.phase, a.reason, a.message = string(c.Status.Phase), c.Status.Reason, ""
 	if a.phase == "" {
 		a.phase = string(airlockv1alpha1.ClaimPending)
@@ -530,6 +535,11 @@ func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClai
 // workspace directory chosen (chooseWorkspace).
 func (a *acquisition) newClaim(ctx context.Context, name string, replaces *airlockv1alpha1.SandboxClaim) (*airlockv1alpha1.SandboxClaim, error) {
 	c := newClaim(a.t, name, a.session, a.handle, replaces)
+	if tp := traceparentOf(ctx); tp != "" {
+		// Metadata only: the trace the claim was acquired in, which the leader's spans of the
+		// claim join. Nothing decides what the claim runs by it (docs/record.md §1).
+		c.Annotations = map[string]string{airlockv1alpha1.AnnotationTraceparent: tp}
+	}
 	return c, a.s.chooseWorkspace(ctx, c, a.t.runtime)
 }
 

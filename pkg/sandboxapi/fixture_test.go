@@ -1,6 +1,8 @@
 package sandboxapi
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -141,6 +143,8 @@ type fixtureOptions struct {
 	audiences []string
 	// keptRecords reads kept workspaces' records; nil reads them from the fake clientset.
 	keptRecords KeptRecords
+	// tracerProvider gets the acquire spans; nil: none.
+	tracerProvider trace.TracerProvider
 }
 
 // testAudience is the operator's default --token-audiences.
@@ -275,6 +279,7 @@ func newFixtureWithOptions(t *testing.T, o fixtureOptions, objects ...runtime.Ob
 		Audiences:       o.audiences,
 		KeptRecords:     o.keptRecords,
 		KeptRecordCache: batchlisters.NewJobLister(f.jobs),
+		TracerProvider:  o.tracerProvider,
 	})
 	if err != nil {
 		t.Fatal(err)

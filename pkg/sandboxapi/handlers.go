@@ -14,6 +14,8 @@
 package sandboxapi
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,6 +83,8 @@ type Config struct {
 	// Audiences are the audiences asked of TokenReview; empty means the API server's own (the
 	// operator's --token-audiences defaults to "airlock").
 	Audiences []string
+	// TracerProvider gets the acquire spans (trace.go); nil: the no-op provider.
+	TracerProvider trace.TracerProvider
 }
 
 // TokenSource derives the bearer token of a claim; *claimtoken.Source is one. AdoptionToken is
@@ -108,6 +112,7 @@ type Server struct {
 	synced      []cache.InformerSynced
 
 	clock   clock.Clock
+	tracer  trace.Tracer
 	authn   *authenticator
 	waiters *waiters
 	mux     *http.ServeMux
@@ -134,6 +139,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		legacySeen:    newLegacySeen(cfg.Clock),
 		synced:        cfg.Synced,
 		clock:         cfg.Clock,
+		tracer:        newTracer(cfg.TracerProvider),
 		authn:         newAuthenticator(cfg.KubeClient, cfg.Audiences, cfg.Clock),
 		waiters:       newWaiters(),
 	}
@@ -195,7 +201,7 @@ func (s *Server) endpoint(base klog.Logger, name string, h handlerFunc) http.Han
 		start := s.clock.Now()
 		logger := klog.LoggerWithValues(base, "endpoint", name)
 		audit := &auditRecord{}
-		ctx := context.WithValue(klog.NewContext(req.Context(), logger), auditKey{}, audit)
+		ctx := context.WithValue(klog.NewContext(withRemoteParent(req.Context(), req), logger), auditKey{}, audit)
 
 		status, out, err := s.serve(ctx, w, req, h)
 		if err != nil {

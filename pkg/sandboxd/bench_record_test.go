@@ -44,26 +44,36 @@ const benchClaimUID = "6f1c2a4e-0d3b-4c1e-9a57-3b1f0c2d4e5f"
 // reports the p50 and p99 round trip and, with the record, the bytes one call adds to it:
 // record-bytes/call as the operator stores them (sandboxd's entries taken by pkg/record's
 // Collector, chained and signed, as JSON lines) and log-bytes/call as sandboxd keeps them in
-// its memory (the JSON lines of GET /record). Tracing is not built: no tracing=on/off yet.
+// its memory (the JSON lines of GET /record). With tracing=on each call carries a sampled
+// traceparent in its _meta (docs/record.md §1): sandboxd reads it, draws the call's span (and
+// its file's), and writes the ids into the entries (tracing rides in the record: there is no
+// tracing without it, and sandboxd exports nothing, so this is all tracing costs a call).
 //
 //	go test -run '^$' -bench BenchmarkRecordOverhead -benchtime 10000x ./pkg/sandboxd/
 func BenchmarkRecordOverhead(b *testing.B) {
 	for _, transport := range []string{"sse", "streamable"} {
 		for _, c := range recordBenchCalls {
-			for _, on := range []bool{false, true} {
-				name := fmt.Sprintf("%s/%s/record=off", transport, c.name)
-				if on {
-					name = fmt.Sprintf("%s/%s/record=on", transport, c.name)
-				}
+			for _, mode := range []struct{ record, tracing bool }{{false, false}, {true, false}, {true, true}} {
+				name := fmt.Sprintf("%s/%s/record=%s/tracing=%s", transport, c.name, onOff(mode.record), onOff(mode.tracing))
 				b.Run(name, func(b *testing.B) {
-					benchmarkRecord(b, transport, on, c.tool, c.args, c.entries)
+					benchmarkRecord(b, transport, mode.record, mode.tracing, c.tool, c.args, c.entries)
 				})
 			}
 		}
 	}
 }
 
-func benchmarkRecord(b *testing.B, transport string, on bool, tool string, args map[string]any, entries int) {
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// benchTraceparent is the caller's context of the tracing=on calls: sampled.
+const benchTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func benchmarkRecord(b *testing.B, transport string, on, tracing bool, tool string, args map[string]any, entries int) {
 	opts := defaultOptions()
 	opts.withoutRecord = !on
 	// Room for every call's entries: past its bound the log counts entries instead of keeping
@@ -85,11 +95,15 @@ func benchmarkRecord(b *testing.B, transport string, on bool, tool string, args 
 		before = recordLines(b, ts.url, 0)
 	}
 
+	var meta mcp.Meta
+	if tracing {
+		meta = mcp.Meta{"traceparent": benchTraceparent}
+	}
 	latencies := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args})
 		latencies = append(latencies, time.Since(t0))
 		if err != nil || res.IsError {
 			b.Fatalf("%s: %v %v", tool, err, res)
@@ -102,7 +116,7 @@ func benchmarkRecord(b *testing.B, transport string, on bool, tool string, args 
 	b.ReportMetric(float64(pct(0.50))/1e3, "p50-µs")
 	b.ReportMetric(float64(pct(0.99))/1e3, "p99-µs")
 	if on {
-		logBytes, stored := recordBytes(b, ts.url, before, b.N, entries)
+		logBytes, stored := recordBytes(b, ts.url, before, b.N, entries, tracing)
 		b.ReportMetric(float64(logBytes)/float64(b.N), "log-bytes/call")
 		b.ReportMetric(float64(stored)/float64(b.N), "record-bytes/call")
 	}
@@ -111,8 +125,9 @@ func benchmarkRecord(b *testing.B, transport string, on bool, tool string, args 
 // recordBytes reads the entries the n timed calls added to the log after the lines before, and
 // returns their bytes as GET /record serves them and as the operator stores them: taken after
 // before by a Collector into a chain signed with a test key. It fails unless the calls added
-// exactly n×perCall entries, n of them tool.call entries, and no gap.
-func recordBytes(b *testing.B, url string, before [][]byte, n, perCall int) (logBytes, stored int) {
+// exactly n×perCall entries, n of them tool.call entries, and no gap, each with trace ids when
+// traced and none otherwise.
+func recordBytes(b *testing.B, url string, before [][]byte, n, perCall int, traced bool) (logBytes, stored int) {
 	b.Helper()
 	var e record.Entry
 	if err := json.Unmarshal(before[len(before)-1], &e); err != nil {
@@ -153,6 +168,9 @@ func recordBytes(b *testing.B, url string, before [][]byte, n, perCall int) (log
 			}
 			if e.Kind == record.KindToolCall {
 				calls++
+			}
+			if (e.Trace != "") != traced {
+				b.Fatalf("entry %s carries trace %q with tracing=%s", e.Kind, e.Trace, onOff(traced))
 			}
 			l, err := e.Line()
 			if err != nil {

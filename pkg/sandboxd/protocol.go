@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
@@ -88,9 +89,13 @@ func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recor
 			}
 			start := time.Now()
 			var call uint64
+			var trace callTrace
 			if rec != nil {
-				call = rec.NextCall()
-				ctx = toolcall.WithRecorder(ctx, callRecorder{log: rec, call: call})
+				call, trace = rec.NextCall(), callTraceOf(req)
+				ctx = toolcall.WithRecorder(ctx, callRecorder{log: rec, call: call, trace: trace})
+				if env := trace.processEnv(processGetenv); env != nil {
+					ctx = procgroup.WithEnv(ctx, env)
+				}
 			}
 			defer func() {
 				if r := recover(); r != nil {
@@ -109,7 +114,7 @@ func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recor
 				elapsed := time.Since(start)
 				m.observe(tool, result, elapsed)
 				if rec != nil {
-					recordCall(rec, call, tool, req, result, start, elapsed)
+					recordCall(rec, call, tool, req, result, start, elapsed, trace)
 				}
 				logger.V(2).Info("Tool call", "tool", tool, "result", result, "elapsed", elapsed)
 			}()

@@ -29,8 +29,8 @@ const (
 type usageOptions struct {
 	// clock drives the sampler (nil: the real one).
 	clock clock.WithTicker
-	// cgroup finds the container's cgroup v2 directory.
-	cgroup func() (string, error)
+	// cgroup finds the container's cgroup counters (v2, or v1).
+	cgroup func() (meter.Counters, error)
 	// walk bounds the workspace's walk at the stop.
 	walk meter.WalkLimits
 }
@@ -38,7 +38,7 @@ type usageOptions struct {
 func defaultUsageOptions() usageOptions {
 	return usageOptions{
 		clock:  clock.RealClock{},
-		cgroup: func() (string, error) { return meter.Cgroup("/proc/self/cgroup", "/sys/fs/cgroup") },
+		cgroup: func() (meter.Counters, error) { return meter.Cgroup("/proc/self/cgroup", "/sys/fs/cgroup") },
 		walk:   meter.DefaultWalkLimits,
 	}
 }
@@ -70,16 +70,16 @@ func newUsageMeter(opts usageOptions, workspace string, log usageLog, logger klo
 		opts.clock = clock.RealClock{}
 	}
 	u := &usageMeter{clock: opts.clock, workspace: workspace, walk: opts.walk, log: log, logger: logger}
-	dir, err := opts.cgroup()
+	counters, err := opts.cgroup()
 	if err != nil {
 		u.noCgroup = err.Error()
-		logger.Info("CPU and memory usage are not measured: the container's cgroup v2 counters cannot be read; usage entries will say so", "err", err)
+		logger.Info("CPU and memory usage are not measured: the container's cgroup counters cannot be read; usage entries will say so", "err", err)
 		return u
 	}
 	u.started = opts.clock.Now()
-	u.meter = meter.New(dir, u.started)
+	u.meter = meter.New(counters, u.started)
 	u.ticker = opts.clock.NewTicker(usageSample)
-	logger.V(2).Info("Measuring usage", "cgroup", dir)
+	logger.V(2).Info("Measuring usage", "cpu", counters.CPU, "memory", counters.Memory)
 	return u
 }
 

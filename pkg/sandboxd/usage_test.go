@@ -44,7 +44,11 @@ func usageServer(t *testing.T, clk *clocktesting.FakeClock, cgroup func() (strin
 		t.Fatal(err)
 	}
 	opts := defaultOptions()
-	opts.usage = &usageOptions{clock: clk, cgroup: cgroup, walk: meter.DefaultWalkLimits}
+	counters := func() (meter.Counters, error) {
+		dir, err := cgroup()
+		return meter.V2(dir), err
+	}
+	opts.usage = &usageOptions{clock: clk, cgroup: counters, walk: meter.DefaultWalkLimits}
 	return startServer(t, Config{AuthTokenFile: tokenFile}, opts)
 }
 

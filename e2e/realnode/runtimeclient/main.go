@@ -93,6 +93,10 @@ type Plan struct {
 	// Raw lists URLs of URLs whose answer is handed back as it came (Body), not parsed as
 	// metrics: a sandbox's GET /record (its usage entries).
 	Raw []string `json:"raw,omitempty"`
+	// Traceparent, a W3C traceparent the runtime chose, goes on every Sandbox API request (the
+	// header) and in params._meta.traceparent of every tools/call of the session's steps
+	// (docs/record.md §1): the runtime's span, which the acquire's and the calls' spans join.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Step is one tool call.
@@ -103,6 +107,9 @@ type Step struct {
 	// CancelAfterMillis, when set, cancels the call that long after it was sent: the Go SDK
 	// sends notifications/cancelled (the result's Err then says the context's deadline).
 	CancelAfterMillis int `json:"cancelAfterMillis,omitempty"`
+	// Traceparent, when set, is the call's params._meta.traceparent (a session's steps get the
+	// plan's).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // CallResult is one tool call's outcome.
@@ -323,6 +330,13 @@ func apiConfig(p Plan) (client.Config, error) {
 		return client.Config{}, err
 	}
 	hc.Timeout = time.Duration(p.WaitSeconds+30) * time.Second
+	if p.Traceparent != "" {
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		hc.Transport = &headerTransport{headers: map[string]string{"traceparent": p.Traceparent}, base: base}
+	}
 	return client.Config{
 		API: p.API, TokenFile: p.TokenFile, HTTPClient: hc, PlainHTTP: p.PlainHTTP,
 		Namespace: p.Namespace, Runtime: p.Runtime,
@@ -415,7 +429,11 @@ func call(ctx context.Context, cs *mcp.ClientSession, s Step) CallResult {
 	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	start := time.Now()
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: s.Tool, Arguments: s.Args})
+	params := &mcp.CallToolParams{Name: s.Tool, Arguments: s.Args}
+	if s.Traceparent != "" {
+		params.Meta = mcp.Meta{"traceparent": s.Traceparent}
+	}
+	res, err := cs.CallTool(cctx, params)
 	r := CallResult{Name: s.Name, Tool: s.Tool, Millis: ms(time.Since(start))}
 	if err != nil {
 		r.Err = err.Error()
@@ -503,6 +521,9 @@ func runSession(ctx context.Context, p Plan) *SessionResult {
 		cs.InitializeResult().ProtocolVersion, out.NoHeader, out.BadHeader)
 	out.Protocol = cs.InitializeResult().ProtocolVersion
 	for _, s := range p.Steps {
+		if s.Traceparent == "" {
+			s.Traceparent = p.Traceparent
+		}
 		r := call(ctx, cs, s)
 		out.Calls = append(out.Calls, r)
 		say("  %-5s %-40.40s -> %s%s (%.1f ms)", s.Tool, stepArg(s), map[bool]string{true: "ERROR "}[r.IsError || r.Err != ""], firstLine(r.Text+r.Err), r.Millis)

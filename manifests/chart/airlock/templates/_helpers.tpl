@@ -68,7 +68,7 @@ each fails the render with one line that names the values.
 {{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) (gt (int $o.replicas) 0) -}}
 {{- fail (printf "podDisruptionBudget.minAvailable (%d) must be less than operator.replicas (%d), or no node could ever be drained; lower it or disable the budget" (int .Values.podDisruptionBudget.minAvailable) (int $o.replicas)) -}}
 {{- end -}}
-{{- $managed := list "leader-elect" "api-bind-address" "tls-mode" "tls-cert-file" "tls-key-file" "tls-ca-file" "token-audiences" "metrics-bind-address" "health-probe-bind-address" "kube-api-qps" "kube-api-burst" "workers" "warm-refill-rate" "sync-image" "operator-pod-labels" "v" "leader-elect-lease-duration" "leader-elect-renew-deadline" "leader-elect-retry-period" -}}
+{{- $managed := list "leader-elect" "api-bind-address" "tls-mode" "tls-cert-file" "tls-key-file" "tls-ca-file" "token-audiences" "metrics-bind-address" "health-probe-bind-address" "kube-api-qps" "kube-api-burst" "workers" "warm-refill-rate" "sync-image" "operator-pod-labels" "v" "leader-elect-lease-duration" "leader-elect-renew-deadline" "leader-elect-retry-period" "tracing-endpoint" "tracing-protocol" "tracing-sample-ratio" -}}
 {{- range $o.extraArgs -}}
 {{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
 {{- if has $flag $managed -}}
@@ -94,6 +94,9 @@ each fails the render with one line that names the values.
 {{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
 {{- if has $flag (list "proxy-bind-address" "health-probe-bind-address" "metrics-bind-address") -}}
 {{- fail (printf "egress.extraArgs has %q: --%s is set by the chart (its Service, probes and NetworkPolicy name that port)" . $flag) -}}
+{{- end -}}
+{{- if has $flag (list "tracing-endpoint" "tracing-protocol" "tracing-sample-ratio") -}}
+{{- fail (printf "egress.extraArgs has %q: --%s is set by the chart from tracing.*; set that value instead" . $flag) -}}
 {{- end -}}
 {{- end -}}
 {{- $tr := .Values.sandbox.toolRegistry -}}

@@ -131,6 +131,11 @@ const ReasonWaitingForWorkspaceCollection = "WaitingForWorkspaceCollection"
 // request). A claim not yet Binding is deleted instead: it has no work to save.
 const AnnotationReapRequested = "airlock.dev/reap-requested"
 
+// AnnotationTraceparent on a claim is the W3C traceparent of the Sandbox API's acquire span
+// that created it, so that the leader's spans of the claim join the runtime's trace
+// (docs/record.md §1). Metadata only: nothing decides what the claim runs by it.
+const AnnotationTraceparent = "airlock.dev/traceparent"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -1,6 +1,6 @@
 // Package meter measures what a sandbox uses (docs/record.md §3): CPU time and memory from the
-// container's cgroup (v2: cpu.stat usage_usec, memory.current, the counters the kubelet's cAdvisor
-// reads), memory integrated over time from samples, and the workspace's bytes by a bounded walk.
+// container's cgroup (v2: cpu.stat usage_usec, memory.current; v1: cpuacct.usage,
+// memory.usage_in_bytes; the counters the kubelet's cAdvisor reads), memory integrated over time from samples, and the workspace's bytes by a bounded walk.
 // It reads files only; its caller's clock says when.
 package meter
 
@@ -18,58 +18,122 @@ import (
 	"time"
 )
 
-// ErrNoCgroup says that the cgroup's counters cannot be read: cgroup v1, or the files missing.
-// Nothing is measured then; nothing is invented.
-var ErrNoCgroup = errors.New("no cgroup v2 counters")
+// ErrNoCgroup says that the cgroup's counters cannot be read: the files are missing, or this
+// process's cgroup is not found. Nothing is measured then; nothing is invented.
+var ErrNoCgroup = errors.New("no cgroup counters")
 
-// Cgroup is the cgroup v2 directory of this process: /proc/self/cgroup's "0::<path>" under root
-// (/sys/fs/cgroup). In a container with its own cgroup namespace the path is "/", the
-// container's cgroup. It returns ErrNoCgroup (wrapped, with what was found) for a cgroup v1
-// host, or when cpu.stat or memory.current is not there.
-func Cgroup(procSelfCgroup, root string) (string, error) {
+// Counters are the two files of the container's cgroup that usage reads: its CPU time and its
+// memory in use. cgroup v2: cpu.stat (usage_usec) and memory.current; cgroup v1: the cpuacct
+// controller's cpuacct.usage (nanoseconds) and the memory controller's memory.usage_in_bytes.
+// Each is the counter the kubelet's cAdvisor reads for the container on that cgroup version.
+type Counters struct {
+	CPU    string
+	Memory string
+	// V1 says that CPU is cpuacct.usage (one number, nanoseconds), not cpu.stat.
+	V1 bool
+}
+
+// V2 are the counters of the cgroup v2 directory dir.
+func V2(dir string) Counters {
+	return Counters{CPU: filepath.Join(dir, "cpu.stat"), Memory: filepath.Join(dir, "memory.current")}
+}
+
+// V1 are the counters of the cgroup v1 cpuacct directory cpuDir and memory directory memDir.
+func V1(cpuDir, memDir string) Counters {
+	return Counters{CPU: filepath.Join(cpuDir, "cpuacct.usage"), Memory: filepath.Join(memDir, "memory.usage_in_bytes"), V1: true}
+}
+
+// Cgroup finds this process's cgroup counters from procSelfCgroup (/proc/self/cgroup) under root
+// (/sys/fs/cgroup): cgroup v2 when the file has a "0::<path>" line and root holds a v2
+// hierarchy, else cgroup v1's cpuacct and memory controllers. In a container the path the file
+// names may be the host's view while root holds the container's own cgroup (no cgroup
+// namespace: the runtime mounts the container's cgroup as the hierarchy's root): the path under
+// root is taken when it has the counters, else root's own (which, in a container, is the
+// container's cgroup). It returns ErrNoCgroup (wrapped, with what was found) when neither is
+// there.
+func Cgroup(procSelfCgroup, root string) (Counters, error) {
 	b, err := os.ReadFile(procSelfCgroup)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+		return Counters{}, fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
-	var path string
-	found := false
+	v1 := map[string]string{} // controller -> "<hierarchy dir name>\x00<path>"
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			path, found = rest, true
-			break
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
 		}
-	}
-	if !found {
-		return "", fmt.Errorf("%w: %s has no cgroup v2 line (cgroup v1)", ErrNoCgroup, procSelfCgroup)
-	}
-	dir := filepath.Join(root, filepath.Clean("/"+path))
-	for _, f := range []string{"cpu.stat", "memory.current"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			// The path may be the host's view (no cgroup namespace, /sys/fs/cgroup the container's
-			// own mount): the root itself then is the container's cgroup.
-			if _, err2 := os.Stat(filepath.Join(root, f)); err2 == nil && dir != root {
-				return checkDir(root)
+		controllers, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		if id == "0" && controllers == "" {
+			if c, err := under(root, path, V2); err == nil {
+				return c, nil
 			}
-			return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+			continue
+		}
+		for _, ctl := range strings.Split(controllers, ",") {
+			v1[ctl] = controllers + "\x00" + path
 		}
 	}
-	return dir, nil
+	cpu, okc := v1["cpuacct"]
+	mem, okm := v1["memory"]
+	if !okc || !okm {
+		return Counters{}, fmt.Errorf("%w: %s names neither a cgroup v2 hierarchy with cpu.stat and memory.current under %s nor the cgroup v1 cpuacct and memory controllers", ErrNoCgroup, procSelfCgroup, root)
+	}
+	cpuDir, err := v1Dir(root, cpu, "cpuacct.usage")
+	if err != nil {
+		return Counters{}, err
+	}
+	memDir, err := v1Dir(root, mem, "memory.usage_in_bytes")
+	if err != nil {
+		return Counters{}, err
+	}
+	return V1(cpuDir, memDir), nil
 }
 
-func checkDir(dir string) (string, error) {
-	for _, f := range []string{"cpu.stat", "memory.current"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+// under is the counters of path under root when they are there, else root's own.
+func under(root, path string, counters func(dir string) Counters) (Counters, error) {
+	for _, dir := range []string{filepath.Join(root, filepath.Clean("/"+path)), root} {
+		c := counters(dir)
+		if exists(c.CPU) && exists(c.Memory) {
+			return c, nil
 		}
 	}
-	return dir, nil
+	return Counters{}, fmt.Errorf("%w: %s under %s", ErrNoCgroup, path, root)
 }
 
-// ReadCPU is cpu.stat's usage_usec of dir: the cgroup's CPU time since it was created.
-func ReadCPU(dir string) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+// v1Dir is the directory of a cgroup v1 controller's cgroup that holds file: its hierarchy is
+// mounted at root/<controllers as /proc/self/cgroup lists them>.
+func v1Dir(root, hierarchyAndPath, file string) (string, error) {
+	hierarchy, path, _ := strings.Cut(hierarchyAndPath, "\x00")
+	base := filepath.Join(root, hierarchy)
+	for _, dir := range []string{filepath.Join(base, filepath.Clean("/"+path)), base} {
+		if exists(filepath.Join(dir, file)) {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no %s for the cgroup v1 hierarchy %s (path %s) under %s", ErrNoCgroup, file, hierarchy, path, root)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// ReadCPU is the cgroup's CPU time since it was created: cpu.stat's usage_usec (v2) or
+// cpuacct.usage (v1).
+func ReadCPU(c Counters) (time.Duration, error) {
+	b, err := os.ReadFile(c.CPU)
 	if err != nil {
 		return 0, err
+	}
+	if c.V1 {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("cpuacct.usage %q: not a count", strings.TrimSpace(string(b)))
+		}
+		return time.Duration(n), nil
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -84,15 +148,16 @@ func ReadCPU(dir string) (time.Duration, error) {
 	return 0, errors.New("cpu.stat has no usage_usec")
 }
 
-// ReadMemory is memory.current of dir: the cgroup's memory in use, in bytes.
-func ReadMemory(dir string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "memory.current"))
+// ReadMemory is the cgroup's memory in use, in bytes: memory.current (v2) or
+// memory.usage_in_bytes (v1).
+func ReadMemory(c Counters) (int64, error) {
+	b, err := os.ReadFile(c.Memory)
 	if err != nil {
 		return 0, err
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("memory.current %q: not a count", strings.TrimSpace(string(b)))
+		return 0, fmt.Errorf("%s %q: not a count", filepath.Base(c.Memory), strings.TrimSpace(string(b)))
 	}
 	return n, nil
 }
@@ -100,7 +165,7 @@ func ReadMemory(dir string) (int64, error) {
 // Meter integrates a cgroup's memory over time. Sample it at a steady period (each second):
 // between two samples the memory counts at the later sample's value. Safe for concurrent use.
 type Meter struct {
-	dir string
+	counters Counters
 
 	mu      sync.Mutex
 	last    time.Time // the last sample's time (zero before the first)
@@ -108,14 +173,14 @@ type Meter struct {
 	err     error     // the last read's failure, if it failed
 }
 
-// New meters the cgroup at dir from now on: memory is integrated from start.
-func New(dir string, start time.Time) *Meter {
-	return &Meter{dir: dir, last: start}
+// New meters the cgroup's counters from now on: memory is integrated from start.
+func New(c Counters, start time.Time) *Meter {
+	return &Meter{counters: c, last: start}
 }
 
 // Sample reads memory.current at now and adds memory × the time since the last sample.
 func (m *Meter) Sample(now time.Time) error {
-	mem, err := ReadMemory(m.dir)
+	mem, err := ReadMemory(m.counters)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
@@ -142,7 +207,7 @@ func (m *Meter) Read(now time.Time) (Figures, error) {
 	if err := m.Sample(now); err != nil {
 		return Figures{}, err
 	}
-	cpu, err := ReadCPU(m.dir)
+	cpu, err := ReadCPU(m.counters)
 	if err != nil {
 		return Figures{}, err
 	}

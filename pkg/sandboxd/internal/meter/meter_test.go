@@ -18,20 +18,28 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
-// TestCgroupFindsTheV2DirectoryOrSaysThereIsNone: the path of /proc/self/cgroup's "0::" line
-// under the root; the root itself when the path is the host's view; ErrNoCgroup for cgroup v1
-// or missing counters.
-func TestCgroupFindsTheV2DirectoryOrSaysThereIsNone(t *testing.T) {
+// TestCgroupFindsTheCountersOrSaysThereAreNone: cgroup v2, the path of /proc/self/cgroup's
+// "0::" line under the root, or the root itself when the path is the host's view; cgroup v1,
+// the cpuacct and memory controllers' directories under their hierarchies (the path, or the
+// hierarchy's root in a container); ErrNoCgroup when the counters are missing.
+func TestCgroupFindsTheCountersOrSaysThereAreNone(t *testing.T) {
+	v1 := "12:cpu,cpuacct:/kubepods/pod1/c1\n11:memory:/kubepods/pod1/c1\n3:pids:/kubepods/pod1/c1\n0::/\n"
 	tests := map[string]struct {
 		procCgroup string
 		files      []string // under root
-		want       string   // relative to root; "-" for ErrNoCgroup
+		want       Counters // relative to root; zero for ErrNoCgroup
 	}{
-		"namespaced":          {procCgroup: "0::/\n", files: []string{"cpu.stat", "memory.current"}, want: "."},
-		"nested":              {procCgroup: "0::/kubepods/pod1/c1\n", files: []string{"kubepods/pod1/c1/cpu.stat", "kubepods/pod1/c1/memory.current"}, want: "kubepods/pod1/c1"},
-		"host view, own root": {procCgroup: "0::/kubepods/pod1/c1\n", files: []string{"cpu.stat", "memory.current"}, want: "."},
-		"cgroup v1":           {procCgroup: "12:cpu,cpuacct:/kubepods\n11:memory:/kubepods\n", files: []string{"cpu.stat", "memory.current"}, want: "-"},
-		"no memory.current":   {procCgroup: "0::/\n", files: []string{"cpu.stat"}, want: "-"},
+		"namespaced":          {procCgroup: "0::/\n", files: []string{"cpu.stat", "memory.current"}, want: V2(".")},
+		"nested":              {procCgroup: "0::/kubepods/pod1/c1\n", files: []string{"kubepods/pod1/c1/cpu.stat", "kubepods/pod1/c1/memory.current"}, want: V2("kubepods/pod1/c1")},
+		"host view, own root": {procCgroup: "0::/kubepods/pod1/c1\n", files: []string{"cpu.stat", "memory.current"}, want: V2(".")},
+		"no memory.current":   {procCgroup: "0::/\n", files: []string{"cpu.stat"}},
+		"v1, container": {procCgroup: v1, files: []string{"cpu,cpuacct/cpuacct.usage", "memory/memory.usage_in_bytes"},
+			want: V1("cpu,cpuacct", "memory")},
+		"v1, host": {procCgroup: v1, files: []string{"cpu,cpuacct/cpuacct.usage", "memory/memory.usage_in_bytes",
+			"cpu,cpuacct/kubepods/pod1/c1/cpuacct.usage", "memory/kubepods/pod1/c1/memory.usage_in_bytes"},
+			want: V1("cpu,cpuacct/kubepods/pod1/c1", "memory/kubepods/pod1/c1")},
+		"v1, no memory controller": {procCgroup: "12:cpu,cpuacct:/\n", files: []string{"cpu,cpuacct/cpuacct.usage"}},
+		"v1, no cpuacct.usage":     {procCgroup: v1, files: []string{"memory/memory.usage_in_bytes"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -45,19 +53,36 @@ func TestCgroupFindsTheV2DirectoryOrSaysThereIsNone(t *testing.T) {
 				write(t, filepath.Join(root, f), "0\n")
 			}
 			got, err := Cgroup(filepath.Join(dir, "proc"), root)
-			if tc.want == "-" {
+			if tc.want == (Counters{}) {
 				if !errors.Is(err, ErrNoCgroup) {
-					t.Fatalf("Cgroup = %q, %v; want ErrNoCgroup", got, err)
+					t.Fatalf("Cgroup = %+v, %v; want ErrNoCgroup", got, err)
 				}
 				return
 			}
-			if err != nil || got != filepath.Join(root, tc.want) {
-				t.Fatalf("Cgroup = %q, %v; want %q", got, err, filepath.Join(root, tc.want))
+			want := Counters{CPU: filepath.Join(root, tc.want.CPU), Memory: filepath.Join(root, tc.want.Memory), V1: tc.want.V1}
+			if err != nil || got != want {
+				t.Fatalf("Cgroup = %+v, %v; want %+v", got, err, want)
 			}
 		})
 	}
 	if _, err := Cgroup(filepath.Join(t.TempDir(), "absent"), "/"); !errors.Is(err, ErrNoCgroup) {
 		t.Errorf("no /proc/self/cgroup: %v, want ErrNoCgroup", err)
+	}
+}
+
+// TestMeterReadsCgroupV1: CPU is cpuacct.usage in nanoseconds, memory memory.usage_in_bytes.
+func TestMeterReadsCgroupV1(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+	write(t, filepath.Join(dir, "cpuacct.usage"), "2500000000\n")        // 2.5 s
+	write(t, filepath.Join(dir, "memory.usage_in_bytes"), "104857600\n") // 100 MiB
+	m := New(V1(dir, dir), t0)
+	f, err := m.Read(t0.Add(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.CPUMillis != 2500 || f.MemoryMiBSeconds != 1000 {
+		t.Fatalf("figures %+v, want 2500 CPU ms and 1000 MiB-s", f)
 	}
 }
 
@@ -68,7 +93,7 @@ func TestMeterIntegratesMemoryAndReadsCPU(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
 	write(t, filepath.Join(dir, "cpu.stat"), "usage_usec 2500000\nuser_usec 2000000\n")
 	write(t, filepath.Join(dir, "memory.current"), "104857600\n") // 100 MiB
-	m := New(dir, t0)
+	m := New(V2(dir), t0)
 	if err := m.Sample(t0.Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}

@@ -119,12 +119,18 @@ type Process struct {
 // the same). The group is killed whole when the leader exits, so that
 // nothing a foreground command left behind outlives it.
 func Start(groups *Groups, dir, command string, stdout, stderr io.Writer) (*Process, error) {
+	return StartEnv(groups, dir, command, nil, stdout, stderr)
+}
+
+// StartEnv is Start with env added last to the command's environment (a variable named twice
+// takes its last value): the tool call's trace context (WithEnv).
+func StartEnv(groups *Groups, dir, command string, env []string, stdout, stderr io.Writer) (*Process, error) {
 	if groups.IsClosed() {
 		return nil, ErrStopped
 	}
 	cmd := exec.Command("/bin/bash", "-c", command)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), Env...)
+	cmd.Env = append(append(os.Environ(), Env...), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	var pipes []*os.File // read ends
@@ -244,6 +250,21 @@ func (p *Process) ExitCode() int {
 	return st.ExitCode()
 }
 
+type envKey struct{}
+
+// WithEnv returns ctx with env, which the commands started with it get last in their
+// environment: the composition gives a tool call's processes its trace context this way
+// (TRACEPARENT, the proxy URLs naming the call's span: docs/record.md §1).
+func WithEnv(ctx context.Context, env []string) context.Context {
+	return context.WithValue(ctx, envKey{}, env)
+}
+
+// EnvFrom returns the environment WithEnv put in ctx, or nil.
+func EnvFrom(ctx context.Context) []string {
+	env, _ := ctx.Value(envKey{}).([]string)
+	return env
+}
+
 // Result is the outcome of a foreground command.
 type Result struct {
 	Output   string
@@ -269,7 +290,7 @@ func RunForegroundTee(ctx context.Context, groups *Groups, dir, command string, 
 		w = io.MultiWriter(out, tee)
 	}
 	start := time.Now()
-	p, err := Start(groups, dir, command, w, w)
+	p, err := StartEnv(groups, dir, command, EnvFrom(ctx), w, w)
 	if err != nil {
 		return Result{}, err
 	}

@@ -93,7 +93,7 @@ func (tb *Toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 		return nil, BashOutput{}, err
 	}
 	if in.RunInBackground {
-		sh, err := tb.shells.start(tb.procs, tb.ws.Dir(), in.Command)
+		sh, err := tb.shells.start(tb.procs, tb.ws.Dir(), in.Command, procgroup.EnvFrom(ctx))
 		if err != nil {
 			return nil, BashOutput{}, err
 		}
@@ -223,7 +223,7 @@ type shell struct {
 }
 
 // start starts a background shell, if fewer than maxRunningShells run.
-func (t *shellTable) start(groups *procgroup.Groups, dir, command string) (*shell, error) {
+func (t *shellTable) start(groups *procgroup.Groups, dir, command string, env []string) (*shell, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	running := 0
@@ -245,7 +245,7 @@ func (t *shellTable) start(groups *procgroup.Groups, dir, command string) (*shel
 		stdout:  &streamBuffer{limit: backgroundOutputBytes},
 		stderr:  &streamBuffer{limit: backgroundOutputBytes},
 	}
-	p, err := procgroup.Start(groups, dir, command, sh.stdout, sh.stderr)
+	p, err := procgroup.StartEnv(groups, dir, command, env, sh.stdout, sh.stderr)
 	if err != nil {
 		return nil, err
 	}

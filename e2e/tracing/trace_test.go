@@ -1,0 +1,497 @@
+//go:build e2e
+
+package tracing
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/airlock-dev/airlock/pkg/egress"
+	"github.com/airlock-dev/airlock/pkg/egress/policy"
+	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/recordtrace"
+	"github.com/airlock-dev/airlock/pkg/sandboxd"
+	"github.com/airlock-dev/airlock/pkg/tracing"
+)
+
+const (
+	upstreamHost = "upstream.test"
+	// upstreamV4 stands for the internet: the test's resolver answers it for upstreamHost and
+	// its dialer maps it to the test's upstream on loopback (the gateway refuses loopback
+	// answers whatever a rule says).
+	upstreamV4 = "1.2.3.4"
+	password   = "claim-password-0123456789"
+	token      = "sandboxd-token"
+)
+
+// TestOneQueryFindsTheToolCallBehindEgressAndAFileWrite: a runtime's trace reaches Jaeger with
+// the Bash call's span parenting the gateway's egress span (the call's span named in the proxy
+// URL sandboxd gave the process), and the Write call's span parenting its file.write span; both
+// found by one query of the trace by its id.
+//
+// Once with each OTLP protocol: gRPC and HTTP.
+func TestOneQueryFindsTheToolCallBehindEgressAndAFileWrite(t *testing.T) {
+	jaeger := startJaeger(t)
+	for _, otlp := range []tracing.Config{
+		{Endpoint: jaeger.otlpGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1},
+		{Endpoint: "http://" + jaeger.otlpHTTP, Protocol: tracing.ProtocolHTTP, SampleRatio: 1},
+	} {
+		t.Run(otlp.Protocol, func(t *testing.T) { oneQuery(t, jaeger, otlp) })
+	}
+}
+
+func oneQuery(t *testing.T, jaeger jaegerProcess, otlp tracing.Config) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The runtime: its own span, exported, whose context goes with each tool call.
+	runtimeTP, err := tracing.New(ctx, otlp, "test-runtime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, runtimeTP.Shutdown)
+	// The gateway, exporting its egress spans.
+	gatewayTP, err := tracing.New(ctx, otlp, tracing.ServiceEgress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, gatewayTP.Shutdown)
+	gw := startGateway(ctx, t, gatewayTP)
+	// The leader's side: the record entries' spans.
+	records, err := recordtrace.New(ctx, otlp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, records.Shutdown)
+
+	// sandboxd, with the proxy environment a sandbox of a class with egress gets.
+	proxy := "http://team-a.agent-a:" + password + "@" + gw
+	for _, name := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
+		t.Setenv(name, proxy)
+	}
+	t.Setenv("NO_PROXY", "localhost,127.0.0.1")
+	sd := startSandboxd(ctx, t)
+
+	turnCtx, turn := runtimeTP.Tracer("runtime").Start(ctx, "agent turn")
+	carrier := propagation.MapCarrier{}
+	tracing.Propagator.Inject(turnCtx, carrier)
+	traceID := turn.SpanContext().TraceID().String()
+
+	cs := connectMCP(ctx, t, sd)
+	call := func(name string, args map[string]any) string {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Meta: mcp.Meta{"traceparent": carrier.Get("traceparent")}, Name: name, Arguments: args})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", name, err, res)
+		}
+		return res.Content[0].(*mcp.TextContent).Text
+	}
+	call("Write", map[string]any{"file_path": "out.txt", "content": "traced\n"})
+	if out := call("Bash", map[string]any{"command": "curl -sS --max-time 20 http://" + upstreamHost + "/hello"}); !strings.Contains(out, "hello from upstream") {
+		t.Fatalf("Bash through the gateway: %q", out)
+	}
+	turn.End()
+
+	// The leader collects the entries and calls the hook for each.
+	for _, e := range readRecord(ctx, t, sd) {
+		records.Observe(ctx, recordtrace.Claim{Namespace: "team-a", Name: "agent-a", UID: "uid-a", Runtime: "agent"}, e)
+	}
+	for _, flush := range []func(context.Context) error{records.ForceFlush, gatewayTP.SDK().ForceFlush, runtimeTP.SDK().ForceFlush} {
+		if err := flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One query by trace id (asked again until the collector has stored what it was sent).
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
+		tr, err := jaeger.trace(ctx, traceID)
+		if err != nil {
+			if ctx.Err() == nil { // not the poll's own deadline: say what the last answer was
+				last = err.Error()
+			}
+			return false, nil
+		}
+		found, why := tr.check()
+		last = why
+		return found, nil
+	})
+	if err != nil {
+		t.Fatalf("the trace %s in Jaeger: %s", traceID, last)
+	}
+}
+
+// jaegerTrace is the part of Jaeger's query API answer (GET /api/traces/<id>) the test reads.
+type jaegerTrace struct {
+	Spans []struct {
+		SpanID        string `json:"spanID"`
+		OperationName string `json:"operationName"`
+		References    []struct {
+			RefType string `json:"refType"`
+			SpanID  string `json:"spanID"`
+		} `json:"references"`
+		Tags []struct {
+			Key   string `json:"key"`
+			Value any    `json:"value"`
+		} `json:"tags"`
+		ProcessID string `json:"processID"`
+	} `json:"spans"`
+	Processes map[string]struct {
+		ServiceName string `json:"serviceName"`
+	} `json:"processes"`
+}
+
+// check finds the Bash call's span and an egress span under it, and the Write's span and a
+// file.write span of out.txt under it.
+func (tr jaegerTrace) check() (bool, string) {
+	byName := map[string][]int{}
+	for i, s := range tr.Spans {
+		byName[s.OperationName] = append(byName[s.OperationName], i)
+	}
+	parentOf := func(i int) string {
+		for _, r := range tr.Spans[i].References {
+			if r.RefType == "CHILD_OF" {
+				return r.SpanID
+			}
+		}
+		return ""
+	}
+	tag := func(i int, key string) string {
+		for _, tg := range tr.Spans[i].Tags {
+			if tg.Key == key {
+				return fmt.Sprint(tg.Value)
+			}
+		}
+		return ""
+	}
+	bash, write := byName["tools/call Bash"], byName["tools/call Write"]
+	egressSpans, files := byName["egress "+upstreamHost], byName["file.write"]
+	if len(bash) != 1 || len(write) != 1 || len(egressSpans) != 1 || len(files) != 1 {
+		return false, fmt.Sprintf("spans so far: %v", byName)
+	}
+	if got, want := parentOf(egressSpans[0]), tr.Spans[bash[0]].SpanID; got != want {
+		return false, fmt.Sprintf("the egress span's parent %q, want the Bash call's span %q", got, want)
+	}
+	if tr.Processes[tr.Spans[egressSpans[0]].ProcessID].ServiceName != tracing.ServiceEgress ||
+		tr.Processes[tr.Spans[bash[0]].ProcessID].ServiceName != recordtrace.Service {
+		return false, fmt.Sprintf("services %v", tr.Processes)
+	}
+	if tag(egressSpans[0], "airlock.egress.verdict") != "allowed" {
+		return false, "the egress span does not say allowed"
+	}
+	if got, want := parentOf(files[0]), tr.Spans[write[0]].SpanID; got != want || tag(files[0], "file.path") != "out.txt" {
+		return false, fmt.Sprintf("file.write parent %q path %q, want the Write call's span %q and out.txt", got, tag(files[0], "file.path"), want)
+	}
+	if parentOf(bash[0]) == "" || parentOf(bash[0]) != parentOf(write[0]) {
+		return false, "the tool calls are not children of the runtime's span"
+	}
+	return true, ""
+}
+
+type jaegerProcess struct {
+	otlpGRPC string // host:port of OTLP over gRPC
+	otlpHTTP string // host:port of OTLP over HTTP
+	query    string // base URL of the query API
+}
+
+func (j jaegerProcess) trace(ctx context.Context, id string) (jaegerTrace, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/traces/"+id, nil)
+	if err != nil {
+		return jaegerTrace{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return jaegerTrace{}, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return jaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %d %s", id, resp.StatusCode, body)
+	}
+	var out struct {
+		Data []jaegerTrace `json:"data"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || len(out.Data) != 1 {
+		return jaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %v %s", id, err, body)
+	}
+	return out.Data[0], nil
+}
+
+// jaegerBin is $AIRLOCK_BIN_DIR/jaeger, else the repository's bin/jaeger.
+func jaegerBin(t *testing.T) string {
+	dir := os.Getenv("AIRLOCK_BIN_DIR")
+	if dir == "" {
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			t.Fatalf("finding the module: %v", err)
+		}
+		dir = filepath.Join(strings.TrimSpace(string(root)), "bin")
+	}
+	bin := filepath.Join(dir, "jaeger")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%v: build it with hack/build-cluster-bins.sh jaeger", err)
+	}
+	return bin
+}
+
+// startJaeger runs the real Jaeger (v2, an OpenTelemetry Collector) with in-memory storage, OTLP
+// over gRPC in and the query API out, on free loopback ports, until the test ends; it returns
+// once the query API answers.
+func startJaeger(t *testing.T) jaegerProcess {
+	ports := freePorts(t, 5)
+	config := fmt.Sprintf(`service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: []
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 127.0.0.1:%d
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: 127.0.0.1:%d
+    grpc:
+      endpoint: 127.0.0.1:%d
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 1000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:%d
+      http:
+        endpoint: 127.0.0.1:%d
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+`, ports[0], ports[1], ports[2], ports[3], ports[4])
+	file := filepath.Join(t.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(jaegerBin(t), "--config", "file:"+file)
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "jaeger.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("jaeger's log:\n%s", b)
+		}
+	})
+	j := jaegerProcess{otlpGRPC: fmt.Sprintf("127.0.0.1:%d", ports[3]), otlpHTTP: fmt.Sprintf("127.0.0.1:%d", ports[4]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return false, fmt.Errorf("jaeger exited: %v", err)
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/services", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("jaeger's query API: %v", err)
+	}
+	return j
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	var lns []net.Listener
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+type resolver struct{}
+
+func (resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == upstreamHost+"." {
+		return []netip.Addr{netip.MustParseAddr(upstreamV4)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+type dialer struct{ upstream string }
+
+func (d dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if address != upstreamV4+":80" {
+		return nil, fmt.Errorf("the test dials only %s:80, not %s", upstreamV4, address)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, d.upstream)
+}
+
+// startGateway runs an egress gateway for claim team-a/agent-a from 127.0.0.1, allowed
+// upstreamHost:80, with the provider's tracer; it returns its address.
+func startGateway(ctx context.Context, t *testing.T, tp *tracing.Provider) string {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello from upstream")
+	}))
+	t.Cleanup(upstream.Close)
+	claims, err := egress.NewStaticClaims(egress.StaticClaim{Namespace: "team-a", Claim: "agent-a", Runtime: "agent", Password: password,
+		Sources: []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		Policy:  policy.Policy{Rules: []policy.Rule{{Host: upstreamHost, Ports: []uint16{80}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims.SetSynced()
+	g, err := egress.New(egress.Config{Claims: claims, Resolver: resolver{}, Dialer: dialer{upstream: upstream.Listener.Addr().String()},
+		Tracer: tp.Tracer(tracing.ServiceEgress)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(gctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// startSandboxd runs sandboxd in process on a free loopback port until the test ends, and
+// returns its URL once it is ready.
+func startSandboxd(ctx context.Context, t *testing.T) string {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- sandboxd.Run(sctx, sandboxd.Config{Listen: addr, Workspace: t.TempDir(), AuthTokenFile: tokenFile, StateDir: t.TempDir()})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("sandboxd: %v", err)
+		}
+	})
+	url := "http://" + addr
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("sandboxd at %s: %v", url, err)
+	}
+	return url
+}
+
+type bearer struct{}
+
+func (bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func connectMCP(ctx context.Context, t *testing.T, url string) *mcp.ClientSession {
+	client := mcp.NewClient(&mcp.Implementation{Name: "trace-e2e", Version: "v0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{}}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// readRecord reads sandboxd's record log as the leader does (GET /record, the claim's token).
+func readRecord(ctx context.Context, t *testing.T, url string) []record.Entry {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/record", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []record.Entry
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var e record.Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("record line %q: %v", sc.Text(), err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func shutdown(t *testing.T, f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
