@@ -25,6 +25,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
@@ -40,6 +41,16 @@ const policyRefusal = "ValidatingAdmissionPolicy 'airlock-operator' with binding
 func asOperator(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(operatorConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// asOperatorAirlock is asOperator's airlock.dev clientset (SessionRecords).
+func asOperatorAirlock(t *testing.T) airlockclientset.Interface {
+	t.Helper()
+	c, err := airlockclientset.NewForConfig(operatorConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +234,11 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			return err
 		},
 		"a session record segment": func() error {
-			cm, err := recordstore.ConfigMap(claim, recordstore.Segment{N: 3})
+			sr, err := recordstore.SessionRecord(claim, recordstore.Segment{N: 3, Lines: [][]byte{[]byte("{}")}})
 			if err != nil {
 				return err
 			}
-			_, err = op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			_, err = asOperatorAirlock(t).AirlockV1alpha1().SessionRecords(ns).Create(ctx, sr, dryRun)
 			return err
 		},
 	}
@@ -319,16 +330,31 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Labels: map[string]string{"airlock.dev/ca-bundle": "true"}}}
 			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
 			return err
-		}, "the only ConfigMaps the airlock operator writes"},
+		}, "the only ConfigMap the airlock operator writes"},
+		"a session record in a ConfigMap": {func() error {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: recordstore.Name(claim.Name, claim.UID, 0),
+				Labels: map[string]string{recordstore.LabelRecordOf: string(claim.UID), recordstore.LabelRecordClaim: claim.Name}}}
+			_, err := op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			return err
+		}, "the only ConfigMap the airlock operator writes"},
 		"a record segment of another claim's name": {func() error {
-			cm, err := recordstore.ConfigMap(claim, recordstore.Segment{})
+			sr, err := recordstore.SessionRecord(claim, recordstore.Segment{Lines: [][]byte{[]byte("{}")}})
 			if err != nil {
 				return err
 			}
-			cm.Labels[recordstore.LabelRecordClaim] = "someone-else"
-			_, err = op.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryRun)
+			sr.Labels[recordstore.LabelRecordClaim], sr.Spec.ClaimName = "someone-else", "someone-else"
+			_, err = asOperatorAirlock(t).AirlockV1alpha1().SessionRecords(ns).Create(ctx, sr, dryRun)
 			return err
-		}, "the only ConfigMaps the airlock operator writes"},
+		}, "a SessionRecord the airlock operator writes"},
+		"a record segment without an owner": {func() error {
+			sr, err := recordstore.SessionRecord(claim, recordstore.Segment{Lines: [][]byte{[]byte("{}")}})
+			if err != nil {
+				return err
+			}
+			sr.OwnerReferences = nil
+			_, err = asOperatorAirlock(t).AirlockV1alpha1().SessionRecords(ns).Create(ctx, sr, dryRun)
+			return err
+		}, "a SessionRecord the airlock operator writes"},
 	}
 	// A claim's pod in the operator's namespace is refused by the first policy, or (no claim there)
 	// by a param policy before it: admission_never_test.go.

@@ -130,7 +130,7 @@ func installManifests() error {
 	}
 	if _, err := kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/sandboxclasses.airlock.dev", "crd/toolregistries.airlock.dev",
-		"crd/agentruntimes.airlock.dev", "crd/sandboxclaims.airlock.dev"); err != nil {
+		"crd/agentruntimes.airlock.dev", "crd/sandboxclaims.airlock.dev", "crd/sessionrecords.airlock.dev"); err != nil {
 		return err
 	}
 	_, err := kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repoRoot, "manifests"))

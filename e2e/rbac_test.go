@@ -100,22 +100,25 @@ func checkOperatorCannotReadSecrets(t *testing.T) {
 			t.Errorf("can-i %s its isolation signing keys' Secret: %q, want no", verb, got)
 		}
 	}
-	// ConfigMaps: the CA bundle airlock-ca in any namespace; any other only created, read and
-	// updated (the session records' segments, whose names RBAC cannot know ahead: the admission
-	// policy holds the writes to them), never watched, patched or deleted.
+	// ConfigMaps: the CA bundle airlock-ca in any namespace, no other (session records are
+	// SessionRecords, an RBAC of their own).
 	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {
 		if got := canI(t, ctx, verb, "configmaps/"+cabundle.ConfigMapName, other); got != "yes" {
 			t.Errorf("can-i %s configmaps/%s -n %s: %q, want yes", verb, cabundle.ConfigMapName, other, got)
 		}
-		want := map[bool]string{true: "yes", false: "no"}[verb == "get" || verb == "list" || verb == "update"]
 		for _, res := range []string{"configmaps", "configmaps/kube-root-ca.crt"} {
-			if got := canI(t, ctx, verb, res, other); got != want {
-				t.Errorf("can-i %s %s -n %s: %q, want %s", verb, res, other, got, want)
+			if got := canI(t, ctx, verb, res, other); got != "no" {
+				t.Errorf("can-i %s %s -n %s: %q, want no", verb, res, other, got)
 			}
 		}
 	}
-	if got := canI(t, ctx, "patch", "configmaps", other); got != "no" {
-		t.Errorf("can-i patch configmaps -n %s: %q, want no", other, got)
+	// SessionRecords: created, read, listed and updated (appended: the CRD's rules); never
+	// watched, patched or deleted (they go with their owner).
+	for verb, want := range map[string]string{"create": "yes", "get": "yes", "list": "yes", "update": "yes",
+		"watch": "no", "patch": "no", "delete": "no", "deletecollection": "no"} {
+		if got := canI(t, ctx, verb, "sessionrecords.airlock.dev", other); got != want {
+			t.Errorf("can-i %s sessionrecords -n %s: %q, want %s", verb, other, got, want)
+		}
 	}
 }
 

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
@@ -18,7 +20,9 @@ import (
 // record (docs/record.md §2) that the in-cluster leader read from sandboxd and stored: the claim's
 // phases, each tool.call, the file.write of the Write, the process of the Bash, sandboxd's
 // stopped entry (the operator's stop: no gap), and the seal. `airlock record` prints it and says
-// "intact and sealed" with the key it reads from airlock-ca; an edited segment is reported.
+// "intact and sealed" with the key it reads from airlock-ca. An edit of a stored entry is refused
+// by the API server; the same edit made by deleting the segment and creating it again (which the
+// API server admits) is reported.
 func TestRealNodeSessionRecord(t *testing.T) {
 	requireRealNode(t)
 	ctx := context.Background()
@@ -44,14 +48,13 @@ func TestRealNodeSessionRecord(t *testing.T) {
 	// sealed; then the claim goes and the record stays with the kept workspace.
 	var uid string
 	eventually(t, 3*time.Minute, "the claim's record to be stored sealed", func(ctx context.Context) (bool, error) {
-		list, err := kubeClient.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + res.Claim})
+		list, err := airlockClient.AirlockV1alpha1().SessionRecords(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + res.Claim})
 		if err != nil {
 			return false, err
 		}
 		for i := range list.Items {
-			s, err := recordstore.Parse(&list.Items[i])
-			if err == nil && s.Anchor != nil && s.Anchor.Sealed {
-				uid = list.Items[i].Labels[recordstore.LabelRecordOf]
+			if a := list.Items[i].Spec.Anchor; a != nil && a.Sealed {
+				uid = list.Items[i].Spec.ClaimUID
 				return true, nil
 			}
 		}
@@ -85,18 +88,31 @@ func TestRealNodeSessionRecord(t *testing.T) {
 		t.Errorf("an ordinary end left a gap in the record:\n%s", jsonl)
 	}
 
-	// Tampered where it is stored: an edited entry is reported, and the command fails.
-	list, err := kubeClient.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
+	// Tampered where it is stored: an edit in place is refused by the API server; the same edit
+	// by a deletion and a creation is admitted, and reported, and the command fails.
+	srs := airlockClient.AirlockV1alpha1().SessionRecords(e.ns)
+	list, err := srs.List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
 	if err != nil || len(list.Items) == 0 {
 		t.Fatalf("the record's segments: %v", err)
 	}
-	seg := list.Items[0].DeepCopy()
-	orig := seg.Data[recordstore.KeyEntries]
-	seg.Data[recordstore.KeyEntries] = strings.Replace(orig, `"tool":"Bash"`, `"tool":"Read"`, 1)
-	if seg.Data[recordstore.KeyEntries] == orig {
-		t.Fatalf("segment %s holds no Bash call", seg.Name)
+	var seg *airlockv1alpha1.SessionRecord
+	for i := range list.Items {
+		if strings.Contains(list.Items[i].Spec.Entries, `"tool":"Bash"`) {
+			seg = list.Items[i].DeepCopy()
+		}
 	}
-	if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Update(ctx, seg, metav1.UpdateOptions{}); err != nil {
+	if seg == nil {
+		t.Fatal("no segment holds the Bash call")
+	}
+	seg.Spec.Entries = strings.Replace(seg.Spec.Entries, `"tool":"Bash"`, `"tool":"Read"`, 1)
+	if _, err := srs.Update(ctx, seg, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("an edit of a stored entry: %v, want refused by the API server", err)
+	}
+	if err := srs.Delete(ctx, seg.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seg.ResourceVersion, seg.UID = "", ""
+	if _, err := srs.Create(ctx, seg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out, ok = airlockRecord(t, res.Claim, "-n", e.ns, "--uid", uid)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -28,8 +28,8 @@ func airlockRecord(t *testing.T, args ...string) (string, bool) {
 }
 
 // recordSegments are the stored segments of the claim with uid.
-func recordSegments(ctx context.Context, ns, uid string) ([]corev1.ConfigMap, error) {
-	list, err := kubeClient.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
+func recordSegments(ctx context.Context, ns, uid string) ([]airlockv1alpha1.SessionRecord, error) {
+	list, err := airlockClient.AirlockV1alpha1().SessionRecords(ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=" + uid})
 	if err != nil {
 		return nil, err
 	}
@@ -37,16 +37,16 @@ func recordSegments(ctx context.Context, ns, uid string) ([]corev1.ConfigMap, er
 }
 
 // waitRecordSealed waits until the claim's stored record is sealed, and returns its segments.
-func waitRecordSealed(t *testing.T, ns, uid string, timeout time.Duration) []corev1.ConfigMap {
+func waitRecordSealed(t *testing.T, ns, uid string, timeout time.Duration) []airlockv1alpha1.SessionRecord {
 	t.Helper()
-	var segs []corev1.ConfigMap
+	var segs []airlockv1alpha1.SessionRecord
 	eventually(t, timeout, "the claim's record to be stored sealed", func(ctx context.Context) (bool, error) {
 		var err error
 		if segs, err = recordSegments(ctx, ns, uid); err != nil {
 			return false, err
 		}
 		for i := range segs {
-			if s, err := recordstore.Parse(&segs[i]); err == nil && s.Anchor != nil && s.Anchor.Sealed {
+			if a := segs[i].Spec.Anchor; a != nil && a.Sealed {
 				return true, nil
 			}
 		}
@@ -56,9 +56,11 @@ func waitRecordSealed(t *testing.T, ns, uid string, timeout time.Duration) []cor
 }
 
 // TestRecordOfAClaim (API-only): a claim that binds, is reaped and is deleted leaves a record of
-// its phases, sealed, kept with its workspace (owned by the kept workspace's Job); `airlock
-// record` prints it and verifies it with the key published in airlock-ca; an edited segment and
-// a deleted middle segment are reported, and the command fails.
+// its phases, sealed, kept with its workspace (owned by the kept workspace's Job), in
+// SessionRecords; `airlock record` prints it and verifies it with the key published in
+// airlock-ca. Tampered where it is stored: an administrator's edit of a stored entry is refused by
+// the API server (the CRD's rules); a segment deleted and created again with an altered entry, and
+// a deleted middle segment, which the API server admits, are reported, and the command fails.
 func TestRecordOfAClaim(t *testing.T) {
 	e := newClaimEnv(t, "airlock-record", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
 	startClaimOperator(t, e.ns)
@@ -77,6 +79,9 @@ func TestRecordOfAClaim(t *testing.T) {
 	if err != nil || !strings.Contains(ca.Data[cabundle.RecordSigningKey], "PUBLIC KEY") {
 		t.Fatalf("airlock-ca has no record-signing key: %v %v", err, ca.Data)
 	}
+	if cms, err := kubeClient.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf}); err != nil || len(cms.Items) != 0 {
+		t.Errorf("record ConfigMaps: %v %d, want none (records are SessionRecords)", err, len(cms.Items))
+	}
 
 	out, ok := airlockRecord(t, c.Name, "-n", e.ns)
 	if !ok {
@@ -87,25 +92,35 @@ func TestRecordOfAClaim(t *testing.T) {
 			t.Errorf("airlock record's output lacks %q:\n%s", want, out)
 		}
 	}
+	srs := airlockClient.AirlockV1alpha1().SessionRecords(e.ns)
 
-	// An edited entry.
+	// An edited entry, in place: refused by the API server.
 	seg := segs[0].DeepCopy()
-	orig := seg.Data[recordstore.KeyEntries]
-	seg.Data[recordstore.KeyEntries] = strings.Replace(orig, `"phase":"Bound"`, `"phase":"Bond"`, 1)
-	if seg.Data[recordstore.KeyEntries] == orig {
+	orig := seg.Spec.Entries
+	seg.Spec.Entries = strings.Replace(orig, `"phase":"Bound"`, `"phase":"Bond"`, 1)
+	if seg.Spec.Entries == orig {
 		t.Fatalf("no Bound phase in the stored segment:\n%s", orig)
 	}
-	if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Update(ctx, seg, metav1.UpdateOptions{}); err != nil {
+	if _, err := srs.Update(ctx, seg, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("an administrator's edit of a stored entry: %v, want refused by the API server", err)
+	}
+
+	// The same edit by deleting the segment and creating it again: admitted, and reported.
+	if err := srs.Delete(ctx, seg.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seg.ResourceVersion, seg.UID = "", ""
+	if _, err := srs.Create(ctx, seg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out, ok = airlockRecord(t, c.Name, "-n", e.ns)
 	if ok || !strings.Contains(out, "edited") || !strings.Contains(out, "tampered") {
-		t.Errorf("an edited segment: exit 0 %v, want a failure that says edited and tampered:\n%s", ok, out)
+		t.Errorf("a segment created again, edited: exit 0 %v, want a failure that says edited and tampered:\n%s", ok, out)
 	}
 
 	// A deleted middle segment: the record, split into three segments as a longer one is stored
 	// (the anchor in the last), then the middle one deleted.
-	if err := kubeClient.CoreV1().ConfigMaps(e.ns).Delete(ctx, seg.Name, metav1.DeleteOptions{}); err != nil {
+	if err := srs.Delete(ctx, seg.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	parsed, err := recordstore.Parse(&segs[0])
@@ -119,19 +134,19 @@ func TestRecordOfAClaim(t *testing.T) {
 		if i == len(parts)-1 {
 			s.Anchor = parsed.Anchor
 		}
-		cm, err := recordstore.ConfigMap(c, s)
+		sr, err := recordstore.SessionRecord(c, s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm.OwnerReferences = segs[0].OwnerReferences
-		if _, err := kubeClient.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		sr.OwnerReferences = segs[0].OwnerReferences
+		if _, err := srs.Create(ctx, sr, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if out, ok = airlockRecord(t, c.Name, "-n", e.ns); !ok {
 		t.Fatalf("the record split into three segments does not verify:\n%s", out)
 	}
-	if err := kubeClient.CoreV1().ConfigMaps(e.ns).Delete(ctx, recordstore.Name(c.Name, c.UID, 1), metav1.DeleteOptions{}); err != nil {
+	if err := srs.Delete(ctx, recordstore.Name(c.Name, c.UID, 1), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out, ok = airlockRecord(t, c.Name, "-n", e.ns)

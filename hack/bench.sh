@@ -209,7 +209,7 @@ run_airlock() {
   log "installing the CRDs and the operator's RBAC"
   kubectl_ apply --server-side -k manifests/crd >/dev/null
   kubectl_ wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev \
-    crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
+    crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev >/dev/null
   kubectl_ apply --server-side -f manifests/namespace.yaml -f manifests/rbac/ >/dev/null
   # The operator runs as its ServiceAccount, as it does in a cluster.
   controller_kubeconfig airlock-system airlock-operator "$STATE/operator.kubeconfig"

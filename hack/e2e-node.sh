@@ -216,7 +216,7 @@ else
   log "no trace collector (install $INSTALL, host '$JAEGER_HOST'): TestRealNodeTrace will not find one"
 fi
 CRDS=(crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev
-  crd/sandboxclaims.airlock.dev)
+  crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev)
 
 # apply_crds: the CRDs of manifests/crd, server-side (Helm installs them on `helm install` but
 # never upgrades them: docs/helm.md), and wait until they are served.

@@ -37,7 +37,7 @@ run_api_only() {
 
   echo "installing airlock (kubectl apply -k manifests/)"
   "$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
-  "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
+  "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev >/dev/null
   "$KUBECTL" apply --server-side --force-conflicts -k manifests/
 
   # The API-only control plane has no container runtime: kwok would only pretend to run the
@@ -161,7 +161,7 @@ run_node() {
 
   say "installing airlock like a user: kubectl apply -k manifests/"
   "$KUBECTL" apply --server-side --force-conflicts -k manifests/crd >/dev/null
-  "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev >/dev/null
+  "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev >/dev/null
   "$KUBECTL" apply --server-side --force-conflicts -k manifests/
   "$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
   "$KUBECTL" -n airlock-system get pods -o wide

@@ -122,12 +122,12 @@ type request struct {
 var resourceOf = map[string][2]string{
 	"Pod": {"", "pods"}, "Secret": {"", "secrets"}, "ConfigMap": {"", "configmaps"},
 	"NetworkPolicy": {"networking.k8s.io", "networkpolicies"}, "Job": {"batch", "jobs"}, "Deployment": {"apps", "deployments"},
-	"Event": {"", "events"}, "SandboxClaim": {"airlock.dev", "sandboxclaims"},
+	"Event": {"", "events"}, "SandboxClaim": {"airlock.dev", "sandboxclaims"}, "SessionRecord": {"airlock.dev", "sessionrecords"},
 }
 
 // versionOf is each kind's API version (v1 but for airlock's own).
 func versionOf(kind string) string {
-	if kind == "SandboxClaim" {
+	if resourceOf[kind][0] == airlockv1alpha1.GroupName {
 		return "v1alpha1"
 	}
 	return "v1"
@@ -151,6 +151,8 @@ func kindOf(obj runtime.Object) string {
 		return "Event"
 	case *airlockv1alpha1.SandboxClaim:
 		return "SandboxClaim"
+	case *airlockv1alpha1.SessionRecord:
+		return "SessionRecord"
 	}
 	panic(fmt.Sprintf("no kind for %T", obj))
 }
@@ -380,8 +382,8 @@ func egressCABundle() *corev1.ConfigMap {
 }
 
 // recordSegment is segment n of the claim's session record, as the record controller writes it.
-func recordSegment(claim *airlockv1alpha1.SandboxClaim, n int) *corev1.ConfigMap {
-	cm, err := recordstore.ConfigMap(claim, recordstore.Segment{N: n, Lines: [][]byte{[]byte("{}")}})
+func recordSegment(claim *airlockv1alpha1.SandboxClaim, n int) *airlockv1alpha1.SessionRecord {
+	cm, err := recordstore.SessionRecord(claim, recordstore.Segment{N: n, Lines: [][]byte{[]byte("{}")}})
 	if err != nil {
 		panic(err)
 	}
@@ -480,7 +482,7 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"the CA bundle":                         create(caBefore),
 		"a record segment":                      create(recordSegment(claim, 0)),
 		"the last record segment":               create(recordSegment(claim, 63)),
-		"a record segment, appended":            update(recordSegment(claim, 1), with(recordSegment(claim, 1), func(c *corev1.ConfigMap) { c.Data[recordstore.KeyEntries] += "{}\n" })),
+		"a record segment, appended":            update(recordSegment(claim, 1), with(recordSegment(claim, 1), func(c *airlockv1alpha1.SessionRecord) { c.Spec.Entries += "{}\n" })),
 		"a record moved to its kept workspace": update(recordSegment(claim, 0), recordstore.OwnedBy(recordSegment(claim, 0),
 			metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "job-uid"})),
 		"the CA bundle, updated":        update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
@@ -534,7 +536,8 @@ const (
 	msgNPLabel      = "a NetworkPolicy the airlock operator writes carries"
 	msgNPSelector   = "a NetworkPolicy the airlock operator writes selects"
 	msgNPPeers      = "a NetworkPolicy the airlock operator writes admits"
-	msgConfigMap    = "the only ConfigMaps the airlock operator writes"
+	msgConfigMap    = "the only ConfigMap the airlock operator writes"
+	msgRecord       = "a SessionRecord the airlock operator writes"
 	msgToken        = "a pod the airlock operator writes gets no ServiceAccount token"
 	msgHost         = "a pod the airlock operator writes shares no host namespace"
 	msgVolumes      = "a pod the airlock operator writes has no hostPath"
@@ -712,26 +715,32 @@ func TestPolicyRefusesWhatAirlockDoesNotBuild(t *testing.T) {
 		"a Job in kube-system":     {create(in("kube-system", job)), msgSystemNS},
 		"another Job deleted":      {remove(with(job, func(j *batchv1.Job) { unlabelled(j) })), msgJob},
 		"another ConfigMap":        {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = "coredns" })), msgConfigMap},
-		"a record segment deleted": {remove(recordSegment(claim, 0)), msgConfigMap},
-		"a record segment named for another claim": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
-			c.Labels[recordstore.LabelRecordClaim] = "other"
-		})), msgConfigMap},
-		"a record segment 64": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name = strings.TrimSuffix(c.Name, "-0") + "-64" })), msgConfigMap},
-		"a record segment without its hash": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+		"a record segment deleted": {remove(recordSegment(claim, 0)), msgRecord},
+		"a record segment named for another claim": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
+			c.Labels[recordstore.LabelRecordClaim], c.Spec.ClaimName = "other", "other"
+		})), msgRecord},
+		"a record segment labelled for another claim than its spec's": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
+			c.Spec.ClaimUID = "another-uid"
+		})), msgRecord},
+		"a record segment 64": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
+			c.Name, c.Spec.Segment = strings.TrimSuffix(c.Name, "-0")+"-64", 64
+		})), msgRecord},
+		"a record segment named for another number": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) { c.Spec.Segment = 1 })), msgRecord},
+		"a record segment without its hash": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
 			c.Name = claim.Name + "-record-0"
-		})), msgConfigMap},
-		"a record segment with a name after its number": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name += "-coredns" })), msgConfigMap},
-		"a record segment without record-of": {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+		})), msgRecord},
+		"a record segment with a name after its number": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) { c.Name += "-coredns" })), msgRecord},
+		"a record segment without record-of": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
 			delete(c.Labels, recordstore.LabelRecordOf)
-		})), msgConfigMap},
-		"a record segment moved to another claim's record": {update(recordSegment(claim, 0), with(recordSegment(claim, 0), func(c *corev1.ConfigMap) {
+		})), msgRecord},
+		"a record segment moved to another claim's record": {update(recordSegment(claim, 0), with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
 			c.Labels[recordstore.LabelRecordOf] = "another-uid"
-		})), msgConfigMap},
+		})), msgRecord},
 		"a record segment owned by a Deployment": {create(recordstore.OwnedBy(recordSegment(claim, 0),
-			metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "d-uid"})), msgConfigMap},
-		"a record segment without an owner":          {create(with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.OwnerReferences = nil })), msgConfigMap},
-		"the CA bundle turned into a record segment": {update(caBundle(), with(recordSegment(claim, 0), func(c *corev1.ConfigMap) { c.Name = "airlock-ca" })), msgConfigMap},
-		"an unlabelled CA bundle":                    {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+			metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "d-uid"})), msgRecord},
+		"a record segment without an owner": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) { c.OwnerReferences = nil })), msgRecord},
+		"a record in a ConfigMap":           {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = recordSegment(claim, 0).Name })), msgConfigMap},
+		"an unlabelled CA bundle":           {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
 		"an egress CA bundle with the other bundle's label": {create(with(egressCABundle(), func(c *corev1.ConfigMap) {
 			c.Labels = map[string]string{"airlock.dev/ca-bundle": "true"}
 		})), msgConfigMap},
@@ -806,8 +815,9 @@ func TestPolicyAppliesToTheOperatorOnly(t *testing.T) {
 }
 
 // TestPolicyCoversTheOperatorsWrites: every resource the operator's ClusterRole lets it create,
-// change or delete is the policy's, but those that are airlock's own (its API), the events it
-// reports and the TokenReviews it asks.
+// change or delete is the policy's, but those that are airlock's own (its API, but the session
+// records, which it alone writes: their shape is the policy's), the events it reports and the
+// TokenReviews it asks.
 func TestPolicyCoversTheOperatorsWrites(t *testing.T) {
 	policy, _ := loadPolicy(t)
 	p := compile(t, policy)
@@ -825,7 +835,7 @@ func TestPolicyCoversTheOperatorsWrites(t *testing.T) {
 			for _, group := range rule.APIGroups {
 				for _, res := range rule.Resources {
 					gr := [2]string{group, res}
-					if group == airlockv1alpha1.GroupName || exempt[gr] {
+					if (group == airlockv1alpha1.GroupName && res != "sessionrecords") || exempt[gr] {
 						continue
 					}
 					for _, verb := range rule.Verbs {

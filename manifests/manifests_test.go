@@ -96,7 +96,7 @@ const (
 var secretReads = []string{"get", "list", "watch", "update", "patch", "delete", "deletecollection", "*"}
 
 // checkClusterRole returns what is wrong with a ClusterRole: any wildcard, any verb on Secrets
-// but create, and any verb on ConfigMaps but create, get, list and update that is not limited to the CA bundle's name.
+// but create, and any verb on ConfigMaps but create that is not limited to the CA bundle's name.
 func checkClusterRole(role *rbacv1.ClusterRole) []string {
 	var problems []string
 	if role.AggregationRule != nil {
@@ -112,10 +112,7 @@ func checkClusterRole(role *rbacv1.ClusterRole) []string {
 		}
 		if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "configmaps") && !slices.Equal(r.ResourceNames, []string{caBundleConfigMap}) {
 			for _, v := range r.Verbs {
-				// create, get, list and update: the session records' segments, whose names RBAC
-				// cannot know ahead; the admission policy admits only their writes and the CA
-				// bundles'. Never watch (a cache of every ConfigMap), patch or delete.
-				if !slices.Contains([]string{"create", "get", "list", "update"}, v) {
+				if v != "create" {
 					problems = append(problems, "rule "+strconv.Itoa(i)+" grants "+v+" on configmaps other than "+caBundleConfigMap)
 				}
 			}
@@ -160,9 +157,9 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 		"delete secrets":     {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}},
 		"wildcard subverbs":  {APIGroups: []string{"apps"}, Resources: []string{"deployments/*"}, Verbs: []string{"get"}},
 		"nonResourceURLs  *": {NonResourceURLs: []string{"/metrics*"}, Verbs: []string{"get"}},
-		"watch configmaps":   {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"watch"}},
-		"patch configmaps of another name": {APIGroups: []string{""}, Resources: []string{"configmaps"},
-			ResourceNames: []string{"kube-root-ca.crt"}, Verbs: []string{"patch"}},
+		"list configmaps":    {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}},
+		"update configmaps of another name": {APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{"kube-root-ca.crt"}, Verbs: []string{"update"}},
 		"delete configmaps by two names": {APIGroups: []string{""}, Resources: []string{"configmaps"},
 			ResourceNames: []string{caBundleConfigMap, "other"}, Verbs: []string{"delete"}},
 	}
@@ -174,9 +171,8 @@ func TestCheckClusterRoleCatches(t *testing.T) {
 		})
 	}
 	for name, ok := range map[string]rbacv1.PolicyRule{
-		"create secrets":      {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
-		"create configmaps":   {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
-		"the record segments": {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "list", "update"}},
+		"create secrets":    {APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		"create configmaps": {APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 		"the CA bundle": {APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{caBundleConfigMap},
 			Verbs: []string{"get", "list", "watch", "update", "delete"}},
 	} {

@@ -59,6 +59,11 @@ var rbacUses = map[string]rbacUse{
 	"airlock.dev/agentruntimes/finalizers update":  {"pkg/sandboxapi/acquire.go", `metav1.NewControllerRef(rt,`},
 	"airlock.dev/toolregistries/finalizers update": {"pkg/sandboxpod/member.go", `metav1.NewControllerRef(reg,`},
 
+	"airlock.dev/sessionrecords create": {"pkg/controller/record/control.go", `SessionRecords(sr.Namespace).Create(`},
+	"airlock.dev/sessionrecords get":    {"pkg/controller/record/control.go", `SessionRecords(namespace).Get(`},
+	"airlock.dev/sessionrecords list":   {"pkg/controller/record/control.go", `SessionRecords(namespace).List(`},
+	"airlock.dev/sessionrecords update": {"pkg/controller/record/control.go", `SessionRecords(sr.Namespace).Update(`},
+
 	"/pods list":   {"pkg/operator/controllers.go", `cc.KubeInformers.Core().V1().Pods()`},
 	"/pods watch":  {"pkg/operator/controllers.go", `cc.KubeInformers.Core().V1().Pods()`},
 	"/pods create": {"pkg/controller/claim/children.go", `c.children.pods.Create(`},
@@ -91,9 +96,6 @@ var rbacUses = map[string]rbacUse{
 	"/configmaps@airlock-ca update": {"pkg/controller/cabundle/controller.go", `ConfigMaps(ns).Update(`},
 	"/configmaps@airlock-ca delete": {"pkg/controller/cabundle/controller.go", `ConfigMaps(cm.Namespace).Delete(`},
 	"/configmaps create":            {"pkg/controller/cabundle/controller.go", `configMaps.Create(`},
-	"/configmaps get":               {"pkg/controller/record/control.go", `ConfigMaps(namespace).Get(`},
-	"/configmaps list":              {"pkg/controller/record/control.go", `ConfigMaps(namespace).List(`},
-	"/configmaps update":            {"pkg/controller/record/control.go", `ConfigMaps(cm.Namespace).Update(`},
 
 	// client-go's core/v1 recorder creates an event, and patches it when it repeats.
 	"/events create": {"pkg/controller/claim/controller.go", `StartRecordingToSink(`},

@@ -173,7 +173,7 @@ func (o *OperatorOptions) Config() (*operator.Config, error) {
 		SyncImage:              o.Controllers.SyncImage,
 		PoolKubeClient:         clients.poolKube,
 		PoolAirlockClient:      clients.poolAirlock,
-		RecordKubeClient:       clients.record,
+		RecordAirlockClient:    clients.record,
 		WarmRefillRate:         o.Controllers.WarmRefillRate,
 		EgressGateway:          egressGateway,
 		OperatorPeer:           operatorPeer,

@@ -24,9 +24,9 @@ type operatorClients struct {
 	// claim's write.
 	poolKube    kubernetes.Interface
 	poolAirlock airlockclientset.Interface
-	// record writes the session records' segments: a record's write never waits in front of a
-	// claim's.
-	record kubernetes.Interface
+	// record writes the session records' segments (SessionRecords): a record's write never waits
+	// in front of a claim's.
+	record airlockclientset.Interface
 	// leaderElection renews the lease, so that lease renewals never queue behind the
 	// controllers' requests.
 	leaderElection kubernetes.Interface
@@ -51,13 +51,13 @@ func newOperatorClients(restConfig *rest.Config, userAgent string, renewDeadline
 	if c.poolKube, err = kubeClientFor(kubeConfig, userAgent+"/warm-pools", "the warm pool client"); err != nil {
 		return nil, err
 	}
-	if c.record, err = kubeClientFor(kubeConfig, userAgent+"/session-records", "the session records' client"); err != nil {
-		return nil, err
-	}
 	if c.airlock, err = airlockClientFor(restConfig, userAgent, "the airlock client"); err != nil {
 		return nil, err
 	}
 	if c.poolAirlock, err = airlockClientFor(restConfig, userAgent+"/warm-pools", "the warm pool airlock client"); err != nil {
+		return nil, err
+	}
+	if c.record, err = airlockClientFor(restConfig, userAgent+"/session-records", "the session records' client"); err != nil {
 		return nil, err
 	}
 	// As kube-controller-manager does: no lease request outlives half the renew deadline, so

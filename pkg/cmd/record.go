@@ -44,7 +44,7 @@ func newRecordCommand() *cobra.Command {
 		Use:   "record CLAIM",
 		Short: "Print and verify a claim's session record; verify or convert an export (docs/record.md)",
 		Long: `airlock record CLAIM reads the session record of the claim named CLAIM from the cluster (its
-ConfigMap segments, with your kubeconfig), prints it (-o text, jsonl or ocsf) and, with
+SessionRecord segments, kubectl get srec, with your kubeconfig), prints it (-o text, jsonl or ocsf) and, with
 --public-key, verifies it. A claim named like a subcommand (verify, ocsf) cannot be named here.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -14,14 +14,15 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
@@ -35,8 +36,9 @@ type RecordShowOptions struct {
 	Output        string
 	PublicKeyFile string
 
-	// client, when set (tests), is used instead of one built from the kubeconfig.
-	client kubernetes.Interface
+	// client and airlock, when set (tests), are used instead of clients built from the kubeconfig.
+	client  kubernetes.Interface
+	airlock airlockclientset.Interface
 }
 
 // AddFlags binds the options to fs.
@@ -57,7 +59,7 @@ func (o *RecordShowOptions) Validate() []error {
 	return nil
 }
 
-func (o *RecordShowOptions) clientAndNamespace() (kubernetes.Interface, string, error) {
+func (o *RecordShowOptions) clientsAndNamespace() (kubernetes.Interface, airlockclientset.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.Kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
@@ -65,36 +67,43 @@ func (o *RecordShowOptions) clientAndNamespace() (kubernetes.Interface, string, 
 	if ns == "" {
 		var err error
 		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, "", fmt.Errorf("the kubeconfig's namespace: %w", err)
+			return nil, nil, "", fmt.Errorf("the kubeconfig's namespace: %w", err)
 		}
 	}
 	if o.client != nil {
-		return o.client, ns, nil
+		return o.client, o.airlock, ns, nil
 	}
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("the kubeconfig: %w", err)
+		return nil, nil, "", fmt.Errorf("the kubeconfig: %w", err)
 	}
 	c, err := kubernetes.NewForConfig(cfg)
-	return c, ns, err
+	if err != nil {
+		return nil, nil, "", err
+	}
+	a, err := airlockclientset.NewForConfig(cfg)
+	return c, a, ns, err
 }
 
-// records returns the segments of each record of the claim named name, by claim UID, and the
-// UIDs newest first (by their first segment's creation).
-func records(ctx context.Context, c kubernetes.Interface, ns, name string) (map[string][]*corev1.ConfigMap, []string, error) {
+// records returns the segments (SessionRecords) of each record of the claim named name, by claim
+// UID, and the UIDs newest first (by their first segment's creation).
+func records(ctx context.Context, c airlockclientset.Interface, ns, name string) (map[string][]*airlockv1alpha1.SessionRecord, []string, error) {
 	sel := labels.SelectorFromSet(labels.Set{recordstore.LabelRecordClaim: name}).String()
-	list, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := c.AirlockV1alpha1().SessionRecords(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing the records of claim %s/%s: %w", ns, name, err)
 	}
-	byUID := map[string][]*corev1.ConfigMap{}
+	byUID := map[string][]*airlockv1alpha1.SessionRecord{}
 	first := map[string]metav1.Time{}
 	for i := range list.Items {
-		cm := &list.Items[i]
-		uid := cm.Labels[recordstore.LabelRecordOf]
-		byUID[uid] = append(byUID[uid], cm)
-		if t, ok := first[uid]; !ok || cm.CreationTimestamp.Before(&t) {
-			first[uid] = cm.CreationTimestamp
+		sr := &list.Items[i]
+		if sr.Spec.ClaimName != name {
+			continue // labelled for the claim, but not its record
+		}
+		uid := sr.Spec.ClaimUID
+		byUID[uid] = append(byUID[uid], sr)
+		if t, ok := first[uid]; !ok || sr.CreationTimestamp.Before(&t) {
+			first[uid] = sr.CreationTimestamp
 		}
 	}
 	uids := make([]string, 0, len(byUID))
@@ -133,11 +142,11 @@ func publishedKeys(ctx context.Context, c kubernetes.Interface, ns string) (reco
 
 // showRecords prints the records of claim name as o asks, and fails when one does not verify.
 func (o *RecordShowOptions) showRecords(ctx context.Context, name string, out io.Writer) error {
-	c, ns, err := o.clientAndNamespace()
+	c, a, ns, err := o.clientsAndNamespace()
 	if err != nil {
 		return err
 	}
-	byUID, uids, err := records(ctx, c, ns, name)
+	byUID, uids, err := records(ctx, a, ns, name)
 	if err != nil {
 		return err
 	}

@@ -18,13 +18,14 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/cabundle"
+	airlockfake "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/fake"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
 
 // storedRecord is a sealed record of claim name/uid in one segment, created at created, and the
 // signer's public key file.
-func storedRecord(t *testing.T, name, uid string, created time.Time) (*corev1.ConfigMap, string) {
+func storedRecord(t *testing.T, name, uid string, created time.Time) (*airlockv1alpha1.SessionRecord, string) {
 	t.Helper()
 	priv, _ := record.SigningKey(bytes.Repeat([]byte{3}, 32))
 	s, _ := record.NewSigner(priv)
@@ -46,7 +47,7 @@ func storedRecord(t *testing.T, name, uid string, created time.Time) (*corev1.Co
 	line, _ := sealed.Line()
 	seg.Lines, seg.Anchor = append(seg.Lines, line), &a
 	claim := &airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(uid)}}
-	cm, err := recordstore.ConfigMap(claim, seg)
+	cm, err := recordstore.SessionRecord(claim, seg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,15 @@ func storedRecord(t *testing.T, name, uid string, created time.Time) (*corev1.Co
 
 func showRecord(t *testing.T, o RecordShowOptions, objs ...runtime.Object) (string, error) {
 	t.Helper()
-	o.client, o.Namespace = fake.NewClientset(objs...), "team-a"
+	var kube, air []runtime.Object
+	for _, obj := range objs {
+		if _, ok := obj.(*airlockv1alpha1.SessionRecord); ok {
+			air = append(air, obj)
+		} else {
+			kube = append(kube, obj)
+		}
+	}
+	o.client, o.airlock, o.Namespace = fake.NewClientset(kube...), airlockfake.NewSimpleClientset(air...), "team-a" //nolint:staticcheck // NewClientset's tracker needs an OpenAPI schema of SessionRecord
 	if o.Output == "" {
 		o.Output = "text"
 	}
@@ -81,7 +90,7 @@ func TestRecordShowPrintsAndVerifies(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	cm.Data[recordstore.KeyEntries] = strings.Replace(cm.Data[recordstore.KeyEntries], `"tool":"Write"`, `"tool":"Read"`, 1)
+	cm.Spec.Entries = strings.Replace(cm.Spec.Entries, `"tool":"Write"`, `"tool":"Read"`, 1)
 	out, err = showRecord(t, RecordShowOptions{PublicKeyFile: key}, cm)
 	if err == nil || !strings.Contains(err.Error(), "not intact") || !strings.Contains(out, "seq 2: edited") {
 		t.Fatalf("an edited stored record: %v\n%s", err, out)

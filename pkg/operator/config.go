@@ -100,9 +100,9 @@ type Config struct {
 	PoolKubeClient    kubernetes.Interface
 	PoolAirlockClient airlockclientset.Interface
 	WarmRefillRate    float64
-	// RecordKubeClient is the session record controller's (nil: KubeClient): its writes have a
-	// rate limiter of their own.
-	RecordKubeClient kubernetes.Interface
+	// RecordAirlockClient is the session record controller's (nil: AirlockClient): its writes of
+	// SessionRecords have a rate limiter of their own.
+	RecordAirlockClient airlockclientset.Interface
 	// EgressGateway is the egress gateway claims of classes with egress are frozen with
 	// (--egress-gateway-service); nil: such claims fail (docs/egress.md).
 	EgressGateway *sandboxpod.GatewayRef

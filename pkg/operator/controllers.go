@@ -83,8 +83,8 @@ type ControllerContext struct {
 	// Like KubeInformers, the term's own.
 	IsolationKeySecrets kubeinformers.SharedInformerFactory
 	IsolationKeys       *isolationkey.Keys
-	// RecordKubeClient is the record controller's own client (nil: KubeClient).
-	RecordKubeClient kubernetes.Interface
+	// RecordAirlockClient is the record controller's own client (nil: AirlockClient).
+	RecordAirlockClient airlockclientset.Interface
 	// RecordSigning is the session record's signing key, derived from the token key; its
 	// public half is published in airlock-ca (record-signing.pub).
 	RecordSigning *recordSigning
@@ -362,11 +362,11 @@ func startRecordController(ctx context.Context, cc ControllerContext) (func(ctx 
 			return nil
 		}, nil
 	}
-	kube := cc.RecordKubeClient
-	if kube == nil {
-		kube = cc.KubeClient
+	records := cc.RecordAirlockClient
+	if records == nil {
+		records = cc.AirlockClient
 	}
-	c, err := recordcontroller.NewController(kube, cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
+	c, err := recordcontroller.NewController(records, cc.AirlockInformers.Airlock().V1alpha1().SandboxClaims(),
 		cc.KubeInformers.Core().V1().Pods(), cc.Tokens, cc.RecordSigning, cc.OperatorPeer != nil)
 	if err != nil {
 		return nil, err

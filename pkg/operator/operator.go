@@ -338,7 +338,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		EgressCA:              o.egressCA(),
 		Namespace:             o.cfg.Namespace,
 		RecordSigning:         newRecordSigning(o.tokens),
-		RecordKubeClient:      o.cfg.RecordKubeClient,
+		RecordAirlockClient:   o.cfg.RecordAirlockClient,
 	}
 	// Each term caches the claims' children in informers of its own, stopped (after the
 	// controllers have returned) when the term ends: a replica that lost the lease keeps no

@@ -1,20 +1,19 @@
 // Package recordstore is what a stored session record is (docs/record.md §2.5), as pure
-// functions: the ConfigMap segments of a claim's record (their names, labels, owner, the entries,
-// the anchor and the collector's cursor in each), and the export that reassembles them for
-// record.Verify. No clients: the leader writes what it builds, the CLI reads what it parses.
+// functions: the SessionRecord segments of a claim's record (their names, labels, owner, the
+// entries, the anchor and the collector's cursor in each), and the export that reassembles them
+// for record.Verify. No clients: the leader writes what it builds, the CLI reads what it parses.
 package recordstore
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -23,22 +22,17 @@ import (
 )
 
 const (
-	// LabelRecordOf is the UID of the claim whose record a segment holds.
+	// LabelRecordOf is the UID of the claim whose record a segment holds (the label the leader
+	// lists a record's segments by).
 	LabelRecordOf = "airlock.dev/record-of"
-	// LabelRecordClaim is that claim's name (a claim of the same name later is another record).
+	// LabelRecordClaim is that claim's name (a claim of the same name later is another record):
+	// the label `airlock record CLAIM` lists by.
 	LabelRecordClaim = "airlock.dev/record-claim"
-	// AnnotationSegment is the segment's number, from 0.
-	AnnotationSegment = "airlock.dev/record-segment"
 
-	// KeyEntries holds the segment's entries, one canonical line each; KeyAnchor the record's
-	// anchor as of the segment's last write; KeyCursor where the collector stood then.
-	KeyEntries = "entries.jsonl"
-	KeyAnchor  = "anchor.json"
-	KeyCursor  = "cursor.json"
-
-	// MaxSegmentBytes bounds a segment's entries, far below the API server's object limit.
+	// MaxSegmentBytes bounds a segment's entries, far below the API server's object limit (the
+	// CRD's maxLength of spec.entries is the same).
 	MaxSegmentBytes = 512 << 10
-	// MaxSegments bounds a claim's record (32 MiB).
+	// MaxSegments bounds a claim's record (32 MiB; the CRD's maximum of spec.segment is 63).
 	MaxSegments = 64
 )
 
@@ -77,63 +71,67 @@ func Name(claimName string, uid types.UID, n int) string {
 	return claimName + "-record-" + hex.EncodeToString(sum[:])[:8] + "-" + strconv.Itoa(n)
 }
 
-// ConfigMap is segment s of the claim's record, owned by the claim (not as its controller: the
-// owner moves to the kept workspace's Job when the claim's workspace is kept).
-func ConfigMap(claim *airlockv1alpha1.SandboxClaim, s Segment) (*corev1.ConfigMap, error) {
+// SessionRecord is segment s of the claim's record, owned by the claim (not as its controller:
+// the owner moves to the kept workspace's Job when the claim's workspace is kept).
+func SessionRecord(claim *airlockv1alpha1.SandboxClaim, s Segment) (*airlockv1alpha1.SessionRecord, error) {
 	if s.N < 0 || s.N >= MaxSegments {
 		return nil, fmt.Errorf("segment %d of claim %s/%s: a record has segments 0 to %d", s.N, claim.Namespace, claim.Name, MaxSegments-1)
 	}
-	var entries bytes.Buffer
-	for _, l := range s.Lines {
-		entries.Write(l)
-		entries.WriteByte('\n')
+	if s.Cursor.After > math.MaxInt64 {
+		return nil, fmt.Errorf("segment %d of claim %s/%s: cursor %d out of range", s.N, claim.Namespace, claim.Name, s.Cursor.After)
 	}
-	data := map[string]string{KeyEntries: entries.String()}
-	cursor, err := json.Marshal(s.Cursor)
-	if err != nil {
-		return nil, err
+	spec := airlockv1alpha1.SessionRecordSpec{
+		ClaimUID:  string(claim.UID),
+		ClaimName: claim.Name,
+		Segment:   int32(s.N),
+		Entries:   string(joinLines(s.Lines)),
 	}
-	data[KeyCursor] = string(cursor)
-	if s.Anchor != nil {
-		a, err := json.Marshal(s.Anchor)
-		if err != nil {
-			return nil, err
+	if s.Cursor != (Cursor{}) {
+		spec.Cursor = &airlockv1alpha1.SessionRecordCursor{Boot: s.Cursor.Boot, After: int64(s.Cursor.After)}
+	}
+	if a := s.Anchor; a != nil {
+		if a.Count > math.MaxInt64 {
+			return nil, fmt.Errorf("segment %d of claim %s/%s: anchor count %d out of range", s.N, claim.Namespace, claim.Name, a.Count)
 		}
-		data[KeyAnchor] = string(a)
+		spec.Anchor = &airlockv1alpha1.SessionRecordAnchor{V: int32(a.V), Claim: a.Claim, Count: int64(a.Count), Head: a.Head,
+			Sealed: a.Sealed, Time: a.Time, Key: a.Key, Sig: a.Sig}
 	}
-	return &corev1.ConfigMap{
+	return &airlockv1alpha1.SessionRecord{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        Name(claim.Name, claim.UID, s.N),
-			Namespace:   claim.Namespace,
-			Labels:      map[string]string{LabelRecordOf: string(claim.UID), LabelRecordClaim: claim.Name},
-			Annotations: map[string]string{AnnotationSegment: strconv.Itoa(s.N)},
+			Name:      Name(claim.Name, claim.UID, s.N),
+			Namespace: claim.Namespace,
+			Labels:    map[string]string{LabelRecordOf: string(claim.UID), LabelRecordClaim: claim.Name},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxClaim", Name: claim.Name, UID: claim.UID,
 			}},
 		},
-		Data: data,
+		Spec: spec,
 	}, nil
 }
 
+func joinLines(lines [][]byte) []byte {
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.Write(l)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
 // Parse reads a segment back.
-func Parse(cm *corev1.ConfigMap) (Segment, error) {
-	n, err := strconv.Atoi(cm.Annotations[AnnotationSegment])
-	if err != nil || n < 0 {
-		return Segment{}, fmt.Errorf("ConfigMap %s/%s: no segment number (annotation %s)", cm.Namespace, cm.Name, AnnotationSegment)
+func Parse(sr *airlockv1alpha1.SessionRecord) (Segment, error) {
+	if sr.Spec.Segment < 0 {
+		return Segment{}, fmt.Errorf("SessionRecord %s/%s: segment %d", sr.Namespace, sr.Name, sr.Spec.Segment)
 	}
-	s := Segment{N: n}
-	if c := cm.Data[KeyCursor]; c != "" {
-		if err := json.Unmarshal([]byte(c), &s.Cursor); err != nil {
-			return Segment{}, fmt.Errorf("ConfigMap %s/%s: cursor: %w", cm.Namespace, cm.Name, err)
-		}
+	s := Segment{N: int(sr.Spec.Segment)}
+	if c := sr.Spec.Cursor; c != nil {
+		s.Cursor = Cursor{Boot: c.Boot, After: uint64(max(c.After, 0))}
 	}
-	if a := cm.Data[KeyAnchor]; a != "" {
-		s.Anchor = &record.Anchor{}
-		if err := json.Unmarshal([]byte(a), s.Anchor); err != nil {
-			return Segment{}, fmt.Errorf("ConfigMap %s/%s: anchor: %w", cm.Namespace, cm.Name, err)
-		}
+	if a := sr.Spec.Anchor; a != nil {
+		s.Anchor = &record.Anchor{V: int(a.V), Claim: a.Claim, Count: uint64(max(a.Count, 0)), Head: a.Head, Sealed: a.Sealed,
+			Time: a.Time, Key: a.Key, Sig: a.Sig}
 	}
-	for l := range bytes.SplitSeq([]byte(cm.Data[KeyEntries]), []byte("\n")) {
+	for l := range bytes.SplitSeq([]byte(sr.Spec.Entries), []byte("\n")) {
 		if len(l) > 0 {
 			s.Lines = append(s.Lines, l)
 		}
@@ -141,20 +139,20 @@ func Parse(cm *corev1.ConfigMap) (Segment, error) {
 	return s, nil
 }
 
-// Export writes the record held by cms (one claim's segments, in any order) as JSON lines for
+// Export writes the record held by srs (one claim's segments, in any order) as JSON lines for
 // record.Verify: every segment's entries in segment order, then the anchor of the last segment.
 // Segments of several claims, or two of one number, are an error; a missing segment is not
 // (Verify says which entries are missing). It returns the last segment's cursor.
-func Export(cms []*corev1.ConfigMap, w io.Writer) (Cursor, error) {
-	segs := make([]Segment, 0, len(cms))
+func Export(srs []*airlockv1alpha1.SessionRecord, w io.Writer) (Cursor, error) {
+	segs := make([]Segment, 0, len(srs))
 	uid := ""
-	for _, cm := range cms {
-		if u := cm.Labels[LabelRecordOf]; uid == "" {
+	for _, sr := range srs {
+		if u := sr.Spec.ClaimUID; uid == "" {
 			uid = u
 		} else if u != uid {
 			return Cursor{}, fmt.Errorf("segments of two claims' records (%s and %s)", uid, u)
 		}
-		s, err := Parse(cm)
+		s, err := Parse(sr)
 		if err != nil {
 			return Cursor{}, err
 		}
@@ -168,9 +166,7 @@ func Export(cms []*corev1.ConfigMap, w io.Writer) (Cursor, error) {
 	}
 	var entries []byte
 	for _, s := range segs {
-		for _, l := range s.Lines {
-			entries = append(append(entries, l...), '\n')
-		}
+		entries = append(entries, joinLines(s.Lines)...)
 	}
 	if _, err := w.Write(entries); err != nil {
 		return Cursor{}, err
@@ -187,11 +183,11 @@ func Export(cms []*corev1.ConfigMap, w io.Writer) (Cursor, error) {
 	return last.Cursor, nil
 }
 
-// OwnedBy returns a copy of cm owned by owner alone: the record moves to the kept workspace's
+// OwnedBy returns a copy of sr owned by owner alone: the record moves to the kept workspace's
 // Job when the claim's workspace is kept, and to the resuming claim before a resume deletes that
 // Job (docs/record.md §2.5).
-func OwnedBy(cm *corev1.ConfigMap, owner metav1.OwnerReference) *corev1.ConfigMap {
-	out := cm.DeepCopy()
+func OwnedBy(sr *airlockv1alpha1.SessionRecord, owner metav1.OwnerReference) *airlockv1alpha1.SessionRecord {
+	out := sr.DeepCopy()
 	owner.Controller, owner.BlockOwnerDeletion = nil, nil
 	out.OwnerReferences = []metav1.OwnerReference{owner}
 	return out

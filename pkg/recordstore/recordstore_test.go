@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -22,16 +21,16 @@ func claim(name, uid string) *airlockv1alpha1.SandboxClaim {
 
 // segments stores a sealed record of n tool calls in segments of per entries, as the leader
 // would, and returns them and the signer's keys.
-func segments(t *testing.T, c *airlockv1alpha1.SandboxClaim, n, per int) ([]*corev1.ConfigMap, record.Keys) {
+func segments(t *testing.T, c *airlockv1alpha1.SandboxClaim, n, per int) ([]*airlockv1alpha1.SessionRecord, record.Keys) {
 	t.Helper()
 	priv, _ := record.SigningKey(bytes.Repeat([]byte{5}, 32))
 	s, _ := record.NewSigner(priv)
 	chain, _ := record.NewChain(string(c.UID), s)
-	var cms []*corev1.ConfigMap
+	var cms []*airlockv1alpha1.SessionRecord
 	seg := Segment{}
 	flush := func(a record.Anchor) {
 		seg.Anchor = &a
-		cm, err := ConfigMap(c, seg)
+		cm, err := SessionRecord(c, seg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +57,7 @@ func segments(t *testing.T, c *airlockv1alpha1.SandboxClaim, n, per int) ([]*cor
 	return cms, record.NewKeys(s.Public())
 }
 
-func verify(t *testing.T, cms []*corev1.ConfigMap, keys record.Keys, uid string) (record.Report, Cursor) {
+func verify(t *testing.T, cms []*airlockv1alpha1.SessionRecord, keys record.Keys, uid string) (record.Report, Cursor) {
 	t.Helper()
 	var b bytes.Buffer
 	cur, err := Export(cms, &b)
@@ -76,12 +75,12 @@ func TestStoredSegmentsExportAnIntactRecord(t *testing.T) {
 	c := claim("rt-0123456789", "uid-1")
 	cms, keys := segments(t, c, 7, 3)
 	if len(cms) != 3 || cms[0].Name != Name("rt-0123456789", "uid-1", 0) || !strings.HasPrefix(cms[0].Name, "rt-0123456789-record-") ||
-		Name("rt-0123456789", "uid-2", 0) == cms[0].Name || cms[2].Labels[LabelRecordOf] != "uid-1" ||
+		Name("rt-0123456789", "uid-2", 0) == cms[0].Name || cms[2].Labels[LabelRecordOf] != "uid-1" || cms[2].Spec.ClaimUID != "uid-1" || cms[2].Spec.Segment != 2 ||
 		cms[1].OwnerReferences[0].UID != "uid-1" || cms[1].OwnerReferences[0].Kind != "SandboxClaim" {
 		t.Fatalf("segments %+v", cms)
 	}
 	// Read back in any order.
-	rep, cur := verify(t, []*corev1.ConfigMap{cms[2], cms[0], cms[1]}, keys, "uid-1")
+	rep, cur := verify(t, []*airlockv1alpha1.SessionRecord{cms[2], cms[0], cms[1]}, keys, "uid-1")
 	if !rep.Intact() || !rep.Sealed || rep.Entries != 8 {
 		t.Fatalf("%s: %v", rep.Verdict(), rep.Findings)
 	}
@@ -93,7 +92,7 @@ func TestStoredSegmentsExportAnIntactRecord(t *testing.T) {
 func TestDeletedSegmentIsReportedMissing(t *testing.T) {
 	c := claim("rt-0123456789", "uid-1")
 	cms, keys := segments(t, c, 7, 3)
-	rep, _ := verify(t, []*corev1.ConfigMap{cms[0], cms[2]}, keys, "uid-1")
+	rep, _ := verify(t, []*airlockv1alpha1.SessionRecord{cms[0], cms[2]}, keys, "uid-1")
 	if !rep.Has(record.ProblemDropped, 4) {
 		t.Fatalf("a deleted middle segment: %v", rep.Findings)
 	}
@@ -108,7 +107,9 @@ func TestDeletedSegmentIsReportedMissing(t *testing.T) {
 func TestEditedSegmentIsReported(t *testing.T) {
 	c := claim("rt-0123456789", "uid-1")
 	cms, keys := segments(t, c, 7, 3)
-	cms[1].Data[KeyEntries] = strings.Replace(cms[1].Data[KeyEntries], `"tool":"Read"`, `"tool":"Grep"`, 1)
+	// A segment deleted and created again with an altered entry (the API server refuses the
+	// edit of a stored entry, not a deletion and a creation: docs/record.md §2.5).
+	cms[1].Spec.Entries = strings.Replace(cms[1].Spec.Entries, `"tool":"Read"`, `"tool":"Grep"`, 1)
 	rep, _ := verify(t, cms, keys, "uid-1")
 	if !rep.Has(record.ProblemEdited, 4) {
 		t.Fatalf("an edited entry in a stored segment: %v", rep.Findings)
@@ -118,10 +119,10 @@ func TestEditedSegmentIsReported(t *testing.T) {
 func TestExportRefusesMixedOrDuplicateSegments(t *testing.T) {
 	a, _ := segments(t, claim("rt-a", "uid-a"), 2, 5)
 	b, _ := segments(t, claim("rt-b", "uid-b"), 2, 5)
-	if _, err := Export([]*corev1.ConfigMap{a[0], b[0]}, &bytes.Buffer{}); err == nil {
+	if _, err := Export([]*airlockv1alpha1.SessionRecord{a[0], b[0]}, &bytes.Buffer{}); err == nil {
 		t.Error("segments of two claims were exported as one record")
 	}
-	if _, err := Export([]*corev1.ConfigMap{a[0], a[0]}, &bytes.Buffer{}); err == nil {
+	if _, err := Export([]*airlockv1alpha1.SessionRecord{a[0], a[0]}, &bytes.Buffer{}); err == nil {
 		t.Error("two segments of one number were exported")
 	}
 }
@@ -131,7 +132,7 @@ func TestSegmentBoundsAndOwnerMove(t *testing.T) {
 	if s.Fits(make([]byte, 9)) || !s.Fits(make([]byte, 8)) {
 		t.Errorf("Fits at the bound: size %d", s.Size())
 	}
-	if _, err := ConfigMap(claim("c", "u"), Segment{N: MaxSegments}); err == nil {
+	if _, err := SessionRecord(claim("c", "u"), Segment{N: MaxSegments}); err == nil {
 		t.Error("a segment past the bound was built")
 	}
 	cms, _ := segments(t, claim("c", "u"), 1, 5)

@@ -4,70 +4,71 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 )
 
-// configMapControl is the controller's reads and writes of record segments, from and to the API
+// recordControl is the controller's reads and writes of SessionRecords, from and to the API
 // server (no cache holds them: an informer would hold every record's entries in memory).
-type configMapControl interface {
-	List(ctx context.Context, namespace, selector string) ([]corev1.ConfigMap, error)
-	Get(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
-	Create(ctx context.Context, cm *corev1.ConfigMap) (*corev1.ConfigMap, error)
-	// Update is conditional on cm's resourceVersion.
-	Update(ctx context.Context, cm *corev1.ConfigMap) (*corev1.ConfigMap, error)
+type recordControl interface {
+	List(ctx context.Context, namespace, selector string) ([]airlockv1alpha1.SessionRecord, error)
+	Get(ctx context.Context, namespace, name string) (*airlockv1alpha1.SessionRecord, error)
+	Create(ctx context.Context, sr *airlockv1alpha1.SessionRecord) (*airlockv1alpha1.SessionRecord, error)
+	// Update is conditional on sr's resourceVersion.
+	Update(ctx context.Context, sr *airlockv1alpha1.SessionRecord) (*airlockv1alpha1.SessionRecord, error)
 }
 
-type realConfigMaps struct{ client kubernetes.Interface }
+type realRecords struct{ client airlockclientset.Interface }
 
-func (r realConfigMaps) List(ctx context.Context, namespace, selector string) ([]corev1.ConfigMap, error) {
-	list, err := r.client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+func (r realRecords) List(ctx context.Context, namespace, selector string) ([]airlockv1alpha1.SessionRecord, error) {
+	list, err := r.client.AirlockV1alpha1().SessionRecords(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}
 	return list.Items, nil
 }
 
-func (r realConfigMaps) Get(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
-	return r.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+func (r realRecords) Get(ctx context.Context, namespace, name string) (*airlockv1alpha1.SessionRecord, error) {
+	return r.client.AirlockV1alpha1().SessionRecords(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (r realConfigMaps) Create(ctx context.Context, cm *corev1.ConfigMap) (*corev1.ConfigMap, error) {
-	return r.client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager})
+func (r realRecords) Create(ctx context.Context, sr *airlockv1alpha1.SessionRecord) (*airlockv1alpha1.SessionRecord, error) {
+	return r.client.AirlockV1alpha1().SessionRecords(sr.Namespace).Create(ctx, sr, metav1.CreateOptions{FieldManager: FieldManager})
 }
 
-func (r realConfigMaps) Update(ctx context.Context, cm *corev1.ConfigMap) (*corev1.ConfigMap, error) {
-	return r.client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
+func (r realRecords) Update(ctx context.Context, sr *airlockv1alpha1.SessionRecord) (*airlockv1alpha1.SessionRecord, error) {
+	return r.client.AirlockV1alpha1().SessionRecords(sr.Namespace).Update(ctx, sr, metav1.UpdateOptions{FieldManager: FieldManager})
 }
 
 // MoveRecords makes owner the owner of every record segment in namespace that from owns
 // (docs/record.md §2.5): the claim controller moves a claim's records to its kept workspace's Job
 // before it deletes the claim, and a kept workspace's records to the claim that resumes it
 // before it deletes the Job. Each move is an Update conditional on the segment's
-// resourceVersion; an error leaves the caller to try again (a move done twice is no move).
+// resourceVersion (its metadata only: the API server's rules on a segment's spec all hold); an
+// error leaves the caller to try again (a move done twice is no move).
 func (c *Controller) MoveRecords(ctx context.Context, namespace string, from types.UID, owner metav1.OwnerReference) error {
-	return moveRecords(ctx, c.configMaps, namespace, from, owner)
+	return moveRecords(ctx, c.records, namespace, from, owner)
 }
 
-func moveRecords(ctx context.Context, cms configMapControl, namespace string, from types.UID, owner metav1.OwnerReference) error {
-	list, err := cms.List(ctx, namespace, recordstore.LabelRecordOf)
+func moveRecords(ctx context.Context, records recordControl, namespace string, from types.UID, owner metav1.OwnerReference) error {
+	list, err := records.List(ctx, namespace, recordstore.LabelRecordOf)
 	if err != nil {
 		return fmt.Errorf("listing the records in %s: %w", namespace, err)
 	}
 	moved := 0
 	for i := range list {
-		cm := &list[i]
-		if !ownedBy(cm, from) {
+		sr := &list[i]
+		if !ownedBy(sr, from) {
 			continue
 		}
-		if _, err := cms.Update(ctx, recordstore.OwnedBy(cm, owner)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("moving record segment %s to %s %s: %w", cm.Name, owner.Kind, owner.Name, err)
+		if _, err := records.Update(ctx, recordstore.OwnedBy(sr, owner)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("moving record segment %s to %s %s: %w", sr.Name, owner.Kind, owner.Name, err)
 		}
 		moved++
 	}
@@ -77,8 +78,8 @@ func moveRecords(ctx context.Context, cms configMapControl, namespace string, fr
 	return nil
 }
 
-func ownedBy(cm *corev1.ConfigMap, uid types.UID) bool {
-	for _, o := range cm.OwnerReferences {
+func ownedBy(sr *airlockv1alpha1.SessionRecord, uid types.UID) bool {
+	for _, o := range sr.OwnerReferences {
 		if o.UID == uid {
 			return true
 		}

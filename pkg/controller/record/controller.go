@@ -1,6 +1,6 @@
 // Package record is the leader's side of the session record (docs/record.md §2): for each claim
 // it keeps the claim's record, a hash chain signed with the operator's key (pkg/record), and
-// stores it as ConfigMap segments in the claim's namespace (pkg/recordstore).
+// stores it as SessionRecord segments in the claim's namespace (pkg/recordstore).
 //
 // What goes in: the claim's phases and reasons as the claim informer shows them (claim.phase
 // entries, source operator); and, for a claim whose pod runs sandboxd with the claim's own token,
@@ -9,15 +9,17 @@
 // a new boot becomes a record.gap entry there.
 //
 // When it is stored: a batch of 256 entries, one second after the first entry not yet stored
-// (an AddAfter), at every phase change and at the seal; each write the last segment's Update,
-// conditional on the resourceVersion this leader last wrote or read, and a new segment when it
-// is full. A write that finds the segment changed by someone else (a roll-back, a deletion)
-// writes the record's own lines again and says so in a record.gap entry. The record is sealed
-// (record.sealed) once the claim ended: gone, or Reaping, Refused or Failed with no pod left.
+// (an AddAfter), and at the seal: a claim that binds within a second costs one write. Each write
+// is the last segment's Update, conditional on the resourceVersion this leader last wrote or
+// read, and a new segment when it is full. A write that finds the segment changed by someone else
+// (deleted, or created again) writes the record's own lines again and says so in a record.gap
+// entry. The record is sealed (record.sealed, with the session's usage totals: pkg/usage) once
+// the claim ended: gone, or Reaping, Refused or Failed with no pod left.
 //
-// A new leader resumes each record from its last segment (its anchor's count and head, and the
-// collector's cursor), read once per claim and term from the API server; sandboxd kept its whole
-// log, so it reads again from there.
+// A new leader resumes each record from its segments (the last one's anchor count and head, and
+// the collector's cursor; every entry, for the last phase recorded and the usage so far), read
+// once per claim and term from the API server; sandboxd kept its whole log, so it reads again
+// from there.
 //
 // The controller runs on the leader only, keyed by the claim's namespace/name; its state per
 // claim (by UID) lives in memory for the term, bounded per claim (maxPendingBytes of entries not
@@ -36,7 +38,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -46,6 +47,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
+	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/record"
@@ -61,7 +63,7 @@ const FieldManager = ControllerName
 
 const (
 	// batchEntries is the batch that is stored at once; flushDelay how long the first entry not
-	// yet stored waits for more (docs/record.md §2.5).
+	// yet stored waits for more, a phase's too (docs/record.md §2.5).
 	batchEntries = 256
 	flushDelay   = time.Second
 	// maxPendingBytes bounds a claim's entries read but not yet stored (a stalled API server):
@@ -98,10 +100,10 @@ type Observer func(claim *airlockv1alpha1.SandboxClaim, e record.Entry)
 
 // Controller keeps the session records of claims.
 type Controller struct {
-	configMaps configMapControl
-	tokens     Tokens
-	signer     Signer
-	follower   follower
+	records  recordControl
+	tokens   Tokens
+	signer   Signer
+	follower follower
 	// readSandboxes says whether the operator reaches sandboxes (its ingress, --operator-pod-labels).
 	readSandboxes bool
 	observers     []Observer
@@ -126,13 +128,13 @@ type Controller struct {
 // NewController returns the controller on the claims' informer and the operator's filtered pod
 // informer. readSandboxes says whether the operator's pods may reach sandboxd (its ingress is in
 // every claim's NetworkPolicy): without it only the operator's entries are recorded.
-func NewController(kubeClient kubernetes.Interface, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, readSandboxes bool) (*Controller, error) {
-	return newControllerWithClock(realConfigMaps{client: kubeClient}, claims, pods, tokens, signer, sandboxrecord.NewClient(), readSandboxes, clock.RealClock{})
+func NewController(airlockClient airlockclientset.Interface, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, readSandboxes bool) (*Controller, error) {
+	return newControllerWithClock(realRecords{client: airlockClient}, claims, pods, tokens, signer, sandboxrecord.NewClient(), readSandboxes, clock.RealClock{})
 }
 
-func newControllerWithClock(configMaps configMapControl, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, f follower, readSandboxes bool, clk clock.WithTicker) (*Controller, error) {
+func newControllerWithClock(records recordControl, claims airlockinformers.SandboxClaimInformer, pods coreinformers.PodInformer, tokens Tokens, signer Signer, f follower, readSandboxes bool, clk clock.WithTicker) (*Controller, error) {
 	c := &Controller{
-		configMaps:    configMaps,
+		records:       records,
 		tokens:        tokens,
 		signer:        signer,
 		follower:      f,

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -92,7 +93,7 @@ func sandboxdLine(t *testing.T, boot string, seq uint64, kind string) []byte {
 
 type fixture struct {
 	t          *testing.T
-	kube       *k8sfake.Clientset
+	records    *airlockfake.Clientset // the SessionRecords, as the API server keeps them
 	claims     cache.Indexer
 	pods       cache.Indexer
 	clock      *clocktesting.FakeClock
@@ -103,11 +104,11 @@ type fixture struct {
 	observedMu sync.Mutex
 }
 
-func newFixture(t *testing.T, kube *k8sfake.Clientset, signer *record.Signer) *fixture {
+func newFixture(t *testing.T, records *airlockfake.Clientset, signer *record.Signer) *fixture {
 	t.Helper()
-	if kube == nil {
-		kube = k8sfake.NewClientset()
-		conditionalUpdates(kube)
+	if records == nil {
+		records = airlockfake.NewSimpleClientset() //nolint:staticcheck // NewClientset's tracker needs an OpenAPI schema of SessionRecord, which codegen does not make
+		apiServerRules(records)
 	}
 	if signer == nil {
 		priv, err := record.SigningKey(bytes.Repeat([]byte{7}, 32))
@@ -117,9 +118,9 @@ func newFixture(t *testing.T, kube *k8sfake.Clientset, signer *record.Signer) *f
 		signer, _ = record.NewSigner(priv)
 	}
 	air := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0)
-	kinf := kubeinformers.NewSharedInformerFactory(kube, 0)
-	f := &fixture{t: t, kube: kube, clock: clocktesting.NewFakeClock(t0), follower: &fakeFollower{lines: map[string][][]byte{}}, signer: signer}
-	c, err := newControllerWithClock(realConfigMaps{client: kube}, air.Airlock().V1alpha1().SandboxClaims(), kinf.Core().V1().Pods(),
+	kinf := kubeinformers.NewSharedInformerFactory(k8sfake.NewClientset(), 0)
+	f := &fixture{t: t, records: records, clock: clocktesting.NewFakeClock(t0), follower: &fakeFollower{lines: map[string][][]byte{}}, signer: signer}
+	c, err := newControllerWithClock(realRecords{client: records}, air.Airlock().V1alpha1().SandboxClaims(), kinf.Core().V1().Pods(),
 		fixedTokens{}, fixedSigner{signer}, f.follower, true, f.clock)
 	if err != nil {
 		t.Fatal(err)
@@ -139,40 +140,64 @@ func newFixture(t *testing.T, kube *k8sfake.Clientset, signer *record.Signer) *f
 
 func alwaysReady() bool { return true }
 
-// conditionalUpdates makes the fake's ConfigMap writes keep and check resourceVersions as the
-// API server does.
-func conditionalUpdates(kube *k8sfake.Clientset) {
+var sessionRecordsResource = airlockv1alpha1.SchemeGroupVersion.WithResource("sessionrecords")
+
+// apiServerRules makes the fake's SessionRecord writes keep and check resourceVersions, and
+// refuse what the CRD's validation rules refuse (appendOnly), as the API server does.
+func apiServerRules(records *airlockfake.Clientset) {
 	var mu sync.Mutex
 	rv := 100
-	kube.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	records.PrependReactor("create", "sessionrecords", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		cm := a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		sr := a.(k8stesting.CreateAction).GetObject().(*airlockv1alpha1.SessionRecord).DeepCopy()
 		rv++
-		cm.ResourceVersion = strconv.Itoa(rv)
-		if err := kube.Tracker().Create(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, cm.Namespace); err != nil {
+		sr.ResourceVersion = strconv.Itoa(rv)
+		if err := records.Tracker().Create(sessionRecordsResource, sr, sr.Namespace); err != nil {
 			return true, nil, err
 		}
-		return true, cm, nil
+		return true, sr, nil
 	})
-	kube.PrependReactor("update", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	records.PrependReactor("update", "sessionrecords", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		cm := a.(k8stesting.UpdateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
-		cur, err := kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), cm.Namespace, cm.Name)
+		sr := a.(k8stesting.UpdateAction).GetObject().(*airlockv1alpha1.SessionRecord).DeepCopy()
+		cur, err := records.Tracker().Get(sessionRecordsResource, sr.Namespace, sr.Name)
 		if err != nil {
 			return true, nil, err
 		}
-		if cm.ResourceVersion != "" && cm.ResourceVersion != cur.(*corev1.ConfigMap).ResourceVersion {
-			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), cm.Name, errors.New("the object has been modified"))
+		old := cur.(*airlockv1alpha1.SessionRecord)
+		if sr.ResourceVersion != "" && sr.ResourceVersion != old.ResourceVersion {
+			return true, nil, apierrors.NewConflict(sessionRecordsResource.GroupResource(), sr.Name, errors.New("the object has been modified"))
+		}
+		if why := appendOnly(old.Spec, sr.Spec); why != "" {
+			return true, nil, apierrors.NewInvalid(airlockv1alpha1.SchemeGroupVersion.WithKind("SessionRecord").GroupKind(), sr.Name, field.ErrorList{field.Invalid(field.NewPath("spec"), "", why)})
 		}
 		rv++
-		cm.ResourceVersion = strconv.Itoa(rv)
-		if err := kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, cm.Namespace); err != nil {
+		sr.ResourceVersion = strconv.Itoa(rv)
+		if err := records.Tracker().Update(sessionRecordsResource, sr, sr.Namespace); err != nil {
 			return true, nil, err
 		}
-		return true, cm, nil
+		return true, sr, nil
 	})
+}
+
+// appendOnly is what the CRD's x-kubernetes-validations refuse of an update (the e2e
+// TestSessionRecordIsAppendOnly proves them on a real API server).
+func appendOnly(old, cur airlockv1alpha1.SessionRecordSpec) string {
+	switch {
+	case cur.ClaimUID != old.ClaimUID || cur.ClaimName != old.ClaimName || cur.Segment != old.Segment:
+		return "claimUID, claimName and segment are immutable"
+	case !strings.HasPrefix(cur.Entries, old.Entries):
+		return "entries are append-only"
+	case old.Anchor != nil && cur.Anchor == nil:
+		return "a segment's anchor is never removed"
+	case old.Anchor != nil && cur.Anchor.Count < old.Anchor.Count:
+		return "a segment's anchor never counts fewer entries"
+	case old.Anchor != nil && old.Anchor.Sealed && (*cur.Anchor != *old.Anchor || cur.Entries != old.Entries):
+		return "a sealed segment never changes"
+	}
+	return ""
 }
 
 func newClaim(phase airlockv1alpha1.ClaimPhase) *airlockv1alpha1.SandboxClaim {
@@ -210,11 +235,11 @@ func (f *fixture) sync(claim *airlockv1alpha1.SandboxClaim) *time.Duration {
 // export reads the stored record and verifies it.
 func (f *fixture) export() (record.Report, []record.Entry) {
 	f.t.Helper()
-	list, err := f.kube.CoreV1().ConfigMaps("ns").List(context.Background(), metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=uid-1"})
+	list, err := f.records.AirlockV1alpha1().SessionRecords("ns").List(context.Background(), metav1.ListOptions{LabelSelector: recordstore.LabelRecordOf + "=uid-1"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	var cms []*corev1.ConfigMap
+	var cms []*airlockv1alpha1.SessionRecord
 	for i := range list.Items {
 		cms = append(cms, &list.Items[i])
 	}
@@ -231,6 +256,17 @@ func (f *fixture) export() (record.Report, []record.Entry) {
 		f.t.Fatal(err)
 	}
 	return rep, entries
+}
+
+// writes are the verbs of the record writes made so far (create, update).
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.records.Actions() {
+		if a.GetResource().Resource == "sessionrecords" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
 }
 
 func kinds(entries []record.Entry) string {

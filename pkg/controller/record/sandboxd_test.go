@@ -81,14 +81,14 @@ func startSandboxd(t *testing.T) int {
 // stored record is sealed and verifies, with no gap.
 func TestARealSandboxdsSessionIsRecorded(t *testing.T) {
 	port := startSandboxd(t)
-	kube := k8sfake.NewClientset()
-	conditionalUpdates(kube)
+	records := airlockfake.NewSimpleClientset() //nolint:staticcheck // as newFixture
+	apiServerRules(records)
 	priv, _ := record.SigningKey([]byte("0123456789abcdef0123456789abcdef"))
 	signer, _ := record.NewSigner(priv)
 	air := airlockinformers.NewSharedInformerFactory(airlockfake.NewClientset(), 0)
-	kinf := kubeinformers.NewSharedInformerFactory(kube, 0)
+	kinf := kubeinformers.NewSharedInformerFactory(k8sfake.NewClientset(), 0)
 	clk := clocktesting.NewFakeClock(t0)
-	c, err := newControllerWithClock(realConfigMaps{client: kube}, air.Airlock().V1alpha1().SandboxClaims(), kinf.Core().V1().Pods(),
+	c, err := newControllerWithClock(realRecords{client: records}, air.Airlock().V1alpha1().SandboxClaims(), kinf.Core().V1().Pods(),
 		fixedTokens{}, fixedSigner{signer}, sandboxrecord.NewClient(), true, clk)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestARealSandboxdsSessionIsRecorded(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() { cancel(); c.wg.Wait() })
 	c.ctx = ctx
-	f := &fixture{t: t, kube: kube, clock: clk, signer: signer, c: c,
+	f := &fixture{t: t, records: records, clock: clk, signer: signer, c: c,
 		claims: air.Airlock().V1alpha1().SandboxClaims().Informer().GetIndexer(),
 		pods:   kinf.Core().V1().Pods().Informer().GetIndexer()}
 

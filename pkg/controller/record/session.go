@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/sandboxrecord"
+	"github.com/airlock-dev/airlock/pkg/usage"
 )
 
 // session is one claim's record in the leader's memory: the chain and its collector, the entries
@@ -37,14 +38,17 @@ type session struct {
 	pending      [][]byte
 	pendingBytes int
 	firstPending time.Time
-	// phase and reason are the last ones recorded (a claim.phase entry); phaseChanged says that
-	// one is not stored yet (stored at once).
+	// phase and reason are the last ones recorded (a claim.phase entry), stored or not: a phase
+	// waits for the batch as any entry does (a new leader records the current phase again when
+	// it differs from the last one stored).
 	phase, reason string
-	phaseChanged  bool
-	// seg is the last stored segment as stored; segCM its ConfigMap as last written or read
+	// usage is what the record says the session used so far, fed with every entry appended (and,
+	// on a new leader, with every stored entry first): the seal's usage.
+	usage usage.Tracker
+	// seg is the last stored segment as stored; segSR its SessionRecord as last written or read
 	// (nil: none yet). storedSegments counts the bytes of the segments before it.
 	seg            recordstore.Segment
-	segCM          *corev1.ConfigMap
+	segSR          *airlockv1alpha1.SessionRecord
 	storedCount    uint64
 	storedHead     string
 	storedSegments int
@@ -90,6 +94,7 @@ func (c *Controller) appendLocked(s *session, claim *airlockv1alpha1.SandboxClai
 		}
 		s.pending = append(s.pending, line)
 		s.pendingBytes += len(line) + 1
+		s.usage.Observe(e)
 		for _, o := range c.observers {
 			o(claim, e)
 		}

@@ -18,6 +18,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
+	"github.com/airlock-dev/airlock/pkg/usage"
 )
 
 // goneHold is how long a read of a pod that is gone may still deliver what it had in flight
@@ -104,7 +105,7 @@ func (c *Controller) recordPhaseLocked(s *session, claim *airlockv1alpha1.Sandbo
 	if err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindClaimPhase, Phase: phase, Reason: claim.Status.Reason, Message: msg}); err != nil {
 		return err
 	}
-	s.phase, s.reason, s.phaseChanged = phase, claim.Status.Reason, true
+	s.phase, s.reason = phase, claim.Status.Reason
 	return nil
 }
 
@@ -198,14 +199,16 @@ func (c *Controller) sealLocked(s *session, claim *airlockv1alpha1.SandboxClaim,
 			return err
 		}
 	}
-	e, _, err := s.chain.Seal(c.clock.Now(), nil)
+	// The session's totals, from every entry of the record (pkg/usage).
+	total := s.usage.Total()
+	e, _, err := s.chain.Seal(c.clock.Now(), &total)
 	if err != nil {
 		return err
 	}
 	if err := c.appendLocked(s, claim, []record.Entry{e}); err != nil {
 		return err
 	}
-	s.sealed, s.phaseChanged = true, true
+	s.sealed = true
 	if !s.stopped && s.stoppedCh != nil {
 		s.stopped = true
 		close(s.stoppedCh)
@@ -261,32 +264,54 @@ func (c *Controller) sessionFor(ctx context.Context, claim *airlockv1alpha1.Sand
 func (s *session) storedSealedDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sealed && len(s.pending) == 0 && s.segCM != nil
+	return s.sealed && len(s.pending) == 0 && s.segSR != nil
 }
 
 // resume builds the claim's session from its stored segments, or a new record when there are
-// none.
+// none: the chain from the last segment's anchor, the collector from its cursor, and from every
+// stored entry the last phase recorded (so that it is not recorded twice, and the current phase is
+// recorded again when it differs: an old leader's phase not yet stored) and the usage so far
+// (the seal's totals).
 func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, signer *record.Signer) (*session, error) {
 	s := &session{claim: metaOf(claim), stoppedCh: make(chan struct{})}
-	cms, err := c.configMaps.List(ctx, claim.Namespace, recordstore.LabelRecordOf+"="+string(claim.UID))
+	srs, err := c.records.List(ctx, claim.Namespace, recordstore.LabelRecordOf+"="+string(claim.UID))
 	if err != nil {
 		return nil, fmt.Errorf("listing the record's segments: %w", err)
 	}
-	var last *recordstore.Segment
-	for i := range cms {
-		seg, err := recordstore.Parse(&cms[i])
-		if err != nil {
-			klog.FromContext(ctx).Info("Ignoring a segment of the record that does not parse", "configMap", klog.KObj(&cms[i]), "err", err)
+	segs := make([]recordstore.Segment, 0, len(srs))
+	byN := map[int]*airlockv1alpha1.SessionRecord{}
+	for i := range srs {
+		if srs[i].Spec.ClaimUID != string(claim.UID) {
 			continue
 		}
-		if last == nil || seg.N > last.N {
-			if last != nil {
-				s.storedSegments += last.Size()
+		seg, err := recordstore.Parse(&srs[i])
+		if err != nil {
+			klog.FromContext(ctx).Info("Ignoring a segment of the record that does not parse", "sessionRecord", klog.KObj(&srs[i]), "err", err)
+			continue
+		}
+		segs = append(segs, seg)
+		byN[seg.N] = &srs[i]
+	}
+	slices.SortFunc(segs, func(a, b recordstore.Segment) int { return a.N - b.N })
+	for _, seg := range segs {
+		for _, l := range seg.Lines {
+			var e record.Entry
+			if json.Unmarshal(l, &e) != nil {
+				continue
 			}
-			last, s.segCM, s.owners = &seg, cms[i].DeepCopy(), cms[i].OwnerReferences
-		} else {
+			s.usage.Observe(e)
+			if e.Kind == record.KindClaimPhase {
+				s.phase, s.reason = e.Phase, e.Reason
+			}
+		}
+	}
+	var last *recordstore.Segment
+	if len(segs) > 0 {
+		last = &segs[len(segs)-1]
+		for _, seg := range segs[:len(segs)-1] {
 			s.storedSegments += seg.Size()
 		}
+		s.segSR, s.owners = byN[last.N].DeepCopy(), byN[last.N].OwnerReferences
 	}
 	if last == nil || last.Anchor == nil {
 		s.chain, err = record.NewChain(string(claim.UID), signer)
@@ -294,11 +319,13 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 			return nil, err
 		}
 		s.collector = record.NewCollector(s.chain, c.clock.Now, "", 0)
+		s.phase, s.reason, s.usage = "", "", usage.Tracker{}
 		if last != nil {
 			// A segment without an anchor is not one this controller wrote: left as it is, and
 			// the record starts after it (Verify reports what it is).
+			s.storedSegments += last.Size()
 			s.seg = recordstore.Segment{N: last.N + 1}
-			s.segCM = nil
+			s.segSR = nil
 		}
 		if !c.readSandboxes {
 			s.mu.Lock()
@@ -313,26 +340,16 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 	}
 	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
 	s.storedCount, s.storedHead = last.Anchor.Count, last.Anchor.Head
-	if last.Anchor.Sealed {
-		s.sealed = true
-		s.chain, _ = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
-		s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
-		return s, nil
-	}
 	s.chain, err = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
 	if err != nil {
 		return nil, err
 	}
 	s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
-	// The phase last recorded, so that it is not recorded twice.
-	for i := len(last.Lines) - 1; i >= 0; i-- {
-		var e record.Entry
-		if json.Unmarshal(last.Lines[i], &e) == nil && e.Kind == record.KindClaimPhase {
-			s.phase, s.reason = e.Phase, e.Reason
-			break
-		}
+	if last.Anchor.Sealed {
+		s.sealed = true
+		return s, nil
 	}
-	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After)
+	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After, "phase", s.phase)
 	return s, nil
 }
 

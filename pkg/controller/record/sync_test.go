@@ -2,16 +2,20 @@ package record
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
+	"github.com/airlock-dev/airlock/pkg/usage"
 )
 
 // TestASessionIsRecordedStoredAndSealed: a claim's phases and its sandboxd's log end up in the
@@ -27,8 +31,8 @@ func TestASessionIsRecordedStoredAndSealed(t *testing.T) {
 	}
 	_ = f.claims.Add(claim)
 	_ = f.pods.Add(runningPod(claim))
-	f.sync(claim) // the phase, stored at once; the read starts
-	f.sync(claim) // what the read took waits flushDelay
+	f.sync(claim) // the phase, and what the read took, wait flushDelay
+	f.sync(claim)
 	if got := f.follower.calls; len(got) != 1 || got[0] != "http://10.0.0.7:8080  after 0" {
 		t.Fatalf("reads = %q, want one from the start at the pod's address", got)
 	}
@@ -58,8 +62,8 @@ func TestASessionIsRecordedStoredAndSealed(t *testing.T) {
 	}
 }
 
-// TestABatchWaitsOneSecond: sandboxd's entries without a phase change are stored one second after
-// the first of them, not at once.
+// TestABatchWaitsOneSecond: the phase and sandboxd's entries are stored one second after the
+// first of them, not at once.
 func TestABatchWaitsOneSecond(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	claim := newClaim(airlockv1alpha1.ClaimBound)
@@ -67,20 +71,50 @@ func TestABatchWaitsOneSecond(t *testing.T) {
 	f.follower.lines["b1"] = [][]byte{sandboxdLine(t, "b1", 1, record.KindSandboxBoot)}
 	f.follower.end = context.Canceled // a read that stays open
 	_ = f.claims.Add(claim)
-	f.sync(claim) // the phase, stored at once
+	if requeue := f.sync(claim); requeue == nil || *requeue != flushDelay { // the phase waits
+		t.Fatalf("requeue = %v, want %v", requeue, flushDelay)
+	}
 	_ = f.pods.Add(runningPod(claim))
 	f.sync(claim) // the read starts, and takes the boot entry
 	requeue := f.sync(claim)
 	if requeue == nil || *requeue != flushDelay {
 		t.Fatalf("requeue = %v, want %v", requeue, flushDelay)
 	}
-	if _, entries := f.export(); kinds(entries) != "claim.phase:Bound" {
-		t.Fatalf("stored before the delay: %q", kinds(entries))
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("stored before the delay: %q", got)
 	}
 	f.clock.Step(flushDelay)
 	f.sync(claim)
 	if _, entries := f.export(); kinds(entries) != "claim.phase:Bound sandbox.boot" {
 		t.Fatalf("stored after the delay: %q", kinds(entries))
+	}
+}
+
+// TestABindWithinASecondIsOneWrite: a claim that goes Pending, Binding, Bound within a second
+// costs one write of its record (a create), not one per phase; its phases are all in it.
+func TestABindWithinASecondIsOneWrite(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimPending)
+	claim.Status.Frozen = nil
+	_ = f.claims.Add(claim)
+	f.sync(claim)
+	for i, phase := range []airlockv1alpha1.ClaimPhase{airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound} {
+		f.clock.Step(400 * time.Millisecond)
+		next := claim.DeepCopy()
+		next.Status.Phase, next.ResourceVersion = phase, strconv.Itoa(i+2)
+		_ = f.claims.Update(next)
+		claim = next
+		if requeue := f.sync(claim); requeue == nil || *requeue != flushDelay-time.Duration(i+1)*400*time.Millisecond {
+			t.Fatalf("%s: requeue = %v, want the rest of the first entry's second", phase, requeue)
+		}
+	}
+	f.clock.Step(200 * time.Millisecond)
+	f.sync(claim)
+	if got := f.writes(); len(got) != 1 || got[0] != "create" {
+		t.Fatalf("writes = %q, want one create", got)
+	}
+	if _, entries := f.export(); kinds(entries) != "claim.phase:Pending claim.phase:Binding claim.phase:Bound" {
+		t.Errorf("stored %q", kinds(entries))
 	}
 }
 
@@ -102,7 +136,7 @@ func TestANewLeaderResumesFromTheStoredCursor(t *testing.T) {
 	f.clock.Step(flushDelay)
 	f.sync(claim)
 
-	g := newFixture(t, f.kube, f.signer)
+	g := newFixture(t, f.records, f.signer)
 	g.follower.boot = "b1"
 	g.follower.lines["b1"] = append(lines, sandboxdLine(t, "b1", 3, record.KindToolCall), sandboxdLine(t, "b1", 4, record.KindSandboxStopped))
 	_ = g.claims.Add(claim)
@@ -156,38 +190,68 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// TestASegmentChangedUnderTheLeaderIsWrittenAgainAndSaidSo: a stored segment edited by someone
-// else (a roll-back) is found at the next write, written again as the leader has it, and a gap
-// entry says so.
+// TestASegmentChangedUnderTheLeaderIsWrittenAgainAndSaidSo: an edit of a stored entry is refused
+// (the API server's rules); a segment deleted and created again with an altered entry (which the
+// API server admits) is found at the leader's next write, left as it is, the leader's own lines
+// written again in the next segment after a gap entry that says so; verify reports the record.
 func TestASegmentChangedUnderTheLeaderIsWrittenAgainAndSaidSo(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	claim := newClaim(airlockv1alpha1.ClaimBound)
 	_ = f.claims.Add(claim)
 	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim)
+	ctx := context.Background()
+	srs := f.records.AirlockV1alpha1().SessionRecords("ns")
 	name := recordstore.Name("c1", "uid-1", 0)
-	cm, err := f.kube.CoreV1().ConfigMaps("ns").Get(context.Background(), name, metav1.GetOptions{})
+	sr, err := srs.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm.Data[recordstore.KeyEntries] = ""
-	if _, err := f.kube.CoreV1().ConfigMaps("ns").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+	forged := sr.DeepCopy()
+	forged.Spec.Entries = strings.Replace(sr.Spec.Entries, `"phase":"Bound"`, `"phase":"Bond"`, 1)
+	if _, err := srs.Update(ctx, forged, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("an edited entry: %v, want refused", err)
+	}
+	if err := f.records.Tracker().Delete(sessionRecordsResource, "ns", name); err != nil {
+		t.Fatal(err)
+	}
+	forged.ResourceVersion = ""
+	if _, err := srs.Create(ctx, forged, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	reaping := claim.DeepCopy()
 	reaping.Status.Phase, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "2"
 	_ = f.claims.Update(reaping)
-	_, ctx := ktesting.NewTestContext(t)
+	_, lctx := ktesting.NewTestContext(t)
 	for range 3 {
-		if _, err := f.c.sync(ctx, keyOf(reaping)); err == nil {
+		if _, err := f.c.sync(lctx, keyOf(reaping)); err == nil {
 			break
 		}
 	}
-	rep, entries := f.export()
-	if !rep.Intact() || !rep.Sealed {
-		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	if got, _ := srs.Get(ctx, name, metav1.GetOptions{}); got.Spec.Entries != forged.Spec.Entries {
+		t.Errorf("the forged segment was written over:\n%s", got.Spec.Entries)
 	}
-	if got := kinds(entries); !strings.Contains(got, "record.gap") || !strings.HasPrefix(got, "claim.phase:Bound") {
-		t.Fatalf("entries = %q, want the rewritten record with a gap", got)
+	next, err := srs.Get(ctx, recordstore.Name("c1", "uid-1", 1), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := recordstore.Parse(next)
+	var first record.Entry
+	_ = json.Unmarshal(stored.Lines[0], &first)
+	if first.Seq != 1 || first.Phase != "Bound" || !stored.Anchor.Sealed {
+		t.Errorf("segment 1 starts with %+v (sealed %v), want the leader's own entry 1", first, stored.Anchor.Sealed)
+	}
+	rep, entries := f.export()
+	if rep.Intact() {
+		t.Errorf("the record with a forged segment verifies: %s", rep.Verdict())
+	}
+	gap := false
+	for _, e := range entries {
+		gap = gap || (e.Kind == record.KindRecordGap && strings.Contains(e.Message, "was changed under the leader"))
+	}
+	if !gap {
+		t.Errorf("no gap says the segment changed: %q", kinds(entries))
 	}
 }
 
@@ -217,8 +281,10 @@ func TestMoveRecords(t *testing.T) {
 	claim := newClaim(airlockv1alpha1.ClaimBound)
 	_ = f.claims.Add(claim)
 	f.sync(claim)
-	other, _ := recordstore.ConfigMap(&airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c2", UID: "uid-2"}}, recordstore.Segment{})
-	if _, err := f.kube.CoreV1().ConfigMaps("ns").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+	f.clock.Step(flushDelay)
+	f.sync(claim)
+	other, _ := recordstore.SessionRecord(&airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c2", UID: "uid-2"}}, recordstore.Segment{Lines: [][]byte{[]byte("{}")}})
+	if _, err := f.records.AirlockV1alpha1().SessionRecords("ns").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	job := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "job-1"}
@@ -226,10 +292,10 @@ func TestMoveRecords(t *testing.T) {
 	if err := f.c.MoveRecords(ctx, "ns", claim.UID, job); err != nil {
 		t.Fatal(err)
 	}
-	list, _ := f.kube.CoreV1().ConfigMaps("ns").List(ctx, metav1.ListOptions{})
+	list, _ := f.records.AirlockV1alpha1().SessionRecords("ns").List(ctx, metav1.ListOptions{})
 	for _, cm := range list.Items {
 		owner := cm.OwnerReferences[0].UID
-		if want := map[string]string{"uid-1": "job-1", "uid-2": "uid-2"}[cm.Labels[recordstore.LabelRecordOf]]; string(owner) != want || len(cm.OwnerReferences) != 1 {
+		if want := map[string]string{"uid-1": "job-1", "uid-2": "uid-2"}[cm.Spec.ClaimUID]; string(owner) != want || len(cm.OwnerReferences) != 1 {
 			t.Errorf("%s owned by %v, want %s", cm.Name, cm.OwnerReferences, want)
 		}
 	}
@@ -242,7 +308,7 @@ func TestMoveRecords(t *testing.T) {
 			break
 		}
 	}
-	cm, _ := f.kube.CoreV1().ConfigMaps("ns").Get(ctx, recordstore.Name("c1", "uid-1", 0), metav1.GetOptions{})
+	cm, _ := f.records.AirlockV1alpha1().SessionRecords("ns").Get(ctx, recordstore.Name("c1", "uid-1", 0), metav1.GetOptions{})
 	if cm.OwnerReferences[0].UID != "job-1" {
 		t.Errorf("after the seal, owned by %v", cm.OwnerReferences)
 	}
@@ -274,4 +340,161 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestANewLeaderRecordsThePhaseOnlyWhenItDiffers: a phase the old leader appended but had not
+// stored (it waits for the batch) is recorded again by the new leader; a phase stored in an
+// earlier segment than the last is not recorded twice.
+func TestANewLeaderRecordsThePhaseOnlyWhenItDiffers(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimBound)
+	// Enough of sandboxd's entries to fill segment 0: the phase stands in segment 0 only.
+	var lines [][]byte
+	for i := range 2500 {
+		lines = append(lines, sandboxdLine(t, "b1", uint64(i+1), record.KindToolCall))
+	}
+	f.follower.boot, f.follower.lines["b1"], f.follower.end = "b1", lines, context.Canceled
+	_ = f.claims.Add(claim)
+	_ = f.pods.Add(runningPod(claim))
+	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim)
+	if got := f.writes(); len(got) < 2 {
+		t.Fatalf("writes %q: the record fills less than two segments", got)
+	}
+
+	// A new leader, the claim still Bound: no phase entry.
+	g := newFixture(t, f.records, f.signer)
+	g.follower.boot, g.follower.lines["b1"], g.follower.end = "b1", lines, context.Canceled
+	_ = g.claims.Add(claim)
+	_ = g.pods.Add(runningPod(claim))
+	g.sync(claim)
+	g.clock.Step(flushDelay)
+	g.sync(claim)
+	if _, entries := g.export(); strings.Count(kinds(entries), "claim.phase") != 1 {
+		t.Fatalf("the phase recorded %d times, want once", strings.Count(kinds(entries), "claim.phase"))
+	}
+
+	// The claim is Reaping; the leader appends the phase and is gone before it stores it.
+	reaping := claim.DeepCopy()
+	reaping.Status.Phase, reaping.Status.Reason, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "Idle", "2"
+	_ = g.claims.Update(reaping)
+	g.sync(reaping)
+	h := newFixture(t, f.records, f.signer)
+	h.follower.boot, h.follower.lines["b1"], h.follower.end = "b1", lines, context.Canceled
+	_ = h.claims.Add(reaping)
+	_ = h.pods.Add(runningPod(claim))
+	h.sync(reaping)
+	h.clock.Step(flushDelay)
+	h.sync(reaping)
+	rep, entries := h.export()
+	if !rep.Intact() {
+		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	}
+	var phases []string
+	for _, e := range entries {
+		if e.Kind == record.KindClaimPhase {
+			phases = append(phases, e.Phase)
+		}
+	}
+	if strings.Join(phases, " ") != "Bound Reaping" {
+		t.Errorf("phases %q, want Bound Reaping", phases)
+	}
+}
+
+// usageLine is one of sandboxd's usage entries (cumulative for its boot).
+func usageLine(t *testing.T, boot string, seq uint64, cpu, calls int64) []byte {
+	t.Helper()
+	e := record.Entry{Time: record.FormatTime(t0), Source: record.SourceSandboxd, Boot: boot, SourceSeq: seq, Kind: record.KindUsage,
+		Usage: &record.Usage{CPUMillis: cpu, MemoryMiBSeconds: 2 * cpu, ToolCalls: calls}}
+	b, err := e.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestTheSealCarriesTheSessionsUsage: the seal's usage is the session's totals (usage.Session of
+// the record's entries), also when a new leader resumed the record after the first figures were
+// stored: it rebuilds them from the stored entries.
+func TestTheSealCarriesTheSessionsUsage(t *testing.T) {
+	for name, failover := range map[string]bool{"one leader": false, "after a failover": true} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			claim := newClaim(airlockv1alpha1.ClaimBound)
+			first := [][]byte{
+				sandboxdLine(t, "b1", 1, record.KindSandboxBoot),
+				sandboxdLine(t, "b1", 2, record.KindToolCall),
+				usageLine(t, "b1", 3, 1500, 1),
+			}
+			f.follower.boot, f.follower.lines["b1"], f.follower.end = "b1", first, context.Canceled
+			_ = f.claims.Add(claim)
+			_ = f.pods.Add(runningPod(claim))
+			f.sync(claim)
+			f.clock.Step(flushDelay)
+			f.sync(claim)
+			leader := f
+			if failover {
+				leader = newFixture(t, f.records, f.signer)
+				_ = leader.claims.Add(claim)
+				_ = leader.pods.Add(runningPod(claim))
+			}
+			// The boot's later figures (cumulative), read by the leader of the moment.
+			leader.follower.boot, leader.follower.end = "b1", context.Canceled
+			leader.follower.lines["b1"] = append(first, sandboxdLine(t, "b1", 4, record.KindToolCall), usageLine(t, "b1", 5, 2200, 2))
+			leader.sync(claim)
+			pod := runningPod(claim)
+			failed := claim.DeepCopy()
+			failed.Status.Phase, failed.ResourceVersion = airlockv1alpha1.ClaimFailed, "2"
+			_ = leader.claims.Update(failed)
+			_ = leader.pods.Delete(pod)
+			leader.clock.Step(goneHold)
+			leader.sync(failed)
+			leader.clock.Step(goneHold)
+			leader.sync(failed)
+			rep, entries := leader.export()
+			if !rep.Sealed {
+				t.Fatalf("not sealed: %q %v", rep.Verdict(), kinds(entries))
+			}
+			seal := entries[len(entries)-1]
+			want := record.Usage{CPUMillis: 2200, MemoryMiBSeconds: 4400, ToolCalls: 2}
+			if seal.Usage == nil || *seal.Usage != want {
+				t.Errorf("the seal's usage = %+v, want %+v", seal.Usage, want)
+			}
+			if got := usage.Session(entries[:len(entries)-1]); got != want {
+				t.Errorf("usage.Session of the record = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestASegmentDeletedUnderTheLeaderIsCreatedAgain: a live record's last segment deleted (which the
+// API server admits) is found at the leader's next write and created again as the leader had it,
+// after a gap entry that says so: the record verifies intact.
+func TestASegmentDeletedUnderTheLeaderIsCreatedAgain(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimBound)
+	_ = f.claims.Add(claim)
+	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim)
+	if err := f.records.Tracker().Delete(sessionRecordsResource, "ns", recordstore.Name("c1", "uid-1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	reaping := claim.DeepCopy()
+	reaping.Status.Phase, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "2"
+	_ = f.claims.Update(reaping)
+	_, ctx := ktesting.NewTestContext(t)
+	for range 3 {
+		if _, err := f.c.sync(ctx, keyOf(reaping)); err == nil {
+			break
+		}
+	}
+	rep, entries := f.export()
+	if !rep.Intact() || !rep.Sealed {
+		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	}
+	if got := kinds(entries); got != "claim.phase:Bound claim.phase:Reaping record.gap record.sealed" || !strings.Contains(entries[2].Message, "was deleted under the leader") {
+		t.Errorf("entries = %q (%q), want the record created again with a gap", got, entries[2].Message)
+	}
 }

@@ -96,6 +96,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &airlockv1alpha1.ScratchVolumeSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceReference"):
 		return &airlockv1alpha1.ServiceReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionRecord"):
+		return &airlockv1alpha1.SessionRecordApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionRecordAnchor"):
+		return &airlockv1alpha1.SessionRecordAnchorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionRecordCursor"):
+		return &airlockv1alpha1.SessionRecordCursorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionRecordSpec"):
+		return &airlockv1alpha1.SessionRecordSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StuckCounts"):
 		return &airlockv1alpha1.StuckCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ToolRegistry"):

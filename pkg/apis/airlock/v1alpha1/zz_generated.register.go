@@ -68,6 +68,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&SandboxClaimList{},
 		&SandboxClass{},
 		&SandboxClassList{},
+		&SessionRecord{},
+		&SessionRecordList{},
 		&ToolRegistry{},
 		&ToolRegistryList{},
 	)

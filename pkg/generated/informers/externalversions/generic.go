@@ -59,6 +59,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Airlock().V1alpha1().SandboxClaims().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("sandboxclasses"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Airlock().V1alpha1().SandboxClasses().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("sessionrecords"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Airlock().V1alpha1().SessionRecords().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("toolregistries"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Airlock().V1alpha1().ToolRegistries().Informer()}, nil
 

@@ -38,6 +38,14 @@ type SandboxClaimNamespaceListerExpansion interface{}
 // SandboxClassLister.
 type SandboxClassListerExpansion interface{}
 
+// SessionRecordListerExpansion allows custom methods to be added to
+// SessionRecordLister.
+type SessionRecordListerExpansion interface{}
+
+// SessionRecordNamespaceListerExpansion allows custom methods to be added to
+// SessionRecordNamespaceLister.
+type SessionRecordNamespaceListerExpansion interface{}
+
 // ToolRegistryListerExpansion allows custom methods to be added to
 // ToolRegistryLister.
 type ToolRegistryListerExpansion interface{}

@@ -30,6 +30,8 @@ type Interface interface {
 	SandboxClaims() SandboxClaimInformer
 	// SandboxClasses returns a SandboxClassInformer.
 	SandboxClasses() SandboxClassInformer
+	// SessionRecords returns a SessionRecordInformer.
+	SessionRecords() SessionRecordInformer
 	// ToolRegistries returns a ToolRegistryInformer.
 	ToolRegistries() ToolRegistryInformer
 }
@@ -58,6 +60,11 @@ func (v *version) SandboxClaims() SandboxClaimInformer {
 // SandboxClasses returns a SandboxClassInformer.
 func (v *version) SandboxClasses() SandboxClassInformer {
 	return &sandboxClassInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// SessionRecords returns a SessionRecordInformer.
+func (v *version) SessionRecords() SessionRecordInformer {
+	return &sessionRecordInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // ToolRegistries returns a ToolRegistryInformer.

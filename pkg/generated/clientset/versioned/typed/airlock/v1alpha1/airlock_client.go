@@ -31,6 +31,7 @@ type AirlockV1alpha1Interface interface {
 	AgentRuntimesGetter
 	SandboxClaimsGetter
 	SandboxClassesGetter
+	SessionRecordsGetter
 	ToolRegistriesGetter
 }
 
@@ -49,6 +50,10 @@ func (c *AirlockV1alpha1Client) SandboxClaims(namespace string) SandboxClaimInte
 
 func (c *AirlockV1alpha1Client) SandboxClasses() SandboxClassInterface {
 	return newSandboxClasses(c)
+}
+
+func (c *AirlockV1alpha1Client) SessionRecords(namespace string) SessionRecordInterface {
+	return newSessionRecords(c, namespace)
 }
 
 func (c *AirlockV1alpha1Client) ToolRegistries(namespace string) ToolRegistryInterface {

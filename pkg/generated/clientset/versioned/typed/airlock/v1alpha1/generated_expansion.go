@@ -24,4 +24,6 @@ type SandboxClaimExpansion interface{}
 
 type SandboxClassExpansion interface{}
 
+type SessionRecordExpansion interface{}
+
 type ToolRegistryExpansion interface{}

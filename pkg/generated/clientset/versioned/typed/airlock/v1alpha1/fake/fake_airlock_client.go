@@ -40,6 +40,10 @@ func (c *FakeAirlockV1alpha1) SandboxClasses() v1alpha1.SandboxClassInterface {
 	return newFakeSandboxClasses(c)
 }
 
+func (c *FakeAirlockV1alpha1) SessionRecords(namespace string) v1alpha1.SessionRecordInterface {
+	return newFakeSessionRecords(c, namespace)
+}
+
 func (c *FakeAirlockV1alpha1) ToolRegistries(namespace string) v1alpha1.ToolRegistryInterface {
 	return newFakeToolRegistries(c, namespace)
 }
