@@ -370,7 +370,7 @@ func TestRunServesDecisionsOnItsOwnPortOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	io.WriteString(c, connectReq("evil.example:443"))
-	readResult(newReader(c), "CONNECT")
+	_, _ = io.ReadAll(c) // the gateway closes the connection after its audit (and the decision's entry)
 	c.Close()
 
 	feed := "http://" + a[3].String() + gatewayrecord.Path + "?claim=" + uidA
