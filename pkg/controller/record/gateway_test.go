@@ -102,7 +102,6 @@ func gatewayPod(name, uid, ip string) *corev1.Pod {
 	}
 }
 
-
 // withGateway gives the fixture's controller a gateway pod informer and the fake feed; the
 // ledger, if set, observes every entry as the operator's usage observer does.
 func (f *fixture) withGateway(ledger *usage.Ledger) (*fakeDecisions, cache.Indexer) {
