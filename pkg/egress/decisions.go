@@ -129,8 +129,16 @@ func (l *DecisionLog) Forget(uid types.UID) {
 // channel closed at its next append, and whether the claim was forgotten.
 func (l *DecisionLog) after(uid types.UID, after uint64) ([]record.Entry, uint64, <-chan struct{}, bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	c := l.claimLocked(uid)
+	l.mu.Unlock()
+	return l.afterIn(c, after)
+}
+
+// afterIn is after for the claim's decisions c (a read keeps the claim it began with: once the
+// claim is forgotten, the read ends).
+func (l *DecisionLog) afterIn(c *claimDecisions, after uint64) ([]record.Entry, uint64, <-chan struct{}, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var out []record.Entry
 	for _, e := range c.entries {
 		if e.SourceSeq > after {
@@ -215,8 +223,11 @@ func (l *DecisionLog) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	l.mu.Lock()
+	c := l.claimLocked(uid)
+	l.mu.Unlock()
 	for {
-		entries, last, changed, gone := l.after(uid, after)
+		entries, last, changed, gone := l.afterIn(c, after)
 		for _, e := range entries {
 			line, err := e.Line()
 			if err != nil {

@@ -416,3 +416,26 @@ func TestRunServesDecisionsOnItsOwnPortOnly(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestAForgottenClaimsReadEnds: a claim deleted (Forget) ends the reads that follow it, and its
+// entries are gone.
+func TestAForgottenClaimsReadEnds(t *testing.T) {
+	l := NewDecisionLog(0, 0)
+	l.Add(uidA, entryAt("a.example"))
+	srv := httptest.NewServer(l.ServeHandler(func() (string, error) { return claimtoken.DecisionsReaderToken(testProxyKey) }))
+	t.Cleanup(srv.Close)
+	entries, done := follow(t, srv, uidA, "", 0)
+	next(t, entries)
+	l.Forget(uidA)
+	select {
+	case err := <-done:
+		if !errors.Is(err, gatewayrecord.ErrCut) {
+			t.Errorf("the read of a forgotten claim ended with %v, want ErrCut", err)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the read of a forgotten claim goes on")
+	}
+	if got, _, _, _ := l.after(uidA, 0); len(got) != 0 {
+		t.Errorf("a forgotten claim keeps %d entries", len(got))
+	}
+}
