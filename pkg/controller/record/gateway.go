@@ -81,7 +81,7 @@ func (c *Controller) enqueueEgressClaims(any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.sessions {
-		if s.egress {
+		if s.egress.Load() {
 			c.queue.Add(s.key)
 		}
 	}
@@ -123,7 +123,7 @@ func (c *Controller) followGateways(ctx context.Context, s *session, claim *airl
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.egress = true
+	s.egress.Store(true)
 	if s.sealed {
 		return nil, nil
 	}

@@ -331,3 +331,32 @@ func TestAClaimWithoutEgressReadsNoGateway(t *testing.T) {
 		t.Errorf("a claim without egress read the gateway: %q", fd.calls)
 	}
 }
+
+// TestAGatewayPodChangeEnqueuesTheClaimsWithEgress: a gateway pod that comes, changes or goes
+// has the claims that read a gateway looked at again (a new pod's feed opened), and only those.
+func TestAGatewayPodChangeEnqueuesTheClaimsWithEgress(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.follower.end = context.Canceled
+	fd, gwPods := f.withGateway(nil)
+	fd.boot, fd.end = "g1", context.Canceled
+	withEgress := egressClaim(airlockv1alpha1.ClaimBound)
+	without := newClaim(airlockv1alpha1.ClaimBound)
+	without.Name, without.UID = "c2", "uid-2"
+	for _, c := range []*airlockv1alpha1.SandboxClaim{withEgress, without} {
+		_ = f.claims.Add(c)
+		f.sync(c)
+	}
+	for f.c.queue.Len() > 0 {
+		k, _ := f.c.queue.Get()
+		f.c.queue.Done(k)
+		f.c.queue.Forget(k)
+	}
+	_ = gwPods.Add(gatewayPod("airlock-egress-1", "b", "10.0.0.10"))
+	f.c.enqueueEgressClaims(gatewayPod("airlock-egress-1", "b", "10.0.0.10"))
+	if n := f.c.queue.Len(); n != 1 {
+		t.Fatalf("queued %d claims, want the one with egress", n)
+	}
+	if k, _ := f.c.queue.Get(); k != keyOf(withEgress) {
+		t.Errorf("queued %v, want %v", k, keyOf(withEgress))
+	}
+}
