@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -101,6 +102,8 @@ type ControllerContext struct {
 	// GatewayPods caches the pods of the egress gateway's namespace, whose decisions the record
 	// controller reads (nil without --egress-gateway-service). Like KubeInformers, the term's own.
 	GatewayPods kubeinformers.SharedInformerFactory
+	// TracerProvider is where the leader's spans go (the sync-backs'); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -346,6 +349,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	}
 	c.SetEgressGateway(cc.EgressGateway)
 	c.SetOperatorPeer(cc.OperatorPeer)
+	c.SetTracerProvider(cc.TracerProvider)
 	if cc.Records != nil {
 		c.SetSessionRecords(cc.Records)
 	}
