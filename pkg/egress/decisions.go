@@ -31,7 +31,9 @@ const (
 // (ServeHTTP). A claim's entries are a ring: past perClaim the oldest goes (the leader has
 // normally read it long before); past inAll the claim's oldest goes for the new one, or, when
 // the claim keeps none, the new one is not kept. Either way its number is taken, so a reader
-// behind the ring sees the jump. A claim is forgotten when it is deleted (Forget).
+// behind the ring sees the jump, and when the claim's last numbers are of decisions not kept its
+// feed ends with a gap line (a record.gap entry of the gateway with the last of them as its
+// number). A claim is forgotten when it is deleted (Forget).
 type DecisionLog struct {
 	boot            string
 	perClaim, inAll int
@@ -46,8 +48,13 @@ type DecisionLog struct {
 type claimDecisions struct {
 	entries []record.Entry // oldest first, SourceSeq ascending
 	last    uint64         // the last sequence number taken
-	changed chan struct{}  // closed (and replaced) at each append
-	gone    bool
+	// notKept is the last number taken by a decision not kept at the bound in all, when it is
+	// above every entry kept: served as a gap line (a jump would not show without a later entry).
+	notKept   uint64
+	notKeptAt string
+	uid       types.UID
+	changed   chan struct{} // closed (and replaced) at each append
+	gone      bool
 }
 
 // NewDecisionLog returns a log with a random boot id, keeping at most perClaim entries per
@@ -76,7 +83,7 @@ func (l *DecisionLog) Close() { l.once.Do(func() { close(l.closed) }) }
 func (l *DecisionLog) claimLocked(uid types.UID) *claimDecisions {
 	c := l.claims[uid]
 	if c == nil {
-		c = &claimDecisions{changed: make(chan struct{})}
+		c = &claimDecisions{changed: make(chan struct{}), uid: uid}
 		l.claims[uid] = c
 	}
 	return c
@@ -103,6 +110,7 @@ func (l *DecisionLog) Add(uid types.UID, e record.Entry) bool {
 		decisionsDropped.WithLabelValues("total_bound").Inc()
 	case l.kept >= l.inAll:
 		kept = false
+		c.notKept, c.notKeptAt = c.last, e.Time
 		decisionsDropped.WithLabelValues("total_bound").Inc()
 	default:
 		c.entries = append(c.entries, e)
@@ -144,6 +152,13 @@ func (l *DecisionLog) afterIn(c *claimDecisions, after uint64) ([]record.Entry, 
 		if e.SourceSeq > after {
 			out = append(out, e)
 		}
+	}
+	if c.notKept > after && (len(c.entries) == 0 || c.notKept > c.entries[len(c.entries)-1].SourceSeq) {
+		// The last numbers were taken by decisions not kept: a gap line says so, with the last of
+		// them as its number, so that the reader records them now and not at a later decision.
+		out = append(out, record.Entry{Time: c.notKeptAt, Source: record.SourceGateway, Claim: string(c.uid), Boot: l.boot,
+			SourceSeq: c.notKept, Kind: record.KindRecordGap,
+			Message: "the gateway did not keep this claim's last decisions (its bound in all)"})
 	}
 	return out, max(after, c.last), c.changed, c.gone
 }

@@ -75,8 +75,11 @@ func TestDecisionLogIsBoundedAndCountsWhatItDoesNotKeep(t *testing.T) {
 	if kept := l.Add(uidC, entryAt("c.example")); kept {
 		t.Error("a claim with nothing kept, at the bound in all: its entry was kept")
 	}
-	if got, last, _, _ := l.after(uidC, 0); len(got) != 0 || last != 1 {
-		t.Errorf("claim C: %v kept, last %d; want none kept and number 1 taken", seqs(got), last)
+	if got, last, _, _ := l.after(uidC, 0); len(got) != 1 || got[0].Kind != record.KindRecordGap || got[0].SourceSeq != 1 || got[0].Claim != uidC || last != 1 {
+		t.Errorf("claim C: %+v served, last %d; want only a gap line at number 1 (its decision counted, not kept)", got, last)
+	}
+	if got, _, _, _ := l.after(uidC, 1); len(got) != 0 {
+		t.Errorf("claim C after its gap line: %+v, want nothing", got)
 	}
 	l.Forget(uidA)
 	if kept := l.Add(uidC, entryAt("c.example")); !kept {

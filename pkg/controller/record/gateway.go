@@ -209,6 +209,16 @@ func (c *Controller) takeDecision(s *session, claim *airlockv1alpha1.SandboxClai
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	switch err := dec.Decode(&e); {
+	case err == nil && e.Source == record.SourceGateway && e.Kind == record.KindRecordGap && e.Claim == string(claim.UID) && e.Boot == f.boot && e.SourceSeq > s.gwAfter[e.Boot]:
+		// The gateway's last decisions were not kept (its bound in all): their numbers are a gap
+		// now, not at the next decision (which may never come).
+		if err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
+			Message: fmt.Sprintf("the egress gateway (pod %s, boot %s) did not keep this claim's decisions %d to %d (its bound): they are unknown", f.pod, e.Boot, s.gwAfter[e.Boot]+1, e.SourceSeq)}); err != nil {
+			return err
+		}
+		s.gwAfter[e.Boot] = e.SourceSeq
+	case err == nil && e.Source == record.SourceGateway && e.Kind == record.KindRecordGap && e.SourceSeq <= s.gwAfter[e.Boot]:
+		return nil // said already
 	case err != nil || e.Source != record.SourceGateway || e.Kind != record.KindEgress || e.Claim != string(claim.UID) || e.Boot != f.boot || e.SourceSeq == 0:
 		if err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
 			Message: fmt.Sprintf("a line read from the egress gateway pod %s (boot %s, after %d) is not one of this claim's decisions; not taken", f.pod, f.boot, s.gwAfter[f.boot])}); err != nil {

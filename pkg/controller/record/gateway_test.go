@@ -360,3 +360,39 @@ func TestAGatewayPodChangeEnqueuesTheClaimsWithEgress(t *testing.T) {
 		t.Errorf("queued %v, want %v", k, keyOf(withEgress))
 	}
 }
+
+// TestTheGatewaysGapLineIsAGap: the gateway's gap line (its last decisions counted, not kept, at
+// its bound in all) is a gap in the record at once, with the numbers it did not keep; the next
+// decision follows it without another gap.
+func TestTheGatewaysGapLineIsAGap(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.follower.end = context.Canceled
+	fd, gwPods := f.withGateway(nil)
+	claim := egressClaim(airlockv1alpha1.ClaimBound)
+	gap, err := record.Entry{Time: record.FormatTime(t0), Source: record.SourceGateway, Claim: "uid-1", Boot: "g1", SourceSeq: 3,
+		Kind: record.KindRecordGap, Message: "the gateway did not keep this claim's last decisions (its bound in all)"}.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd.boot, fd.end = "g1", context.Canceled
+	fd.lines["g1"] = [][]byte{
+		decisionLine(t, "uid-1", "g1", 1, "a.example", record.VerdictAllowed, "", 1),
+		gap,
+		decisionLine(t, "uid-1", "g1", 4, "b.example", record.VerdictAllowed, "", 1),
+	}
+	_ = f.claims.Add(claim)
+	_ = f.pods.Add(runningPod(claim))
+	_ = gwPods.Add(gatewayPod("airlock-egress-0", "a", "10.0.0.9"))
+	f.sync(claim)
+	f.endClaim(claim)
+	rep, entries := f.export()
+	if !rep.Intact() {
+		t.Fatalf("verdict %q, findings %v", rep.Verdict(), rep.Findings)
+	}
+	if want := "claim.phase:Bound egress record.gap egress claim.phase:Failed record.sealed"; kinds(entries) != want {
+		t.Fatalf("entries = %q, want %q", kinds(entries), want)
+	}
+	if msg := entries[2].Message; !strings.Contains(msg, "decisions 2 to 3") || entries[2].Source != record.SourceOperator {
+		t.Errorf("gap %+v, want the operator's, of the numbers 2 to 3", entries[2])
+	}
+}
