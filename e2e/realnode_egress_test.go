@@ -318,6 +318,7 @@ cd /tmp && go mod download -json example.test/hello@v1.0.0 >/tmp/dl.json 2>&1; e
 	checkResolverLog(t, f)
 	checkEgressAudit(t, f, e.ns+"/"+claimA)
 	checkEgressMetrics(t, f)
+	checkEgressRecord(t, f, e.ns, claimA)
 	if runtimeClass == "" {
 		checkWarmEgress(t, f, e, handle, gitClone)
 	}

@@ -123,6 +123,8 @@ func TestImports(t *testing.T) {
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/sandboxrecord", why: "the wire of sandboxd's GET /record and its client: standard library only (sandboxd imports it)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
+		{pkg: "pkg/gatewayrecord", why: "the wire of the gateway's GET /decisions and its client: standard library only (the gateway and the leader import it)",
+			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/isolation", why: "what isolation evidence is and how it is judged: pure, standard library only (sandboxd, the operator and runtimes import it)",
 			forbidden: []string{"k8s.io/", "github.com/", "golang.org/"}},
 		{pkg: "pkg/egress", why: "the gateway serves claims; it does not run them",

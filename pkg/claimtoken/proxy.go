@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,9 @@ const (
 	// memberProxyDomain separates a warm member's proxy credential from a claim's and from any
 	// other use of the proxy key.
 	memberProxyDomain = "airlock.dev/egress-member-proxy-credential/v1"
+	// decisionsReaderDomain separates the token of the gateway's decisions feed from every
+	// other use of the proxy key.
+	decisionsReaderDomain = "airlock.dev/egress-decisions-reader/v1"
 )
 
 // ProxyKey derives the egress gateway's key from the operator's key: HMAC-SHA256(key,
@@ -140,4 +144,26 @@ func EnsureProxyKeySecret(ctx context.Context, client kubernetes.Interface, name
 		return fmt.Errorf("writing Secret %s/%s: %w", namespace, ProxySecretName, err)
 	}
 	return nil
+}
+
+// DecisionsReaderToken is the bearer token with which the operator's leader reads the egress
+// gateway's decisions (GET /decisions, docs/record.md §2.1): HMAC-SHA256(proxyKey,
+// "airlock.dev/egress-decisions-reader/v1") in base64url. One token, for this read only, in a
+// domain of its own: it is no claim's or member's proxy credential (those are HMACs of the same
+// key over other domains and a claim's or pod's identity), and none of those is it. The gateway
+// computes it from the proxy key it holds, which still derives nothing of a sandbox's bearer
+// token; the operator from its token key (ProxyKey first). A sandbox holds only its own proxy
+// credential, from which neither the key nor this token can be computed.
+func DecisionsReaderToken(proxyKey []byte) (string, error) {
+	if len(proxyKey) < KeyBytes {
+		return "", fmt.Errorf("%w: the proxy key has %d bytes, want %d", ErrNoKey, len(proxyKey), KeyBytes)
+	}
+	mac := hmac.New(sha256.New, proxyKey)
+	mac.Write([]byte(decisionsReaderDomain))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// DecisionsReaderToken is the token of the gateway's decisions feed, from the Source's key.
+func (s *Source) DecisionsReaderToken(ctx context.Context) (string, error) {
+	return s.withProxyKey(ctx, DecisionsReaderToken)
 }

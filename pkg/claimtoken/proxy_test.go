@@ -154,3 +154,31 @@ func TestDeriveMemberProxy(t *testing.T) {
 		t.Errorf("MemberProxyCredential %q, %v; want DeriveMemberProxy of the proxy key %q", cred, err, p)
 	}
 }
+
+// TestDecisionsReaderToken: the gateway's decisions reader token is the proxy key's, one value,
+// in a domain of its own: none of a claim's or member's proxy credentials, nor a claim's bearer
+// token of the same bytes, is it; another proxy key gives another; a short key none.
+func TestDecisionsReaderToken(t *testing.T) {
+	pk := bytes.Repeat([]byte{3}, KeyBytes)
+	tok, err := DecisionsReaderToken(pk)
+	if err != nil || len(tok) != 43 {
+		t.Fatalf("token %q %v: want 43 characters of base64url", tok, err)
+	}
+	if again, _ := DecisionsReaderToken(pk); again != tok {
+		t.Error("not deterministic")
+	}
+	if other, _ := DecisionsReaderToken(bytes.Repeat([]byte{4}, KeyBytes)); other == tok {
+		t.Error("another proxy key gives the same token")
+	}
+	proxy, _ := DeriveProxy(pk, "uid", "ns", "name")
+	member, _ := DeriveMemberProxy(pk, "uid", "ns", "name")
+	bearer, _ := Derive(pk, "uid", "ns", "name")
+	for name, v := range map[string]string{"a claim's proxy credential": proxy, "a member's": member, "a bearer token": bearer} {
+		if v == tok {
+			t.Errorf("%s is the reader token", name)
+		}
+	}
+	if _, err := DecisionsReaderToken(pk[:KeyBytes-1]); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a short key: %v, want ErrNoKey", err)
+	}
+}

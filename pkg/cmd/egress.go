@@ -33,6 +33,7 @@ type EgressOptions struct {
 	ProxyBindAddress       string
 	HealthProbeBindAddress string
 	MetricsBindAddress     string
+	DecisionsBindAddress   string
 	ClaimsFile             string
 	ClusterCIDRs           []string
 	DNSServer              string
@@ -61,6 +62,7 @@ func newEgressOptionsWithEnv(getenv func(string) string) *EgressOptions {
 		ProxyBindAddress:       ":3128",
 		HealthProbeBindAddress: ":8081",
 		MetricsBindAddress:     ":8080",
+		DecisionsBindAddress:   egress.DisabledAddress,
 		HeadTimeout:            30 * time.Second,
 		DialTimeout:            10 * time.Second,
 		IdleTimeout:            10 * time.Minute,
@@ -83,6 +85,7 @@ func (o *EgressOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ProxyBindAddress, "proxy-bind-address", o.ProxyBindAddress, "Address (host:port) of the HTTP proxy (CONNECT and absolute-URI requests) that sandboxes reach.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address (host:port) /healthz and /readyz listen on; /readyz fails until the claims are known.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address (host:port) /metrics listens on; "0" serves no metrics.`)
+	fs.StringVar(&o.DecisionsBindAddress, "decisions-bind-address", o.DecisionsBindAddress, `Address (host:port) GET /decisions listens on: each claim's egress decisions for the operator's leader, which writes them into the claim's session record (docs/record.md §2.1); the reader authenticates with a token derived from the proxy key for this read only. Give it a port that sandboxes cannot reach (not the proxy's: a sandbox's NetworkPolicy admits only that one). "0" serves none. Needs the cluster (no --claims-file).`)
 	fs.StringVar(&o.ClaimsFile, "claims-file", o.ClaimsFile, "JSON list of the claims the gateway serves: namespace, claim, runtime, password (the proxy credential), sources (the addresses it may be used from) and policy (rules of host, ports, methods, pathPrefixes, allowPrivate, allowNonTLS), for a gateway run beside a cluster. Empty: the claims, their pods and the proxy key are read from the cluster (--kubeconfig, or in-cluster).")
 	fs.StringVar(&o.TokenKeyNamespace, "token-key-namespace", o.TokenKeyNamespace, "Namespace of the proxy key Secret ("+claimtoken.ProxySecretName+"), which the operator derives from its token key and from which claims' proxy credentials are derived; the operator's. Defaults to $"+podNamespaceEnv+" when it is set, else "+defaultLeaseNamespace+".")
 	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", o.ClusterCIDRs, "The cluster's pod and Service ranges (comma list of CIDRs): an allowed name that resolves into them is refused unless its rule allows private addresses. Private ranges are refused anyway: list the ranges that are not.")
@@ -110,10 +113,16 @@ func (o *EgressOptions) Validate() []error {
 	if err := validateBindAddress(o.MetricsBindAddress, true); err != nil {
 		errs = append(errs, invalidFlag("metrics-bind-address", "%v", err))
 	}
+	if err := validateBindAddress(o.DecisionsBindAddress, true); err != nil {
+		errs = append(errs, invalidFlag("decisions-bind-address", "%v", err))
+	} else if o.DecisionsBindAddress != egress.DisabledAddress && o.ClaimsFile != "" {
+		errs = append(errs, invalidFlag("decisions-bind-address", "needs the cluster's proxy key: not with --claims-file"))
+	}
 	errs = append(errs, validateDistinctAddresses(
 		bindAddress{"proxy-bind-address", o.ProxyBindAddress},
 		bindAddress{"health-probe-bind-address", o.HealthProbeBindAddress},
 		bindAddress{"metrics-bind-address", o.MetricsBindAddress},
+		bindAddress{"decisions-bind-address", o.DecisionsBindAddress},
 	)...)
 	if o.ClaimsFile == "" {
 		errs = append(errs, o.KubeClient.Validate()...)
@@ -307,12 +316,19 @@ func (o *EgressOptions) gatewayConfig(claims egress.ClaimLookup) (egress.ServeCo
 		logger := klog.Background().WithName("terminating-ca")
 		cfg.Terminate.Logger = &logger
 	}
-	return egress.ServeConfig{
-		Gateway:        cfg,
-		ProxyAddress:   o.ProxyBindAddress,
-		HealthAddress:  o.HealthProbeBindAddress,
-		MetricsAddress: o.MetricsBindAddress,
-	}, nil
+	sc := egress.ServeConfig{
+		Gateway:          cfg,
+		ProxyAddress:     o.ProxyBindAddress,
+		HealthAddress:    o.HealthProbeBindAddress,
+		MetricsAddress:   o.MetricsBindAddress,
+		DecisionsAddress: o.DecisionsBindAddress,
+	}
+	if cluster, ok := claims.(*egress.ClusterClaims); ok && o.DecisionsBindAddress != egress.DisabledAddress {
+		log := egress.NewDecisionLog(0, 0)
+		cluster.OnDelete(log.Forget)
+		sc.Gateway.Decisions, sc.ReaderToken = log, cluster.ReaderToken
+	}
+	return sc, nil
 }
 
 func newEgressCommand(o *EgressOptions) *cobra.Command {

@@ -29,6 +29,10 @@ type Record struct {
 	BytesUp   int64
 	BytesDown int64
 	Duration  time.Duration
+	// Credential is the name of the credential a rule injected (never its value), if any.
+	Credential string
+	// Trace and Parent are the trace and span the proxy user name named (hex), if any.
+	Trace, Parent string
 }
 
 // maxLoggedHost bounds the host in an audit line: a refused name is the client's text.
@@ -61,10 +65,17 @@ func (g *Gateway) audit(ctx context.Context, ex *exchange) {
 		"bytesUp", ex.up, "bytesDown", ex.down, "duration", duration)
 	klog.FromContext(ctx).Info("Egress", kv...)
 	g.span(ctx, ex, host, decision, duration) // before Observe: whoever it tells finds the span ended
+	r := Record{Kind: ex.kind, Source: ex.source, Namespace: ex.id.Namespace, Claim: ex.id.Claim, ClaimUID: ex.id.ClaimUID,
+		Runtime: ex.id.Runtime, Host: host, Port: ex.port, Address: ex.dialed, Allowed: decision == "allowed",
+		Reason: ex.reason, BytesUp: ex.up, BytesDown: ex.down, Duration: duration, Credential: ex.credential}
+	if ex.traced {
+		r.Trace, r.Parent = ex.parent.Trace.String(), ex.parent.Span.String()
+	}
+	if g.cfg.Decisions != nil && ex.id.ClaimUID != "" {
+		g.cfg.Decisions.Add(ex.id.ClaimUID, RecordEntry(r, ex.start))
+	}
 	if g.cfg.Observe != nil {
-		g.cfg.Observe(Record{Kind: ex.kind, Source: ex.source, Namespace: ex.id.Namespace, Claim: ex.id.Claim, ClaimUID: ex.id.ClaimUID,
-			Runtime: ex.id.Runtime, Host: host, Port: ex.port, Address: ex.dialed, Allowed: decision == "allowed",
-			Reason: ex.reason, BytesUp: ex.up, BytesDown: ex.down, Duration: duration})
+		g.cfg.Observe(r)
 	}
 
 	requests.WithLabelValues(ex.kind, decision, string(ex.reason)).Inc()

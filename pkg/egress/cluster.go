@@ -50,6 +50,7 @@ type ClusterClaims struct {
 
 	mu       sync.Mutex
 	policies map[types.UID]compiledRecord
+	onDelete func(types.UID)
 }
 
 // compiledRecord is a claim's compiled policy and the record it was compiled from.
@@ -156,8 +157,30 @@ func (c *ClusterClaims) forget(obj any) {
 	if claim, ok := obj.(*airlockv1alpha1.SandboxClaim); ok {
 		c.mu.Lock()
 		delete(c.policies, claim.UID)
+		onDelete := c.onDelete
 		c.mu.Unlock()
+		if onDelete != nil {
+			onDelete(claim.UID)
+		}
 	}
+}
+
+// OnDelete has f told of each claim deleted (by UID): the decision log forgets its decisions
+// (DecisionLog.Forget).
+func (c *ClusterClaims) OnDelete(f func(types.UID)) {
+	c.mu.Lock()
+	c.onDelete = f
+	c.mu.Unlock()
+}
+
+// ReaderToken is the token of the decisions reader (claimtoken.DecisionsReaderToken of the
+// proxy key in the cache), or an error while the key is not known.
+func (c *ClusterClaims) ReaderToken() (string, error) {
+	key, err := c.key()
+	if err != nil {
+		return "", err
+	}
+	return claimtoken.DecisionsReaderToken(key)
 }
 
 // HasSynced reports whether the caches have synced and the key is known.

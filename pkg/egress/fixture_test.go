@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -349,7 +350,17 @@ type fixtureOptions struct {
 	lookup ClaimLookup
 	// tracer, if set, is the gateway's Config.Tracer.
 	tracer trace.Tracer
+	// decisions, if set, is the gateway's Config.Decisions, and claims A and B have the UIDs
+	// uidA and uidB.
+	decisions *DecisionLog
 }
+
+const (
+	uidA = "3f1c0e2a-0000-4000-8000-00000000000a"
+	uidB = "3f1c0e2a-0000-4000-8000-00000000000b"
+)
+
+func withDecisions(l *DecisionLog) fixtureOption { return func(o *fixtureOptions) { o.decisions = l } }
 
 func withTracer(tr trace.Tracer) fixtureOption { return func(o *fixtureOptions) { o.tracer = tr } }
 
@@ -388,6 +399,13 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.decisions != nil {
+		for user, uid := range map[string]types.UID{"team-a.agent-a": uidA, "team-b.agent-b": uidB} {
+			e := claims.claims[user]
+			e.UID = uid
+			claims.claims[user] = e
+		}
+	}
 	if !o.unsynced {
 		claims.SetSynced()
 	}
@@ -419,6 +437,7 @@ func newFixture(t testing.TB, in *internet, opts ...fixtureOption) *fixture {
 		Terminate:     o.terminate,
 		Clock:         o.clock,
 		Tracer:        o.tracer,
+		Decisions:     o.decisions,
 	})
 	if err != nil {
 		t.Fatal(err)

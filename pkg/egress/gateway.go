@@ -65,6 +65,9 @@ type Config struct {
 	// Tracer, if set, gets an "egress <host>" span per decision, parented on the span the
 	// credential's user name named (trace.go); nil: no spans.
 	Tracer trace.Tracer
+	// Decisions, if set, keeps each decision of a claim as its record entry for the operator's
+	// leader (GET /decisions, decisions.go); nil: none kept.
+	Decisions *DecisionLog
 }
 
 // Gateway is the egress proxy.
@@ -227,6 +230,8 @@ type exchange struct {
 	// parent is the span the proxy user name named (traced), attribution only (trace.go).
 	parent traceparent.Parent
 	traced bool
+	// credential is the name of the last credential a rule injected (never its value).
+	credential string
 }
 
 // serveConn reads requests from one client connection and handles each until one is refused,

@@ -57,6 +57,8 @@ type StaticClaim struct {
 	Namespace string `json:"namespace"`
 	Claim     string `json:"claim"`
 	Runtime   string `json:"runtime"`
+	// UID is the claim's UID, if known: only then are its decisions kept for its record.
+	UID types.UID `json:"uid,omitempty"`
 	// Password is the claim's proxy credential.
 	Password string `json:"password"`
 	// Sources are the addresses the credential may be used from (the claim's pod's).
@@ -131,7 +133,7 @@ func (s *StaticClaims) Lookup(ctx context.Context, cred Credential, source netip
 	if !found {
 		return Identity{}, ErrWrongSource
 	}
-	id := Identity{Namespace: e.Namespace, Claim: e.Claim, Runtime: e.Runtime, Policy: e.policy}
+	id := Identity{Namespace: e.Namespace, Claim: e.Claim, ClaimUID: e.UID, Runtime: e.Runtime, Policy: e.policy}
 	if e.err != nil {
 		return id, fmt.Errorf("%w: %v", ErrPolicyInvalid, e.err)
 	}

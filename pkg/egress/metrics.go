@@ -50,11 +50,18 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	decisionsDropped = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "airlock",
+		Name:           "egress_decisions_dropped_total",
+		Help:           "Decisions whose record entry the gateway's log did not keep (its bound per claim or in all): the reader sees their sequence numbers missing, a gap in the claim's record.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"bound"})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, transferred, runtimeBytes, durations, openConnections, credentialEchoes)
+		legacyregistry.MustRegister(requests, transferred, runtimeBytes, durations, openConnections, credentialEchoes, decisionsDropped)
 	})
 }

@@ -34,6 +34,13 @@ type ServeConfig struct {
 	HealthAddress string
 	// MetricsAddress serves /metrics (--metrics-bind-address); DisabledAddress for none.
 	MetricsAddress string
+	// DecisionsAddress serves GET /decisions, the claims' decisions for the operator's leader
+	// (--decisions-bind-address; docs/record.md §2.1); DisabledAddress or "" for none. It needs
+	// Gateway.Decisions and ReaderToken.
+	DecisionsAddress string
+	// ReaderToken returns the decisions reader's token (claimtoken.DecisionsReaderToken of the
+	// proxy key), or an error while the key is not known: every read is refused then.
+	ReaderToken func() (string, error)
 }
 
 type listener struct {
@@ -48,10 +55,16 @@ func Run(ctx context.Context, sc ServeConfig) error {
 	return run(ctx, sc, nil)
 }
 
-// run is Run; listening, if set, is told the bound addresses (proxy, health, metrics; nil for
-// a disabled one) before anything is served.
+// run is Run; listening, if set, is told the bound addresses (proxy, health, metrics,
+// decisions; nil for a disabled one) before anything is served.
 func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error {
 	logger := klog.FromContext(ctx)
+	if sc.DecisionsAddress == "" {
+		sc.DecisionsAddress = DisabledAddress
+	}
+	if sc.DecisionsAddress != DisabledAddress && (sc.Gateway.Decisions == nil || sc.ReaderToken == nil) {
+		return errors.New("egress: a decisions address needs Gateway.Decisions and ReaderToken")
+	}
 	g, err := New(sc.Gateway)
 	if err != nil {
 		return err
@@ -79,20 +92,27 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 		listening(addrs)
 	}
 	var shuttingDown atomic.Bool
-	servers := []*http.Server{newServer(healthHandler(g, &shuttingDown))}
+	type served struct {
+		srv *http.Server
+		l   *listener
+	}
+	servers := []served{{newServer(healthHandler(g, &shuttingDown)), lns[1]}}
 	if lns[2].ln != nil {
 		metrics := http.NewServeMux()
 		metrics.Handle("GET /metrics", legacyregistry.Handler())
-		servers = append(servers, newServer(metrics))
+		servers = append(servers, served{newServer(metrics), lns[2]})
+	}
+	if lns[3].ln != nil {
+		// Reads that follow a claim end with the log's Close, before the server's Shutdown.
+		servers = append(servers, served{newServer(sc.Gateway.Decisions.ServeHandler(sc.ReaderToken)), lns[3]})
 	}
 
 	eg, egCtx := errgroup.WithContext(ctx)
-	for i, srv := range servers {
-		ln := lns[i+1].ln
-		logger.Info("Serving", "server", lns[i+1].flag, "address", ln.Addr().String())
+	for _, s := range servers {
+		logger.Info("Serving", "server", s.l.flag, "address", s.l.ln.Addr().String())
 		eg.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serving --%s: %w", lns[i+1].flag, err)
+			if err := s.srv.Serve(s.l.ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving --%s: %w", s.l.flag, err)
 			}
 			return nil
 		})
@@ -103,9 +123,12 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 	eg.Go(func() error {
 		err := g.Serve(proxyCtx, lns[0].ln)
 		shuttingDown.Store(true)
-		for _, srv := range servers {
+		if sc.Gateway.Decisions != nil {
+			sc.Gateway.Decisions.Close()
+		}
+		for _, s := range servers {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = srv.Shutdown(sctx)
+			_ = s.srv.Shutdown(sctx)
 			cancel()
 		}
 		return err
@@ -117,11 +140,11 @@ func run(ctx context.Context, sc ServeConfig, listening func([]net.Addr)) error 
 	return eg.Wait()
 }
 
-// listenAll binds the proxy, health and metrics addresses, in that order (a nil listener for a
+// listenAll binds the proxy, health, metrics and decisions addresses, in that order (a nil listener for a
 // disabled one). On an error it returns what it bound, for the caller to close.
 func listenAll(sc ServeConfig) ([]*listener, error) {
 	var lns []*listener
-	for _, l := range []*listener{{"proxy-bind-address", sc.ProxyAddress, nil}, {"health-probe-bind-address", sc.HealthAddress, nil}, {"metrics-bind-address", sc.MetricsAddress, nil}} {
+	for _, l := range []*listener{{"proxy-bind-address", sc.ProxyAddress, nil}, {"health-probe-bind-address", sc.HealthAddress, nil}, {"metrics-bind-address", sc.MetricsAddress, nil}, {"decisions-bind-address", sc.DecisionsAddress, nil}} {
 		lns = append(lns, l)
 		if l.addr == DisabledAddress {
 			continue

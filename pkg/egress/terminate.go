@@ -339,6 +339,7 @@ func (g *Gateway) forwardTerminated(req *http.Request, t policy.Target, rules []
 			return false
 		}
 		out.Header.Set(rule.Inject.Header, string(value))
+		ex.credential = rule.Inject.Secret
 		// An answer the gateway can read: a compressed echo would pass the scrubber.
 		out.Header.Set("Accept-Encoding", "identity")
 	}

@@ -99,6 +99,9 @@ type ControllerContext struct {
 	// (Observe, for each entry it appends), the runtime controller writes status.usage from it.
 	// Like KubeInformers, the term's own.
 	Usage *usage.Ledger
+	// GatewayPods caches the pods of the egress gateway's namespace, whose decisions the record
+	// controller reads (nil without --egress-gateway-service). Like KubeInformers, the term's own.
+	GatewayPods kubeinformers.SharedInformerFactory
 	// TracerProvider is where the leader's spans go (the sync-backs'); nil: none.
 	TracerProvider trace.TracerProvider
 }
@@ -375,6 +378,12 @@ func startRecordController(ctx context.Context, cc ControllerContext) (func(ctx 
 	if err != nil {
 		return nil, err
 	}
+	if cc.GatewayPods != nil && cc.Tokens != nil {
+		// The gateway's decisions of claims with egress (docs/record.md §2.1).
+		if err := c.SetGateway(cc.GatewayPods.Core().V1().Pods(), cc.Tokens); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range cc.RecordObservers {
 		c.AddObserver(o)
 	}
@@ -430,6 +439,9 @@ func runControllers(ctx context.Context, controllers []controllerDescriptor, cc 
 	}
 	if cc.IsolationKeySecrets != nil {
 		cc.IsolationKeySecrets.Start(termDone)
+	}
+	if cc.GatewayPods != nil {
+		cc.GatewayPods.Start(termDone)
 	}
 	cc.AirlockInformers.Start(informersDone)
 	logger.Info("Starting controllers", "count", len(runnables))

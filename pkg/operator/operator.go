@@ -351,6 +351,12 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		term.IsolationKeySecrets = isolationkey.NewSecretInformerFactory(o.cfg.KubeClient, o.cfg.Namespace)
 		term.IsolationKeys = isolationkey.NewKeys(term.IsolationKeySecrets.Core().V1().Secrets(), o.cfg.Namespace)
 		term.Records = &recordLink{}
+		if o.cfg.EgressGateway != nil {
+			// The gateway's pods (a handful, in its namespace): the record reads their decisions.
+			term.GatewayPods = kubeinformers.NewSharedInformerFactoryWithOptions(o.cfg.KubeClient, 0,
+				kubeinformers.WithNamespace(o.cfg.EgressGateway.Namespace), kubeinformers.WithTransform(stripManagedFields))
+			defer term.GatewayPods.Shutdown()
+		}
 		// A ledger per term: it starts from the runtimes' status.usage (docs/record.md §3).
 		term.Usage = usage.NewLedger(usage.DefaultMetrics())
 		term.RecordObservers = append(term.RecordObservers, usageObserver(term.Usage), spanObserver(ctx, o.cfg.RecordSpans))

@@ -3,7 +3,8 @@
 // stores it as SessionRecord segments in the claim's namespace (pkg/recordstore).
 //
 // What goes in: the claim's phases and reasons as the claim informer shows them (claim.phase
-// entries, source operator); and, for a claim whose pod runs sandboxd with the claim's own token,
+// entries, source operator); the egress gateway's decisions of a claim with egress, followed
+// over each gateway pod's GET /decisions (pkg/gatewayrecord, gateway.go); and, for a claim whose pod runs sandboxd with the claim's own token,
 // sandboxd's log, followed over GET /record (pkg/sandboxrecord) through the operator's ingress
 // (the one POST /stop and the isolation evidence use), into a record.Collector: a cut stream or
 // a new boot becomes a record.gap entry there.
@@ -112,6 +113,11 @@ type Controller struct {
 	claimsSynced cache.InformerSynced
 	podLister    corelisters.PodLister
 	podsSynced   cache.InformerSynced
+	// The egress gateway's decisions (gateway.go; SetGateway): nil gwPods, none read.
+	gwPods          corelisters.PodLister
+	gwPodsSynced    cache.InformerSynced
+	decisions       decisionsFollower
+	decisionsTokens DecisionsTokens
 
 	handlers handlers.Registrations
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -193,7 +199,11 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	c.ctx = ctx
 	c.mu.Unlock()
 	defer c.wg.Wait()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.podsSynced) {
+	synced := []cache.InformerSynced{c.claimsSynced, c.podsSynced}
+	if c.gwPodsSynced != nil {
+		synced = append(synced, c.gwPodsSynced)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return fmt.Errorf("waiting for the informer caches to sync: %w", ctx.Err())
 	}
 	// The key, before any claim needs it: its public half is published from here on (airlock-ca).

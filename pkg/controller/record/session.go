@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +78,13 @@ type session struct {
 	lastErr     error
 	// goneAt is when the claim was first seen ended while a read still ran.
 	goneAt time.Time
+
+	// The egress gateway's feeds (gateway.go): egress says the claim has a gateway, feeds are
+	// its pods' feeds by pod UID, gwAfter the last sequence number in the record per gateway
+	// boot (from the stored entries on a new leader: the cursor).
+	egress  atomic.Bool // read without s.mu (the gateway pods' handler)
+	feeds   map[types.UID]*gatewayFeed
+	gwAfter map[string]uint64
 }
 
 // errPaused stops a read while too much waits to be stored.

@@ -73,8 +73,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if err != nil {
 		return nil, err
 	}
+	gateways, err := c.followGateways(ctx, s, claim)
+	if err != nil {
+		return nil, err
+	}
 	flush, err := c.flushIfDue(ctx, s)
-	return sooner(follow, flush), err
+	return sooner(sooner(follow, gateways), flush), err
 }
 
 // claimEnded says whether the claim's session is over (its pods are deleted or never come).
@@ -138,7 +142,7 @@ func (c *Controller) end(ctx context.Context, s *session, claim *airlockv1alpha1
 		claim = s.claim
 	}
 	s.mu.Lock()
-	if s.following && !s.sealed {
+	if (s.following || s.feedsFollowingLocked()) && !s.sealed {
 		now := c.clock.Now()
 		if s.goneAt.IsZero() {
 			s.goneAt = now
@@ -147,7 +151,10 @@ func (c *Controller) end(ctx context.Context, s *session, claim *airlockv1alpha1
 			s.mu.Unlock()
 			return ptr.To(left), nil
 		}
-		s.cancel()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.stopFeedsLocked()
 	}
 	s.mu.Unlock()
 	// What waits is stored before the seal, so that a segment changed under the leader is
@@ -273,7 +280,7 @@ func (s *session) storedSealedDone() bool {
 // recorded again when it differs: an old leader's phase not yet stored) and the usage so far
 // (the seal's totals).
 func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, signer *record.Signer) (*session, error) {
-	s := &session{claim: metaOf(claim), stoppedCh: make(chan struct{})}
+	s := &session{claim: metaOf(claim), stoppedCh: make(chan struct{}), gwAfter: map[string]uint64{}}
 	srs, err := c.records.List(ctx, claim.Namespace, recordstore.LabelRecordOf+"="+string(claim.UID))
 	if err != nil {
 		return nil, fmt.Errorf("listing the record's segments: %w", err)
@@ -302,6 +309,9 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 			s.usage.Observe(e)
 			if e.Kind == record.KindClaimPhase {
 				s.phase, s.reason = e.Phase, e.Reason
+			}
+			if e.Source == record.SourceGateway && e.Boot != "" {
+				s.gwAfter[e.Boot] = max(s.gwAfter[e.Boot], e.SourceSeq)
 			}
 		}
 	}

@@ -92,7 +92,7 @@ each fails the render with one line that names the values.
 {{- end -}}
 {{- range .Values.egress.extraArgs -}}
 {{- $flag := regexReplaceAll "^--?([^=]+).*$" . "${1}" -}}
-{{- if has $flag (list "proxy-bind-address" "health-probe-bind-address" "metrics-bind-address") -}}
+{{- if has $flag (list "proxy-bind-address" "health-probe-bind-address" "metrics-bind-address" "decisions-bind-address") -}}
 {{- fail (printf "egress.extraArgs has %q: --%s is set by the chart (its Service, probes and NetworkPolicy name that port)" . $flag) -}}
 {{- end -}}
 {{- if has $flag (list "tracing-endpoint" "tracing-protocol" "tracing-sample-ratio") -}}
