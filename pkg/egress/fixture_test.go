@@ -189,6 +189,8 @@ type internet struct {
 	// path auth=...").
 	rawAddr     string
 	rawRequests []string
+	// rawOpen counts the raw upstream's connections not yet ended.
+	rawOpen int
 }
 
 func (in *internet) rawSeen() []string {
@@ -200,11 +202,34 @@ func (in *internet) rawSeen() []string {
 // serveRaw is an upstream that frames requests its own way, as some servers do
 // (egresstest.ServeNaive); it records the request heads it parsed.
 func (in *internet) serveRaw(c net.Conn) {
+	in.plainMu.Lock()
+	in.rawOpen++
+	in.plainMu.Unlock()
+	defer func() {
+		in.plainMu.Lock()
+		in.rawOpen--
+		in.plainMu.Unlock()
+	}()
 	egresstest.ServeNaive(c, func(head string) {
 		in.plainMu.Lock()
 		in.rawRequests = append(in.rawRequests, head)
 		in.plainMu.Unlock()
 	})
+}
+
+// rawSettled waits until every connection the raw upstream took has ended (it has parsed all it
+// was sent), bounded by timeout, and returns the heads it parsed.
+func (in *internet) rawSettled(t *testing.T, timeout time.Duration) []string {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		in.plainMu.Lock()
+		defer in.plainMu.Unlock()
+		return in.rawOpen == 0, nil
+	})
+	if err != nil {
+		t.Errorf("the raw upstream's connections did not end within %v: %v", timeout, err)
+	}
+	return in.rawSeen()
 }
 
 func (in *internet) tlsSeen() []string {

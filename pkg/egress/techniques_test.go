@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // technique is one way of reaching what the policy does not allow (or one allowed case), as a
@@ -522,7 +523,7 @@ func TestTerminatedTechniques(t *testing.T) {
 			if rec := f.record(); rec.Reason != tc.wantReason {
 				t.Errorf("audit reason %q, want %q", rec.Reason, tc.wantReason)
 			}
-			if got := f.in.rawSeen(); !slices.Equal(got, tc.wantUpstream) {
+			if got := f.in.rawSettled(t, 10*time.Second); !slices.Equal(got, tc.wantUpstream) {
 				t.Errorf("the upstream parsed %q, want %q", got, tc.wantUpstream)
 			}
 			if got := credentialEchoCount(t) - echoes; got < tc.wantEchoes {
