@@ -350,7 +350,31 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 		return s, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After, "phase", s.phase)
+	s.mu.Lock()
+	err = c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: c.resumedMessage(last)})
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// resumedMessage is the gap a new leader writes where it takes up a live record: the previous
+// leader may have appended entries after the last one it stored and lost them with its memory.
+// Nothing tells whether it had any, so the record says where it may have been cut, and what is
+// read again (docs/record.md §2.5 Failover).
+func (c *Controller) resumedMessage(last *recordstore.Segment) string {
+	msg := fmt.Sprintf("a new leader resumed the record after entry %d, the last one the previous leader stored (its anchor of %s): "+
+		"the operator's entries the previous leader appended after it and had not stored, if any, are unknown (the claim's phase is recorded again when it differs)",
+		last.Anchor.Count, last.Anchor.Time)
+	switch {
+	case !c.readSandboxes:
+	case last.Cursor.Boot == "":
+		msg += "; sandboxd's entries are read again from the start of its log"
+	default:
+		msg += fmt.Sprintf("; sandboxd's entries are read again from its log, after source entry %d of boot %s", last.Cursor.After, last.Cursor.Boot)
+	}
+	return msg
 }
 
 // sooner is the earlier of two times to look again (nil: none).

@@ -151,8 +151,63 @@ func TestANewLeaderResumesFromTheStoredCursor(t *testing.T) {
 	if !rep.Intact() {
 		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
 	}
-	if want := "claim.phase:Bound sandbox.boot tool.call tool.call sandbox.stopped"; kinds(entries) != want {
+	// The new leader says where it took the record up (TestANewLeaderSaysWhereItResumed).
+	if want := "claim.phase:Bound sandbox.boot tool.call record.gap tool.call sandbox.stopped"; kinds(entries) != want {
 		t.Errorf("entries = %q, want %q", kinds(entries), want)
+	}
+}
+
+// TestANewLeaderSaysWhereItResumed: a leader appends a phase and is killed before it stores it;
+// the new leader's record says where the previous leader's entries may have been lost (a gap
+// entry naming the last stored entry, and where sandboxd's log is read again) before the phase
+// it records again, and the record verifies intact. Nothing silent: the lost entry is not
+// rebuilt, its place is said.
+func TestANewLeaderSaysWhereItResumed(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimBound)
+	lines := [][]byte{sandboxdLine(t, "b1", 1, record.KindSandboxBoot), sandboxdLine(t, "b1", 2, record.KindToolCall)}
+	f.follower.boot, f.follower.lines["b1"], f.follower.end = "b1", lines, context.Canceled
+	_ = f.claims.Add(claim)
+	_ = f.pods.Add(runningPod(claim))
+	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim) // stored: Bound, boot, tool.call (3 entries)
+	reaping := claim.DeepCopy()
+	reaping.Status.Phase, reaping.Status.Reason, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "Idle", "2"
+	_ = f.claims.Update(reaping)
+	f.sync(reaping) // Reaping appended, not stored: the leader is killed here
+
+	g := newFixture(t, f.records, f.signer)
+	g.follower.boot, g.follower.lines["b1"], g.follower.end = "b1", lines, context.Canceled
+	_ = g.claims.Add(reaping)
+	_ = g.pods.Add(runningPod(claim))
+	g.sync(reaping)
+	g.clock.Step(flushDelay)
+	g.sync(reaping)
+	rep, entries := g.export()
+	if !rep.Intact() {
+		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	}
+	if want := "claim.phase:Bound sandbox.boot tool.call record.gap claim.phase:Reaping"; kinds(entries) != want {
+		t.Fatalf("entries = %q, want %q", kinds(entries), want)
+	}
+	gap := entries[3]
+	for _, want := range []string{"new leader resumed the record after entry 3", "unknown", "after source entry 2 of boot b1"} {
+		if !strings.Contains(gap.Message, want) {
+			t.Errorf("the gap %q does not say %q", gap.Message, want)
+		}
+	}
+
+	// A third leader, the record unchanged since: it says so again (a leader cannot tell), once.
+	h := newFixture(t, f.records, f.signer)
+	h.follower.boot, h.follower.lines["b1"], h.follower.end = "b1", lines, context.Canceled
+	_ = h.claims.Add(reaping)
+	_ = h.pods.Add(runningPod(claim))
+	h.sync(reaping)
+	h.clock.Step(flushDelay)
+	h.sync(reaping)
+	if _, entries := h.export(); strings.Count(kinds(entries), "record.gap") != 2 || strings.Count(kinds(entries), "claim.phase") != 2 {
+		t.Errorf("after a third leader: %q, want one more gap and no phase again", kinds(entries))
 	}
 }
 
