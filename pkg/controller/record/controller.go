@@ -123,6 +123,9 @@ type Controller struct {
 	// ctx is Run's: the followers' goroutines end with it; wg joins them.
 	ctx context.Context
 	wg  sync.WaitGroup
+	// started is when Run began (this leader's term): a claim created before it with no stored
+	// record may have lost a previous leader's entries (sync.go, unrecordedStart).
+	started time.Time
 }
 
 // NewController returns the controller on the claims' informer and the operator's filtered pod
@@ -190,7 +193,7 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 	c.mu.Lock()
-	c.ctx = ctx
+	c.ctx, c.started = ctx, c.clock.Now()
 	c.mu.Unlock()
 	defer c.wg.Wait()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.claimsSynced, c.podsSynced) {

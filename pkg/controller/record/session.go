@@ -256,6 +256,13 @@ func (c *Controller) followEnded(logger klog.Logger, s *session, err error) {
 	c.queue.Add(s.key)
 }
 
+// termStarted is when Run began (zero before).
+func (c *Controller) termStarted() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
+}
+
 // runContext is Run's context (the followers end with it).
 func (c *Controller) runContext() context.Context {
 	c.mu.Lock()

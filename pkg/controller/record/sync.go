@@ -336,6 +336,14 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 				return nil, err
 			}
 		}
+		if msg := c.unrecordedStart(claim); msg != "" {
+			s.mu.Lock()
+			err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: msg})
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		}
 		return s, nil
 	}
 	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
@@ -357,6 +365,21 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 		return nil, err
 	}
 	return s, nil
+}
+
+// unrecordedStart is the gap that begins a record this leader starts for a claim that was
+// created before its term and has moved past Pending: a previous leader's entries of it, not yet
+// stored when it was killed (within its first second), are unknown, and so are the phases the
+// claim passed through before this leader saw it. "" when the record misses nothing it can tell.
+func (c *Controller) unrecordedStart(claim *airlockv1alpha1.SandboxClaim) string {
+	started := c.termStarted()
+	phase := claim.Status.Phase
+	if started.IsZero() || phase == "" || phase == airlockv1alpha1.ClaimPending || !claim.CreationTimestamp.Time.Before(started) {
+		return ""
+	}
+	return fmt.Sprintf("no stored record of the claim was found, though it was created (%s) before this leader's term began (%s) and is %s already: "+
+		"the phases it passed through before, and the entries a previous leader appended and had not stored, if any, are unknown",
+		record.FormatTime(claim.CreationTimestamp.Time), record.FormatTime(started), phase)
 }
 
 // resumedMessage is the gap a new leader writes where it takes up a live record: the previous

@@ -553,3 +553,41 @@ func TestASegmentDeletedUnderTheLeaderIsCreatedAgain(t *testing.T) {
 		t.Errorf("entries = %q (%q), want the record created again with a gap", got, entries[2].Message)
 	}
 }
+
+// TestARecordStartedLateSaysWhatItMissed: a claim created before this leader's term, already
+// Bound, with no stored record (the previous leader was killed within its first second) begins
+// its record with a gap that says its earlier phases are unknown; a claim created during the
+// term, or still Pending, begins without one.
+func TestARecordStartedLateSaysWhatItMissed(t *testing.T) {
+	for name, tc := range map[string]struct {
+		created time.Time
+		phase   airlockv1alpha1.ClaimPhase
+		want    string
+	}{
+		"created before the term, Bound":   {created: t0.Add(-time.Minute), phase: airlockv1alpha1.ClaimBound, want: "record.gap claim.phase:Bound"},
+		"created before the term, Pending": {created: t0.Add(-time.Minute), phase: airlockv1alpha1.ClaimPending, want: "claim.phase:Pending"},
+		"created in the term, Bound":       {created: t0.Add(time.Second), phase: airlockv1alpha1.ClaimBound, want: "claim.phase:Bound"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			f.c.started = t0
+			claim := newClaim(tc.phase)
+			claim.Status.Frozen = nil // nothing to read: the operator's entries only
+			claim.CreationTimestamp = metav1.NewTime(tc.created)
+			_ = f.claims.Add(claim)
+			f.sync(claim)
+			f.clock.Step(flushDelay)
+			f.sync(claim)
+			rep, entries := f.export()
+			if !rep.Intact() {
+				t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+			}
+			if kinds(entries) != tc.want {
+				t.Fatalf("entries %q, want %q", kinds(entries), tc.want)
+			}
+			if strings.HasPrefix(tc.want, "record.gap") && !strings.Contains(entries[0].Message, "is Bound already: the phases it passed through before") {
+				t.Errorf("the gap says %q", entries[0].Message)
+			}
+		})
+	}
+}
