@@ -123,6 +123,9 @@ type Controller struct {
 	// ctx is Run's: the followers' goroutines end with it; wg joins them.
 	ctx context.Context
 	wg  sync.WaitGroup
+	// deleted are the claims seen deleted, by name, until their next sync: a claim this leader
+	// never synced still has its record sealed (sync.go, endDeleted).
+	deleted map[cache.ObjectName]*airlockv1alpha1.SandboxClaim
 	// started is when Run began (this leader's term): a claim created before it with no stored
 	// record may have lost a previous leader's entries (sync.go, unrecordedStart).
 	started time.Time
@@ -152,6 +155,7 @@ func newControllerWithClock(records recordControl, claims airlockinformers.Sandb
 		clock:    clk,
 		sessions: map[types.UID]*session{},
 		byName:   map[cache.ObjectName]types.UID{},
+		deleted:  map[cache.ObjectName]*airlockv1alpha1.SandboxClaim{},
 		ctx:      context.Background(),
 	}
 	if err := c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
@@ -162,7 +166,7 @@ func newControllerWithClock(records recordControl, claims airlockinformers.Sandb
 				c.enqueueClaim(cur)
 			}
 		},
-		DeleteFunc: c.enqueueClaim,
+		DeleteFunc: c.claimDeleted,
 	}); err != nil {
 		return nil, err
 	}
@@ -216,6 +220,38 @@ func (c *Controller) enqueueClaim(obj any) {
 		return
 	}
 	c.queue.Add(cache.MetaObjectToName(claim))
+}
+
+// claimDeleted notes the deleted claim (its last state) for its next sync, and enqueues it.
+func (c *Controller) claimDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok {
+		return
+	}
+	key := cache.MetaObjectToName(claim)
+	c.mu.Lock()
+	c.deleted[key] = claim
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// deletedClaim is the claim of key last seen deleted, nil when none.
+func (c *Controller) deletedClaim(key cache.ObjectName) *airlockv1alpha1.SandboxClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deleted[key]
+}
+
+// clearDeleted forgets the deleted claim of key with uid (not a later one of its name).
+func (c *Controller) clearDeleted(key cache.ObjectName, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.deleted[key]; d != nil && d.UID == uid {
+		delete(c.deleted, key)
+	}
 }
 
 // enqueuePodOwner enqueues the claim that controls a sandbox pod.

@@ -49,6 +49,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			return requeue, err
 		}
 	}
+	if gone := c.deletedClaim(key); gone != nil {
+		if (!had || gone.UID != uid) && (claim == nil || claim.UID != gone.UID) {
+			if requeue, err := c.endDeleted(ctx, gone); err != nil || requeue != nil {
+				return requeue, err
+			}
+		}
+		c.clearDeleted(key, gone.UID)
+	}
 	if claim == nil {
 		return nil, nil
 	}
@@ -75,6 +83,33 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 	flush, err := c.flushIfDue(ctx, s)
 	return sooner(follow, flush), err
+}
+
+// endDeleted keeps the record of a claim deleted before this leader had synced it (reaped by
+// the previous leader in its last moments, or as this term began, before the claim's first
+// sync): the record stored so far is resumed, or one begun, the claim's last phase recorded, and
+// it is sealed. No record is left unsealed, or missing, because no leader saw its claim go.
+func (c *Controller) endDeleted(ctx context.Context, gone *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
+	s, err := c.sessionFor(ctx, gone)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil { // stored sealed: nothing more to write
+		c.mu.Lock()
+		s = c.sessions[gone.UID]
+		c.mu.Unlock()
+		if s != nil {
+			c.forget(s)
+		}
+		return nil, nil
+	}
+	s.mu.Lock()
+	err = c.recordPhaseLocked(s, gone)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return c.end(ctx, s, nil, "the claim was deleted")
 }
 
 // claimEnded says whether the claim's session is over (its pods are deleted or never come).

@@ -591,3 +591,54 @@ func TestARecordStartedLateSaysWhatItMissed(t *testing.T) {
 		})
 	}
 }
+
+// TestAClaimDeletedBeforeItsFirstSyncIsSealed: a claim reaped and deleted before this leader
+// synced it (the previous leader's last moments, or as this term began) still has its record
+// sealed: the one stored so far resumed (a gap where the previous leader may have lost entries),
+// or one begun that says what is unknown; its last phase recorded, the seal, intact. Before,
+// the record was left unsealed, or none was written.
+func TestAClaimDeletedBeforeItsFirstSyncIsSealed(t *testing.T) {
+	reaping := func() *airlockv1alpha1.SandboxClaim {
+		c := newClaim(airlockv1alpha1.ClaimReaping)
+		c.Status.Reason, c.Status.Frozen = "Idle", nil
+		c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+		return c
+	}
+	t.Run("stored by the previous leader", func(t *testing.T) {
+		f := newFixture(t, nil, nil)
+		claim := newClaim(airlockv1alpha1.ClaimBound)
+		claim.Status.Frozen = nil
+		_ = f.claims.Add(claim)
+		f.sync(claim)
+		f.clock.Step(flushDelay)
+		f.sync(claim) // stored, live: then the leader is killed
+
+		g := newFixture(t, f.records, f.signer)
+		g.c.started = t0
+		g.c.claimDeleted(reaping()) // deleted before g's first sync: not in g's cache
+		g.sync(claim)
+		rep, entries := g.export()
+		if !rep.Intact() || !rep.Sealed {
+			t.Fatalf("verdict %q (sealed %v): %v", rep.Verdict(), rep.Sealed, rep.Findings)
+		}
+		if want := "claim.phase:Bound record.gap claim.phase:Reaping record.sealed"; kinds(entries) != want {
+			t.Errorf("entries %q, want %q", kinds(entries), want)
+		}
+		if len(g.c.sessions) != 0 || len(g.c.deleted) != 0 {
+			t.Errorf("sessions %d, deleted %d kept after the seal: want none", len(g.c.sessions), len(g.c.deleted))
+		}
+	})
+	t.Run("nothing stored", func(t *testing.T) {
+		g := newFixture(t, nil, nil)
+		g.c.started = t0
+		g.c.claimDeleted(reaping())
+		g.sync(reaping())
+		rep, entries := g.export()
+		if !rep.Intact() || !rep.Sealed {
+			t.Fatalf("verdict %q (sealed %v): %v", rep.Verdict(), rep.Sealed, rep.Findings)
+		}
+		if want := "record.gap claim.phase:Reaping record.sealed"; kinds(entries) != want {
+			t.Errorf("entries %q, want %q", kinds(entries), want)
+		}
+	})
+}
