@@ -123,6 +123,9 @@ type Controller struct {
 	// ctx is Run's: the followers' goroutines end with it; wg joins them.
 	ctx context.Context
 	wg  sync.WaitGroup
+	// storeWaiters are the claim controller's waits for a claim's record to be stored (by the
+	// claim's UID): WaitStored.
+	storeWaiters map[types.UID][]chan struct{}
 	// deleted are the claims seen deleted, by name, until their next sync: a claim this leader
 	// never synced still has its record sealed (sync.go, endDeleted).
 	deleted map[cache.ObjectName]*airlockv1alpha1.SandboxClaim
@@ -156,7 +159,9 @@ func newControllerWithClock(records recordControl, claims airlockinformers.Sandb
 		sessions: map[types.UID]*session{},
 		byName:   map[cache.ObjectName]types.UID{},
 		deleted:  map[cache.ObjectName]*airlockv1alpha1.SandboxClaim{},
-		ctx:      context.Background(),
+
+		storeWaiters: map[types.UID][]chan struct{}{},
+		ctx:          context.Background(),
 	}
 	if err := c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueClaim,
@@ -311,4 +316,48 @@ func (c *Controller) WaitStopped(ctx context.Context, claimUID types.UID) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// WaitStored asks for the claim's record to be stored now, not at its batch's second, and waits
+// until nothing of it waits to be stored, or ctx ends; it says whether it was stored. The claim
+// controller asks it before it moves the claim's records to its kept workspace and deletes the
+// claim: a record not stored yet (a claim reaped within its record's first second, or as a new
+// leader's term began, before the record's first sync) would otherwise be created after the
+// claim is gone, owned by it, and collected with it.
+func (c *Controller) WaitStored(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) bool {
+	c.mu.Lock()
+	s := c.sessions[claim.UID]
+	c.mu.Unlock()
+	if s != nil && s.nothingPending() {
+		return true
+	}
+	// Stored meanwhile: the sync this asks for releases the wait at once.
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.storeWaiters[claim.UID] = append(c.storeWaiters[claim.UID], ch)
+	c.mu.Unlock()
+	c.queue.Add(cache.MetaObjectToName(claim))
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitedFor says whether the claim controller waits for the record of uid to be stored.
+func (c *Controller) waitedFor(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.storeWaiters[uid]) > 0
+}
+
+// releaseStoreWaiters ends the waits for the record of uid (nothing of it waits to be stored).
+func (c *Controller) releaseStoreWaiters(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.storeWaiters[uid] {
+		close(ch)
+	}
+	delete(c.storeWaiters, uid)
 }

@@ -79,6 +79,14 @@ type session struct {
 	goneAt time.Time
 }
 
+// nothingPending says that the record has been stored whole (it was written, and nothing of it
+// waits).
+func (s *session) nothingPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending) == 0 && s.segSR != nil
+}
+
 // errPaused stops a read while too much waits to be stored.
 var errPaused = errors.New("too many entries wait to be stored: reading stops until they are")
 

@@ -61,8 +61,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		return nil, nil
 	}
 	s, err := c.sessionFor(ctx, claim)
-	if err != nil || s == nil {
+	if err != nil {
 		return nil, err
+	}
+	if s == nil { // stored sealed: nothing waits
+		c.releaseStoreWaiters(claim.UID)
+		return nil, nil
 	}
 	pods, err := c.claimPods(claim)
 	if err != nil {

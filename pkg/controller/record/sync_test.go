@@ -642,3 +642,50 @@ func TestAClaimDeletedBeforeItsFirstSyncIsSealed(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitStoredStoresNow: the claim controller's WaitStored (before it moves a claim's records
+// to its kept workspace and deletes the claim) has the record stored at once, not at its batch's
+// second, whether the record has entries waiting or has not been synced at all yet (a claim
+// reaped as a new leader's term began); it returns once they are stored. Without it, a record
+// stored after its claim is gone is owned by the gone claim and collected with it.
+func TestWaitStoredStoresNow(t *testing.T) {
+	for name, syncedBefore := range map[string]bool{"entries waiting": true, "not synced yet": false} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			claim := newClaim(airlockv1alpha1.ClaimBound)
+			claim.Status.Frozen = nil
+			_ = f.claims.Add(claim)
+			if syncedBefore {
+				f.sync(claim)
+				if got := f.writes(); len(got) != 0 {
+					t.Fatalf("writes %q before the batch's second", got)
+				}
+			}
+			done := make(chan bool)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				done <- f.c.WaitStored(ctx, claim)
+			}()
+			key, _ := f.c.queue.Get() // the wait asks for the claim's sync
+			f.sync(claim)
+			f.c.queue.Done(key)
+			if !<-done {
+				t.Fatal("WaitStored: not stored")
+			}
+			if got := f.writes(); len(got) != 1 {
+				t.Errorf("writes %q, want the record created at once", got)
+			}
+			if _, entries := f.export(); kinds(entries) != "claim.phase:Bound" {
+				t.Errorf("stored %q, want the phase", kinds(entries))
+			}
+			if len(f.c.storeWaiters) != 0 {
+				t.Errorf("waits left: %v", f.c.storeWaiters)
+			}
+			// Stored: a second wait returns at once.
+			if !f.c.WaitStored(context.Background(), claim) {
+				t.Error("a second WaitStored did not return at once")
+			}
+		})
+	}
+}
