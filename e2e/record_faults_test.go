@@ -209,13 +209,13 @@ func TestRecordLeaderFailover(t *testing.T) {
 // watching again from the last resourceVersion when a watch ends (an API server stalled).
 type claimPhaseWatch struct {
 	mu     sync.Mutex
-	phases []string
-	bound  chan struct{}
-	once   sync.Once
+	phases  []string
+	reaping chan struct{}
+	once    sync.Once
 }
 
 func watchClaimPhases(ctx context.Context, c *airlockv1alpha1.SandboxClaim) *claimPhaseWatch {
-	w := &claimPhaseWatch{phases: []string{string(airlockv1alpha1.ClaimPending)}, bound: make(chan struct{})}
+	w := &claimPhaseWatch{phases: []string{string(airlockv1alpha1.ClaimPending)}, reaping: make(chan struct{})}
 	go func() {
 		rv := c.ResourceVersion
 		for ctx.Err() == nil {
@@ -251,8 +251,8 @@ func (w *claimPhaseWatch) observe(c *airlockv1alpha1.SandboxClaim) {
 		w.phases = append(w.phases, p)
 	}
 	w.mu.Unlock()
-	if c.Status.Phase == airlockv1alpha1.ClaimBound {
-		w.once.Do(func() { close(w.bound) })
+	if c.Status.Phase == airlockv1alpha1.ClaimReaping {
+		w.once.Do(func() { close(w.reaping) })
 	}
 }
 
@@ -274,9 +274,9 @@ func isSubsequence(sub, seq []string) bool {
 }
 
 // TestRecordAPIServerStall (API-only, issue 42's fault suite): kube-apiserver is stopped
-// (SIGSTOP) while a claim's record holds entries the leader read and has not stored (its phases,
-// waiting for the one-second batch), for longer than that batch and within the operator's renew
-// deadline (the same leader keeps them). Afterwards the record is stored with those entries,
+// (SIGSTOP) as a claim goes Reaping (idle), while its record holds entries the leader read and has
+// not stored (the Reaping phase, waiting for the one-second batch or for the seal's write), for
+// longer than that batch and within the operator's renew deadline (the same leader keeps them). Afterwards the record is stored with those entries,
 // verifies intact and sealed once the claim is reaped, and invents nothing: its phases are the
 // claim's phases as the API server reported them, in order, none twice, and no gap but the one
 // that says sandboxd's log is not read (no operator ingress on this plane).
@@ -306,9 +306,9 @@ func TestRecordAPIServerStall(t *testing.T) {
 		c = e.createClaim(t, fmt.Sprintf("session-%d", try), "codegen/default", "")
 		w = watchClaimPhases(ctx, c)
 		select {
-		case <-w.bound:
+		case <-w.reaping:
 		case <-ctx.Done():
-			t.Fatalf("claim %s not Bound: %v", c.Name, ctx.Err())
+			t.Fatalf("claim %s not Reaping: %v", c.Name, ctx.Err())
 		}
 		anchors, err := storedAnchors(ctx, e.ns)
 		if err != nil {
@@ -331,7 +331,7 @@ func TestRecordAPIServerStall(t *testing.T) {
 		time.Sleep(stall) // the outage itself, as in the fault suite (stallAPIServer)
 		resume()
 		stalledOnce = true
-		t.Logf("fault: kube-apiserver stopped for %s with claim %s Bound, its record stored to entry %d", stall, c.Name, storedAt)
+		t.Logf("fault: kube-apiserver stopped for %s with claim %s Reaping, its record stored to entry %d", stall, c.Name, storedAt)
 
 		// The record holds, stored, what it had read before the stall.
 		eventually(t, time.Minute, "the record stored past what it held before the stall", func(ctx context.Context) (bool, error) {
