@@ -46,20 +46,7 @@ func TestRealNodeSessionRecord(t *testing.T) {
 
 	// The claim is reaped (the session closed), its pod stopped through sandboxd, the record
 	// sealed; then the claim goes and the record stays with the kept workspace.
-	var uid string
-	eventually(t, 3*time.Minute, "the claim's record to be stored sealed", func(ctx context.Context) (bool, error) {
-		list, err := airlockClient.AirlockV1alpha1().SessionRecords(e.ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + res.Claim})
-		if err != nil {
-			return false, err
-		}
-		for i := range list.Items {
-			if a := list.Items[i].Spec.Anchor; a != nil && a.Sealed {
-				uid = list.Items[i].Spec.ClaimUID
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	uid := sealedRecordUID(t, e.ns, res.Claim)
 	ca, err := kubeClient.CoreV1().ConfigMaps(e.ns).Get(ctx, cabundle.ConfigMapName, metav1.GetOptions{})
 	if err != nil || !strings.Contains(ca.Data[cabundle.RecordSigningKey], "PUBLIC KEY") {
 		t.Fatalf("airlock-ca has no record-signing key: %v", err)
@@ -118,5 +105,52 @@ func TestRealNodeSessionRecord(t *testing.T) {
 	out, ok = airlockRecord(t, res.Claim, "-n", e.ns, "--uid", uid)
 	if ok || !strings.Contains(out, "edited") || !strings.Contains(out, "tampered") {
 		t.Errorf("an edited segment: exit 0 %v, want a failure that says edited and tampered:\n%s", ok, out)
+	}
+}
+
+// sealedRecordUID waits for the claim's record (by the claim's name) to be stored sealed and
+// returns the claim's UID it is of.
+func sealedRecordUID(t *testing.T, ns, claim string) string {
+	t.Helper()
+	var uid string
+	eventually(t, 3*time.Minute, "the record of claim "+claim+" to be stored sealed", func(ctx context.Context) (bool, error) {
+		list, err := airlockClient.AirlockV1alpha1().SessionRecords(ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + claim})
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			if a := list.Items[i].Spec.Anchor; a != nil && a.Sealed {
+				uid = list.Items[i].Spec.ClaimUID
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return uid
+}
+
+// checkWarmRecords: the record of each claim that adopted a warm member holds the member's
+// sandboxd entries (read with the claim's adoption token): its tool calls and its stopped entry
+// (the operator's stop, asked with that token), with no gap, and verifies intact and sealed.
+func checkWarmRecords(t *testing.T, ns string, claims []string) {
+	t.Helper()
+	for _, claim := range claims {
+		uid := sealedRecordUID(t, ns, claim)
+		jsonl, ok := airlockRecord(t, claim, "-n", ns, "--uid", uid, "-o", "jsonl")
+		if !ok {
+			t.Errorf("airlock record of warm claim %s:\n%s", claim, jsonl)
+			continue
+		}
+		for _, want := range []string{`"kind":"tool.call"`, `"kind":"sandbox.stopped"`, `"kind":"record.sealed"`} {
+			if !strings.Contains(jsonl, want) {
+				t.Errorf("the record of warm claim %s lacks %s:\n%s", claim, want, jsonl)
+			}
+		}
+		if strings.Contains(jsonl, `"kind":"record.gap"`) {
+			t.Errorf("the record of warm claim %s has a gap:\n%s", claim, jsonl)
+		}
+		if out, ok := airlockRecord(t, claim, "-n", ns, "--uid", uid); !ok || !strings.Contains(out, "Verified: intact and sealed") {
+			t.Errorf("airlock record of warm claim %s: exit 0 %v, want intact and sealed:\n%s", claim, ok, out)
+		}
 	}
 }

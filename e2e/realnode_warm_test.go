@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -123,4 +124,11 @@ func TestRealNodeWarm(t *testing.T) {
 		percentile(res.FirstResultMillis, 0.5), percentile(res.FirstResultMillis, 0.9), percentile(res.FirstResultMillis, 1))
 	t.Logf("warm: Bound → first MCP session p50 %.0f ms; first call after connecting p50 %.1f ms (the adoption)",
 		percentile(res.ReachableMillis, 0.5), percentile(res.FirstCallMillis, 0.5))
+	// Each warm session's record holds what its member's sandboxd did (docs/record.md §2.1).
+	names := make([]string, 0, len(warmClaims))
+	for name := range warmClaims {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	checkWarmRecords(t, e.ns, names[:min(3, len(names))])
 }

@@ -3,9 +3,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +158,53 @@ func TestRecordOfAClaim(t *testing.T) {
 	}
 	if !strings.Contains(out, "seq 2") {
 		t.Errorf("a deleted middle segment (entry 2): the output does not say where:\n%s", out)
+	}
+
+	// The record stored again as one segment with its lines reordered, or with a line appended:
+	// each admitted by the API server as a new segment, each reported.
+	replace := func(lines [][]byte) (string, bool) {
+		t.Helper()
+		stored, err := recordSegments(ctx, e.ns, string(c.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range stored {
+			if err := srs.Delete(ctx, stored[i].Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sr, err := recordstore.SessionRecord(c, recordstore.Segment{N: 0, Lines: lines, Cursor: parsed.Cursor, Anchor: parsed.Anchor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr.OwnerReferences = segs[0].OwnerReferences
+		if _, err := srs.Create(ctx, sr, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return airlockRecord(t, c.Name, "-n", e.ns)
+	}
+	reordered := slices.Clone(parsed.Lines)
+	reordered[0], reordered[1] = reordered[1], reordered[0]
+	if out, ok := replace(reordered); ok || !strings.Contains(out, "reordered") {
+		t.Errorf("two entries swapped: exit 0 %v, want a failure that says reordered:\n%s", ok, out)
+	}
+	last := parsed.Lines[n-1]
+	forged := bytes.Replace(last, []byte(fmt.Sprintf(`"seq":%d,`, n)), []byte(fmt.Sprintf(`"seq":%d,`, n+1)), 1)
+	if bytes.Equal(forged, last) {
+		t.Fatalf("the last line has no seq %d: %s", n, last)
+	}
+	appended := append(slices.Clone(parsed.Lines), forged)
+	if out, ok := replace(appended); ok || !strings.Contains(out, "appended") {
+		t.Errorf("an entry appended: exit 0 %v, want a failure that says appended:\n%s", ok, out)
+	}
+	// Appended in place to the sealed segment: refused by the API server.
+	stored, err := recordSegments(ctx, e.ns, string(c.UID))
+	if err != nil || len(stored) != 1 {
+		t.Fatalf("the stored record: %v, %d segments", err, len(stored))
+	}
+	grown := stored[0].DeepCopy()
+	grown.Spec.Entries += string(forged) + "\n"
+	if _, err := srs.Update(ctx, grown, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("an entry appended in place to a sealed segment: %v, want refused by the API server", err)
 	}
 }

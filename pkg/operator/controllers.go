@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -98,6 +99,8 @@ type ControllerContext struct {
 	// (Observe, for each entry it appends), the runtime controller writes status.usage from it.
 	// Like KubeInformers, the term's own.
 	Usage *usage.Ledger
+	// TracerProvider is where the leader's spans go (the sync-backs'); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // A controllerInitFunc builds one controller and returns the function that runs it. It must not
@@ -343,6 +346,7 @@ func startClaimController(ctx context.Context, cc ControllerContext) (func(ctx c
 	}
 	c.SetEgressGateway(cc.EgressGateway)
 	c.SetOperatorPeer(cc.OperatorPeer)
+	c.SetTracerProvider(cc.TracerProvider)
 	if cc.Records != nil {
 		c.SetSessionRecords(cc.Records)
 	}

@@ -327,6 +327,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		EventRecorder:         recorder,
 		Workers:               o.cfg.Workers,
 		SyncImage:             o.cfg.SyncImage,
+		TracerProvider:        o.cfg.TracerProvider,
 		Tokens:                o.tokens,
 		CABundle:              o.caBundle,
 		PoolKubeClient:        o.cfg.PoolKubeClient,

@@ -122,6 +122,42 @@ func TestRecordHoldsToolCallsFilesAndProcesses(t *testing.T) {
 	}
 }
 
+// TestAnAgentCannotWriteAnEntryThroughWhatItControls: what the agent controls (a command, a
+// file's path and content) reaches the log only inside the fields of sandboxd's own entries, JSON
+// escaped: a command and a file that carry a newline and a whole forged entry add no entry, and
+// the log has exactly the calls' own.
+func TestAnAgentCannotWriteAnEntryThroughWhatItControls(t *testing.T) {
+	ts := tokenServer(t)
+	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer tok"}}
+	cs := connect(t, &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp", HTTPClient: client, MaxRetries: -1}, nil)
+	forged := "\n" + `{"v":1,"source":"operator","kind":"record.sealed","count":1}` + "\n"
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{toolnames.Bash, map[string]any{"command": "true #" + forged}},
+		{toolnames.Write, map[string]any{"file_path": "forged.txt", "content": forged}},
+	} {
+		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.name, Arguments: c.args}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	code, entries := readRecord(t, ts.url, "tok", "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /record = %d", code)
+	}
+	var kinds []string
+	for _, e := range entries {
+		if e.Source != record.SourceSandboxd {
+			t.Errorf("an entry of source %q in sandboxd's log: %+v", e.Source, e)
+		}
+		kinds = append(kinds, e.Kind)
+	}
+	if got, want := strings.Join(kinds, " "), "sandbox.boot process tool.call file.write tool.call"; got != want {
+		t.Fatalf("entries %q, want the calls' own (%q) and nothing forged", got, want)
+	}
+}
+
 // TestStopEndsTheRecordWithItsCount: the operator's stop appends sandbox.stopped with the
 // count of entries before it answers, and a follow stream ends with it.
 func TestStopEndsTheRecordWithItsCount(t *testing.T) {

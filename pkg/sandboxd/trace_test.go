@@ -139,3 +139,38 @@ func TestProxyWithSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestSSECallsJoinTheHeadersTrace: on the legacy SSE transport, a call with no _meta
+// traceparent takes the POST's traceparent header, as on streamable HTTP (the message POST's
+// headers reach the call in its Extra, on the direct path and on the SDK's).
+func TestSSECallsJoinTheHeadersTrace(t *testing.T) {
+	ts := tokenServer(t)
+	client := &http.Client{Transport: headerTransport{"Authorization": "Bearer tok", "Traceparent": headerParent}}
+	cs := connect(t, &mcp.SSEClientTransport{Endpoint: ts.url + "/sse", HTTPClient: client}, nil)
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{toolnames.Write, map[string]any{"file_path": "a.txt", "content": "hi\n"}},
+		{toolnames.Bash, map[string]any{"command": "true"}},
+	} {
+		if res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.name, Arguments: c.args}); err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", c.name, err, res)
+		}
+	}
+	header, _ := traceparent.Parse(headerParent)
+	_, entries := readRecord(t, ts.url, "tok", "")
+	var calls int
+	for _, e := range entries {
+		if e.Kind != record.KindToolCall {
+			continue
+		}
+		calls++
+		if e.Trace != header.Trace.String() || e.Parent != header.Span.String() || len(e.Span) != 16 {
+			t.Errorf("%s's call over SSE %+v: want the header's trace and span as parent, a span of its own", e.Tool, e)
+		}
+	}
+	if calls != 2 {
+		t.Fatalf("%d tool.call entries, want 2: %+v", calls, entries)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,6 +192,8 @@ type Controller struct {
 	decide func(admission.Input) map[string]admission.Decision
 	// syncHandler is sync; a seam for tests of the worker loop.
 	syncHandler func(ctx context.Context, key cache.ObjectName) (*time.Duration, error)
+	// tracer exports sync-back spans (SetTracerProvider; nil: none).
+	tracer trace.Tracer
 }
 
 // Informers are the informers the controller reads. The kube informers must be filtered on the

@@ -17,6 +17,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -187,13 +188,13 @@ func (c *Controller) stopSandbox(ctx context.Context, claim *airlockv1alpha1.San
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "pod", klog.KObj(pod))
 	ctx, cancel := context.WithTimeout(ctx, sandboxstop.Timeout)
 	defer cancel()
-	token, err := c.newToken(ctx, claim)
+	token, err := c.sandboxToken(ctx, claim, pod)
+	if errors.Is(err, claimtoken.ErrNotTheClaimsSandbox) {
+		return false // a pod on no token of the claim: left to the kubelet
+	}
 	if err != nil {
 		logger.Error(err, "No token for the operator's stop; the pod is left to the kubelet")
 		return false
-	}
-	if sandboxpod.TokenSecretOf(pod) != claimtoken.ClaimSecretName(claim.Name, token) {
-		return false // not the claim's own token (a warm member it adopted): left to the kubelet
 	}
 	port := sandboxpod.Ports(claim.Status.Frozen)[0].Port
 	base := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
@@ -237,4 +238,25 @@ func sooner(a, b *time.Duration) *time.Duration {
 		return b
 	}
 	return a
+}
+
+// sandboxToken is the token the claim's sandbox pod answers to (claimtoken.SandboxToken): the
+// claim's own, or the adoption token of the warm member it adopted, through the controller's
+// seams.
+func (c *Controller) sandboxToken(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (string, error) {
+	return claimtoken.SandboxToken(ctx, claimSeams{c: c, claim: claim}, claim, pod)
+}
+
+// claimSeams derives one claim's tokens through the controller's seams (a claimtoken.Deriver).
+type claimSeams struct {
+	c     *Controller
+	claim *airlockv1alpha1.SandboxClaim
+}
+
+func (s claimSeams) Token(ctx context.Context, _ types.UID, _, _ string) (string, error) {
+	return s.c.newToken(ctx, s.claim)
+}
+
+func (s claimSeams) AdoptionToken(ctx context.Context, _, member string, _ types.UID, _ []string) (string, error) {
+	return s.c.newAdoptionToken(ctx, s.claim, member, s.claim.Status.Frozen)
 }

@@ -71,8 +71,10 @@ func terminatingPod(claim *airlockv1alpha1.SandboxClaim, mutate func(*corev1.Pod
 // TestStopSandboxes: a Reaping claim's pod that still runs, being deleted or not yet, is asked
 // once, with the claim's token at its IP and sandboxd's port, to stop, and deleted at once (grace
 // period 0, on its UID) only when sandboxd said it stopped; a running pod not yet deleted is
-// deleted gracefully only when the stop failed. Nothing is asked with the stop off, of a pod not
-// running, or of a pod on another token (a warm member's): those are deleted gracefully at once.
+// deleted gracefully only when the stop failed. The warm member the claim adopted is asked with
+// the claim's adoption token. Nothing is asked with the stop off, of a pod not running, or of a
+// pod on another token (a warm member the claim did not adopt): those are deleted gracefully at
+// once.
 func TestStopSandboxes(t *testing.T) {
 	port := strconv.Itoa(int(sandboxpod.Ports(testRecord())[0].Port))
 	wantAsk := "http://" + testPodIP + ":" + port + " " + testToken
@@ -81,6 +83,8 @@ func TestStopSandboxes(t *testing.T) {
 		off         bool
 		pod         func(*corev1.Pod)
 		stopErr     error
+		claim       func(*airlockv1alpha1.SandboxClaim)
+		wantToken   string // the token asked with (testToken when empty)
 		wantAsked   int
 		wantRelease bool
 		// wantDelete: the pod deleted gracefully (the stop off, failed, or not asked).
@@ -102,6 +106,16 @@ func TestStopSandboxes(t *testing.T) {
 			running(p)
 			sandboxpod.UseTokenSecret(p, "airlock-warm-x")
 		}},
+		"the warm member it adopted: asked with the adoption token": {wantAsked: 1, wantRelease: true, wantToken: "adopt-c1",
+			pod: func(p *corev1.Pod) { running(p); sandboxpod.UseTokenSecret(p, "airlock-warm-x") },
+			claim: func(c *airlockv1alpha1.SandboxClaim) {
+				c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: "c1", WorkspaceDir: "ns/sandboxes/warm/c1"}
+			}},
+		"a warm member it did not adopt": {wantDelete: true,
+			pod: func(p *corev1.Pod) { running(p); sandboxpod.UseTokenSecret(p, "airlock-warm-x") },
+			claim: func(c *airlockv1alpha1.SandboxClaim) {
+				c.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: "another", WorkspaceDir: "ns/sandboxes/warm/another"}
+			}},
 		"not controlled by the claim": {pod: func(p *corev1.Pod) { p.OwnerReferences = nil }},
 	}
 	for name, tc := range tests {
@@ -109,11 +123,17 @@ func TestStopSandboxes(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t).withDefaults()
 			claim := reapingClaim("c1", t0.Add(-time.Hour), "")
+			if tc.claim != nil {
+				tc.claim(claim)
+			}
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim)
 			pod := terminatingPod(claim, tc.pod)
 			f.pods = append(f.pods, pod)
 			c := f.newController(ctx)
+			c.newAdoptionToken = func(_ context.Context, claim *airlockv1alpha1.SandboxClaim, member string, _ *airlockv1alpha1.FrozenSandbox) (string, error) {
+				return "adopt-" + member, nil
+			}
 			stopper := &fakeStopper{err: tc.stopErr}
 			rel := &recordingRelease{lostPodControl: c.lostPods}
 			c.lostPods = rel
@@ -130,8 +150,12 @@ func TestStopSandboxes(t *testing.T) {
 			if len(stopper.asked) != tc.wantAsked {
 				t.Fatalf("asked %v, want %d stop(s)", stopper.asked, tc.wantAsked)
 			}
-			if tc.wantAsked > 0 && stopper.asked[0] != wantAsk {
-				t.Errorf("asked %q, want %q", stopper.asked[0], wantAsk)
+			want := wantAsk
+			if tc.wantToken != "" {
+				want = "http://" + testPodIP + ":" + port + " " + tc.wantToken
+			}
+			if tc.wantAsked > 0 && stopper.asked[0] != want {
+				t.Errorf("asked %q, want %q", stopper.asked[0], want)
 			}
 			if got := len(rel.released) == 1 && rel.released[0] == pod.UID; got != tc.wantRelease || len(rel.released) > 1 {
 				t.Errorf("released %v, want the pod released: %v", rel.released, tc.wantRelease)

@@ -85,6 +85,7 @@ func (c *Controller) giveUpSyncBack(ctx context.Context, claim *airlockv1alpha1.
 	}
 	if claim.Spec.TargetPath != "" {
 		syncBackResults.WithLabelValues("gaveup").Inc()
+		c.traceSyncBack(claim, job, now, why)
 	}
 	c.recorder.Event(claim, corev1.EventTypeWarning, ReasonSyncBackGaveUp, message)
 	klog.FromContext(ctx).Info("Gave up syncing back; the workspace is kept", "claim", klog.KObj(claim), "job", klog.KObj(job),
@@ -139,6 +140,9 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 		setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionTrue, ReasonSyncedBack, fmt.Sprintf(messageSyncBackOK, claim.Spec.TargetPath), now)
 		if _, err := c.updateClaimStatus(ctx, claim, updated); err != nil {
 			return nil, err
+		}
+		if cond := findCondition(claim, ConditionSyncBack); cond == nil || cond.Reason != ReasonSyncedBack {
+			c.traceSyncBack(claim, job, cond2time(jobCondition(job, batchv1.JobComplete), now), "")
 		}
 		if err := c.keepWorkspace(ctx, claim); err != nil {
 			return nil, err
@@ -295,6 +299,9 @@ func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha
 	if err != nil {
 		return err
 	}
+	if claim.Spec.TargetPath != "" {
+		c.traceSyncBack(claim, job, c.clock.Now(), why)
+	}
 	message := fmt.Sprintf(format, job.Name, attempt, backoff, why)
 	updated := written.DeepCopy()
 	setCondition(&updated.Status, ConditionSyncBack, metav1.ConditionFalse, reason, message, c.clock.Now())
@@ -303,4 +310,12 @@ func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha
 	}
 	c.recorder.Event(claim, corev1.EventTypeWarning, reason, message)
 	return nil
+}
+
+// cond2time is when the condition last changed, or now without one.
+func cond2time(cond *batchv1.JobCondition, now time.Time) time.Time {
+	if cond == nil || cond.LastTransitionTime.IsZero() {
+		return now
+	}
+	return cond.LastTransitionTime.Time
 }

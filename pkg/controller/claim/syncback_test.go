@@ -2,6 +2,9 @@ package claim
 
 import (
 	"fmt"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"testing"
 	"time"
 
@@ -22,8 +25,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		c.Status.Phase = airlockv1alpha1.ClaimReaping
 		c.Status.Reason = ReasonIdleTimeout
 		c.Spec.TargetPath = "projects/demo"
+		c.Annotations = map[string]string{airlockv1alpha1.AnnotationTraceparent: testTraceparent}
 		if failures != "" {
-			c.Annotations = map[string]string{AnnotationSyncFailures: failures}
+			c.Annotations[AnnotationSyncFailures] = failures
 		}
 		return c
 	}
@@ -49,6 +53,8 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		wantRequeue *time.Duration
 		wantActions []string
 		wantEvents  []string
+		// wantSpan: the attempt's sync-back span exported: "ok", "error", or none.
+		wantSpan string
 	}{
 		"pod still there: deleted, and waited for": {
 			pods:        true,
@@ -65,6 +71,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		},
 		"job's pod not ready after the start timeout: counted, reported, backoff": {
 			attempt: 1, notReady: true, age: 5 * time.Minute,
+			wantSpan:    "error",
 			wantRequeue: ptr.To(10 * time.Second),
 			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
 			// Said apart (SyncJobNotStarted), so that the runtime's status counts it apart.
@@ -76,6 +83,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		},
 		"job succeeded: workspace kept, claim deleted": {
 			attempt:     1,
+			wantSpan:    "ok",
 			cond:        batchv1.JobComplete,
 			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
@@ -85,6 +93,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		},
 		"job failed the first time: counted, reported, backoff": {
 			attempt:     1,
+			wantSpan:    "error",
 			cond:        batchv1.JobFailed,
 			wantRequeue: ptr.To(10 * time.Second),
 			wantActions: []string{"update sandboxclaims c1", "update sandboxclaims/status c1"},
@@ -106,6 +115,7 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		},
 		"third failure backs off 40s": {
 			failures:    "2",
+			wantSpan:    "error",
 			attempt:     3,
 			cond:        batchv1.JobFailed,
 			wantRequeue: ptr.To(40 * time.Second),
@@ -136,11 +146,14 @@ func TestSyncReapingSyncBack(t *testing.T) {
 				f.jobs = append(f.jobs, job(claim, tc.attempt, tc.cond, t0, age, tc.notReady))
 			}
 			c := f.newController(ctx)
+			spans := tracetest.NewInMemoryExporter()
+			c.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
 			f.clock.Step(tc.step)
 			requeue, err := syncClaim(ctx, c, keyOf(claim))
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkSyncBackSpan(t, spans.GetSpans(), tc.wantSpan)
 			checkRequeue(t, requeue, tc.wantRequeue)
 			checkActions(t, f, tc.wantActions)
 			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
@@ -200,4 +213,55 @@ func TestBuildSyncJob(t *testing.T) {
 	if m := pod.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/content" {
 		t.Errorf("mounts %+v", m)
 	}
+}
+
+// testTraceparent is a sampled acquire's traceparent, as the Sandbox API writes it on a claim.
+const testTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// checkSyncBackSpan: want "" is no span; "ok" or "error" one "syncback" span, a child of the
+// claim's acquire span, with that status.
+func checkSyncBackSpan(t *testing.T, spans tracetest.SpanStubs, want string) {
+	t.Helper()
+	if want == "" {
+		if len(spans) != 0 {
+			t.Errorf("%d spans exported, want none", len(spans))
+		}
+		return
+	}
+	if len(spans) != 1 || spans[0].Name != "syncback" {
+		t.Fatalf("spans %v, want one syncback span", spans)
+	}
+	s := spans[0]
+	if s.SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent.SpanID().String() != "00f067aa0ba902b7" {
+		t.Errorf("span in trace %s under %s, want under the claim's acquire span", s.SpanContext.TraceID(), s.Parent.SpanID())
+	}
+	if got := map[bool]string{true: "error", false: "ok"}[s.Status.Code == codes.Error]; got != want {
+		t.Errorf("span status %v, want %s", s.Status, want)
+	}
+	if !s.EndTime.After(s.StartTime) {
+		t.Errorf("span %v..%v: it ends before it starts", s.StartTime, s.EndTime)
+	}
+}
+
+// TestSyncBackOfAnUntracedClaimIsNoSpan: a claim whose acquire was not traced (no traceparent)
+// exports no sync-back span: a sync-back is never a new root.
+func TestSyncBackOfAnUntracedClaimIsNoSpan(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t).withDefaults()
+	claim := bound("c1", t0.Add(-time.Hour))
+	claim.Status.Phase, claim.Status.Reason, claim.Spec.TargetPath = airlockv1alpha1.ClaimReaping, ReasonIdleTimeout, "projects/demo"
+	f.claims = append(f.claims, claim)
+	f.withChildren(claim)
+	j := buildSyncJob(claim, "workspace-content", testSyncImage, 1, true, 3)
+	j.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+	j.Status.Ready = ptr.To[int32](1)
+	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}}
+	f.jobs = append(f.jobs, j)
+	c := f.newController(ctx)
+	spans := tracetest.NewInMemoryExporter()
+	c.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	checkSyncBackSpan(t, spans.GetSpans(), "")
 }

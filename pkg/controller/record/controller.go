@@ -45,6 +45,7 @@ import (
 	"k8s.io/utils/clock"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
@@ -82,10 +83,9 @@ type Signer interface {
 	Signer(ctx context.Context) (*record.Signer, error)
 }
 
-// Tokens derives a claim's bearer token (claimtoken.Source is one).
-type Tokens interface {
-	Token(ctx context.Context, uid types.UID, namespace, name string) (string, error)
-}
+// Tokens derives the tokens a claim's sandbox answers to: its bearer token, and the adoption
+// token of the warm member it adopted (claimtoken.Source is one).
+type Tokens = claimtoken.Deriver
 
 // follower reads a sandbox's log (*sandboxrecord.Client is one).
 type follower interface {

@@ -47,19 +47,25 @@ func (fixedTokens) Token(context.Context, types.UID, string, string) (string, er
 	return testToken, nil
 }
 
+func (fixedTokens) AdoptionToken(_ context.Context, namespace, member string, claimUID types.UID, tools []string) (string, error) {
+	return "adopt:" + namespace + "/" + member + ":" + string(claimUID) + ":" + strings.Join(tools, ","), nil
+}
+
 // fakeFollower answers each Follow with the lines of the boot asked for after the cursor, and
 // returns end (nil: the stopped entry was among them).
 type fakeFollower struct {
-	mu    sync.Mutex
-	lines map[string][][]byte // by boot; "" reads the current boot
-	boot  string
-	end   error
-	calls []string
+	mu     sync.Mutex
+	lines  map[string][][]byte // by boot; "" reads the current boot
+	boot   string
+	end    error
+	calls  []string
+	tokens []string
 }
 
 func (f *fakeFollower) Follow(ctx context.Context, base, token, boot string, after uint64, take func([]byte) error) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, fmt.Sprintf("%s %s after %d", base, boot, after))
+	f.tokens = append(f.tokens, token)
 	if boot == "" {
 		boot = f.boot
 	}

@@ -140,9 +140,9 @@ func runningSandbox(pods []*corev1.Pod) *corev1.Pod {
 // own; its end enqueues the claim. Called with s.mu held.
 func (c *Controller) startFollowingLocked(ctx context.Context, s *session, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) error {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "pod", klog.KObj(pod))
-	token, err := c.tokens.Token(ctx, claim.UID, claim.Namespace, claim.Name)
-	if err != nil {
-		return fmt.Errorf("the claim's token: %w", err)
+	token, tokenErr := claimtoken.SandboxToken(ctx, c.tokens, claim, pod)
+	if tokenErr != nil && !errors.Is(tokenErr, claimtoken.ErrNotTheClaimsSandbox) {
+		return fmt.Errorf("the sandbox's token: %w", tokenErr)
 	}
 	if pod.UID != s.followedPod {
 		if s.followedPod != "" {
@@ -159,14 +159,14 @@ func (c *Controller) startFollowingLocked(ctx context.Context, s *session, claim
 		}
 		s.followedPod, s.stopped, s.stoppedCh = pod.UID, false, make(chan struct{})
 	}
-	if sandboxpod.TokenSecretOf(pod) != claimtoken.ClaimSecretName(claim.Name, token) {
-		// An adopted warm member answers to its own credential, which the operator does not
-		// hold for a read: its log is not read (docs/record.md §5).
-		logger.V(4).Info("Not reading the log of a sandbox that does not hold the claim's own token")
+	if tokenErr != nil {
+		// A pod on no token of the claim (neither its own nor, for the warm member it adopted,
+		// its adoption token): its log is not read.
+		logger.V(4).Info("Not reading the log of a sandbox that answers to no token of the claim", "err", tokenErr)
 		s.stopped = true
 		close(s.stoppedCh)
 		return c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
-			Message: fmt.Sprintf("the log of sandbox pod %s (an adopted warm member) is not read: sandboxd's entries of this session are unknown", pod.Name)})
+			Message: fmt.Sprintf("the log of sandbox pod %s is not read (%v): sandboxd's entries of this session are unknown", pod.Name, tokenErr)})
 	}
 	port := sandboxpod.Ports(claim.Status.Frozen)[0].Port
 	base := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))

@@ -15,6 +15,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/usage"
 )
 
@@ -236,6 +237,45 @@ func TestACutReadIsAGap(t *testing.T) {
 	}
 	if msg := entries[3].Message; !strings.Contains(msg, "after source entry 1 are unknown") {
 		t.Errorf("gap = %q", msg)
+	}
+}
+
+// TestAnAdoptedWarmMembersLogIsRead: the warm member a claim adopted answers to the claim's
+// adoption token (its frozen tools), with which its log is read like a cold sandbox's; a pod on
+// no token of the claim is not read, and a gap says so.
+func TestAnAdoptedWarmMembersLogIsRead(t *testing.T) {
+	warm := func(member string) (*fixture, *airlockv1alpha1.SandboxClaim) {
+		f := newFixture(t, nil, nil)
+		claim := newClaim(airlockv1alpha1.ClaimBound)
+		claim.Status.Frozen.AllowedTools = []airlockv1alpha1.ToolName{"Read", "Bash"}
+		claim.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member, WorkspaceDir: "ns/sandboxes/warm/" + member}
+		pod := runningPod(claim)
+		sandboxpod.UseTokenSecret(pod, "airlock-warm-member")
+		f.follower.boot = "b1"
+		f.follower.lines["b1"] = [][]byte{sandboxdLine(t, "b1", 1, record.KindSandboxBoot), sandboxdLine(t, "b1", 2, record.KindToolCall)}
+		_ = f.claims.Add(claim)
+		_ = f.pods.Add(pod)
+		f.sync(claim)
+		f.clock.Step(flushDelay)
+		f.sync(claim)
+		return f, claim
+	}
+	f, claim := warm(runningPod(newClaim(airlockv1alpha1.ClaimBound)).Name)
+	want := "adopt:ns/" + runningPod(claim).Name + ":uid-1:Read,Bash"
+	if len(f.follower.tokens) != 1 || f.follower.tokens[0] != want {
+		t.Fatalf("read with %q, want once with the adoption token %q", f.follower.tokens, want)
+	}
+	if _, entries := f.export(); kinds(entries) != "claim.phase:Bound sandbox.boot tool.call" {
+		t.Fatalf("entries = %q, want the member's log read", kinds(entries))
+	}
+
+	f, _ = warm("another-member")
+	if len(f.follower.calls) != 0 {
+		t.Fatalf("a pod on no token of the claim was read: %q", f.follower.calls)
+	}
+	_, entries := f.export()
+	if kinds(entries) != "claim.phase:Bound record.gap" || !strings.Contains(entries[1].Message, "is not read") {
+		t.Fatalf("entries = %q (%+v), want the phase and a gap that says the log is not read", kinds(entries), entries)
 	}
 }
 

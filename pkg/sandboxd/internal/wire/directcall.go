@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -137,7 +138,7 @@ func plainMeta(raw json.RawMessage) (mcp.Meta, bool) {
 // it did not, msg goes to the SDK. A Read whose turn at the gate comes at
 // once runs in the POST's own goroutine, answered before its 202 (see
 // inlineTools); every other direct call runs on a goroutine of its own.
-func (s *sseSession) takeCall(msg jsonrpc.Message) bool {
+func (s *sseSession) takeCall(msg jsonrpc.Message, header http.Header) bool {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok || req.Method != "tools/call" {
 		return false
@@ -165,7 +166,7 @@ func (s *sseSession) takeCall(msg jsonrpc.Message) bool {
 	s.t.directCalls.Add(1)
 	run := func(ctx context.Context, release func()) {
 		defer d.running.Done()
-		res, err := table.call(ctx, "tools/call", &mcp.CallToolRequest{Session: ss, Params: params})
+		res, err := table.call(ctx, "tools/call", &mcp.CallToolRequest{Session: ss, Params: params, Extra: &mcp.RequestExtra{Header: header}})
 		if release != nil {
 			release()
 		}

@@ -71,4 +71,4 @@ func (v *SSESessionView) DirectInFlight() int {
 }
 
 // TakeCall starts msg on the session's direct path and reports whether it did.
-func (v *SSESessionView) TakeCall(msg jsonrpc.Message) bool { return v.s.takeCall(msg) }
+func (v *SSESessionView) TakeCall(msg jsonrpc.Message) bool { return v.s.takeCall(msg, nil) }

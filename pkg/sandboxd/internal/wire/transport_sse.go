@@ -235,9 +235,15 @@ func (t *SSETransport) serveMessage(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if sess.takeCall(msg) || sess.takeCancel(msg) {
+	// The POST's headers reach the tools as a streamable request's do (the caller's
+	// traceparent, docs/record.md §1): in the request's Extra, off the wire.
+	header := r.Header.Clone()
+	if sess.takeCall(msg, header) || sess.takeCancel(msg) {
 		w.WriteHeader(http.StatusAccepted)
 		return
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok {
+		req.Extra = &mcp.RequestExtra{Header: header}
 	}
 	select {
 	case sess.incoming <- msg:
