@@ -133,9 +133,18 @@ type faultRealnode struct {
 // run runs one session as runtime rt (its ServiceAccount has the runtime's name): acquire the
 // handle, the steps through MCP, then sessions/close, which reaps the claim with sync-back.
 func (r *faultRealnode) run(rt, session, handle string, files faultFiles, bash ...string) *faultSession {
+	r.t.Helper()
+	return r.runSteps(rt, session, handle, files, files, true, bash...)
+}
+
+// runSteps runs one session's steps that write files (and bash) as runtime rt, and closes the
+// session when close is set: then the session, whose work is all (files and what it wrote
+// before), is the suite's to check. Without close the claim stays Bound, and the session is
+// returned, not kept (the work checked is the one of its closing run).
+func (r *faultRealnode) runSteps(rt, session, handle string, files, all faultFiles, close bool, bash ...string) *faultSession {
 	t := r.t
 	t.Helper()
-	plan := map[string]any{"api": apiURL(), "namespace": r.e.ns, "runtime": rt, "session": session, "handle": handle, "close": true,
+	plan := map[string]any{"api": apiURL(), "namespace": r.e.ns, "runtime": rt, "session": session, "handle": handle, "close": close,
 		"steps": writeSteps(files, bash...)}
 	var res rnSession
 	err := r.e.runClientWith(fmt.Sprintf("rt-%s-%d", session, r.podSerial.Add(1)), "session", plan, 4*time.Minute, &res, func(p *corev1.Pod) {
@@ -158,8 +167,10 @@ func (r *faultRealnode) run(rt, session, handle string, files faultFiles, bash .
 	if workspace == "" {
 		t.Fatalf("session %s: the watch never saw its claim %s", session, res.Claim)
 	}
-	s := &faultSession{name: session, runtime: rt, handle: handle, files: files, claim: res.Claim, workspace: workspace}
-	r.sessions = append(r.sessions, s)
+	s := &faultSession{name: session, runtime: rt, handle: handle, files: all, claim: res.Claim, workspace: workspace}
+	if close {
+		r.sessions = append(r.sessions, s)
+	}
 	t.Logf("session %s (%s): %d files, %d bytes written in claim %s", session, rt, len(files), files.size(), res.Claim)
 	return s
 }
@@ -301,22 +312,26 @@ func mountTmpfs(t *testing.T, dir, size string) (remount func(size string), ok b
 
 // faultExtraSessions are the sessions into target A beyond the suite's faults, and
 // faultTargetVersions the versions its targets keep: every sync-back into target A (a1, a2, a3,
-// the extra ones and d1) leaves the one before as a version.
+// the extra ones, k1 and d1) leaves the one before as a version.
 const (
 	faultExtraSessions  = 4
-	faultTargetVersions = 4 + faultExtraSessions
+	faultTargetVersions = 5 + faultExtraSessions
 )
 
 // TestRealNodeFaultSuite (issue 24, item 5, on real pods and Jobs): sessions of two runtimes write
 // known content through the sandbox's MCP tools and close, while the suite makes their sync-backs
 // fail mid-copy (a file the Job cannot read, found halfway through the walk; the Job's pod killed
 // while it copies), fills a target's volume (a tmpfs too small), kills the leader operator while a
-// sync-back runs, and deletes a runtime while its session's sync-back runs. A watch holds the
+// sync-back runs, kills a sandbox mid-session (sandboxd SIGKILLed, or its pod deleted with grace
+// 0), and deletes a runtime while its session's sync-back runs. A watch holds the
 // limits and one writer per workspace throughout. Then, by content hash, every byte each session
 // wrote is in its target, in a kept version (.<target>.airlock-versions), or still in its
 // workspace, and every target and version holds one session's files exactly (never a mixture,
 // never half); the one exception is the work of the deleted runtime's session, which SPEC section
-// 3 says is lost unless its sync-back finished ("Deletion of the runtime").
+// 3 says is lost unless its sync-back finished ("Deletion of the runtime"). And every session's
+// record (issue 42, docs/record.md §2.6) verifies intact and sealed with `airlock record`, says
+// nothing was cut but where a fault cut it: the killed sandbox's boot ends in a record.gap that
+// names the last source entry read, and the sandbox that took its place goes on in the record.
 func TestRealNodeFaultSuite(t *testing.T) {
 	requireRealNode(t)
 	const targetA, targetB = "out/a", "full/b"
@@ -411,6 +426,11 @@ func TestRealNodeFaultSuite(t *testing.T) {
 		r.waitGone(r.run("agent", name, "codegen/default", sessionFiles(name, 3, 2048)))
 	}
 
+	// A sandbox killed mid-session (issue 42): its record says where it was cut, the session
+	// goes on in the sandbox that takes its place, and its work is synced back whole.
+	killed := r.killedSandboxSession("agent", "k1", "codegen/default")
+	r.waitGone(killed.session)
+
 	// Target B, on a 2 MiB tmpfs: a small session, then one of 3 MiB that cannot fit; the volume
 	// is then made larger and the retry saves it.
 	b1 := r.run("agent", "b1", "spill/default", sessionFiles("b1", 2, 1024))
@@ -441,6 +461,7 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	r.waitGone(d1)
 
 	r.checkNothingLost(monitor, []string{targetA, targetB}, "doomed")
+	r.checkRecords(killed, "doomed")
 }
 
 // checkNothingLost hashes the content volume and checks every session's work against it, then

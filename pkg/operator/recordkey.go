@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	recordcontroller "github.com/airlock-dev/airlock/pkg/controller/record"
 	"github.com/airlock-dev/airlock/pkg/record"
@@ -105,6 +106,13 @@ func (l *recordLink) WaitStopped(ctx context.Context, claimUID types.UID) bool {
 		return false
 	}
 	return l.c.WaitStopped(ctx, claimUID)
+}
+
+func (l *recordLink) WaitStored(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) bool {
+	if l == nil || l.c == nil {
+		return false
+	}
+	return l.c.WaitStored(ctx, claim)
 }
 
 func (l *recordLink) MoveRecords(ctx context.Context, namespace string, from types.UID, owner metav1.OwnerReference) error {

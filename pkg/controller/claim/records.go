@@ -31,6 +31,10 @@ type SessionRecords interface {
 	// WaitStopped waits until the claim's record has read its sandboxd's stopped entry, or ctx
 	// ends; it returns at once when nothing reads the claim's log.
 	WaitStopped(ctx context.Context, claimUID types.UID) bool
+	// WaitStored asks for the claim's record to be stored now and waits until it is, or ctx
+	// ends: before the claim's records move to its kept workspace, so that none is written after
+	// the claim is gone (owned by it, and collected with it).
+	WaitStored(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) bool
 	// MoveRecords makes owner the owner of every record segment in namespace that from owns.
 	MoveRecords(ctx context.Context, namespace string, from types.UID, owner metav1.OwnerReference) error
 }
@@ -49,11 +53,16 @@ func (c *Controller) waitForRecord(ctx context.Context, claim *airlockv1alpha1.S
 	c.records.WaitStopped(ctx, claim.UID)
 }
 
-// moveRecordsToJob moves the claim's records to its kept workspace's Job.
+// moveRecordsToJob moves the claim's records to its kept workspace's Job, once what the record
+// holds is stored (at most recordReadHold: past it, what is stored moves, and the rest is
+// written owned by the claim, and goes with it).
 func (c *Controller) moveRecordsToJob(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, job *batchv1.Job) error {
 	if c.records == nil || job == nil || job.UID == "" {
 		return nil
 	}
+	waitCtx, cancel := context.WithTimeout(ctx, recordReadHold)
+	c.records.WaitStored(waitCtx, claim)
+	cancel()
 	return c.records.MoveRecords(ctx, claim.Namespace, claim.UID, metav1.OwnerReference{
 		APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job", Name: job.Name, UID: job.UID,
 	})

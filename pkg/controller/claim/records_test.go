@@ -25,6 +25,7 @@ type fakeRecords struct {
 	mu       sync.Mutex
 	events   []string
 	moves    []string // from -> owner kind/name/uid
+	stored   []string // the claims whose records were asked to be stored (WaitStored)
 	moveErr  error
 	released func() int
 }
@@ -38,6 +39,13 @@ func (f *fakeRecords) WaitStopped(_ context.Context, uid types.UID) bool {
 	}
 	// What was released before the record read the stopped entry.
 	f.events = append(f.events, fmt.Sprintf("wait %s after %d releases", uid, n))
+	return true
+}
+
+func (f *fakeRecords) WaitStored(_ context.Context, claim *airlockv1alpha1.SandboxClaim) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stored = append(f.stored, string(claim.UID))
 	return true
 }
 
@@ -112,6 +120,11 @@ func TestKeepMovesTheRecordsToTheJob(t *testing.T) {
 				if len(records.moves) != 1 || records.moves[0] != want {
 					t.Errorf("moves %v, want [%s]", records.moves, want)
 				}
+			}
+			// The record is stored before it moves (a record not stored yet would be written
+			// after the claim is gone, owned by it).
+			if len(records.stored) != 1 || records.stored[0] != string(claim.UID) {
+				t.Errorf("records asked to be stored %v, want [%s] before the move", records.stored, claim.UID)
 			}
 			if got := countActions(f, "delete sandboxclaims c1"); (got == 1) != tc.wantDeleted {
 				t.Errorf("claim deleted %d times, want deleted: %v", got, tc.wantDeleted)

@@ -129,6 +129,15 @@ type Controller struct {
 	// ctx is Run's: the followers' goroutines end with it; wg joins them.
 	ctx context.Context
 	wg  sync.WaitGroup
+	// storeWaiters are the claim controller's waits for a claim's record to be stored (by the
+	// claim's UID): WaitStored.
+	storeWaiters map[types.UID][]chan struct{}
+	// deleted are the claims seen deleted, by name, until their next sync: a claim this leader
+	// never synced still has its record sealed (sync.go, endDeleted).
+	deleted map[cache.ObjectName]*airlockv1alpha1.SandboxClaim
+	// started is when Run began (this leader's term): a claim created before it with no stored
+	// record may have lost a previous leader's entries (sync.go, unrecordedStart).
+	started time.Time
 }
 
 // NewController returns the controller on the claims' informer and the operator's filtered pod
@@ -155,7 +164,10 @@ func newControllerWithClock(records recordControl, claims airlockinformers.Sandb
 		clock:    clk,
 		sessions: map[types.UID]*session{},
 		byName:   map[cache.ObjectName]types.UID{},
-		ctx:      context.Background(),
+		deleted:  map[cache.ObjectName]*airlockv1alpha1.SandboxClaim{},
+
+		storeWaiters: map[types.UID][]chan struct{}{},
+		ctx:          context.Background(),
 	}
 	if err := c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueClaim,
@@ -165,7 +177,7 @@ func newControllerWithClock(records recordControl, claims airlockinformers.Sandb
 				c.enqueueClaim(cur)
 			}
 		},
-		DeleteFunc: c.enqueueClaim,
+		DeleteFunc: c.claimDeleted,
 	}); err != nil {
 		return nil, err
 	}
@@ -196,7 +208,7 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	logger.Info("Starting controller", "controller", ControllerName, "workers", n)
 	defer logger.Info("Shutting down controller", "controller", ControllerName)
 	c.mu.Lock()
-	c.ctx = ctx
+	c.ctx, c.started = ctx, c.clock.Now()
 	c.mu.Unlock()
 	defer c.wg.Wait()
 	synced := []cache.InformerSynced{c.claimsSynced, c.podsSynced}
@@ -223,6 +235,38 @@ func (c *Controller) enqueueClaim(obj any) {
 		return
 	}
 	c.queue.Add(cache.MetaObjectToName(claim))
+}
+
+// claimDeleted notes the deleted claim (its last state) for its next sync, and enqueues it.
+func (c *Controller) claimDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok {
+		return
+	}
+	key := cache.MetaObjectToName(claim)
+	c.mu.Lock()
+	c.deleted[key] = claim
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// deletedClaim is the claim of key last seen deleted, nil when none.
+func (c *Controller) deletedClaim(key cache.ObjectName) *airlockv1alpha1.SandboxClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deleted[key]
+}
+
+// clearDeleted forgets the deleted claim of key with uid (not a later one of its name).
+func (c *Controller) clearDeleted(key cache.ObjectName, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.deleted[key]; d != nil && d.UID == uid {
+		delete(c.deleted, key)
+	}
 }
 
 // enqueuePodOwner enqueues the claim that controls a sandbox pod.
@@ -282,4 +326,48 @@ func (c *Controller) WaitStopped(ctx context.Context, claimUID types.UID) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// WaitStored asks for the claim's record to be stored now, not at its batch's second, and waits
+// until nothing of it waits to be stored, or ctx ends; it says whether it was stored. The claim
+// controller asks it before it moves the claim's records to its kept workspace and deletes the
+// claim: a record not stored yet (a claim reaped within its record's first second, or as a new
+// leader's term began, before the record's first sync) would otherwise be created after the
+// claim is gone, owned by it, and collected with it.
+func (c *Controller) WaitStored(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) bool {
+	c.mu.Lock()
+	s := c.sessions[claim.UID]
+	c.mu.Unlock()
+	if s != nil && s.nothingPending() {
+		return true
+	}
+	// Stored meanwhile: the sync this asks for releases the wait at once.
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.storeWaiters[claim.UID] = append(c.storeWaiters[claim.UID], ch)
+	c.mu.Unlock()
+	c.queue.Add(cache.MetaObjectToName(claim))
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitedFor says whether the claim controller waits for the record of uid to be stored.
+func (c *Controller) waitedFor(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.storeWaiters[uid]) > 0
+}
+
+// releaseStoreWaiters ends the waits for the record of uid (nothing of it waits to be stored).
+func (c *Controller) releaseStoreWaiters(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.storeWaiters[uid] {
+		close(ch)
+	}
+	delete(c.storeWaiters, uid)
 }

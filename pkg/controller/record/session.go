@@ -87,6 +87,14 @@ type session struct {
 	gwAfter map[string]uint64
 }
 
+// nothingPending says that the record has been stored whole (it was written, and nothing of it
+// waits).
+func (s *session) nothingPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending) == 0 && s.segSR != nil
+}
+
 // errPaused stops a read while too much waits to be stored.
 var errPaused = errors.New("too many entries wait to be stored: reading stops until they are")
 
@@ -262,6 +270,13 @@ func (c *Controller) followEnded(logger klog.Logger, s *session, err error) {
 	}
 	s.mu.Unlock()
 	c.queue.Add(s.key)
+}
+
+// termStarted is when Run began (zero before).
+func (c *Controller) termStarted() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
 }
 
 // runContext is Run's context (the followers end with it).

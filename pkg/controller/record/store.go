@@ -22,12 +22,16 @@ import (
 // the first of them waited flushDelay; else it says when that will be. A phase waits as any
 // entry does: a claim that binds within a second costs one write, not one per phase.
 func (c *Controller) flushIfDue(ctx context.Context, s *session) (*time.Duration, error) {
+	waited := c.waitedFor(s.claim.UID) // the claim controller waits for it (WaitStored)
 	s.mu.Lock()
 	n := len(s.pending)
-	due := n >= batchEntries || s.sealed
+	due := n >= batchEntries || s.sealed || waited
 	wait := s.firstPending.Add(flushDelay).Sub(c.clock.Now())
 	s.mu.Unlock()
 	if n == 0 {
+		if waited {
+			c.releaseStoreWaiters(s.claim.UID)
+		}
 		return nil, nil
 	}
 	if !due && wait > 0 {
@@ -100,9 +104,13 @@ func (c *Controller) store(ctx context.Context, s *session) error {
 	s.mu.Lock()
 	s.storedCount, s.storedHead = anchor.Count, anchor.Head
 	resume := s.paused && s.pendingBytes <= maxPendingBytes/2
+	stored := len(s.pending) == 0
 	s.mu.Unlock()
 	if resume {
 		c.queue.Add(s.key)
+	}
+	if stored {
+		c.releaseStoreWaiters(s.claim.UID)
 	}
 	klog.FromContext(ctx).V(4).Info("Stored the claim's record", "entries", anchor.Count, "sealed", anchor.Sealed)
 	return nil

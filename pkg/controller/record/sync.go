@@ -49,12 +49,24 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			return requeue, err
 		}
 	}
+	if gone := c.deletedClaim(key); gone != nil {
+		if (!had || gone.UID != uid) && (claim == nil || claim.UID != gone.UID) {
+			if requeue, err := c.endDeleted(ctx, gone); err != nil || requeue != nil {
+				return requeue, err
+			}
+		}
+		c.clearDeleted(key, gone.UID)
+	}
 	if claim == nil {
 		return nil, nil
 	}
 	s, err := c.sessionFor(ctx, claim)
-	if err != nil || s == nil {
+	if err != nil {
 		return nil, err
+	}
+	if s == nil { // stored sealed: nothing waits
+		c.releaseStoreWaiters(claim.UID)
+		return nil, nil
 	}
 	pods, err := c.claimPods(claim)
 	if err != nil {
@@ -79,6 +91,33 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 	flush, err := c.flushIfDue(ctx, s)
 	return sooner(sooner(follow, gateways), flush), err
+}
+
+// endDeleted keeps the record of a claim deleted before this leader had synced it (reaped by
+// the previous leader in its last moments, or as this term began, before the claim's first
+// sync): the record stored so far is resumed, or one begun, the claim's last phase recorded, and
+// it is sealed. No record is left unsealed, or missing, because no leader saw its claim go.
+func (c *Controller) endDeleted(ctx context.Context, gone *airlockv1alpha1.SandboxClaim) (*time.Duration, error) {
+	s, err := c.sessionFor(ctx, gone)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil { // stored sealed: nothing more to write
+		c.mu.Lock()
+		s = c.sessions[gone.UID]
+		c.mu.Unlock()
+		if s != nil {
+			c.forget(s)
+		}
+		return nil, nil
+	}
+	s.mu.Lock()
+	err = c.recordPhaseLocked(s, gone)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return c.end(ctx, s, nil, "the claim was deleted")
 }
 
 // claimEnded says whether the claim's session is over (its pods are deleted or never come).
@@ -346,6 +385,14 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 				return nil, err
 			}
 		}
+		if msg := c.unrecordedStart(claim); msg != "" {
+			s.mu.Lock()
+			err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: msg})
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		}
 		return s, nil
 	}
 	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
@@ -360,7 +407,46 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 		return s, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After, "phase", s.phase)
+	s.mu.Lock()
+	err = c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: c.resumedMessage(last)})
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// unrecordedStart is the gap that begins a record this leader starts for a claim that was
+// created before its term and has moved past Pending: a previous leader's entries of it, not yet
+// stored when it was killed (within its first second), are unknown, and so are the phases the
+// claim passed through before this leader saw it. "" when the record misses nothing it can tell.
+func (c *Controller) unrecordedStart(claim *airlockv1alpha1.SandboxClaim) string {
+	started := c.termStarted()
+	phase := claim.Status.Phase
+	if started.IsZero() || phase == "" || phase == airlockv1alpha1.ClaimPending || !claim.CreationTimestamp.Time.Before(started) {
+		return ""
+	}
+	return fmt.Sprintf("no stored record of the claim was found, though it was created (%s) before this leader's term began (%s) and is %s already: "+
+		"the phases it passed through before, and the entries a previous leader appended and had not stored, if any, are unknown",
+		record.FormatTime(claim.CreationTimestamp.Time), record.FormatTime(started), phase)
+}
+
+// resumedMessage is the gap a new leader writes where it takes up a live record: the previous
+// leader may have appended entries after the last one it stored and lost them with its memory.
+// Nothing tells whether it had any, so the record says where it may have been cut, and what is
+// read again (docs/record.md §2.5 Failover).
+func (c *Controller) resumedMessage(last *recordstore.Segment) string {
+	msg := fmt.Sprintf("a new leader resumed the record after entry %d, the last one the previous leader stored (its anchor of %s): "+
+		"the operator's entries the previous leader appended after it and had not stored, if any, are unknown (the claim's phase is recorded again when it differs)",
+		last.Anchor.Count, last.Anchor.Time)
+	switch {
+	case !c.readSandboxes:
+	case last.Cursor.Boot == "":
+		msg += "; sandboxd's entries are read again from the start of its log"
+	default:
+		msg += fmt.Sprintf("; sandboxd's entries are read again from its log, after source entry %d of boot %s", last.Cursor.After, last.Cursor.Boot)
+	}
+	return msg
 }
 
 // sooner is the earlier of two times to look again (nil: none).

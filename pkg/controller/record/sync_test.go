@@ -152,8 +152,63 @@ func TestANewLeaderResumesFromTheStoredCursor(t *testing.T) {
 	if !rep.Intact() {
 		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
 	}
-	if want := "claim.phase:Bound sandbox.boot tool.call tool.call sandbox.stopped"; kinds(entries) != want {
+	// The new leader says where it took the record up (TestANewLeaderSaysWhereItResumed).
+	if want := "claim.phase:Bound sandbox.boot tool.call record.gap tool.call sandbox.stopped"; kinds(entries) != want {
 		t.Errorf("entries = %q, want %q", kinds(entries), want)
+	}
+}
+
+// TestANewLeaderSaysWhereItResumed: a leader appends a phase and is killed before it stores it;
+// the new leader's record says where the previous leader's entries may have been lost (a gap
+// entry naming the last stored entry, and where sandboxd's log is read again) before the phase
+// it records again, and the record verifies intact. Nothing silent: the lost entry is not
+// rebuilt, its place is said.
+func TestANewLeaderSaysWhereItResumed(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	claim := newClaim(airlockv1alpha1.ClaimBound)
+	lines := [][]byte{sandboxdLine(t, "b1", 1, record.KindSandboxBoot), sandboxdLine(t, "b1", 2, record.KindToolCall)}
+	f.follower.boot, f.follower.lines["b1"], f.follower.end = "b1", lines, context.Canceled
+	_ = f.claims.Add(claim)
+	_ = f.pods.Add(runningPod(claim))
+	f.sync(claim)
+	f.clock.Step(flushDelay)
+	f.sync(claim) // stored: Bound, boot, tool.call (3 entries)
+	reaping := claim.DeepCopy()
+	reaping.Status.Phase, reaping.Status.Reason, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "Idle", "2"
+	_ = f.claims.Update(reaping)
+	f.sync(reaping) // Reaping appended, not stored: the leader is killed here
+
+	g := newFixture(t, f.records, f.signer)
+	g.follower.boot, g.follower.lines["b1"], g.follower.end = "b1", lines, context.Canceled
+	_ = g.claims.Add(reaping)
+	_ = g.pods.Add(runningPod(claim))
+	g.sync(reaping)
+	g.clock.Step(flushDelay)
+	g.sync(reaping)
+	rep, entries := g.export()
+	if !rep.Intact() {
+		t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+	}
+	if want := "claim.phase:Bound sandbox.boot tool.call record.gap claim.phase:Reaping"; kinds(entries) != want {
+		t.Fatalf("entries = %q, want %q", kinds(entries), want)
+	}
+	gap := entries[3]
+	for _, want := range []string{"new leader resumed the record after entry 3", "unknown", "after source entry 2 of boot b1"} {
+		if !strings.Contains(gap.Message, want) {
+			t.Errorf("the gap %q does not say %q", gap.Message, want)
+		}
+	}
+
+	// A third leader, the record unchanged since: it says so again (a leader cannot tell), once.
+	h := newFixture(t, f.records, f.signer)
+	h.follower.boot, h.follower.lines["b1"], h.follower.end = "b1", lines, context.Canceled
+	_ = h.claims.Add(reaping)
+	_ = h.pods.Add(runningPod(claim))
+	h.sync(reaping)
+	h.clock.Step(flushDelay)
+	h.sync(reaping)
+	if _, entries := h.export(); strings.Count(kinds(entries), "record.gap") != 2 || strings.Count(kinds(entries), "claim.phase") != 2 {
+		t.Errorf("after a third leader: %q, want one more gap and no phase again", kinds(entries))
 	}
 }
 
@@ -536,5 +591,141 @@ func TestASegmentDeletedUnderTheLeaderIsCreatedAgain(t *testing.T) {
 	}
 	if got := kinds(entries); got != "claim.phase:Bound claim.phase:Reaping record.gap record.sealed" || !strings.Contains(entries[2].Message, "was deleted under the leader") {
 		t.Errorf("entries = %q (%q), want the record created again with a gap", got, entries[2].Message)
+	}
+}
+
+// TestARecordStartedLateSaysWhatItMissed: a claim created before this leader's term, already
+// Bound, with no stored record (the previous leader was killed within its first second) begins
+// its record with a gap that says its earlier phases are unknown; a claim created during the
+// term, or still Pending, begins without one.
+func TestARecordStartedLateSaysWhatItMissed(t *testing.T) {
+	for name, tc := range map[string]struct {
+		created time.Time
+		phase   airlockv1alpha1.ClaimPhase
+		want    string
+	}{
+		"created before the term, Bound":   {created: t0.Add(-time.Minute), phase: airlockv1alpha1.ClaimBound, want: "record.gap claim.phase:Bound"},
+		"created before the term, Pending": {created: t0.Add(-time.Minute), phase: airlockv1alpha1.ClaimPending, want: "claim.phase:Pending"},
+		"created in the term, Bound":       {created: t0.Add(time.Second), phase: airlockv1alpha1.ClaimBound, want: "claim.phase:Bound"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			f.c.started = t0
+			claim := newClaim(tc.phase)
+			claim.Status.Frozen = nil // nothing to read: the operator's entries only
+			claim.CreationTimestamp = metav1.NewTime(tc.created)
+			_ = f.claims.Add(claim)
+			f.sync(claim)
+			f.clock.Step(flushDelay)
+			f.sync(claim)
+			rep, entries := f.export()
+			if !rep.Intact() {
+				t.Fatalf("verdict %q: %v", rep.Verdict(), rep.Findings)
+			}
+			if kinds(entries) != tc.want {
+				t.Fatalf("entries %q, want %q", kinds(entries), tc.want)
+			}
+			if strings.HasPrefix(tc.want, "record.gap") && !strings.Contains(entries[0].Message, "is Bound already: the phases it passed through before") {
+				t.Errorf("the gap says %q", entries[0].Message)
+			}
+		})
+	}
+}
+
+// TestAClaimDeletedBeforeItsFirstSyncIsSealed: a claim reaped and deleted before this leader
+// synced it (the previous leader's last moments, or as this term began) still has its record
+// sealed: the one stored so far resumed (a gap where the previous leader may have lost entries),
+// or one begun that says what is unknown; its last phase recorded, the seal, intact. Before,
+// the record was left unsealed, or none was written.
+func TestAClaimDeletedBeforeItsFirstSyncIsSealed(t *testing.T) {
+	reaping := func() *airlockv1alpha1.SandboxClaim {
+		c := newClaim(airlockv1alpha1.ClaimReaping)
+		c.Status.Reason, c.Status.Frozen = "Idle", nil
+		c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+		return c
+	}
+	t.Run("stored by the previous leader", func(t *testing.T) {
+		f := newFixture(t, nil, nil)
+		claim := newClaim(airlockv1alpha1.ClaimBound)
+		claim.Status.Frozen = nil
+		_ = f.claims.Add(claim)
+		f.sync(claim)
+		f.clock.Step(flushDelay)
+		f.sync(claim) // stored, live: then the leader is killed
+
+		g := newFixture(t, f.records, f.signer)
+		g.c.started = t0
+		g.c.claimDeleted(reaping()) // deleted before g's first sync: not in g's cache
+		g.sync(claim)
+		rep, entries := g.export()
+		if !rep.Intact() || !rep.Sealed {
+			t.Fatalf("verdict %q (sealed %v): %v", rep.Verdict(), rep.Sealed, rep.Findings)
+		}
+		if want := "claim.phase:Bound record.gap claim.phase:Reaping record.sealed"; kinds(entries) != want {
+			t.Errorf("entries %q, want %q", kinds(entries), want)
+		}
+		if len(g.c.sessions) != 0 || len(g.c.deleted) != 0 {
+			t.Errorf("sessions %d, deleted %d kept after the seal: want none", len(g.c.sessions), len(g.c.deleted))
+		}
+	})
+	t.Run("nothing stored", func(t *testing.T) {
+		g := newFixture(t, nil, nil)
+		g.c.started = t0
+		g.c.claimDeleted(reaping())
+		g.sync(reaping())
+		rep, entries := g.export()
+		if !rep.Intact() || !rep.Sealed {
+			t.Fatalf("verdict %q (sealed %v): %v", rep.Verdict(), rep.Sealed, rep.Findings)
+		}
+		if want := "record.gap claim.phase:Reaping record.sealed"; kinds(entries) != want {
+			t.Errorf("entries %q, want %q", kinds(entries), want)
+		}
+	})
+}
+
+// TestWaitStoredStoresNow: the claim controller's WaitStored (before it moves a claim's records
+// to its kept workspace and deletes the claim) has the record stored at once, not at its batch's
+// second, whether the record has entries waiting or has not been synced at all yet (a claim
+// reaped as a new leader's term began); it returns once they are stored. Without it, a record
+// stored after its claim is gone is owned by the gone claim and collected with it.
+func TestWaitStoredStoresNow(t *testing.T) {
+	for name, syncedBefore := range map[string]bool{"entries waiting": true, "not synced yet": false} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			claim := newClaim(airlockv1alpha1.ClaimBound)
+			claim.Status.Frozen = nil
+			_ = f.claims.Add(claim)
+			if syncedBefore {
+				f.sync(claim)
+				if got := f.writes(); len(got) != 0 {
+					t.Fatalf("writes %q before the batch's second", got)
+				}
+			}
+			done := make(chan bool)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				done <- f.c.WaitStored(ctx, claim)
+			}()
+			key, _ := f.c.queue.Get() // the wait asks for the claim's sync
+			f.sync(claim)
+			f.c.queue.Done(key)
+			if !<-done {
+				t.Fatal("WaitStored: not stored")
+			}
+			if got := f.writes(); len(got) != 1 {
+				t.Errorf("writes %q, want the record created at once", got)
+			}
+			if _, entries := f.export(); kinds(entries) != "claim.phase:Bound" {
+				t.Errorf("stored %q, want the phase", kinds(entries))
+			}
+			if len(f.c.storeWaiters) != 0 {
+				t.Errorf("waits left: %v", f.c.storeWaiters)
+			}
+			// Stored: a second wait returns at once.
+			if !f.c.WaitStored(context.Background(), claim) {
+				t.Error("a second WaitStored did not return at once")
+			}
+		})
 	}
 }
