@@ -208,7 +208,7 @@ func TestRecordLeaderFailover(t *testing.T) {
 // claimPhaseWatch records every phase (and reason) of a claim as the API server reports it,
 // watching again from the last resourceVersion when a watch ends (an API server stalled).
 type claimPhaseWatch struct {
-	mu     sync.Mutex
+	mu      sync.Mutex
 	phases  []string
 	reaping chan struct{}
 	once    sync.Once
