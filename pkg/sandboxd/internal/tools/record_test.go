@@ -16,6 +16,13 @@ type memRecorder struct {
 	mu    sync.Mutex
 	files map[string]string
 	procs []string
+	scans []time.Time // the since of each FilesChanged
+}
+
+func (r *memRecorder) FilesChanged(since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scans = append(r.scans, since)
 }
 
 func (r *memRecorder) FileWritten(path string, content []byte) {
