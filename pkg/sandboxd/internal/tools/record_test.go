@@ -80,8 +80,11 @@ func TestRenameSymbolRecordsEveryFileItWrote(t *testing.T) {
 func TestProcessToolsAskForTheirFilesScan(t *testing.T) {
 	tb, _ := newScriptWorkspace(t)
 	for name, run := range map[string]func(context.Context) error{
-		"Bash":       func(ctx context.Context) error { _, _, err := tb.bash(ctx, BashInput{Command: "true"}); return err },
-		"run_script": func(ctx context.Context) error { _, _, err := tb.runScript(ctx, RunScriptInput{Name: "greet"}); return err },
+		"Bash": func(ctx context.Context) error { _, _, err := tb.bash(ctx, BashInput{Command: "true"}); return err },
+		"run_script": func(ctx context.Context) error {
+			_, _, err := tb.runScript(ctx, RunScriptInput{Name: "greet"})
+			return err
+		},
 	} {
 		rec := &memRecorder{}
 		before := time.Now()
