@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/record"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/sandboxdtest"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
@@ -258,5 +261,61 @@ func TestBashFilesCollectedVerify(t *testing.T) {
 	}
 	if strings.Join(files, " ") != "d/x# #+" {
 		t.Errorf("file entries %q, want d/x and one counted", files)
+	}
+}
+
+// TestAScanSkipsWhatTheRecordAlreadySaid: a scan whose window holds files that another call
+// recorded (a Bash call's scan, a Write's own entry) and that did not change since records
+// neither again; a file changed again (other content, a new ctime) is recorded again.
+func TestAScanSkipsWhatTheRecordAlreadySaid(t *testing.T) {
+	dir := t.TempDir()
+	ws, err := confine.NewResolver(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	log, err := recordlog.New(time.Now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := newCallRecording(log, ws, wsscan.Limits{})
+	recorder := func(call uint64) *callRecorder {
+		return &callRecorder{log: log, call: call, ws: cr.ws, scan: cr.scan, seen: cr.seen}
+	}
+	since := wsscan.Now() // every scan below has a window that holds every write
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r1 := recorder(1)
+	r1.FilesChanged(since)
+	r1.end()
+	if err := os.WriteFile(filepath.Join(dir, "w.txt"), []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recorder(2).FileWritten("w.txt", []byte("w")) // as the Write tool records its own write
+	r3 := recorder(3)
+	r3.FilesChanged(since)
+	r3.end()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r4 := recorder(4)
+	r4.FilesChanged(since)
+	r4.end()
+
+	rr := httptest.NewRecorder()
+	log.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, recordlog.Path, nil))
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(rr.Body.String()), "\n") {
+		var e record.Entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if e.Kind == record.KindFileWrite {
+			got = append(got, fmt.Sprintf("%d:%s", e.Call, e.Path))
+		}
+	}
+	if strings.Join(got, " ") != "1:a.txt 2:w.txt 4:a.txt" {
+		t.Fatalf("file entries %v, want a.txt of call 1, w.txt of call 2, a.txt again of call 4", got)
 	}
 }
