@@ -95,13 +95,14 @@ cluster-down: ## Stop the local control plane.
 	hack/local-cluster.sh down
 
 .PHONY: bench-sandboxd
-bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go server over SSE, and over Streamable HTTP (issue 26 item 4's six ratios with their targets, client=raw the servers' measure, client=sdk the Go SDK's), round trips, a 10k-file snapshot, find_references, RSS at rest, the session record's overhead (a Read's and a Write's p50 with the record off and on, its bytes per call: docs/record.md section 4) (~4-6 min).
+bench-sandboxd: ## sandboxd's speed: Read and Bash side by side with an mcp-go server over SSE, and over Streamable HTTP (issue 26 item 4's six ratios with their targets, client=raw the servers' measure, client=sdk the Go SDK's), round trips, a 10k-file snapshot, find_references, RSS at rest, the session record's overhead (a Read's and a Write's p50 with the record off and on, its bytes per call: docs/record.md section 4), the scan of a Bash call's files on 20,000 files (the time it adds per call: docs/record.md section 4) (~5-7 min).
 	@echo "load average before: $$(cat /proc/loadavg)"
 	go test -run '^$$' -bench BenchmarkSideBySide -benchtime 4000x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkToolCall -benchtime 2s ./pkg/sandboxd/
 	go test -run '^$$' -bench 'BenchmarkSnapshotCreate|BenchmarkFindReferences' -benchtime 20x -timeout 20m ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkRSSAtRest -benchtime 1x ./pkg/sandboxd/
 	go test -run '^$$' -bench BenchmarkRecordOverhead -benchtime 10000x ./pkg/sandboxd/
+	go test -run '^$$' -bench BenchmarkBashCallScan -benchtime 200x ./pkg/sandboxd/
 	@echo "load average after: $$(cat /proc/loadavg)"
 
 .PHONY: bench-egress

@@ -182,7 +182,7 @@ func TestImports(t *testing.T) {
 func sandboxdLayers() []rule {
 	const sd = module + "pkg/sandboxd"
 	const internal = sd + "/internal/"
-	helpers := []string{"confine", "evidence", "lsp", "outcap", "meter", "procgroup", "recordlog", "scrub", "snapshot", "testfailures"}
+	helpers := []string{"confine", "evidence", "lsp", "outcap", "meter", "procgroup", "recordlog", "scrub", "snapshot", "testfailures", "wsscan"}
 	var rules []rule
 	for _, tags := range []string{"", "sandboxd_only"} {
 		rules = append(rules,

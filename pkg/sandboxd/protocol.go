@@ -10,12 +10,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/recordlog"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
 
@@ -27,9 +29,9 @@ const (
 // newMCPServer builds the protocol layer: the SDK's MCP server with the
 // served tools, restricted to wire.ProtocolVersions, with the middleware that
 // counts tool calls and turns a panicking tool into a tool error.
-func newMCPServer(tb *tools.Toolbox, gate *wire.Gate, served []string, m *metrics, rec *recordlog.Log, logger klog.Logger) (*mcp.Server, *wire.CallTable) {
+func newMCPServer(tb *tools.Toolbox, gate *wire.Gate, served []string, m *metrics, cr callRecording, logger klog.Logger) (*mcp.Server, *wire.CallTable) {
 	s := newBareMCPServer(tb, logger)
-	return s, serveTools(s, tb, gate, served, m, rec, logger)
+	return s, serveTools(s, tb, gate, served, m, cr, logger)
 }
 
 // newBareMCPServer builds the SDK's MCP server without tools: a warm
@@ -57,11 +59,11 @@ func newBareMCPServer(tb *tools.Toolbox, logger klog.Logger) *mcp.Server {
 // calls directly (directcall.go), in the same middleware. It is called once
 // per server: at construction, or for a warm member at its adoption, before
 // any session exists.
-func serveTools(s *mcp.Server, tb *tools.Toolbox, gate *wire.Gate, served []string, m *metrics, rec *recordlog.Log, logger klog.Logger) *wire.CallTable {
-	s.AddReceivingMiddleware(toolCallMiddleware(gate, served, m, rec, logger, true))
+func serveTools(s *mcp.Server, tb *tools.Toolbox, gate *wire.Gate, served []string, m *metrics, cr callRecording, logger klog.Logger) *wire.CallTable {
+	s.AddReceivingMiddleware(toolCallMiddleware(gate, served, m, cr, logger, true))
 	set := toolcall.NewSet(s)
 	tools.Add(set, tb, served)
-	return wire.NewCallTable(set, toolCallMiddleware(gate, served, m, rec, logger, false), gate)
+	return wire.NewCallTable(set, toolCallMiddleware(gate, served, m, cr, logger, false), gate)
 }
 
 // toolCallMiddleware is the one place every tools/call goes through. It
@@ -69,12 +71,13 @@ func serveTools(s *mcp.Server, tb *tools.Toolbox, gate *wire.Gate, served []stri
 // alone, the others side by side), turns a panic in a tool into a tool
 // error instead of a crash, scrubs secrets from the result, counts,
 // times and logs the call by tool and result, and records it in the
-// session's log with what it wrote and ran (rec; nil records nothing).
+// session's log with what it wrote and ran (rec; a nil log records nothing).
 //
 // sdk says the middleware is the SDK's, which runs each call on a fresh
 // goroutine whose stack wire.GrowStack grows at once; the direct path's calls
 // (directcall.go) are shallow enough not to need it.
-func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recordlog.Log, logger klog.Logger, sdk bool) mcp.Middleware {
+func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, cr callRecording, logger klog.Logger, sdk bool) mcp.Middleware {
+	rec := cr.log
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 			if method != "tools/call" {
@@ -90,9 +93,11 @@ func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recor
 			start := time.Now()
 			var call uint64
 			var trace callTrace
+			var recorder *callRecorder
 			if rec != nil {
 				call, trace = rec.NextCall(), callTraceOf(req)
-				ctx = toolcall.WithRecorder(ctx, callRecorder{log: rec, call: call, trace: trace})
+				recorder = &callRecorder{log: rec, call: call, trace: trace, ws: cr.ws, scan: cr.scan, seen: cr.seen}
+				ctx = toolcall.WithRecorder(ctx, recorder)
 				if env := trace.processEnv(processGetenv); env != nil {
 					ctx = procgroup.WithEnv(ctx, env)
 				}
@@ -114,6 +119,7 @@ func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recor
 				elapsed := time.Since(start)
 				m.observe(tool, result, elapsed)
 				if rec != nil {
+					recorder.end() // the files its processes wrote, before the call's entry
 					recordCall(rec, call, tool, req, result, start, elapsed, trace)
 				}
 				logger.V(2).Info("Tool call", "tool", tool, "result", result, "elapsed", elapsed)
@@ -134,6 +140,25 @@ func toolCallMiddleware(gate *wire.Gate, served []string, m *metrics, rec *recor
 			return next(ctx, method, req)
 		}
 	}
+}
+
+// callRecording is what the middleware records each call with: the session's log (nil records
+// nothing), the workspace that the call's processes are scanned in, the scan's bounds, and what
+// the record last said of each file.
+type callRecording struct {
+	log  *recordlog.Log
+	ws   *confine.Resolver
+	scan wsscan.Limits
+	seen *seenFiles
+}
+
+// newCallRecording is the recording of the session's log rec in the workspace ws: each scan
+// within limits (wsscan.DefaultLimits when zero).
+func newCallRecording(rec *recordlog.Log, ws *confine.Resolver, limits wsscan.Limits) callRecording {
+	if limits == (wsscan.Limits{}) {
+		limits = wsscan.DefaultLimits
+	}
+	return callRecording{log: rec, ws: ws, scan: limits, seen: newSeenFiles()}
 }
 
 // callStatus is the result label of a finished tool call.

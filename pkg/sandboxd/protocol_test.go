@@ -48,7 +48,7 @@ func connectInMemory(t *testing.T, tb *tools.Toolbox, readOnly bool, allowed []s
 		t.Fatal(err)
 	}
 	m := newMetrics(served, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
-	server, _ := newMCPServer(tb, wire.NewGate(), served, m, nil, logger)
+	server, _ := newMCPServer(tb, wire.NewGate(), served, m, callRecording{}, logger)
 	return sandboxdtest.ConnectInMemory(ctx, t, server, opts), m
 }
 
@@ -163,7 +163,7 @@ func TestToolPanicIsAToolError(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	m := newMetrics([]string{"boom"}, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	server := mcp.NewServer(&mcp.Implementation{Name: "t"}, nil)
-	server.AddReceivingMiddleware(toolCallMiddleware(wire.NewGate(), []string{"boom"}, m, nil, logger, true))
+	server.AddReceivingMiddleware(toolCallMiddleware(wire.NewGate(), []string{"boom"}, m, callRecording{}, logger, true))
 	tools.AddTool(toolcall.NewSet(server), &mcp.Tool{Name: "boom"}, func(context.Context, tools.ReadInput) (*mcp.CallToolResult, tools.ReadOutput, error) {
 		panic("kaboom")
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/tools"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wire"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 	"github.com/airlock-dev/airlock/pkg/sandboxstop"
 	"github.com/airlock-dev/airlock/pkg/toolnames"
 )
@@ -52,6 +53,9 @@ type options struct {
 	evidence *evidence.Sources
 	// usage says where usage is read from (usage.go); nil: the container's cgroup, the real clock.
 	usage *usageOptions
+	// fileScan bounds the scan of the workspace after a call's processes (wsscan.DefaultLimits
+	// when zero).
+	fileScan wsscan.Limits
 }
 
 func defaultOptions() options {
@@ -90,6 +94,9 @@ type server struct {
 	record *recordlog.Log
 	// usage appends the session's usage to record (usage.go); nil when record is.
 	usage *usageMeter
+	// recording is what each tool call is recorded with (record.go): record, and the scan of
+	// the workspace after a call's processes; its log is nil when record is.
+	recording callRecording
 	// evidence is where the isolation evidence is gathered from; isolation holds it once
 	// gathered, and isolated is closed when gathering has ended, with or without it
 	// (isolation.go).
@@ -157,6 +164,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		}
 		s.usage = newUsageMeter(uopts, tb.Workspace().Dir(), s.record, logger)
 		s.record.OnStop(s.usage.final)
+		s.recording = newCallRecording(s.record, tb.Workspace(), opts.fileScan)
 	}
 	s.metrics = newMetrics(served,
 		func() float64 { return float64(s.sse.Open()) },
@@ -168,7 +176,7 @@ func newServer(cfg Config, opts options, logger klog.Logger) (*server, error) {
 		s.mcp = newBareMCPServer(tb, logger)
 		g.SetAdopt(s.adopt)
 	} else {
-		s.mcp, calls = newMCPServer(tb, s.gate, served, s.metrics, s.record, logger)
+		s.mcp, calls = newMCPServer(tb, s.gate, served, s.metrics, s.recording, logger)
 	}
 	s.mcp.AddReceivingMiddleware(isolationMeta(s.isolationDigest))
 	s.sse = wire.NewSSETransport(s.mcp, opts.keepAlive, opts.maxMessageBytes, logger)
@@ -224,7 +232,7 @@ func (s *server) adopt(a warmtoken.Adoption) (served, ignored []string, err erro
 	}
 	s.metrics.startTools(served)
 	s.metrics.adopted()
-	s.sse.StoreCalls(serveTools(s.mcp, s.tb, s.gate, served, s.metrics, s.record, s.logger))
+	s.sse.StoreCalls(serveTools(s.mcp, s.tb, s.gate, served, s.metrics, s.recording, s.logger))
 	return served, ignored, nil
 }
 

@@ -14,6 +14,10 @@ type Recorder interface {
 	// ProcessEnded says that a process the call started, argv, ended with exit status exit (124
 	// on a timeout, -1 when it was killed) after elapsed.
 	ProcessEnded(argv []string, exit int, elapsed time.Duration)
+	// FilesChanged says that processes the call started ran from since (the kernel's coarse
+	// clock, wsscan.Now) until now, and have ended: the files they created or changed in the
+	// workspace are the call's too (docs/record.md §2.3).
+	FilesChanged(since time.Time)
 }
 
 type recorderKey struct{}
@@ -35,3 +39,4 @@ type noRecorder struct{}
 
 func (noRecorder) FileWritten(string, []byte)                {}
 func (noRecorder) ProcessEnded([]string, int, time.Duration) {}
+func (noRecorder) FilesChanged(time.Time)                    {}

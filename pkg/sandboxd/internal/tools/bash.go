@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/scrub"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 )
 
 const (
@@ -93,19 +94,21 @@ func (tb *Toolbox) bash(ctx context.Context, in BashInput) (*mcp.CallToolResult,
 		return nil, BashOutput{}, err
 	}
 	if in.RunInBackground {
+		since := wsscan.Now()
 		sh, err := tb.shells.start(tb.procs, tb.ws.Dir(), in.Command, procgroup.EnvFrom(ctx))
 		if err != nil {
 			return nil, BashOutput{}, err
 		}
-		go sh.recordEnd(toolcall.RecorderFrom(ctx))
+		go sh.recordEnd(toolcall.RecorderFrom(ctx), since)
 		out := BashOutput{ShellID: sh.id}
 		return textResult(fmt.Sprintf("Started background shell %s. Read its output with BashOutput (shell_id %q); stop it with KillShell.", sh.id, sh.id)), out, nil
 	}
+	since := wsscan.Now()
 	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), in.Command, timeout)
 	if err != nil {
 		return nil, BashOutput{}, err
 	}
-	recordProcess(ctx, in.Command, res)
+	recordProcess(ctx, in.Command, since, res)
 	if res.Canceled {
 		return nil, BashOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
@@ -402,23 +405,29 @@ func (b *streamBuffer) take() (string, int64) {
 }
 
 // recordProcess records the process a foreground command ran: /bin/bash -c command, its exit
-// status (procgroup.ExitTimedOut on a timeout, -1 when it was cancelled) and how long it took.
-func recordProcess(ctx context.Context, command string, res procgroup.Result) {
+// status (procgroup.ExitTimedOut on a timeout, -1 when it was cancelled) and how long it took;
+// then the files it created or changed in the workspace since (wsscan.Now, taken before it
+// started). Its process group has ended (RunForeground waits for it), but a child that left the
+// group (setsid) may still write: what it writes after the scan is not this call's entry.
+func recordProcess(ctx context.Context, command string, since time.Time, res procgroup.Result) {
 	exit := res.ExitCode
 	if res.Canceled {
 		exit = -1
 	}
-	toolcall.RecorderFrom(ctx).ProcessEnded([]string{"/bin/bash", "-c", command}, exit, res.Elapsed)
+	r := toolcall.RecorderFrom(ctx)
+	r.ProcessEnded([]string{"/bin/bash", "-c", command}, exit, res.Elapsed)
+	r.FilesChanged(since)
 }
 
 // recordEnd records the shell's process once it has ended, under the call that started it
 // (exit -1 when KillShell or a stop killed it). It returns when the process is done: sandboxd's
 // stop kills every process group, so none outlives the server.
-func (sh *shell) recordEnd(r toolcall.Recorder) {
+func (sh *shell) recordEnd(r toolcall.Recorder, since time.Time) {
 	<-sh.proc.Done()
 	exit := sh.proc.ExitCode()
 	if sh.proc.WasKilled() {
 		exit = -1
 	}
 	r.ProcessEnded([]string{"/bin/bash", "-c", sh.command}, exit, time.Since(sh.started))
+	r.FilesChanged(since)
 }

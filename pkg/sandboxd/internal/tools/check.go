@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/confine"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/testfailures"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 )
 
 const (
@@ -161,11 +162,12 @@ func (tb *Toolbox) runCommandCheck(ctx context.Context, kind, lang, command stri
 	if parser != nil {
 		tee = parser
 	}
+	since := wsscan.Now()
 	res, err := procgroup.RunForegroundTee(ctx, tb.procs, tb.ws.Dir(), command, timeout, tee)
 	if err != nil {
 		return nil, RunTestsOutput{}, err
 	}
-	recordProcess(ctx, command, res)
+	recordProcess(ctx, command, since, res)
 	if res.Canceled {
 		return nil, RunTestsOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 )
 
 // tests_covering answers which tests of a Go package execute a file, a
@@ -195,11 +196,12 @@ func (tb *Toolbox) coveringSource(in TestsCoveringInput) (string, []byte, *token
 // package of a module nested in the workspace builds in its own module.
 func (tb *Toolbox) buildCoverageTests(ctx context.Context, dir, bin string, timeout time.Duration) error {
 	build := fmt.Sprintf("cd %s && go test -c -cover -covermode=set -o %s .", shellQuote(dir), shellQuote(bin))
+	since := wsscan.Now()
 	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), build, timeout)
 	if err != nil {
 		return err
 	}
-	recordProcess(ctx, build, res)
+	recordProcess(ctx, build, since, res)
 	switch {
 	case res.Canceled:
 		return fmt.Errorf("cancelled after %v: the build's process group was killed", res.Elapsed.Round(time.Millisecond))
@@ -239,11 +241,12 @@ func (tb *Toolbox) runEachTest(ctx context.Context, dir, bin string, tests []str
 		_ = os.Remove(profile)
 		run := fmt.Sprintf("cd %s && exec %s -test.run %s -test.count=1 -test.coverprofile=%s",
 			shellQuote(dir), shellQuote(bin), shellQuote("^"+name+"$"), shellQuote(profile))
+		since := wsscan.Now()
 		res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), run, left)
 		if err != nil {
 			return err
 		}
-		recordProcess(ctx, run, res)
+		recordProcess(ctx, run, since, res)
 		if res.Canceled {
 			return fmt.Errorf("cancelled after %v, in %s: its process group was killed", time.Since(start).Round(time.Millisecond), name)
 		}

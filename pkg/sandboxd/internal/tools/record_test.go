@@ -16,6 +16,13 @@ type memRecorder struct {
 	mu    sync.Mutex
 	files map[string]string
 	procs []string
+	scans []time.Time // the since of each FilesChanged
+}
+
+func (r *memRecorder) FilesChanged(since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scans = append(r.scans, since)
 }
 
 func (r *memRecorder) FileWritten(path string, content []byte) {
@@ -64,5 +71,35 @@ func TestRenameSymbolRecordsEveryFileItWrote(t *testing.T) {
 	}
 	if len(rec2.files) != 0 {
 		t.Errorf("a refused rename recorded %v", rec2.files)
+	}
+}
+
+// TestProcessToolsAskForTheirFilesScan: Bash and run_script, once their process has ended, ask
+// the call's recorder for the files changed since a moment before it started (the kernel's
+// coarse clock, at most one tick behind the real one); a tool that runs no process asks for none.
+func TestProcessToolsAskForTheirFilesScan(t *testing.T) {
+	tb, _ := newScriptWorkspace(t)
+	for name, run := range map[string]func(context.Context) error{
+		"Bash": func(ctx context.Context) error { _, _, err := tb.bash(ctx, BashInput{Command: "true"}); return err },
+		"run_script": func(ctx context.Context) error {
+			_, _, err := tb.runScript(ctx, RunScriptInput{Name: "greet"})
+			return err
+		},
+	} {
+		rec := &memRecorder{}
+		before := time.Now()
+		if err := run(toolcall.WithRecorder(t.Context(), rec)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(rec.scans) != 1 || len(rec.procs) != 1 || rec.scans[0].Before(before.Add(-20*time.Millisecond)) || rec.scans[0].After(time.Now()) {
+			t.Errorf("%s asked for scans from %v (started at %v), processes %v", name, rec.scans, before, rec.procs)
+		}
+	}
+	rec := &memRecorder{}
+	if _, _, err := tb.write(toolcall.WithRecorder(t.Context(), rec), WriteInput{FilePath: "w.txt", Content: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.scans) != 0 {
+		t.Errorf("Write asked for a scan: %v", rec.scans)
 	}
 }

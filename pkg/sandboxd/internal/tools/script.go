@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 )
 
 // run_script runs a script that the workspace declares, by name: a script
@@ -123,11 +124,12 @@ func (tb *Toolbox) runScript(ctx context.Context, in RunScriptInput) (*mcp.CallT
 	if _, err := exec.LookPath(runner); err != nil {
 		return nil, RunScriptOutput{}, fmt.Errorf("%s is not installed in this sandbox (not on PATH), so %q (%s) cannot run: use an image that has it", runner, in.Name, src)
 	}
+	since := wsscan.Now()
 	res, err := procgroup.RunForeground(ctx, tb.procs, tb.ws.Dir(), command, timeout)
 	if err != nil {
 		return nil, RunScriptOutput{}, err
 	}
-	recordProcess(ctx, command, res)
+	recordProcess(ctx, command, since, res)
 	if res.Canceled {
 		return nil, RunScriptOutput{}, fmt.Errorf("cancelled after %v: the command's process group was killed", res.Elapsed.Round(time.Millisecond))
 	}
