@@ -320,9 +320,51 @@ func (s *session) storedSealedDone() bool {
 // (the seal's totals).
 func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, signer *record.Signer) (*session, error) {
 	s := &session{claim: metaOf(claim), stoppedCh: make(chan struct{}), gwAfter: map[string]uint64{}}
+	segs, byN, err := c.storedSegments(ctx, claim)
+	if err != nil {
+		return nil, err
+	}
+	for _, seg := range segs {
+		s.replay(seg)
+	}
+	var last *recordstore.Segment
+	if len(segs) > 0 {
+		last = &segs[len(segs)-1]
+		for _, seg := range segs[:len(segs)-1] {
+			s.storedSegments += seg.Size()
+		}
+		s.segSR, s.owners = byN[last.N].DeepCopy(), byN[last.N].OwnerReferences
+	}
+	if last == nil || last.Anchor == nil {
+		if err := c.beginRecord(s, claim, signer, last); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
+	s.storedCount, s.storedHead = last.Anchor.Count, last.Anchor.Head
+	s.chain, err = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
+	if err != nil {
+		return nil, err
+	}
+	s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
+	if last.Anchor.Sealed {
+		s.sealed = true
+		return s, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After, "phase", s.phase)
+	if err := c.appendGap(s, claim, c.resumedMessage(last)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// storedSegments are the claim's stored segments that parse, in order, and the objects by
+// segment number; one that does not parse is left out (Verify reports it).
+func (c *Controller) storedSegments(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) ([]recordstore.Segment, map[int]*airlockv1alpha1.SessionRecord, error) {
 	srs, err := c.records.List(ctx, claim.Namespace, recordstore.LabelRecordOf+"="+string(claim.UID))
 	if err != nil {
-		return nil, fmt.Errorf("listing the record's segments: %w", err)
+		return nil, nil, fmt.Errorf("listing the record's segments: %w", err)
 	}
 	segs := make([]recordstore.Segment, 0, len(srs))
 	byN := map[int]*airlockv1alpha1.SessionRecord{}
@@ -339,81 +381,61 @@ func (c *Controller) resume(ctx context.Context, claim *airlockv1alpha1.SandboxC
 		byN[seg.N] = &srs[i]
 	}
 	slices.SortFunc(segs, func(a, b recordstore.Segment) int { return a.N - b.N })
-	for _, seg := range segs {
-		for _, l := range seg.Lines {
-			var e record.Entry
-			if json.Unmarshal(l, &e) != nil {
-				continue
-			}
-			s.usage.Observe(e)
-			if e.Kind == record.KindClaimPhase {
-				s.phase, s.reason = e.Phase, e.Reason
-			}
-			if e.Source == record.SourceGateway && e.Boot != "" {
-				s.gwAfter[e.Boot] = max(s.gwAfter[e.Boot], e.SourceSeq)
-			}
+	return segs, byN, nil
+}
+
+// replay takes what a stored segment says of the session: the usage so far (the seal's totals),
+// the last phase recorded (so that it is not recorded twice, and the current phase is recorded
+// again when it differs), and each gateway boot's last decision.
+func (s *session) replay(seg recordstore.Segment) {
+	for _, l := range seg.Lines {
+		var e record.Entry
+		if json.Unmarshal(l, &e) != nil {
+			continue
+		}
+		s.usage.Observe(e)
+		if e.Kind == record.KindClaimPhase {
+			s.phase, s.reason = e.Phase, e.Reason
+		}
+		if e.Source == record.SourceGateway && e.Boot != "" {
+			s.gwAfter[e.Boot] = max(s.gwAfter[e.Boot], e.SourceSeq)
 		}
 	}
-	var last *recordstore.Segment
-	if len(segs) > 0 {
-		last = &segs[len(segs)-1]
-		for _, seg := range segs[:len(segs)-1] {
-			s.storedSegments += seg.Size()
-		}
-		s.segSR, s.owners = byN[last.N].DeepCopy(), byN[last.N].OwnerReferences
-	}
-	if last == nil || last.Anchor == nil {
-		s.chain, err = record.NewChain(string(claim.UID), signer)
-		if err != nil {
-			return nil, err
-		}
-		s.collector = record.NewCollector(s.chain, c.clock.Now, "", 0)
-		s.phase, s.reason, s.usage = "", "", usage.Tracker{}
-		if last != nil {
-			// A segment without an anchor is not one this controller wrote: left as it is, and
-			// the record starts after it (Verify reports what it is).
-			s.storedSegments += last.Size()
-			s.seg = recordstore.Segment{N: last.N + 1}
-			s.segSR = nil
-		}
-		if !c.readSandboxes {
-			s.mu.Lock()
-			err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap,
-				Message: "sandboxd's log is not read: the operator has no ingress to sandboxes (--operator-pod-labels is unset); only the operator's entries are recorded"})
-			s.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-		}
-		if msg := c.unrecordedStart(claim); msg != "" {
-			s.mu.Lock()
-			err := c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: msg})
-			s.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-		}
-		return s, nil
-	}
-	s.seg = recordstore.Segment{N: last.N, Lines: last.Lines}
-	s.storedCount, s.storedHead = last.Anchor.Count, last.Anchor.Head
-	s.chain, err = record.Resume(string(claim.UID), signer, last.Anchor.Count, last.Anchor.Head)
+}
+
+// beginRecord starts a new chain for the claim: nothing stored, or a last segment without an
+// anchor (not one this controller wrote: left as it is, the record starts after it, and Verify
+// reports what it is). It begins with the gaps that say what it cannot hold: sandboxd's log
+// when the operator cannot read it, and what came before a late start.
+func (c *Controller) beginRecord(s *session, claim *airlockv1alpha1.SandboxClaim, signer *record.Signer, last *recordstore.Segment) error {
+	var err error
+	s.chain, err = record.NewChain(string(claim.UID), signer)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.collector = record.NewCollector(s.chain, c.clock.Now, last.Cursor.Boot, last.Cursor.After)
-	if last.Anchor.Sealed {
-		s.sealed = true
-		return s, nil
+	s.collector = record.NewCollector(s.chain, c.clock.Now, "", 0)
+	s.phase, s.reason, s.usage = "", "", usage.Tracker{}
+	if last != nil {
+		s.storedSegments += last.Size()
+		s.seg = recordstore.Segment{N: last.N + 1}
+		s.segSR = nil
 	}
-	klog.FromContext(ctx).V(2).Info("Resumed the claim's record", "entries", last.Anchor.Count, "segment", last.N, "boot", last.Cursor.Boot, "after", last.Cursor.After, "phase", s.phase)
+	if !c.readSandboxes {
+		if err := c.appendGap(s, claim, "sandboxd's log is not read: the operator has no ingress to sandboxes (--operator-pod-labels is unset); only the operator's entries are recorded"); err != nil {
+			return err
+		}
+	}
+	if msg := c.unrecordedStart(claim); msg != "" {
+		return c.appendGap(s, claim, msg)
+	}
+	return nil
+}
+
+// appendGap appends an operator's record.gap entry with message.
+func (c *Controller) appendGap(s *session, claim *airlockv1alpha1.SandboxClaim, message string) error {
 	s.mu.Lock()
-	err = c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: c.resumedMessage(last)})
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	defer s.mu.Unlock()
+	return c.appendOperatorLocked(s, claim, record.Entry{Kind: record.KindRecordGap, Message: message})
 }
 
 // unrecordedStart is the gap that begins a record this leader starts for a claim that was
