@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/lsp"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
 )
 
 // The language servers behind find_definition, find_references and
@@ -272,12 +273,17 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	s.conn = lsp.NewConn(outR, inW)
 	s.idle = time.AfterFunc(time.Hour, func() { l.stopIdle(s) })
 	s.idle.Stop()
+	// The server is a process the call that needed it started: its process entry, under that
+	// call, when it ends (docs/record.md §2.3), before exited says so (a stop waits for exited,
+	// so the entry comes before the log's end).
+	rec, started, argv := toolcall.RecorderFrom(ctx), time.Now(), append([]string{bin}, spec.args...)
 	go func() {
 		procgroup.WaitExit(s.pgid)
 		procgroup.KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
 		_ = cmd.Wait()
 		inW.Close()
 		outR.Close() // ends the reader, even if a process that left the group holds the pipe
+		rec.ProcessEnded(argv, cmd.ProcessState.ExitCode(), time.Since(started))
 		close(s.exited)
 	}()
 	go s.watchMemory(l.opts)

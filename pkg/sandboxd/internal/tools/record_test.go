@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -101,5 +102,36 @@ func TestProcessToolsAskForTheirFilesScan(t *testing.T) {
 	}
 	if len(rec.scans) != 0 {
 		t.Errorf("Write asked for a scan: %v", rec.scans)
+	}
+}
+
+// TestALanguageServerIsRecordedAsTheProcessOfTheCallThatStartedIt: the language server a
+// navigation call started is a process entry of that call when it ends (here: the toolbox's
+// shutdown, which waits for it), with its argv; a later call that uses the running server
+// records no process.
+func TestALanguageServerIsRecordedAsTheProcessOfTheCallThatStartedIt(t *testing.T) {
+	answer := `{"changes": {"$ROOT/main.go": [` + renameEdit(2, 5, 11, "assist") + `, ` + renameEdit(4, 18, 24, "assist") + `]}}`
+	tb, _ := navWorkspace(t, map[string]string{"main.go": navMain})
+	useFakeLSP(t, tb, "ok", map[string]string{"textDocument/rename": answer})
+	first, second := &memRecorder{}, &memRecorder{}
+	if _, _, err := tb.renameSymbol(toolcall.WithRecorder(t.Context(), first), RenameSymbolInput{NavPositionInput: at(3, 6), NewName: "assist"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.renameSymbol(toolcall.WithRecorder(t.Context(), second), RenameSymbolInput{NavPositionInput: at(3, 6), NewName: "helper"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.nav.close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	first.mu.Lock()
+	defer first.mu.Unlock()
+	second.mu.Lock()
+	defer second.mu.Unlock()
+	exe, _ := os.Executable()
+	if len(first.procs) != 1 || !strings.HasPrefix(first.procs[0], exe) {
+		t.Fatalf("the starting call's processes %q, want the language server (%s)", first.procs, exe)
+	}
+	if len(second.procs) != 0 {
+		t.Errorf("a call that used the running server recorded %q", second.procs)
 	}
 }
