@@ -135,3 +135,29 @@ func TestALanguageServerIsRecordedAsTheProcessOfTheCallThatStartedIt(t *testing.
 		t.Errorf("a call that used the running server recorded %q", second.procs)
 	}
 }
+
+// TestSnapshotRestoreAsksForItsFilesScan: snapshot_restore writes the workspace back, and asks
+// the call's recorder for the files changed since a moment before its restore began, as a
+// process-running call does.
+func TestSnapshotRestoreAsksForItsFilesScan(t *testing.T) {
+	tb, ws := newTestToolbox(t)
+	if err := os.WriteFile(ws+"/a.txt", []byte("a1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.snapshotCreate(t.Context(), SnapshotCreateInput{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws+"/a.txt", []byte("a2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &memRecorder{}
+	before := time.Now()
+	if _, _, err := tb.snapshotRestore(toolcall.WithRecorder(t.Context(), rec), SnapshotRestoreInput{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.scans) != 1 || rec.scans[0].After(time.Now()) || rec.scans[0].Before(before.Add(-time.Second)) {
+		t.Fatalf("scans asked %v, want one since a moment before the restore (%v)", rec.scans, before)
+	}
+}

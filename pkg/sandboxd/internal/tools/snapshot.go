@@ -12,6 +12,8 @@ import (
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/outcap"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/procgroup"
 	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/snapshot"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/toolcall"
+	"github.com/airlock-dev/airlock/pkg/sandboxd/internal/wsscan"
 )
 
 // snapshotDiffBytes caps the patch snapshot_diff returns.
@@ -157,7 +159,12 @@ func (tb *Toolbox) snapshotRestore(ctx context.Context, in SnapshotRestoreInput)
 		if err != nil {
 			return err
 		}
-		if err := s.Restore(ctx, target); err != nil {
+		// The files the restore writes back are the call's (docs/record.md §2.3): found as a
+		// process-running call's are, by their ctime after it began.
+		since := wsscan.Now()
+		err = s.Restore(ctx, target)
+		toolcall.RecorderFrom(ctx).FilesChanged(since)
+		if err != nil {
 			return fmt.Errorf("%v (the workspace as it was before is snapshot %s)", err, backup.ID)
 		}
 		out = SnapshotRestoreOutput{ID: target.ID, Backup: backup.ID, Changes: changes}
