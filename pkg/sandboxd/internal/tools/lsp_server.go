@@ -236,6 +236,18 @@ func (l *langServers) get(ctx context.Context, spec langServerSpec) (*langServer
 	return s, nil
 }
 
+// reap waits for the server's process group to end, kills what is left of it, closes its pipes,
+// records the process under the call that started it (rec), and says it exited.
+func (s *langServer) reap(rec toolcall.Recorder, argv []string, started time.Time, inW, outR *os.File) {
+	procgroup.WaitExit(s.pgid)
+	procgroup.KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
+	_ = s.cmd.Wait()
+	inW.Close()
+	outR.Close() // ends the reader, even if a process that left the group holds the pipe
+	rec.ProcessEnded(argv, s.cmd.ProcessState.ExitCode(), time.Since(started))
+	close(s.exited)
+}
+
 // start runs the server and initializes it.
 func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServer, error) {
 	bin, err := exec.LookPath(spec.command)
@@ -276,16 +288,7 @@ func (l *langServers) start(ctx context.Context, spec langServerSpec) (*langServ
 	// The server is a process the call that needed it started: its process entry, under that
 	// call, when it ends (docs/record.md §2.3), before exited says so (a stop waits for exited,
 	// so the entry comes before the log's end).
-	rec, started, argv := toolcall.RecorderFrom(ctx), time.Now(), append([]string{bin}, spec.args...)
-	go func() {
-		procgroup.WaitExit(s.pgid)
-		procgroup.KillGroup(s.pgid) // the leader is a zombie: the group id is still ours
-		_ = cmd.Wait()
-		inW.Close()
-		outR.Close() // ends the reader, even if a process that left the group holds the pipe
-		rec.ProcessEnded(argv, cmd.ProcessState.ExitCode(), time.Since(started))
-		close(s.exited)
-	}()
+	go s.reap(toolcall.RecorderFrom(ctx), append([]string{bin}, spec.args...), time.Now(), inW, outR)
 	go s.watchMemory(l.opts)
 
 	root := pathURI(l.ws.Dir())
