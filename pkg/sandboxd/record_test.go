@@ -205,38 +205,7 @@ func TestRecordCollectedFromSandboxdVerifies(t *testing.T) {
 	if code, _ := postStop(t, ts.url, "tok"); code != http.StatusOK {
 		t.Fatalf("POST /stop = %d", code)
 	}
-	priv, err := record.SigningKey([]byte(strings.Repeat("k", 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, _ := record.NewSigner(priv)
-	chain, _ := record.NewChain("claim-uid", signer)
-	col := record.NewCollector(chain, time.Now, "", 0)
-	_, entries := readRecord(t, ts.url, "tok", "follow=1")
-	var all []record.Entry
-	for _, e := range entries {
-		line, _ := json.Marshal(e)
-		got, err := col.Take(line)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, got...)
-	}
-	if more, _ := col.Ended("the pod was deleted"); len(more) != 0 {
-		t.Fatalf("the log did not end with its stopped entry: %+v", more)
-	}
-	seal, anchor, err := chain.Seal(time.Now(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := record.WriteJSONL(&b, append(all, seal), &anchor); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := record.Verify(&b, record.NewKeys(signer.Public()), record.Options{Claim: "claim-uid"})
-	if err != nil || !rep.Intact() || !rep.Sealed {
-		t.Fatalf("%s: %v %v", rep.Verdict(), rep.Findings, err)
-	}
+	all := collectAndVerify(t, ts.url, "tok")
 	var files []string
 	for _, e := range all {
 		if e.Kind == record.KindRecordGap {
@@ -442,4 +411,44 @@ func TestOnlyTestsLeaveTheRecordOut(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// collectAndVerify follows a stopped sandboxd's log (with token) into a Collector's chain, as the
+// operator does, seals it, checks that it verifies intact and sealed, and returns the entries
+// the chain took (the seal left out).
+func collectAndVerify(t *testing.T, url, token string) []record.Entry {
+	t.Helper()
+	priv, err := record.SigningKey([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := record.NewSigner(priv)
+	chain, _ := record.NewChain("claim-uid", signer)
+	col := record.NewCollector(chain, time.Now, "", 0)
+	_, entries := readRecord(t, url, token, "follow=1")
+	var all []record.Entry
+	for _, e := range entries {
+		line, _ := json.Marshal(e)
+		got, err := col.Take(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, got...)
+	}
+	if more, _ := col.Ended("the pod was deleted"); len(more) != 0 {
+		t.Fatalf("the log did not end with its stopped entry: %+v", more)
+	}
+	seal, anchor, err := chain.Seal(time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := record.WriteJSONL(&b, append(all, seal), &anchor); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := record.Verify(&b, record.NewKeys(signer.Public()), record.Options{Claim: "claim-uid"})
+	if err != nil || !rep.Intact() || !rep.Sealed {
+		t.Fatalf("%s: %v %v", rep.Verdict(), rep.Findings, err)
+	}
+	return all
 }
