@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,8 +27,61 @@ import (
 const goneHold = 5 * time.Second
 
 // sync keeps the record of the claim key names: its phase, the read of its sandboxd's log, its
-// seal, its storage. It returns when to look again.
+// seal, its storage. It returns when to look again. A record whose namespace is gone or being
+// deleted cannot be stored (the namespace's SessionRecords go with it): it is dropped, said once
+// in the log, never retried (docs/record.md §2.5).
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
+	requeue, err := c.syncRecord(ctx, key)
+	if err != nil && namespaceGone(err) {
+		c.dropNamespaceGone(ctx, key, err)
+		return nil, nil
+	}
+	return requeue, err
+}
+
+// namespaceGone says whether err is the API server's answer to a write in a namespace that is
+// gone (NotFound of the namespace) or being deleted (Forbidden, NamespaceTerminating).
+func namespaceGone(err error) bool {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsNotFound(err) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Kind == "namespaces"
+}
+
+// dropNamespaceGone forgets the records of key's claims (the live one and a deleted one) whose
+// namespace is gone: their reads are stopped and whoever waits for them released.
+func (c *Controller) dropNamespaceGone(ctx context.Context, key cache.ObjectName, why error) {
+	c.mu.Lock()
+	var drop []*session
+	if uid, ok := c.byName[key]; ok && c.sessions[uid] != nil {
+		drop = append(drop, c.sessions[uid])
+	}
+	if d := c.deleted[key]; d != nil {
+		if s := c.sessions[d.UID]; s != nil && (len(drop) == 0 || drop[0] != s) {
+			drop = append(drop, s)
+		}
+		delete(c.deleted, key)
+	}
+	c.mu.Unlock()
+	for _, s := range drop {
+		s.mu.Lock()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.stopFeedsLocked()
+		s.mu.Unlock()
+		c.forget(s)
+		c.releaseStoreWaiters(s.claim.UID)
+	}
+	klog.FromContext(ctx).Info("The claim's namespace is gone or being deleted: its record is not stored", "claim", klog.KRef(key.Namespace, key.Name), "records", len(drop), "err", why)
+}
+
+func (c *Controller) syncRecord(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
 	start := c.clock.Now()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(key.Namespace, key.Name))
 	defer func() { logger.V(4).Info("Finished syncing the claim's record", "elapsed", c.clock.Since(start)) }()

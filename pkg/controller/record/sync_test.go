@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -728,4 +731,51 @@ func TestWaitStoredStoresNow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestARecordOfAGoneNamespaceIsDropped: a claim deleted with its namespace (its SessionRecords
+// cannot be created any more: the API server answers NotFound of the namespace, or Forbidden
+// while it terminates) is not retried for ever: the sync ends without an error, the record is
+// forgotten, and the next sync writes nothing. `make bench` saw a thousand failed creates a
+// scenario, retried by the queue, from the claims of the namespaces of earlier scenarios.
+func TestARecordOfAGoneNamespaceIsDropped(t *testing.T) {
+	for name, refusal := range map[string]error{
+		"gone": apierrors.NewNotFound(corev1.Resource("namespaces"), "ns"),
+		"terminating": &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			claim := newClaim(airlockv1alpha1.ClaimBound)
+			claim.Status.Frozen = nil
+			_ = f.claims.Add(claim)
+			f.sync(claim) // a live record, not stored yet
+			creates := 0
+			f.records.PrependReactor("create", "sessionrecords", func(k8stesting.Action) (bool, runtime.Object, error) {
+				creates++
+				return true, nil, refusal
+			})
+			_ = f.claims.Delete(claim)
+			f.c.claimDeleted(claim)
+			_, ctx := ktesting.NewTestContext(t)
+			if _, err := f.c.sync(ctx, keyOf(claim)); err != nil {
+				t.Fatalf("sync of a claim whose namespace is %s: %v, want the record dropped", name, err)
+			}
+			if creates == 0 {
+				t.Fatal("no create was tried")
+			}
+			if len(f.c.sessions) != 0 || len(f.c.byName) != 0 || len(f.c.deleted) != 0 {
+				t.Errorf("sessions %d, byName %d, deleted %d after the drop: want none", len(f.c.sessions), len(f.c.byName), len(f.c.deleted))
+			}
+			tried := creates
+			if _, err := f.c.sync(ctx, keyOf(claim)); err != nil || creates != tried {
+				t.Errorf("the next sync: %v, %d more creates, want nothing", err, creates-tried)
+			}
+		})
+	}
+	t.Run("another NotFound is still an error", func(t *testing.T) {
+		if namespaceGone(apierrors.NewNotFound(airlockv1alpha1.Resource("sessionrecords"), "x")) {
+			t.Error("a SessionRecord's NotFound is taken for its namespace's")
+		}
+	})
 }
