@@ -127,6 +127,9 @@ func Size(now time.Time, p Policy, rate Rate, ready ReadyTime, held *Held) Sizin
 			fewer = float64(s.Target-1-spare) / per
 		}
 		next = rate.burstFallsTo(fewer)
+		if at := rate.recentFallsTo(fewer); at.After(next) {
+			next = at
+		}
 		if d := rate.longFallsTo(fewer); d > 0 && now.Add(d).After(next) {
 			next = now.Add(d)
 		}

@@ -2,6 +2,7 @@ package warmsize
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -259,5 +260,70 @@ func TestSizingString(t *testing.T) {
 	s = Size(end, Policy{Min: 1, Max: 40, HeadroomPercent: 50}, Rate{}, ReadyTime{}, &Held{})
 	if got, want := s.String(), "1 = min: no claims for a while (ready 2s (the default: no member measured yet))"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestRecentRateFollowsAStepAtOnce (issue 40 item 3, the warm-hit across a 10× burst): 0.75 s
+// into a 20/s step from a steady 2/s, the latest arrivals read the new rate, where the burst
+// window's count is still about a quarter of it; with no arrival after, the recent rate recedes
+// and is zero once its oldest arrival leaves the burst window.
+func TestRecentRateFollowsAStepAtOnce(t *testing.T) {
+	var a Arrivals
+	calm := steady(&a, t0, 2, 5*time.Minute)
+	if r := Measure(calm, &a); math.Abs(r.PerSecond()-2) > 0.25 {
+		t.Errorf("steady at 2/s: sized for %.2f (recent %.2f), want 2", r.PerSecond(), r.Recent)
+	}
+	step := steady(&a, calm, 20, 750*time.Millisecond)
+	r := Measure(step, &a)
+	if r.Recent < 15 || r.PerSecond() != r.Recent {
+		t.Errorf("0.75 s into a 20/s step: recent %.2f (burst %.2f, long %.2f, sized for %.2f), want ≥ 15 and the rate sized for", r.Recent, r.Burst, r.Long, r.PerSecond())
+	}
+	if r.Burst > r.Recent/3 {
+		t.Errorf("the burst window reads %.2f already: the test does not show what the recent rate adds", r.Burst)
+	}
+	if r := Measure(step.Add(2*time.Second), &a); r.Recent > 6 {
+		t.Errorf("2 s with no arrival after the step: recent %.2f, want it receding (≤ 6)", r.Recent)
+	}
+	if r := Measure(step.Add(BurstWindow), &a); r.Recent != 0 {
+		t.Errorf("a burst window with no arrival: recent %.2f, want 0", r.Recent)
+	}
+}
+
+// TestRecentRateRarelyMisreadsPoisson: arrivals of a Poisson stream at 2/s for ten hours, the
+// rate measured at each arrival: the recent rate reads three times the true rate or more at
+// fewer than 1 in 2,000 of them (each such misreading keeps a few members for ScaleDownDelay).
+func TestRecentRateRarelyMisreadsPoisson(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var a Arrivals
+	now, high, n := t0, 0, 0
+	for now.Before(t0.Add(10 * time.Hour)) {
+		now = now.Add(time.Duration(rng.ExpFloat64() / 2 * float64(time.Second)))
+		a.Add(now)
+		if Measure(now, &a).Recent >= 6 {
+			high++
+		}
+		n++
+	}
+	t.Logf("%d arrivals, the recent rate ≥ 3× the true rate at %d of them", n, high)
+	if high*2000 > n {
+		t.Errorf("the recent rate read ≥ 6/s at %d of %d arrivals of a 2/s stream, want fewer than 1 in 2,000", high, n)
+	}
+}
+
+// TestSizeRechecksWhenTheRecentRateFalls: a target raised by the recent rate alone (fifteen
+// claims in 0.75 s, then none) says when to look again, and by then the target is lower.
+func TestSizeRechecksWhenTheRecentRateFalls(t *testing.T) {
+	p := Policy{Max: 100, HeadroomPercent: 50}
+	var ready ReadyTime
+	ready.Observe(time.Second)
+	var a Arrivals
+	now := steady(&a, t0, 20, 750*time.Millisecond)
+	s := Size(now, p, Measure(now, &a), ready, &Held{})
+	if s.Target < 20 || s.Recheck <= 0 {
+		t.Fatalf("fifteen claims in 0.75 s: target %d, recheck %v (%s), want ≥ 20 and a recheck", s.Target, s.Recheck, s)
+	}
+	later := now.Add(s.Recheck)
+	if s2 := Size(later, p, Measure(later, &a), ready, &Held{}); s2.Target >= s.Target {
+		t.Errorf("at the recheck (%v later): target %d, want below %d", s.Recheck, s2.Target, s.Target)
 	}
 }
