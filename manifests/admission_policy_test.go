@@ -485,6 +485,9 @@ func TestPolicyAdmitsWhatAirlockBuilds(t *testing.T) {
 		"a record segment, appended":            update(recordSegment(claim, 1), with(recordSegment(claim, 1), func(c *airlockv1alpha1.SessionRecord) { c.Spec.Entries += "{}\n" })),
 		"a record moved to its kept workspace": update(recordSegment(claim, 0), recordstore.OwnedBy(recordSegment(claim, 0),
 			metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "job-uid"})),
+		"a record segment written before the owner label": create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
+			delete(c.Labels, recordstore.LabelRecordOwner)
+		})),
 		"the CA bundle, updated":        update(caBefore, with(caBefore, func(c *corev1.ConfigMap) { c.Data["ca.crt"] = "+++" })),
 		"the CA bundle deleted":         remove(caBefore),
 		"the egress CA":                 create(egressCA),
@@ -739,8 +742,11 @@ func TestPolicyRefusesWhatAirlockDoesNotBuild(t *testing.T) {
 		"a record segment owned by a Deployment": {create(recordstore.OwnedBy(recordSegment(claim, 0),
 			metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "d-uid"})), msgRecord},
 		"a record segment without an owner": {create(with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) { c.OwnerReferences = nil })), msgRecord},
-		"a record in a ConfigMap":           {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = recordSegment(claim, 0).Name })), msgConfigMap},
-		"an unlabelled CA bundle":           {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
+		"a record segment labelled for another owner than its own": {update(recordSegment(claim, 0), with(recordSegment(claim, 0), func(c *airlockv1alpha1.SessionRecord) {
+			c.Labels[recordstore.LabelRecordOwner] = "another-uid"
+		})), msgRecord},
+		"a record in a ConfigMap": {create(with(caBundle(), func(c *corev1.ConfigMap) { c.Name = recordSegment(claim, 0).Name })), msgConfigMap},
+		"an unlabelled CA bundle": {update(caBundle(), with(caBundle(), func(c *corev1.ConfigMap) { c.Labels = nil })), msgConfigMap},
 		"an egress CA bundle with the other bundle's label": {create(with(egressCABundle(), func(c *corev1.ConfigMap) {
 			c.Labels = map[string]string{"airlock.dev/ca-bundle": "true"}
 		})), msgConfigMap},

@@ -28,6 +28,10 @@ const (
 	// LabelRecordClaim is that claim's name (a claim of the same name later is another record):
 	// the label `airlock record CLAIM` lists by.
 	LabelRecordClaim = "airlock.dev/record-claim"
+	// LabelRecordOwner is the UID of the segment's owner (its claim, a kept workspace's Job, the
+	// claim that resumed it), written with the owner reference: a move lists only the segments it
+	// moves (OwnerSelector), not every record of the namespace with their entries.
+	LabelRecordOwner = "airlock.dev/record-owner"
 
 	// MaxSegmentBytes bounds a segment's entries, far below the API server's object limit (the
 	// CRD's maxLength of spec.entries is the same).
@@ -100,7 +104,7 @@ func SessionRecord(claim *airlockv1alpha1.SandboxClaim, s Segment) (*airlockv1al
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      Name(claim.Name, claim.UID, s.N),
 			Namespace: claim.Namespace,
-			Labels:    map[string]string{LabelRecordOf: string(claim.UID), LabelRecordClaim: claim.Name},
+			Labels:    map[string]string{LabelRecordOf: string(claim.UID), LabelRecordClaim: claim.Name, LabelRecordOwner: string(claim.UID)},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxClaim", Name: claim.Name, UID: claim.UID,
 			}},
@@ -190,5 +194,29 @@ func OwnedBy(sr *airlockv1alpha1.SessionRecord, owner metav1.OwnerReference) *ai
 	out := sr.DeepCopy()
 	owner.Controller, owner.BlockOwnerDeletion = nil, nil
 	out.OwnerReferences = []metav1.OwnerReference{owner}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[LabelRecordOwner] = string(owner.UID)
 	return out
+}
+
+// WithOwners sets sr's owner references to owners (those of the segment before it: the owner
+// may have moved to a kept workspace) and its LabelRecordOwner to the first one's UID.
+func WithOwners(sr *airlockv1alpha1.SessionRecord, owners []metav1.OwnerReference) {
+	if len(owners) == 0 {
+		return
+	}
+	sr.OwnerReferences = owners
+	if sr.Labels == nil {
+		sr.Labels = map[string]string{}
+	}
+	sr.Labels[LabelRecordOwner] = string(owners[0].UID)
+}
+
+// OwnerSelectors are the label selectors of the segments owned by uid: those labelled with it,
+// and those written before LabelRecordOwner existed (unlabelled: the caller checks their owner
+// references), which are labelled when they are moved.
+func OwnerSelectors(uid types.UID) []string {
+	return []string{LabelRecordOwner + "=" + string(uid), LabelRecordOf + ",!" + LabelRecordOwner}
 }

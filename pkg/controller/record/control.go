@@ -57,9 +57,13 @@ func (c *Controller) MoveRecords(ctx context.Context, namespace string, from typ
 }
 
 func moveRecords(ctx context.Context, records recordControl, namespace string, from types.UID, owner metav1.OwnerReference) error {
-	list, err := records.List(ctx, namespace, recordstore.LabelRecordOf)
-	if err != nil {
-		return fmt.Errorf("listing the records in %s: %w", namespace, err)
+	var list []airlockv1alpha1.SessionRecord
+	for _, selector := range recordstore.OwnerSelectors(from) {
+		some, err := records.List(ctx, namespace, selector)
+		if err != nil {
+			return fmt.Errorf("listing the records in %s: %w", namespace, err)
+		}
+		list = append(list, some...)
 	}
 	moved := 0
 	for i := range list {

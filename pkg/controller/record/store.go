@@ -135,9 +135,7 @@ func (c *Controller) writeSegment(ctx context.Context, s *session, seg recordsto
 		}
 		return written, err
 	}
-	if len(s.owners) > 0 {
-		want.OwnerReferences = s.owners
-	}
+	recordstore.WithOwners(want, s.owners)
 	written, err := c.records.Create(ctx, want)
 	if !apierrors.IsAlreadyExists(err) {
 		return written, err

@@ -385,18 +385,45 @@ func TestMoveRecords(t *testing.T) {
 	if _, err := f.records.AirlockV1alpha1().SessionRecords("ns").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A segment written before the owner label existed, of an earlier claim the claim resumed
+	// (its records moved to the claim): found and labelled.
+	legacy, _ := recordstore.SessionRecord(&airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c0", UID: "uid-0"}}, recordstore.Segment{Lines: [][]byte{[]byte("{}")}})
+	legacy = recordstore.OwnedBy(legacy, metav1.OwnerReference{APIVersion: "airlock.dev/v1alpha1", Kind: "SandboxClaim", Name: "c1", UID: claim.UID})
+	delete(legacy.Labels, recordstore.LabelRecordOwner)
+	if _, err := f.records.AirlockV1alpha1().SessionRecords("ns").Create(context.Background(), legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	job := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "job-1"}
 	_, ctx := ktesting.NewTestContext(t)
+	counting := &listCounter{recordControl: f.c.records}
+	f.c.records = counting
 	if err := f.c.MoveRecords(ctx, "ns", claim.UID, job); err != nil {
 		t.Fatal(err)
+	}
+	if counting.listed != 2 {
+		t.Errorf("the move read %d segments, want the 2 it moves (not the other claim's)", counting.listed)
 	}
 	list, _ := f.records.AirlockV1alpha1().SessionRecords("ns").List(ctx, metav1.ListOptions{})
 	for _, cm := range list.Items {
 		owner := cm.OwnerReferences[0].UID
-		if want := map[string]string{"uid-1": "job-1", "uid-2": "uid-2"}[cm.Spec.ClaimUID]; string(owner) != want || len(cm.OwnerReferences) != 1 {
-			t.Errorf("%s owned by %v, want %s", cm.Name, cm.OwnerReferences, want)
+		if want := map[string]string{"uid-0": "job-1", "uid-1": "job-1", "uid-2": "uid-2"}[cm.Spec.ClaimUID]; string(owner) != want || len(cm.OwnerReferences) != 1 ||
+			cm.Labels[recordstore.LabelRecordOwner] != want {
+			t.Errorf("%s owned by %v, labelled %q, want %s", cm.Name, cm.OwnerReferences, cm.Labels[recordstore.LabelRecordOwner], want)
 		}
 	}
+	// The job's segments move on, by the label alone.
+	counting.listed = 0
+	back := metav1.OwnerReference{APIVersion: "airlock.dev/v1alpha1", Kind: "SandboxClaim", Name: "c1", UID: "uid-3"}
+	if err := f.c.MoveRecords(ctx, "ns", "job-1", back); err != nil {
+		t.Fatal(err)
+	}
+	if counting.listed != 2 {
+		t.Errorf("the move back read %d segments, want 2", counting.listed)
+	}
+	if err := f.c.MoveRecords(ctx, "ns", "uid-3", job); err != nil {
+		t.Fatal(err)
+	}
+	f.c.records = counting.recordControl
 	// The leader's next write keeps the moved owner.
 	reaping := claim.DeepCopy()
 	reaping.Status.Phase, reaping.ResourceVersion = airlockv1alpha1.ClaimReaping, "2"
@@ -778,4 +805,16 @@ func TestARecordOfAGoneNamespaceIsDropped(t *testing.T) {
 			t.Error("a SessionRecord's NotFound is taken for its namespace's")
 		}
 	})
+}
+
+// listCounter counts the segments the lists of a recordControl return.
+type listCounter struct {
+	recordControl
+	listed int
+}
+
+func (l *listCounter) List(ctx context.Context, namespace, selector string) ([]airlockv1alpha1.SessionRecord, error) {
+	out, err := l.recordControl.List(ctx, namespace, selector)
+	l.listed += len(out)
+	return out, err
 }
