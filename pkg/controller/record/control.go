@@ -2,7 +2,10 @@ package record
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,22 +68,42 @@ func moveRecords(ctx context.Context, records recordControl, namespace string, f
 		}
 		list = append(list, some...)
 	}
-	moved := 0
+	// The segments of every earlier session of the workspace move too (a resumed workspace's
+	// records follow it), so a workspace resumed many times has many: they are moved
+	// moveParallel at a time, not one round trip after another.
+	var (
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, moveParallel)
+		errs  = make([]error, len(list))
+		moved atomic.Int32
+	)
 	for i := range list {
 		sr := &list[i]
 		if !ownedBy(sr, from) {
 			continue
 		}
-		if _, err := records.Update(ctx, recordstore.OwnedBy(sr, owner)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("moving record segment %s to %s %s: %w", sr.Name, owner.Kind, owner.Name, err)
-		}
-		moved++
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if _, err := records.Update(ctx, recordstore.OwnedBy(sr, owner)); err != nil && !apierrors.IsNotFound(err) {
+				errs[i] = fmt.Errorf("moving record segment %s to %s %s: %w", sr.Name, owner.Kind, owner.Name, err)
+				return
+			}
+			moved.Add(1)
+		})
 	}
-	if moved > 0 {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if moved := moved.Load(); moved > 0 {
 		klog.FromContext(ctx).V(2).Info("Moved record segments", "namespace", namespace, "count", moved, "ownerKind", owner.Kind, "owner", owner.Name)
 	}
 	return nil
 }
+
+// moveParallel is how many segments a move updates at once.
+const moveParallel = 16
 
 func ownedBy(sr *airlockv1alpha1.SessionRecord, uid types.UID) bool {
 	for _, o := range sr.OwnerReferences {

@@ -3,8 +3,10 @@ package record
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
@@ -817,4 +820,76 @@ func (l *listCounter) List(ctx context.Context, namespace, selector string) ([]a
 	out, err := l.recordControl.List(ctx, namespace, selector)
 	l.listed += len(out)
 	return out, err
+}
+
+// TestMoveRecordsInParallel: a workspace resumed many times holds the segments of every earlier
+// session, and they all move at a keep and at a take: the move updates moveParallel of them at
+// once (one round trip after another cost TestRealNodeReacquire's resume 200 ms after 50
+// rounds), never more.
+func TestMoveRecordsInParallel(t *testing.T) {
+	const segments = 40
+	rec := &barrierRecords{release: make(chan struct{})}
+	for i := range segments {
+		c := &airlockv1alpha1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("c%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}}
+		sr, _ := recordstore.SessionRecord(c, recordstore.Segment{Lines: [][]byte{[]byte("{}")}})
+		rec.list = append(rec.list, *recordstore.OwnedBy(sr, metav1.OwnerReference{Kind: "Job", Name: "kept", UID: "job-1"}))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- moveRecords(context.Background(), rec, "ns", "job-1", metav1.OwnerReference{Kind: "SandboxClaim", Name: "c", UID: "uid-new"})
+	}()
+	var err error
+	select {
+	case err = <-done: // every update held until moveParallel were in flight: it ended after
+	case <-time.After(time.Minute):
+		t.Fatalf("no %d updates in flight together after a minute: the move is sequential (at most %d seen)", moveParallel, rec.maxInFlight())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.updated != segments || rec.maxInFlight() != moveParallel {
+		t.Errorf("%d segments moved, at most %d at once; want %d, %d", rec.updated, rec.maxInFlight(), segments, moveParallel)
+	}
+}
+
+// barrierRecords holds each Update until moveParallel are in flight together (then lets every
+// one through), and counts them.
+type barrierRecords struct {
+	recordControl
+	list    []airlockv1alpha1.SessionRecord
+	mu      sync.Mutex
+	in, max int
+	updated int
+	release chan struct{}
+	opened  bool
+}
+
+func (b *barrierRecords) List(_ context.Context, _, selector string) ([]airlockv1alpha1.SessionRecord, error) {
+	if strings.HasPrefix(selector, recordstore.LabelRecordOwner+"=") {
+		return b.list, nil
+	}
+	return nil, nil
+}
+
+func (b *barrierRecords) Update(_ context.Context, sr *airlockv1alpha1.SessionRecord) (*airlockv1alpha1.SessionRecord, error) {
+	b.mu.Lock()
+	b.in++
+	b.max = max(b.max, b.in)
+	if b.in == moveParallel && !b.opened {
+		b.opened = true
+		close(b.release)
+	}
+	b.mu.Unlock()
+	<-b.release
+	b.mu.Lock()
+	b.in--
+	b.updated++
+	b.mu.Unlock()
+	return sr, nil
+}
+
+func (b *barrierRecords) maxInFlight() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.max
 }
