@@ -67,6 +67,11 @@ type DayFigures struct {
 	InUsePeak  int     `json:"inUsePeak"`
 	PeakWanted int32   `json:"peakWanted"`
 	Samples    int     `json:"samples"`
+	// ReadyMs is the members' ready time the pool's last status reported (0: none did); Model
+	// what pkg/warmsize's sizing predicts with it on an ideal plane, at this speed-up and in real
+	// time (daymodel.go): not measured.
+	ReadyMs int32     `json:"readyMs,omitempty"`
+	Model   *DayModel `json:"model,omitempty"`
 	// IdleGoal and WarmColdGoal are the goals' verdicts: MET, NOT MET or NOT JUDGED (nothing to
 	// divide).
 	IdleGoal     string `json:"idleGoal"`
@@ -137,6 +142,11 @@ func summariseDay(trace []daySession, speedUp float64, start time.Time, answers 
 	}
 
 	f.Samples = len(samples)
+	for _, s := range samples {
+		if s.readyMs > 0 {
+			f.ReadyMs = s.readyMs
+		}
+	}
 	hours := integrate(start, scaled(time.Hour, speedUp), 24, samples, inUse)
 	var total stretch
 	for h, b := range hours {
@@ -278,6 +288,12 @@ func (f *DayFigures) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "   warm vs cold   p50 %.0f vs %.0f ms (%s; goal <= %gx: %s), p90 %.0f vs %.0f ms, %d warm, %d cold\n",
 		f.WarmLatency.P50Ms, f.ColdLatency.P50Ms, warmCold, warmColdGoal, f.WarmColdGoal, f.WarmLatency.P90Ms, f.ColdLatency.P90Ms, f.WarmLatency.Count, f.ColdLatency.Count)
+	if m := f.Model; m != nil {
+		fmt.Fprintf(w, "   model          pkg/warmsize's sizing on an ideal plane, members Ready in %d ms (not measured): idle %.1f%%, warm-hit %.1f%% at %gx; idle %.1f%%, warm-hit %.1f%% in real time (1x)\n",
+			m.ReadyMs, 100*m.IdleShare, 100*m.WarmHitRatio, f.SpeedUp, 100*m.RealTimeIdleShare, 100*m.RealTimeWarmHitRatio)
+	} else {
+		fmt.Fprintf(w, "   model          no ready time in the pool's statuses: no prediction\n")
+	}
 	fmt.Fprintf(w, "   by hour        %-5s %8s %22s %7s %6s %7s\n", "hour", "sessions", "warm-hit", "idle", "pool", "in use")
 	for _, h := range f.Hours {
 		hit := "-"

@@ -69,7 +69,7 @@ func TestSummariseDay(t *testing.T) {
 		{answer: answer{sent: at(1.44), answered: at(1.5)}, warm: true}, // never closed: in use to the end
 		{answer: answer{sent: at(23.16), answered: at(23.2)}, warm: true, closed: at(23.5), closeErr: errors.New("connection refused")},
 	}
-	samples := []poolSample{{at: at(-1), ready: 2, wanted: 2}, {at: at(1), starting: 1, wanted: 5}, {at: at(2), ready: 3, wanted: 3}}
+	samples := []poolSample{{at: at(-1), ready: 2, wanted: 2}, {at: at(1), starting: 1, wanted: 5, readyMs: 1500}, {at: at(2), ready: 3, wanted: 3, readyMs: 1200}}
 	f := summariseDay(trace, 3600, t0, answers, samples)
 
 	// Idle: 2 in the first hour, 1 in the second, 3 after. In use: 1.0, 1.5, 1.5, then the
@@ -104,12 +104,19 @@ func TestSummariseDay(t *testing.T) {
 	if f.WarmLatency.P50Ms != 50 || f.ColdLatency.P50Ms != 200 || f.WarmOverColdP50 != 0.25 {
 		t.Errorf("warm %+v, cold %+v, ratio %v", f.WarmLatency, f.ColdLatency, f.WarmOverColdP50)
 	}
-	if f.IdleGoal != goalNotMet || f.WarmColdGoal != goalMet || f.SpeedUp != 3600 || f.ReplaySeconds != 24 {
-		t.Errorf("goals %s, %s; speed-up %v, %v s", f.IdleGoal, f.WarmColdGoal, f.SpeedUp, f.ReplaySeconds)
+	if f.IdleGoal != goalNotMet || f.WarmColdGoal != goalMet || f.SpeedUp != 3600 || f.ReplaySeconds != 24 || f.ReadyMs != 1200 {
+		t.Errorf("goals %s, %s; speed-up %v, %v s; ready %d ms", f.IdleGoal, f.WarmColdGoal, f.SpeedUp, f.ReplaySeconds, f.ReadyMs)
 	}
 	var out bytes.Buffer
 	f.print(&out)
+	if !strings.Contains(out.String(), "no ready time in the pool's statuses: no prediction") {
+		t.Errorf("printed without a model\n%s", out.String())
+	}
+	out.Reset()
+	f.Model = &DayModel{ReadyMs: 1200, IdleShare: 0.26, WarmHitRatio: 0.94, RealTimeIdleShare: 0.11, RealTimeWarmHitRatio: 0.998}
+	f.print(&out)
 	for _, want := range []string{
+		"members Ready in 1200 ms (not measured): idle 26.0%, warm-hit 94.0% at 3600x; idle 11.0%, warm-hit 99.8% in real time (1x)",
 		"warm-hit       75.0% (3 of 4 Bound)", "goal <= 20%: NOT MET", "(0.25x; goal <= 0.5x: MET)",
 		"3 closed, 1 connection refused, 2 renewals", "00:00        2         50.0% (1 of 2)   66.7%", "02:00        0                      -   66.7%",
 	} {

@@ -383,6 +383,7 @@ func (r *runner) measureLoop(ctx context.Context, s scenario, nss []string, targ
 	}
 	if s.Day != nil {
 		d := summariseDay(trace, s.Day.SpeedUp, dayStart, dayAnswers, samples)
+		d.Model = predictDay(trace, s.Day.SpeedUp, d.ReadyMs, *s.WarmPolicy)
 		res.Day = &d
 		return nil
 	}
