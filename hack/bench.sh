@@ -22,7 +22,8 @@
 #                          2/s for 30 s each; the pool's refill follows the measured arrivals, above
 #                          --warm-refill-rate; warm-day, airlock's only, not by default: the same pool
 #                          through a replayed day of 1,884 sessions, hack/bench/testdata/day.csv, each
-#                          closed after its length, about 16 minutes at the default speed-up)
+#                          closed after its length, about 16 minutes at the default speed-up;
+#                          docs/decisions.md, "make bench", says why 96x overstates its idle share)
 #   BENCH_DAY_SPEEDUP      how many times faster than the day warm-day replays it (default 96: 24 h in
 #                          15 min; arrivals and session lengths alike, the operator's time constants not:
 #                          docs/decisions.md, "make bench")
@@ -85,7 +86,7 @@ case ${BENCH_PEER:-} in
   *) echo "bench: BENCH_PEER must be 0, 1 or unset, not $BENCH_PEER" >&2; exit 2 ;;
 esac
 if [[ -z $PEER_SKIPPED && -z $PEER_SCENARIOS ]]; then
-  PEER_SKIPPED="only scale runs were asked for, and the peer runs none"
+  PEER_SKIPPED="only scenarios the peer does not run were asked for (the scale runs, warm-demand, warm-day)"
 fi
 if [[ -n $PEER_SKIPPED ]]; then
   log "the peer (agent-sandbox) will not run: $PEER_SKIPPED"
