@@ -8,10 +8,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/airlock-dev/airlock/pkg/client"
 )
 
 // closeTimeout bounds one sessions/close (and a renewal).
@@ -83,8 +87,16 @@ func replaySession(ctx context.Context, clk clock.Clock, calls sessionCalls, s d
 	cctx, cancel := context.WithTimeout(ctx, closeTimeout)
 	defer cancel()
 	a.closed = clk.Now()
-	a.closeErr = calls.close(cctx, s.Session)
-	return a
+	for {
+		// A 503 (the operator cannot reach the API server now) is called again after its
+		// Retry-After, as pkg/client does for an acquire.
+		a.closeErr = calls.close(cctx, s.Session)
+		var apiErr *client.APIError
+		if !errors.As(a.closeErr, &apiErr) || apiErr.Status != http.StatusServiceUnavailable ||
+			!waitUntil(cctx, clk, clk.Now().Add(apiErr.RetryAfter)) {
+			return a
+		}
+	}
 }
 
 // hold waits until end, renewing the sandbox every half idle timeout meanwhile (a runtime renews

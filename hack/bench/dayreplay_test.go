@@ -17,10 +17,12 @@ import (
 
 // fakeSandboxAPI answers acquire, renew and sessions/close as the Sandbox API does, and records
 // every call with the time it came: session "refused" is refused (429), sessions whose name ends
-// in "-warm" are answered warm, session "long" with a one-second idle timeout.
+// in "-warm" are answered warm, session "long" with a one-second idle timeout; the first close
+// of session "flaky" is answered 503.
 type fakeSandboxAPI struct {
-	mu    sync.Mutex
-	calls []fakeCall
+	mu         sync.Mutex
+	calls      []fakeCall
+	flakyCalls int
 }
 
 type fakeCall struct {
@@ -36,7 +38,18 @@ func (f *fakeSandboxAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.calls = append(f.calls, fakeCall{path: r.URL.Path, session: req.Session, handle: req.Handle, namespace: req.Namespace, runtime: req.Runtime, at: time.Now()})
+	flaky := req.Session == "flaky" && r.URL.Path == "/v1/sessions/close"
+	if flaky {
+		f.flakyCalls++
+	}
+	unavailable := flaky && f.flakyCalls == 1
 	f.mu.Unlock()
+	if unavailable {
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(client.ErrorResponse{Error: client.CodeUnavailable, Message: "try again"})
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	switch r.URL.Path {
 	case "/v1/sandboxes/acquire":
@@ -62,8 +75,9 @@ func (f *fakeSandboxAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestReplayDay: against a Sandbox API, every session of the trace is acquired (its handle, as
 // the namespace's runtime) no earlier than its arrival over the speed-up, held for its length
-// over the speed-up, renewed every half idle timeout meanwhile, then closed with sessions/close;
-// a refused session is closed at once; the answers say which claims were warm.
+// over the speed-up, renewed every half idle timeout meanwhile, then closed with sessions/close
+// (called again after a 503); a refused session is closed at once; the answers say which claims
+// were warm.
 func TestReplayDay(t *testing.T) {
 	api := &fakeSandboxAPI{}
 	srv := httptest.NewServer(api)
@@ -78,6 +92,7 @@ func TestReplayDay(t *testing.T) {
 		{At: 3 * time.Hour, Session: "refused", Handle: "codegen/default", Length: time.Hour},
 		{At: 5 * time.Hour, Session: "long", Handle: "codegen/default", Length: 110 * time.Hour}, // 1.1 s
 		{At: 5 * time.Hour, Session: "c-warm", Handle: "codegen/default", Length: time.Hour},
+		{At: 6 * time.Hour, Session: "flaky", Handle: "codegen/default", Length: time.Hour},
 	}
 	start, answers := replayDay(context.Background(), clock.RealClock{}, *tg.sessions, trace, speedUp, time.Minute)
 
@@ -101,6 +116,8 @@ func TestReplayDay(t *testing.T) {
 		switch s.Session {
 		case "long":
 			want = []string{"sandboxes/acquire", "sandboxes/renew", "sandboxes/renew", "sessions/close"}
+		case "flaky":
+			want = []string{"sandboxes/acquire", "sessions/close", "sessions/close"}
 		}
 		if strings.Join(paths, " ") != strings.Join(want, " ") {
 			t.Errorf("%s: calls %v, want %v", s.Session, paths, want)
@@ -124,7 +141,7 @@ func TestReplayDay(t *testing.T) {
 		if held := a.closed.Sub(a.answered); held < scaled(s.Length, speedUp) {
 			t.Errorf("%s: closed %v after Bound, before its length %v", s.Session, held, scaled(s.Length, speedUp))
 		}
-		if wantRenewals := len(want) - 2; a.renewals != wantRenewals {
+		if wantRenewals := strings.Count(strings.Join(want, " "), "renew"); a.renewals != wantRenewals {
 			t.Errorf("%s: %d renewals, want %d", s.Session, a.renewals, wantRenewals)
 		}
 	}
