@@ -16,11 +16,17 @@
 # when the peer did not run.
 #
 # Settings (environment):
-#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,warm-demand,scale2000,scale10x500
-#                          (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the scale runs;
-#                          warm-demand, airlock's only: a warmPolicy pool through 2/s, 20/s and 2/s for 30 s
-#                          each; the pool's refill follows the measured arrivals, above
-#                          --warm-refill-rate)
+#   BENCH_SCENARIOS        comma list of rate10,rate20,rate40,burst60,warm20,warm-demand,warm-day,scale2000,
+#                          scale10x500 (default rate10,rate20,rate40,burst60,warm20; BENCH_SCALE=1 adds the
+#                          scale runs; warm-demand, airlock's only: a warmPolicy pool through 2/s, 20/s and
+#                          2/s for 30 s each; the pool's refill follows the measured arrivals, above
+#                          --warm-refill-rate; warm-day, airlock's only, not by default: the same pool
+#                          through a replayed day of 1,884 sessions, hack/bench/testdata/day.csv, each
+#                          closed after its length, about 16 minutes at the default speed-up;
+#                          docs/decisions.md, "make bench", says why 96x overstates its idle share)
+#   BENCH_DAY_SPEEDUP      how many times faster than the day warm-day replays it (default 96: 24 h in
+#                          15 min; arrivals and session lengths alike, the operator's time constants not:
+#                          docs/decisions.md, "make bench")
 #   BENCH_CLAIMS           claims per rate scenario (default 200)
 #   BENCH_SCALE_ONE / BENCH_SCALE_PER_NAMESPACE   live claims of scale2000 (2000) / of each of
 #                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);
@@ -68,10 +74,10 @@ source "$ROOT/hack/lib/gomod.sh"
 
 # The peer runs when asked (BENCH_PEER=1, built if needed), or by default when its binary is built
 # from its pin; PEER_SKIPPED says why not, and is printed at the end. It runs the scenarios asked
-# for but the scale runs (their fill goes through airlock's Sandbox API) and warm-demand (the peer's
-# pools follow demand only through an HPA or KEDA, which this plane does not run).
+# for but the scale runs (their fill goes through airlock's Sandbox API), warm-demand and warm-day
+# (the peer's pools follow demand only through an HPA or KEDA, which this plane does not run).
 PEER_SKIPPED=
-PEER_SCENARIOS=$(tr ',' '\n' <<<"$SCENARIOS" | grep -vx -e scale2000 -e scale10x500 -e warm-demand -e '' | paste -sd, || true)
+PEER_SCENARIOS=$(tr ',' '\n' <<<"$SCENARIOS" | grep -vx -e scale2000 -e scale10x500 -e warm-demand -e warm-day -e '' | paste -sd, || true)
 case ${BENCH_PEER:-} in
   0) PEER_SKIPPED="BENCH_PEER=0" ;;
   1) hack/build-cluster-bins.sh agent-sandbox-controller ;;
@@ -80,7 +86,7 @@ case ${BENCH_PEER:-} in
   *) echo "bench: BENCH_PEER must be 0, 1 or unset, not $BENCH_PEER" >&2; exit 2 ;;
 esac
 if [[ -z $PEER_SKIPPED && -z $PEER_SCENARIOS ]]; then
-  PEER_SKIPPED="only scale runs were asked for, and the peer runs none"
+  PEER_SKIPPED="only scenarios the peer does not run were asked for (the scale runs, warm-demand, warm-day)"
 fi
 if [[ -n $PEER_SKIPPED ]]; then
   log "the peer (agent-sandbox) will not run: $PEER_SKIPPED"
@@ -250,6 +256,7 @@ run_airlock() {
     --scale-one="${BENCH_SCALE_ONE:-2000}" \
     --scale-per-namespace="${BENCH_SCALE_PER_NAMESPACE:-500}" \
     --scale-acquires="${BENCH_SCALE_ACQUIRES:-100}" \
+    --day-speedup="${BENCH_DAY_SPEEDUP:-96}" \
     --fill-stall="${BENCH_FILL_STALL:-3m}" \
     --operator-flags="${BENCH_OPERATOR_FLAGS:-}" \
     --plane-notes="$(plane_notes)" \

@@ -125,7 +125,7 @@ func TestBaselineFile(t *testing.T) {
 		t.Errorf("a provisional baseline's note %q does not say so", committed.Note)
 	}
 	for name := range committed.Scenarios {
-		if _, err := parseScenarios(name, sizes{Claims: 1, ScaleAcquires: 1, ScaleOne: 1, ScalePerNamespace: 1}); err != nil {
+		if _, err := parseScenarios(name, sizes{Claims: 1, ScaleAcquires: 1, ScaleOne: 1, ScalePerNamespace: 1, DaySpeedUp: defaultDaySpeedUp}); err != nil {
 			t.Errorf("the baseline names scenario %q: %v", name, err)
 		}
 	}

@@ -139,3 +139,38 @@ func TestCompareMain(t *testing.T) {
 		t.Errorf("printed %q, want the rate20 rows", out.String())
 	}
 }
+
+// TestCompareWithWarmDay: a report with warm-day (airlock's only) reads back with its day's
+// figures, is compared with the peer's without it (listed as airlock's only, the targets judged
+// on the rest), and its figures go into a baseline like any scenario's.
+func TestCompareWithWarmDay(t *testing.T) {
+	day := comparedResult("warm-day", 1884, 1884, 40, 2.1, 9, 7, 8, 25)
+	day.Scenario = scenario{Name: "warm-day", Acquires: 1884, WarmPolicy: &warmPolicy{Min: 2, Max: 200}, Day: &daySpec{Trace: dayTracePath, SpeedUp: 96}}
+	day.Day = &DayFigures{Trace: dayTracePath, SpeedUp: 96, Sessions: 1884, Bound: 1884, Warm: 1800, IdleShare: 0.15, IdleGoal: goalMet, WarmColdGoal: goalMet, Hours: make([]HourFigures, 24)}
+	a := &Report{Product: productAirlock, Commit: "abc", Results: []Result{comparedResult("rate20", 200, 200, 60, 19.9, 11, 8, 10, 30), day}}
+	b, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || back.Results[1].Day == nil || back.Results[1].Day.IdleShare != 0.15 || back.Results[1].Scenario.Day == nil {
+		t.Fatalf("read back: %+v, %v", back.Results[1], err)
+	}
+	p := &Report{Product: productPeer, Results: []Result{comparedResult("rate20", 200, 200, 150, 19.7, 16, 12, 20, 40)}}
+	c := compare(&back, p)
+	if len(c.Rows) != 1 || c.Rows[0].Scenario != "rate20" || len(c.OnlyAirlock) != 1 || c.OnlyAirlock[0] != "warm-day" || c.Targets[0].Met == nil {
+		t.Errorf("comparison %+v: want rate20 side by side, warm-day airlock's only", c)
+	}
+	var out bytes.Buffer
+	c.print(&out)
+	base := back.Baseline.withRun(&back, back.StartedAt)
+	if f, ok := base.Scenarios["warm-day"]; !ok || f.P50Ms != 40 {
+		t.Errorf("baseline %+v: want warm-day's figures", base.Scenarios)
+	}
+	back.Baseline = base
+	out.Reset()
+	back.printSummary(&out)
+	if !strings.Contains(out.String(), "warm-day") || strings.Contains(out.String(), "SLOWER") {
+		t.Errorf("summary\n%s\nwant warm-day's row and its baseline, not slower", out.String())
+	}
+}

@@ -59,6 +59,8 @@ type PhaseFigures struct {
 type poolSample struct {
 	at                      time.Time
 	ready, starting, wanted int32
+	// readyMs is the members' ready time the pool is sized with (a warmPolicy's status only).
+	readyMs int32
 }
 
 // summariseDemand computes the figures of an open loop of s (sessions "<prefix>-<i>"), given which
@@ -228,7 +230,7 @@ func (k kube) watchPool(ctx context.Context, ns string, now func() time.Time) ([
 		}
 		for _, st := range r.Status.Warm {
 			if st.Name == sandboxName {
-				samples = append(samples, poolSample{at: now(), ready: st.Ready, starting: st.Starting, wanted: st.Wanted})
+				samples = append(samples, poolSample{at: now(), ready: st.Ready, starting: st.Starting, wanted: st.Wanted, readyMs: st.ReadyMilliseconds})
 			}
 		}
 		return false, nil

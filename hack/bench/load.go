@@ -18,6 +18,9 @@ import (
 type target struct {
 	namespace string
 	acquire   func(ctx context.Context, session string, waitSeconds int) error
+	// sessions are the calls of a replayed day's sessions (dayreplay.go): airlock's only, nil
+	// for the peer.
+	sessions *sessionCalls
 }
 
 // answer is what one acquire saw.

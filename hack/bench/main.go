@@ -54,6 +54,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "compare" {
 		os.Exit(compareMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "day-trace" {
+		os.Exit(dayTraceMain(os.Args[2:], os.Stderr))
+	}
 	var o options
 	flag.StringVar(&o.product, "product", productAirlock, "What is measured: "+productAirlock+" (through its Sandbox API) or "+productPeer+" (the peer, through SandboxClaims; peer.go).")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Admin kubeconfig of the bench plane.")
@@ -68,6 +71,7 @@ func main() {
 	flag.IntVar(&o.sizes.ScaleAcquires, "scale-acquires", 100, "Acquires at 10/s on top of the scale runs' live claims.")
 	flag.IntVar(&o.sizes.ScaleOne, "scale-one", 2000, "Live claims of scale2000, in one namespace.")
 	flag.IntVar(&o.sizes.ScalePerNamespace, "scale-per-namespace", 500, "Live claims of scale10x500 in each of its 10 namespaces.")
+	flag.Float64Var(&o.sizes.DaySpeedUp, "day-speedup", defaultDaySpeedUp, "How many times faster than the day warm-day replays its trace (96: 24 h in 15 min).")
 	flag.DurationVar(&o.acquireTimeout, "acquire-timeout", 5*time.Minute, "How long one acquire may wait for Bound.")
 	flag.DurationVar(&o.fillStall, "fill-stall", 3*time.Minute, "The scale runs give up when no claim of the fill has become Bound (or Refused, Failed) for this long.")
 	flag.StringVar(&o.operatorFlags, "operator-flags", "", "The operator's extra flags (recorded in the output).")
@@ -124,7 +128,7 @@ func (o options) validate() error {
 	}
 	for _, s := range scenarios {
 		if (s.FillNamespaces > 0 || s.WarmPolicy != nil) && o.product != productAirlock {
-			return fmt.Errorf("scenario %s: airlock's only (the scale runs fill through its Sandbox API; warm-demand sizes its pool by demand); %s runs %s only", s.Name, o.product, strings.Join(peerScenarios(), ", "))
+			return fmt.Errorf("scenario %s: airlock's only (the scale runs fill through its Sandbox API; warm-demand and warm-day size their pool by demand); %s runs %s only", s.Name, o.product, strings.Join(peerScenarios(), ", "))
 		}
 	}
 	for _, re := range []string{o.operatorHistograms, o.passMetric} {

@@ -31,7 +31,7 @@ func TestAPITLSConfig(t *testing.T) {
 // scale runs (their fill goes through airlock's Sandbox API); an unknown product is refused.
 func TestValidateProduct(t *testing.T) {
 	base := options{kubeconfig: "k", stateDir: "s", operatorMetricsURL: "m", operatorUser: "u", output: "o",
-		sizes: sizes{Claims: 1, ScaleAcquires: 1, ScaleOne: 1, ScalePerNamespace: 1}, acquireTimeout: time.Minute, fillStall: time.Minute,
+		sizes: sizes{Claims: 1, ScaleAcquires: 1, ScaleOne: 1, ScalePerNamespace: 1, DaySpeedUp: defaultDaySpeedUp}, acquireTimeout: time.Minute, fillStall: time.Minute,
 		operatorHistograms: ".", passMetric: "."}
 	for _, tc := range []struct {
 		product, apiURL, scenarios, wantErr string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/pkg/client"
 )
@@ -71,18 +72,42 @@ func (a *airlockProduct) setupNamespace(ctx context.Context, ns string, s scenar
 	if err != nil {
 		return target{}, err
 	}
+	return airlockTarget(a.apiURL, a.api, ns, token), nil
+}
+
+// airlockTarget calls the Sandbox API at apiURL as the runtime of namespace ns, with token.
+func airlockTarget(apiURL string, api *http.Client, ns, token string) target {
 	var opts []client.Option
-	if strings.HasPrefix(a.apiURL, "http://") { // an operator run with --tls-mode=none
+	if strings.HasPrefix(apiURL, "http://") { // an operator run with --tls-mode=none
 		opts = append(opts, client.PlainHTTP())
 	}
-	c := client.New(a.apiURL, func() (string, error) { return token, nil }, a.api, opts...)
-	return target{namespace: ns, acquire: func(ctx context.Context, session string, waitSeconds int) error {
-		_, err := c.Acquire(ctx, client.AcquireRequest{
-			Namespace: ns, Runtime: runtimeName, Session: session, Handle: sandboxName + "/default",
-			WaitSeconds: ptrInt(waitSeconds),
+	c := client.New(apiURL, func() (string, error) { return token, nil }, api, opts...)
+	acquire := func(ctx context.Context, session, handle string, waitSeconds int) (acquired, error) {
+		resp, err := c.Acquire(ctx, client.AcquireRequest{
+			Namespace: ns, Runtime: runtimeName, Session: session, Handle: handle, WaitSeconds: ptrInt(waitSeconds),
 		})
-		return err
-	}}, nil
+		if err != nil {
+			return acquired{}, err
+		}
+		return acquired{warm: resp.Warm, idleTimeout: time.Duration(resp.IdleTimeoutSeconds) * time.Second}, nil
+	}
+	return target{
+		namespace: ns,
+		acquire: func(ctx context.Context, session string, waitSeconds int) error {
+			_, err := acquire(ctx, session, sandboxName+"/default", waitSeconds)
+			return err
+		},
+		sessions: &sessionCalls{
+			acquire: acquire,
+			renew: func(ctx context.Context, session, handle string) error {
+				return c.Renew(ctx, client.RenewRequest{Namespace: ns, Runtime: runtimeName, Session: session, Handle: handle})
+			},
+			close: func(ctx context.Context, session string) error {
+				_, err := c.CloseSession(ctx, client.SessionRequest{Namespace: ns, Runtime: runtimeName, Session: session})
+				return err
+			},
+		},
+	}
 }
 
 func (a *airlockProduct) waitWarmReady(ctx context.Context, ns string, want int32) error {

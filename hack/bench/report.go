@@ -45,6 +45,8 @@ type Result struct {
 	WarmBound       *int    `json:"warmBound,omitempty"`
 	// Demand are the figures of a pool that follows demand (warm-demand).
 	Demand *DemandFigures `json:"demand,omitempty"`
+	// Day are the figures of a replayed day (warm-day).
+	Day *DayFigures `json:"day,omitempty"`
 	// ReadyAs is what the product's acquires wait for (product.readyAs): Bound (airlock's 200
 	// answer; also when empty) or Ready (the peer's claim condition).
 	ReadyAs string `json:"readyAs,omitempty"`
@@ -363,6 +365,9 @@ func (res *Result) print(w io.Writer) {
 	}
 	if res.Demand != nil {
 		res.Demand.print(w)
+	}
+	if res.Day != nil {
+		res.Day.print(w)
 	}
 	word, until := res.readyWords()
 	fmt.Fprintf(w, "   answers        %d %s", a.Bound, word)

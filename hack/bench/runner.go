@@ -322,9 +322,21 @@ func (r *runner) fill(ctx context.Context, s scenario, nss []string, targets []t
 	return f, nil
 }
 
-// measureLoop runs the scenario's open loop of acquires and puts its figures into res (with a
-// demand-following pool, its statuses watched through the loop, in one namespace).
+// measureLoop runs the scenario's open loop of acquires, or replays its day of sessions, and puts
+// its figures into res (with a demand-following pool, its statuses watched through the loop, in
+// one namespace).
 func (r *runner) measureLoop(ctx context.Context, s scenario, nss []string, targets []target, res *Result) error {
+	// A replayed day: its trace and its session calls, before the window opens.
+	var trace []daySession
+	if s.Day != nil {
+		var err error
+		if trace, err = committedDay(); err != nil {
+			return err
+		}
+		if targets[0].sessions == nil {
+			return fmt.Errorf("%s replays sessions through airlock's Sandbox API, which %s has not", s.Name, r.o.product)
+		}
+	}
 	start, err := r.begin(ctx)
 	if err != nil {
 		return err
@@ -344,24 +356,43 @@ func (r *runner) measureLoop(ctx context.Context, s scenario, nss []string, targ
 	} else {
 		close(watchDone)
 	}
-	answers := openLoop(ctx, r.clock, targets, s.Name, s.Acquires, s.offset, r.o.acquireTimeout)
+	var (
+		answers    []answer
+		dayStart   time.Time
+		dayAnswers []dayAnswer
+	)
+	if s.Day != nil {
+		dayStart, dayAnswers = replayDay(ctx, r.clock, *targets[0].sessions, trace, s.Day.SpeedUp, r.o.acquireTimeout)
+		for _, a := range dayAnswers {
+			answers = append(answers, a.answer)
+		}
+	} else {
+		answers = openLoop(ctx, r.clock, targets, s.Name, s.Acquires, s.offset, r.o.acquireTimeout)
+	}
 	stopWatch()
 	<-watchDone
 	res.Acquires = summariseAnswers(answers, s.sendRate())
 	if res.Window, err = r.end(ctx, start, s.Acquires); err != nil {
 		return err
 	}
-	if s.WarmPolicy != nil {
-		if watchErr != nil {
-			return watchErr
-		}
-		warm, err := r.kube.warmSessions(ctx, nss[0])
-		if err != nil {
-			return err
-		}
-		d := summariseDemand(s, s.Name, answers, warm, samples)
-		res.Demand = &d
+	if s.WarmPolicy == nil {
+		return nil
 	}
+	if watchErr != nil {
+		return watchErr
+	}
+	if s.Day != nil {
+		d := summariseDay(trace, s.Day.SpeedUp, dayStart, dayAnswers, samples)
+		d.Model = predictDay(trace, s.Day.SpeedUp, d.ReadyMs, *s.WarmPolicy)
+		res.Day = &d
+		return nil
+	}
+	warm, err := r.kube.warmSessions(ctx, nss[0])
+	if err != nil {
+		return err
+	}
+	d := summariseDemand(s, s.Name, answers, warm, samples)
+	res.Demand = &d
 	return nil
 }
 

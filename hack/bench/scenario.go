@@ -26,6 +26,15 @@ type scenario struct {
 	// WarmPolicy, when set, is the registry sandbox's warmPolicy (a pool that follows demand)
 	// instead of a static Warm: the acquires start once its min is Ready.
 	WarmPolicy *warmPolicy `json:"warmPolicy,omitempty"`
+	// Day, when set, replays a day of sessions (warm-day) instead of an open loop: Acquires are
+	// its sessions.
+	Day *daySpec `json:"day,omitempty"`
+}
+
+// daySpec is a replayed day: the trace and how much faster than the day it is replayed.
+type daySpec struct {
+	Trace   string  `json:"trace"`
+	SpeedUp float64 `json:"speedUp"`
 }
 
 // phase is one rate of a phased open loop.
@@ -87,6 +96,9 @@ func (s scenario) warmBefore() int32 {
 
 // sendRate is the rate the acquires are sent at on average (0: a burst).
 func (s scenario) sendRate() float64 {
+	if s.Day != nil {
+		return float64(s.Acquires) / scaled(day, s.Day.SpeedUp).Seconds()
+	}
 	if len(s.Phases) == 0 {
 		return s.Rate
 	}
@@ -99,6 +111,10 @@ func (s scenario) sendRate() float64 {
 
 // describeLoad says how the acquires are sent, for the tables.
 func (s scenario) describeLoad() string {
+	if d := s.Day; d != nil {
+		return fmt.Sprintf("replaying a day (%s) at %gx: 24 h in %.1f min, each session held for its length/%g, then closed",
+			d.Trace, d.SpeedUp, scaled(day, d.SpeedUp).Minutes(), d.SpeedUp)
+	}
 	if len(s.Phases) > 0 {
 		parts := make([]string, 0, len(s.Phases))
 		for _, p := range s.Phases {
@@ -114,12 +130,12 @@ func (s scenario) describeLoad() string {
 
 // scenarioNames are the names parseScenarios knows, in their usual order.
 func scenarioNames() []string {
-	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "warm-demand", "scale2000", "scale10x500"}
+	return []string{"rate10", "rate20", "rate40", "burst60", "warm20", "warm-demand", "warm-day", "scale2000", "scale10x500"}
 }
 
 // peerScenarios are the scenarios the peer runs: all but the scale runs, whose fill goes through
-// airlock's Sandbox API, and warm-demand (the peer's pool keeps a fixed number of replicas unless
-// an HPA or KEDA scales it through its /scale, and this plane runs neither).
+// airlock's Sandbox API, and warm-demand and warm-day (the peer's pool keeps a fixed number of
+// replicas unless an HPA or KEDA scales it through its /scale, and this plane runs neither).
 func peerScenarios() []string {
 	return []string{"rate10", "rate20", "rate40", "burst60", "warm20"}
 }
@@ -131,6 +147,8 @@ type sizes struct {
 	// ScaleAcquires are sent at 10/s on top of the scale runs' live claims: ScaleOne in one
 	// namespace (scale2000), ScalePerNamespace in each of 10 (scale10x500).
 	ScaleAcquires, ScaleOne, ScalePerNamespace int
+	// DaySpeedUp is how many times faster than the day warm-day replays its trace.
+	DaySpeedUp float64
 }
 
 // parseScenarios turns a comma list of names into scenarios of the sizes given.
@@ -170,6 +188,18 @@ func parseScenarios(list string, z sizes) ([]scenario, error) {
 				s.Acquires += p.acquires()
 			}
 			out = append(out, s)
+		case "warm-day":
+			// Issue 40 item 3's replayed day: the committed trace's sessions, each closed after
+			// its length, to warm-demand's pool; the trace's own sizes, whatever --claims says.
+			if !(z.DaySpeedUp >= 1) {
+				return nil, fmt.Errorf("warm-day: the day's speed-up must be at least 1, not %v", z.DaySpeedUp)
+			}
+			trace, err := committedDay()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, scenario{Name: name, Acquires: len(trace), WarmPolicy: &warmPolicy{Min: 2, Max: 200},
+				Day: &daySpec{Trace: dayTracePath, SpeedUp: z.DaySpeedUp}})
 		case "scale2000":
 			out = append(out, scenario{Name: name, Acquires: z.ScaleAcquires, Rate: 10, FillNamespaces: 1, FillPerNamespace: z.ScaleOne})
 		case "scale10x500":

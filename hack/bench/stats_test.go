@@ -101,11 +101,11 @@ func TestParseScenarios(t *testing.T) {
 		t.Errorf("rate20 namespaces %v", ns)
 	}
 	for _, bad := range []string{"", " , ", "rate15", "rate10,rate10"} {
-		if _, err := parseScenarios(bad, sizes{200, 100, 2000, 500}); err == nil {
+		if _, err := parseScenarios(bad, sizes{Claims: 200, ScaleAcquires: 100, ScaleOne: 2000, ScalePerNamespace: 500}); err == nil {
 			t.Errorf("parseScenarios(%q) accepted it", bad)
 		}
 	}
-	if _, err := parseScenarios("rate10", sizes{200, 100, 0, 500}); err == nil {
+	if _, err := parseScenarios("rate10", sizes{Claims: 200, ScaleAcquires: 100, ScaleOne: 0, ScalePerNamespace: 500}); err == nil {
 		t.Error("a scale run of 0 claims was accepted")
 	}
 }
