@@ -129,18 +129,28 @@ func TestRealNodeTrace(t *testing.T) {
 // reach): the test is skipped, saying so.
 func jaegerOfTheSuite(t *testing.T) (string, tracing.Config) {
 	t.Helper()
-	query, endpoint := os.Getenv(envJaegerQuery), os.Getenv(envTracingEndpoint)
-	if query == "" || endpoint == "" {
+	query, otlp, ok := suiteCollector()
+	if !ok {
 		if os.Getenv("AIRLOCK_E2E_USE_KUBECONFIG") == "1" {
 			t.Skipf("no trace collector: hack/e2e-node.sh starts Jaeger on a cluster of AIRLOCK_E2E_USE_KUBECONFIG only with AIRLOCK_E2E_JAEGER_HOST (an address of this host the pods reach)")
 		}
 		t.Fatalf("%s and %s unset: run this test with hack/e2e-node.sh, which starts Jaeger on the host and installs the chart with tracing.endpoint", envJaegerQuery, envTracingEndpoint)
 	}
+	return query, otlp
+}
+
+// suiteCollector is the query API's base URL and the OTLP endpoint (every new root sampled) of
+// the collector hack/e2e-node.sh started, or ok false when it started none.
+func suiteCollector() (query string, otlp tracing.Config, ok bool) {
+	query, endpoint := os.Getenv(envJaegerQuery), os.Getenv(envTracingEndpoint)
+	if query == "" || endpoint == "" {
+		return "", tracing.Config{}, false
+	}
 	protocol := os.Getenv(envTracingProtocol)
 	if protocol == "" {
 		protocol = tracing.ProtocolGRPC
 	}
-	return query, tracing.Config{Endpoint: endpoint, Protocol: protocol, SampleRatio: 1}
+	return query, tracing.Config{Endpoint: endpoint, Protocol: protocol, SampleRatio: 1}, true
 }
 
 // checkRealNode finds the runtime's span, the trace's root, and under it: an acquire span of the operator, and the Bash

@@ -129,7 +129,7 @@ func storedAnchors(ctx context.Context, ns string) (map[string]*record.Anchor, e
 func TestRecordLeaderFailover(t *testing.T) {
 	const claims, lease = 8, "airlock-operator-e2e"
 	collector := jaeger.Start(t)
-	traces := newRuntimeTraces(t, collector)
+	traces := newRuntimeTraces(t, otlpOf(collector))
 	e := newClaimEnv(t, "airlock-record-failover", claimEnvOptions{maxConcurrent: 3, maxPerSession: 1, maxInstances: 100, idleTimeout: 5 * time.Second})
 	a := startClaimOperatorWithArgs(t, e.ns, operatorTracingArgs(collector)...)
 	var first string
@@ -310,7 +310,7 @@ func TestRecordAPIServerStall(t *testing.T) {
 	// The trace (docs/record.md §1, "Faults"): the operator exports to a real Jaeger, and acquires
 	// are sent with a traceparent of their own while the API server is stopped and after it.
 	collector := jaeger.Start(t)
-	traces := newRuntimeTraces(t, collector)
+	traces := newRuntimeTraces(t, otlpOf(collector))
 	op := startAPIOperator(t, e.ns, operatorTracingArgs(collector)...)
 	acquires := &tracedAcquires{op: op, token: serviceAccountToken(t, e.ns, "agent"), traces: traces, ns: e.ns}
 	var resumedAt time.Time

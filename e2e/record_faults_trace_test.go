@@ -6,11 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/airlock-dev/airlock/e2e/internal/jaeger"
+	"github.com/airlock-dev/airlock/e2e/internal/tracecheck"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/client"
 	"github.com/airlock-dev/airlock/pkg/tracing"
@@ -48,9 +47,14 @@ type runtimeTraces struct {
 	tp *tracing.Provider
 }
 
-func newRuntimeTraces(t *testing.T, collector jaeger.Collector) *runtimeTraces {
+// otlpOf is the OTLP endpoint of collector (over gRPC), every new root sampled.
+func otlpOf(collector jaeger.Collector) tracing.Config {
+	return tracing.Config{Endpoint: collector.OTLPGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1}
+}
+
+func newRuntimeTraces(t *testing.T, otlp tracing.Config) *runtimeTraces {
 	t.Helper()
-	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: collector.OTLPGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1}, testRuntimeService)
+	tp, err := tracing.New(context.Background(), otlp, testRuntimeService)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +97,14 @@ type traceCheck func(tr jaeger.Trace) (ok bool, why string)
 // waitTraces queries each trace by its id until its check passes or timeout has passed for all
 // (spans reach Jaeger in the exporters' batches, seconds after they end); it returns why each
 // trace that never passed did not, with the spans of the last answer.
-func waitTraces(collector jaeger.Collector, checks map[string]traceCheck, timeout time.Duration) map[string]string {
+func waitTraces(query string, checks map[string]traceCheck, timeout time.Duration) map[string]string {
 	pending := map[string]string{}
 	for id := range checks {
 		pending[id] = "not queried"
 	}
 	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		for id := range pending {
-			tr, err := jaeger.Query(ctx, collector.Query, id)
+			tr, err := jaeger.Query(ctx, query, id)
 			if err != nil {
 				if ctx.Err() == nil {
 					pending[id] = err.Error()
@@ -121,49 +125,20 @@ func waitTraces(collector jaeger.Collector, checks map[string]traceCheck, timeou
 
 // syncBackSpans checks a claim's trace: the root span (the stand-in of the acquire span whose
 // traceparent the claim carries) and under it, parented on it, the claim's "syncback" spans of
-// the operator, one per attempt (no attempt twice: a span exported by both leaders would show
-// here), every attempt but the last failed and the last one ended well; no span parented
-// elsewhere. It returns the indexes of the syncback spans by attempt.
+// the operator as tracecheck.SyncBacks requires them (one per attempt: a span exported by both
+// leaders would show here as an attempt twice); and no other span. It returns the indexes of the
+// syncback spans by attempt.
 func syncBackSpans(tr jaeger.Trace, root, claimUID string) ([]int, string) {
 	if i := tr.Find(root); i < 0 || tr.Parent(i) != "" || tr.Service(i) != testRuntimeService {
 		return nil, fmt.Sprintf("the root span %s is not in the trace", root)
 	}
-	byAttempt := map[int]int{}
 	for i, s := range tr.Spans {
-		switch {
-		case s.SpanID == root:
-			continue
-		case s.OperationName != "syncback" || tr.Service(i) != tracing.ServiceOperator:
+		if s.SpanID != root && (s.OperationName != "syncback" || tr.Service(i) != tracing.ServiceOperator) {
 			return nil, fmt.Sprintf("span %s %q of %s: only the operator's syncback spans belong in this trace", s.SpanID, s.OperationName, tr.Service(i))
-		case tr.Parent(i) != root:
-			return nil, fmt.Sprintf("syncback span %s is parented on %q, not on the claim's span %s", s.SpanID, tr.Parent(i), root)
-		case tr.Tag(i, "airlock.claim.uid") != claimUID:
-			return nil, fmt.Sprintf("syncback span %s is of claim UID %q, want %s", s.SpanID, tr.Tag(i, "airlock.claim.uid"), claimUID)
 		}
-		attempt, err := strconv.Atoi(tr.Tag(i, "airlock.syncback.attempt"))
-		if err != nil || attempt < 1 {
-			return nil, fmt.Sprintf("syncback span %s has attempt %q", s.SpanID, tr.Tag(i, "airlock.syncback.attempt"))
-		}
-		if j, dup := byAttempt[attempt]; dup {
-			return nil, fmt.Sprintf("attempt %d has two syncback spans, %s and %s", attempt, tr.Spans[j].SpanID, s.SpanID)
-		}
-		byAttempt[attempt] = i
 	}
-	if len(byAttempt) == 0 {
-		return nil, "no syncback span"
-	}
-	var out []int
-	for a := 1; a <= len(byAttempt); a++ {
-		i, ok := byAttempt[a]
-		if !ok {
-			return nil, fmt.Sprintf("syncback spans of attempts %v: attempt %d is missing", slices.Sorted(maps.Keys(byAttempt)), a)
-		}
-		if last := a == len(byAttempt); tr.Failed(i) == last {
-			return nil, fmt.Sprintf("attempt %d of %d: failed %v (every attempt but the last failed, the last succeeded)", a, len(byAttempt), tr.Failed(i))
-		}
-		out = append(out, i)
-	}
-	return out, ""
+	spans, _, why := tracecheck.SyncBacks(tr, claimUID, func(p string) bool { return p == root }, false)
+	return spans, why
 }
 
 // tracedAcquire is one acquire request of the Sandbox API made under its own span (the caller's):
@@ -247,40 +222,6 @@ func (h *headerRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) 
 	return base.RoundTrip(r)
 }
 
-// acquireSpanOf checks an answered acquire's trace: its caller's span the root, and exactly one
-// "acquire" span of the operator under it, that says the status the caller was answered; every
-// other span of the operator (admission.wait, binding, isolation.evidence) under that acquire
-// span, none parented elsewhere.
-func acquireSpanOf(r *tracedAcquire) traceCheck {
-	return func(tr jaeger.Trace) (bool, string) {
-		if i := tr.Find(r.caller); i < 0 || tr.Parent(i) != "" {
-			return false, fmt.Sprintf("the caller's span %s is not the trace's root", r.caller)
-		}
-		var acquires []int
-		for i, s := range tr.Spans {
-			if s.OperationName == "acquire" && tr.Service(i) == tracing.ServiceOperator {
-				acquires = append(acquires, i)
-			}
-		}
-		if len(acquires) != 1 {
-			return false, fmt.Sprintf("%d acquire spans of %s, want 1 (one request)", len(acquires), tracing.ServiceOperator)
-		}
-		acq := acquires[0]
-		if tr.Parent(acq) != r.caller {
-			return false, fmt.Sprintf("the acquire span is parented on %q, not on the caller's span %s", tr.Parent(acq), r.caller)
-		}
-		if got := tr.Tag(acq, "http.response.status_code"); got != strconv.Itoa(r.status) {
-			return false, fmt.Sprintf("the acquire span says status %q; the caller was answered %d", got, r.status)
-		}
-		for i, s := range tr.Spans {
-			if i != acq && s.SpanID != r.caller && tr.Parent(i) != tr.Spans[acq].SpanID {
-				return false, fmt.Sprintf("span %s %q is parented on %q, neither the caller's nor the acquire's span", s.SpanID, s.OperationName, tr.Parent(i))
-			}
-		}
-		return true, ""
-	}
-}
-
 // syncedBack lists, by claim UID, the claims whose sync-back outcome the leader had written when
 // it was killed: gone already, synced back (condition SyncBack True), or a failed attempt
 // counted. The killed leader exported those attempts' spans in its batch, which a SIGKILL may have
@@ -346,7 +287,7 @@ func checkFailoverTraces(t *testing.T, collector jaeger.Collector, traces *runti
 			return true, ""
 		}
 	}
-	failed := waitTraces(collector, checks, 2*time.Minute)
+	failed := waitTraces(collector.Query, checks, 2*time.Minute)
 	underNew := 0
 	for _, c := range created {
 		id := roots[string(c.UID)].TraceID().String()
@@ -388,12 +329,12 @@ func checkStallTraces(t *testing.T, collector jaeger.Collector, traces *runtimeT
 		}
 		t.Logf("acquire of session %s: sent %s, answered %d at %s (%s %v); the API server resumed at %s; trace %s",
 			r.session, r.sent.Format("15:04:05.000"), r.status, r.answered.Format("15:04:05.000"), r.answerText, r.err, resumedAt.Format("15:04:05.000"), r.traceID)
-		checks[r.traceID] = acquireSpanOf(r)
+		checks[r.traceID] = func(tr jaeger.Trace) (bool, string) { return tracecheck.Acquire(tr, r.caller, r.status) }
 	}
 	if across == 0 {
 		t.Errorf("no acquire was in flight across the stall (sent before the API server resumed, answered after)")
 	}
-	for id, why := range waitTraces(collector, checks, 2*time.Minute) {
+	for id, why := range waitTraces(collector.Query, checks, 2*time.Minute) {
 		t.Errorf("trace %s in Jaeger (%s/api/traces/%s): %s", id, collector.Query, id, why)
 	}
 }
