@@ -140,53 +140,83 @@ func (s Session) Check(tr jaeger.Trace) (Result, bool, string) {
 	if i := tr.Find(s.Root); i < 0 || tr.Parent(i) != "" {
 		return res, false, fmt.Sprintf("the runtime's span %s is not the trace's root", s.Root)
 	}
-	lossy := func(end time.Time) bool {
-		return !s.LossTo.IsZero() && !end.Before(s.LossFrom) && !end.After(s.LossTo)
+	named, active, why := s.entrySpans(tr, &res)
+	if why == "" {
+		why = s.onceAndNotInvented(tr, named, &res)
 	}
-	named := map[string]record.Entry{}
-	sessionInWindow := false
+	var acquires map[string]bool
+	if why == "" {
+		acquires, why = s.acquireSpans(tr, active, &res)
+	}
+	if why == "" && s.SyncBack {
+		// The acquire that created the claim (whose span the claim names) may be one whose span
+		// was lost with the killed leader's replica, when the session was active then.
+		parentOK := func(p string) bool { return acquires[p] || active && p != "" && tr.Find(p) < 0 }
+		var spans, lost []int
+		spans, lost, why = SyncBacks(tr, s.ClaimUID, parentOK, s.SyncBackAcrossKill)
+		for _, a := range lost {
+			res.Lost = append(res.Lost, fmt.Sprintf("syncback attempt %d", a))
+		}
+		res.Sync = len(spans)
+	}
+	return res, why == "", why
+}
+
+// lossy says whether a span that ended at end may have been lost with a killed leader.
+func (s Session) lossy(end time.Time) bool {
+	return !s.LossTo.IsZero() && !end.Before(s.LossFrom) && !end.After(s.LossTo)
+}
+
+// entrySpans finds the span of every record entry that names one, as Check says; it returns the
+// entries by span id, and whether the session had a span in the loss window (active then).
+func (s Session) entrySpans(tr jaeger.Trace, res *Result) (named map[string]record.Entry, active bool, why string) {
+	named = map[string]record.Entry{}
 	for _, e := range s.Entries {
 		if e.Kind != record.KindToolCall && e.Kind != record.KindFileWrite && e.Kind != record.KindProcess {
 			continue
 		}
 		if e.Span == "" {
 			if e.Kind == record.KindToolCall {
-				return res, false, fmt.Sprintf("entry %d (tool.call %s) has no span: the session's traceparent did not reach the call", e.Seq, e.Tool)
+				return nil, false, fmt.Sprintf("entry %d (tool.call %s) has no span: the session's traceparent did not reach the call", e.Seq, e.Tool)
 			}
 			continue
 		}
 		if e.Trace != s.TraceID {
-			return res, false, fmt.Sprintf("entry %d (%s) is of trace %q, not the session's %s", e.Seq, e.Kind, e.Trace, s.TraceID)
+			return nil, false, fmt.Sprintf("entry %d (%s) is of trace %q, not the session's %s", e.Seq, e.Kind, e.Trace, s.TraceID)
 		}
 		if e.Kind == record.KindToolCall && e.Parent != s.Root {
-			return res, false, fmt.Sprintf("entry %d (tool.call %s) is parented on %q, not on the runtime's span %s", e.Seq, e.Tool, e.Parent, s.Root)
+			return nil, false, fmt.Sprintf("entry %d (tool.call %s) is parented on %q, not on the runtime's span %s", e.Seq, e.Tool, e.Parent, s.Root)
 		}
 		named[e.Span] = e
 		stub, ok := recordtrace.Span(recordtrace.Claim{}, e)
 		if !ok {
-			return res, false, fmt.Sprintf("entry %d (%s) names span %s that is not one", e.Seq, e.Kind, e.Span)
+			return nil, false, fmt.Sprintf("entry %d (%s) names span %s that is not one", e.Seq, e.Kind, e.Span)
 		}
-		if lossy(stub.EndTime) {
-			sessionInWindow = true
-		}
+		lossy := s.lossy(stub.EndTime)
+		active = active || lossy
 		i := tr.Find(e.Span)
 		switch {
-		case i < 0 && lossy(stub.EndTime):
+		case i < 0 && lossy:
 			res.Lost = append(res.Lost, fmt.Sprintf("entry %d %s span %s (ended %s)", e.Seq, e.Kind, e.Span, stub.EndTime.Format(time.RFC3339Nano)))
 			continue
 		case i < 0:
-			return res, false, fmt.Sprintf("no span %s of entry %d (%s %s%s)", e.Span, e.Seq, e.Kind, e.Tool, e.Path)
+			return nil, false, fmt.Sprintf("no span %s of entry %d (%s %s%s)", e.Span, e.Seq, e.Kind, e.Tool, e.Path)
 		case tr.Service(i) != recordtrace.Service:
-			return res, false, fmt.Sprintf("span %s of entry %d is of %s, want %s", e.Span, e.Seq, tr.Service(i), recordtrace.Service)
+			return nil, false, fmt.Sprintf("span %s of entry %d is of %s, want %s", e.Span, e.Seq, tr.Service(i), recordtrace.Service)
 		case tr.Parent(i) != e.Parent:
-			return res, false, fmt.Sprintf("span %s of entry %d (%s) is parented on %q; the record says %q", e.Span, e.Seq, e.Kind, tr.Parent(i), e.Parent)
+			return nil, false, fmt.Sprintf("span %s of entry %d (%s) is parented on %q; the record says %q", e.Span, e.Seq, e.Kind, tr.Parent(i), e.Parent)
 		}
 		if e.Kind == record.KindToolCall {
 			res.Calls++
 		}
 	}
-	// A span exported twice (a new leader reads again, from the stored cursor, what the killed
-	// one had read, exported and not stored: within a second of the kill) shows twice.
+	return named, active, ""
+}
+
+// onceAndNotInvented: no span twice, but an entry's in the loss window (a new leader reads again,
+// from the stored cursor, what the killed one had read, exported and not stored: within a second
+// of the kill); and, when the record is judged, no span of sandboxd that no entry names.
+func (s Session) onceAndNotInvented(tr jaeger.Trace, named map[string]record.Entry, res *Result) string {
 	seen := map[string]bool{}
 	for _, sp := range tr.Spans {
 		if !seen[sp.SpanID] {
@@ -195,52 +225,43 @@ func (s Session) Check(tr jaeger.Trace) (Result, bool, string) {
 		}
 		e, ok := named[sp.SpanID]
 		if !ok {
-			return res, false, fmt.Sprintf("span %s %q is in the trace twice", sp.SpanID, sp.OperationName)
+			return fmt.Sprintf("span %s %q is in the trace twice", sp.SpanID, sp.OperationName)
 		}
-		if stub, _ := recordtrace.Span(recordtrace.Claim{}, e); !lossy(stub.EndTime) {
-			return res, false, fmt.Sprintf("span %s of entry %d (%s) is in the trace twice", sp.SpanID, e.Seq, e.Kind)
+		if stub, _ := recordtrace.Span(recordtrace.Claim{}, e); !s.lossy(stub.EndTime) {
+			return fmt.Sprintf("span %s of entry %d (%s) is in the trace twice", sp.SpanID, e.Seq, e.Kind)
 		}
 		res.Twice = append(res.Twice, fmt.Sprintf("entry %d %s span %s", e.Seq, e.Kind, sp.SpanID))
 	}
 	for i, sp := range tr.Spans {
-		if tr.Service(i) == recordtrace.Service && s.Entries != nil {
-			if _, ok := named[sp.SpanID]; !ok {
-				return res, false, fmt.Sprintf("span %s %q of %s is named by no entry of the record: invented", sp.SpanID, sp.OperationName, recordtrace.Service)
-			}
+		if _, ok := named[sp.SpanID]; s.Entries != nil && tr.Service(i) == recordtrace.Service && !ok {
+			return fmt.Sprintf("span %s %q of %s is named by no entry of the record: invented", sp.SpanID, sp.OperationName, recordtrace.Service)
 		}
 	}
+	return ""
+}
+
+// acquireSpans finds the operator's acquire spans, all under the root and of the session's claim,
+// at least one (unless the session was active when a leader was killed: then they may be lost).
+func (s Session) acquireSpans(tr jaeger.Trace, active bool, res *Result) (map[string]bool, string) {
 	acquires := map[string]bool{}
 	for i, sp := range tr.Spans {
 		if sp.OperationName != "acquire" || tr.Service(i) != tracing.ServiceOperator {
 			continue
 		}
 		if tr.Parent(i) != s.Root {
-			return res, false, fmt.Sprintf("acquire span %s is parented on %q, not on the runtime's span %s", sp.SpanID, tr.Parent(i), s.Root)
+			return nil, fmt.Sprintf("acquire span %s is parented on %q, not on the runtime's span %s", sp.SpanID, tr.Parent(i), s.Root)
 		}
 		if c := tr.Tag(i, "airlock.claim"); c != "" && c != s.Claim {
-			return res, false, fmt.Sprintf("acquire span %s is of claim %q, want %s", sp.SpanID, c, s.Claim)
+			return nil, fmt.Sprintf("acquire span %s is of claim %q, want %s", sp.SpanID, c, s.Claim)
 		}
 		acquires[sp.SpanID] = true
 	}
 	res.Acquires = len(acquires)
 	switch {
-	case len(acquires) == 0 && sessionInWindow:
+	case len(acquires) == 0 && active:
 		res.Lost = append(res.Lost, "the acquire spans")
 	case len(acquires) == 0:
-		return res, false, fmt.Sprintf("no acquire span of %s under the runtime's span %s", tracing.ServiceOperator, s.Root)
+		return nil, fmt.Sprintf("no acquire span of %s under the runtime's span %s", tracing.ServiceOperator, s.Root)
 	}
-	if s.SyncBack {
-		// The acquire that created the claim (whose span the claim names) may be one whose span
-		// was lost with the killed leader's replica, when the session was active then.
-		parentOK := func(p string) bool { return acquires[p] || sessionInWindow && p != "" && tr.Find(p) < 0 }
-		spans, lost, why := SyncBacks(tr, s.ClaimUID, parentOK, s.SyncBackAcrossKill)
-		if why != "" {
-			return res, false, why
-		}
-		for _, a := range lost {
-			res.Lost = append(res.Lost, fmt.Sprintf("syncback attempt %d", a))
-		}
-		res.Sync = len(spans)
-	}
-	return res, true, ""
+	return acquires, ""
 }
