@@ -299,6 +299,11 @@ func isSubsequence(sub, seq []string) bool {
 // verifies intact and sealed once the claim is reaped, and invents nothing: its phases are the
 // claim's phases as the API server reported them, in order, none twice, and no gap but the one
 // that says sandboxd's log is not read (no operator ingress on this plane).
+//
+// And the trace (docs/record.md §1, "Faults"): the operator exports to a real Jaeger; acquires
+// sent through the Sandbox API, each under a span of its own, two while kube-apiserver is stopped
+// and one after, are each answered, and each has its one acquire span under the caller's span,
+// exported once the stall is over (checkStallTraces).
 func TestRecordAPIServerStall(t *testing.T) {
 	apiserver, ok := apiServerProcess(t)
 	if !ok {
