@@ -115,16 +115,33 @@ func (e *claimEnv) createClaim(t *testing.T, session, handle, targetPath string)
 	return e.createClaimIn(t, session, handle, targetPath, e.ns+"/sandboxes/"+workspace.ClaimDirName(name, e.runtime.UID))
 }
 
+// createTracedClaim creates the claim the Sandbox API would create for session and handle when
+// its acquire was traced: with the acquire span's traceparent in its airlock.dev/traceparent.
+func (e *claimEnv) createTracedClaim(t *testing.T, session, handle, targetPath, traceparent string) *airlockv1alpha1.SandboxClaim {
+	t.Helper()
+	name := claimname.For(e.runtime.Name, session, handle)
+	return e.createClaimWith(t, session, handle, targetPath, e.ns+"/sandboxes/"+workspace.ClaimDirName(name, e.runtime.UID),
+		map[string]string{airlockv1alpha1.AnnotationTraceparent: traceparent})
+}
+
 // createClaimIn creates the claim the Sandbox API would create for session and handle, with the
 // workspace directory dir.
 func (e *claimEnv) createClaimIn(t *testing.T, session, handle, targetPath, dir string) *airlockv1alpha1.SandboxClaim {
+	t.Helper()
+	return e.createClaimWith(t, session, handle, targetPath, dir, nil)
+}
+
+// createClaimWith creates the claim the Sandbox API would create for session and handle, with the
+// workspace directory dir and the given annotations.
+func (e *claimEnv) createClaimWith(t *testing.T, session, handle, targetPath, dir string, annotations map[string]string) *airlockv1alpha1.SandboxClaim {
 	t.Helper()
 	name := claimname.For(e.runtime.Name, session, handle)
 	sandbox := strings.SplitN(handle, "/", 2)[0]
 	c := &airlockv1alpha1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: e.ns,
+			Name:        name,
+			Namespace:   e.ns,
+			Annotations: annotations,
 			Labels: map[string]string{
 				airlockv1alpha1.LabelRuntime:     e.runtime.Name,
 				airlockv1alpha1.LabelSandbox:     sandbox,

@@ -128,6 +128,8 @@ type faultRealnode struct {
 	sessions  []*faultSession
 	faults    int
 	podSerial atomic.Int64
+	// traces gives each session a root span of its own (nil: no trace collector).
+	traces *sessionTraces
 }
 
 // run runs one session as runtime rt (its ServiceAccount has the runtime's name): acquire the
@@ -146,6 +148,14 @@ func (r *faultRealnode) runSteps(rt, session, handle string, files, all faultFil
 	t.Helper()
 	plan := map[string]any{"api": apiURL(), "namespace": r.e.ns, "runtime": rt, "session": session, "handle": handle, "close": close,
 		"steps": writeSteps(files, bash...)}
+	if r.traces != nil {
+		// Its own trace: every Sandbox API request and tool call of the session (all its runs)
+		// under the session's root span, which ends with the session's close.
+		plan["traceparent"] = r.traces.traceparent(t, session)
+		if close {
+			defer r.traces.end(session)
+		}
+	}
 	var res rnSession
 	err := r.e.runClientWith(fmt.Sprintf("rt-%s-%d", session, r.podSerial.Add(1)), "session", plan, 4*time.Minute, &res, func(p *corev1.Pod) {
 		p.Spec.ServiceAccountName = rt
@@ -332,6 +342,9 @@ const (
 // record (issue 42, docs/record.md §2.6) verifies intact and sealed with `airlock record`, says
 // nothing was cut but where a fault cut it: the killed sandbox's boot ends in a record.gap that
 // names the last source entry read, and the sandbox that took its place goes on in the record.
+// And each session ran under a sampled root span of its own (the Sandbox API's header, every tool
+// call's params._meta), whose trace one query of Jaeger finds whole (checkTraces: docs/record.md
+// §1, "Faults").
 func TestRealNodeFaultSuite(t *testing.T) {
 	requireRealNode(t)
 	const targetA, targetB = "out/a", "full/b"
@@ -380,7 +393,7 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	monitor := newFaultMonitor(e.ns, limits, faultWhyBound)
 	waitWatch := monitor.start(watchCtx)
 	defer func() { stopWatch(); waitWatch() }()
-	r := &faultRealnode{t: t, e: e, monitor: monitor}
+	r := &faultRealnode{t: t, e: e, monitor: monitor, traces: newSessionTraces(t)}
 
 	// Target A: a first session; then one whose sync-back fails halfway through its walk (a file it
 	// cannot read, sorted last), repaired on the node; then one whose Job's pod is killed while it
@@ -409,10 +422,12 @@ func TestRealNodeFaultSuite(t *testing.T) {
 		return deleteLeaderPod(ctx)
 	})
 	a3 := r.run("agent", "a3", "codegen/default", sessionFiles("a3", 5, 1024).with(a3gen), a3cmd)
+	var leaderKill leaderKilled
 	if ran, err := a3wait(); err != nil {
 		t.Fatal(err)
 	} else if ran {
 		r.faults += 2
+		leaderKill = leaderKilled{at: lastKilledAt, during: a3}
 		t.Log("fault: the sync-back pod of a3 killed while it copies, and the leader operator pod killed at once")
 		waitNewLeader(t)
 	} else {
@@ -461,7 +476,8 @@ func TestRealNodeFaultSuite(t *testing.T) {
 	r.waitGone(d1)
 
 	r.checkNothingLost(monitor, []string{targetA, targetB}, "doomed")
-	r.checkRecords(killed, "doomed")
+	records := r.checkRecords(killed, "doomed")
+	r.checkTraces(records, killed, leaderKill, "doomed")
 }
 
 // checkNothingLost hashes the content volume and checks every session's work against it, then
@@ -552,12 +568,15 @@ func deleteLeaderPod(ctx context.Context) error {
 	if err != nil || leader == "" {
 		return fmt.Errorf("no leader: %q %v", leader, err)
 	}
-	lastKilledLeader = strings.SplitN(leader, "_", 2)[0]
+	lastKilledLeader, lastKilledAt = strings.SplitN(leader, "_", 2)[0], time.Now()
 	return kubeClient.CoreV1().Pods(operatorNamespace).Delete(ctx, lastKilledLeader, metav1.DeleteOptions{GracePeriodSeconds: ptrInt64(0)})
 }
 
-// lastKilledLeader is the operator pod deleteLeaderPod killed last.
-var lastKilledLeader string
+// lastKilledLeader is the operator pod deleteLeaderPod killed last, and lastKilledAt when.
+var (
+	lastKilledLeader string
+	lastKilledAt     time.Time
+)
 
 // waitNewLeader waits for a replica other than the one killed to lead, and, when the test ends,
 // for the operator Deployment to be back at 2 available replicas.

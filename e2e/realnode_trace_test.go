@@ -4,12 +4,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/airlock-dev/airlock/e2e/internal/jaeger"
 	"github.com/airlock-dev/airlock/pkg/recordtrace"
 	"github.com/airlock-dev/airlock/pkg/tracing"
 )
@@ -107,21 +104,21 @@ func TestRealNodeTrace(t *testing.T) {
 	// the leader's read of the record) have reached the collector.
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		tr, err := queryJaegerTrace(ctx, query, traceID)
+		tr, err := jaeger.Query(ctx, query, traceID)
 		if err != nil {
 			if ctx.Err() == nil { // not the poll's own deadline: keep what the last answer said
 				last = err.Error()
 			}
 			return false, nil
 		}
-		ok, why := tr.checkRealNode(runtimeSpan, e.ns+"/"+res.Claim)
-		last = why + "; spans found: " + tr.summary()
+		ok, why := checkRealNodeTrace(tr, runtimeSpan, e.ns+"/"+res.Claim)
+		last = why + "; spans found: " + tr.Summary()
 		return ok, nil
 	})
 	if err != nil {
 		// Which programs exported anything at all (none of the operator's or the gateway's: their
 		// pods did not reach the collector, or the chart has no tracing.endpoint).
-		t.Fatalf("the trace %s in Jaeger (%s/api/traces/%s): %s\nservices Jaeger has spans of: %s", traceID, query, traceID, last, jaegerServices(query))
+		t.Fatalf("the trace %s in Jaeger (%s/api/traces/%s): %s\nservices Jaeger has spans of: %s", traceID, query, traceID, last, jaeger.Services(query))
 	}
 	t.Logf("one query of Jaeger by trace id %s found the runtime's span, the acquire, and the Bash and Write calls with the egress and file.write spans under them", traceID)
 }
@@ -132,130 +129,39 @@ func TestRealNodeTrace(t *testing.T) {
 // reach): the test is skipped, saying so.
 func jaegerOfTheSuite(t *testing.T) (string, tracing.Config) {
 	t.Helper()
-	query, endpoint := os.Getenv(envJaegerQuery), os.Getenv(envTracingEndpoint)
-	if query == "" || endpoint == "" {
+	query, otlp, ok := suiteCollector()
+	if !ok {
 		if os.Getenv("AIRLOCK_E2E_USE_KUBECONFIG") == "1" {
 			t.Skipf("no trace collector: hack/e2e-node.sh starts Jaeger on a cluster of AIRLOCK_E2E_USE_KUBECONFIG only with AIRLOCK_E2E_JAEGER_HOST (an address of this host the pods reach)")
 		}
 		t.Fatalf("%s and %s unset: run this test with hack/e2e-node.sh, which starts Jaeger on the host and installs the chart with tracing.endpoint", envJaegerQuery, envTracingEndpoint)
 	}
+	return query, otlp
+}
+
+// suiteCollector is the query API's base URL and the OTLP endpoint (every new root sampled) of
+// the collector hack/e2e-node.sh started, or ok false when it started none.
+func suiteCollector() (query string, otlp tracing.Config, ok bool) {
+	query, endpoint := os.Getenv(envJaegerQuery), os.Getenv(envTracingEndpoint)
+	if query == "" || endpoint == "" {
+		return "", tracing.Config{}, false
+	}
 	protocol := os.Getenv(envTracingProtocol)
 	if protocol == "" {
 		protocol = tracing.ProtocolGRPC
 	}
-	return query, tracing.Config{Endpoint: endpoint, Protocol: protocol, SampleRatio: 1}
-}
-
-// rnJaegerTrace is the part of Jaeger's query API answer (GET /api/traces/<id>) the test reads.
-type rnJaegerTrace struct {
-	Spans []struct {
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		References    []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		Tags []struct {
-			Key   string `json:"key"`
-			Value any    `json:"value"`
-		} `json:"tags"`
-		ProcessID string `json:"processID"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
-}
-
-// jaegerServices is Jaeger's list of the services it has spans of, or why it is not known.
-func jaegerServices(base string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/services", nil)
-	if err != nil {
-		return err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var out struct {
-		Data []string `json:"data"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		return fmt.Sprintf("%v: %.300s", err, body)
-	}
-	return fmt.Sprint(out.Data)
-}
-
-func queryJaegerTrace(ctx context.Context, base, id string) (rnJaegerTrace, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, base+"/api/traces/"+id, nil)
-	if err != nil {
-		return rnJaegerTrace{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return rnJaegerTrace{}, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return rnJaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %d %.300s", id, resp.StatusCode, body)
-	}
-	var out struct {
-		Data []rnJaegerTrace `json:"data"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil || len(out.Data) != 1 {
-		return rnJaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %v %.300s", id, err, body)
-	}
-	return out.Data[0], nil
-}
-
-func (tr rnJaegerTrace) parentOf(i int) string {
-	for _, r := range tr.Spans[i].References {
-		if r.RefType == "CHILD_OF" {
-			return r.SpanID
-		}
-	}
-	return ""
-}
-
-func (tr rnJaegerTrace) tag(i int, key string) string {
-	for _, tg := range tr.Spans[i].Tags {
-		if tg.Key == key {
-			return fmt.Sprint(tg.Value)
-		}
-	}
-	return ""
-}
-
-func (tr rnJaegerTrace) service(i int) string { return tr.Processes[tr.Spans[i].ProcessID].ServiceName }
-
-// summary lists the spans found, as "service: operation (parent span)", sorted.
-func (tr rnJaegerTrace) summary() string {
-	var out []string
-	for i, s := range tr.Spans {
-		out = append(out, fmt.Sprintf("%s: %s %s (parent %s)", tr.service(i), s.OperationName, s.SpanID, tr.parentOf(i)))
-	}
-	sort.Strings(out)
-	return "[" + strings.Join(out, "; ") + "]"
+	return query, tracing.Config{Endpoint: endpoint, Protocol: protocol, SampleRatio: 1}, true
 }
 
 // checkRealNode finds the runtime's span, the trace's root, and under it: an acquire span of the operator, and the Bash
 // and Write calls' spans of sandboxd (the claim's); an allowed egress span of the gateway for
 // git.internet.test under the Bash call's; a file.write span of traceFile under the Write call's.
-func (tr rnJaegerTrace) checkRealNode(runtimeSpan, claim string) (bool, string) {
-	byName := map[string][]int{}
-	for i, s := range tr.Spans {
-		byName[s.OperationName] = append(byName[s.OperationName], i)
-	}
+func checkRealNodeTrace(tr jaeger.Trace, runtimeSpan, claim string) (bool, string) {
+	byName := tr.ByName()
 	under := func(name, service string) []int {
 		var found []int
 		for _, i := range byName[name] {
-			if tr.service(i) == service && tr.parentOf(i) == runtimeSpan {
+			if tr.Service(i) == service && tr.Parent(i) == runtimeSpan {
 				found = append(found, i)
 			}
 		}
@@ -268,7 +174,7 @@ func (tr rnJaegerTrace) checkRealNode(runtimeSpan, claim string) (bool, string) 
 		}
 		return found[0], ""
 	}
-	if r := byName["agent turn"]; len(r) != 1 || tr.Spans[r[0]].SpanID != runtimeSpan || tr.parentOf(r[0]) != "" {
+	if r := byName["agent turn"]; len(r) != 1 || tr.Spans[r[0]].SpanID != runtimeSpan || tr.Parent(r[0]) != "" {
 		return false, fmt.Sprintf("the runtime's span %s is not the trace's root", runtimeSpan)
 	}
 	// The client calls acquire again while it is answered 202: one span per request.
@@ -284,14 +190,14 @@ func (tr rnJaegerTrace) checkRealNode(runtimeSpan, claim string) (bool, string) 
 		return false, why
 	}
 	for _, i := range []int{bash, write} {
-		if got := tr.tag(i, "airlock.claim"); got != claim {
+		if got := tr.Tag(i, "airlock.claim"); got != claim {
 			return false, fmt.Sprintf("the %s span is of claim %q, want %q", tr.Spans[i].OperationName, got, claim)
 		}
 	}
 	egressOK := false
 	for _, i := range byName["egress git.internet.test"] {
-		if tr.parentOf(i) == tr.Spans[bash].SpanID && tr.service(i) == tracing.ServiceEgress &&
-			tr.tag(i, "airlock.egress.verdict") == "allowed" && tr.tag(i, "airlock.claim") == claim {
+		if tr.Parent(i) == tr.Spans[bash].SpanID && tr.Service(i) == tracing.ServiceEgress &&
+			tr.Tag(i, "airlock.egress.verdict") == "allowed" && tr.Tag(i, "airlock.claim") == claim {
 			egressOK = true
 		}
 	}
@@ -300,7 +206,7 @@ func (tr rnJaegerTrace) checkRealNode(runtimeSpan, claim string) (bool, string) 
 	}
 	fileOK := false
 	for _, i := range byName["file.write"] {
-		if tr.parentOf(i) == tr.Spans[write].SpanID && tr.service(i) == recordtrace.Service && tr.tag(i, "file.path") == traceFile {
+		if tr.Parent(i) == tr.Spans[write].SpanID && tr.Service(i) == recordtrace.Service && tr.Tag(i, "file.path") == traceFile {
 			fileOK = true
 		}
 	}

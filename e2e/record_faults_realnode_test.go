@@ -141,15 +141,23 @@ func sandboxdProcess(uid types.UID) (int, bool) {
 	return 0, false
 }
 
+// sessionRecord is a session's claim's verified record: the claim's UIDs (one, unless the name
+// was taken by a second claim) and the entries of their records.
+type sessionRecord struct {
+	uids    []string
+	entries []record.Entry
+}
+
 // checkRecords reads every session's record with `airlock record` (the runtime whose deletion
 // takes its claims' records with it excepted): each verifies intact and sealed, holds its phases
 // in order and its tool calls, and has no gap but where the suite cut it: a leader that resumed
-// it (docs/record.md §2.5 Failover), and the killed sandbox's boot.
-func (r *faultRealnode) checkRecords(killed killedSandbox, recordGoesWithRuntime string) {
+// it (docs/record.md §2.5 Failover), and the killed sandbox's boot. It returns the records read.
+func (r *faultRealnode) checkRecords(killed killedSandbox, recordGoesWithRuntime string) map[*faultSession]sessionRecord {
 	t := r.t
 	t.Helper()
 	ctx := context.Background()
 	checked := 0
+	records := map[*faultSession]sessionRecord{}
 	for _, s := range r.sessions {
 		if s.runtime == recordGoesWithRuntime {
 			continue
@@ -171,6 +179,9 @@ func (r *faultRealnode) checkRecords(killed killedSandbox, recordGoesWithRuntime
 		for _, uid := range uids {
 			entries, text := sealedRecordOf(t, r.e.ns, s.claim, uid)
 			checked++
+			rec := records[s]
+			rec.uids, rec.entries = append(rec.uids, uid), append(rec.entries, entries...)
+			records[s] = rec
 			recordedPhases(t, s.claim, entries)
 			if !slices.ContainsFunc(entries, func(e record.Entry) bool { return e.Kind == record.KindToolCall }) {
 				t.Errorf("session %s (claim %s): no tool.call in its record:\n%s", s.name, s.claim, text)
@@ -187,6 +198,7 @@ func (r *faultRealnode) checkRecords(killed killedSandbox, recordGoesWithRuntime
 		}
 	}
 	t.Logf("records: %d read with airlock record, each intact and sealed", checked)
+	return records
 }
 
 // checkKilledRecord checks the record of the session whose sandbox was killed: the first boot

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/airlock-dev/airlock/e2e/internal/jaeger"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
@@ -118,21 +120,35 @@ func storedAnchors(ctx context.Context, ns string) (map[string]*record.Anchor, e
 // was stored and live at the kill says where the previous leader's unstored entries may have
 // been lost: a record.gap right after the last entry that leader stored ("a new leader resumed
 // the record after entry N"), never a silent jump.
+//
+// And the trace (docs/record.md §1, "Faults"): both operators export to a real Jaeger; each claim
+// carries a sampled traceparent (airlock.dev/traceparent, as the Sandbox API writes it: the test
+// exports that span, the stand-in of the acquire's) and a targetPath of its own, so that it is
+// synced back when reaped; afterwards one query of each claim's trace finds its syncback span(s)
+// parented on that span, one per attempt, none twice (checkFailoverTraces).
 func TestRecordLeaderFailover(t *testing.T) {
 	const claims, lease = 8, "airlock-operator-e2e"
+	collector := jaeger.Start(t)
+	traces := newRuntimeTraces(t, otlpOf(collector))
 	e := newClaimEnv(t, "airlock-record-failover", claimEnvOptions{maxConcurrent: 3, maxPerSession: 1, maxInstances: 100, idleTimeout: 5 * time.Second})
-	a := startClaimOperator(t, e.ns)
+	a := startClaimOperatorWithArgs(t, e.ns, operatorTracingArgs(collector)...)
 	var first string
 	eventually(t, 30*time.Second, "a lease holder", func(ctx context.Context) (bool, error) {
 		h, err := leaseHolder(ctx, e.ns, lease)
 		first = h
 		return h != "", err
 	})
-	startClaimOperator(t, e.ns) // the standby
+	startClaimOperatorWithArgs(t, e.ns, operatorTracingArgs(collector)...) // the standby
 
 	var created []*airlockv1alpha1.SandboxClaim
+	roots := map[string]trace.SpanContext{} // claim UID -> its acquire span's stand-in
 	for i := range claims {
-		created = append(created, e.createClaim(t, fmt.Sprintf("session-%d", i), "codegen/default", ""))
+		session := fmt.Sprintf("session-%d", i)
+		span, tp := traces.start(t, "acquire "+session)
+		c := e.createTracedClaim(t, session, "codegen/default", "out/"+session, tp)
+		span.End()
+		created = append(created, c)
+		roots[string(c.UID)] = span.SpanContext()
 	}
 	// The kill, while the claims change phase: some Bound (their records stored), some waiting.
 	eventually(t, 90*time.Second, "claims Bound while others wait", func(ctx context.Context) (bool, error) {
@@ -146,12 +162,14 @@ func TestRecordLeaderFailover(t *testing.T) {
 	if h, _ := leaseHolder(context.Background(), e.ns, lease); h != first {
 		t.Fatalf("the lease moved to %q before the kill; want the first operator %q to lead", h, first)
 	}
+	killedAt := time.Now()
 	_ = a.stop(t, syscall.SIGKILL)
 	// What the killed leader stored: nothing more is written until the standby leads (a lease).
 	atKill, err := storedAnchors(context.Background(), e.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
+	syncedAtKill := syncedBack(t, e.ns, created)
 	t.Logf("leader killed with %d records stored", len(atKill))
 	eventually(t, 60*time.Second, "the standby to take the lease", func(ctx context.Context) (bool, error) {
 		h, err := leaseHolder(ctx, e.ns, lease)
@@ -203,6 +221,7 @@ func TestRecordLeaderFailover(t *testing.T) {
 	if resumed == 0 {
 		t.Errorf("no record was live and stored at the kill: the failover was not under test")
 	}
+	checkFailoverTraces(t, collector, traces, created, roots, syncedAtKill, killedAt)
 }
 
 // claimPhaseWatch records every phase (and reason) of a claim as the API server reports it,
@@ -280,6 +299,11 @@ func isSubsequence(sub, seq []string) bool {
 // verifies intact and sealed once the claim is reaped, and invents nothing: its phases are the
 // claim's phases as the API server reported them, in order, none twice, and no gap but the one
 // that says sandboxd's log is not read (no operator ingress on this plane).
+//
+// And the trace (docs/record.md §1, "Faults"): the operator exports to a real Jaeger; acquires
+// sent through the Sandbox API, each under a span of its own, two while kube-apiserver is stopped
+// and one after, are each answered, and each has its one acquire span under the caller's span,
+// exported once the stall is over (checkStallTraces).
 func TestRecordAPIServerStall(t *testing.T) {
 	apiserver, ok := apiServerProcess(t)
 	if !ok {
@@ -288,7 +312,13 @@ func TestRecordAPIServerStall(t *testing.T) {
 	// Past the record's batch (flushDelay, 1 s), within the operator's renew deadline (4 s).
 	const stall = 2500 * time.Millisecond
 	e := newClaimEnv(t, "airlock-record-stall", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, idleTimeout: 5 * time.Second})
-	startClaimOperator(t, e.ns)
+	// The trace (docs/record.md §1, "Faults"): the operator exports to a real Jaeger, and acquires
+	// are sent with a traceparent of their own while the API server is stopped and after it.
+	collector := jaeger.Start(t)
+	traces := newRuntimeTraces(t, otlpOf(collector))
+	op := startAPIOperator(t, e.ns, operatorTracingArgs(collector)...)
+	acquires := &tracedAcquires{op: op, token: serviceAccountToken(t, e.ns, "agent"), traces: traces, ns: e.ns}
+	var resumedAt time.Time
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -328,8 +358,17 @@ func TestRecordAPIServerStall(t *testing.T) {
 			}
 		})
 		t.Cleanup(resume) // whatever fails, the cluster is not left stopped
+		if !stalledOnce {
+			// Acquires while the API server is stopped (their claims' creation waits for it).
+			acquires.start(t, "traced-during-0")
+			acquires.start(t, "traced-during-1")
+		}
 		time.Sleep(stall) // the outage itself, as in the fault suite (stallAPIServer)
 		resume()
+		if !stalledOnce {
+			resumedAt = time.Now()
+			acquires.start(t, "traced-after-0")
+		}
 		stalledOnce = true
 		t.Logf("fault: kube-apiserver stopped for %s with claim %s Reaping, its record stored to entry %d", stall, c.Name, storedAt)
 
@@ -370,6 +409,7 @@ func TestRecordAPIServerStall(t *testing.T) {
 			kinds = append(kinds, fmt.Sprintf("%d %s %s", en.Seq, en.Kind, en.Phase))
 		}
 		t.Logf("entries read before the stall and stored after it: %s\n%s", strings.Join(kinds, "; "), text)
+		checkStallTraces(t, collector, traces, acquires.wait(), resumedAt)
 		return
 	}
 	if stalledOnce {

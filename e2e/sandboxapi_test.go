@@ -32,12 +32,13 @@ type apiOperator struct {
 }
 
 // startAPIOperator runs an operator (leader-elected on a lease in ns) whose Sandbox API listens on
-// a port the test knows, over TLS with its own CA (the default --tls-mode=self-signed).
-func startAPIOperator(t *testing.T, ns string) *apiOperator {
+// a port the test knows, over TLS with its own CA (the default --tls-mode=self-signed), with the
+// extra flags.
+func startAPIOperator(t *testing.T, ns string, extra ...string) *apiOperator {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	// The last --api-bind-address wins.
-	p := startClaimOperatorWithArgs(t, ns, "--api-bind-address="+addr)
+	p := startClaimOperatorWithArgs(t, ns, append(extra, "--api-bind-address="+addr)...)
 	return &apiOperator{operatorProcess: p, apiURL: "https://" + addr, httpClient: apiHTTPClient(t, ns)}
 }
 

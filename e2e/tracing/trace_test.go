@@ -7,13 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/airlock-dev/airlock/e2e/internal/jaeger"
 	"github.com/airlock-dev/airlock/pkg/egress"
 	"github.com/airlock-dev/airlock/pkg/egress/policy"
 	"github.com/airlock-dev/airlock/pkg/record"
@@ -49,16 +48,16 @@ const (
 //
 // Once with each OTLP protocol: gRPC and HTTP.
 func TestOneQueryFindsTheToolCallBehindEgressAndAFileWrite(t *testing.T) {
-	jaeger := startJaeger(t)
+	collector := jaeger.Start(t)
 	for _, otlp := range []tracing.Config{
-		{Endpoint: jaeger.otlpGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1},
-		{Endpoint: "http://" + jaeger.otlpHTTP, Protocol: tracing.ProtocolHTTP, SampleRatio: 1},
+		{Endpoint: collector.OTLPGRPC, Protocol: tracing.ProtocolGRPC, SampleRatio: 1},
+		{Endpoint: "http://" + collector.OTLPHTTP, Protocol: tracing.ProtocolHTTP, SampleRatio: 1},
 	} {
-		t.Run(otlp.Protocol, func(t *testing.T) { oneQuery(t, jaeger, otlp) })
+		t.Run(otlp.Protocol, func(t *testing.T) { oneQuery(t, collector, otlp) })
 	}
 }
 
-func oneQuery(t *testing.T, jaeger jaegerProcess, otlp tracing.Config) {
+func oneQuery(t *testing.T, collector jaeger.Collector, otlp tracing.Config) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -124,14 +123,14 @@ func oneQuery(t *testing.T, jaeger jaegerProcess, otlp tracing.Config) {
 	// One query by trace id (asked again until the collector has stored what it was sent).
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
-		tr, err := jaeger.trace(ctx, traceID)
+		tr, err := jaeger.Query(ctx, collector.Query, traceID)
 		if err != nil {
 			if ctx.Err() == nil { // not the poll's own deadline: say what the last answer was
 				last = err.Error()
 			}
 			return false, nil
 		}
-		found, why := tr.check()
+		found, why := check(tr)
 		last = why
 		return found, nil
 	})
@@ -140,207 +139,31 @@ func oneQuery(t *testing.T, jaeger jaegerProcess, otlp tracing.Config) {
 	}
 }
 
-// jaegerTrace is the part of Jaeger's query API answer (GET /api/traces/<id>) the test reads.
-type jaegerTrace struct {
-	Spans []struct {
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		References    []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		Tags []struct {
-			Key   string `json:"key"`
-			Value any    `json:"value"`
-		} `json:"tags"`
-		ProcessID string `json:"processID"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
-}
-
 // check finds the Bash call's span and an egress span under it, and the Write's span and a
 // file.write span of out.txt under it.
-func (tr jaegerTrace) check() (bool, string) {
-	byName := map[string][]int{}
-	for i, s := range tr.Spans {
-		byName[s.OperationName] = append(byName[s.OperationName], i)
-	}
-	parentOf := func(i int) string {
-		for _, r := range tr.Spans[i].References {
-			if r.RefType == "CHILD_OF" {
-				return r.SpanID
-			}
-		}
-		return ""
-	}
-	tag := func(i int, key string) string {
-		for _, tg := range tr.Spans[i].Tags {
-			if tg.Key == key {
-				return fmt.Sprint(tg.Value)
-			}
-		}
-		return ""
-	}
+func check(tr jaeger.Trace) (bool, string) {
+	byName := tr.ByName()
 	bash, write := byName["tools/call Bash"], byName["tools/call Write"]
 	egressSpans, files := byName["egress "+upstreamHost], byName["file.write"]
 	if len(bash) != 1 || len(write) != 1 || len(egressSpans) != 1 || len(files) != 1 {
 		return false, fmt.Sprintf("spans so far: %v", byName)
 	}
-	if got, want := parentOf(egressSpans[0]), tr.Spans[bash[0]].SpanID; got != want {
+	if got, want := tr.Parent(egressSpans[0]), tr.Spans[bash[0]].SpanID; got != want {
 		return false, fmt.Sprintf("the egress span's parent %q, want the Bash call's span %q", got, want)
 	}
-	if tr.Processes[tr.Spans[egressSpans[0]].ProcessID].ServiceName != tracing.ServiceEgress ||
-		tr.Processes[tr.Spans[bash[0]].ProcessID].ServiceName != recordtrace.Service {
+	if tr.Service(egressSpans[0]) != tracing.ServiceEgress || tr.Service(bash[0]) != recordtrace.Service {
 		return false, fmt.Sprintf("services %v", tr.Processes)
 	}
-	if tag(egressSpans[0], "airlock.egress.verdict") != "allowed" {
+	if tr.Tag(egressSpans[0], "airlock.egress.verdict") != "allowed" {
 		return false, "the egress span does not say allowed"
 	}
-	if got, want := parentOf(files[0]), tr.Spans[write[0]].SpanID; got != want || tag(files[0], "file.path") != "out.txt" {
-		return false, fmt.Sprintf("file.write parent %q path %q, want the Write call's span %q and out.txt", got, tag(files[0], "file.path"), want)
+	if got, want := tr.Parent(files[0]), tr.Spans[write[0]].SpanID; got != want || tr.Tag(files[0], "file.path") != "out.txt" {
+		return false, fmt.Sprintf("file.write parent %q path %q, want the Write call's span %q and out.txt", got, tr.Tag(files[0], "file.path"), want)
 	}
-	if parentOf(bash[0]) == "" || parentOf(bash[0]) != parentOf(write[0]) {
+	if tr.Parent(bash[0]) == "" || tr.Parent(bash[0]) != tr.Parent(write[0]) {
 		return false, "the tool calls are not children of the runtime's span"
 	}
 	return true, ""
-}
-
-type jaegerProcess struct {
-	otlpGRPC string // host:port of OTLP over gRPC
-	otlpHTTP string // host:port of OTLP over HTTP
-	query    string // base URL of the query API
-}
-
-func (j jaegerProcess) trace(ctx context.Context, id string) (jaegerTrace, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/traces/"+id, nil)
-	if err != nil {
-		return jaegerTrace{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return jaegerTrace{}, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return jaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %d %s", id, resp.StatusCode, body)
-	}
-	var out struct {
-		Data []jaegerTrace `json:"data"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil || len(out.Data) != 1 {
-		return jaegerTrace{}, fmt.Errorf("GET /api/traces/%s: %v %s", id, err, body)
-	}
-	return out.Data[0], nil
-}
-
-// jaegerBin is $AIRLOCK_BIN_DIR/jaeger, else the repository's bin/jaeger.
-func jaegerBin(t *testing.T) string {
-	dir := os.Getenv("AIRLOCK_BIN_DIR")
-	if dir == "" {
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-		if err != nil {
-			t.Fatalf("finding the module: %v", err)
-		}
-		dir = filepath.Join(strings.TrimSpace(string(root)), "bin")
-	}
-	bin := filepath.Join(dir, "jaeger")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%v: build it with hack/build-cluster-bins.sh jaeger", err)
-	}
-	return bin
-}
-
-// startJaeger runs the real Jaeger (v2, an OpenTelemetry Collector) with in-memory storage, OTLP
-// over gRPC in and the query API out, on free loopback ports, until the test ends; it returns
-// once the query API answers.
-func startJaeger(t *testing.T) jaegerProcess {
-	ports := freePorts(t, 5)
-	config := fmt.Sprintf(`service:
-  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: []
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-    logs:
-      level: warn
-extensions:
-  healthcheckv2:
-    use_v2: true
-    http:
-      endpoint: 127.0.0.1:%d
-  jaeger_query:
-    storage:
-      traces: memstore
-    http:
-      endpoint: 127.0.0.1:%d
-    grpc:
-      endpoint: 127.0.0.1:%d
-  jaeger_storage:
-    backends:
-      memstore:
-        memory:
-          max_traces: 1000
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: 127.0.0.1:%d
-      http:
-        endpoint: 127.0.0.1:%d
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: memstore
-`, ports[0], ports[1], ports[2], ports[3], ports[4])
-	file := filepath.Join(t.TempDir(), "jaeger.yaml")
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(jaegerBin(t), "--config", "file:"+file)
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "jaeger.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("jaeger's log:\n%s", b)
-		}
-	})
-	j := jaegerProcess{otlpGRPC: fmt.Sprintf("127.0.0.1:%d", ports[3]), otlpHTTP: fmt.Sprintf("127.0.0.1:%d", ports[4]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, wait.ForeverTestTimeout, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-exited:
-			exited <- err
-			return false, fmt.Errorf("jaeger exited: %v", err)
-		default:
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/services", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("jaeger's query API: %v", err)
-	}
-	return j
 }
 
 // freePorts returns n loopback ports that were free a moment ago.

@@ -53,6 +53,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 		wantRequeue *time.Duration
 		wantActions []string
 		wantEvents  []string
+		// syncedBack: the claim says SyncedBack already (a leader wrote it and was killed
+		// before it deleted the claim).
+		syncedBack bool
 		// wantSpan: the attempt's sync-back span exported: "ok", "error", or none.
 		wantSpan string
 	}{
@@ -86,6 +89,18 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			wantSpan:    "ok",
 			cond:        batchv1.JobComplete,
 			wantActions: []string{"update sandboxclaims/status c1", "create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
+			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
+				"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + workspace.RecordName(claimDir("c1")) +
+					"): a new claim of the same runtime, session and handle resumes with its files",
+				"Normal SyncedBack Deleting the claim (SyncedBack)"},
+		},
+		// The leader that wrote SyncedBack exported the attempt's span: a new leader that takes
+		// the claim up before its deletion exports none again (docs/record.md §1, "Faults").
+		"job succeeded, SyncedBack written by a killed leader: deleted, no second span": {
+			attempt:     1,
+			syncedBack:  true,
+			cond:        batchv1.JobComplete,
+			wantActions: []string{"create jobs " + workspace.RecordName(claimDir("c1")), "delete sandboxclaims c1"},
 			wantEvents: []string{"Normal SyncedBack Sync-back Job c1-sync saved the workspace to projects/demo",
 				"Normal WorkspaceKept Kept the workspace " + claimDir("c1") + " for 24h0m0s (record Job " + workspace.RecordName(claimDir("c1")) +
 					"): a new claim of the same runtime, session and handle resumes with its files",
@@ -133,6 +148,9 @@ func TestSyncReapingSyncBack(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t).withDefaults()
 			claim := reaping(tc.failures)
+			if tc.syncedBack {
+				setCondition(&claim.Status, ConditionSyncBack, metav1.ConditionTrue, ReasonSyncedBack, fmt.Sprintf(messageSyncBackOK, claim.Spec.TargetPath), t0.Add(-time.Second))
+			}
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim)
 			if tc.pods {
@@ -154,6 +172,13 @@ func TestSyncReapingSyncBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkSyncBackSpan(t, spans.GetSpans(), tc.wantSpan)
+			if tc.wantSpan == "ok" {
+				// The whole attempt, whichever leader created its Job: from the Job's creation to
+				// its completion.
+				if s := spans.GetSpans()[0]; !s.StartTime.Equal(t0.Add(-time.Minute)) || !s.EndTime.Equal(t0) {
+					t.Errorf("span %v..%v, want the Job's creation %v to its completion %v", s.StartTime, s.EndTime, t0.Add(-time.Minute), t0)
+				}
+			}
 			checkRequeue(t, requeue, tc.wantRequeue)
 			checkActions(t, f, tc.wantActions)
 			if diff := cmp.Diff(tc.wantEvents, f.events()); diff != "" {
