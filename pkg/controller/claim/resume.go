@@ -203,9 +203,6 @@ func (c *Controller) clearResumeMembers(ctx context.Context, claim *airlockv1alp
 	}
 	for _, pod := range pods {
 		going = true
-		if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
-			continue
-		}
 		idle := pod.Labels[airlockv1alpha1.LabelClaim] == ""
 		if !idle && !(metav1.IsControlledBy(pod, claim) && claim.Status.Phase != airlockv1alpha1.ClaimBound) {
 			continue // another claim's: its own end deletes it
