@@ -187,14 +187,16 @@ func (c *Controller) releaseUnserved(ctx context.Context, namespace, name string
 // served nobody; errResumeMemberGoing while one is left. A member another claim controls (a
 // predecessor's, being reaped) is waited for.
 func (c *Controller) clearResumeMembers(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, recordName string, record *batchv1.Job) error {
-	going := false
+	going, gone := false, types.UID("")
 	if record != nil {
 		if name, uid := workspace.ResumeMember(record); name != "" {
-			gone, err := c.releaseUnserved(ctx, claim.Namespace, name, uid)
+			confirmed, err := c.releaseUnserved(ctx, claim.Namespace, name, uid)
 			if err != nil {
 				return err
 			}
-			going = !gone
+			if going = !confirmed; confirmed {
+				gone = uid
+			}
 		}
 	}
 	pods, err := c.podLister.Pods(claim.Namespace).List(labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelResumes: recordName}))
@@ -204,8 +206,8 @@ func (c *Controller) clearResumeMembers(ctx context.Context, claim *airlockv1alp
 	for _, pod := range pods {
 		going = true
 		idle := pod.Labels[airlockv1alpha1.LabelClaim] == ""
-		if !idle && !(metav1.IsControlledBy(pod, claim) && claim.Status.Phase != airlockv1alpha1.ClaimBound) {
-			continue // another claim's: its own end deletes it
+		if pod.UID == gone || (!idle && !(metav1.IsControlledBy(pod, claim) && claim.Status.Phase != airlockv1alpha1.ClaimBound)) {
+			continue // gone already (the cache will show it), or another claim's: its own end deletes it
 		}
 		klog.FromContext(ctx).V(2).Info("Deleting a resume member of the claim's workspace before its own pod", "claim", klog.KObj(claim), "member", klog.KObj(pod))
 		if _, err := c.releaseUnserved(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
