@@ -304,7 +304,7 @@ func TestNoResumeMember(t *testing.T) {
 		"a claim of the name exists": func(f *fixture) {
 			f.claims = append(f.claims, sandboxpodtest.Claim("c1", "s-c1", airlockv1alpha1.ClaimPending, t0))
 		},
-		"a held record": func(f *fixture) { f.jobs[0].Annotations[airlockv1alpha1.AnnotationHeld] = "gave up" },
+		"a held record":            func(f *fixture) { f.jobs[0].Annotations[airlockv1alpha1.AnnotationHeld] = "gave up" },
 		"a record being collected": func(f *fixture) { f.jobs[0].Spec.Suspend = ptr.To(false) },
 		"a record being deleted": func(f *fixture) {
 			f.jobs[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
