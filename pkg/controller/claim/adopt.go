@@ -272,7 +272,8 @@ func (c *Controller) adoptedMemberOf(claim *airlockv1alpha1.SandboxClaim) (*core
 
 // releaseMember deletes the warm member an undecided claim controls (adopted by a pass whose
 // write did not go through): a claim that is not admitted holds no pod. A resume member, which
-// served nobody, goes with a grace period of 0 (resume.go).
+// served nobody, goes with a grace period of 0, its workspace kept again first if the claim took
+// its record (resume.go).
 func (c *Controller) releaseMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
 	member, err := c.adoptedMemberOf(claim)
 	if err != nil || member == nil || member.DeletionTimestamp != nil {
@@ -280,6 +281,9 @@ func (c *Controller) releaseMember(ctx context.Context, claim *airlockv1alpha1.S
 	}
 	klog.FromContext(ctx).V(2).Info("Deleting the warm member of a claim that is not admitted", "claim", klog.KObj(claim), "member", klog.KObj(member))
 	if sandboxpod.IsResumeMember(member) {
+		if err := c.keepTakenResume(ctx, claim, member); err != nil {
+			return err
+		}
 		_, err := c.releaseUnserved(ctx, member.Namespace, member.Name, member.UID)
 		return err
 	}

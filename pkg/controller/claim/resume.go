@@ -247,3 +247,20 @@ func (c *Controller) enqueueResumeWaiters(pod *corev1.Pod) {
 		}
 	}
 }
+
+// keepTakenResume writes the record of the workspace of the resume member an undecided claim
+// controls, when that record is gone (the pass that adopted the member took it, and stopped before
+// its Bound write), before the member is let go (releaseMember): the workspace is kept again, as a
+// claim's that ran, never left without a record for a claim that will not work in it. A record
+// still there was not taken and stays as it is.
+func (c *Controller) keepTakenResume(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, member *corev1.Pod) error {
+	record, err := c.freshKeptRecord(ctx, claim.Namespace, member.Labels[airlockv1alpha1.LabelResumes])
+	if err != nil || record != nil {
+		return err
+	}
+	kept := claim.DeepCopy()
+	kept.Status.Warm = &airlockv1alpha1.WarmAdoption{Member: member.Name, WorkspaceDir: sandboxpod.MemberWorkspaceDir(member), AdoptedAt: member.CreationTimestamp}
+	klog.FromContext(ctx).V(2).Info("Keeping again the workspace a claim took for its resume member before it lets the member go", "claim", klog.KObj(claim),
+		"member", klog.KObj(member), "workspaceDir", kept.Status.Warm.WorkspaceDir)
+	return c.keepWorkspace(ctx, kept)
+}

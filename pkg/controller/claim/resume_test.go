@@ -372,3 +372,42 @@ func TestResumeMemberDeletionWakesTheClaim(t *testing.T) {
 		t.Errorf("enqueued %v, want c1", key)
 	}
 }
+
+// TestClosedUndecidedClaimKeepsATakenResume: an undecided claim that adopted its resume member and
+// took the record (its Bound write did not go through) and is then closed, or stays Queued, lets
+// the member go (grace period 0) only after it kept the workspace again: a new record of the
+// member's directory. One whose record was not taken leaves the record as it is.
+func TestClosedUndecidedClaimKeepsATakenResume(t *testing.T) {
+	for name, taken := range map[string]bool{"the record taken": true, "the record not taken": false} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			rc := newResumeCase()
+			adopted := rc.member.DeepCopy()
+			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(rc.claim)}
+			for k, v := range sandboxpod.PodLabels(rc.claim) {
+				adopted.Labels[k] = v
+			}
+			rc.member = adopted
+			rc.claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
+			f := rc.fixture(t)
+			if taken {
+				f.jobs = nil
+			}
+			c := f.newController(ctx)
+			if _, err := c.sync(ctx, keyOf(rc.claim)); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"delete pods " + rc.member.Name, "delete pods " + rc.member.Name, "get sandboxclaims c1", "delete sandboxclaims c1"}
+			if taken {
+				want = append([]string{"create jobs " + rc.record.Name}, want...)
+			}
+			checkActions(t, f, want)
+			if taken {
+				record := f.written("jobs", "").(*batchv1.Job)
+				if record.Annotations[airlockv1alpha1.AnnotationKeptDir] != rc.claim.Spec.WorkspaceDir || !workspace.RecordIsOurs(record) {
+					t.Errorf("record %v, want the operator's record of %s", record.Annotations, rc.claim.Spec.WorkspaceDir)
+				}
+			}
+		})
+	}
+}

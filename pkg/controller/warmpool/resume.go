@@ -96,12 +96,13 @@ func (c *Controller) resumeTargets(reg *airlockv1alpha1.ToolRegistry, entry *air
 	return out, nil
 }
 
-// syncResume keeps the pool's resume members (members: the entry's idle ones): it deletes those
+// syncResume keeps the pool's resume members (members: the entry's idle ones; onRecord: the
+// records any pod of the registry, adopted too, is on): it deletes those
 // whose kept workspace is no longer one to wait on (taken, collected, past the window), or that
 // are stale, ended or failing as any member; it names each on its record before its key Secret
-// (ensureResumeKey); and it starts one for each kept workspace that has none, newest first, within
-// the bound. It returns when to look again (the next member's deadline, a refill held back).
-func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, members []*corev1.Pod) (time.Duration, error) {
+// (ensureResumeKey); and it starts one for each kept workspace that has no pod on it, newest
+// first, within the bound. It returns when to look again (the next member's deadline, a refill held back).
+func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, members []*corev1.Pod, onRecord map[string]bool) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
 	var (
@@ -154,7 +155,7 @@ func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRe
 	live += len(pending)
 	var todo []*resumeTarget
 	for name, t := range targets {
-		if !t.claimed && !has[name] && !pending[name] {
+		if !t.claimed && !has[name] && !onRecord[name] && !pending[name] {
 			todo = append(todo, t)
 		}
 	}

@@ -344,6 +344,14 @@ func TestNoResumeMember(t *testing.T) {
 			f.pods = append(f.pods, resumeMemberOf(other, "tools-codegen-bbbbbbbbbbbb", keptAt, "10.244.0.51"))
 		},
 		"no pool policy yet": func(f *fixture) { f.netpols = nil },
+		// One pod on a workspace: a member an undecided claim adopted, let go and still
+		// terminating, keeps another from starting there.
+		"an adopted member still on it": func(f *fixture) {
+			adopted := resumeMemberOf(f.jobs[0], "tools-codegen-adoptedadopt", keptAt, "10.244.0.52")
+			adopted.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+			adoptBy("c9", adopted)
+			f.pods = append(f.pods, adopted)
+		},
 	}
 	for name, modify := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -72,6 +72,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		return nil, err
 	}
 	idle, resuming, inUse := sortMembers(reg, members)
+	// The records (by name) a pod of the registry waits on or works in, idle or adopted, in any
+	// state: none gets another member while one is there (one pod on a workspace).
+	onRecord := map[string]bool{}
+	for _, pod := range members {
+		if r := pod.Labels[airlockv1alpha1.LabelResumes]; r != "" {
+			onRecord[r] = true
+		}
+	}
 
 	var (
 		errs     []error
@@ -113,7 +121,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			wait(c.refill(ctx, reg, p, missing))
 		}
 		// After the pool's own refill: a new session waits for a member as much as a resume.
-		resumeWait, err := c.syncResume(ctx, reg, p, resuming[p.entry.Name])
+		resumeWait, err := c.syncResume(ctx, reg, p, resuming[p.entry.Name], onRecord)
 		if err != nil {
 			errs = append(errs, err)
 			p.message = err.Error()
