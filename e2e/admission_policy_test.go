@@ -28,6 +28,7 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // operatorUser is the operator's ServiceAccount as the API server names it.
@@ -189,6 +190,10 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	}
 	egressMember := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", egressRecord), sandboxpod.MemberName(reg.Name, "codegen"), egressRecord)
 	egressMember.OwnerReferences = nil
+	// A resume member (docs/nothing-lost.md, "Resume members"): a member on the claim's kept
+	// workspace, labelled with its record and runtime.
+	resumeMember := sandboxpod.ResumeMemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record, resumePolicyRecord(claim))
+	resumeMember.OwnerReferences = nil
 	services := []*corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
 	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
@@ -213,6 +218,7 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			_, err := op.CoreV1().Pods(ns).Create(ctx, egressMember, dryRun)
 			return err
 		},
+		"a resume member":     func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, resumeMember, dryRun); return err },
 		"a claim's token":     func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
 		"a warm member's key": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err },
 		"a claim's policy": func() error {
@@ -250,6 +256,14 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			t.Errorf("the operator's %s: %v, want admitted", name, err)
 		}
 	}
+}
+
+// resumePolicyRecord is the record of the claim's workspace, kept, as the claim controller
+// writes it (a resume member is built from it).
+func resumePolicyRecord(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
+	job := workspace.Record(claim, "workspace-content", sandboxpod.JobConfig(e2eImage()), time.Now())
+	job.UID = "00000000-0000-0000-0000-000000000003"
+	return job
 }
 
 // policyJob is a claim's sync-back Job of the shape the claim controller builds: labelled, its
@@ -296,6 +310,23 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 		"hostNetwork":                    {podWith(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), "shares no host namespace"},
 		"hostPID":                        {podWith(func(p *corev1.Pod) { p.Spec.HostPID = true }), "shares no host namespace"},
 		"a pod without airlock's labels": {podWith(func(p *corev1.Pod) { p.Labels = map[string]string{"app": "x"} }), "is a sandbox pod, labelled"},
+		// A resume member mounts a kept workspace of its own namespace only (issue 39 item 5).
+		"a resume member on another namespace's workspace": {func() error {
+			reg := validRegistry(ns)
+			reg.UID = "00000000-0000-0000-0000-000000000002"
+			record := claim.Status.Frozen
+			m := sandboxpod.ResumeMemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", record), sandboxpod.MemberName(reg.Name, "codegen"), record, resumePolicyRecord(claim))
+			m.OwnerReferences = nil
+			other := "other-namespace/sandboxes/" + strings.TrimPrefix(claim.Spec.WorkspaceDir, ns+"/sandboxes/")
+			m.Annotations[airlockv1alpha1.AnnotationResumesDir] = other
+			for i := range m.Spec.Containers[0].VolumeMounts {
+				if v := &m.Spec.Containers[0].VolumeMounts[i]; v.SubPath != "" {
+					v.SubPath = other
+				}
+			}
+			_, err := op.CoreV1().Pods(ns).Create(ctx, m, dryRun)
+			return err
+		}, "mounts only its own workspace"},
 		"a pod in the operator's namespace": {podWith(func(p *corev1.Pod) { p.Namespace = operatorNamespaceName }),
 			"in its own namespace the airlock operator writes only its Secrets"},
 		"another Secret mounted": {podWith(func(p *corev1.Pod) {

@@ -401,6 +401,30 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			wantMsg: "should be greater than or equal to 0",
 		},
 		{
+			name: "registry negative resumeWindow",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "resume-negative"
+				r.Spec.Sandboxes[0].Warm = 1
+				r.Spec.Sandboxes[0].ResumeWindow = &metav1.Duration{Duration: -time.Second}
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "must be between 0s and 24h",
+		},
+		{
+			name: "registry resumeWindow above a day",
+			create: func() error {
+				r := validRegistry(ns)
+				r.Name = "resume-long"
+				r.Spec.Sandboxes[0].Warm = 1
+				r.Spec.Sandboxes[0].ResumeWindow = &metav1.Duration{Duration: 25 * time.Hour}
+				_, err := c.ToolRegistries(ns).Create(ctx, r, metav1.CreateOptions{})
+				return err
+			},
+			wantMsg: "must be between 0s and 24h",
+		},
+		{
 			name: "runtime maxConcurrent below one",
 			create: func() error {
 				rt := validRuntime(ns)

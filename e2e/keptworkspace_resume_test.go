@@ -20,12 +20,17 @@ import (
 // kept as any other (its record resumable, kept for the claim's own directory), and the next
 // claim of the same runtime, session and handle resumes it, cold, in the member's directory
 // (status.workspaceDir, status.resumedWorkspace, its pod's subPath), rather than adopting another
-// member. Before, it was collected at once and the next claim started empty.
+// member. Before, it was collected at once and the next claim started empty. Resume members are
+// off here (resumeWindow 0): the cold resume is what is tested (TestResumeMemberAdopted tests
+// them).
 func TestWarmKeptWorkspaceResumed(t *testing.T) {
 	retention := time.Hour
 	e := newClaimEnv(t, "airlock-warm-kept", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 10,
 		idleTimeout: 5 * time.Second, workspaceRetention: &retention})
-	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 1 })
+	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) {
+		r.Spec.Sandboxes[0].Warm = 1
+		r.Spec.Sandboxes[0].ResumeWindow = &metav1.Duration{}
+	})
 	startClaimOperator(t, e.ns)
 	e.waitWarm(t, 1, 60*time.Second)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/isolationkey"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const (
@@ -250,8 +251,10 @@ func grepLines(s, sub string) string {
 
 // TestWarmPoolRunsWithItsRBAC: the operator as its ServiceAccount fills a warm pool (members,
 // their key Secrets, the pool's NetworkPolicy, the namespace's deny-all) and a claim adopts a
-// member (a patch of its owner and labels), and nothing it writes is refused by RBAC or by its
-// admission policies (issue 39: the warm paths' writes are what the policies admit).
+// member (a patch of its owner and labels); closed, its kept workspace gets a resume member (the
+// record annotated, the member created on the kept directory) that the next claim of the handle
+// adopts (the record taken); and nothing it writes is refused by RBAC or by its admission
+// policies (issue 39: the warm paths' writes are what the policies admit).
 func TestWarmPoolRunsWithItsRBAC(t *testing.T) {
 	e := newClaimEnv(t, "airlock-rbac-warm", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 5})
 	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 1 })
@@ -265,6 +268,16 @@ func TestWarmPoolRunsWithItsRBAC(t *testing.T) {
 		t.Errorf("the claim was bound cold: %+v", c.Status)
 	}
 	e.waitWarm(t, 1, 60*time.Second) // refilled
+	// A resume member (issue 39 item 5): the session closed, the pool names a member on the kept
+	// workspace's record and starts it there, and the next claim of the handle adopts it and
+	// takes the record: writes the policies must admit too.
+	e.closeClaim(t, c.Name)
+	e.waitGone(t, c.Name, 60*time.Second)
+	member := e.waitResumeMember(t, waitKeptRecord(t, e.ns, workspace.DirOf(c), 30*time.Second), 60*time.Second)
+	again := e.waitPhase(t, e.createClaim(t, "session-1", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 60*time.Second)
+	if again.Status.Warm == nil || again.Status.Warm.Member != member.Name {
+		t.Errorf("the next claim of the handle: warm %+v, want the resume member %s", again.Status.Warm, member.Name)
+	}
 
 	b, err := os.ReadFile(op.log)
 	if err != nil {

@@ -79,6 +79,7 @@ type realnodeOptions struct {
 	codegenResources                           *corev1.ResourceRequirements       // the codegen class's resources (default: none, so the operator's defaults)
 	codegenImage                               string                             // the codegen class's image (default: realnodeSandboxImage)
 	warm                                       int32                              // the codegen sandbox's warm members
+	resumeWindow                               *time.Duration                     // the codegen sandbox's resumeWindow (default: the CRD's, 10m)
 	workspaceRetention                         *time.Duration                     // the runtime's workspaceRetention (default: the CRD's, 24h)
 	codegenRuntimeClass                        string                             // the codegen class's runtimeClassName (default: none, runc)
 	codegenIsolation                           *airlockv1alpha1.SandboxIsolation  // the codegen class's isolation (default: none, Any)
@@ -161,6 +162,9 @@ func newRealnodeEnv(t *testing.T, prefix string, o realnodeOptions) *realnodeEnv
 	sandboxes := []airlockv1alpha1.RegistrySandbox{{
 		Name: "codegen", Class: newClass("codegen", nil), TargetPath: o.targetPath, MaxInstances: o.maxInstances, Warm: o.warm,
 	}}
+	if o.resumeWindow != nil {
+		sandboxes[0].ResumeWindow = &metav1.Duration{Duration: *o.resumeWindow}
+	}
 	if o.allowedServices != nil {
 		sandboxes = append(sandboxes, airlockv1alpha1.RegistrySandbox{
 			Name: "net", Class: newClass("net", o.allowedServices), MaxInstances: o.maxInstances,

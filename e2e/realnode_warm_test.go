@@ -22,7 +22,10 @@ import (
 func TestRealNodeWarm(t *testing.T) {
 	requireRealNode(t)
 	const sessions, warm = 10, 12
-	e := newRealnodeEnv(t, "airlock-rn-warm", realnodeOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 40, warm: warm})
+	// No resume members (resumeWindow 0): every session here is a new one, and the members the
+	// closed sessions' kept workspaces would get (up to the pool's 12) would only load the node
+	// while the pool's adoptions are measured (TestRealNodeResumeMember measures them).
+	e := newRealnodeEnv(t, "airlock-rn-warm", realnodeOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 40, warm: warm, resumeWindow: new(time.Duration)})
 	ce := &claimEnv{ns: e.ns, runtime: &airlockv1alpha1.AgentRuntime{Spec: airlockv1alpha1.AgentRuntimeSpec{ToolRegistryRef: airlockv1alpha1.LocalObjectReference{Name: "tools"}}}}
 	ce.waitWarm(t, warm, 5*time.Minute)
 

@@ -19,10 +19,21 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
-// idleMembers returns the registry's idle warm members (not being deleted), by name.
+// idleMembers returns the registry's idle warm members (not being deleted), by name: the pool's
+// own, not its resume members (resumeMembers).
 func (e *claimEnv) idleMembers(ctx context.Context) (map[string]*corev1.Pod, error) {
+	return e.members(ctx, false)
+}
+
+// resumeMembers returns the registry's idle resume members (not being deleted), by name.
+func (e *claimEnv) resumeMembers(ctx context.Context) (map[string]*corev1.Pod, error) {
+	return e.members(ctx, true)
+}
+
+func (e *claimEnv) members(ctx context.Context, resume bool) (map[string]*corev1.Pod, error) {
 	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		airlockv1alpha1.LabelWarmRegistry: e.runtime.Spec.ToolRegistryRef.Name,
 		airlockv1alpha1.LabelClaim:        "",
@@ -32,7 +43,7 @@ func (e *claimEnv) idleMembers(ctx context.Context) (map[string]*corev1.Pod, err
 	}
 	out := map[string]*corev1.Pod{}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp == nil {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && sandboxpod.IsResumeMember(p) == resume {
 			out[p.Name] = p
 		}
 	}

@@ -400,6 +400,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 			want: []string{"/sandbox/toolRegistry/warmPolicy", "max"}},
 		"a warmPolicy with a misspelt key": {set: []string{"--set-json", `sandbox.toolRegistry.warmPolicy={"max":3,"headroom":50}`},
 			want: []string{"/sandbox/toolRegistry/warmPolicy", "headroom"}},
+		"a resumeWindow that is no duration": {set: []string{"--set", "sandbox.toolRegistry.resumeWindow=ten minutes"},
+			want: []string{"/sandbox/toolRegistry/resumeWindow"}},
 		"a scrape interval in words": {set: []string{"--set", "monitoring.serviceMonitor.interval=often"},
 			want: []string{"/monitoring/serviceMonitor/interval"}},
 		"tools without the registry": {set: []string{"--set-json", `sandbox.allowedTools=["Read"]`},
@@ -543,6 +545,14 @@ func TestChartToolRegistry(t *testing.T) {
 	wantPolicy := &airlockv1alpha1.WarmPolicy{Min: 1, Max: 8, HeadroomPercent: ptr.To[int32](25)}
 	if got := policy.Spec.Sandboxes[0]; got.Warm != 0 || !cmp.Equal(got.WarmPolicy, wantPolicy) {
 		t.Errorf("with a warmPolicy: warm %d, warmPolicy %+v; want 0 and %+v", got.Warm, got.WarmPolicy, wantPolicy)
+	}
+	resume := renderOne[airlockv1alpha1.ToolRegistry](t, "ToolRegistry", "codegen",
+		"--set", "sandbox.toolRegistry.enabled=true,sandbox.toolRegistry.namespace=agents,sandbox.toolRegistry.warm=1,sandbox.toolRegistry.resumeWindow=0s")
+	if got := resume.Spec.Sandboxes[0].ResumeWindow; got == nil || got.Duration != 0 {
+		t.Errorf("with resumeWindow 0s: %v, want 0 (resume members off)", got)
+	}
+	if got := reg.Spec.Sandboxes[0].ResumeWindow; got != nil {
+		t.Errorf("resumeWindow %v by default, want none rendered (the CRD's default)", got)
 	}
 	class := renderOne[airlockv1alpha1.SandboxClass](t, "SandboxClass", "codegen-go", "--set", "sandbox.codegenClass.name=codegen-go,sandbox.codegenClass.image.tag=v0.1.0-go,sandbox.codegenClass.runtimeClassName=gvisor")
 	if class.Spec.Image != "ghcr.io/airlock-dev/airlock-sandbox:v0.1.0-go" || class.Spec.RuntimeClassName == nil || *class.Spec.RuntimeClassName != "gvisor" {

@@ -271,8 +271,9 @@ func startRuntimeController(ctx context.Context, cc ControllerContext) (func(ctx
 	return func(ctx context.Context) error { return c.Run(ctx, 1) }, nil
 }
 
-// startPoolController builds the warm pool controller, on the claim controller's filtered pod
-// and NetworkPolicy informers (members carry LabelClaim, empty).
+// startPoolController builds the warm pool controller, on the claim controller's filtered pod,
+// NetworkPolicy and Job informers (members carry LabelClaim, empty; kept workspaces' records, which
+// resume members wait on, carry it too).
 func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx context.Context) error, error) {
 	airlock := cc.AirlockInformers.Airlock().V1alpha1()
 	kube, air := cc.PoolKubeClient, cc.PoolAirlockClient
@@ -294,6 +295,7 @@ func startPoolController(ctx context.Context, cc ControllerContext) (func(ctx co
 		Pods:            cc.KubeInformers.Core().V1().Pods(),
 		NetworkPolicies: cc.KubeInformers.Networking().V1().NetworkPolicies(),
 		AllowedServices: cc.AllowedServices,
+		Jobs:            cc.KubeInformers.Batch().V1().Jobs(),
 	}, memberKeys{cc.Tokens}, rate, defaultdeny.NewEnsurer(kube, cc.KubeInformers.Networking().V1().NetworkPolicies()))
 	if err != nil {
 		return nil, err

@@ -22,7 +22,9 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz is /readyz: the isolation evidence is gathered (waited for up to readyzWait), the
-// workspace is there and (unless --readonly) writable, and sandboxd is not shutting down.
+// workspace is there and (unless --readonly) writable, and sandboxd is not shutting down. A warm
+// member not adopted yet asks the kernel whether it could write (access(2)) rather than making and
+// removing a probe file (confine.Resolver.CheckAccess).
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	select {
@@ -39,7 +41,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: gathering the isolation evidence", http.StatusServiceUnavailable)
 		return
 	}
-	if err := s.tb.Workspace().Check(!s.cfg.ReadOnly); err != nil {
+	check := s.tb.Workspace().Check
+	if s.guard.Warm() && s.guard.Adopted() == "" {
+		// A warm member before its adoption makes no probe file either: a resume member waits on
+		// a kept workspace, which stays exactly as it was until its claim adopts the member.
+		check = s.tb.Workspace().CheckAccess
+	}
+	if err := check(!s.cfg.ReadOnly); err != nil {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

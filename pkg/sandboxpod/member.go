@@ -10,7 +10,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,6 +127,68 @@ func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, rec
 		Labels:          MemberLabels(reg, entry, key, member),
 		OwnerReferences: []metav1.OwnerReference{RegistryRef(reg)},
 	}
+	return memberPod(meta, reg, member, record, workspace.MemberDir(reg.Namespace, member))
+}
+
+// ResumeMemberPod returns a new resume member's pod (docs/nothing-lost.md, "Resume members"): a
+// member of the pool exactly as MemberPod builds it (the same record, key Secret, pool label and
+// so pool policy), except that its workspace is the directory of the kept workspace whose record
+// is kept, and that it says so: LabelResumes (the record's name), LabelResumesUID (its UID),
+// LabelResumesRuntimeUID (whose workspace it is) and AnnotationResumesDir (the directory). Only
+// the claim that would take that record adopts it (pkg/controller/claim, adopt.go).
+func ResumeMemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, record *airlockv1alpha1.FrozenSandbox, kept *batchv1.Job) *corev1.Pod {
+	dir := kept.Annotations[airlockv1alpha1.AnnotationKeptDir]
+	l := MemberLabels(reg, entry, key, member)
+	l[airlockv1alpha1.LabelResumes] = kept.Name
+	l[airlockv1alpha1.LabelResumesUID] = string(kept.UID)
+	l[airlockv1alpha1.LabelResumesRuntimeUID] = kept.Annotations[airlockv1alpha1.AnnotationKeptRuntimeUID]
+	meta := metav1.ObjectMeta{
+		Name:            member,
+		Namespace:       reg.Namespace,
+		Labels:          l,
+		Annotations:     map[string]string{airlockv1alpha1.AnnotationResumesDir: dir},
+		OwnerReferences: []metav1.OwnerReference{RegistryRef(reg)},
+	}
+	return memberPod(meta, reg, member, record, dir)
+}
+
+// IsResumeMember says whether the pod is a resume member (LabelResumes).
+func IsResumeMember(pod *corev1.Pod) bool {
+	return pod.Labels[airlockv1alpha1.LabelResumes] != ""
+}
+
+// MemberWorkspaceDir is the workspace a member mounts: a resume member's kept directory, any
+// other member's own.
+func MemberWorkspaceDir(pod *corev1.Pod) string {
+	if IsResumeMember(pod) {
+		return pod.Annotations[airlockv1alpha1.AnnotationResumesDir]
+	}
+	return workspace.MemberDir(pod.Namespace, pod.Name)
+}
+
+// ResumeWindow is how long after a workspace of the entry is kept a resume member may wait on it:
+// the entry's resumeWindow (defaulted), 0 when it keeps no warm pool or sets 0.
+func ResumeWindow(entry *airlockv1alpha1.RegistrySandbox) time.Duration {
+	if !WarmWanted(entry) || entry.Workspace == airlockv1alpha1.WorkspaceSession || entry.MountRole != "" {
+		return 0
+	}
+	if entry.ResumeWindow == nil {
+		return airlockv1alpha1.DefaultResumeWindow
+	}
+	return max(0, entry.ResumeWindow.Duration)
+}
+
+// ResumeBound is how many resume members of the entry may exist at once: its pool's own bound
+// (warm, or warmPolicy.max), apart from the pool's members.
+func ResumeBound(entry *airlockv1alpha1.RegistrySandbox) int {
+	if entry.WarmPolicy != nil {
+		return int(entry.WarmPolicy.Max)
+	}
+	return int(entry.Warm)
+}
+
+// memberPod is a member's pod of meta, built from record, its workspace dir.
+func memberPod(meta metav1.ObjectMeta, reg *airlockv1alpha1.ToolRegistry, member string, record *airlockv1alpha1.FrozenSandbox, dir string) *corev1.Pod {
 	secret := corev1.Volume{Name: memberKeyVolumeName, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{
 			SecretName:  MemberSecretName(member),
@@ -133,7 +197,7 @@ func MemberPod(reg *airlockv1alpha1.ToolRegistry, entry, key, member string, rec
 		},
 	}}
 	mount := corev1.VolumeMount{Name: memberKeyVolumeName, MountPath: MemberKeyMountPath, ReadOnly: true}
-	pod := sandboxPod(meta, record, workspace.MemberDir(reg.Namespace, member), MemberArgs(record), secret, mount)
+	pod := sandboxPod(meta, record, dir, MemberArgs(record), secret, mount)
 	// Egress: a claim's environment and bundle, with the member's own proxy credential (from its
 	// key Secret, under ProxyKey), which the gateway takes for the adopting claim's once a claim
 	// has adopted the member, and for no one's before (docs/egress.md, "Warm members of a class

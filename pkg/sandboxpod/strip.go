@@ -9,7 +9,7 @@ import (
 
 // StripPod is the transform of the sandbox pod informer: it keeps of a pod only what the claim
 // controller reads (whose pod it is, what it runs, the token Secret it mounts, its Node, whether
-// it is ready, at which IP, and why it is not; a warm member's evidence record), so that 2,000 cached sandbox pods cost little memory.
+// it is ready, at which IP, and why it is not; a warm member's evidence record and, for a resume member, the kept directory it mounts), so that 2,000 cached sandbox pods cost little memory.
 // A stripped pod is never written back: its labels are repaired with a patch
 // (objectControl.PatchLabels). Anything else (a tombstone) passes through.
 func StripPod(obj any) (any, error) {
@@ -35,10 +35,19 @@ func StripPod(obj any) (any, error) {
 			PodIP:   pod.Status.PodIP,
 		},
 	}
-	// A warm member's evidence record (AnnotationIsolationEvidence), which the claim
-	// controller judges at adoption; no other annotation, and none of a claim's own pod.
-	if v, ok := pod.Annotations[airlockv1alpha1.AnnotationIsolationEvidence]; ok && pod.Labels[airlockv1alpha1.LabelWarmMember] != "" {
-		out.Annotations = map[string]string{airlockv1alpha1.AnnotationIsolationEvidence: v}
+	// A warm member's evidence record (AnnotationIsolationEvidence), which the claim controller
+	// judges at adoption, and a resume member's directory (AnnotationResumesDir), which a claim
+	// that adopts it works in (a member keeps both once adopted); no other annotation, and none
+	// of a claim's own pod.
+	if pod.Labels[airlockv1alpha1.LabelWarmMember] != "" {
+		for _, k := range []string{airlockv1alpha1.AnnotationIsolationEvidence, airlockv1alpha1.AnnotationResumesDir} {
+			if v, ok := pod.Annotations[k]; ok {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = v
+			}
+		}
 	}
 	// Its Node: a pod that is not ready or is stuck terminating is looked at on it (issue 24,
 	// the claim controller's nodeloss.go).

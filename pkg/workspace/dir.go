@@ -86,3 +86,16 @@ func IsMemberDir(namespace, dir string) bool {
 	member, ok := strings.CutPrefix(dir, SandboxesDir(namespace)+"/"+WarmDir+"/")
 	return ok && member != "" && !strings.Contains(member, "/") && ValidateRemovable(dir, SandboxesDir(namespace)) == nil
 }
+
+// IsResumeDir says whether dir is a workspace a resume member may mount (docs/nothing-lost.md,
+// "Resume members"): a per-claim directory of the namespace (one path element under its
+// sandboxes directory, not the sessions or warm directory itself) or a warm member's. The
+// operator's admission policy checks the same shape of a resume member's subPath.
+func IsResumeDir(namespace, dir string) bool {
+	if IsMemberDir(namespace, dir) {
+		return true
+	}
+	name, ok := strings.CutPrefix(dir, SandboxesDir(namespace)+"/")
+	return ok && name != "" && name != SessionsDir && name != WarmDir && !strings.Contains(name, "/") &&
+		ValidateRemovable(dir, SandboxesDir(namespace)) == nil
+}

@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/airlock-dev/airlock/pkg/admission"
@@ -146,6 +147,8 @@ func Record(claim *airlockv1alpha1.SandboxClaim, contentClaimName string, cfg Jo
 		airlockv1alpha1.LabelClaim:         claim.Name,
 		airlockv1alpha1.LabelRuntime:       claim.Spec.RuntimeName,
 		airlockv1alpha1.LabelKeptWorkspace: airlockv1alpha1.LabelValueKeptWorkspace,
+		// The registry sandbox: the pool whose resume member may wait on it (ResumeMember).
+		airlockv1alpha1.LabelSandbox: claim.Spec.Sandbox,
 	}
 	if kept := KeptForName(claim); kept != "" {
 		jobLabels[airlockv1alpha1.LabelKeptFor] = kept
@@ -260,12 +263,42 @@ func RetryJob(record *batchv1.Job, contentClaimName string, cfg JobConfig) *batc
 	}
 }
 
-// ResumedLabels are the labels of a pod that resumed the record's workspace.
-func ResumedLabels(record *batchv1.Job) map[string]string {
+// KeptAt is when the record's workspace was kept (its creation, when the annotation is unreadable).
+func KeptAt(record *batchv1.Job) time.Time {
 	keptAt, err := time.Parse(time.RFC3339, record.Annotations[AnnotationKeptAt])
 	if err != nil {
-		keptAt = record.CreationTimestamp.Time
+		return record.CreationTimestamp.Time
 	}
+	return keptAt
+}
+
+// ResumeMember is the resume member the record names (AnnotationResumeMember, its UID): the one
+// warm member that may wait on its workspace ("" when none does).
+func ResumeMember(record *batchv1.Job) (string, types.UID) {
+	return record.Annotations[airlockv1alpha1.AnnotationResumeMember], types.UID(record.Annotations[airlockv1alpha1.AnnotationResumeMemberUID])
+}
+
+// NamesResumeMember says whether the record names the pod as its resume member, and the pod was
+// started for this very record (its UID) and its directory.
+func NamesResumeMember(record *batchv1.Job, pod *corev1.Pod) bool {
+	name, uid := ResumeMember(record)
+	return name != "" && name == pod.Name && uid == pod.UID &&
+		pod.Labels[airlockv1alpha1.LabelResumes] == record.Name &&
+		pod.Labels[airlockv1alpha1.LabelResumesUID] == string(record.UID) &&
+		pod.Annotations[airlockv1alpha1.AnnotationResumesDir] == record.Annotations[airlockv1alpha1.AnnotationKeptDir]
+}
+
+// Resumable says whether the record is one a claim may take now: the operator's, suspended (not
+// being collected), not being deleted, resumable, and not held for a retry of its sync-back.
+func Resumable(record *batchv1.Job) bool {
+	return RecordIsOurs(record) && record.DeletionTimestamp == nil && ptr.Deref(record.Spec.Suspend, false) &&
+		record.Annotations[airlockv1alpha1.AnnotationKeptResumable] != airlockv1alpha1.AnnotationValueNotResumable &&
+		!(IsHeld(record) && record.Annotations[airlockv1alpha1.AnnotationHeldAction] == airlockv1alpha1.HeldActionRetry)
+}
+
+// ResumedLabels are the labels of a pod that resumed the record's workspace.
+func ResumedLabels(record *batchv1.Job) map[string]string {
+	keptAt := KeptAt(record)
 	return map[string]string{
 		LabelResumedKeptAt: strconv.FormatInt(keptAt.Unix(), 10),
 		LabelResumedKeptBy: record.Labels[airlockv1alpha1.LabelClaim],
@@ -284,14 +317,23 @@ func ResumableBy(record *batchv1.Job, claim *airlockv1alpha1.SandboxClaim) bool 
 // Resumed is the status.resumedWorkspace of a claim whose pod carries the labels of a resumed
 // workspace (nil when it does not).
 func Resumed(pod *corev1.Pod) *airlockv1alpha1.ResumedWorkspace {
-	if pod == nil || pod.Labels[LabelResumedKeptAt] == "" {
+	if pod == nil {
 		return nil
 	}
-	secs, err := strconv.ParseInt(pod.Labels[LabelResumedKeptAt], 10, 64)
+	return ResumedOf(pod.Labels)
+}
+
+// ResumedOf is the status.resumedWorkspace that a pod's resume labels (ResumedLabels) say (nil
+// when they say none).
+func ResumedOf(podLabels map[string]string) *airlockv1alpha1.ResumedWorkspace {
+	if podLabels[LabelResumedKeptAt] == "" {
+		return nil
+	}
+	secs, err := strconv.ParseInt(podLabels[LabelResumedKeptAt], 10, 64)
 	if err != nil {
 		return nil
 	}
-	return &airlockv1alpha1.ResumedWorkspace{KeptAt: metav1.NewTime(time.Unix(secs, 0).UTC()), KeptBy: pod.Labels[LabelResumedKeptBy]}
+	return &airlockv1alpha1.ResumedWorkspace{KeptAt: metav1.NewTime(time.Unix(secs, 0).UTC()), KeptBy: podLabels[LabelResumedKeptBy]}
 }
 
 // conditionReady is the type of a claim's Ready condition (the claim controller's ConditionReady).

@@ -83,6 +83,11 @@ type Plan struct {
 	GapMillis int `json:"gapMillis,omitempty"`
 	// Connect makes the runtime's first call of the Sandbox API before the timed sessions.
 	Connect bool `json:"connect,omitempty"`
+	// resume: Seed writes the workspace's files in the first round (a fresh workspace);
+	// ExpectSHA256 is the workspace's tree hash the first round must find (the last round's of
+	// the previous invocation).
+	Seed         bool   `json:"seed,omitempty"`
+	ExpectSHA256 string `json:"expectSHA256,omitempty"`
 	// scrape: the URLs, and how long each may take to answer (connections may be refused or
 	// dropped while a new pod's NetworkPolicy peers are learned).
 	URLs          []string `json:"urls,omitempty"`
@@ -231,7 +236,7 @@ func runAcquire(ctx context.Context, p Plan) *AcquireResult {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|acquire|scrape|serve|internet|egressprobe|copyself [flags]")
+		fmt.Fprintln(os.Stderr, "usage: runtimeclient session|bench|reacquire|resume|acquire|scrape|serve|internet|egressprobe|copyself [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -254,7 +259,7 @@ func main() {
 	case "internet", "egressprobe":
 		runEgressMode(os.Args[1], *planJSON)
 		return
-	case "session", "bench", "reacquire", "acquire", "scrape":
+	case "session", "bench", "reacquire", "resume", "acquire", "scrape":
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -286,6 +291,8 @@ func main() {
 		out = runBench(ctx, plan)
 	case "reacquire":
 		out = runReacquire(ctx, plan)
+	case "resume":
+		out = runResume(ctx, plan)
 	case "acquire":
 		out = runAcquire(ctx, plan)
 	case "scrape":

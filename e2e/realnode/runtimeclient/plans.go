@@ -1,6 +1,6 @@
 package main
 
-// The reacquire and bench plans (main.go runs them).
+// The reacquire, resume and bench plans (main.go runs them).
 
 import (
 	"context"
@@ -144,3 +144,116 @@ func runBench(ctx context.Context, p Plan) *BenchResult {
 	sort.Float64s(out.RoundTripMillis)
 	return out
 }
+
+// ResumeRound is one round of `resume`: one acquire of the plan's session and handle, which
+// resumes the workspace the previous round (or invocation) left.
+type ResumeRound struct {
+	Claim string `json:"claim"`
+	// AcquireMillis is the acquire call to its 200 (Bound); FirstResultMillis the acquire call to
+	// the first tool result (acquire, connect, the tree hash's Bash call).
+	AcquireMillis     float64 `json:"acquireMillis"`
+	FirstResultMillis float64 `json:"firstResultMillis"`
+	// Resumed says whether the acquire answered resumedWorkspace.
+	Resumed bool `json:"resumed"`
+	// StartSHA256 is the workspace's tree hash (treeHashCommand) as the round found it (its first
+	// tool call), EndSHA256 after the round changed it (a line appended to its journal).
+	StartSHA256 string `json:"startSHA256"`
+	EndSHA256   string `json:"endSHA256"`
+}
+
+// ResumeResult is the output of `resume`.
+type ResumeResult struct {
+	Rounds []ResumeRound `json:"rounds"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// treeHashCommand prints one SHA-256 of the whole workspace: every regular file's path and
+// content (sha256sum of each, in byte order of the paths), sandboxd's own transient files left
+// out (a readiness probe's, an atomic write's).
+const treeHashCommand = `find . -type f ! -name '.airlock-readyz-*' ! -name '.*.airlock-*.tmp' -print0 | LC_ALL=C sort -z | ` +
+	`xargs -0 -r sha256sum | sha256sum | cut -d' ' -f1`
+
+// seedCommand writes the files a session leaves: sources in nested directories, a journal, an
+// empty file, an executable, and 2 MiB of random bytes.
+const seedCommand = `mkdir -p src/pkg/util notes bin && ` +
+	`printf 'package main\n\nfunc main() { println("resume") }\n' > src/main.go && ` +
+	`printf 'package util\n\nfunc N() int { return 42 }\n' > src/pkg/util/util.go && ` +
+	`printf 'seed\n' > notes/journal.txt && : > notes/empty && ` +
+	`printf '#!/bin/sh\necho resume\n' > bin/run.sh && chmod 755 bin/run.sh && ` +
+	`head -c 2097152 /dev/urandom > blob.bin && echo seeded`
+
+// runResume acquires, checks and changes the workspace, and closes the same session and handle
+// p.Sessions times, p.GapMillis apart (the pool's resume member starts meanwhile): each round's
+// first tool call hashes the workspace (StartSHA256), which must be what the round before left
+// (EndSHA256; p.ExpectSHA256 for the first), then it appends a line to the journal and hashes
+// again. With p.Seed the first round writes the files first.
+func runResume(ctx context.Context, p Plan) *ResumeResult {
+	out := &ResumeResult{Rounds: []ResumeRound{}}
+	s, err := apiSession(p, p.Session)
+	if err != nil {
+		out.Error = "the Sandbox API's CA: " + err.Error()
+		return out
+	}
+	for i := 0; i < p.Sessions; i++ {
+		if p.GapMillis > 0 && (i > 0 || !p.Seed) {
+			select {
+			case <-time.After(time.Duration(p.GapMillis) * time.Millisecond):
+			case <-ctx.Done():
+				out.Error = ctx.Err().Error()
+				return out
+			}
+		}
+		began := time.Now()
+		got, d, err := acquire(ctx, s, p)
+		if err != nil {
+			out.Error = fmt.Sprintf("round %d: acquire: %v", i, err)
+			return out
+		}
+		r := ResumeRound{Claim: got.Claim, AcquireMillis: ms(d), Resumed: got.ResumedWorkspace != nil}
+		url := got.Response.Addresses[0].URL
+		sctx, cancel := context.WithCancel(ctx)
+		cs, _, err := connectRetry(sctx, url, got.Response.Headers, p.Transport)
+		if err != nil {
+			cancel()
+			out.Error = fmt.Sprintf("round %d: connect %s: %v", i, url, err)
+			return out
+		}
+		// The tree hash first (the round's first tool result), the seed, a line appended, the hash.
+		type bashStep struct {
+			command string
+			into    *string
+		}
+		steps := []bashStep{{treeHashCommand, &r.StartSHA256}}
+		if p.Seed && i == 0 {
+			steps = append(steps, bashStep{seedCommand, nil})
+		}
+		steps = append(steps, bashStep{fmt.Sprintf(`mkdir -p notes && echo "round %d $(date +%%s%%N)" >> notes/journal.txt`, i), nil}, bashStep{treeHashCommand, &r.EndSHA256})
+		for j, step := range steps {
+			res := call(ctx, cs, Step{Tool: "Bash", Args: map[string]any{"command": step.command}})
+			if j == 0 {
+				r.FirstResultMillis = ms(time.Since(began))
+			}
+			if res.Err != "" || res.IsError {
+				out.Error = fmt.Sprintf("round %d: %q: %s %s", i, step.command, res.Err, res.Text)
+				cs.Close()
+				cancel()
+				return out
+			}
+			if step.into != nil {
+				*step.into = strings.TrimSpace(res.Text)
+			}
+		}
+		cs.Close()
+		cancel()
+		out.Rounds = append(out.Rounds, r)
+		say("round %d: claim %s in %.0f ms, first tool result %.0f ms, resumed %v, workspace %s -> %s", i, r.Claim, r.AcquireMillis, r.FirstResultMillis, r.Resumed, short(r.StartSHA256), short(r.EndSHA256))
+		if _, err := s.Close(ctx); err != nil {
+			out.Error = fmt.Sprintf("round %d: close: %v", i, err)
+			return out
+		}
+	}
+	return out
+}
+
+// short is the first 12 characters of a hash, for say.
+func short(h string) string { return h[:min(12, len(h))] }

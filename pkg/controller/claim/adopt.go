@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +32,11 @@ import (
 // warmMembers finds the members of a warm pool that a claim may adopt (warmpool.Members).
 type warmMembers interface {
 	// Idle returns the Ready, idle members of the pool of the registry's entry built from
-	// record, that the registry controls, oldest first.
+	// record, that the registry controls, oldest first; never a resume member.
 	Idle(reg *airlockv1alpha1.ToolRegistry, entry string, record *airlockv1alpha1.FrozenSandbox) ([]*corev1.Pod, error)
+	// Resuming returns the Ready, idle resume members of that pool that wait on the kept
+	// workspace of the record kept (by name and UID), oldest first (resume.go).
+	Resuming(reg *airlockv1alpha1.ToolRegistry, entry string, record *airlockv1alpha1.FrozenSandbox, kept *batchv1.Job) ([]*corev1.Pod, error)
 }
 
 // ReasonWarmMember is the Ready reason of a claim Bound to an adopted warm member.
@@ -49,9 +53,19 @@ const (
 // longest) that no other worker of this process has taken, and takes it. It returns nil when
 // there is none, and whether the claim could adopt one at all (eligible, of a sandbox with warm
 // members wanted).
+//
+// A claim that would resume a kept workspace (kept.go) adopts no member of the pool (its
+// workspace is another): only that workspace's resume member (resume.go), when the cache shows
+// its record and the entry keeps resume members; else it resumes cold.
 func (c *Controller) reserveMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, tried map[types.UID]bool) (*corev1.Pod, bool, error) {
-	if record == nil || !sandboxpod.WarmEligible(claim) || c.hasKeptWorkspace(claim) {
+	if record == nil || !sandboxpod.WarmEligible(claim) {
 		return nil, false, nil
+	}
+	var kept *batchv1.Job
+	if c.hasKeptWorkspace(claim) {
+		if kept = c.keptRecordFor(claim); kept == nil {
+			return nil, false, nil // its record not cached yet, or not its to resume: cold
+		}
 	}
 	if c.evidence == nil && sandboxpod.NeedsDedicatedKernel(record) {
 		// A class that needs a kernel of its own is served only with evidence, and without
@@ -62,8 +76,16 @@ func (c *Controller) reserveMember(ctx context.Context, claim *airlockv1alpha1.S
 	if err != nil || entry == nil || !sandboxpod.WarmWanted(entry) {
 		return nil, false, err
 	}
-	candidates, err := c.warm.Idle(reg, entry.Name, record)
-	if err != nil {
+	var candidates []*corev1.Pod
+	if kept != nil {
+		if sandboxpod.ResumeWindow(entry) <= 0 {
+			return nil, false, nil
+		}
+		if candidates, err = c.warm.Resuming(reg, entry.Name, record, kept); err != nil {
+			return nil, true, err
+		}
+		candidates = resumeCandidates(claim, kept, candidates)
+	} else if candidates, err = c.warm.Idle(reg, entry.Name, record); err != nil {
 		return nil, true, err
 	}
 	for _, pod := range candidates {
@@ -89,6 +111,9 @@ type reservation struct {
 	// so the decision's write records this very record (frozen once: a class edit between two
 	// freezes could otherwise give the claim a member of the record before).
 	record *airlockv1alpha1.FrozenSandbox
+	// resume says that the claim would resume a kept workspace: only its resume member is
+	// adopted.
+	resume bool
 }
 
 // reserveMembers reserves members for the claims a pass admits, in the order given (oldest
@@ -104,7 +129,7 @@ func (c *Controller) reserveMembers(ctx context.Context, ordered []*airlockv1alp
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Looking for a warm member failed; the claim is built cold", "claim", klog.KObj(claim), "err", err)
 		}
-		out[claim.UID] = reservation{pod: pod, eligible: eligible, record: record}
+		out[claim.UID] = reservation{pod: pod, eligible: eligible, record: record, resume: c.hasKeptWorkspace(claim)}
 	}
 	return out
 }
@@ -127,13 +152,22 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 			c.adopting.CompareAndDelete(r.pod.UID, claim.UID) // not needed: give it back
 		}
 		if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil && c.memberFits(ctx, record, earlier) {
-			written, err := c.writeWarmAdmitted(ctx, claim, record, earlier)
-			return written, err == nil, err
+			held, err := c.holdsMemberWorkspace(ctx, claim, earlier)
+			if err != nil {
+				return nil, false, err
+			}
+			if held {
+				written, err := c.writeWarmAdmitted(ctx, claim, record, earlier, workspace.Resumed(earlier))
+				return written, err == nil, err
+			}
 		}
 		if err := c.releaseMember(ctx, claim); err != nil {
 			return nil, false, err
 		}
 		r = reservation{eligible: r.eligible}
+		if sandboxpod.IsResumeMember(earlier) {
+			return nil, false, nil // resumed cold, once the member is gone (clearResumeMembers)
+		}
 	}
 	tried := map[types.UID]bool{}
 	pod, eligible := r.pod, r.eligible
@@ -147,7 +181,25 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 			break
 		}
 		tried[pod.UID] = true
-		err := c.children.adopter.Adopt(ctx, pod, sandboxpod.OwnerReference(claim), sandboxpod.PodLabels(claim))
+		podLabels := sandboxpod.PodLabels(claim)
+		var kept *batchv1.Job
+		if sandboxpod.IsResumeMember(pod) {
+			// Its record, read fresh, must name it (resume.go); the pod carries the resume labels
+			// from the adoption on, so that a crash before the Bound still says what it resumed.
+			var ok bool
+			if kept, ok, err = c.mayAdoptResume(ctx, claim, pod); err != nil || !ok {
+				c.adopting.CompareAndDelete(pod.UID, claim.UID)
+				if err != nil {
+					return nil, false, err
+				}
+				pod = nil
+				continue
+			}
+			for k, v := range workspace.ResumedLabels(kept) {
+				podLabels[k] = v
+			}
+		}
+		err := c.children.adopter.Adopt(ctx, pod, sandboxpod.OwnerReference(claim), podLabels)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// Changed or gone since the cache showed it (another leader adopted it, the pool
 			// controller deleted it, the kubelet wrote its status): let it go, try the next.
@@ -160,16 +212,53 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 			c.adopting.CompareAndDelete(pod.UID, claim.UID)
 			return nil, false, err
 		}
+		if kept != nil {
+			taken, err := c.takeForMember(ctx, claim, pod, kept)
+			if err != nil {
+				return nil, false, err // the next pass takes it up again (holdsMemberWorkspace)
+			}
+			if !taken {
+				// The record changed under the adoption: the member is let go, and the claim
+				// resumes cold once it is gone.
+				logger.V(2).Info("The kept workspace's record changed before the resume member's claim could take it; resuming cold", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
+				warmResumes.WithLabelValues("lost").Inc()
+				if _, err := c.releaseUnserved(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
+					return nil, false, err
+				}
+				return nil, false, nil
+			}
+			warmResumes.WithLabelValues("hit").Inc()
+			logger.V(2).Info("Adopted the resume member of the claim's kept workspace", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
+			resumed := workspace.ResumedOf(podLabels)
+			written, err := c.writeWarmAdmitted(ctx, claim, record, pod, resumed)
+			if err == nil {
+				c.resumedEvent(claim, pod, resumed)
+			}
+			return written, err == nil, err
+		}
 		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
 		warmAdoptions.WithLabelValues("hit").Inc()
-		written, err := c.writeWarmAdmitted(ctx, claim, record, pod)
+		written, err := c.writeWarmAdmitted(ctx, claim, record, pod, nil)
 		return written, err == nil, err
 	}
-	if eligible {
+	if eligible && r.resume {
+		warmResumes.WithLabelValues("miss").Inc()
+		logger.V(4).Info("No resume member Ready for the claim's kept workspace; resuming it cold", "claim", klog.KObj(claim))
+	} else if eligible {
 		warmAdoptions.WithLabelValues("miss").Inc()
 		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
 	}
 	return nil, false, nil
+}
+
+// holdsMemberWorkspace says whether the claim holds the workspace of the member it adopted in an
+// earlier pass or sync: always for a member of the pool (a fresh workspace of its own); for a
+// resume member, once it took the record (finishResumeTake).
+func (c *Controller) holdsMemberWorkspace(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, pod *corev1.Pod) (bool, error) {
+	if !sandboxpod.IsResumeMember(pod) {
+		return true, nil
+	}
+	return c.finishResumeTake(ctx, claim, pod)
 }
 
 // adoptedMemberOf returns the warm member the claim controls, from the cache, or nil.
@@ -182,22 +271,35 @@ func (c *Controller) adoptedMemberOf(claim *airlockv1alpha1.SandboxClaim) (*core
 }
 
 // releaseMember deletes the warm member an undecided claim controls (adopted by a pass whose
-// write did not go through): a claim that is not admitted holds no pod.
+// write did not go through): a claim that is not admitted holds no pod. A resume member, which
+// served nobody, goes with a grace period of 0, its workspace kept again first if the claim took
+// its record (resume.go).
 func (c *Controller) releaseMember(ctx context.Context, claim *airlockv1alpha1.SandboxClaim) error {
 	member, err := c.adoptedMemberOf(claim)
 	if err != nil || member == nil || member.DeletionTimestamp != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Deleting the warm member of a claim that is not admitted", "claim", klog.KObj(claim), "member", klog.KObj(member))
+	if sandboxpod.IsResumeMember(member) {
+		if err := c.keepTakenResume(ctx, claim, member); err != nil {
+			return err
+		}
+		_, err := c.releaseUnserved(ctx, member.Namespace, member.Name, member.UID)
+		return err
+	}
 	return objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID))
 }
 
 // writeWarmAdmitted writes the admission of an undecided claim bound to its adopted member: the
-// Admitted condition, the record, and Bound at the pod's IP with status.warm, in one write.
-func (c *Controller) writeWarmAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod) (*airlockv1alpha1.SandboxClaim, error) {
+// Admitted condition, the record, and Bound at the pod's IP with status.warm (and, for a resume
+// member, status.resumedWorkspace: resumed), in one write.
+func (c *Controller) writeWarmAdmitted(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod, resumed *airlockv1alpha1.ResumedWorkspace) (*airlockv1alpha1.SandboxClaim, error) {
 	admitted := claim.DeepCopy()
 	setCondition(&admitted.Status, ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, MessageAdmitted, c.clock.Now())
 	admitted.Status.Frozen = record
+	if resumed != nil {
+		admitted.Status.ResumedWorkspace = resumed
+	}
 	return c.writeWarmBound(ctx, claim, admitted, pod)
 }
 
@@ -235,7 +337,7 @@ func (c *Controller) writeWarmBound(ctx context.Context, claim, updated *airlock
 	updated.Status.Addresses = sandboxpod.Addresses(pod.Status.PodIP, updated.Status.Frozen)
 	updated.Status.Warm = &airlockv1alpha1.WarmAdoption{
 		Member:       pod.Name,
-		WorkspaceDir: workspace.MemberDir(claim.Namespace, pod.Name),
+		WorkspaceDir: sandboxpod.MemberWorkspaceDir(pod), // a resume member's: the kept workspace
 		AdoptedAt:    metav1.NewTime(now),
 	}
 	updated.Status.Isolation = iso

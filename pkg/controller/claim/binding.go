@@ -125,11 +125,11 @@ func (c *Controller) bindReady(ctx context.Context, claim *airlockv1alpha1.Sandb
 }
 
 // onlyPredecessorChildren says whether every error of err (ensureChildren joins them) is a child of
-// an earlier claim of the same name still being deleted.
+// an earlier claim of the same name still being deleted, or a resume member of its workspace.
 func onlyPredecessorChildren(err error) bool {
 	joined, ok := err.(interface{ Unwrap() []error })
 	if !ok {
-		return errors.Is(err, errPredecessorChild)
+		return errors.Is(err, errPredecessorChild) || errors.Is(err, errResumeMemberGoing)
 	}
 	for _, e := range joined.Unwrap() {
 		if !onlyPredecessorChildren(e) {
@@ -203,7 +203,23 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 		return true, nil
 	}
 	if member.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{member}) != nil {
-		_, err := c.writeWarmBound(ctx, claim, claim, member)
+		// A resume member's record is taken first (resume.go); one the claim cannot hold is let
+		// go, and the claim resumes cold once it is gone (its deletion brings the claim back).
+		held, err := c.holdsMemberWorkspace(ctx, claim, member)
+		if err != nil {
+			return true, err
+		}
+		if !held {
+			klog.FromContext(ctx).V(2).Info("The claim's resume member's workspace is not the claim's to take any more; deleting it and resuming cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
+			_, err := c.releaseUnserved(ctx, member.Namespace, member.Name, member.UID)
+			return true, err
+		}
+		updated := claim
+		if resumed := workspace.Resumed(member); resumed != nil {
+			updated = claim.DeepCopy()
+			updated.Status.ResumedWorkspace = resumed
+		}
+		_, err = c.writeWarmBound(ctx, claim, updated, member)
 		if !errors.Is(err, errMemberUnfit) {
 			return true, err
 		}
@@ -215,6 +231,10 @@ func (c *Controller) finishAdoption(ctx context.Context, claim *airlockv1alpha1.
 	}
 	if member.DeletionTimestamp == nil {
 		klog.FromContext(ctx).V(2).Info("The claim's warm member is not Ready; deleting it and building the claim cold", "claim", klog.KObj(claim), "member", klog.KObj(member))
+		if sandboxpod.IsResumeMember(member) {
+			_, err := c.releaseUnserved(ctx, member.Namespace, member.Name, member.UID)
+			return false, err
+		}
 		if err := objectcontrol.IgnoreGone(c.children.pods.Delete(ctx, member.Namespace, member.Name, member.UID)); err != nil {
 			return false, err
 		}

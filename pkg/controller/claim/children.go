@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/claimtoken"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // ensureChildren creates the claim's Secret, NetworkPolicy and pod, and repairs the drift of what
@@ -105,6 +106,10 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 			c.resumedBy.Store(claim.UID, resumed)
 		} else if earlier, ok := c.resumedBy.Load(claim.UID); ok {
 			resumed = earlier.(map[string]string) // taken before: this pod resumes it too
+		}
+		// No resume member may still mount the workspace (resume.go): one writer.
+		if err := c.clearResumeMembers(ctx, claim, workspace.RecordName(workspace.DirOf(claim)), nil); err != nil {
+			return err
 		}
 		for k, v := range resumed {
 			pod.Labels[k] = v

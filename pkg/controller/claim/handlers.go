@@ -95,6 +95,7 @@ func (c *Controller) addChildHandlers(informers Informers) error {
 			c.adopting.Delete(pod.UID)
 			c.forgetStop(pod.UID)
 			c.forgetRead(pod.UID)
+			c.enqueueResumeWaiters(pod)
 		}
 		c.handleObject(obj)
 	}

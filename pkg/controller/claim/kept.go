@@ -247,6 +247,12 @@ func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alph
 		// Its sync-back is being retried: no pod writes the workspace while it is copied.
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForRetry, dir, record.Name)}
 	}
+	// A resume member that waits on it (one the claim did not adopt) goes first, confirmed gone,
+	// before the take (resume.go): the record names it until then, and the take is conditional
+	// on the record as read here.
+	if err := c.clearResumeMembers(ctx, claim, record.Name, record); err != nil {
+		return nil, err
+	}
 	// The workspace's records follow it to the resuming claim before the Job goes (records.go):
 	// a failed move fails the take, which is tried again.
 	if err := c.moveRecordsToClaim(ctx, claim, record); err != nil {

@@ -75,6 +75,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	warmResumes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "warm_resumes_total",
+		Help:           "Admitted claims that resume a kept workspace of a sandbox with resume members, by result: hit (its resume member adopted), miss (none Ready: resumed cold) or lost (the record changed between the adoption and the take: resumed cold).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	claimsByPhaseDesc = metrics.NewDesc(metricsSubsystem+"_claims",
 		"Claims by namespace and phase, from the operator's cache.",
 		[]string{"namespace", "phase"}, nil, metrics.ALPHA, "")
@@ -118,7 +125,7 @@ func (p *phaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // and points the phase gauge at lister.
 func registerMetrics(lister airlocklisters.SandboxClaimLister) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bindDuration, warmAdoptions, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops, isolationChecks, isolationReadDuration)
+		legacyregistry.MustRegister(bindDuration, warmAdoptions, warmResumes, admissionDecisions, decisionPassDuration, reapedClaims, syncBackResults, sandboxStops, isolationChecks, isolationReadDuration)
 		legacyregistry.CustomMustRegister(phaseCollectorInstance)
 	})
 	phaseCollectorInstance.lister.Store(&lister)

@@ -78,7 +78,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if _, ok := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; ok && !runtimeGone(rt) {
 		switch claim.Status.Phase {
 		case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
-			// Nothing ran, so there is nothing to save.
+			// Nothing ran, so there is nothing to save; a resume member it adopted goes, its
+			// workspace kept again if the claim took its record (resume.go).
+			if err := c.releaseMember(ctx, claim); err != nil {
+				return nil, err
+			}
 			return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
 		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
 			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)

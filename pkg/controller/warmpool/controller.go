@@ -8,8 +8,11 @@
 // controller's turn at the API server. It writes the registry's status: the pools' counts, and
 // whether each of its sandboxes can be built now (readiness.go). When the operator reads
 // isolation evidence, it reads each member's once, at its readiness, and seals what it read onto
-// the member, which is adoptable only then (evidence.go). Adoption is the claim controller's (pkg/controller/claim,
-// adopt.go), which finds a pool's idle members through Members.
+// the member, which is adoptable only then (evidence.go). For a workspace kept within the entry's
+// resumeWindow it also keeps a resume member: a member of the pool whose workspace is that kept
+// directory, for the one claim that would resume it (resume.go). Adoption is the claim
+// controller's (pkg/controller/claim, adopt.go), which finds a pool's idle and resume members
+// through Members.
 package warmpool
 
 import (
@@ -20,6 +23,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,11 +31,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
@@ -100,6 +106,9 @@ type Informers struct {
 	Pods            coreinformers.PodInformer
 	NetworkPolicies networkinginformers.NetworkPolicyInformer
 	AllowedServices coreinformers.ServiceInformer
+	// Jobs are the claim controller's (filtered on LabelClaim): kept workspaces' records, which
+	// resume members wait on (resume.go).
+	Jobs batchinformers.JobInformer
 }
 
 // Controller keeps the warm pools of every ToolRegistry.
@@ -108,6 +117,9 @@ type Controller struct {
 	pods       objectcontrol.Interface[*corev1.Pod]
 	secrets    objectcontrol.Interface[*corev1.Secret]
 	policies   objectcontrol.Interface[*networkingv1.NetworkPolicy]
+	// records writes kept workspaces' records: only the annotation that names a record's resume
+	// member (resume.go), an update conditional on the record's resourceVersion.
+	records objectcontrol.Interface[*batchv1.Job]
 	// defaultDeny puts the namespace's standing default-deny policy in place before the first
 	// member; nil creates no member (fail closed).
 	defaultDeny DefaultDenyEnsurer
@@ -148,6 +160,8 @@ type Controller struct {
 	podLister     corelisters.PodLister
 	npLister      networkinglisters.NetworkPolicyLister
 	svcLister     corelisters.ServiceLister
+	jobLister     batchlisters.JobLister
+	claimLister   airlocklisters.SandboxClaimLister
 }
 
 // NewController returns a pool controller writing with kubeClient and airlockClient (the
@@ -182,6 +196,7 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		pods:        objectcontrol.Pods(kubeClient, ControllerName),
 		secrets:     objectcontrol.Secrets(kubeClient, ControllerName),
 		policies:    objectcontrol.NetworkPolicies(kubeClient, ControllerName),
+		records:     objectcontrol.Jobs(kubeClient, ControllerName),
 		keys:        keys,
 		limiter:     rate.NewLimiter(rate.Limit(refillRate), max(1, int(refillRate))),
 		baseRefill:  refillRate,
@@ -203,7 +218,10 @@ func newController(ctx context.Context, kubeClient kubernetes.Interface, airlock
 		podLister:     informers.Pods.Lister(),
 		npLister:      informers.NetworkPolicies.Lister(),
 		svcLister:     informers.AllowedServices.Lister(),
+		jobLister:     informers.Jobs.Lister(),
+		claimLister:   informers.Claims.Lister(),
 		synced: []cache.InformerSynced{
+			informers.Jobs.Informer().HasSynced,
 			informers.Registries.Informer().HasSynced, informers.Classes.Informer().HasSynced,
 			informers.Pods.Informer().HasSynced, informers.NetworkPolicies.Informer().HasSynced,
 			informers.AllowedServices.Informer().HasSynced,
@@ -283,9 +301,15 @@ func (c *Controller) addEventHandlers(informers Informers) error {
 	if err := c.handlers.Add(informers.AllowedServices.Informer(), onChange(c.gatewayChanged, resourceVersionChanged)); err != nil {
 		return fmt.Errorf("adding the egress gateway Service event handler: %w", err)
 	}
-	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool.
-	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addClaim}); err != nil {
+	// Arrivals: a claim's Add only (its creation); nothing else of a claim sizes a pool. Its
+	// deletion may let a resume member start on the workspace it kept (resume.go).
+	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addClaim, DeleteFunc: c.enqueueRegistriesOf}); err != nil {
 		return fmt.Errorf("adding the claim event handler: %w", err)
+	}
+	// Kept workspaces' records: one kept, taken, collected or annotated changes what resume
+	// members its namespace's pools keep.
+	if err := c.handlers.Add(informers.Jobs.Informer(), onChange(c.recordChanged, resourceVersionChanged)); err != nil {
+		return fmt.Errorf("adding the kept workspace event handler: %w", err)
 	}
 	return nil
 }

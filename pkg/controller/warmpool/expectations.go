@@ -32,3 +32,21 @@ func (e *memberExpectations) seen(namespace, name string) {
 func (e *memberExpectations) pending(namespace, pool string) int {
 	return e.store.Count(func(k cache.ObjectName, p string) bool { return k.Namespace == namespace && p == pool })
 }
+
+// expectResume expects a resume member of the entry, waiting on the record, created by name.
+func (e *memberExpectations) expectResume(namespace, name, entry, record string) {
+	e.store.Expect(cache.ObjectName{Namespace: namespace, Name: name}, resumeExpectation(entry, record))
+}
+
+// pendingResumes returns the records (by name) whose resume member of the entry in namespace was
+// created and not seen.
+func (e *memberExpectations) pendingResumes(namespace, entry string) map[string]bool {
+	out := map[string]bool{}
+	e.store.Count(func(k cache.ObjectName, v string) bool {
+		if record := recordOfExpectation(v, entry); k.Namespace == namespace && record != "" {
+			out[record] = true
+		}
+		return false
+	})
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,8 @@ type fixture struct {
 	secrets         []*corev1.Secret
 	pods            []*corev1.Pod
 	allowedServices []*corev1.Service
+	jobs            []*batchv1.Job
+	claims          []*airlockv1alpha1.SandboxClaim
 
 	// log is both clients' actions, in order; logMu guards it.
 	log   []core.Action
@@ -76,6 +79,12 @@ func (f *fixture) newClients() {
 	}
 	for _, o := range f.allowedServices {
 		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.jobs {
+		kubeObjects = append(kubeObjects, o)
+	}
+	for _, o := range f.claims {
+		airlockObjects = append(airlockObjects, o)
 	}
 	f.kubeClient = k8sfake.NewClientset(kubeObjects...)
 	f.airlockClient = airlockfake.NewClientset(airlockObjects...)

@@ -39,6 +39,9 @@ type pool struct {
 	message string
 
 	ready, starting []*corev1.Pod
+	// resuming counts the pool's resume members (resume.go), Ready or starting: apart from
+	// ready, starting and wanted.
+	resuming int32
 	// policyReady says the pool's policy is in the cache as the record wants it; policyCreated
 	// that this sync created it: members may be created after either.
 	policyReady, policyCreated bool
@@ -68,7 +71,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if err != nil {
 		return nil, err
 	}
-	idle, inUse := sortMembers(reg, members)
+	idle, resuming, inUse := sortMembers(reg, members)
+	// The records (by name) a pod of the registry waits on or works in, idle or adopted, in any
+	// state: none gets another member while one is there (one pod on a workspace).
+	onRecord := map[string]bool{}
+	for _, pod := range members {
+		if r := pod.Labels[airlockv1alpha1.LabelResumes]; r != "" {
+			onRecord[r] = true
+		}
+	}
 
 	var (
 		errs     []error
@@ -109,14 +120,26 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		if missing := int(p.wanted) - len(p.ready) - len(p.starting) - c.created.pending(reg.Namespace, p.key); p.record != nil && missing > 0 {
 			wait(c.refill(ctx, reg, p, missing))
 		}
+		// After the pool's own refill: a new session waits for a member as much as a resume.
+		resumeWait, err := c.syncResume(ctx, reg, p, resuming[p.entry.Name], onRecord)
+		if err != nil {
+			errs = append(errs, err)
+			p.message = err.Error()
+		}
+		wait(resumeWait)
+		delete(resuming, p.entry.Name)
 	}
 	c.refillLimit(key, pools) // a registry with no pool following demand any more weighs nothing
 	c.demand.forget(c.clock.Now(), reg, sized)
 	// Members of entries removed from the registry serve nobody: deleted.
-	for entry, pods := range idle {
-		logger.V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
-		for _, pod := range pods {
-			errs = append(errs, c.deleteMember(ctx, pod))
+	for _, byEntry := range []map[string][]*corev1.Pod{idle, resuming} {
+		for entry, pods := range byEntry {
+			logger.V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
+			for _, pod := range pods {
+				if pod.DeletionTimestamp == nil {
+					errs = append(errs, c.deleteMember(ctx, pod))
+				}
+			}
 		}
 	}
 	errs = append(errs, c.collectPolicies(ctx, reg, inUse))
@@ -126,18 +149,21 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	return requeue, errors.Join(errs...)
 }
 
-// sortMembers returns the registry's idle members by entry, and the pool keys of every member,
-// idle or adopted.
-func sortMembers(reg *airlockv1alpha1.ToolRegistry, members []*corev1.Pod) (idle map[string][]*corev1.Pod, inUse map[string]bool) {
-	idle, inUse = map[string][]*corev1.Pod{}, map[string]bool{}
+// sortMembers returns the registry's idle members by entry, its idle resume members by entry
+// (resume.go), and the pool keys of every member, idle or adopted.
+func sortMembers(reg *airlockv1alpha1.ToolRegistry, members []*corev1.Pod) (idle, resuming map[string][]*corev1.Pod, inUse map[string]bool) {
+	idle, resuming, inUse = map[string][]*corev1.Pod{}, map[string][]*corev1.Pod{}, map[string]bool{}
 	for _, pod := range members {
 		inUse[pod.Labels[airlockv1alpha1.LabelWarmPool]] = true
-		if metav1.IsControlledBy(pod, reg) && pod.Labels[airlockv1alpha1.LabelClaim] == "" {
-			e := pod.Labels[airlockv1alpha1.LabelSandbox]
+		e := pod.Labels[airlockv1alpha1.LabelSandbox]
+		switch {
+		case isResumeOf(reg, pod):
+			resuming[e] = append(resuming[e], pod)
+		case metav1.IsControlledBy(pod, reg) && pod.Labels[airlockv1alpha1.LabelClaim] == "":
 			idle[e] = append(idle[e], pod)
 		}
 	}
-	return idle, inUse
+	return idle, resuming, inUse
 }
 
 // poolOf returns the pool of an entry: what its members are built from now, or why none can be.
@@ -460,6 +486,7 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 			Wanted:   p.wanted,
 			Ready:    int32(len(p.ready)),
 			Starting: int32(len(p.starting)),
+			Resuming: p.resuming,
 			Message:  truncateMessage(p.message, 4096),
 		}
 		if p.sizing != nil {

@@ -78,6 +78,7 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 		Pods:            ki.Core().V1().Pods(),
 		NetworkPolicies: ki.Networking().V1().NetworkPolicies(),
 		AllowedServices: ki.Core().V1().Services(),
+		Jobs:            ki.Batch().V1().Jobs(),
 	}, fakeMemberKeys{}, rate, f.clock)
 	if err != nil {
 		f.t.Fatal(err)
@@ -106,6 +107,12 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	}
 	for _, o := range f.allowedServices {
 		add(ki.Core().V1().Services().Informer(), o)
+	}
+	for _, o := range f.jobs {
+		add(ki.Batch().V1().Jobs().Informer(), o)
+	}
+	for _, o := range f.claims {
+		add(ai.Airlock().V1alpha1().SandboxClaims().Informer(), o)
 	}
 	return c
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
@@ -125,7 +126,36 @@ func (c *Controller) podsOnWorkspace(ctx context.Context, job *batchv1.Job) (boo
 		logger.V(2).Info("Not collecting a kept workspace yet: a sync-back pod of its claim is still there", "record", klog.KObj(job), "pod", klog.KObj(p))
 		return true, ptr.To(syncPodRecheck), nil
 	}
-	return false, nil, nil
+	return c.resumeMembersOn(ctx, job)
+}
+
+// resumeMembersOn says whether a resume member of the record may still mount its workspace
+// (docs/nothing-lost.md, "Resume members"), read from the API server: one the pool created a
+// moment ago may not be cached, and one created after this read never starts (the pool names it
+// on the record before its key Secret, and the collection's unsuspension, conditional on the
+// record as read, makes that write fail). An idle one (adopted by no claim) is deleted now; one a
+// claim adopted is that claim's, which takes the record or lets the member go. Looked at again
+// when one is deleted (the pod handler) and every syncPodRecheck.
+func (c *Controller) resumeMembersOn(ctx context.Context, job *batchv1.Job) (bool, *time.Duration, error) {
+	members, err := c.syncPods.ResumeMembers(ctx, job.Namespace, job.Name)
+	if err != nil {
+		return true, nil, err
+	}
+	if len(members) == 0 {
+		return false, nil, nil
+	}
+	for i := range members {
+		m := &members[i]
+		if m.DeletionTimestamp != nil || m.Labels[airlockv1alpha1.LabelClaim] != "" {
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Deleting a resume member of a kept workspace before its collection", "record", klog.KObj(job), "member", klog.KObj(m))
+		if err := objectcontrol.IgnoreGone(c.pods.Delete(ctx, m.Namespace, m.Name, m.UID)); err != nil {
+			return true, nil, err
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Not collecting a kept workspace yet: a resume member of it is still there", "record", klog.KObj(job), "members", len(members))
+	return true, ptr.To(syncPodRecheck), nil
 }
 
 // syncingPod returns a sync-back pod of the claim that has not ended (it may still read the

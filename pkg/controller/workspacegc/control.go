@@ -28,8 +28,11 @@ func (r realClaimReader) List(ctx context.Context, namespace string) (*airlockv1
 
 // syncPodControl reads the pods of a claim's sync-back Jobs from the API server: the operator's
 // pod cache holds only pods that carry LabelClaim, and sync-back pods carry LabelSyncOf instead.
+// It also reads a record's resume members from the API server (a fresh read: one created a
+// moment ago may not be cached yet).
 type syncPodControl interface {
 	SyncPods(ctx context.Context, namespace, claim string) ([]corev1.Pod, error)
+	ResumeMembers(ctx context.Context, namespace, record string) ([]corev1.Pod, error)
 }
 
 type realSyncPods struct {
@@ -39,6 +42,16 @@ type realSyncPods struct {
 func (r realSyncPods) SyncPods(ctx context.Context, namespace, claim string) ([]corev1.Pod, error) {
 	list, err := r.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelSyncOf: claim}).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func (r realSyncPods) ResumeMembers(ctx context.Context, namespace, record string) ([]corev1.Pod, error) {
+	list, err := r.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{airlockv1alpha1.LabelResumes: record}).String(),
 	})
 	if err != nil {
 		return nil, err

@@ -15,8 +15,10 @@
 // member's). Before, no pod of the claim that kept it, no sync-back pod of that claim still
 // running (read from the API server: no cache holds them), and, in a fresh list of the
 // namespace's claims from the API server, no live claim on the directory may be left, other than
-// a claim of another owner that waits for the collection. A collection that completes is deleted
-// (which wakes the claims that wait for it); one that fails is reported.
+// a claim of another owner that waits for the collection, and no resume member of the record
+// (read from the API server: the idle ones are deleted here first, its only writes but Jobs).
+// A collection that completes is deleted (which wakes the claims that wait for it); one that
+// fails is reported.
 //
 // A claim that garbage collection deleted with its runtime (no sync-back, SPEC section 3) after it
 // had a pod leaves a workspace no claim may resume: this controller writes its record, not
@@ -67,8 +69,11 @@ const queueName = "airlock-claim-controller-kept-workspaces"
 // Controller collects kept workspaces.
 type Controller struct {
 	eventClient kubernetes.Interface
-	// jobs writes the records: the controller's only writes.
+	// jobs writes the records.
 	jobs objectcontrol.Interface[*batchv1.Job]
+	// pods deletes the idle resume members of a record before it is collected: its only other
+	// write (docs/nothing-lost.md, "Resume members").
+	pods objectcontrol.Interface[*corev1.Pod]
 	// claims lists a namespace's claims from the API server (a quorum read).
 	claims claimReader
 	// syncPods reads the pods of a claim's sync-back Jobs, which no cache holds.
@@ -128,6 +133,7 @@ func newControllerWithClock(ctx context.Context, kubeClient kubernetes.Interface
 	c := &Controller{
 		eventClient:    kubeClient,
 		jobs:           objectcontrol.Jobs(kubeClient, FieldManager),
+		pods:           objectcontrol.Pods(kubeClient, FieldManager),
 		claims:         realClaimReader{client: airlockClient},
 		syncPods:       realSyncPods{client: kubeClient},
 		jobLister:      informers.Jobs.Lister(),

@@ -137,11 +137,14 @@ func (c *Controller) enqueueWorkspacesOfDeletedRuntime(rt *airlockv1alpha1.Agent
 	}
 }
 
-// enqueueRecordsOfPod enqueues the records the claim of a deleted pod kept: the pod may have
-// been what kept them from collection.
+// enqueueRecordsOfPod enqueues the records the claim of a deleted pod kept, and the record a
+// deleted resume member waited on: the pod may have been what kept them from collection.
 func (c *Controller) enqueueRecordsOfPod(pod *corev1.Pod) {
 	if name := pod.Labels[airlockv1alpha1.LabelClaim]; name != "" {
 		c.enqueueRecordsLabelled(pod.Namespace, airlockv1alpha1.LabelClaim, name)
+	}
+	if record := pod.Labels[airlockv1alpha1.LabelResumes]; record != "" {
+		c.queue.Add(cache.ObjectName{Namespace: pod.Namespace, Name: record}) // a resume member held it
 	}
 }
 

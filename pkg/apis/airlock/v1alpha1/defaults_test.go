@@ -23,6 +23,7 @@ func TestDefaultsAreTheCRDs(t *testing.T) {
 		{"agentruntimes", []string{"spec", "sandbox", "idleTimeout"}, durationText(DefaultIdleTimeout)},
 		{"agentruntimes", []string{"spec", "sandbox", "workspaceRetention"}, durationText(DefaultWorkspaceRetention)},
 		{"toolregistries", []string{"spec", "sandboxes", "[]", "maxInstances"}, fmt.Sprint(DefaultMaxInstances)},
+		{"toolregistries", []string{"spec", "sandboxes", "[]", "resumeWindow"}, durationText(DefaultResumeWindow)},
 		{"sandboxclasses", []string{"spec", "startupTimeout"}, durationText(DefaultStartupTimeout)},
 		{"sandboxclasses", []string{"spec", "workspaceClaimName"}, DefaultWorkspaceClaimName},
 	}

@@ -24,6 +24,15 @@ const (
 	// directory, by which the next claim of the same runtime, session and handle finds it.
 	LabelKeptFor = "airlock.dev/kept-for"
 
+	// AnnotationResumeMember is on a kept workspace's record while a resume member waits on it
+	// (docs/nothing-lost.md, "Resume members"): the member's name; AnnotationResumeMemberUID its
+	// pod's UID. The pool controller writes it, conditional on the record's resourceVersion,
+	// before it creates the member's key Secret (without which the member's container never
+	// starts): so a claim that takes the record, or a collection that unsuspends it, either saw
+	// the member named here or made the pool's write fail and the member never start.
+	AnnotationResumeMember    = "airlock.dev/resume-member"
+	AnnotationResumeMemberUID = "airlock.dev/resume-member-uid"
+
 	// AnnotationHeld is on the record of a workspace whose sync-back gave up: why (the last
 	// failure). A held workspace is never collected, by its retention or otherwise, until a
 	// person releases it or a retry saves it (AnnotationHeldAction).

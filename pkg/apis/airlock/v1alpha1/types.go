@@ -60,6 +60,19 @@ const (
 	LabelWarmPool = "airlock.dev/warm-pool"
 	// LabelWarmMember is on a warm member for good: its own name.
 	LabelWarmMember = "airlock.dev/warm-member"
+	// LabelResumes is on a resume member (docs/nothing-lost.md, "Resume members"): a warm member
+	// whose workspace is a kept one, started for the claim that resumes it; the value is the
+	// kept workspace's record name (workspace.RecordName of its directory). An ordinary claim
+	// never adopts such a member, and a resuming claim adopts no other.
+	LabelResumes = "airlock.dev/resumes"
+	// LabelResumesUID is on a resume member: the UID of the record it was started for (a record
+	// of the same name written again later is another one).
+	LabelResumesUID = "airlock.dev/resumes-uid"
+	// LabelResumesRuntimeUID is on a resume member: the UID of the runtime whose kept workspace
+	// it mounts.
+	LabelResumesRuntimeUID = "airlock.dev/resumes-runtime-uid"
+	// AnnotationResumesDir is on a resume member: the kept workspace directory it mounts.
+	AnnotationResumesDir = "airlock.dev/resumes-dir"
 	// AnnotationIsolationEvidence is on a warm member once the operator read its isolation
 	// evidence (at its readiness, before any adoption): what was read, with the Node's kernel,
 	// sealed by the operator with a key of its own and bound to the pod's UID and node
@@ -90,6 +103,11 @@ const (
 	DefaultMaxInstances int32 = 10
 	// DefaultWarmHeadroomPercent is a ToolRegistry sandbox's warmPolicy.headroomPercent default.
 	DefaultWarmHeadroomPercent int32 = 50
+	// DefaultResumeWindow is a ToolRegistry sandbox's resumeWindow default: how long after a
+	// workspace is kept a resume member waits on it (docs/nothing-lost.md, "Resume members"). Ten
+	// minutes covers a session closed and opened again, or a follow-up after a short pause,
+	// while an idle member holds a pod's requests for no longer than that.
+	DefaultResumeWindow = 10 * time.Minute
 	// DefaultStartupTimeout is SandboxClass spec.startupTimeout's default.
 	DefaultStartupTimeout = 5 * time.Minute
 	// DefaultWorkspaceClaimName is SandboxClass spec.workspaceClaimName's default.
@@ -682,6 +700,17 @@ type RegistrySandbox struct {
 	// demand"). Exclusive with warm; the same fresh-workspace rule applies.
 	// +optional
 	WarmPolicy *WarmPolicy `json:"warmPolicy,omitempty"`
+
+	// ResumeWindow is how long after a workspace of this sandbox is kept (a session closed, a
+	// claim reaped) a warm member waits Ready on it, its kept directory already mounted: the next
+	// claim of the same runtime, session and handle adopts that member with its files, instead of
+	// starting a pod (docs/nothing-lost.md, "Resume members"). Only with warm or warmPolicy; at
+	// most as many such members as the pool's size bound (warm, or warmPolicy.max), never past
+	// the runtime's workspaceRetention. 0 starts none: a resume starts a pod, as without a pool.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="must be between 0s and 24h"
+	ResumeWindow *metav1.Duration `json:"resumeWindow,omitempty"`
 }
 
 // WarmPolicy bounds and tunes a warm pool that follows demand. Its size, recomputed on every
@@ -728,6 +757,11 @@ type WarmPoolStatus struct {
 	// Starting is the number of members created and not Ready yet.
 	// +optional
 	Starting int32 `json:"starting,omitempty"`
+	// Resuming is the number of resume members: warm members waiting, Ready or starting, on a
+	// kept workspace of this sandbox for the claim that resumes it (resumeWindow). They are not
+	// in Ready, Starting or Wanted.
+	// +optional
+	Resuming int32 `json:"resuming,omitempty"`
 	// Message says why members are missing, when something keeps them from being built.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096

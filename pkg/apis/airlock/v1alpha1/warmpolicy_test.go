@@ -51,7 +51,7 @@ func rulesOf(t *testing.T, node map[string]any) []celRule {
 
 // refusals evaluates rules against self (an object as the API server has it after defaulting)
 // and returns the messages of those that refuse it.
-func refusals(t *testing.T, rules []celRule, self map[string]any) []string {
+func refusals(t *testing.T, rules []celRule, self any) []string {
 	t.Helper()
 	env, err := cel.NewEnv(cel.Variable("self", cel.DynType))
 	if err != nil {
@@ -132,6 +132,23 @@ func TestWarmPolicyValidation(t *testing.T) {
 				t.Errorf("refused: %q", got)
 			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
 				t.Errorf("refusals %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestResumeWindowValidation: the CRD's rule on a sandbox's resumeWindow (docs/nothing-lost.md,
+// "Resume members"): 0 (none) to a day.
+func TestResumeWindowValidation(t *testing.T) {
+	node := registrySchema(t)["properties"].(map[string]any)["resumeWindow"].(map[string]any)
+	rules := rulesOf(t, node)
+	if len(rules) != 1 {
+		t.Fatalf("resumeWindow has rules %v, want one", rules)
+	}
+	for value, ok := range map[string]bool{"0s": true, "10m": true, "24h": true, "-1s": false, "24h0m1s": false, "48h": false} {
+		t.Run(value, func(t *testing.T) {
+			if got := refusals(t, rules, value); (len(got) == 0) != ok {
+				t.Errorf("refusals %q, want admitted %v", got, ok)
 			}
 		})
 	}

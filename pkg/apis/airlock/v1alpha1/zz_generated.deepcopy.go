@@ -461,6 +461,11 @@ func (in *RegistrySandbox) DeepCopyInto(out *RegistrySandbox) {
 		*out = new(WarmPolicy)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.ResumeWindow != nil {
+		in, out := &in.ResumeWindow, &out.ResumeWindow
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	return
 }
 

@@ -334,6 +334,28 @@ func (r *Resolver) Check(writable bool) error {
 	return nil
 }
 
+// CheckAccess is Check without writing anything: writability is asked of the kernel with
+// access(2) (W_OK for the effective ids: a read-only mount answers EROFS, a directory of another
+// user EACCES), and no probe file is made. A warm member checks its workspace so before its
+// adoption: a resume member's workspace is a kept one, which nothing may change before the claim
+// that resumes it adopts the member (docs/nothing-lost.md, "Resume members").
+func (r *Resolver) CheckAccess(writable bool) error {
+	fi, err := r.root.Stat(".")
+	if err != nil {
+		return fmt.Errorf("workspace %s: %v", r.dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", r.dir)
+	}
+	if !writable {
+		return nil
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, r.dir, unix.W_OK, unix.AT_EACCESS); err != nil {
+		return fmt.Errorf("workspace %s is not writable: %v", r.dir, err)
+	}
+	return nil
+}
+
 // AtomicWrite replaces rel with data: a temporary file in the same directory
 // is written, synced and renamed over rel, and the directory is synced. It
 // returns the new file's info.

@@ -257,3 +257,50 @@ func symlinkOrFail(t *testing.T, target, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckAccessWritesNothing: CheckAccess says a writable workspace is writable without making
+// an entry in it (the directory's modification time stays), refuses one that is not writable
+// (as a user other than root: root may write anywhere the mount allows), and checks nothing more
+// with writable false.
+func TestCheckAccessWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewResolver(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckAccess(true); err != nil {
+		t.Errorf("CheckAccess(true) of a writable workspace: %v", err)
+	}
+	after, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("CheckAccess changed the workspace (mtime %v -> %v)", before.ModTime(), after.ModTime())
+	}
+	// Check, for comparison, makes and removes its probe file.
+	if err := r.Check(true); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Stat(dir); again.ModTime().Equal(before.ModTime()) {
+		t.Log("Check left the directory's mtime as it was (a coarse clock): the comparison says nothing here")
+	}
+	if os.Getuid() == 0 {
+		return
+	}
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(dir, 0o755)
+	if err := r.CheckAccess(true); err == nil {
+		t.Error("CheckAccess(true) of a read-only workspace: nil, want an error")
+	}
+	if err := r.CheckAccess(false); err != nil {
+		t.Errorf("CheckAccess(false) of a read-only workspace: %v", err)
+	}
+}

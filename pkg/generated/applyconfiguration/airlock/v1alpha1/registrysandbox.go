@@ -20,6 +20,7 @@ package v1alpha1
 
 import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // RegistrySandboxApplyConfiguration represents a declarative configuration of the RegistrySandbox type for use
@@ -63,6 +64,13 @@ type RegistrySandboxApplyConfiguration struct {
 	// headroom, never fewer than min nor more than max (docs/decisions.md, "Warm pools that follow
 	// demand"). Exclusive with warm; the same fresh-workspace rule applies.
 	WarmPolicy *WarmPolicyApplyConfiguration `json:"warmPolicy,omitempty"`
+	// ResumeWindow is how long after a workspace of this sandbox is kept (a session closed, a
+	// claim reaped) a warm member waits Ready on it, its kept directory already mounted: the next
+	// claim of the same runtime, session and handle adopts that member with its files, instead of
+	// starting a pod (docs/nothing-lost.md, "Resume members"). Only with warm or warmPolicy; at
+	// most as many such members as the pool's size bound (warm, or warmPolicy.max), never past
+	// the runtime's workspaceRetention. 0 starts none: a resume starts a pod, as without a pool.
+	ResumeWindow *v1.Duration `json:"resumeWindow,omitempty"`
 }
 
 // RegistrySandboxApplyConfiguration constructs a declarative configuration of the RegistrySandbox type for use with
@@ -158,5 +166,13 @@ func (b *RegistrySandboxApplyConfiguration) WithWarm(value int32) *RegistrySandb
 // If called multiple times, the WarmPolicy field is set to the value of the last call.
 func (b *RegistrySandboxApplyConfiguration) WithWarmPolicy(value *WarmPolicyApplyConfiguration) *RegistrySandboxApplyConfiguration {
 	b.WarmPolicy = value
+	return b
+}
+
+// WithResumeWindow sets the ResumeWindow field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ResumeWindow field is set to the value of the last call.
+func (b *RegistrySandboxApplyConfiguration) WithResumeWindow(value v1.Duration) *RegistrySandboxApplyConfiguration {
+	b.ResumeWindow = &value
 	return b
 }

@@ -36,6 +36,10 @@ type WarmPoolStatusApplyConfiguration struct {
 	Ready *int32 `json:"ready,omitempty"`
 	// Starting is the number of members created and not Ready yet.
 	Starting *int32 `json:"starting,omitempty"`
+	// Resuming is the number of resume members: warm members waiting, Ready or starting, on a
+	// kept workspace of this sandbox for the claim that resumes it (resumeWindow). They are not
+	// in Ready, Starting or Wanted.
+	Resuming *int32 `json:"resuming,omitempty"`
 	// Message says why members are missing, when something keeps them from being built.
 	Message *string `json:"message,omitempty"`
 	// ArrivalsPerMinute is the rate of the sandbox's claims that could adopt a member (a fresh
@@ -86,6 +90,14 @@ func (b *WarmPoolStatusApplyConfiguration) WithReady(value int32) *WarmPoolStatu
 // If called multiple times, the Starting field is set to the value of the last call.
 func (b *WarmPoolStatusApplyConfiguration) WithStarting(value int32) *WarmPoolStatusApplyConfiguration {
 	b.Starting = &value
+	return b
+}
+
+// WithResuming sets the Resuming field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Resuming field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithResuming(value int32) *WarmPoolStatusApplyConfiguration {
+	b.Resuming = &value
 	return b
 }
 
