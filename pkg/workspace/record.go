@@ -372,3 +372,30 @@ func RecordedWhenRuntimeGoes(claim *airlockv1alpha1.SandboxClaim) bool {
 	}
 	return claim.Status.Frozen != nil && Removable(claim)
 }
+
+// Records reads the kept workspaces' records of one namespace (a Job lister's namespace).
+type Records interface {
+	Get(name string) (*batchv1.Job, error)
+	List(selector labels.Selector) ([]*batchv1.Job, error)
+}
+
+// WouldResume says whether the claim would resume a kept workspace, as far as records shows:
+// the record of its own directory, or one kept for it (a warm member's workspace), suspended,
+// that the claim may take (ResumableBy).
+func WouldResume(records Records, claim *airlockv1alpha1.SandboxClaim) bool {
+	name := RecordName(claim.Spec.WorkspaceDir)
+	job, err := records.Get(name)
+	if err == nil && IsRecord(job) && ptr.Deref(job.Spec.Suspend, false) && ResumableBy(job, claim) {
+		return true
+	}
+	kept, err := records.List(labels.SelectorFromSet(KeptForSelector(name)))
+	if err != nil {
+		return false
+	}
+	for _, job := range kept {
+		if ptr.Deref(job.Spec.Suspend, false) && ResumableBy(job, claim) {
+			return true
+		}
+	}
+	return false
+}

@@ -369,20 +369,7 @@ func (c *Controller) hasKeptWorkspace(claim *airlockv1alpha1.SandboxClaim) bool 
 	if _, written := c.keptWritten.Get(keptForKey(claim.Namespace, name)); written {
 		return true // a warm member's workspace kept for the directory, not cached yet
 	}
-	job, err := c.jobLister.Jobs(claim.Namespace).Get(name)
-	if err == nil && workspace.IsRecord(job) && ptr.Deref(job.Spec.Suspend, false) && workspace.ResumableBy(job, claim) {
-		return true
-	}
-	kept, err := c.jobLister.Jobs(claim.Namespace).List(labels.SelectorFromSet(workspace.KeptForSelector(name)))
-	if err != nil {
-		return false
-	}
-	for _, job := range kept {
-		if ptr.Deref(job.Spec.Suspend, false) && workspace.ResumableBy(job, claim) {
-			return true
-		}
-	}
-	return false
+	return workspace.WouldResume(c.jobLister.Jobs(claim.Namespace), claim)
 }
 
 // enqueueWorkspaceClaims enqueues the claims of the namespace whose workspace is the record's

@@ -2,7 +2,8 @@ package warmpool
 
 // Pools that follow demand (a registry entry's warmPolicy; docs/decisions.md, "Warm pools that
 // follow demand"): what the controller measures, and the size it gives a pool. Arrivals are
-// counted from the claim informer, once per claim (its Add), at its creation time; ready times
+// counted from the claim informer, once per claim (its Add), at its creation time, but for a
+// claim that resumes a kept workspace (it takes no pool member); ready times
 // from the members this process created, when the pod informer first shows them Ready. The
 // sizing itself is pkg/warmsize's.
 
@@ -22,6 +23,7 @@ import (
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/warmsize"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // streamKey is one runtime's claims of one sandbox: a pool's arrivals are the sum of the
@@ -198,7 +200,11 @@ func (c *Controller) addClaim(obj any) {
 	if now.Sub(at) > warmsize.RateHorizon {
 		return
 	}
-	c.demand.arrive(streamKey{runtime: runtime, sandbox: claim.Spec.Sandbox}, at)
+	// A claim that resumes a kept workspace adopts only that workspace's resume member, or starts
+	// cold: never a member of the pool, so it is no demand on it.
+	if !workspace.WouldResume(c.jobLister.Jobs(claim.Namespace), claim) {
+		c.demand.arrive(streamKey{runtime: runtime, sandbox: claim.Spec.Sandbox}, at)
+	}
 	rt, err := c.runtimeLister.AgentRuntimes(claim.Namespace).Get(claim.Spec.RuntimeName)
 	if err != nil || rt.UID != runtime {
 		return // the registry is sized again when its own events come

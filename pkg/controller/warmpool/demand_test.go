@@ -275,11 +275,13 @@ func (f *fixture) deletedPods() []string {
 // TestDemandCountsEligibleArrivals: a claim that could adopt a member is counted once, when the
 // claim informer adds it, and brings its registry back; a claim of a session's workspace or a
 // mount role, one the informer lists at the start (older than the horizon), and one of an
-// earlier runtime of the same name (another UID) do not make the pool's rate.
+// earlier runtime of the same name (another UID) do not make the pool's rate, nor does one that
+// resumes a kept workspace (it adopts only that workspace's resume member, or starts cold).
 func TestDemandCountsEligibleArrivals(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := demandFixture(t, 0, 10, nil, currentPolicy())
 	f.clock.SetTime(t0.Add(time.Hour))
+	f.jobs = append(f.jobs, keptRecordOf("agent-back", t0))
 	c := f.newController(ctx, 100)
 	now := f.clock.Now()
 
@@ -301,6 +303,9 @@ func TestDemandCountsEligibleArrivals(t *testing.T) {
 	if n := c.queue.Len(); n != 1 {
 		t.Errorf("%d registries enqueued for a fresh claim, want its registry", n)
 	}
+	// A claim that resumes the workspace its name kept adopts no pool member: its registry is
+	// looked at again, its arrival is not counted.
+	c.addClaim(sandboxpodtest.Claim("agent-back", "s6", "", now.Truncate(time.Second)))
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
