@@ -166,24 +166,6 @@ func check(tr jaeger.Trace) (bool, string) {
 	return true, ""
 }
 
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	var lns []net.Listener
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 type resolver struct{}
 
 func (resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
@@ -245,7 +227,7 @@ func startSandboxd(ctx context.Context, t *testing.T) string {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	addr := fmt.Sprintf("127.0.0.1:%d", jaeger.FreePorts(t, 1)[0])
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

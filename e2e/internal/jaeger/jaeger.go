@@ -96,7 +96,7 @@ exporters:
 // its query API answers.
 func Start(t testing.TB) Collector {
 	t.Helper()
-	ports := freePorts(t, 5)
+	ports := FreePorts(t, 5)
 	file := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(file, fmt.Appendf(nil, config, ports[0], ports[1], ports[2], ports[3], ports[4]), 0o600); err != nil {
 		t.Fatal(err)
@@ -143,8 +143,8 @@ func Start(t testing.TB) Collector {
 	return c
 }
 
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
+// FreePorts returns n loopback ports that were free a moment ago.
+func FreePorts(t testing.TB, n int) []int {
 	var lns []net.Listener
 	var ports []int
 	for range n {

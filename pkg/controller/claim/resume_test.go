@@ -35,6 +35,22 @@ type resumeCase struct {
 	keptAt time.Time
 }
 
+// adopt makes the member the claim's, as an adoption whose write did not go through leaves it:
+// owned by the claim and labelled as its pod, and with resumed the resume labels of the record.
+func (rc *resumeCase) adopt(resumed bool) {
+	adopted := rc.member.DeepCopy()
+	adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(rc.claim)}
+	for k, v := range sandboxpod.PodLabels(rc.claim) {
+		adopted.Labels[k] = v
+	}
+	if resumed {
+		for k, v := range workspace.ResumedLabels(rc.record) {
+			adopted.Labels[k] = v
+		}
+	}
+	rc.member = adopted
+}
+
 func newResumeCase() resumeCase {
 	keptAt := t0.Add(-2 * time.Minute)
 	claim := newClaim("c1", "s-c1", "", t0)
@@ -272,15 +288,7 @@ func TestResumeAfterACrashBetweenAdoptionAndTake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			rc := newResumeCase()
-			adopted := rc.member.DeepCopy()
-			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(rc.claim)}
-			for k, v := range sandboxpod.PodLabels(rc.claim) {
-				adopted.Labels[k] = v
-			}
-			for k, v := range workspace.ResumedLabels(rc.record) {
-				adopted.Labels[k] = v
-			}
-			rc.member = adopted
+			rc.adopt(true)
 			f := rc.fixture(t)
 			if !recordThere {
 				f.jobs = nil
@@ -382,12 +390,7 @@ func TestClosedUndecidedClaimKeepsATakenResume(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			rc := newResumeCase()
-			adopted := rc.member.DeepCopy()
-			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(rc.claim)}
-			for k, v := range sandboxpod.PodLabels(rc.claim) {
-				adopted.Labels[k] = v
-			}
-			rc.member = adopted
+			rc.adopt(false)
 			rc.claim.Annotations = map[string]string{airlockv1alpha1.AnnotationReapRequested: t0.Format(time.RFC3339)}
 			f := rc.fixture(t)
 			if taken {
