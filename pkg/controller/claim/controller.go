@@ -27,11 +27,11 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +60,7 @@ import (
 	"github.com/airlock-dev/airlock/pkg/controller/expectations"
 	"github.com/airlock-dev/airlock/pkg/controller/handlers"
 	"github.com/airlock-dev/airlock/pkg/controller/warmpool"
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockscheme "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned/scheme"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions/airlock/v1alpha1"
@@ -422,6 +423,11 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		c.queue.AddAfter(key, *requeueAfter)
 	}
 	switch {
+	case workers.NamespaceTerminating(err):
+		// Its namespace is being deleted: the namespace controller deletes the claim, whose
+		// deletion brings it back (what it would write cannot be created any more).
+		klog.FromContext(ctx).V(2).Info("Not retrying the claim: its write went to a namespace being deleted", "claim", klog.KRef(key.Namespace, key.Name), "err", err)
+		c.queue.Forget(key)
 	case apierrors.IsConflict(err):
 		// A write raced with the cache (the claim changed since it was read): normal, retried.
 		klog.FromContext(ctx).V(4).Info("Conflict syncing claim; retrying", "claim", klog.KRef(key.Namespace, key.Name), "err", err)

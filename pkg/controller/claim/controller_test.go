@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -103,6 +104,18 @@ func TestProcessNextWorkItem(t *testing.T) {
 		"error is retried rate-limited": {err: fmt.Errorf("boom"), wantRequeues: 1},
 		"conflict is retried rate-limited": {
 			err:          apierrors.NewConflict(schema.GroupResource{Group: "airlock.dev", Resource: "sandboxclaims"}, "c1", fmt.Errorf("modified")),
+			wantRequeues: 1,
+		},
+		// Its namespace is being deleted: nothing it writes can be created any more, and the
+		// namespace controller deletes the claim: not retried (its deletion brings it back).
+		"a namespace being deleted is not retried": {
+			err: &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+				Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}},
+			}},
+		},
+		"another refusal is retried rate-limited": {
+			err:          apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "c1-token", fmt.Errorf("no")),
 			wantRequeues: 1,
 		},
 		// A Binding claim whose children cannot be written: retried with backoff, and looked at

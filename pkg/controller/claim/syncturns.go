@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
 )
 
 // turnRequest is a Reaping claim's request for its sync-back turn: the claim as its sync last
@@ -120,6 +121,9 @@ func (c *Controller) processNextSyncTurns(ctx context.Context) bool {
 	}
 	defer c.turnQueue.Done(namespace)
 	switch err := c.takeSyncTurns(ctx, namespace); {
+	case workers.NamespaceTerminating(err):
+		// No sync-back Job can be created in a namespace being deleted; its claims go with it.
+		klog.FromContext(ctx).V(2).Info("Not taking sync-back turns again: the namespace is being deleted", "namespace", namespace, "err", err)
 	case apierrors.IsConflict(err):
 		// A waiting claim's condition written from a claim the cache had not updated yet: normal.
 		klog.FromContext(ctx).V(4).Info("Conflict taking sync-back turns; taking them again", "namespace", namespace, "err", err)

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
@@ -114,5 +118,43 @@ func TestRunRequeue(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the key was not synced again after its requeue")
+	}
+}
+
+// TestProcessNextNamespaceTerminating: a sync refused because its namespace is being deleted is
+// forgotten, not retried (nothing can be created there again, and the namespace's deletion brings
+// the key back); any other refusal is retried with backoff.
+func TestProcessNextNamespaceTerminating(t *testing.T) {
+	terminating := &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}},
+	}}
+	for name, tc := range map[string]struct {
+		err          error
+		wantRequeues int
+	}{
+		"a namespace being deleted": {err: terminating},
+		"another refusal":           {err: apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "a", errors.New("no")), wantRequeues: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Hour, time.Hour))
+			defer queue.ShutDown()
+			key := cache.ObjectName{Namespace: "ns", Name: "a"}
+			calls := 0
+			queue.Add(key)
+			if !ProcessNext(ctx, queue, "thing", func(context.Context, cache.ObjectName) (*time.Duration, error) {
+				calls++
+				return nil, tc.err
+			}) {
+				t.Fatal("ProcessNext returned false")
+			}
+			if calls != 1 {
+				t.Errorf("%d syncs, want 1", calls)
+			}
+			if n := queue.NumRequeues(key); n != tc.wantRequeues {
+				t.Errorf("%d requeues, want %d", n, tc.wantRequeues)
+			}
+		})
 	}
 }
