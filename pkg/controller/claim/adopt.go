@@ -151,23 +151,14 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 		if r.pod != nil {
 			c.adopting.CompareAndDelete(r.pod.UID, claim.UID) // not needed: give it back
 		}
-		if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil && c.memberFits(ctx, record, earlier) {
-			held, err := c.holdsMemberWorkspace(ctx, claim, earlier)
-			if err != nil {
-				return nil, false, err
-			}
-			if held {
-				written, err := c.writeWarmAdmitted(ctx, claim, record, earlier, workspace.Resumed(earlier))
-				return written, err == nil, err
-			}
+		written, done, cold, err := c.readopt(ctx, claim, record, earlier)
+		if err != nil || done {
+			return written, done, err
 		}
-		if err := c.releaseMember(ctx, claim); err != nil {
-			return nil, false, err
-		}
-		r = reservation{eligible: r.eligible}
-		if sandboxpod.IsResumeMember(earlier) {
+		if cold {
 			return nil, false, nil // resumed cold, once the member is gone (clearResumeMembers)
 		}
+		r = reservation{eligible: r.eligible}
 	}
 	tried := map[types.UID]bool{}
 	pod, eligible := r.pod, r.eligible
@@ -213,42 +204,78 @@ func (c *Controller) admitWarm(ctx context.Context, claim *airlockv1alpha1.Sandb
 			return nil, false, err
 		}
 		if kept != nil {
-			taken, err := c.takeForMember(ctx, claim, pod, kept)
-			if err != nil {
-				return nil, false, err // the next pass takes it up again (holdsMemberWorkspace)
-			}
-			if !taken {
-				// The record changed under the adoption: the member is let go, and the claim
-				// resumes cold once it is gone.
-				logger.V(2).Info("The kept workspace's record changed before the resume member's claim could take it; resuming cold", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
-				warmResumes.WithLabelValues("lost").Inc()
-				if _, err := c.releaseUnserved(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
-					return nil, false, err
-				}
-				return nil, false, nil
-			}
-			warmResumes.WithLabelValues("hit").Inc()
-			logger.V(2).Info("Adopted the resume member of the claim's kept workspace", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
-			resumed := workspace.ResumedOf(podLabels)
-			written, err := c.writeWarmAdmitted(ctx, claim, record, pod, resumed)
-			if err == nil {
-				c.resumedEvent(claim, pod, resumed)
-			}
-			return written, err == nil, err
+			return c.finishResumeAdoption(ctx, claim, record, pod, kept, podLabels)
 		}
 		logger.V(2).Info("Adopted a warm member", "claim", klog.KObj(claim), "member", klog.KObj(pod))
 		warmAdoptions.WithLabelValues("hit").Inc()
 		written, err := c.writeWarmAdmitted(ctx, claim, record, pod, nil)
 		return written, err == nil, err
 	}
-	if eligible && r.resume {
+	countMiss(ctx, claim, eligible, r.resume)
+	return nil, false, nil
+}
+
+// readopt decides again for the member an earlier pass adopted for the claim (whose write did not
+// go through): the claim is written Bound to it (done) while it is Ready, fits the record and
+// holds its workspace; else it is let go, and cold says that it was a resume member (the claim
+// resumes cold, once it is gone) rather than a pool member (the claim may adopt another).
+func (c *Controller) readopt(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, earlier *corev1.Pod) (written *airlockv1alpha1.SandboxClaim, done, cold bool, err error) {
+	if earlier.DeletionTimestamp == nil && sandboxpod.ReadyPod([]*corev1.Pod{earlier}) != nil && c.memberFits(ctx, record, earlier) {
+		held, err := c.holdsMemberWorkspace(ctx, claim, earlier)
+		if err != nil {
+			return nil, false, false, err
+		}
+		if held {
+			written, err := c.writeWarmAdmitted(ctx, claim, record, earlier, workspace.Resumed(earlier))
+			return written, err == nil, false, err
+		}
+	}
+	if err := c.releaseMember(ctx, claim); err != nil {
+		return nil, false, false, err
+	}
+	return nil, false, sandboxpod.IsResumeMember(earlier), nil
+}
+
+// finishResumeAdoption takes the kept record for the resume member the claim just adopted and
+// writes the claim Bound to it, resumed; a record that changed under the adoption lets the member
+// go, and the claim resumes cold once it is gone (false, nothing written).
+func (c *Controller) finishResumeAdoption(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, pod *corev1.Pod, kept *batchv1.Job, podLabels map[string]string) (*airlockv1alpha1.SandboxClaim, bool, error) {
+	logger := klog.FromContext(ctx)
+	taken, err := c.takeForMember(ctx, claim, pod, kept)
+	if err != nil {
+		return nil, false, err // the next pass takes it up again (holdsMemberWorkspace)
+	}
+	if !taken {
+		// The record changed under the adoption: the member is let go, and the claim
+		// resumes cold once it is gone.
+		logger.V(2).Info("The kept workspace's record changed before the resume member's claim could take it; resuming cold", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
+		warmResumes.WithLabelValues("lost").Inc()
+		if _, err := c.releaseUnserved(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
+			return nil, false, err
+		}
+		return nil, false, nil
+	}
+	warmResumes.WithLabelValues("hit").Inc()
+	logger.V(2).Info("Adopted the resume member of the claim's kept workspace", "claim", klog.KObj(claim), "member", klog.KObj(pod), "record", klog.KObj(kept))
+	resumed := workspace.ResumedOf(podLabels)
+	written, err := c.writeWarmAdmitted(ctx, claim, record, pod, resumed)
+	if err == nil {
+		c.resumedEvent(claim, pod, resumed)
+	}
+	return written, err == nil, err
+}
+
+// countMiss counts and logs an eligible claim that found no warm member (a resuming one: no
+// resume member) and is built cold.
+func countMiss(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, eligible, resume bool) {
+	logger := klog.FromContext(ctx)
+	if eligible && resume {
 		warmResumes.WithLabelValues("miss").Inc()
 		logger.V(4).Info("No resume member Ready for the claim's kept workspace; resuming it cold", "claim", klog.KObj(claim))
 	} else if eligible {
 		warmAdoptions.WithLabelValues("miss").Inc()
 		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
 	}
-	return nil, false, nil
 }
 
 // holdsMemberWorkspace says whether the claim holds the workspace of the member it adopted in an
