@@ -52,7 +52,6 @@ type pool struct {
 // sync brings the registry's pools to their warm counts and writes its status. It returns
 // when to look again (a refill the rate limiter holds back, a status write held back).
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Duration, error) {
-	logger := klog.FromContext(ctx)
 	reg, err := c.registryList.ToolRegistries(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.lastStatus.Delete(key)
@@ -72,14 +71,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 		return nil, err
 	}
 	idle, resuming, inUse := sortMembers(reg, members)
-	// The records (by name) a pod of the registry waits on or works in, idle or adopted, in any
-	// state: none gets another member while one is there (one pod on a workspace).
-	onRecord := map[string]bool{}
-	for _, pod := range members {
-		if r := pod.Labels[airlockv1alpha1.LabelResumes]; r != "" {
-			onRecord[r] = true
-		}
-	}
+	onRecord := recordsOf(members)
 
 	var (
 		errs     []error
@@ -131,10 +123,33 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 	c.refillLimit(key, pools) // a registry with no pool following demand any more weighs nothing
 	c.demand.forget(c.clock.Now(), reg, sized)
-	// Members of entries removed from the registry serve nobody: deleted.
-	for _, byEntry := range []map[string][]*corev1.Pod{idle, resuming} {
+	errs = append(errs, c.deleteRemoved(ctx, reg, idle, resuming)...)
+	errs = append(errs, c.collectPolicies(ctx, reg, inUse))
+	statusWait, err := c.writeStatus(ctx, reg, pools)
+	errs = append(errs, err)
+	wait(statusWait)
+	return requeue, errors.Join(errs...)
+}
+
+// recordsOf returns the records (by name) the registry's pods wait on or work in, idle or
+// adopted, in any state: none gets another member while one is there (one pod on a workspace).
+func recordsOf(members []*corev1.Pod) map[string]bool {
+	onRecord := map[string]bool{}
+	for _, pod := range members {
+		if r := pod.Labels[airlockv1alpha1.LabelResumes]; r != "" {
+			onRecord[r] = true
+		}
+	}
+	return onRecord
+}
+
+// deleteRemoved deletes the idle members, resume members too, of entries removed from the
+// registry (by entry: what the sync's pools left): they serve nobody.
+func (c *Controller) deleteRemoved(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, byEntries ...map[string][]*corev1.Pod) []error {
+	var errs []error
+	for _, byEntry := range byEntries {
 		for entry, pods := range byEntry {
-			logger.V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
+			klog.FromContext(ctx).V(2).Info("Deleting the warm members of a sandbox the registry no longer has", "registry", klog.KObj(reg), "sandbox", entry, "members", len(pods))
 			for _, pod := range pods {
 				if pod.DeletionTimestamp == nil {
 					errs = append(errs, c.deleteMember(ctx, pod))
@@ -142,11 +157,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 			}
 		}
 	}
-	errs = append(errs, c.collectPolicies(ctx, reg, inUse))
-	statusWait, err := c.writeStatus(ctx, reg, pools)
-	errs = append(errs, err)
-	wait(statusWait)
-	return requeue, errors.Join(errs...)
+	return errs
 }
 
 // sortMembers returns the registry's idle members by entry, its idle resume members by entry
