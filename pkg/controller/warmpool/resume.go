@@ -153,20 +153,7 @@ func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRe
 	}
 	pending := c.created.pendingResumes(reg.Namespace, p.entry.Name)
 	live += len(pending)
-	var todo []*resumeTarget
-	for name, t := range targets {
-		if !t.claimed && !has[name] && !onRecord[name] && !pending[name] {
-			todo = append(todo, t)
-		}
-	}
-	sort.Slice(todo, func(i, j int) bool {
-		a, b := workspace.KeptAt(todo[i].record), workspace.KeptAt(todo[j].record)
-		if !a.Equal(b) {
-			return a.After(b) // the newest kept first: the likeliest to be resumed soon
-		}
-		return todo[i].record.Name < todo[j].record.Name
-	})
-	for _, t := range todo {
+	for _, t := range resumeTodo(targets, has, onRecord, pending) {
 		if live >= sandboxpod.ResumeBound(p.entry) {
 			break
 		}
@@ -183,6 +170,26 @@ func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRe
 		waitFor(t.deadline.Sub(now))
 	}
 	return requeue, errors.Join(errs...)
+}
+
+// resumeTodo returns the kept workspaces that need a resume member, newest kept first (the
+// likeliest to be resumed soon): those no claim of their name holds and no pod is on (has: a
+// member of the pool, onRecord: any pod of the registry, pending: one created, not cached yet).
+func resumeTodo(targets map[string]*resumeTarget, has, onRecord, pending map[string]bool) []*resumeTarget {
+	var todo []*resumeTarget
+	for name, t := range targets {
+		if !t.claimed && !has[name] && !onRecord[name] && !pending[name] {
+			todo = append(todo, t)
+		}
+	}
+	sort.Slice(todo, func(i, j int) bool {
+		a, b := workspace.KeptAt(todo[i].record), workspace.KeptAt(todo[j].record)
+		if !a.Equal(b) {
+			return a.After(b)
+		}
+		return todo[i].record.Name < todo[j].record.Name
+	})
+	return todo
 }
 
 // resumeReplaceReason says why an idle resume member must go ("": it may stay): its kept
