@@ -64,16 +64,9 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		// pods would write one workspace. Only its policy is kept up.
 		return c.ensureNetworkPolicy(ctx, claim, c.claimNetworkPolicy(claim, record, allowed))
 	}
-	secret := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, token), token)
-	if record.Egress != nil {
-		proxy, err := c.newProxyCredential(ctx, claim)
-		if err != nil {
-			return fmt.Errorf("deriving the claim's egress proxy credential: %w", err)
-		}
-		if proxy == "" {
-			return errors.New("deriving the claim's egress proxy credential: empty credential")
-		}
-		secret = sandboxpod.TokenSecretWithProxy(claim, secret.Name, token, proxy)
+	secret, err := c.claimSecret(ctx, claim, record, token)
+	if err != nil {
+		return err
 	}
 	secretName := secret.Name
 	ensures := []func() error{
@@ -116,6 +109,23 @@ func (c *Controller) ensureChildren(ctx context.Context, claim *airlockv1alpha1.
 		}
 	}
 	return c.ensurePod(ctx, claim, pod)
+}
+
+// claimSecret is the claim's token Secret: its sandboxd token and, with egress in its record,
+// its proxy credential for the gateway.
+func (c *Controller) claimSecret(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, record *airlockv1alpha1.FrozenSandbox, token string) (*corev1.Secret, error) {
+	secret := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, token), token)
+	if record.Egress == nil {
+		return secret, nil
+	}
+	proxy, err := c.newProxyCredential(ctx, claim)
+	if err != nil {
+		return nil, fmt.Errorf("deriving the claim's egress proxy credential: %w", err)
+	}
+	if proxy == "" {
+		return nil, errors.New("deriving the claim's egress proxy credential: empty credential")
+	}
+	return sandboxpod.TokenSecretWithProxy(claim, secret.Name, token, proxy), nil
 }
 
 // ensureChildrenIfSeen is ensureChildren once the cache shows every child the leader created for

@@ -76,30 +76,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 
 	if _, ok := claim.Annotations[airlockv1alpha1.AnnotationReapRequested]; ok && !runtimeGone(rt) {
-		switch claim.Status.Phase {
-		case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
-			// Nothing ran, so there is nothing to save; a resume member it adopted goes, its
-			// workspace kept again if the claim took its record (resume.go).
-			if err := c.releaseMember(ctx, claim); err != nil {
-				return nil, err
-			}
-			return nil, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
-		case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
-			return c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
-		case airlockv1alpha1.ClaimFailed:
-			if gaveUpSyncBack(claim) {
-				break // its session was closed before: kept to say where its work is (syncback.go)
-			}
-			// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
-			// save. Deleted now, so that a new acquire of the handle does not wait on it; its
-			// workspace kept (a kept one it resumed is kept again: failed.go).
-			if err := c.stopPods(ctx, claim); err != nil {
-				return nil, err
-			}
-			if err := c.keepFailedWorkspace(ctx, claim); err != nil {
-				return nil, err
-			}
-			return nil, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)
+		if requeue, done, err := c.syncClosed(ctx, claim, rt); done || err != nil {
+			return requeue, err
 		}
 	}
 
@@ -119,6 +97,40 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	}
 	logger.Info("Claim has an unknown phase; ignoring it", "claim", klog.KObj(claim), "phase", claim.Status.Phase)
 	return nil, nil
+}
+
+// syncClosed ends a claim whose session was closed (AnnotationReapRequested) by its phase: an
+// undecided one is removed, a Binding or Bound one begins reaping, a Failed one is removed with
+// its workspace kept. done false: the claim's phase goes on as usual (Reaping, Refused, or a
+// Failed one kept to say where its work is).
+func (c *Controller) syncClosed(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) (*time.Duration, bool, error) {
+	switch claim.Status.Phase {
+	case "", airlockv1alpha1.ClaimPending, airlockv1alpha1.ClaimQueued:
+		// Nothing ran, so there is nothing to save; a resume member it adopted goes, its
+		// workspace kept again if the claim took its record (resume.go).
+		if err := c.releaseMember(ctx, claim); err != nil {
+			return nil, true, err
+		}
+		return nil, true, c.removeClaimIfStill(ctx, claim, undecidedPhase(claim), ReasonSessionClosed)
+	case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound:
+		requeue, err := c.beginReaping(ctx, claim, rt, ReasonSessionClosed, messageSessionClosed, nil)
+		return requeue, true, err
+	case airlockv1alpha1.ClaimFailed:
+		if gaveUpSyncBack(claim) {
+			return nil, false, nil // its session was closed before: kept to say where its work is (syncback.go)
+		}
+		// Its pod never became ready, so no tool call ever wrote its workspace: nothing to
+		// save. Deleted now, so that a new acquire of the handle does not wait on it; its
+		// workspace kept (a kept one it resumed is kept again: failed.go).
+		if err := c.stopPods(ctx, claim); err != nil {
+			return nil, true, err
+		}
+		if err := c.keepFailedWorkspace(ctx, claim); err != nil {
+			return nil, true, err
+		}
+		return nil, true, c.removeClaimIfStill(ctx, claim, airlockv1alpha1.ClaimFailed, ReasonSessionClosed)
+	}
+	return nil, false, nil
 }
 
 // runtime returns the claim's AgentRuntime, or nil when it is gone: a runtime of the claim's
