@@ -309,9 +309,8 @@ func IsEscape(err error) bool {
 	return false
 }
 
-// Check reports whether the workspace is a directory we can still reach and,
-// if writable is set, create files in.
-func (r *Resolver) Check(writable bool) error {
+// reachable reports whether the workspace is a directory we can still reach.
+func (r *Resolver) reachable() error {
 	fi, err := r.root.Stat(".")
 	if err != nil {
 		return fmt.Errorf("workspace %s: %v", r.dir, err)
@@ -319,8 +318,14 @@ func (r *Resolver) Check(writable bool) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("workspace %s is not a directory", r.dir)
 	}
-	if !writable {
-		return nil
+	return nil
+}
+
+// Check reports whether the workspace is a directory we can still reach and,
+// if writable is set, create files in.
+func (r *Resolver) Check(writable bool) error {
+	if err := r.reachable(); err != nil || !writable {
+		return err
 	}
 	name := ".airlock-readyz-" + rand.Text()[:10]
 	f, err := r.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -340,15 +345,8 @@ func (r *Resolver) Check(writable bool) error {
 // adoption: a resume member's workspace is a kept one, which nothing may change before the claim
 // that resumes it adopts the member (docs/nothing-lost.md, "Resume members").
 func (r *Resolver) CheckAccess(writable bool) error {
-	fi, err := r.root.Stat(".")
-	if err != nil {
-		return fmt.Errorf("workspace %s: %v", r.dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("workspace %s is not a directory", r.dir)
-	}
-	if !writable {
-		return nil
+	if err := r.reachable(); err != nil || !writable {
+		return err
 	}
 	if err := unix.Faccessat(unix.AT_FDCWD, r.dir, unix.W_OK, unix.AT_EACCESS); err != nil {
 		return fmt.Errorf("workspace %s is not writable: %v", r.dir, err)
