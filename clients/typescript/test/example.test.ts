@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
@@ -30,6 +30,7 @@ it("runs the example's agent loop", async () => {
     process.env = saved;
     await sandbox.close();
     await api.close();
+    rmSync(dir, { recursive: true, force: true });
   }
   assert.ok(lines.includes("Write -> Wrote hello.py"), lines.join("\n"));
   assert.equal(lines.at(-1), "closed session s1 (0 sandbox(es))");

@@ -2,10 +2,10 @@
 // written by its TestPythonFixtures, the same cases the Python client is held to: verified ones,
 // forgeries, malleated and non-canonical signatures, other tokens, claims, namespaces and keys).
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 
 import { IsolationError, Sandbox, Session, parseIsolationKeys, verifyIsolation } from "../src/index.js";
 import { FakeAPI } from "./fake.js";
@@ -69,6 +69,7 @@ describe("Sandbox.verifyIsolation", () => {
 
 describe("Session with verifyIsolation", () => {
   const dir = mkdtempSync(join(tmpdir(), "airlock-isolation-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
   const tokenFile = join(dir, "token");
   writeFileSync(tokenFile, "sa-token\n");
   const keysFile = join(dir, "isolation-keys.pem");

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
@@ -35,6 +35,7 @@ describe("Session", () => {
   });
   afterEach(async () => {
     await Promise.all(servers.splice(0).map((s) => s.close()));
+    rmSync(dir, { recursive: true, force: true });
   });
 
   const serve = async (respond: (n: number, r: Request) => Answer, tls = false) => {
