@@ -90,17 +90,7 @@ func TestPolicyAdmitsAirlocksEventsAndDenyAll(t *testing.T) {
 		"the deny-all":              create(deny),
 		"the deny-all written back": update(edited, deny),
 	}
-	for name, r := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admit(t, r)
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			if len(refused) > 0 {
-				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
-			}
-		})
-	}
+	p.expectAdmitted(t, tests)
 }
 
 func TestPolicyRefusesWhatIssue39Found(t *testing.T) {

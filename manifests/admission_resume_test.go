@@ -91,17 +91,7 @@ func TestPolicyAdmitsResumeMembers(t *testing.T) {
 		"its deletion":                                      remove(live),
 		"an ordinary member":                                create(memberPod(record)),
 	}
-	for name, r := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admit(t, r)
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			if len(refused) > 0 {
-				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
-			}
-		})
-	}
+	p.expectAdmitted(t, tests)
 }
 
 // TestPolicyRefusesMembersOnOtherWorkspaces: a warm member that mounts another workspace than its
