@@ -4,7 +4,10 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -77,12 +80,27 @@ func TestWarmKeptWorkspaceResumed(t *testing.T) {
 
 // TestRuntimeDeletedWhileOperatorDown (issue 39): a runtime deleted while no operator runs keeps
 // its claims (its finalizer holds it, and garbage collection deletes dependents only once their
-// owner is gone); the operator that starts next records every workspace its claims wrote, lets
-// the deletion go on, and collects them. Before, garbage collection deleted the claims at once and
-// their workspaces stayed in the content volume, never collected.
+// owner is gone); the operator that starts next records every workspace its claims wrote, deletes
+// the claims, lets the deletion go on, and collects them. Before, garbage collection deleted the
+// claims at once and their workspaces stayed in the content volume, never collected.
+//
+// In the foreground (kubectl delete --cascade=foreground) garbage collection deletes the claims
+// first, whatever the finalizer: the admission policy airlock-workspaces-recorded refuses it
+// (manifests/rbac/admission_policy_workspaces.yaml), and the claim stays until the operator has
+// recorded its workspace. Before, the foreground deletion took the claim while the operator was
+// down, and its workspace was never recorded nor collected.
 func TestRuntimeDeletedWhileOperatorDown(t *testing.T) {
+	for name, propagation := range map[string]metav1.DeletionPropagation{
+		"background": metav1.DeletePropagationBackground,
+		"foreground": metav1.DeletePropagationForeground,
+	} {
+		t.Run(name, func(t *testing.T) { testRuntimeDeletedWhileOperatorDown(t, propagation) })
+	}
+}
+
+func testRuntimeDeletedWhileOperatorDown(t *testing.T, propagation metav1.DeletionPropagation) {
 	ctx := context.Background()
-	e := newClaimEnv(t, "airlock-rt-down", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
+	e := newClaimEnv(t, "airlock-rt-down-"+strings.ToLower(string(propagation)), claimEnvOptions{maxConcurrent: 5, maxPerSession: 3})
 	op := startClaimOperator(t, e.ns)
 	c := e.waitPhase(t, e.createClaim(t, "session-1", "codegen/default", "").Name, airlockv1alpha1.ClaimBound, 60*time.Second)
 	eventually(t, 30*time.Second, "the runtime's finalizer", func(ctx context.Context) (bool, error) {
@@ -91,12 +109,15 @@ func TestRuntimeDeletedWhileOperatorDown(t *testing.T) {
 	})
 	_ = op.stop(t, syscall.SIGKILL)
 
-	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, e.runtime.Name, metav1.DeleteOptions{}); err != nil {
+	if err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Delete(ctx, e.runtime.Name, metav1.DeleteOptions{PropagationPolicy: &propagation}); err != nil {
 		t.Fatal(err)
 	}
 	rt, err := airlockClient.AirlockV1alpha1().AgentRuntimes(e.ns).Get(ctx, e.runtime.Name, metav1.GetOptions{})
 	if err != nil || rt.DeletionTimestamp == nil {
 		t.Fatalf("the runtime right after its deletion: %v (%v), want it there, being deleted", rt, err)
+	}
+	if propagation == metav1.DeletePropagationForeground {
+		waitGarbageCollectorRefused(t, c.Name)
 	}
 	if _, err := e.getClaim(ctx, c.Name); err != nil {
 		t.Fatalf("the claim of the runtime being deleted: %v, want it kept", err)
@@ -113,4 +134,28 @@ func TestRuntimeDeletedWhileOperatorDown(t *testing.T) {
 		return apierrors.IsNotFound(rtErr) && apierrors.IsNotFound(claimErr), nil
 	})
 	waitRecordCollected(t, e.ns, c.Spec.WorkspaceDir, 90*time.Second)
+}
+
+// waitGarbageCollectorRefused waits until kube-controller-manager's log (the cluster hack/e2e.sh
+// started: AIRLOCK_E2E_CLUSTER_DIR) shows garbage collection's deletion of the claim refused by
+// the policy airlock-workspaces-recorded: it tried, and the claim stayed.
+func waitGarbageCollectorRefused(t *testing.T, claim string) {
+	t.Helper()
+	dir := os.Getenv("AIRLOCK_E2E_CLUSTER_DIR")
+	if dir == "" {
+		t.Log("AIRLOCK_E2E_CLUSTER_DIR is not set (a cluster hack/e2e.sh did not start): kube-controller-manager's log, which would say that garbage collection tried, is not here; the record and the collection are still checked")
+		return
+	}
+	eventually(t, 60*time.Second, "garbage collection's deletion of the claim refused by airlock-workspaces-recorded", func(context.Context) (bool, error) {
+		b, err := os.ReadFile(filepath.Join(dir, "kube-controller-manager.log"))
+		if err != nil {
+			return false, err
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, "airlock-workspaces-recorded") && strings.Contains(line, claim) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

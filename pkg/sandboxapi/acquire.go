@@ -504,11 +504,14 @@ func (a *acquisition) bound(ctx context.Context, c *airlockv1alpha1.SandboxClaim
 // exists already (another acquire, here or on another replica, created it) is waited for too.
 func (a *acquisition) create(ctx context.Context, c *airlockv1alpha1.SandboxClaim, admitted bool) stepResult {
 	// The runtime may have gone while this acquire waited (its claims go with it): never create
-	// a claim for a runtime that is no longer there.
+	// a claim for a runtime that is no longer there, or is being deleted (its deletion waits for
+	// its claims: docs/nothing-lost.md, "A runtime's deletion").
 	rt, err := a.s.runtimes.AgentRuntimes(c.Namespace).Get(c.Spec.RuntimeName)
 	switch {
 	case apierrors.IsNotFound(err) || (err == nil && rt.UID != a.t.runtime.UID):
 		return stepResult{done: true, err: errorf(http.StatusNotFound, client.CodeNotFound, "AgentRuntime %s/%s was deleted", c.Namespace, c.Spec.RuntimeName)}
+	case err == nil && rt.DeletionTimestamp != nil:
+		return stepResult{done: true, err: errorf(http.StatusNotFound, client.CodeNotFound, "AgentRuntime %s/%s is being deleted", c.Namespace, c.Spec.RuntimeName)}
 	case err != nil:
 		return stepResult{done: true, err: err}
 	}

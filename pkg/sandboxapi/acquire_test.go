@@ -693,6 +693,24 @@ func TestAcquireRuntimeDeleted(t *testing.T) {
 	}
 }
 
+// TestAcquireRuntimeBeingDeleted: a runtime being deleted gets no new claim (its deletion waits
+// for its claims, and one created then would keep it waiting: TestFaultSuiteAPIOnly): 404, and
+// nothing created.
+func TestAcquireRuntimeBeingDeleted(t *testing.T) {
+	rt := newRuntime()
+	rt.DeletionTimestamp = &metav1.Time{Time: t0}
+	rt.Finalizers = []string{airlockv1alpha1.FinalizerWorkspaces}
+	f := newFixture(t, rt, newRegistry(), newClass("codegen"))
+	rec := f.do("/v1/sandboxes/acquire", tokenAgent, acquireBody(testSession, testHandle, 0))
+	wantError(t, rec, http.StatusNotFound, client.CodeNotFound, "")
+	if !strings.Contains(rec.Body.String(), "is being deleted") {
+		t.Errorf("body %s, want it to say the runtime is being deleted", rec.Body)
+	}
+	if creates := actionsOf(f.airlock.Actions(), "create"); len(creates) != 0 {
+		t.Errorf("created %v", creates)
+	}
+}
+
 // TestAcquireBoundClaimClosedOnTheAPIServer: the cache still shows the claim Bound, but a close
 // (answered by another replica a moment ago) has marked it on the API server: the acquire does
 // not hand out that sandbox, which is being reaped; it waits (here: 202 at once, waitSeconds 0).

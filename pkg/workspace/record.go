@@ -365,12 +365,22 @@ func WaitsForCollection(claim *airlockv1alpha1.SandboxClaim) bool {
 // pod on it (Binding, Bound, Reaping, Failed, with its frozen record), in a workspace the operator
 // may remove.
 func RecordedWhenRuntimeGoes(claim *airlockv1alpha1.SandboxClaim) bool {
+	return HeldFromCollector(claim) && Removable(claim)
+}
+
+// HeldFromCollector says whether garbage collection may not delete the claim
+// (manifests/rbac/admission_policy_workspaces.yaml, whose rule this is: keep the two the same):
+// a claim that may have had a pod on its workspace (Binding, Bound, Reaping, Failed, with its
+// frozen record) and no mount role. The operator deletes such a claim of a runtime being deleted
+// itself, once its workspace has a record (RecordedWhenRuntimeGoes): a foreground deletion of the
+// runtime while no operator runs would otherwise delete it, and leave its workspace with none.
+func HeldFromCollector(claim *airlockv1alpha1.SandboxClaim) bool {
 	switch claim.Status.Phase {
 	case airlockv1alpha1.ClaimBinding, airlockv1alpha1.ClaimBound, airlockv1alpha1.ClaimReaping, airlockv1alpha1.ClaimFailed:
 	default:
 		return false
 	}
-	return claim.Status.Frozen != nil && Removable(claim)
+	return claim.Status.Frozen != nil && claim.Spec.MountRole == ""
 }
 
 // Records reads the kept workspaces' records of one namespace (a Job lister's namespace).

@@ -6,6 +6,7 @@ package agentruntime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -162,10 +163,10 @@ func (c *Controller) updateRuntime(old, cur any) {
 }
 
 // notOnlyStatus says whether a runtime's update changed more than its status: its spec (its
-// generation), labels or deletion.
+// generation), labels, deletion or finalizers (garbage collection's, in a deletion).
 func notOnlyStatus(old, cur *airlockv1alpha1.AgentRuntime) bool {
 	return old.Generation != cur.Generation || !apiequality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
-		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) || !slices.Equal(old.Finalizers, cur.Finalizers)
 }
 
 // resourceHandler calls f on adds, deletes (tombstones unwrapped) and real updates.

@@ -356,7 +356,7 @@ func TestStatusWritesCoalesced(t *testing.T) {
 }
 
 // TestNotOnlyStatus: the runtime handler ignores a status-only change (this controller's own
-// write) and enqueues a change of the spec, labels or deletion.
+// write) and enqueues a change of the spec, labels, deletion or finalizers.
 func TestNotOnlyStatus(t *testing.T) {
 	old := runtimeObj()
 	old.ResourceVersion = "1"
@@ -370,6 +370,8 @@ func TestNotOnlyStatus(t *testing.T) {
 		"deletion": {change: func(rt *airlockv1alpha1.AgentRuntime) {
 			rt.DeletionTimestamp = &metav1.Time{Time: t0}
 		}, want: true},
+		// garbage collection's orphan finalizer removed once it has orphaned the claims
+		"finalizers": {change: func(rt *airlockv1alpha1.AgentRuntime) { rt.Finalizers = nil }, want: true},
 	} {
 		cur := old.DeepCopy()
 		cur.ResourceVersion = "2"

@@ -1,14 +1,16 @@
 package agentruntime
 
 // The runtime's finalizer (airlockv1alpha1.FinalizerWorkspaces). Garbage collection deletes a
-// runtime's claims without sync-back once the runtime is gone (SPEC section 3), and their
+// runtime's claims without sync-back when the runtime goes (SPEC section 3), and their
 // workspaces get records (pkg/controller/workspacegc) only if the operator sees those claims go:
 // a runtime deleted while the operator was down left workspaces nobody would ever collect. With
-// the finalizer, a runtime being deleted stays, and its claims with it (garbage collection deletes
-// the dependents of an owner only once the owner is gone, unless the deletion is in the
-// foreground), until workspacegc has written a record of every workspace its claims may have
-// written; then the finalizer is removed, and the claims go. An operator that starts after the
-// deletion finds the runtime, being deleted, and its claims in its informers' first list.
+// the finalizer, a runtime being deleted stays (garbage collection deletes the dependents of an
+// owner only once the owner is gone, in a background deletion), and with the admission policy
+// airlock-workspaces-recorded garbage collection may not delete a claim whose workspace may hold
+// files (workspace.HeldFromCollector), in a foreground deletion either. workspacegc writes a
+// record of every workspace such a claim may have written, this controller then deletes the
+// claim, and once none is left removes the finalizer. An operator that starts after the deletion
+// finds the runtime, being deleted, and its claims in its informers' first list.
 
 import (
 	"context"
@@ -41,14 +43,21 @@ func (c *Controller) syncFinalizer(ctx context.Context, rt *airlockv1alpha1.Agen
 	if !has {
 		return rt, true, nil
 	}
-	missing, err := c.unrecordedWorkspaces(rt)
+	if slices.Contains(rt.Finalizers, metav1.FinalizerOrphanDependents) {
+		// kubectl delete --cascade=orphan: garbage collection takes the runtime's owner reference
+		// off its claims, which stay and are reaped as orphans, with their sync-back. Until it has
+		// (the orphan finalizer's removal enqueues the runtime), they are not this deletion's.
+		klog.FromContext(ctx).V(2).Info("Runtime being deleted waits for garbage collection to orphan its claims", "runtime", klog.KObj(rt))
+		return rt, true, nil
+	}
+	waiting, err := c.claimsInTheWay(ctx, rt)
 	if err != nil {
 		return rt, true, err
 	}
-	if len(missing) > 0 {
-		klog.FromContext(ctx).V(2).Info("Runtime being deleted waits for the records of its claims' workspaces",
-			"runtime", klog.KObj(rt), "claims", missing)
-		return rt, true, nil // a record's add enqueues the runtime
+	if len(waiting) > 0 {
+		klog.FromContext(ctx).V(2).Info("Runtime being deleted waits for its claims' workspaces to be recorded and the claims deleted",
+			"runtime", klog.KObj(rt), "claims", waiting)
+		return rt, true, nil // a record's add, and a claim's deletion, enqueue the runtime
 	}
 	klog.FromContext(ctx).V(2).Info("Every workspace of the runtime's claims has a record; letting its deletion go on", "runtime", klog.KObj(rt))
 	_, err = c.patchFinalizers(ctx, rt, slices.DeleteFunc(slices.Clone(rt.Finalizers), func(f string) bool {
@@ -57,27 +66,44 @@ func (c *Controller) syncFinalizer(ctx context.Context, rt *airlockv1alpha1.Agen
 	return rt, true, err
 }
 
-// unrecordedWorkspaces returns the names of the runtime's claims whose workspace gets a record
-// when the runtime goes (workspace.RecordedWhenRuntimeGoes) and has none in the Job cache yet.
-func (c *Controller) unrecordedWorkspaces(rt *airlockv1alpha1.AgentRuntime) ([]string, error) {
+// claimsInTheWay returns the names of the runtime's claims (its controller reference: garbage
+// collection's to delete with it) that garbage collection may not delete
+// (workspace.HeldFromCollector) and that are still there. It deletes those whose workspace needs
+// no record (workspace.RecordedWhenRuntimeGoes) or has one in the Job cache, by UID: such a
+// claim is deleted by the operator, not by garbage collection, whether the runtime's deletion is
+// in the background or the foreground (docs/nothing-lost.md, "A runtime's deletion").
+func (c *Controller) claimsInTheWay(ctx context.Context, rt *airlockv1alpha1.AgentRuntime) ([]string, error) {
 	claims, err := c.claimLister.SandboxClaims(rt.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	var missing []string
+	var waiting []string
 	for _, claim := range claims {
-		if !admission.OwnedBy(claim, rt) || !workspace.RecordedWhenRuntimeGoes(claim) {
+		if !admission.OwnedBy(claim, rt) || !metav1.IsControlledBy(claim, rt) || !workspace.HeldFromCollector(claim) {
+			continue // not garbage collection's to delete with the runtime, or not held from it
+		}
+		waiting = append(waiting, claim.Name)
+		if claim.DeletionTimestamp != nil {
 			continue
 		}
-		_, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.RecordName(workspace.DirOf(claim)))
-		switch {
-		case apierrors.IsNotFound(err):
-			missing = append(missing, claim.Name)
-		case err != nil:
+		if workspace.RecordedWhenRuntimeGoes(claim) {
+			_, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.RecordName(workspace.DirOf(claim)))
+			switch {
+			case apierrors.IsNotFound(err):
+				continue // workspacegc writes it
+			case err != nil:
+				return nil, err
+			}
+		}
+		klog.FromContext(ctx).V(2).Info("Deleting a claim of a runtime being deleted, its workspace recorded", "claim", klog.KObj(claim), "runtime", klog.KObj(rt))
+		err := c.airlockClient.AirlockV1alpha1().SandboxClaims(claim.Namespace).Delete(ctx, claim.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &claim.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return nil, err
 		}
 	}
-	return missing, nil
+	return waiting, nil
 }
 
 // patchFinalizers writes the runtime's finalizers, conditional on its resourceVersion, and

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -32,10 +33,26 @@ func TestRuntimeFinalizer(t *testing.T) {
 		c.Spec.RuntimeUID = "uid-agent"
 		c.Spec.WorkspaceDir = "ns/sandboxes/" + name
 		c.Status.Frozen = &airlockv1alpha1.FrozenSandbox{}
+		c.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(runtimeObj(), airlockv1alpha1.SchemeGroupVersion.WithKind("AgentRuntime"))}
+		return c
+	}
+	unowned := func(name string) *airlockv1alpha1.SandboxClaim {
+		c := bound(name)
+		c.OwnerReferences = nil
 		return c
 	}
 	recordOf := func(c *airlockv1alpha1.SandboxClaim) any {
 		return workspace.Record(c, "workspace-content", sandboxpod.JobConfig("img"), t0)
+	}
+	mountRole := func(name string) *airlockv1alpha1.SandboxClaim {
+		c := bound(name)
+		c.Spec.MountRole = "reader"
+		return c
+	}
+	otherUID := func(name string) *airlockv1alpha1.SandboxClaim {
+		c := bound(name)
+		c.Spec.RuntimeUID = "uid-earlier"
+		return c
 	}
 	tests := map[string]struct {
 		finalizers  []string
@@ -43,21 +60,39 @@ func TestRuntimeFinalizer(t *testing.T) {
 		claims      []*airlockv1alpha1.SandboxClaim
 		records     func(claims []*airlockv1alpha1.SandboxClaim) []any
 		wantPatched []string // the finalizers patched in; nil: no patch
+		wantDeleted []string // the claims the operator deletes
 	}{
 		"a runtime without it: added, others kept": {
 			finalizers: []string{"example.com/other"}, wantPatched: []string{"example.com/other", airlockv1alpha1.FinalizerWorkspaces},
 		},
-		"a runtime with it: nothing": {finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}},
-		"deleting, a claim's workspace without a record: kept": {
+		"a runtime with it: nothing": {finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}, claims: []*airlockv1alpha1.SandboxClaim{bound("c1")}},
+		"deleting, a claim's workspace without a record: that claim kept, the recorded one deleted, the finalizer kept": {
 			finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}, deleting: true,
-			claims:  []*airlockv1alpha1.SandboxClaim{bound("c1"), bound("c2")},
-			records: func(c []*airlockv1alpha1.SandboxClaim) []any { return []any{recordOf(c[0])} },
+			claims:      []*airlockv1alpha1.SandboxClaim{bound("c1"), bound("c2")},
+			records:     func(c []*airlockv1alpha1.SandboxClaim) []any { return []any{recordOf(c[0])} },
+			wantDeleted: []string{"c1"},
 		},
-		"deleting, every workspace recorded: removed": {
+		"deleting, every workspace recorded: the claims deleted by the operator, the finalizer kept until they are gone": {
 			finalizers: []string{"example.com/other", airlockv1alpha1.FinalizerWorkspaces}, deleting: true,
 			claims:      []*airlockv1alpha1.SandboxClaim{bound("c1"), bound("c2"), claimObj("queued", "agent", airlockv1alpha1.ClaimQueued)},
 			records:     func(c []*airlockv1alpha1.SandboxClaim) []any { return []any{recordOf(c[0]), recordOf(c[1])} },
+			wantDeleted: []string{"c1", "c2"},
+		},
+		"deleting, only claims garbage collection may delete left (queued, a mount role's, another runtime UID's): removed": {
+			finalizers: []string{"example.com/other", airlockv1alpha1.FinalizerWorkspaces}, deleting: true,
+			claims: []*airlockv1alpha1.SandboxClaim{
+				claimObj("queued", "agent", airlockv1alpha1.ClaimQueued), mountRole("m1"), otherUID("old"),
+			},
 			wantPatched: []string{"example.com/other"},
+		},
+		"deleting, claims without the runtime's owner reference (made by hand, or orphaned): left, removed": {
+			finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}, deleting: true,
+			claims: []*airlockv1alpha1.SandboxClaim{unowned("u1")}, wantPatched: []string{},
+		},
+		"deleting with --cascade=orphan, garbage collection not done yet: nothing deleted, kept": {
+			finalizers: []string{metav1.FinalizerOrphanDependents, airlockv1alpha1.FinalizerWorkspaces}, deleting: true,
+			claims:  []*airlockv1alpha1.SandboxClaim{bound("c1")},
+			records: func(c []*airlockv1alpha1.SandboxClaim) []any { return []any{recordOf(c[0])} },
 		},
 		"deleting, no claims: removed": {
 			finalizers: []string{airlockv1alpha1.FinalizerWorkspaces}, deleting: true, wantPatched: []string{},
@@ -71,7 +106,11 @@ func TestRuntimeFinalizer(t *testing.T) {
 			if tc.deleting {
 				rt.DeletionTimestamp = &now
 			}
-			client := airlockfake.NewClientset(rt)
+			objs := []runtime.Object{rt}
+			for _, cl := range tc.claims {
+				objs = append(objs, cl)
+			}
+			client := airlockfake.NewClientset(objs...)
 			a := airlockinformers.NewSharedInformerFactory(client, 0).Airlock().V1alpha1()
 			jobs := newJobInformer()
 			c, err := newControllerWithClock(ctx, client, a.AgentRuntimes(), a.ToolRegistries(), a.SandboxClasses(), a.SandboxClaims(), jobs, clocktesting.NewFakeClock(t0))
@@ -98,10 +137,15 @@ func TestRuntimeFinalizer(t *testing.T) {
 			if err := c.sync(ctx, cache.MetaObjectToName(rt)); err != nil {
 				t.Fatal(err)
 			}
-			var patched []string
+			var patched, deleted []string
 			var statusWrites int
 			for _, act := range client.Actions() {
 				switch act := act.(type) {
+				case core.DeleteAction:
+					if act.GetResource().Resource != "sandboxclaims" {
+						t.Errorf("deleted %s %s", act.GetResource().Resource, act.GetName())
+					}
+					deleted = append(deleted, act.GetName())
 				case core.PatchAction:
 					if act.GetPatchType() != types.MergePatchType {
 						t.Errorf("patch type %s", act.GetPatchType())
@@ -127,6 +171,10 @@ func TestRuntimeFinalizer(t *testing.T) {
 			}
 			if (patched == nil) != (tc.wantPatched == nil) || !slices.Equal(patched, tc.wantPatched) {
 				t.Errorf("finalizers patched %v, want %v", patched, tc.wantPatched)
+			}
+			slices.Sort(deleted)
+			if !slices.Equal(deleted, tc.wantDeleted) {
+				t.Errorf("claims deleted %v, want %v", deleted, tc.wantDeleted)
 			}
 			if tc.deleting && statusWrites > 0 {
 				t.Errorf("%d status writes of a runtime being deleted, want none", statusWrites)

@@ -289,6 +289,53 @@ func TestOrphanedWorkspaceRecorded(t *testing.T) {
 	}
 }
 
+// TestClaimOfADeletingRuntimeRecorded: a claim that its runtime's deletion waits for, seen
+// after the runtime's deletion was (created then, or Binding since), has its workspace recorded:
+// before, only the claims there when the runtime's deletion was seen were, and the deletion
+// waited for the others for ever (TestFaultSuiteAPIOnly, an acquire of the runtime as it was
+// deleted). A claim of a runtime that is not being deleted, or that its runtime does not control
+// (made by hand), or that never had a pod, is not recorded.
+func TestClaimOfADeletingRuntimeRecorded(t *testing.T) {
+	tests := map[string]struct {
+		phase    airlockv1alpha1.ClaimPhase
+		deleting bool
+		unowned  bool
+		want     bool
+	}{
+		"Bound, runtime being deleted":       {phase: airlockv1alpha1.ClaimBound, deleting: true, want: true},
+		"Binding, runtime being deleted":     {phase: airlockv1alpha1.ClaimBinding, deleting: true, want: true},
+		"Queued, runtime being deleted":      {phase: airlockv1alpha1.ClaimQueued, deleting: true},
+		"Bound, runtime not being deleted":   {phase: airlockv1alpha1.ClaimBound},
+		"Bound, not the runtime's to delete": {phase: airlockv1alpha1.ClaimBound, deleting: true, unowned: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			if tc.deleting {
+				f.runtimes[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+			}
+			claim := newClaim("c1", tc.phase, t0.Add(-time.Hour))
+			if tc.unowned {
+				claim.OwnerReferences = nil
+			}
+			c := f.newController(ctx)
+			c.enqueueClaimOfDeletingRuntime(claim)
+			key := cache.ObjectName{Namespace: testNamespace, Name: workspace.RecordName(claim.Spec.WorkspaceDir)}
+			if got := c.queue.Len() > 0; got != tc.want {
+				t.Fatalf("record key enqueued: %v, want %v", got, tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			if _, err := c.sync(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, f, []string{"create jobs " + key.Name})
+		})
+	}
+}
+
 // TestNotCollectedWhileAPodIsThere: a pod of the claim that kept a workspace (one garbage
 // collection is still deleting) keeps it from collection; its deletion enqueues the record.
 func TestNotCollectedWhileAPodIsThere(t *testing.T) {

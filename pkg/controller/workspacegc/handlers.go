@@ -59,10 +59,14 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 		return fmt.Errorf("adding the pod event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Claims.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueWaitingClaim,
+		AddFunc: func(obj any) {
+			c.enqueueWaitingClaim(obj)
+			c.enqueueClaimOfDeletingRuntime(obj)
+		},
 		UpdateFunc: func(old, cur any) {
 			if old.(*airlockv1alpha1.SandboxClaim).ResourceVersion != cur.(*airlockv1alpha1.SandboxClaim).ResourceVersion {
 				c.enqueueWaitingClaim(cur)
+				c.enqueueClaimOfDeletingRuntime(cur)
 			}
 		},
 		DeleteFunc: func(obj any) { c.deleteClaim(logger, obj) },
@@ -134,6 +138,21 @@ func (c *Controller) enqueueWorkspacesOfDeletedRuntime(rt *airlockv1alpha1.Agent
 		if claim.Spec.RuntimeName == rt.Name && admission.OwnedBy(claim, rt) {
 			c.enqueueOrphanedWorkspace(claim)
 		}
+	}
+}
+
+// enqueueClaimOfDeletingRuntime records the workspace of a claim that its runtime's deletion
+// waits for (pkg/controller/agentruntime, finalizer.go) and that came after the runtime's
+// deletion was seen (created by then, or Binding since): the runtime's update enqueued only the
+// claims there were.
+func (c *Controller) enqueueClaimOfDeletingRuntime(obj any) {
+	claim, ok := obj.(*airlockv1alpha1.SandboxClaim)
+	if !ok || !workspace.RecordedWhenRuntimeGoes(claim) {
+		return
+	}
+	rt, err := c.runtimeLister.AgentRuntimes(claim.Namespace).Get(claim.Spec.RuntimeName)
+	if err == nil && rt.DeletionTimestamp != nil && admission.OwnedBy(claim, rt) && metav1.IsControlledBy(claim, rt) {
+		c.enqueueOrphanedWorkspace(claim)
 	}
 }
 
