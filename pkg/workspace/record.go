@@ -236,6 +236,16 @@ func RetryJobName(record string) string {
 	return record + "-retry"
 }
 
+// RetryTarget is the target a held record's retry copies into, when a person asked for the retry
+// (AnnotationHeldAction retry); ok is false for any other record.
+func RetryTarget(record *batchv1.Job) (target string, ok bool) {
+	if !IsRecord(record) || !IsHeld(record) || record.Annotations[airlockv1alpha1.AnnotationHeldAction] != airlockv1alpha1.HeldActionRetry {
+		return "", false
+	}
+	target = record.Annotations[airlockv1alpha1.AnnotationHeldTarget]
+	return target, target != ""
+}
+
 // RetryJob is the Job that copies a held record's workspace into its target again (the
 // sync-back that gave up, once more): a child of the record, so that it goes with it; its pod
 // is a sync-back pod of the claim that kept it (LabelSyncOf), so that no collection runs beside

@@ -57,6 +57,7 @@ const (
 	messageSyncWaiting     = "waiting to sync back into %s: %s"
 	messageSyncWaitRunning = "sync-back Job %s of claim %s is running into %s"
 	messageSyncWaitOlder   = "claim %s, older, syncs back into %s first"
+	messageSyncWaitRetry   = "the retry %s of a held workspace's sync-back is running into %s"
 )
 
 // workspaceUser returns another live claim in the cache whose workspace is the claim's, lies
@@ -164,6 +165,36 @@ func (c *Controller) syncAhead(claim *airlockv1alpha1.SandboxClaim) (string, err
 	}
 	if older != nil {
 		return fmt.Sprintf(messageSyncWaitOlder, older.Name, older.Spec.TargetPath), nil
+	}
+	return c.retryAhead(claim)
+}
+
+// retryAhead says why the claim's sync-back waits for a held workspace's retry
+// (pkg/controller/workspacegc, held.go) into an overlapping target: one is running. A retry takes
+// its turn as a sync-back does (it waits in turn for the sync-backs running), so that the two do
+// not copy into one target at once. The retry's end enqueues the claim (syncJobHandler).
+func (c *Controller) retryAhead(claim *airlockv1alpha1.SandboxClaim) (string, error) {
+	records, err := c.jobLister.Jobs(claim.Namespace).List(labels.SelectorFromSet(labels.Set{
+		airlockv1alpha1.LabelKeptWorkspace: airlockv1alpha1.LabelValueKeptWorkspace,
+	}))
+	if err != nil {
+		return "", err
+	}
+	for _, record := range records {
+		target, ok := workspace.RetryTarget(record)
+		if !ok || !workspace.Overlaps(target, claim.Spec.TargetPath) {
+			continue
+		}
+		retry, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.RetryJobName(record.Name))
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if metav1.IsControlledBy(retry, record) && !jobFinished(retry) {
+			return fmt.Sprintf(messageSyncWaitRetry, retry.Name, target), nil
+		}
 	}
 	return "", nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
@@ -478,6 +479,60 @@ func TestSyncBackTurn(t *testing.T) {
 			f.withChildren(claim)
 			if tc.otherJob != "-" {
 				f.jobs = append(f.jobs, syncJob(other, true, tc.otherJob))
+			}
+			c := f.newController(ctx)
+			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantWait == "" {
+				checkActions(t, f, []string{"create jobs c1-sync"})
+				return
+			}
+			checkActions(t, f, []string{"update sandboxclaims/status c1"})
+			if cond := f.syncBackCondition("c1"); cond == nil || cond.Reason != ReasonSyncBackWaiting || !strings.Contains(cond.Message, tc.wantWait) {
+				t.Errorf("SyncBack condition %+v, want %s mentioning %q", cond, ReasonSyncBackWaiting, tc.wantWait)
+			}
+		})
+	}
+}
+
+// TestSyncBackTurnWaitsForAHeldRetry (issue 39): a held workspace's retry (a person asked for it,
+// pkg/controller/workspacegc) into an overlapping target takes the sync-back turn: while its Job
+// runs, a claim's sync-back waits, saying so; before, the two copied into one target at once.
+func TestSyncBackTurnWaitsForAHeldRetry(t *testing.T) {
+	claim := reapingClaim("c1", t0.Add(-time.Hour), "projects/demo")
+	tests := map[string]struct {
+		target   string
+		action   string
+		retry    batchv1.JobConditionType // "-": no retry Job
+		wantWait string
+	}{
+		"a retry into the same target running: waits":     {target: "projects/demo", action: airlockv1alpha1.HeldActionRetry, wantWait: "the retry gone-record-retry of a held workspace's sync-back is running into projects/demo"},
+		"a retry into a containing target running: waits": {target: "projects", action: airlockv1alpha1.HeldActionRetry, wantWait: "is running into projects"},
+		"a retry that ended: goes":                        {target: "projects/demo", action: airlockv1alpha1.HeldActionRetry, retry: batchv1.JobComplete},
+		"a retry asked, its Job not made yet: goes":       {target: "projects/demo", action: airlockv1alpha1.HeldActionRetry, retry: "-"},
+		"a retry into another target running: goes":       {target: "projects/other", action: airlockv1alpha1.HeldActionRetry},
+		"held, no retry asked: goes":                      {target: "projects/demo", retry: "-"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t).withDefaults()
+			f.claims = append(f.claims, claim)
+			f.withChildren(claim)
+			gone := reapingClaim("gone", t0.Add(-2*time.Hour), tc.target)
+			record := workspace.HeldRecord(gone, "workspace-content", sandboxpod.JobConfig(testSyncImage), t0.Add(-time.Hour), "gave up", 3)
+			record.Name, record.UID = "gone-record", "uid-gone-record"
+			if tc.action != "" {
+				record.Annotations[airlockv1alpha1.AnnotationHeldAction] = tc.action
+			}
+			f.jobs = append(f.jobs, record)
+			if tc.retry != "-" {
+				retry := workspace.RetryJob(record, "workspace-content", sandboxpod.JobConfig(testSyncImage))
+				if tc.retry != "" {
+					retry.Status.Conditions = []batchv1.JobCondition{{Type: tc.retry, Status: corev1.ConditionTrue}}
+				}
+				f.jobs = append(f.jobs, retry)
 			}
 			c := f.newController(ctx)
 			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {

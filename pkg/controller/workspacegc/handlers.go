@@ -26,11 +26,18 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 	if err := c.handlers.Add(informers.Jobs.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueRecord,
 		UpdateFunc: func(old, cur any) {
-			if old.(*batchv1.Job).ResourceVersion != cur.(*batchv1.Job).ResourceVersion {
+			o, n := old.(*batchv1.Job), cur.(*batchv1.Job)
+			if o.ResourceVersion != n.ResourceVersion {
 				c.enqueueRecord(cur)
+				if !finished(o) && finished(n) {
+					c.enqueueRetries(n)
+				}
 			}
 		},
-		DeleteFunc: c.enqueueRecord, // a collection attempt or a retry deleted
+		DeleteFunc: func(obj any) {
+			c.enqueueRecord(obj) // a collection attempt or a retry deleted
+			c.enqueueRetries(obj)
+		},
 	}); err != nil {
 		return fmt.Errorf("adding the kept workspace event handler: %w", err)
 	}
@@ -108,6 +115,35 @@ func (c *Controller) enqueueRecord(obj any) {
 	if ref := metav1.GetControllerOf(job); ref != nil && ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String() {
 		c.queue.Add(cache.ObjectName{Namespace: job.Namespace, Name: ref.Name})
 	}
+}
+
+// enqueueRetries enqueues the held records of the namespace whose retry a person asked for, when
+// a claim's sync-back Job ends or goes: a retry may wait for its turn (syncBackRunning).
+func (c *Controller) enqueueRetries(obj any) {
+	job, ok := untombstone(obj).(*batchv1.Job)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(job); ref == nil || ref.Kind != "SandboxClaim" {
+		return
+	}
+	records, err := c.jobLister.Jobs(job.Namespace).List(labels.SelectorFromSet(labels.Set{
+		airlockv1alpha1.LabelKeptWorkspace: airlockv1alpha1.LabelValueKeptWorkspace,
+	}))
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, record := range records {
+		if _, ok := workspace.RetryTarget(record); ok {
+			c.queue.Add(cache.MetaObjectToName(record))
+		}
+	}
+}
+
+// finished says whether the Job has completed or failed.
+func finished(job *batchv1.Job) bool {
+	return jobCondition(job, batchv1.JobComplete) != nil || jobCondition(job, batchv1.JobFailed) != nil
 }
 
 // enqueueRecordsOf enqueues the records of the runtime's workspaces (its deletion, or a runtime

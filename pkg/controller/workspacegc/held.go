@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -108,6 +109,10 @@ func (c *Controller) startRetry(ctx context.Context, record *batchv1.Job) (*time
 	if held, requeue, err := c.podsOnWorkspace(ctx, record); err != nil || held {
 		return requeue, err
 	}
+	if why, err := c.syncBackRunning(record); err != nil || why != "" {
+		klog.FromContext(ctx).V(2).Info("The retry of a held workspace waits for its turn", "record", klog.KObj(record), "why", why)
+		return nil, err // the sync-back Job's end enqueues the record (enqueueRetries)
+	}
 	volumes := record.Spec.Template.Spec.Volumes
 	if len(volumes) != 1 || volumes[0].PersistentVolumeClaim == nil {
 		return nil, fmt.Errorf("record %s has no content volume", record.Name)
@@ -120,6 +125,37 @@ func (c *Controller) startRetry(ctx context.Context, record *batchv1.Job) (*time
 	c.recorder.Eventf(record, corev1.EventTypeNormal, ReasonWorkspaceRetrying, messageWorkspaceRetrying,
 		record.Annotations[airlockv1alpha1.AnnotationKeptDir], record.Annotations[airlockv1alpha1.AnnotationHeldTarget], job.Name)
 	return nil, nil
+}
+
+// syncBackRunning says which claim's sync-back Job runs into a target that overlaps the held
+// record's ("" when none): the retry takes its turn in the claim controller's line (sync-backs
+// of overlapping targets one at a time), and that controller's turns wait for a running retry in
+// turn (pkg/controller/claim, retryAhead).
+func (c *Controller) syncBackRunning(record *batchv1.Job) (string, error) {
+	target, ok := workspace.RetryTarget(record)
+	if !ok {
+		return "", nil
+	}
+	claims, err := c.claimLister.SandboxClaims(record.Namespace).List(labels.Everything())
+	if err != nil {
+		return "", err
+	}
+	for _, claim := range claims {
+		if claim.Spec.TargetPath == "" || !workspace.Overlaps(claim.Spec.TargetPath, target) {
+			continue
+		}
+		job, err := c.jobLister.Jobs(claim.Namespace).Get(workspace.SyncJobName(claim))
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if metav1.IsControlledBy(job, claim) && !finished(job) {
+			return fmt.Sprintf("sync-back Job %s of claim %s is running into %s", job.Name, claim.Name, claim.Spec.TargetPath), nil
+		}
+	}
+	return "", nil
 }
 
 // release makes a held record an ordinary kept one, kept from now (why: for the event).

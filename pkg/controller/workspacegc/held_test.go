@@ -100,9 +100,23 @@ func TestHeldWorkspaceRetried(t *testing.T) {
 	tests := map[string]struct {
 		retry       *batchv1.JobConditionType // nil: no retry Job yet
 		podLeft     bool
+		syncBack    string // another claim's sync-back Job into this target
+		syncEnded   bool   // and it has ended
 		wantActions func(record string) []string
 		check       func(t *testing.T, f *fixture, record *batchv1.Job)
 	}{
+		"asked, another claim's sync-back into an overlapping target running: waits its turn": {
+			syncBack:    "projects/demo/sub",
+			wantActions: func(string) []string { return nil },
+		},
+		"asked, another claim's sync-back into an overlapping target ended: the retry Job made": {
+			syncBack: "projects", syncEnded: true,
+			wantActions: func(r string) []string { return []string{"create jobs " + workspace.RetryJobName(r)} },
+		},
+		"asked, another claim's sync-back into another target running: the retry Job made": {
+			syncBack:    "projects/other",
+			wantActions: func(r string) []string { return []string{"create jobs " + workspace.RetryJobName(r)} },
+		},
 		"asked: the retry Job made": {
 			wantActions: func(r string) []string { return []string{"create jobs " + workspace.RetryJobName(r)} },
 			check: func(t *testing.T, f *fixture, record *batchv1.Job) {
@@ -161,6 +175,12 @@ func TestHeldWorkspaceRetried(t *testing.T) {
 			if tc.podLeft {
 				f.pods = append(f.pods, claimPod(newClaim("c1", airlockv1alpha1.ClaimFailed, t0)))
 			}
+			if tc.syncBack != "" {
+				other := newClaim("c2", airlockv1alpha1.ClaimReaping, t0)
+				other.Spec.TargetPath = tc.syncBack
+				f.claims = append(f.claims, other)
+				f.jobs = append(f.jobs, syncJob(other, tc.syncEnded))
+			}
 			c := f.newController(ctx)
 			if _, err := c.sync(ctx, cache.MetaObjectToName(record)); err != nil {
 				t.Fatal(err)
@@ -170,6 +190,45 @@ func TestHeldWorkspaceRetried(t *testing.T) {
 				tc.check(t, f, record)
 			}
 		})
+	}
+}
+
+// syncJob is the claim's sync-back Job, running or complete.
+func syncJob(claim *airlockv1alpha1.SandboxClaim, complete bool) *batchv1.Job {
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: workspace.SyncJobName(claim), Namespace: claim.Namespace, UID: "uid-sync-" + claim.UID,
+		Labels:          map[string]string{airlockv1alpha1.LabelClaim: claim.Name},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(claim, airlockv1alpha1.SchemeGroupVersion.WithKind("SandboxClaim"))},
+	}}
+	if complete {
+		job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	}
+	return job
+}
+
+// TestSyncBackEndEnqueuesRetries: a claim's sync-back Job that ends, or goes, enqueues the held
+// records whose retry a person asked for (one may wait for its turn), and no other record; a Job
+// that is not a claim's does not.
+func TestSyncBackEndEnqueuesRetries(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	asked := heldRecord(t0.Add(-time.Hour), airlockv1alpha1.HeldActionRetry)
+	held := heldRecord(t0.Add(-time.Hour), "")
+	held.Name = "other-record"
+	claim := newClaim("c2", airlockv1alpha1.ClaimReaping, t0)
+	claim.Spec.TargetPath = "projects/demo"
+	f.jobs = append(f.jobs, asked, held)
+	c := f.newController(ctx)
+	c.enqueueRetries(cache.DeletedFinalStateUnknown{Obj: syncJob(claim, true)})
+	if c.queue.Len() != 1 {
+		t.Fatalf("queue length %d, want 1", c.queue.Len())
+	}
+	if got, _ := c.queue.Get(); got != cache.MetaObjectToName(asked) {
+		t.Errorf("enqueued %v, want %v", got, cache.MetaObjectToName(asked))
+	}
+	c.enqueueRetries(retryJob(asked, batchv1.JobComplete)) // a record's child, not a claim's Job
+	if c.queue.Len() != 0 {
+		t.Errorf("a retry's end enqueued %d records, want none from this handler", c.queue.Len())
 	}
 }
 
