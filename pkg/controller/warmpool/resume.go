@@ -61,8 +61,9 @@ type resumeTarget struct {
 }
 
 // resumeTargets returns, by record name, the kept workspaces of the registry's entry that a
-// resume member may wait on now: records of the operator's shape, suspended, resumable, not held,
-// of a directory a member may mount, of a live runtime of this registry (by name and UID), kept
+// resume member may wait on now: records of the operator's shape, suspended, resumable (a held
+// one too, unless a person asked for its retry: its claim takes it as any kept workspace, and a
+// retry deletes an idle member first), of a directory a member may mount, of a live runtime of this registry (by name and UID), kept
 // less than the window (and the retention) ago.
 func (c *Controller) resumeTargets(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1alpha1.RegistrySandbox, now time.Time) (map[string]*resumeTarget, error) {
 	window := sandboxpod.ResumeWindow(entry)
@@ -78,7 +79,7 @@ func (c *Controller) resumeTargets(reg *airlockv1alpha1.ToolRegistry, entry *air
 	}
 	out := map[string]*resumeTarget{}
 	for _, job := range jobs {
-		if !workspace.Resumable(job) || workspace.IsHeld(job) || !workspace.IsResumeDir(job.Namespace, job.Annotations[airlockv1alpha1.AnnotationKeptDir]) {
+		if !workspace.Resumable(job) || !workspace.IsResumeDir(job.Namespace, job.Annotations[airlockv1alpha1.AnnotationKeptDir]) {
 			continue
 		}
 		rt, err := c.runtimeLister.AgentRuntimes(job.Namespace).Get(job.Labels[airlockv1alpha1.LabelRuntime])

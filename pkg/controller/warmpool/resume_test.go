@@ -159,6 +159,25 @@ func TestResumeMemberStartedOnAKeptWorkspace(t *testing.T) {
 	}
 }
 
+// TestResumeMemberStartedOnAHeldWorkspace: a held workspace (its sync-back gave up), which its
+// claim's next claim resumes as any kept one, gets a resume member too, while no person has asked
+// for its retry (TestNoResumeMember); before, it always resumed cold.
+func TestResumeMemberStartedOnAHeldWorkspace(t *testing.T) {
+	record := keptRecordOf("c1", t0.Add(-time.Minute))
+	record.Annotations[airlockv1alpha1.AnnotationHeld] = "sync-back Job c1-sync failed 5 times"
+	record.Annotations[airlockv1alpha1.AnnotationHeldTarget] = "projects/demo"
+	f, _ := resumeFixture(t, 1, []*batchv1.Job{record})
+	c := f.newResumeController(t)
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	created := f.createdResumeMembers()
+	if len(created) != 1 || created[0].Labels[airlockv1alpha1.LabelResumes] != record.Name {
+		t.Fatalf("created resume members %d, want one on the held record %s", len(created), record.Name)
+	}
+}
+
 // TestResumeMemberNamedBeforeItsKey: a resume member gets its key Secret (without which its
 // container never starts) only after its record names it, by an update of the record as the
 // cache shows it (conditional on its resourceVersion). A refused update (the record changed) makes
@@ -304,7 +323,10 @@ func TestNoResumeMember(t *testing.T) {
 		"a claim of the name exists": func(f *fixture) {
 			f.claims = append(f.claims, sandboxpodtest.Claim("c1", "s-c1", airlockv1alpha1.ClaimPending, t0))
 		},
-		"a held record":            func(f *fixture) { f.jobs[0].Annotations[airlockv1alpha1.AnnotationHeld] = "gave up" },
+		"a held record whose retry was asked": func(f *fixture) {
+			f.jobs[0].Annotations[airlockv1alpha1.AnnotationHeld] = "gave up"
+			f.jobs[0].Annotations[airlockv1alpha1.AnnotationHeldAction] = airlockv1alpha1.HeldActionRetry
+		},
 		"a record being collected": func(f *fixture) { f.jobs[0].Spec.Suspend = ptr.To(false) },
 		"a record being deleted": func(f *fixture) {
 			f.jobs[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
