@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"strings"
@@ -480,18 +481,7 @@ func TestSyncBackTurn(t *testing.T) {
 			if tc.otherJob != "-" {
 				f.jobs = append(f.jobs, syncJob(other, true, tc.otherJob))
 			}
-			c := f.newController(ctx)
-			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
-				t.Fatal(err)
-			}
-			if tc.wantWait == "" {
-				checkActions(t, f, []string{"create jobs c1-sync"})
-				return
-			}
-			checkActions(t, f, []string{"update sandboxclaims/status c1"})
-			if cond := f.syncBackCondition("c1"); cond == nil || cond.Reason != ReasonSyncBackWaiting || !strings.Contains(cond.Message, tc.wantWait) {
-				t.Errorf("SyncBack condition %+v, want %s mentioning %q", cond, ReasonSyncBackWaiting, tc.wantWait)
-			}
+			f.checkSyncTurn(ctx, claim, tc.wantWait)
 		})
 	}
 }
@@ -534,19 +524,27 @@ func TestSyncBackTurnWaitsForAHeldRetry(t *testing.T) {
 				}
 				f.jobs = append(f.jobs, retry)
 			}
-			c := f.newController(ctx)
-			if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
-				t.Fatal(err)
-			}
-			if tc.wantWait == "" {
-				checkActions(t, f, []string{"create jobs c1-sync"})
-				return
-			}
-			checkActions(t, f, []string{"update sandboxclaims/status c1"})
-			if cond := f.syncBackCondition("c1"); cond == nil || cond.Reason != ReasonSyncBackWaiting || !strings.Contains(cond.Message, tc.wantWait) {
-				t.Errorf("SyncBack condition %+v, want %s mentioning %q", cond, ReasonSyncBackWaiting, tc.wantWait)
-			}
+			f.checkSyncTurn(ctx, claim, tc.wantWait)
 		})
+	}
+}
+
+// checkSyncTurn syncs the Reaping claim c1 and checks that it made its sync-back Job (wantWait
+// "") or waits, its SyncBack condition mentioning wantWait.
+func (f *fixture) checkSyncTurn(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, wantWait string) {
+	t := f.t
+	t.Helper()
+	c := f.newController(ctx)
+	if _, err := syncClaim(ctx, c, keyOf(claim)); err != nil {
+		t.Fatal(err)
+	}
+	if wantWait == "" {
+		checkActions(t, f, []string{"create jobs c1-sync"})
+		return
+	}
+	checkActions(t, f, []string{"update sandboxclaims/status c1"})
+	if cond := f.syncBackCondition("c1"); cond == nil || cond.Reason != ReasonSyncBackWaiting || !strings.Contains(cond.Message, wantWait) {
+		t.Errorf("SyncBack condition %+v, want %s mentioning %q", cond, ReasonSyncBackWaiting, wantWait)
 	}
 }
 

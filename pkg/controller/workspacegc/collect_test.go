@@ -242,17 +242,31 @@ func TestWaitingClaimEnqueuesItsRecord(t *testing.T) {
 // TestOrphanedWorkspaceRecorded: a claim that had a pod, deleted by garbage collection with its
 // runtime, gets a record of its workspace that no claim may resume (a runtime created again under
 // the name inherits nothing); a claim that never had a pod, or whose runtime lives, gets none.
+//
+// So does a live claim that its runtime's deletion waits for (seen: its add or update, after the
+// runtime's deletion was seen: created then, or Binding since): before, only the claims there
+// when the runtime's deletion was seen were recorded, and the deletion waited for the others for
+// ever (TestFaultSuiteAPIOnly, an acquire of the runtime as it was deleted). Not one of a runtime
+// that is not being deleted, or that its runtime does not control (made by hand).
 func TestOrphanedWorkspaceRecorded(t *testing.T) {
 	tests := map[string]struct {
 		phase       airlockv1alpha1.ClaimPhase
 		runtimeGone bool
 		recreated   bool
+		seen        bool // the claim's add or update, not its deletion
+		deleting    bool // the runtime is being deleted
+		unowned     bool // the claim has no controller reference
 		want        bool
 	}{
 		"Bound, runtime gone":                 {phase: airlockv1alpha1.ClaimBound, runtimeGone: true, want: true},
 		"Reaping, runtime created again":      {phase: airlockv1alpha1.ClaimReaping, recreated: true, want: true},
 		"Queued, runtime gone: no workspace":  {phase: airlockv1alpha1.ClaimQueued, runtimeGone: true},
 		"Bound, runtime there: its reaping's": {phase: airlockv1alpha1.ClaimBound},
+		"seen Bound, runtime being deleted":   {phase: airlockv1alpha1.ClaimBound, seen: true, deleting: true, want: true},
+		"seen Binding, runtime being deleted": {phase: airlockv1alpha1.ClaimBinding, seen: true, deleting: true, want: true},
+		"seen Queued, runtime being deleted":  {phase: airlockv1alpha1.ClaimQueued, seen: true, deleting: true},
+		"seen Bound, runtime not deleted":     {phase: airlockv1alpha1.ClaimBound, seen: true},
+		"seen Bound, not the runtime's":       {phase: airlockv1alpha1.ClaimBound, seen: true, deleting: true, unowned: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -264,9 +278,19 @@ func TestOrphanedWorkspaceRecorded(t *testing.T) {
 			if tc.recreated {
 				f.runtimes[0].UID = "uid-new-agent"
 			}
+			if tc.deleting {
+				f.runtimes[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+			}
 			claim := newClaim("c1", tc.phase, t0.Add(-time.Hour))
+			if tc.unowned {
+				claim.OwnerReferences = nil
+			}
 			c := f.newController(ctx)
-			c.deleteClaim(klog.FromContext(ctx), cache.DeletedFinalStateUnknown{Obj: claim})
+			if tc.seen {
+				c.enqueueClaimOfDeletingRuntime(claim)
+			} else {
+				c.deleteClaim(klog.FromContext(ctx), cache.DeletedFinalStateUnknown{Obj: claim})
+			}
 			key := cache.ObjectName{Namespace: testNamespace, Name: workspace.RecordName(claim.Spec.WorkspaceDir)}
 			if got := c.queue.Len() > 0; got != tc.want {
 				t.Fatalf("record key enqueued: %v, want %v", got, tc.want)
@@ -285,53 +309,6 @@ func TestOrphanedWorkspaceRecorded(t *testing.T) {
 			if workspace.ResumableBy(job, claim) {
 				t.Error("the record of a garbage-collected claim is resumable")
 			}
-		})
-	}
-}
-
-// TestClaimOfADeletingRuntimeRecorded: a claim that its runtime's deletion waits for, seen
-// after the runtime's deletion was (created then, or Binding since), has its workspace recorded:
-// before, only the claims there when the runtime's deletion was seen were, and the deletion
-// waited for the others for ever (TestFaultSuiteAPIOnly, an acquire of the runtime as it was
-// deleted). A claim of a runtime that is not being deleted, or that its runtime does not control
-// (made by hand), or that never had a pod, is not recorded.
-func TestClaimOfADeletingRuntimeRecorded(t *testing.T) {
-	tests := map[string]struct {
-		phase    airlockv1alpha1.ClaimPhase
-		deleting bool
-		unowned  bool
-		want     bool
-	}{
-		"Bound, runtime being deleted":       {phase: airlockv1alpha1.ClaimBound, deleting: true, want: true},
-		"Binding, runtime being deleted":     {phase: airlockv1alpha1.ClaimBinding, deleting: true, want: true},
-		"Queued, runtime being deleted":      {phase: airlockv1alpha1.ClaimQueued, deleting: true},
-		"Bound, runtime not being deleted":   {phase: airlockv1alpha1.ClaimBound},
-		"Bound, not the runtime's to delete": {phase: airlockv1alpha1.ClaimBound, deleting: true, unowned: true},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t)
-			if tc.deleting {
-				f.runtimes[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
-			}
-			claim := newClaim("c1", tc.phase, t0.Add(-time.Hour))
-			if tc.unowned {
-				claim.OwnerReferences = nil
-			}
-			c := f.newController(ctx)
-			c.enqueueClaimOfDeletingRuntime(claim)
-			key := cache.ObjectName{Namespace: testNamespace, Name: workspace.RecordName(claim.Spec.WorkspaceDir)}
-			if got := c.queue.Len() > 0; got != tc.want {
-				t.Fatalf("record key enqueued: %v, want %v", got, tc.want)
-			}
-			if !tc.want {
-				return
-			}
-			if _, err := c.sync(ctx, key); err != nil {
-				t.Fatal(err)
-			}
-			checkActions(t, f, []string{"create jobs " + key.Name})
 		})
 	}
 }
