@@ -163,8 +163,11 @@ func TestSyncBoundIdle(t *testing.T) {
 			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "create jobs c1-sync"},
 			wantPhase:   airlockv1alpha1.ClaimReaping,
 		},
-		"runtime gone: garbage collection's, no reaping": {
+		// Garbage collection may not delete it (airlock-workspaces-recorded): deleted as it would,
+		// without reaping or sync-back (orphan.go).
+		"runtime gone: deleted as garbage collection would, no reaping": {
 			runtimeGone: true,
+			wantActions: []string{"delete sandboxclaims c1"},
 		},
 	}
 	for name, tc := range tests {

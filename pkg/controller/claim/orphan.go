@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // A claim is its runtime's by name and UID (admission.OwnedBy): an AgentRuntime deleted and
@@ -18,6 +19,11 @@ import (
 //
 //   - It still has its controller ownerReference: garbage collection deletes it (its owner's UID
 //     is gone), without sync-back (SPEC section 3), and this controller starts nothing for it.
+//     But garbage collection may not delete one whose workspace may hold files
+//     (workspace.HeldFromCollector, the policy airlock-workspaces-recorded): its runtime's
+//     deletion waits for the operator to delete it (pkg/controller/agentruntime), unless a person
+//     took the runtime's finalizer off first. Such a claim is deleted here, as garbage collection
+//     would (ReasonRuntimeGone), and workspacegc records its workspace from the deletion.
 //   - It has none (kubectl delete ar --cascade=orphan, or an ownerReference removed): nothing would
 //     ever delete it, and nobody can renew or close it (the Sandbox API answers only the runtime
 //     that owns a claim). It is reaped like any other, with sync-back, at once: a Binding or Bound
@@ -27,6 +33,17 @@ import (
 // ReasonOrphaned is the reason of a claim reaped because its runtime is gone and nothing else
 // would delete it.
 const ReasonOrphaned = "Orphaned"
+
+// ReasonRuntimeGone is the reason of a claim deleted because its runtime is gone and garbage
+// collection may not delete it.
+const ReasonRuntimeGone = "RuntimeGone"
+
+// heldFromGarbageCollection says whether the claim's runtime is gone (by name and UID; not one
+// being deleted, whose finalizer deletes its claims), the claim is garbage collection's to delete
+// (its controller ownerReference), and garbage collection may not (workspace.HeldFromCollector).
+func heldFromGarbageCollection(claim *airlockv1alpha1.SandboxClaim, rt *airlockv1alpha1.AgentRuntime) bool {
+	return rt == nil && metav1.GetControllerOf(claim) != nil && workspace.HeldFromCollector(claim)
+}
 
 const messageOrphaned = "its AgentRuntime %s (uid %s) is gone and the claim has no owner to be deleted with: reaped, with sync-back"
 

@@ -12,17 +12,24 @@ import (
 
 // TestClaimOfAnEarlierRuntime: a claim whose runtime was deleted and created again under the same
 // name (another UID) is not the new runtime's. With its controller ownerReference (the deleted
-// runtime's) it is left to garbage collection: nothing is written, it is not reaped nor renewed
-// on the new runtime's terms. Orphaned (no ownerReference: kubectl delete --cascade=orphan), it is
-// reaped at once, with sync-back, whether a runtime of the name exists or none does.
+// runtime's) it is garbage collection's: it is not reaped nor renewed on the new runtime's terms,
+// and nothing is written, unless garbage collection may not delete it (a workspace that may hold
+// files: airlock-workspaces-recorded), when it is deleted here, without sync-back, as garbage
+// collection would (before, it stayed for ever once a person had taken the runtime's finalizer
+// off). Orphaned (no ownerReference: kubectl delete --cascade=orphan), it is reaped at once, with
+// sync-back, whether a runtime of the name exists or none does.
 func TestClaimOfAnEarlierRuntime(t *testing.T) {
 	tests := map[string]struct {
 		orphan      bool
 		recreated   bool // a runtime of the same name and another UID exists
+		mountRole   bool // garbage collection may delete it
 		wantActions []string
 	}{
-		"owned by the deleted runtime, name taken again: garbage collection's": {recreated: true},
-		"owned by the deleted runtime, none of the name: garbage collection's": {},
+		"owned by the deleted runtime, name taken again: deleted as garbage collection would": {recreated: true,
+			wantActions: []string{"delete sandboxclaims c1"}},
+		"owned by the deleted runtime, none of the name: deleted as garbage collection would": {
+			wantActions: []string{"delete sandboxclaims c1"}},
+		"owned by the deleted runtime, a mount role's: garbage collection's": {mountRole: true},
 		"orphaned, name taken again: reaped with sync-back": {orphan: true, recreated: true,
 			wantActions: []string{"get sandboxclaims c1", "update sandboxclaims/status c1", "delete pods c1"}},
 		"orphaned, none of the name: reaped with sync-back": {orphan: true,
@@ -42,6 +49,9 @@ func TestClaimOfAnEarlierRuntime(t *testing.T) {
 			claim.Spec.TargetPath = "projects/demo"
 			if tc.orphan {
 				claim.OwnerReferences = nil
+			}
+			if tc.mountRole {
+				claim.Spec.MountRole = "repo"
 			}
 			f.claims = append(f.claims, claim)
 			f.withChildren(claim)

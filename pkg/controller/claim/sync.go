@@ -69,6 +69,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	if err != nil {
 		return nil, err
 	}
+	if heldFromGarbageCollection(claim, rt) {
+		return nil, c.removeClaim(ctx, claim, ReasonRuntimeGone)
+	}
 	if orphaned(claim, rt) {
 		if requeue, done, err := c.reapOrphan(ctx, claim); done || err != nil {
 			return requeue, err
