@@ -145,3 +145,18 @@ func SyncPodTemplate(syncOf, contentClaimName string, cfg JobConfig, args []stri
 		},
 	}
 }
+
+// JobCondition returns the Job's condition of the type that is True, or nil.
+func JobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range job.Status.Conditions {
+		if c := &job.Status.Conditions[i]; c.Type == condType && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// JobFinished says whether the Job has completed or failed.
+func JobFinished(job *batchv1.Job) bool {
+	return JobCondition(job, batchv1.JobComplete) != nil || JobCondition(job, batchv1.JobFailed) != nil
+}

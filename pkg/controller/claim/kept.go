@@ -230,7 +230,7 @@ func (c *Controller) takeKeptWorkspace(ctx context.Context, claim *airlockv1alph
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForCollection, dir, record.Name)}
 	}
 	if !ptr.Deref(record.Spec.Suspend, false) {
-		if cond := jobCondition(record, batchv1.JobFailed); cond != nil {
+		if cond := workspace.JobCondition(record, batchv1.JobFailed); cond != nil {
 			return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingCollectionFail, dir, record.Name, cond.Message)}
 		}
 		return nil, &workspaceWaitError{message: fmt.Sprintf(messageWaitingForCollection, dir, record.Name)}
@@ -399,7 +399,7 @@ func (c *Controller) keptHandler() cache.ResourceEventHandlerFuncs {
 		if keptFor := job.Labels[airlockv1alpha1.LabelKeptFor]; keptFor != "" {
 			c.keptWritten.Delete(keptForKey(job.Namespace, keptFor))
 		}
-		if workspace.IsRecord(job) && jobCondition(job, batchv1.JobFailed) != nil {
+		if workspace.IsRecord(job) && workspace.JobCondition(job, batchv1.JobFailed) != nil {
 			c.enqueueWorkspaceClaims(job)
 		}
 	}

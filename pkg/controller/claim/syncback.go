@@ -129,7 +129,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 	if job.DeletionTimestamp != nil {
 		return nil, nil // its deletion enqueues the claim
 	}
-	if cond := jobCondition(job, batchv1.JobComplete); cond != nil {
+	if cond := workspace.JobCondition(job, batchv1.JobComplete); cond != nil {
 		if !saves {
 			c.recorder.Eventf(claim, corev1.EventTypeNormal, ReasonWorkspaceRemoved, MessageRemoved, job.Name, workspace.DirOf(claim))
 			return nil, c.removeClaim(ctx, claim, ReasonReaped)
@@ -142,7 +142,7 @@ func (c *Controller) syncBack(ctx context.Context, claim *airlockv1alpha1.Sandbo
 			return nil, err
 		}
 		if cond := findCondition(claim, ConditionSyncBack); cond == nil || cond.Reason != ReasonSyncedBack {
-			c.traceSyncBack(claim, job, cond2time(jobCondition(job, batchv1.JobComplete), now), "")
+			c.traceSyncBack(claim, job, cond2time(workspace.JobCondition(job, batchv1.JobComplete), now), "")
 		}
 		if err := c.keepWorkspace(ctx, claim); err != nil {
 			return nil, err
@@ -211,7 +211,7 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 // syncJobFailure says whether the sync-back Job failed, when, and why: its Failed condition (its
 // pod failed, or its deadline passed), or its pod not ready syncStartTimeout after its creation.
 func syncJobFailure(job *batchv1.Job, now time.Time) (time.Time, string, bool) {
-	if cond := jobCondition(job, batchv1.JobFailed); cond != nil {
+	if cond := workspace.JobCondition(job, batchv1.JobFailed); cond != nil {
 		why := cond.Message
 		if cond.Reason != "" {
 			why = cond.Reason + ": " + cond.Message
@@ -256,15 +256,6 @@ func syncBackoff(attempt int) time.Duration {
 	return min(d, syncBackoffMax)
 }
 
-func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
-	for i := range job.Status.Conditions {
-		if c := &job.Status.Conditions[i]; c.Type == condType && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
 // buildSyncJob returns the claim's sync-back Job (workspace.SyncJob), a child of the claim.
 func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool, versions int32) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
@@ -285,7 +276,7 @@ func (c *Controller) countSyncFailure(ctx context.Context, claim *airlockv1alpha
 	} else {
 		reason, format = ReasonCleanupFailed, MessageCleanupFailed
 	}
-	if jobCondition(job, batchv1.JobFailed) == nil {
+	if workspace.JobCondition(job, batchv1.JobFailed) == nil {
 		// Failed because its pod never started (syncJobFailure): said apart, and counted apart
 		// on the runtime's status.
 		reason = ReasonSyncJobNotStarted

@@ -192,7 +192,7 @@ func (c *Controller) retryAhead(claim *airlockv1alpha1.SandboxClaim) (string, er
 		if err != nil {
 			return "", err
 		}
-		if metav1.IsControlledBy(retry, record) && !jobFinished(retry) {
+		if metav1.IsControlledBy(retry, record) && !workspace.JobFinished(retry) {
 			return fmt.Sprintf(messageSyncWaitRetry, retry.Name, target), nil
 		}
 	}
@@ -212,7 +212,7 @@ func (c *Controller) syncJobRunning(claim *airlockv1alpha1.SandboxClaim) (bool, 
 	if !metav1.IsControlledBy(job, claim) {
 		return false, nil
 	}
-	return !jobFinished(job), nil
+	return !workspace.JobFinished(job), nil
 }
 
 // claimBefore orders claims oldest first: by creationTimestamp, then name.
@@ -285,7 +285,7 @@ func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
 				return
 			}
 			c.syncJobs.observed(cache.MetaObjectToName(job))
-			if !jobFinished(oldJob) && jobFinished(job) {
+			if !workspace.JobFinished(oldJob) && workspace.JobFinished(job) {
 				c.enqueueSyncWaiters(job.Namespace, "")
 			}
 		},
@@ -299,8 +299,4 @@ func (c *Controller) syncJobHandler() cache.ResourceEventHandlerFuncs {
 			}
 		},
 	}
-}
-
-func jobFinished(job *batchv1.Job) bool {
-	return jobCondition(job, batchv1.JobComplete) != nil || jobCondition(job, batchv1.JobFailed) != nil
 }

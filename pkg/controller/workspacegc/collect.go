@@ -173,10 +173,10 @@ func syncingPod(pods []corev1.Pod) *corev1.Pod {
 // the deletion) and tries one that failed again, with backoff (retry.go).
 func (c *Controller) syncCollection(ctx context.Context, job *batchv1.Job) (*time.Duration, error) {
 	dir := job.Annotations[airlockv1alpha1.AnnotationKeptDir]
-	if cond := jobCondition(job, batchv1.JobFailed); cond != nil {
+	if cond := workspace.JobCondition(job, batchv1.JobFailed); cond != nil {
 		return c.syncFailedCollection(ctx, job, cond)
 	}
-	if jobCondition(job, batchv1.JobComplete) == nil {
+	if workspace.JobCondition(job, batchv1.JobComplete) == nil {
 		return nil, nil // running; its completion enqueues it
 	}
 	c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonWorkspaceCollected, messageWorkspaceCollected, dir)
@@ -236,16 +236,6 @@ func keptWorkspaceUser(claims []airlockv1alpha1.SandboxClaim, job *batchv1.Job) 
 			continue
 		}
 		return claim
-	}
-	return nil
-}
-
-// jobCondition returns the Job's condition of condType that is True, or nil.
-func jobCondition(job *batchv1.Job, condType batchv1.JobConditionType) *batchv1.JobCondition {
-	for i := range job.Status.Conditions {
-		if job.Status.Conditions[i].Type == condType && job.Status.Conditions[i].Status == corev1.ConditionTrue {
-			return &job.Status.Conditions[i]
-		}
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (c *Controller) addEventHandlers(logger klog.Logger, informers Informers) e
 			o, n := old.(*batchv1.Job), cur.(*batchv1.Job)
 			if o.ResourceVersion != n.ResourceVersion {
 				c.enqueueRecord(cur)
-				if !finished(o) && finished(n) {
+				if !workspace.JobFinished(o) && workspace.JobFinished(n) {
 					c.enqueueRetries(n)
 				}
 			}
@@ -139,11 +139,6 @@ func (c *Controller) enqueueRetries(obj any) {
 			c.queue.Add(cache.MetaObjectToName(record))
 		}
 	}
-}
-
-// finished says whether the Job has completed or failed.
-func finished(job *batchv1.Job) bool {
-	return jobCondition(job, batchv1.JobComplete) != nil || jobCondition(job, batchv1.JobFailed) != nil
 }
 
 // enqueueRecordsOf enqueues the records of the runtime's workspaces (its deletion, or a runtime

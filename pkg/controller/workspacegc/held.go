@@ -81,14 +81,14 @@ func (c *Controller) syncRetry(ctx context.Context, record *batchv1.Job) (*time.
 	if !metav1.IsControlledBy(retry, record) {
 		return nil, fmt.Errorf("job %s is not the retry of record %s; leaving both alone", retry.Name, record.Name)
 	}
-	if jobCondition(retry, batchv1.JobComplete) != nil {
+	if workspace.JobCondition(retry, batchv1.JobComplete) != nil {
 		if err := c.release(ctx, record, fmt.Sprintf(messageWorkspaceSaved, retry.Name, target)); err != nil {
 			return nil, err
 		}
 		c.recorder.Eventf(record, corev1.EventTypeNormal, ReasonWorkspaceSaved, messageWorkspaceSaved, retry.Name, target)
 		return nil, objectcontrol.IgnoreGone(c.jobs.Delete(ctx, retry.Namespace, retry.Name, retry.UID))
 	}
-	cond := jobCondition(retry, batchv1.JobFailed)
+	cond := workspace.JobCondition(retry, batchv1.JobFailed)
 	if cond == nil {
 		return nil, nil // running; its end enqueues the record
 	}
@@ -151,7 +151,7 @@ func (c *Controller) syncBackRunning(record *batchv1.Job) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if metav1.IsControlledBy(job, claim) && !finished(job) {
+		if metav1.IsControlledBy(job, claim) && !workspace.JobFinished(job) {
 			return fmt.Sprintf("sync-back Job %s of claim %s is running into %s", job.Name, claim.Name, claim.Spec.TargetPath), nil
 		}
 	}

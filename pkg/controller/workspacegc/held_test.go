@@ -223,9 +223,11 @@ func TestSyncBackEndEnqueuesRetries(t *testing.T) {
 	if c.queue.Len() != 1 {
 		t.Fatalf("queue length %d, want 1", c.queue.Len())
 	}
-	if got, _ := c.queue.Get(); got != cache.MetaObjectToName(asked) {
+	got, _ := c.queue.Get()
+	if got != cache.MetaObjectToName(asked) {
 		t.Errorf("enqueued %v, want %v", got, cache.MetaObjectToName(asked))
 	}
+	c.queue.Done(got) // so that adding it again would show in Len
 	c.enqueueRetries(retryJob(asked, batchv1.JobComplete)) // a record's child, not a claim's Job
 	if c.queue.Len() != 0 {
 		t.Errorf("a retry's end enqueued %d records, want none from this handler", c.queue.Len())

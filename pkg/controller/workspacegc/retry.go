@@ -22,6 +22,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/controller/objectcontrol"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // AnnotationCollectAttempts is on a record whose collection failed: how many attempts after the
@@ -74,11 +75,11 @@ func (c *Controller) syncFailedCollection(ctx context.Context, record *batchv1.J
 			return nil, err
 		case !metav1.IsControlledBy(attempt, record):
 			return nil, fmt.Errorf("job %s is not the collection attempt of record %s; leaving both alone", attempt.Name, record.Name)
-		case jobCondition(attempt, batchv1.JobComplete) != nil:
+		case workspace.JobCondition(attempt, batchv1.JobComplete) != nil:
 			c.recorder.Eventf(record, corev1.EventTypeNormal, ReasonWorkspaceCollected, messageWorkspaceCollected, record.Annotations[airlockv1alpha1.AnnotationKeptDir])
 			return nil, c.jobs.Delete(ctx, record.Namespace, record.Name, record.UID)
 		}
-		cond := jobCondition(attempt, batchv1.JobFailed)
+		cond := workspace.JobCondition(attempt, batchv1.JobFailed)
 		if cond == nil {
 			return nil, nil // running; its end enqueues the record
 		}
