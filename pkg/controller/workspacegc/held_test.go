@@ -227,8 +227,9 @@ func TestSyncBackEndEnqueuesRetries(t *testing.T) {
 	if got != cache.MetaObjectToName(asked) {
 		t.Errorf("enqueued %v, want %v", got, cache.MetaObjectToName(asked))
 	}
-	c.queue.Done(got)                                      // so that adding it again would show in Len
-	c.enqueueRetries(retryJob(asked, batchv1.JobComplete)) // a record's child, not a claim's Job
+	c.queue.Done(got) // so that adding it again would show in Len
+	// A record's child, not a claim's Job:
+	c.enqueueRetries(retryJob(asked, batchv1.JobComplete))
 	if c.queue.Len() != 0 {
 		t.Errorf("a retry's end enqueued %d records, want none from this handler", c.queue.Len())
 	}
