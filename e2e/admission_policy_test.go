@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,13 +213,7 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 		},
 	}
 	writes := map[string]func() error{
-		"a claim's pod": func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
-		"a warm member": func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, member, dryRun); return err },
-		"a warm member with egress": func() error {
-			_, err := op.CoreV1().Pods(ns).Create(ctx, egressMember, dryRun)
-			return err
-		},
-		"a resume member":     func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, resumeMember, dryRun); return err },
+		"a claim's pod":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
 		"a claim's token":     func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
 		"a warm member's key": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err },
 		"a claim's policy": func() error {
@@ -248,12 +243,101 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			return err
 		},
 	}
+	// Warm members, once the registry's status holds their pools' records (docs/security.md,
+	// "Warm members are tied to their pool's record").
+	if servePoolRecords(t, ctx, ns, reg.UID, record, egressRecord) {
+		members := map[string]*corev1.Pod{"a warm member": member, "a warm member with egress": egressMember, "a resume member": resumeMember}
+		for name, m := range members {
+			writes[name] = func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, m, dryRun); return err }
+		}
+		checkWarmRecordRefuses(t, ctx, op, member)
+	}
 	for name, write := range writes {
 		// AlreadyExists is admitted: validating admission runs before the storage's create (an
 		// installed operator, on the real node, writes the namespace's deny-all and CA bundle
 		// for the test's runtime before the test's dry run).
 		if err := write(); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Errorf("the operator's %s: %v, want admitted", name, err)
+		}
+	}
+}
+
+// servePoolRecords writes on the status of the namespace's registry ("tools") the keys and
+// records of its entry codegen's pools (the registry's UID taken as regUID), as the warm pool
+// controller writes them before it creates a member, and waits until the API server's policies
+// see them (a dry run of such a member is admitted). It returns false, writing nothing, where an
+// operator installed in the cluster serves the namespace (the real node): its warm pool
+// controller keeps every registry's status to the pools it builds itself, and the real-node
+// warm tests (TestRealNodeWarm, TestRealNodeEgress's warm member) create real members under the
+// policy.
+func servePoolRecords(t *testing.T, ctx context.Context, ns string, regUID types.UID, records ...*airlockv1alpha1.FrozenSandbox) bool {
+	t.Helper()
+	nodes, err := kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Annotations["kwok.x-k8s.io/node"] == "" && n.Labels["type"] != "kwok" {
+			t.Logf("node %s is real: the operator installed in %s runs and keeps the registries' statuses; warm members' dry runs are left to its real members", n.Name, operatorNamespaceName)
+			return false
+		}
+	}
+	reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Get(ctx, "tools", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records {
+		reg.Status.Warm = append(reg.Status.Warm, airlockv1alpha1.WarmPoolStatus{Name: "codegen", Key: sandboxpod.PoolKey(regUID, "codegen", r), Record: r})
+	}
+	// The status is a map by name: one entry per sandbox. The test's second record gets an entry
+	// of its own name (the policy looks a member's key up in every entry).
+	for i := 1; i < len(reg.Status.Warm); i++ {
+		reg.Status.Warm[i].Name = fmt.Sprintf("codegen-%d", i)
+	}
+	if _, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).UpdateStatus(ctx, reg, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("writing the registry's pool records: %v", err)
+	}
+	probe := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(regUID, "codegen", records[0]), sandboxpod.MemberName(reg.Name, "codegen"), records[0])
+	probe.OwnerReferences = nil
+	op := asOperator(t)
+	eventually(t, time.Minute, "a member of the registry's pool record admitted", func(ctx context.Context) (bool, error) {
+		_, err := op.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	})
+	return true
+}
+
+// checkWarmRecordRefuses (issue 39 item 4): warm members of another shape than their pool's
+// record, each admitted by the policies before airlock-operator-warm-record, are refused by it.
+func checkWarmRecordRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, member *corev1.Pod) {
+	t.Helper()
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	const refusedBy = "ValidatingAdmissionPolicy 'airlock-operator-warm-record'"
+	for name, tc := range map[string]struct {
+		mutate func(p *corev1.Pod, s *corev1.PodSpec, c *corev1.Container)
+		want   string
+	}{
+		"another image": {func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) { c.Image = "example.com/other:v1" }, "a warm member runs its pool's record"},
+		"another command's arguments": {func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) { c.Args = append(c.Args, "--listen=:9090") },
+			"a warm member runs its pool's record"},
+		"another RuntimeClass": {func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) { s.RuntimeClassName = ptr.To("e2e-other") },
+			"a warm member has its pool record's runtime class"},
+		"another workload's PVC": {func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {
+			for i := range s.Volumes {
+				if s.Volumes[i].PersistentVolumeClaim != nil {
+					s.Volumes[i].PersistentVolumeClaim.ClaimName = "database-data"
+				}
+			}
+		}, "a warm member has its pool record's runtime class"},
+		"a pool the registry's status does not name": {func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
+			p.Labels[airlockv1alpha1.LabelWarmPool] = "0123456789abcdef0123"
+		}, "a warm member is created only once its registry's status holds"},
+	} {
+		m := member.DeepCopy()
+		tc.mutate(m, &m.Spec, &m.Spec.Containers[0])
+		_, err := op.CoreV1().Pods(m.Namespace).Create(ctx, m, dryRun)
+		if err == nil || !strings.Contains(err.Error(), refusedBy) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("a warm member with %s: %v; want refused by %s: %s", name, err, refusedBy, tc.want)
 		}
 	}
 }
@@ -389,7 +473,10 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 	}
 	// A claim's pod in the operator's namespace is refused by the first policy, or (no claim there)
 	// by a param policy before it: admission_never_test.go.
-	or := map[string]string{"a pod in the operator's namespace": paramsNotFound}
+	// A resume member where no pool record is on the registry's status (the real node: its
+	// operator keeps the status) is refused for that first.
+	or := map[string]string{"a pod in the operator's namespace": paramsNotFound,
+		"a resume member on another namespace's workspace": "a warm member is created only once its registry's status holds"}
 	for name, tc := range tests {
 		err := tc.write()
 		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'airlock-operator") || !refusedAs(err, neverCase{want: tc.want, or: or[name]}) {

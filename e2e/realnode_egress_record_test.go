@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/airlock-dev/airlock/pkg/record"
 	"github.com/airlock-dev/airlock/pkg/recordstore"
@@ -27,7 +29,7 @@ func checkEgressRecord(t *testing.T, f *egressFixture, ns, claim string) {
 	t.Helper()
 	var entries []record.Entry
 	var uid string
-	eventually(t, 2*time.Minute, "the claim's record to hold the gateway's decisions of its git clone", func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := airlockClient.AirlockV1alpha1().SessionRecords(ns).List(ctx, metav1.ListOptions{LabelSelector: recordstore.LabelRecordClaim + "=" + claim})
 		if err != nil {
 			return false, err
@@ -52,6 +54,10 @@ func checkEgressRecord(t *testing.T, f *egressFixture, ns, claim string) {
 		}
 		return false, nil
 	})
+	if err != nil {
+		explainEgressRecord(t, f, ns, claim, entries)
+		t.Fatalf("waiting for the claim's record to hold the gateway's decisions of its git clone: %v", err)
+	}
 	var clone, denied *record.Entry
 	for i, e := range entries {
 		if strings.Contains(string(mustLine(t, e)), f.credential) {
@@ -96,4 +102,36 @@ func mustLine(t *testing.T, e record.Entry) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// explainEgressRecord logs what the claim's record held when the gateway's decisions did not
+// come (its entries by source and kind, its egress entries), what each gateway pod's audit lines
+// say of the claim, and what the operator's pods logged of it and of the decisions feeds: the
+// failure then says where the decisions stopped.
+func explainEgressRecord(t *testing.T, f *egressFixture, ns, claim string, entries []record.Entry) {
+	t.Helper()
+	ctx := context.Background()
+	kinds := map[string]int{}
+	for _, e := range entries {
+		kinds[e.Source+"/"+e.Kind]++
+		if e.Kind == record.KindEgress || e.Kind == record.KindRecordGap {
+			t.Logf("record entry %d: %s %s %s:%d %s %s boot %s source_seq %d %s", e.Seq, e.Source, e.Kind, e.Host, e.Port, e.Verdict, e.Reason, e.Boot, e.SourceSeq, e.Message)
+		}
+	}
+	t.Logf("the record of %s/%s holds %d entries by source/kind: %v", ns, claim, len(entries), kinds)
+	for _, p := range f.gatewayPods {
+		logs, err := kubeClient.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Logf("gateway pod %s: %v", p.Name, err)
+			continue
+		}
+		n := 0
+		for _, line := range strings.Split(string(logs), "\n") {
+			if strings.Contains(line, `claim="`+ns+"/"+claim+`"`) {
+				n++
+			}
+		}
+		t.Logf("gateway pod %s (%s): %d audit lines of the claim", p.Name, p.Status.PodIP, n)
+	}
+	logOperatorLines(t, ns, 200)
 }

@@ -220,7 +220,12 @@ func setUpEgress(t *testing.T) *egressFixture {
 		mounts:  []corev1.VolumeMount{{Name: volumes[0].Name, MountPath: "/etc/airlock-e2e/roots", ReadOnly: true}},
 	}
 	helmEgress(t, true, gatewayArgs, volumes, mounts, operator)
-	t.Cleanup(func() { helmEgress(t, false, nil, nil, nil, egressOperatorValues{}) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			logOperatorLines(t, "airlock-rn-egress", 300) // before the rollback replaces its pods
+		}
+		helmEgress(t, false, nil, nil, nil, egressOperatorValues{})
+	})
 	// The operator makes the terminating CA (nothing of the suite's); the gateway follows its
 	// mounted files, but a Secret made after the gateway's pod started reaches the mount only at
 	// the kubelet's next sync of the pod: restart the gateway once the CA is there, so that the
@@ -313,8 +318,12 @@ func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, 
 		}
 		return string(b)
 	}
+	// The operator logs at -v=2 while the suite's gateway is on: how its reads of the gateway's
+	// decisions end and start again (pkg/controller/record, gateway.go) are then in its log,
+	// which explainEgressRecord prints when the record misses them.
+	verbosity := "2"
 	if !set {
-		args, volumes, mounts, operator = nil, nil, nil, egressOperatorValues{}
+		args, volumes, mounts, operator, verbosity = nil, nil, nil, egressOperatorValues{}, "null"
 	}
 	cmdArgs := []string{"upgrade", helmRelease, filepath.Join(repoRoot, "manifests", "chart", "airlock"),
 		"--namespace", operatorNamespace, "--reuse-values", "--wait", "--timeout", "4m",
@@ -327,6 +336,7 @@ func helmEgress(t *testing.T, set bool, args []string, volumes []corev1.Volume, 
 		"--set-json", "operator.extraArgs=" + js(operator.args),
 		"--set-json", "operator.extraVolumes=" + js(operator.volumes),
 		"--set-json", "operator.extraVolumeMounts=" + js(operator.mounts),
+		"--set-json", "operator.logVerbosity=" + verbosity,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -601,4 +611,31 @@ func newEgressEnv(t *testing.T, f *egressFixture, runtimeClass string) *realnode
 		t.Fatal(err)
 	}
 	return e
+}
+
+// logOperatorLines logs, of each operator pod's log, the last n lines that name something of
+// the prefix (the suite's namespaces), the gateway's decisions, warm members, or are errors: a
+// failed test says what the operator did before the pods that wrote it are replaced.
+func logOperatorLines(t *testing.T, prefix string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := kubeClient.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+	if err != nil {
+		t.Logf("the operator's pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		logs, err := kubeClient.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Logf("operator pod %s: %v", p.Name, err)
+			continue
+		}
+		var lines []string
+		for _, line := range strings.Split(string(logs), "\n") {
+			if strings.Contains(line, prefix) || strings.Contains(line, "decisions") || strings.Contains(line, "warm member") || strings.HasPrefix(line, "E") {
+				lines = append(lines, line)
+			}
+		}
+		t.Logf("operator pod %s: the last %d of %d lines of note:\n%s", p.Name, min(n, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-n):], "\n"))
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // egressTechnique is one row of the bypass suite: what the probe in the sandbox tries (the
@@ -359,6 +360,16 @@ func checkWarmEgress(t *testing.T, f *egressFixture, e *realnodeEnv, handle, git
 		t.Fatal(err)
 	}
 	if claim.Status.Warm == nil || claim.Status.Warm.Member != member {
+		// Why not: the member's pool key against the claim's record's, its evidence, and what the
+		// operator logged (its pods are replaced when the suite ends).
+		if m, err := kubeClient.CoreV1().Pods(e.ns).Get(ctx, member, metav1.GetOptions{}); err != nil {
+			t.Logf("member %s: %v", member, err)
+		} else {
+			t.Logf("member %s: labels %v, evidence annotation %d bytes, deleting %v; the claim's record's pool key %s; claim reason %q: %s",
+				member, m.Labels, len(m.Annotations[airlockv1alpha1.AnnotationIsolationEvidence]), m.DeletionTimestamp != nil,
+				sandboxpod.PoolKey(reg.UID, reg.Spec.Sandboxes[0].Name, claim.Status.Frozen), claim.Status.Reason, claim.Status.Message)
+		}
+		logOperatorLines(t, e.ns, 100)
 		t.Fatalf("claim %s warm %+v, want the member %s adopted", res.Claim, claim.Status.Warm, member)
 	}
 	if env := res.call(t, "env").Text; !strings.Contains(env, "HTTPS_PROXY=http://"+e.ns+".~"+member+":") {

@@ -76,8 +76,8 @@ func policiesOf(t *testing.T, file string) (map[string]*admissionregistrationv1.
 // closed, and is bound (with a paramRef) to deny.
 func TestParamPoliciesCompileAndAreBound(t *testing.T) {
 	policies, bindings := paramPolicies(t)
-	if len(policies) != 5 {
-		t.Errorf("%d param policies, want 5", len(policies))
+	if len(policies) != 6 {
+		t.Errorf("%d param policies, want 6", len(policies))
 	}
 	for name, p := range policies {
 		compile(t, p)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFollow: the client asks for the claim's decisions after its cursor with the reader's
@@ -63,5 +64,27 @@ func TestFollow(t *testing.T) {
 	cancel()
 	if err := c.Follow(canceled, srv.URL, "reader", "uid-1", "", 0, nil, func([]byte) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("a canceled read: %v", err)
+	}
+}
+
+// TestFollowGivesUpOnASilentGateway: a gateway pod that takes the connection and never answers
+// (a dying pod, a stuck process) ends the read with an error after the header timeout, so that
+// the leader reads it again from its cursor; without the timeout the read would wait for ever
+// (here: for the test's minute, and fail).
+func TestFollowGivesUpOnASilentGateway(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	c := &Client{HTTP: &http.Client{Transport: newTransport(DialTimeout, 100*time.Millisecond)}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := c.Follow(ctx, srv.URL, "reader", "uid-1", "", 0, nil, func([]byte) error { return nil })
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "timeout awaiting response headers") {
+		t.Fatalf("a silent gateway: %v (ctx %v), want the header timeout", err, ctx.Err())
+	}
+	tr := NewClient().HTTP.Transport.(*http.Transport)
+	if tr.ResponseHeaderTimeout != HeaderTimeout || tr.DialContext == nil || tr.Proxy != nil {
+		t.Errorf("NewClient's transport: header timeout %v, dial %v, proxy %v; want %v, a dialer with a timeout, none", tr.ResponseHeaderTimeout, tr.DialContext != nil, tr.Proxy != nil, HeaderTimeout)
 	}
 }

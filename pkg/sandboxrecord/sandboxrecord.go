@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // Path is sandboxd's endpoint of the log (GET only).
@@ -48,7 +50,7 @@ type Client struct {
 // NewClient returns a client with no proxy (sandbox pods are reached at their IPs) and no
 // overall timeout (a followed log is read for the sandbox's life; ctx ends it).
 func NewClient() *Client {
-	return &Client{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}}
+	return &Client{HTTP: &http.Client{Transport: newTransport(DialTimeout, HeaderTimeout)}}
 }
 
 // Follow reads the log of the sandbox at base (e.g. http://10.0.0.7:8080) with the claim's
@@ -106,4 +108,20 @@ func readLines(r io.Reader, take func([]byte) error) error {
 		return fmt.Errorf("%w: %w", ErrCut, err)
 	}
 	return ErrCut
+}
+
+// A read gives up on a pod that does not answer, and is read again from its cursor: a dial takes
+// at most DialTimeout, the answer's header at most HeaderTimeout (the feed sends it at once),
+// and a stream whose peer is gone is found by TCP keep-alive within about 30 s. Without them a
+// dial to an address nothing answers waits for the kernel's SYN retries (about two minutes),
+// and a stream of a vanished pod for its keep-alive defaults (minutes).
+const (
+	DialTimeout   = 5 * time.Second
+	HeaderTimeout = 10 * time.Second
+)
+
+// newTransport is the client's transport, with no proxy (sandbox pods are reached at their IPs).
+func newTransport(dial, header time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: dial, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	return &http.Transport{Proxy: nil, DialContext: d.DialContext, ResponseHeaderTimeout: header, MaxIdleConnsPerHost: 1}
 }

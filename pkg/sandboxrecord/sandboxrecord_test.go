@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 // serveLines answers GET /record with lines, then ends the response.
@@ -48,5 +50,26 @@ func TestFollowStopsAtTakesError(t *testing.T) {
 	stop := errors.New("stop")
 	if err := NewClient().Follow(context.Background(), url, "tok", "", 0, func([]byte) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("Follow = %v, want take's error", err)
+	}
+}
+
+// TestFollowGivesUpOnASilentSandbox: a sandbox pod that takes the connection and never answers
+// ends the read with an error after the header timeout (the leader reads it again from its
+// cursor); without the timeout it would wait for ever (here: for the test's minute, and fail).
+func TestFollowGivesUpOnASilentSandbox(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer ts.Close()
+	defer close(release)
+	c := &Client{HTTP: &http.Client{Transport: newTransport(DialTimeout, 100*time.Millisecond)}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := c.Follow(ctx, ts.URL, "tok", "", 0, func([]byte) error { return nil })
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "timeout awaiting response headers") {
+		t.Fatalf("a silent sandbox: %v (ctx %v), want the header timeout", err, ctx.Err())
+	}
+	tr := NewClient().HTTP.Transport.(*http.Transport)
+	if tr.ResponseHeaderTimeout != HeaderTimeout || tr.DialContext == nil || tr.Proxy != nil {
+		t.Errorf("NewClient's transport: header timeout %v, dial %v, proxy %v; want %v, a dialer with a timeout, none", tr.ResponseHeaderTimeout, tr.DialContext != nil, tr.Proxy != nil, HeaderTimeout)
 	}
 }

@@ -271,10 +271,10 @@ func countMiss(ctx context.Context, claim *airlockv1alpha1.SandboxClaim, eligibl
 	logger := klog.FromContext(ctx)
 	if eligible && resume {
 		warmResumes.WithLabelValues("miss").Inc()
-		logger.V(4).Info("No resume member Ready for the claim's kept workspace; resuming it cold", "claim", klog.KObj(claim))
+		logger.V(2).Info("No resume member Ready for the claim's kept workspace; resuming it cold", "claim", klog.KObj(claim))
 	} else if eligible {
 		warmAdoptions.WithLabelValues("miss").Inc()
-		logger.V(4).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
+		logger.V(2).Info("No warm member Ready for the claim; building it cold", "claim", klog.KObj(claim))
 	}
 }
 

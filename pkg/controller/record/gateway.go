@@ -189,7 +189,7 @@ func (c *Controller) startDecisionsLocked(ctx context.Context, s *session, claim
 		}, func(line []byte) error { return c.takeDecision(s, claimCopy, f, line) })
 		c.decisionsEnded(logger, s, claimCopy, f, err)
 	})
-	logger.V(4).Info("Reading the gateway's decisions", "address", base, "boot", boot, "after", after)
+	logger.V(2).Info("Reading the gateway's decisions", "address", base, "boot", boot, "after", after)
 	return nil
 }
 

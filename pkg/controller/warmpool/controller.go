@@ -26,6 +26,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -254,6 +255,25 @@ func generationChanged(old, cur metav1.Object) bool {
 	return old.GetGeneration() != cur.GetGeneration()
 }
 
+// registryChanged: the registry's spec, or the pool records on its status (members wait for
+// their pool's record there: recordOnStatus).
+func registryChanged(old, cur metav1.Object) bool {
+	if generationChanged(old, cur) {
+		return true
+	}
+	o, c := old.(*airlockv1alpha1.ToolRegistry), cur.(*airlockv1alpha1.ToolRegistry)
+	if len(o.Status.Warm) != len(c.Status.Warm) {
+		return true
+	}
+	for i := range o.Status.Warm {
+		ow, cw := &o.Status.Warm[i], &c.Status.Warm[i]
+		if ow.Name != cw.Name || ow.Key != cw.Key || !apiequality.Semantic.DeepEqual(ow.Record, cw.Record) {
+			return true
+		}
+	}
+	return false
+}
+
 func resourceVersionChanged(old, cur metav1.Object) bool {
 	return old.GetResourceVersion() != cur.GetResourceVersion()
 }
@@ -261,7 +281,7 @@ func resourceVersionChanged(old, cur metav1.Object) bool {
 // addEventHandlers: registries and classes by generation, members (pods, policies) by
 // resourceVersion, with the pods' ready times and keys, and claims' arrivals.
 func (c *Controller) addEventHandlers(informers Informers) error {
-	if err := c.handlers.Add(informers.Registries.Informer(), onChange(c.enqueue, generationChanged)); err != nil {
+	if err := c.handlers.Add(informers.Registries.Informer(), onChange(c.enqueue, registryChanged)); err != nil {
 		return fmt.Errorf("adding the registry event handler: %w", err)
 	}
 	if err := c.handlers.Add(informers.Classes.Informer(), onChange(c.enqueueClassUsers, generationChanged)); err != nil {

@@ -1,6 +1,7 @@
 package warmpool
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -46,6 +48,12 @@ type fixture struct {
 	allowedServices []*corev1.Service
 	jobs            []*batchv1.Job
 	claims          []*airlockv1alpha1.SandboxClaim
+
+	// registryCache is the controller's cache of registries (newController sets it).
+	registryCache cache.Indexer
+	// unrecorded leaves the registries' statuses without their pools' records (newController
+	// puts them there otherwise: recordPools).
+	unrecorded bool
 
 	// log is both clients' actions, in order; logMu guards it.
 	log   []core.Action
@@ -137,5 +145,35 @@ func adoptBy(name string, member *corev1.Pod) {
 	member.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(claim)}
 	for k, v := range sandboxpod.PodLabels(claim) {
 		member.Labels[k] = v
+	}
+}
+
+// recordPools puts on each cached registry's status the key and record of each of its pools as
+// c computes them now (the class, the entry, the egress gateway): what the controller's status
+// write before a pool's first member leaves there (recordOnStatus). Call it once c is set up.
+func (f *fixture) recordPools(c *Controller) {
+	f.t.Helper()
+	for _, obj := range f.registryCache.List() {
+		reg := obj.(*airlockv1alpha1.ToolRegistry).DeepCopy()
+		for i := range reg.Spec.Sandboxes {
+			p := c.poolOf(reg, &reg.Spec.Sandboxes[i])
+			if p.record == nil {
+				continue
+			}
+			st := airlockv1alpha1.WarmPoolStatus{Name: p.entry.Name}
+			at := slices.IndexFunc(reg.Status.Warm, func(w airlockv1alpha1.WarmPoolStatus) bool { return w.Name == p.entry.Name })
+			if at >= 0 {
+				st = reg.Status.Warm[at]
+			}
+			st.Key, st.Record = p.key, p.record
+			if at >= 0 {
+				reg.Status.Warm[at] = st
+			} else {
+				reg.Status.Warm = append(reg.Status.Warm, st)
+			}
+		}
+		if err := f.registryCache.Update(reg); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 }

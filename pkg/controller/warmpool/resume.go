@@ -149,7 +149,7 @@ func (c *Controller) syncResume(ctx context.Context, reg *airlockv1alpha1.ToolRe
 			p.resuming++
 		}
 	}
-	if p.record == nil || (!p.policyReady && !p.policyCreated) || len(targets) == 0 {
+	if p.record == nil || (!p.policyReady && !p.policyCreated) || !p.recordOnStatus || len(targets) == 0 {
 		return requeue, errors.Join(errs...)
 	}
 	pending := c.created.pendingResumes(reg.Namespace, p.entry.Name)

@@ -45,6 +45,11 @@ type pool struct {
 	// policyReady says the pool's policy is in the cache as the record wants it; policyCreated
 	// that this sync created it: members may be created after either.
 	policyReady, policyCreated bool
+	// recordOnStatus says that the registry's status, as the cache shows it, names key and
+	// record for the pool (status.warm[].key and .record): the admission policy holds each member
+	// to them, so members are created only after (writeStatus writes them, and the status's
+	// event brings the registry back).
+	recordOnStatus bool
 	// requeue is when to look at the pool again for its members' evidence (0: on an event).
 	requeue time.Duration
 }
@@ -218,7 +223,18 @@ func (c *Controller) poolOf(reg *airlockv1alpha1.ToolRegistry, entry *airlockv1a
 	}
 	p.record = record
 	p.key = sandboxpod.PoolKey(reg.UID, entry.Name, p.record)
+	p.recordOnStatus = recordOnStatus(reg, entry.Name, p.key, p.record)
 	return p
+}
+
+// recordOnStatus says whether the registry's status names key and record for the entry.
+func recordOnStatus(reg *airlockv1alpha1.ToolRegistry, entry, key string, record *airlockv1alpha1.FrozenSandbox) bool {
+	for i := range reg.Status.Warm {
+		if st := &reg.Status.Warm[i]; st.Name == entry {
+			return st.Key == key && apiequality.Semantic.DeepEqual(st.Record, record)
+		}
+	}
+	return false
 }
 
 // gatewayService is the egress gateway's Service from the Service cache, or nil.
@@ -415,6 +431,9 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 	if !p.policyReady && !p.policyCreated {
 		return 0 // no policy yet: no member; the policy's event brings the registry back
 	}
+	if !p.recordOnStatus {
+		return 0 // the record is not on the status yet: writeStatus writes it, its event comes back
+	}
 	// The namespace's standing deny-all too: the pool's own policy goes with the registry, in
 	// any order with the members (sandboxpod.DefaultDenyPolicy).
 	if err := c.ensureDefaultDeny(ctx, reg.Namespace); err != nil {
@@ -488,6 +507,7 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 	updated.Status.Sandboxes, updated.Status.ReadySandboxes = c.entriesReady(reg)
 	updated.Status.Warm = nil
 	updated.Status.WarmReady, updated.Status.WarmWanted = 0, 0
+	writeNow := false // a pool's record is not on the status: its members wait for it
 	for _, p := range pools {
 		if !sandboxpod.WarmWanted(p.entry) {
 			continue
@@ -503,6 +523,10 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 		if p.sizing != nil {
 			sizingStatus(&st, p.sizing)
 		}
+		if p.record != nil {
+			st.Key, st.Record = p.key, p.record
+			writeNow = writeNow || !p.recordOnStatus
+		}
 		updated.Status.Warm = append(updated.Status.Warm, st)
 		updated.Status.WarmReady += int32(len(p.ready))
 		updated.Status.WarmWanted += p.wanted
@@ -512,7 +536,7 @@ func (c *Controller) writeStatus(ctx context.Context, reg *airlockv1alpha1.ToolR
 	}
 	key := cache.MetaObjectToName(reg)
 	now := c.clock.Now()
-	if last, ok := c.lastStatus.Load(key); ok {
+	if last, ok := c.lastStatus.Load(key); ok && !writeNow {
 		if wait := last.(time.Time).Add(poolStatusInterval).Sub(now); wait > 0 {
 			return wait, nil
 		}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -90,6 +91,7 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 			f.t.Fatal(err)
 		}
 	}
+	f.registryCache = ai.Airlock().V1alpha1().ToolRegistries().Informer().GetIndexer()
 	for _, o := range f.registries {
 		add(ai.Airlock().V1alpha1().ToolRegistries().Informer(), o)
 	}
@@ -113,6 +115,9 @@ func (f *fixture) newController(ctx context.Context, rate float64) *Controller {
 	}
 	for _, o := range f.claims {
 		add(ai.Airlock().V1alpha1().SandboxClaims().Informer(), o)
+	}
+	if !f.unrecorded {
+		f.recordPools(c)
 	}
 	return c
 }
@@ -206,8 +211,9 @@ func TestPoolFillsBehindItsPolicy(t *testing.T) {
 		}
 	}
 	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
-	want := []airlockv1alpha1.WarmPoolStatus{{Name: "codegen", Wanted: 5, Ready: 0, Starting: 2}}
-	if !slices.Equal(written.Status.Warm, want) || written.Status.WarmWanted != 5 || written.Status.WarmReady != 0 {
+	want := []airlockv1alpha1.WarmPoolStatus{{Name: "codegen", Wanted: 5, Ready: 0, Starting: 2,
+		Key: currentPolicy().Labels[airlockv1alpha1.LabelWarmPool], Record: testRecord()}}
+	if !apiequality.Semantic.DeepEqual(written.Status.Warm, want) || written.Status.WarmWanted != 5 || written.Status.WarmReady != 0 {
 		t.Errorf("status %+v, want %+v", written.Status, want)
 	}
 }
@@ -518,6 +524,7 @@ func TestWarmMembersWithEgress(t *testing.T) {
 	f.allowedServices = append(f.allowedServices, svc)
 	c := f.newController(ctx, 100)
 	c.SetEgressGateway(egressGatewayRef())
+	f.recordPools(c) // with the gateway
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
@@ -675,5 +682,62 @@ func TestNoMemberWithoutDefaultDeny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMembersWaitForTheirRecordOnStatus (issue 39 item 4, docs/security.md "Warm members are tied
+// to their pool's record"): the admission policy holds a member to the record its registry's
+// status names for its pool key, so a pool whose record is not on the status yet gets it there
+// first, written at once (not held back by the status interval), and no member; once the cache
+// shows the status, the members come. A status that names another key (the class changed) is a
+// pool whose record is not written.
+func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := poolFixture(t, 2, nil, currentPolicy())
+	f.unrecorded = true
+	c := f.newController(ctx, 100)
+	key := cache.MetaObjectToName(f.registries[0])
+	c.lastStatus.Store(key, t0) // a status was written a moment ago: the record's write is not held back
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	if pods := f.createdOf("pods"); len(pods) != 0 {
+		t.Fatalf("created %d members before the pool's record was on the registry's status", len(pods))
+	}
+	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
+	wantKey := currentPolicy().Labels[airlockv1alpha1.LabelWarmPool]
+	if len(written.Status.Warm) != 1 || written.Status.Warm[0].Key != wantKey || !apiequality.Semantic.DeepEqual(written.Status.Warm[0].Record, testRecord()) {
+		t.Fatalf("status.warm %+v, want the pool's key %s and record", written.Status.Warm, wantKey)
+	}
+	if !registryChanged(f.registries[0], written) {
+		t.Error("the status write of the pool's record does not bring the registry back")
+	}
+
+	// The cache shows the status: the members come.
+	if err := f.registryCache.Update(written); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(ctx, registryKey()); err != nil {
+		t.Fatal(err)
+	}
+	pods := f.createdOf("pods")
+	if len(pods) != 2 {
+		t.Fatalf("created %d members once the record was on the status, want 2", len(pods))
+	}
+	for _, p := range pods {
+		if p.GetLabels()[airlockv1alpha1.LabelWarmPool] != wantKey {
+			t.Errorf("member %s of pool %s, want %s", p.GetName(), p.GetLabels()[airlockv1alpha1.LabelWarmPool], wantKey)
+		}
+	}
+
+	// The status names another key: no member until the status is written again.
+	stale := written.DeepCopy()
+	stale.Status.Warm[0].Key = "0123456789abcdef0123"
+	if err := f.registryCache.Update(stale); err != nil {
+		t.Fatal(err)
+	}
+	p := c.poolOf(stale, &stale.Spec.Sandboxes[0])
+	if p.recordOnStatus {
+		t.Error("a status of another key counts as the pool's record")
 	}
 }

@@ -781,6 +781,24 @@ type WarmPoolStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Sizing string `json:"sizing,omitempty"`
+	// Key is the pool key (label airlock.dev/warm-pool) of the members the operator creates now:
+	// a hash of the registry, the entry and Record.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Key string `json:"key,omitempty"`
+	// Record is what the members of Key are built from: the class and the entry frozen as a
+	// claim's record is. The operator writes it before it creates a member of Key, and the
+	// admission policy airlock-operator-warm-record holds every member it creates to it (image,
+	// arguments, runtime class, workspace PVC, ConfigMaps), as a claim's pod is held to its
+	// claim's status.frozen (docs/security.md, "Warm members are tied to their pool's record").
+	// Its schema is not repeated here: the record's validation rules, once per entry of a list
+	// of 64, would exceed the API server's budget for a CRD's rules; only the operator writes a
+	// status.
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Record *FrozenSandbox `json:"record,omitempty"`
 }
 
 // RegistrySandboxStatus says whether sandboxes of one registry entry can be built now.
@@ -825,6 +843,7 @@ type ToolRegistryStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
 	Warm []WarmPoolStatus `json:"warm,omitempty"`
 	// Conditions of the registry.
 	// +optional

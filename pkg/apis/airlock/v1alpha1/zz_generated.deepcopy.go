@@ -1274,6 +1274,11 @@ func (in *WarmPoolStatus) DeepCopyInto(out *WarmPoolStatus) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.Record != nil {
+		in, out := &in.Record, &out.Record
+		*out = new(FrozenSandbox)
+		(*in).DeepCopyInto(*out)
+	}
 	return
 }
 

@@ -53,6 +53,18 @@ type WarmPoolStatusApplyConfiguration struct {
 	// Sizing says how Wanted was computed from the arrival rate and the ready time, and
 	// whether members beyond it are kept for a while (scale-down waits). Only with a warmPolicy.
 	Sizing *string `json:"sizing,omitempty"`
+	// Key is the pool key (label airlock.dev/warm-pool) of the members the operator creates now:
+	// a hash of the registry, the entry and Record.
+	Key *string `json:"key,omitempty"`
+	// Record is what the members of Key are built from: the class and the entry frozen as a
+	// claim's record is. The operator writes it before it creates a member of Key, and the
+	// admission policy airlock-operator-warm-record holds every member it creates to it (image,
+	// arguments, runtime class, workspace PVC, ConfigMaps), as a claim's pod is held to its
+	// claim's status.frozen (docs/security.md, "Warm members are tied to their pool's record").
+	// Its schema is not repeated here: the record's validation rules, once per entry of a list
+	// of 64, would exceed the API server's budget for a CRD's rules; only the operator writes a
+	// status.
+	Record *FrozenSandboxApplyConfiguration `json:"record,omitempty"`
 }
 
 // WarmPoolStatusApplyConfiguration constructs a declarative configuration of the WarmPoolStatus type for use with
@@ -130,5 +142,21 @@ func (b *WarmPoolStatusApplyConfiguration) WithReadyMilliseconds(value int32) *W
 // If called multiple times, the Sizing field is set to the value of the last call.
 func (b *WarmPoolStatusApplyConfiguration) WithSizing(value string) *WarmPoolStatusApplyConfiguration {
 	b.Sizing = &value
+	return b
+}
+
+// WithKey sets the Key field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Key field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithKey(value string) *WarmPoolStatusApplyConfiguration {
+	b.Key = &value
+	return b
+}
+
+// WithRecord sets the Record field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Record field is set to the value of the last call.
+func (b *WarmPoolStatusApplyConfiguration) WithRecord(value *FrozenSandboxApplyConfiguration) *WarmPoolStatusApplyConfiguration {
+	b.Record = value
 	return b
 }
