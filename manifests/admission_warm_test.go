@@ -68,7 +68,9 @@ func TestWarmRecordPolicy(t *testing.T) {
 				}
 			}
 		}), param: reg, want: "a warm member has its pool record's runtime class"},
-		"a RuntimeClass the record lacks": {pod: withPod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) { s.RuntimeClassName = ptr.To("runc-unconfined") }),
+		"a RuntimeClass the record lacks": {pod: withPod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {
+			s.RuntimeClassName = ptr.To("runc-unconfined")
+		}),
 			param: reg, want: "a warm member has its pool record's runtime class"},
 		"a ConfigMap mounted": {pod: withPod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}})
@@ -76,9 +78,13 @@ func TestWarmRecordPolicy(t *testing.T) {
 		"a ConfigMap the record's env lacks": {pod: withPod(func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) {
 			c.Env = append(c.Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "x"}}})
 		}), param: reg, want: "a warm member reads in its environment no ConfigMap"},
-		"no pool label": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) { delete(p.Labels, airlockv1alpha1.LabelWarmPool) }), param: reg,
+		"no pool label": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
+			delete(p.Labels, airlockv1alpha1.LabelWarmPool)
+		}), param: reg,
 			want: "a warm member names its registry, its pool and itself"},
-		"another member's name": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) { p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else" }),
+		"another member's name": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
+			p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else"
+		}),
 			param: reg, want: "a warm member names its registry, its pool and itself"},
 	}
 	for name, tc := range tests {
