@@ -66,6 +66,10 @@ const ControllerName = "airlock-warmpool-controller"
 const (
 	messageClassNotFound  = "SandboxClass %q not found"
 	messageResourceExists = "%s %q already exists and is not controlled by the registry"
+	// messageRecordNotOnStatus: the pool's members wait for its record on the registry's status
+	// (the admission policy airlock-operator-warm-record reads it there). Normally for one
+	// status write; for good when an older CRD prunes the field.
+	messageRecordNotOnStatus = "waiting for the pool's key and record on the registry's status (status.warm[].key, .record) before its members: if this stays, the ToolRegistry CRD is older than the operator (apply manifests/crd)"
 )
 
 const (

@@ -432,7 +432,12 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 		return 0 // no policy yet: no member; the policy's event brings the registry back
 	}
 	if !p.recordOnStatus {
-		return 0 // the record is not on the status yet: writeStatus writes it, its event comes back
+		// writeStatus writes it, and its event brings the registry back. Said, in case it stays:
+		// a CRD older than the operator prunes status.warm[].record.
+		if p.message == "" {
+			p.message = messageRecordNotOnStatus
+		}
+		return 0
 	}
 	// The namespace's standing deny-all too: the pool's own policy goes with the registry, in
 	// any order with the members (sandboxpod.DefaultDenyPolicy).

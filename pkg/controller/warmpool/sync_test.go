@@ -709,11 +709,16 @@ func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
 	if len(written.Status.Warm) != 1 || written.Status.Warm[0].Key != wantKey || !apiequality.Semantic.DeepEqual(written.Status.Warm[0].Record, testRecord()) {
 		t.Fatalf("status.warm %+v, want the pool's key %s and record", written.Status.Warm, wantKey)
 	}
+	if written.Status.Warm[0].Message != messageRecordNotOnStatus {
+		t.Errorf("the pool's message %q, want it to say that its members wait for its record", written.Status.Warm[0].Message)
+	}
 	if !registryChanged(f.registries[0], written) {
 		t.Error("the status write of the pool's record does not bring the registry back")
 	}
 
-	// The cache shows the status: the members come.
+	// The cache shows the status: the members come (and, past the status interval, the message
+	// goes).
+	f.clock.Step(poolStatusInterval)
 	if err := f.registryCache.Update(written); err != nil {
 		t.Fatal(err)
 	}
@@ -723,6 +728,9 @@ func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
 	pods := f.createdOf("pods")
 	if len(pods) != 2 {
 		t.Fatalf("created %d members once the record was on the status, want 2", len(pods))
+	}
+	if msg := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry).Status.Warm[0].Message; msg != "" {
+		t.Errorf("the pool's message %q once its members come, want none", msg)
 	}
 	for _, p := range pods {
 		if p.GetLabels()[airlockv1alpha1.LabelWarmPool] != wantKey {
