@@ -220,10 +220,6 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, claimPolicy, dryRun)
 			return err
 		},
-		"a pool's policy": func() error {
-			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, poolPolicy, dryRun)
-			return err
-		},
 		"a default-deny policy": func() error {
 			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, defaultDeny, dryRun)
 			return err
@@ -250,7 +246,11 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 		for name, m := range members {
 			writes[name] = func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, m, dryRun); return err }
 		}
-		checkWarmRecordRefuses(t, ctx, op, member)
+		writes["a pool's policy"] = func() error {
+			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, poolPolicy, dryRun)
+			return err
+		}
+		checkWarmRecordRefuses(t, ctx, op, member, poolPolicy)
 	}
 	for name, write := range writes {
 		// AlreadyExists is admitted: validating admission runs before the storage's create (an
@@ -309,7 +309,7 @@ func servePoolRecords(t *testing.T, ctx context.Context, ns string, regUID types
 
 // checkWarmRecordRefuses (issue 39 item 4): warm members of another shape than their pool's
 // record, each admitted by the policies before airlock-operator-warm-record, are refused by it.
-func checkWarmRecordRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, member *corev1.Pod) {
+func checkWarmRecordRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, member *corev1.Pod, poolPolicy *networkingv1.NetworkPolicy) {
 	t.Helper()
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	const refusedBy = "ValidatingAdmissionPolicy 'airlock-operator-warm-record'"
@@ -331,7 +331,7 @@ func checkWarmRecordRefuses(t *testing.T, ctx context.Context, op kubernetes.Int
 		}, "a warm member has its pool record's runtime class"},
 		"a pool the registry's status does not name": {func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
 			p.Labels[airlockv1alpha1.LabelWarmPool] = "0123456789abcdef0123"
-		}, "a warm member is created only once its registry's status holds"},
+		}, "a warm member or a pool's policy is written only while its registry's status holds"},
 	} {
 		m := member.DeepCopy()
 		tc.mutate(m, &m.Spec, &m.Spec.Containers[0])
@@ -339,6 +339,15 @@ func checkWarmRecordRefuses(t *testing.T, ctx context.Context, op kubernetes.Int
 		if err == nil || !strings.Contains(err.Error(), refusedBy) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("a warm member with %s: %v; want refused by %s: %s", name, err, refusedBy, tc.want)
 		}
+	}
+	// A pool's policy that lets its members out to labelled pods of another namespace.
+	np := poolPolicy.DeepCopy()
+	np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "payments"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}})
+	const want = "a pool's NetworkPolicy lets out only to the namespaces"
+	if _, err := op.NetworkingV1().NetworkPolicies(np.Namespace).Create(ctx, np, dryRun); err == nil || !strings.Contains(err.Error(), refusedBy) || !strings.Contains(err.Error(), want) {
+		t.Errorf("a pool's policy to another namespace's pods: %v; want refused by %s: %s", err, refusedBy, want)
 	}
 }
 
@@ -476,7 +485,7 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 	// A resume member where no pool record is on the registry's status (the real node: its
 	// operator keeps the status) is refused for that first.
 	or := map[string]string{"a pod in the operator's namespace": paramsNotFound,
-		"a resume member on another namespace's workspace": "a warm member is created only once its registry's status holds"}
+		"a resume member on another namespace's workspace": "a warm member or a pool's policy is written only while its registry's status holds"}
 	for name, tc := range tests {
 		err := tc.write()
 		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'airlock-operator") || !refusedAs(err, neverCase{want: tc.want, or: or[name]}) {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -30,6 +32,7 @@ func TestWarmRecordPolicy(t *testing.T) {
 	policies, _ := paramPolicies(t)
 	p := compile(t, policies["airlock-operator-warm-record"])
 	record, egress := testRecord(), egressRecord(t)
+	record.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "mirrors", Name: "goproxy"}}
 	reg := poolRegistry(record)
 	member, egressMember := memberPod(record), memberPod(egress)
 	resume := sandboxpod.ResumeMemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", record), sandboxpod.MemberName(reg.Name, "codegen"), record,
@@ -45,6 +48,7 @@ func TestWarmRecordPolicy(t *testing.T) {
 	}
 	tests := map[string]struct {
 		pod   *corev1.Pod
+		np    *networkingv1.NetworkPolicy // a pool's policy instead of a member
 		param *airlockv1alpha1.ToolRegistry
 		want  string // "" admitted
 	}{
@@ -52,8 +56,8 @@ func TestWarmRecordPolicy(t *testing.T) {
 		"a warm member with egress":           {pod: egressMember, param: poolRegistry(egress)},
 		"a resume member":                     {pod: resume, param: reg},
 		"a warm member, another registry":     {pod: member, param: other},
-		"a warm member, its pool not written": {pod: member, param: stale, want: "a warm member is created only once its registry's status holds"},
-		"a warm member, no record written":    {pod: member, param: bare, want: "a warm member is created only once its registry's status holds"},
+		"a warm member, its pool not written": {pod: member, param: stale, want: "a warm member or a pool's policy is written only while its registry's status holds"},
+		"a warm member, no record written":    {pod: member, param: bare, want: "a warm member or a pool's policy is written only while its registry's status holds"},
 		"another image": {pod: withPod(func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) { c.Image = "example.com/other:v1" }), param: reg,
 			want: "a warm member runs its pool's record"},
 		"another argument": {pod: withPod(func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) { c.Args = append(c.Args, "--listen=:9090") }), param: reg,
@@ -81,15 +85,33 @@ func TestWarmRecordPolicy(t *testing.T) {
 		"no pool label": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
 			delete(p.Labels, airlockv1alpha1.LabelWarmPool)
 		}), param: reg,
-			want: "a warm member names its registry, its pool and itself"},
+			want: "a warm member or a pool's policy names its registry and its pool"},
+		"a pool's policy":             {np: poolPolicy(reg, record), param: reg},
+		"a pool's policy with egress": {np: poolPolicy(reg, egress), param: poolRegistry(egress)},
+		"a pool's policy, its pool not written": {np: poolPolicy(reg, record), param: stale,
+			want: "a warm member or a pool's policy is written only while its registry's status holds"},
+		"a pool's policy to another namespace": {np: with(poolPolicy(reg, record), func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Egress = append(n.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "payments"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}})
+		}), param: reg, want: "a pool's NetworkPolicy lets out only to the namespaces"},
+		"a pool's policy to other pods of the gateway's namespace": {np: with(poolPolicy(reg, egress), func(n *networkingv1.NetworkPolicy) {
+			n.Spec.Egress[0].To[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "operator"}}
+		}), param: poolRegistry(egress), want: "a pool's NetworkPolicy lets out in its egress gateway's namespace only"},
 		"another member's name": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
 			p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else"
 		}),
-			param: reg, want: "a warm member names its registry, its pool and itself"},
+			param: reg, want: "a warm member or a pool's policy names its registry and its pool"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admitWith(t, create(tc.pod), asParam(t, tc.param))
+			var r request
+			if tc.np != nil {
+				r = create(tc.np)
+			} else {
+				r = create(tc.pod)
+			}
+			applies, refused := p.admitWith(t, r, asParam(t, tc.param))
 			if !applies {
 				t.Fatal("the policy does not apply")
 			}
@@ -105,4 +127,13 @@ func TestWarmRecordPolicy(t *testing.T) {
 	if args := sandboxpod.MemberArgs(record); !strings.Contains(strings.Join(args, " "), "--warm-key-file=/var/run/airlock/warm/key") {
 		t.Errorf("MemberArgs %q: the policy admits --warm-key-file=/var/run/airlock/warm/key only", args)
 	}
+}
+
+// poolPolicy is the pool's NetworkPolicy of record, as the warm pool controller builds it.
+func poolPolicy(reg *airlockv1alpha1.ToolRegistry, record *airlockv1alpha1.FrozenSandbox) *networkingv1.NetworkPolicy {
+	var services []*corev1.Service
+	if len(record.AllowedServices) > 0 {
+		services = allowedServices()
+	}
+	return sandboxpod.PoolNetworkPolicy(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", record), record, services)
 }

@@ -255,7 +255,8 @@ func (c *Controller) gatewayService() *corev1.Service {
 // record's startupTimeout, and those beyond the number it keeps, and keeps the pool's policy.
 func (c *Controller) syncPool(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, idle []*corev1.Pod) error {
 	var errs []error
-	if p.record != nil {
+	if p.record != nil && p.recordOnStatus {
+		// The policy too is held to the record on the registry's status: written after it.
 		errs = append(errs, c.ensurePoolPolicy(ctx, reg, p))
 	}
 	now := c.clock.Now()
@@ -428,9 +429,6 @@ func (c *Controller) ensureMemberKey(ctx context.Context, pod *corev1.Pod, recor
 // refill creates up to missing members of the pool, as the rate limiter allows, and returns how
 // long until it allows the next one (0: none missing any more).
 func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegistry, p *pool, missing int) time.Duration {
-	if !p.policyReady && !p.policyCreated {
-		return 0 // no policy yet: no member; the policy's event brings the registry back
-	}
 	if !p.recordOnStatus {
 		// writeStatus writes it, and its event brings the registry back. Said, in case it stays:
 		// a CRD older than the operator prunes status.warm[].record.
@@ -438,6 +436,9 @@ func (c *Controller) refill(ctx context.Context, reg *airlockv1alpha1.ToolRegist
 			p.message = messageRecordNotOnStatus
 		}
 		return 0
+	}
+	if !p.policyReady && !p.policyCreated {
+		return 0 // no policy yet: no member; the policy's event brings the registry back
 	}
 	// The namespace's standing deny-all too: the pool's own policy goes with the registry, in
 	// any order with the members (sandboxpod.DefaultDenyPolicy).

@@ -688,12 +688,12 @@ func TestNoMemberWithoutDefaultDeny(t *testing.T) {
 // TestMembersWaitForTheirRecordOnStatus (issue 39 item 4, docs/security.md "Warm members are tied
 // to their pool's record"): the admission policy holds a member to the record its registry's
 // status names for its pool key, so a pool whose record is not on the status yet gets it there
-// first, written at once (not held back by the status interval), and no member; once the cache
-// shows the status, the members come. A status that names another key (the class changed) is a
+// first, written at once (not held back by the status interval), and neither its policy nor a
+// member; once the cache shows the status, the policy and the members come. A status that names another key (the class changed) is a
 // pool whose record is not written.
 func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := poolFixture(t, 2, nil, currentPolicy())
+	f := poolFixture(t, 2, nil)
 	f.unrecorded = true
 	c := f.newController(ctx, 100)
 	key := cache.MetaObjectToName(f.registries[0])
@@ -701,8 +701,8 @@ func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
 	if _, err := c.sync(ctx, registryKey()); err != nil {
 		t.Fatal(err)
 	}
-	if pods := f.createdOf("pods"); len(pods) != 0 {
-		t.Fatalf("created %d members before the pool's record was on the registry's status", len(pods))
+	if pods, nps := f.createdOf("pods"), f.createdOf("networkpolicies"); len(pods) != 0 || len(nps) != 0 {
+		t.Fatalf("created %d members and %d policies before the pool's record was on the registry's status", len(pods), len(nps))
 	}
 	written := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry)
 	wantKey := currentPolicy().Labels[airlockv1alpha1.LabelWarmPool]
@@ -726,8 +726,8 @@ func TestMembersWaitForTheirRecordOnStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := f.createdOf("pods")
-	if len(pods) != 2 {
-		t.Fatalf("created %d members once the record was on the status, want 2", len(pods))
+	if nps := f.createdOf("networkpolicies"); len(pods) != 2 || len(nps) != 1 {
+		t.Fatalf("created %d members and %d policies once the record was on the status, want 2 and the pool's", len(pods), len(nps))
 	}
 	if msg := f.written("toolregistries", "status").(*airlockv1alpha1.ToolRegistry).Status.Warm[0].Message; msg != "" {
 		t.Errorf("the pool's message %q once its members come, want none", msg)
