@@ -32,6 +32,7 @@ const (
 	msgNPEgress    = "a NetworkPolicy the airlock operator writes lets out to pods named by labels only"
 	msgDefaultDeny = "the airlock operator never deletes a namespace's standing deny-all"
 	msgEvent       = "an Event the airlock operator writes is about a SandboxClaim"
+	msgNoClaim     = "a pod or NetworkPolicy of no claim the airlock operator writes is a warm member or a pool's policy"
 )
 
 // alsoBroken are the rules a hostile case breaks besides the one it is about: an envFrom and an
@@ -44,7 +45,7 @@ var alsoBroken = map[string][]string{
 	"egress to everything":        {msgNPEgress},
 	"egress to a whole namespace": {msgNPEgress},
 	// A pod whose warm-member label is another's is no member: it mounts no member's workspace.
-	"an unclaimed pod that is no member with the bundle": {msgMemberDir},
+	"an unclaimed pod that is no member with the bundle": {msgMemberDir, msgNoClaim},
 }
 
 // in moves a copy of obj to namespace ns.
@@ -154,6 +155,13 @@ func TestPolicyRefusesWhatIssue39Found(t *testing.T) {
 		"an unclaimed pod that is no member with the bundle": {create(with(memberPod(egressRecord(t)), func(p *corev1.Pod) {
 			p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else"
 		})), msgConfigMaps},
+		// An object of no claim is a member or a pool's policy (so that the warm-record policy,
+		// which matches them by their pool label, weighs it against its pool's record).
+		"an unclaimed pod that names no pool": {create(with(memberPod(testRecord()), func(p *corev1.Pod) {
+			delete(p.Labels, airlockv1alpha1.LabelWarmPool)
+		})), msgNoClaim},
+		"an unclaimed NetworkPolicy that names no pool": {create(with(sandboxpod.PoolNetworkPolicy(warmRegistry(), "codegen", "0123456789abcdef0123", testRecord(), nil),
+			func(n *networkingv1.NetworkPolicy) { delete(n.Labels, airlockv1alpha1.LabelWarmPool) })), msgNoClaim},
 		"a second PVC": {create(hostilePod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "database-data"}}})
 		})), msgConfigMaps},

@@ -82,10 +82,6 @@ func TestWarmRecordPolicy(t *testing.T) {
 		"a ConfigMap the record's env lacks": {pod: withPod(func(_ *corev1.Pod, _ *corev1.PodSpec, c *corev1.Container) {
 			c.Env = append(c.Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "x"}}})
 		}), param: reg, want: "a warm member reads in its environment no ConfigMap"},
-		"no pool label": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
-			delete(p.Labels, airlockv1alpha1.LabelWarmPool)
-		}), param: reg,
-			want: "a warm member or a pool's policy names its registry and its pool"},
 		"a pool's policy":             {np: poolPolicy(reg, record), param: reg},
 		"a pool's policy with egress": {np: poolPolicy(reg, egress), param: poolRegistry(egress)},
 		"a pool's policy, its pool not written": {np: poolPolicy(reg, record), param: stale,
@@ -98,10 +94,6 @@ func TestWarmRecordPolicy(t *testing.T) {
 		"a pool's policy to other pods of the gateway's namespace": {np: with(poolPolicy(reg, egress), func(n *networkingv1.NetworkPolicy) {
 			n.Spec.Egress[0].To[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "operator"}}
 		}), param: poolRegistry(egress), want: "a pool's NetworkPolicy lets out in its egress gateway's namespace only"},
-		"another member's name": {pod: withPod(func(p *corev1.Pod, _ *corev1.PodSpec, _ *corev1.Container) {
-			p.Labels[airlockv1alpha1.LabelWarmMember] = "someone-else"
-		}),
-			param: reg, want: "a warm member or a pool's policy names its registry and its pool"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
