@@ -276,8 +276,8 @@ func servePoolRecords(t *testing.T, ctx context.Context, ns string, regUID types
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range nodes.Items {
-		if n.Annotations["kwok.x-k8s.io/node"] == "" && n.Labels["type"] != "kwok" {
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; !kwokNode(n) {
 			t.Logf("node %s is real: the operator installed in %s runs and keeps the registries' statuses; warm members' dry runs are left to its real members", n.Name, operatorNamespaceName)
 			return false
 		}

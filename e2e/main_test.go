@@ -171,6 +171,11 @@ func newNamespaceAt(t *testing.T, prefix, level string) string {
 }
 
 // eventually polls cond until it returns true, an error, or the timeout passes.
+// kwokNode says whether n is one of kwok's fake Nodes (the API-only plane's), not a real one.
+func kwokNode(n *corev1.Node) bool {
+	return n.Annotations["kwok.x-k8s.io/node"] != "" || n.Labels["type"] == "kwok"
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, cond)

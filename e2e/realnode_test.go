@@ -92,8 +92,8 @@ func requireRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range nodes.Items {
-		if n.Annotations["kwok.x-k8s.io/node"] != "" || n.Labels["type"] == "kwok" {
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; kwokNode(n) {
 			t.Fatalf("node %s is a kwok node: these tests need real pods (hack/e2e-node.sh)", n.Name)
 		}
 	}
