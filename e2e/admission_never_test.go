@@ -165,6 +165,9 @@ func checkPolicyRefusesWhatAirlockNeverWrites(t *testing.T, ctx context.Context,
 	for name, c := range neverOutOfShard(t, ctx, op, claim, pod) {
 		cases[name] = c
 	}
+	for name, c := range neverJobs(t, ctx, op, claim) {
+		cases[name] = c
+	}
 	for name, tc := range cases {
 		if err := tc.write(); !refusedAs(err, tc) {
 			t.Errorf("the operator's %s: %v; want refused: %s", name, err, tc.want)

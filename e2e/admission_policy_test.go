@@ -80,6 +80,7 @@ func policyClaim(ns string) *airlockv1alpha1.SandboxClaim {
 			ClassName: class.Name, WorkspaceDir: ns + "/sandboxes/agent-0123456789"},
 	}
 	claim.Status.Frozen = sandboxpod.Freeze(class, &registry.Spec.Sandboxes[0])
+	claim.Status.Frozen.SyncImage = policySyncImage
 	return claim
 }
 
@@ -359,21 +360,13 @@ func resumePolicyRecord(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	return job
 }
 
-// policyJob is a claim's sync-back Job of the shape the claim controller builds: labelled, its
-// pod restricted, without a token, mounting the content volume only.
+// policyJob is a claim's sync-back Job as the claim controller builds it (workspace.SyncJob,
+// labelled with the claim's UID, the record's sync image), its owner left out (as the pod's).
 func policyJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
-	meta := sandboxpod.ChildMeta(claim, claim.Name+"-sync")
+	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
 	meta.OwnerReferences = nil
-	return &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{airlockv1alpha1.LabelSyncOf: claim.Name}},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: sandboxpod.RestrictedPodSecurityContext(),
-			Containers: []corev1.Container{{Name: "sync", Image: e2eImage(), Args: []string{"sync"}, SecurityContext: sandboxpod.RestrictedContainerSecurityContext(),
-				VolumeMounts: []corev1.VolumeMount{{Name: "content", MountPath: "/content"}}}},
-			Volumes: []corev1.Volume{{Name: "content", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-content"}}}},
-		},
-	}}}
+	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
+	return workspace.SyncJob(meta, claim, claim.Status.Frozen.WorkspaceClaimName, sandboxpod.JobConfig(workspace.SyncImage(claim, e2eImage())), 1, false, workspace.DefaultTargetVersions)
 }
 
 // checkPolicyRefuses: each write of another shape is refused, by the policy, with the message of

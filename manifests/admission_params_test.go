@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,4 +187,66 @@ func lastConfigMap(p *corev1.Pod) *corev1.ConfigMapVolumeSource {
 		}
 	}
 	panic("no ConfigMap volume")
+}
+
+// TestClaimRecordPolicyJobs: a claim's workspace Jobs (its sync-back, its kept workspace's
+// record) mount its record's workspace PVC only and run the sync image its record froze, when
+// they carry its UID (label, or the claim as controller owner). A record frozen before the image
+// was names none; a Job of an earlier claim of the same name is not tied to this one's record.
+func TestClaimRecordPolicyJobs(t *testing.T) {
+	policies, _ := policiesOf(t, paramsPolicyFile)
+	p := compile(t, policies["airlock-operator-claim-record"])
+	record := testRecord()
+	record.SyncImage = "ghcr.io/airlock-dev/airlock:v0.1.0" // syncJob's
+	claim := boundClaim(record)
+	older := boundClaim(testRecord()) // frozen before the sync image was
+	other := boundClaim(record)
+	other.Name, other.UID = "agent-9999999999", "00000000-0000-0000-0000-000000000009"
+	job, kept := syncJob(claim), keptRecord(claim, true)
+	image := func(image string) func(*batchv1.Job) {
+		return func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = image }
+	}
+	pvc := func(name string) func(*batchv1.Job) {
+		return func(j *batchv1.Job) { j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = name }
+	}
+	const msg = "a claim's workspace Job mounts only its record's workspace PVC and runs the sync image its record froze"
+	tests := map[string]struct {
+		r     request
+		param *airlockv1alpha1.SandboxClaim
+		want  string // "" admitted
+	}{
+		"a claim's sync-back Job":                {r: create(job), param: claim},
+		"a kept workspace's record":              {r: create(kept), param: claim},
+		"a claim's sync-back Job, another claim": {r: create(with(job, image("example.com/exfil:v1"))), param: other},
+		"a record frozen without a sync image":   {r: create(with(job, image("ghcr.io/airlock-dev/airlock:v0.2.0"))), param: older},
+		"its record not seen yet":                {r: create(job), param: with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Status.Frozen = nil })},
+		"another image":                          {r: create(with(job, image("example.com/exfil:v1"))), param: claim, want: msg},
+		"another image, tied by its owner only":  {r: create(with(with(job, image("example.com/exfil:v1")), func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimUID) })), param: claim, want: msg},
+		"a record running another image":         {r: create(with(kept, image("example.com/exfil:v1"))), param: claim, want: msg},
+		"another workload's PVC":                 {r: create(with(job, pvc("database-data"))), param: claim, want: msg},
+		"a record on another workload's PVC":     {r: create(with(kept, pvc("database-data"))), param: claim, want: msg},
+		"a second volume": {r: create(with(job, func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Volumes = append(j.Spec.Template.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		})), param: claim, want: msg},
+		// The residual (docs/security.md): a record made after its claim went carries that
+		// claim's UID, and a newer claim of the same name is not its param.
+		"an earlier claim's record, a newer claim of the name": {r: create(with(kept, func(j *batchv1.Job) {
+			j.Labels[airlockv1alpha1.LabelClaimUID] = "00000000-0000-0000-0000-0000000000e1"
+			pvc("other-content")(j)
+		})), param: claim},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
+			if !applies {
+				t.Fatal("the policy does not apply")
+			}
+			switch {
+			case tc.want == "" && len(refused) > 0:
+				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
+			case tc.want != "" && (len(refused) != 1 || refused[0] != tc.want):
+				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
+			}
+		})
+	}
 }

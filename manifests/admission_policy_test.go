@@ -312,6 +312,7 @@ func memberPod(record *airlockv1alpha1.FrozenSandbox) *corev1.Pod {
 // as its ServiceAccount, create the real one under this policy).
 func syncJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, claim.Name+"-sync")
+	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
 	meta.Annotations = map[string]string{airlockv1alpha1.AnnotationSyncAttempt: "1"}
 	return &batchv1.Job{
 		ObjectMeta: meta,
@@ -348,7 +349,8 @@ func keptRecord(claim *airlockv1alpha1.SandboxClaim, suspend bool) *batchv1.Job 
 	job.Name = "airlock-kept-0123456789abcdef0123"
 	job.OwnerReferences = nil
 	job.Labels = map[string]string{airlockv1alpha1.LabelClaim: claim.Name, airlockv1alpha1.LabelRuntime: claim.Spec.RuntimeName,
-		"airlock.dev/kept-workspace": "true"}
+		"airlock.dev/kept-workspace": "true", airlockv1alpha1.LabelClaimUID: string(claim.UID),
+		airlockv1alpha1.LabelClaimShard: claim.Labels[airlockv1alpha1.LabelClaimShard]}
 	job.Annotations = map[string]string{"airlock.dev/workspace-dir": claim.Spec.WorkspaceDir}
 	job.Spec.Suspend = ptr.To(suspend)
 	job.Spec.BackoffLimit = ptr.To[int32](3)

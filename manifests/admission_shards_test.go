@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
@@ -84,7 +86,13 @@ func TestClaimShardPolicy(t *testing.T) {
 	})
 	pod := claimPod(claim)
 	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, allowedServices())
-	const msg = "a claim, and a claim's pod or NetworkPolicy, carries airlock.dev/claim-shard, the last character of the claim's name"
+	const msg = "a claim, and a claim's pod, NetworkPolicy or Job, carries airlock.dev/claim-shard, the last character of the claim's name"
+	const msgUID = "a Job that names a claim names its UID too (label airlock.dev/claim-uid), or is the child of that claim or of a kept workspace's record Job"
+	job, kept := syncJob(claim), keptRecord(claim, true)
+	retry := with(job, func(j *batchv1.Job) {
+		delete(j.Labels, airlockv1alpha1.LabelClaimUID)
+		j.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: kept.Name, UID: "uid-kept", Controller: ptr.To(true)}}
+	})
 	unlabel := func(c *airlockv1alpha1.SandboxClaim) { delete(c.Labels, airlockv1alpha1.LabelClaimShard) }
 	tests := map[string]struct {
 		r        request
@@ -112,6 +120,17 @@ func TestClaimShardPolicy(t *testing.T) {
 		"a claim's NetworkPolicy updated out of its shard": {r: update(np, with(np, func(n *networkingv1.NetworkPolicy) {
 			n.Labels[airlockv1alpha1.LabelClaimShard] = "x"
 		})), want: msg},
+		"a claim's sync-back Job":                         {r: create(job)},
+		"a claim's sync-back Job, by its owner only":      {r: create(with(job, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimUID) }))},
+		"a kept workspace's record":                       {r: create(kept)},
+		"a retry Job (a record's child, an older record)": {r: create(retry)},
+		"a claim's Job without a shard":                   {r: create(with(job, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimShard) })), want: msg},
+		"a record in another claim's shard":               {r: create(with(kept, func(j *batchv1.Job) { j.Labels[airlockv1alpha1.LabelClaimShard] = "x" })), want: msg},
+		"a record that names no claim's UID":              {r: create(with(kept, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimUID) })), want: msgUID},
+		"a Job owned by no controller": {r: create(with(job, func(j *batchv1.Job) {
+			delete(j.Labels, airlockv1alpha1.LabelClaimUID)
+			j.OwnerReferences[0].Controller = nil
+		})), want: msgUID},
 		"a warm member (no claim yet)": {r: create(memberPod(testRecord())), notApply: true},
 		"someone else's claim": {r: request{user: "system:serviceaccount:team:deployer", operation: admissionregistrationv1.Create,
 			namespace: claim.Namespace, object: with(claim, unlabel)}, notApply: true},

@@ -69,6 +69,12 @@ func WarmEligible(claim *airlockv1alpha1.SandboxClaim) bool {
 // replaced; a claim adopts only a member of the key its own record gives, so that no claim gets
 // a member of another entry or of an older class or registry generation.
 func PoolKey(registryUID types.UID, entry string, record *airlockv1alpha1.FrozenSandbox) string {
+	if record != nil && record.SyncImage != "" {
+		// Members run no Job: a claim's record (with the image) gives its pool's key.
+		r := *record
+		r.SyncImage = ""
+		record = &r
+	}
 	data, _ := json.Marshal(record) // a struct of plain fields: cannot fail
 	h := sha256.New()
 	h.Write([]byte(registryUID))

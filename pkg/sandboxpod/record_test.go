@@ -228,6 +228,16 @@ func TestPoolKeyStable(t *testing.T) {
 	if got, want := ClaimArgs(&old), []string{"sandboxd", "--listen=:8080", "--workspace=/workspace", "--allowed-tools=Read,Bash", "--auth-token-file=" + TokenFile}; !slices.Equal(got, want) {
 		t.Errorf("claim args of a record written before = %q, want %q", got, want)
 	}
+	// A claim's record holds the sync image it froze; its pool's members run no Job, and a
+	// claim adopts only members of its record's key: the image is not part of it.
+	withImage := today.DeepCopy()
+	withImage.SyncImage = "example.com/airlock-sync:v2"
+	if got := PoolKey("uid-reg-tools", "codegen", withImage); got != poolKeyToday {
+		t.Errorf("pool key of today's record with a sync image = %s, want %s", got, poolKeyToday)
+	}
+	if today.SyncImage != "" || withImage.SyncImage == "" {
+		t.Error("PoolKey changed the record it was given")
+	}
 	if got := PoolKey("uid-reg-other", "codegen", today); got == poolKeyBefore {
 		t.Error("the pool key does not depend on the registry's UID")
 	}

@@ -40,6 +40,15 @@ type JobConfig struct {
 	ContainerSecurity func() *corev1.SecurityContext
 }
 
+// SyncImage is the image of the claim's workspace Jobs: the one its record froze at admission,
+// or, for a record frozen before airlock froze it, fallback (the operator's --sync-image).
+func SyncImage(claim *airlockv1alpha1.SandboxClaim, fallback string) string {
+	if claim.Status.Frozen != nil && claim.Status.Frozen.SyncImage != "" {
+		return claim.Status.Frozen.SyncImage
+	}
+	return fallback
+}
+
 // SyncJobName is the name of the claim's sync-back Job.
 func SyncJobName(claim *airlockv1alpha1.SandboxClaim) string {
 	return claim.Name + "-sync"

@@ -34,6 +34,7 @@ import (
 
 	"github.com/airlock-dev/airlock/pkg/admission"
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimname"
 )
 
 // Annotations of a kept workspace's record and labels of a pod that resumed one, beside the API's
@@ -144,7 +145,12 @@ func Record(claim *airlockv1alpha1.SandboxClaim, contentClaimName string, cfg Jo
 		AnnotationKeptAt:                         now.UTC().Format(time.RFC3339),
 	}
 	jobLabels := map[string]string{
-		airlockv1alpha1.LabelClaim:         claim.Name,
+		airlockv1alpha1.LabelClaim: claim.Name,
+		// The claim's UID and shard: the admission policy holds the Job to that claim's record
+		// (its PVC and sync image) while the claim exists, and never to a newer claim's of the
+		// same name.
+		airlockv1alpha1.LabelClaimUID:      string(claim.UID),
+		airlockv1alpha1.LabelClaimShard:    claimname.Shard(claim.Name),
 		airlockv1alpha1.LabelRuntime:       claim.Spec.RuntimeName,
 		airlockv1alpha1.LabelKeptWorkspace: airlockv1alpha1.LabelValueKeptWorkspace,
 		// The registry sandbox: the pool whose resume member may wait on it (ResumeMember).
@@ -249,7 +255,8 @@ func RetryTarget(record *batchv1.Job) (target string, ok bool) {
 // RetryJob is the Job that copies a held record's workspace into its target again (the
 // sync-back that gave up, once more): a child of the record, so that it goes with it; its pod
 // is a sync-back pod of the claim that kept it (LabelSyncOf), so that no collection runs beside
-// it. It does not retry by itself; a person asks again.
+// it. It does not retry by itself; a person asks again. It runs the record's own image
+// (RecordImage), as the claim's sync-back did.
 func RetryJob(record *batchv1.Job, contentClaimName string, cfg JobConfig) *batchv1.Job {
 	dir := record.Annotations[airlockv1alpha1.AnnotationKeptDir]
 	args := append([]string{"sync", "--content-root=" + ContentMountPath, "--from=" + dir,
@@ -259,10 +266,7 @@ func RetryJob(record *batchv1.Job, contentClaimName string, cfg JobConfig) *batc
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      RetryJobName(record.Name),
 			Namespace: record.Namespace,
-			Labels: map[string]string{
-				airlockv1alpha1.LabelClaim:   claim,
-				airlockv1alpha1.LabelRuntime: record.Labels[airlockv1alpha1.LabelRuntime],
-			},
+			Labels:          retryLabels(record, claim),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(record, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
 		Spec: batchv1.JobSpec{
@@ -271,6 +275,30 @@ func RetryJob(record *batchv1.Job, contentClaimName string, cfg JobConfig) *batc
 			Template:              SyncPodTemplate(claim, contentClaimName, cfg, args),
 		},
 	}
+}
+
+// retryLabels are a retry Job's labels: its record's claim, with its shard (every Job that names a
+// claim carries it) and, when the record has it, the claim's UID; and the record it retries.
+func retryLabels(record *batchv1.Job, claim string) map[string]string {
+	l := map[string]string{
+		airlockv1alpha1.LabelClaim:      claim,
+		airlockv1alpha1.LabelClaimShard: claimname.Shard(claim),
+		airlockv1alpha1.LabelRuntime:    record.Labels[airlockv1alpha1.LabelRuntime],
+		airlockv1alpha1.LabelRetryOf:    record.Name,
+	}
+	if uid := record.Labels[airlockv1alpha1.LabelClaimUID]; uid != "" {
+		l[airlockv1alpha1.LabelClaimUID] = uid
+	}
+	return l
+}
+
+// RecordImage is the image the record's Job runs (the claim's frozen sync image, or the
+// operator's --sync-image when it was written), or fallback when it has none.
+func RecordImage(record *batchv1.Job, fallback string) string {
+	if cs := record.Spec.Template.Spec.Containers; len(cs) > 0 && cs[0].Image != "" {
+		return cs[0].Image
+	}
+	return fallback
 }
 
 // KeptAt is when the record's workspace was kept (its creation, when the annotation is unreadable).

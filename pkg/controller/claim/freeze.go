@@ -59,6 +59,8 @@ func (c *Controller) freezeFrom(claim *airlockv1alpha1.SandboxClaim, registry st
 		return nil, &cannotFreeze{ReasonInvalidClass, message}, nil
 	}
 	record := sandboxpod.Freeze(class, entry)
+	// The image of its workspace Jobs, frozen too (the admission policy holds them to it).
+	record.SyncImage = c.syncImage
 	if record.Egress != nil {
 		// The gateway is frozen with the record: a sandbox keeps the one it was admitted with.
 		gw, why := sandboxpod.FreezeGateway(c.egressGateway, c.egressGatewayService())

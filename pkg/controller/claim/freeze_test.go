@@ -40,7 +40,9 @@ func TestSyncAdmitRecordsWhatItRuns(t *testing.T) {
 	if got.Status.Phase != airlockv1alpha1.ClaimBinding || got.Status.Frozen == nil {
 		t.Fatalf("phase %s record %v, want Binding with a record", got.Status.Phase, got.Status.Frozen)
 	}
-	if diff := cmp.Diff(sandboxpod.Freeze(f.classes[0], &f.registries[0].Spec.Sandboxes[0]), got.Status.Frozen); diff != "" {
+	want := sandboxpod.Freeze(f.classes[0], &f.registries[0].Spec.Sandboxes[0])
+	want.SyncImage = testSyncImage // the operator's --sync-image, frozen with the rest
+	if diff := cmp.Diff(want, got.Status.Frozen); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)
 	}
 	if got.Status.Frozen.ClassGeneration != 3 {
@@ -213,7 +215,9 @@ func TestSyncClaimsWithoutRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := f.writtenClaim()
-		if diff := cmp.Diff(testRecord(), got.Status.Frozen); diff != "" || got.Status.Phase != airlockv1alpha1.ClaimBinding {
+		want := testRecord()
+		want.SyncImage = testSyncImage
+		if diff := cmp.Diff(want, got.Status.Frozen); diff != "" || got.Status.Phase != airlockv1alpha1.ClaimBinding {
 			t.Errorf("phase %s; record (-want +got):\n%s", got.Status.Phase, diff)
 		}
 	})

@@ -94,9 +94,9 @@ func (c *Controller) writeRecord(ctx context.Context, claim *airlockv1alpha1.San
 			"claim", klog.KObj(claim), "class", claim.Spec.ClassName, "workspaceDir", workspace.DirOf(claim))
 		return nil
 	}
-	job := buildKeptJob(claim, pvc, c.syncImage, c.clock.Now())
+	job := buildKeptJob(claim, pvc, workspace.SyncImage(claim, c.syncImage), c.clock.Now())
 	if held != "" {
-		job = workspace.HeldRecord(claim, pvc, sandboxpod.JobConfig(c.syncImage), c.clock.Now(), held, c.targetVersions(claim))
+		job = workspace.HeldRecord(claim, pvc, sandboxpod.JobConfig(workspace.SyncImage(claim, c.syncImage)), c.clock.Now(), held, c.targetVersions(claim))
 	}
 	err = c.children.jobs.Create(ctx, job)
 	if apierrors.IsAlreadyExists(err) {

@@ -204,7 +204,7 @@ func (c *Controller) startSyncJob(ctx context.Context, claim *airlockv1alpha1.Sa
 		return ptr.To(syncBackoffMax), nil
 	}
 	// One sync-back at a time into a target: the turn is taken by the namespace's turn pass.
-	c.askSyncTurn(claim, buildSyncJob(claim, pvc, c.syncImage, attempt, false, c.targetVersions(claim)), attempt)
+	c.askSyncTurn(claim, buildSyncJob(claim, pvc, workspace.SyncImage(claim, c.syncImage), attempt, false, c.targetVersions(claim)), attempt)
 	return nil, nil
 }
 
@@ -259,6 +259,7 @@ func syncBackoff(attempt int) time.Duration {
 // buildSyncJob returns the claim's sync-back Job (workspace.SyncJob), a child of the claim.
 func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool, versions int32) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
+	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
 	return workspace.SyncJob(meta, claim, contentClaimName, sandboxpod.JobConfig(image), attempt, removeWorkspace, versions)
 }
 

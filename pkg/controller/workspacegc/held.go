@@ -117,7 +117,7 @@ func (c *Controller) startRetry(ctx context.Context, record *batchv1.Job) (*time
 	if len(volumes) != 1 || volumes[0].PersistentVolumeClaim == nil {
 		return nil, fmt.Errorf("record %s has no content volume", record.Name)
 	}
-	job := workspace.RetryJob(record, volumes[0].PersistentVolumeClaim.ClaimName, sandboxpod.JobConfig(c.syncImage))
+	job := workspace.RetryJob(record, volumes[0].PersistentVolumeClaim.ClaimName, sandboxpod.JobConfig(workspace.RecordImage(record, c.syncImage)))
 	if err := c.jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}

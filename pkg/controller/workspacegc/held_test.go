@@ -19,12 +19,16 @@ import (
 	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
+// heldImage is the sync image c1's record froze: not the operator's --sync-image of now
+// (testSyncImage), which the retry must not run.
+const heldImage = "ghcr.io/airlock-dev/airlock:frozen"
+
 // heldRecord returns the record of claim c1's workspace, whose sync-back into projects/demo gave
 // up keptAt, with the given action asked of it ("" none).
 func heldRecord(keptAt time.Time, action string) *batchv1.Job {
 	claim := newClaim("c1", airlockv1alpha1.ClaimFailed, t0)
 	claim.Spec.TargetPath = "projects/demo"
-	job := workspace.HeldRecord(claim, "workspace-content", sandboxpod.JobConfig(testSyncImage), keptAt, "sync-back Job c1-sync failed 5 times", 7)
+	job := workspace.HeldRecord(claim, "workspace-content", sandboxpod.JobConfig(heldImage), keptAt, "sync-back Job c1-sync failed 5 times", 7)
 	job.UID, job.ResourceVersion = "uid-record", "7"
 	if action != "" {
 		job.Annotations[airlockv1alpha1.AnnotationHeldAction] = action
@@ -127,6 +131,17 @@ func TestHeldWorkspaceRetried(t *testing.T) {
 					slices.Contains(args, "--remove-source") || job.Spec.Template.Labels[airlockv1alpha1.LabelSyncOf] != "c1" {
 					t.Errorf("retry Job %s args %v labels %v, want the record's child copying into projects/demo, 7 versions, a sync-back pod of c1",
 						job.Name, args, job.Spec.Template.Labels)
+				}
+				// What the admission policy ties it to its record by: the record's image and PVC,
+				// and labels naming the record, the claim's UID and shard.
+				vols := job.Spec.Template.Spec.Volumes
+				if img := job.Spec.Template.Spec.Containers[0].Image; img != heldImage || len(vols) != 1 || vols[0].PersistentVolumeClaim == nil ||
+					vols[0].PersistentVolumeClaim.ClaimName != "workspace-content" {
+					t.Errorf("retry Job %s runs %q on %+v, want the record's image %q and PVC", job.Name, img, vols, heldImage)
+				}
+				if l := job.Labels; l[airlockv1alpha1.LabelRetryOf] != record.Name || l[airlockv1alpha1.LabelClaimUID] != record.Labels[airlockv1alpha1.LabelClaimUID] ||
+					l[airlockv1alpha1.LabelClaimUID] == "" || l[airlockv1alpha1.LabelClaimShard] != "1" {
+					t.Errorf("retry Job %s labels %v, want retry-of %s, the record's claim UID and shard 1", job.Name, l, record.Name)
 				}
 			},
 		},

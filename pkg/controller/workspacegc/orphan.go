@@ -18,7 +18,7 @@ func (c *Controller) recordOrphanedWorkspace(ctx context.Context, claim *airlock
 	if err != nil || pvc == "" {
 		return err
 	}
-	job := workspace.Record(claim, pvc, sandboxpod.JobConfig(c.syncImage), c.clock.Now())
+	job := workspace.Record(claim, pvc, sandboxpod.JobConfig(workspace.SyncImage(claim, c.syncImage)), c.clock.Now())
 	job.Annotations[airlockv1alpha1.AnnotationKeptResumable] = airlockv1alpha1.AnnotationValueNotResumable
 	klog.FromContext(ctx).V(2).Info("Recording the workspace of a claim garbage collection deleted, for collection", "claim", klog.KObj(claim), "workspaceDir", workspace.DirOf(claim))
 	if err := c.jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -23,6 +23,9 @@ const (
 	// workspace of a warm member the claim adopted): the record name of the claim's own
 	// directory, by which the next claim of the same runtime, session and handle finds it.
 	LabelKeptFor = "airlock.dev/kept-for"
+	// LabelRetryOf is on a held record's retry Job: the record's name (the Job is its controller
+	// child). The admission policy holds the retry to that record's PVC and image.
+	LabelRetryOf = "airlock.dev/retry-of"
 
 	// AnnotationResumeMember is on a kept workspace's record while a resume member waits on it
 	// (docs/nothing-lost.md, "Resume members"): the member's name; AnnotationResumeMemberUID its

@@ -1421,6 +1421,16 @@ type FrozenSandbox struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	WorkspacePath string `json:"workspacePath,omitempty"`
+
+	// SyncImage is the image the claim's workspace Jobs run (`airlock sync`: the sync-back, the
+	// kept workspace's record and its collection): the operator's --sync-image at admission, so
+	// that the admission policy can hold those Jobs to the record, and an operator upgraded
+	// under a running claim does not change what its sync-back runs. Empty in a record frozen
+	// before airlock froze it (its Jobs run the operator's --sync-image of the moment). Not part
+	// of a warm pool's key: members run no Job.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	SyncImage string `json:"syncImage,omitempty"`
 }
 
 // ClaimAddress is one reachable address of a sandbox.

@@ -67,6 +67,13 @@ type FrozenSandboxApplyConfiguration struct {
 	// meaning. Empty in a record frozen before airlock decided it (such a record's args carry
 	// --workspace, and the operator's flags follow them, as when it was frozen).
 	WorkspacePath *string `json:"workspacePath,omitempty"`
+	// SyncImage is the image the claim's workspace Jobs run (`airlock sync`: the sync-back, the
+	// kept workspace's record and its collection): the operator's --sync-image at admission, so
+	// that the admission policy can hold those Jobs to the record, and an operator upgraded
+	// under a running claim does not change what its sync-back runs. Empty in a record frozen
+	// before airlock froze it (its Jobs run the operator's --sync-image of the moment). Not part
+	// of a warm pool's key: members run no Job.
+	SyncImage *string `json:"syncImage,omitempty"`
 }
 
 // FrozenSandboxApplyConfiguration constructs a declarative configuration of the FrozenSandbox type for use with
@@ -213,5 +220,13 @@ func (b *FrozenSandboxApplyConfiguration) WithStartupTimeout(value metav1.Durati
 // If called multiple times, the WorkspacePath field is set to the value of the last call.
 func (b *FrozenSandboxApplyConfiguration) WithWorkspacePath(value string) *FrozenSandboxApplyConfiguration {
 	b.WorkspacePath = &value
+	return b
+}
+
+// WithSyncImage sets the SyncImage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SyncImage field is set to the value of the last call.
+func (b *FrozenSandboxApplyConfiguration) WithSyncImage(value string) *FrozenSandboxApplyConfiguration {
+	b.SyncImage = &value
 	return b
 }
