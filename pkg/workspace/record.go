@@ -264,8 +264,8 @@ func RetryJob(record *batchv1.Job, contentClaimName string, cfg JobConfig) *batc
 	claim := record.Labels[airlockv1alpha1.LabelClaim]
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      RetryJobName(record.Name),
-			Namespace: record.Namespace,
+			Name:            RetryJobName(record.Name),
+			Namespace:       record.Namespace,
 			Labels:          retryLabels(record, claim),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(record, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
