@@ -168,6 +168,9 @@ func checkPolicyRefusesWhatAirlockNeverWrites(t *testing.T, ctx context.Context,
 	for name, c := range neverJobs(t, ctx, op, claim) {
 		cases[name] = c
 	}
+	for name, c := range neverRecordRewrite(t, ctx, claim) {
+		cases[name] = c
+	}
 	for name, tc := range cases {
 		if err := tc.write(); !refusedAs(err, tc) {
 			t.Errorf("the operator's %s: %v; want refused: %s", name, err, tc.want)
@@ -272,7 +275,6 @@ func neverElsewhere(t *testing.T, ctx context.Context, op kubernetes.Interface, 
 	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
 	token.OwnerReferences = nil
 	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)
-	np.OwnerReferences = nil
 	if _, err := kubeClient.NetworkingV1().NetworkPolicies(ns).Create(ctx, sandboxpod.DefaultDenyPolicy(ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("the namespace's deny-all: %v", err)
 	}

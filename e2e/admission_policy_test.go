@@ -84,12 +84,11 @@ func policyClaim(ns string) *airlockv1alpha1.SandboxClaim {
 	return claim
 }
 
-// policyClaimPod is the claim's pod as the operator creates it, its owner left out (the claim
-// is not there: garbage collection would take the pod).
+// policyClaimPod is the claim's pod as the operator creates it, the controller child of the
+// claim (servePolicyClaim's, which exists: the pod is only ever written with dry run).
 func policyClaimPod(claim *airlockv1alpha1.SandboxClaim) *corev1.Pod {
 	pod := sandboxpod.ClaimPod(claim, claim.Status.Frozen)
 	sandboxpod.UseTokenSecret(pod, claimtoken.ClaimSecretName(claim.Name, "token"))
-	pod.OwnerReferences = nil
 	return pod
 }
 
@@ -181,7 +180,6 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	reg.Spec.Sandboxes[0].Warm = 1
 	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
 	member := sandboxpod.MemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record)
-	member.OwnerReferences = nil
 	// A member of a class with egress: the bundle airlock-egress-ca mounted, the proxy
 	// credential read from its own key Secret.
 	egressRecord := record.DeepCopy()
@@ -191,11 +189,9 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 			TargetPort: intstr.FromInt32(3128), PodSelector: map[string]string{"app.kubernetes.io/name": "airlock-egress"}, CABundleConfigMap: "airlock-egress-ca"},
 	}
 	egressMember := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", egressRecord), sandboxpod.MemberName(reg.Name, "codegen"), egressRecord)
-	egressMember.OwnerReferences = nil
 	// A resume member (docs/nothing-lost.md, "Resume members"): a member on the claim's kept
 	// workspace, labelled with its record and runtime.
 	resumeMember := sandboxpod.ResumeMemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record, resumePolicyRecord(claim))
-	resumeMember.OwnerReferences = nil
 	services := []*corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
 	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
@@ -203,7 +199,9 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	memberKey := sandboxpod.MemberSecret(member, "key", "")
 	claimPolicy := sandboxpod.ClaimNetworkPolicy(claim, record, services)
 	poolPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, services)
-	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta, &claimPolicy.ObjectMeta, &poolPolicy.ObjectMeta} {
+	// Pods and policies keep their controller owner (the policies ask for it; every write here is
+	// a dry run), Secrets need none.
+	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta} {
 		noOwner(m)
 	}
 	defaultDeny := &networkingv1.NetworkPolicy{
@@ -299,7 +297,6 @@ func servePoolRecords(t *testing.T, ctx context.Context, ns string, regUID types
 		t.Fatalf("writing the registry's pool records: %v", err)
 	}
 	probe := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(regUID, "codegen", records[0]), sandboxpod.MemberName(reg.Name, "codegen"), records[0])
-	probe.OwnerReferences = nil
 	op := asOperator(t)
 	eventually(t, time.Minute, "a member of the registry's pool record admitted", func(ctx context.Context) (bool, error) {
 		_, err := op.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -383,7 +380,6 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
 	token.OwnerReferences = nil
 	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)
-	np.OwnerReferences = nil
 	tests := map[string]struct {
 		write func() error
 		want  string
@@ -402,7 +398,6 @@ func checkPolicyRefuses(t *testing.T, ctx context.Context, op kubernetes.Interfa
 			reg.UID = "00000000-0000-0000-0000-000000000002"
 			record := claim.Status.Frozen
 			m := sandboxpod.ResumeMemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", record), sandboxpod.MemberName(reg.Name, "codegen"), record, resumePolicyRecord(claim))
-			m.OwnerReferences = nil
 			other := "other-namespace/sandboxes/" + strings.TrimPrefix(claim.Spec.WorkspaceDir, ns+"/sandboxes/")
 			m.Annotations[airlockv1alpha1.AnnotationResumesDir] = other
 			for i := range m.Spec.Containers[0].VolumeMounts {

@@ -160,6 +160,14 @@ func TestPolicyRefusesWhatIssue39Found(t *testing.T) {
 		"an unclaimed pod that names no pool": {create(with(memberPod(testRecord()), func(p *corev1.Pod) {
 			delete(p.Labels, airlockv1alpha1.LabelWarmPool)
 		})), msgNoClaim},
+		// ... and the controller child of the registry it names: one of a registry that does not
+		// exist is garbage collected.
+		"a warm member of no registry's": {create(with(memberPod(testRecord()), func(p *corev1.Pod) { p.OwnerReferences = nil })), msgNoClaim},
+		"a warm member of another registry's": {create(with(memberPod(testRecord()), func(p *corev1.Pod) {
+			p.OwnerReferences[0].Name = "other-registry"
+		})), msgNoClaim},
+		"a pool's NetworkPolicy not its registry's controlled child": {create(with(sandboxpod.PoolNetworkPolicy(warmRegistry(), "codegen", "0123456789abcdef0123", testRecord(), nil),
+			func(n *networkingv1.NetworkPolicy) { n.OwnerReferences[0].Controller = nil })), msgNoClaim},
 		"an unclaimed NetworkPolicy that names no pool": {create(with(sandboxpod.PoolNetworkPolicy(warmRegistry(), "codegen", "0123456789abcdef0123", testRecord(), nil),
 			func(n *networkingv1.NetworkPolicy) { delete(n.Labels, airlockv1alpha1.LabelWarmPool) })), msgNoClaim},
 		"a second PVC": {create(hostilePod(func(_ *corev1.Pod, s *corev1.PodSpec, _ *corev1.Container) {

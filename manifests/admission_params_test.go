@@ -21,6 +21,7 @@ import (
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 const paramsPolicyFile = "rbac/admission_policy_params.yaml"
@@ -77,8 +78,8 @@ func policiesOf(t *testing.T, file string) (map[string]*admissionregistrationv1.
 // closed, and is bound (with a paramRef) to deny.
 func TestParamPoliciesCompileAndAreBound(t *testing.T) {
 	policies, bindings := paramPolicies(t)
-	if len(policies) != 6 {
-		t.Errorf("%d param policies, want 6", len(policies))
+	if len(policies) != 7 {
+		t.Errorf("%d param policies, want 7", len(policies))
 	}
 	for name, p := range policies {
 		compile(t, p)
@@ -234,6 +235,47 @@ func TestClaimRecordPolicyJobs(t *testing.T) {
 			j.Labels[airlockv1alpha1.LabelClaimUID] = "00000000-0000-0000-0000-0000000000e1"
 			pvc("other-content")(j)
 		})), param: claim},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
+			if !applies {
+				t.Fatal("the policy does not apply")
+			}
+			switch {
+			case tc.want == "" && len(refused) > 0:
+				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
+			case tc.want != "" && (len(refused) != 1 || refused[0] != tc.want):
+				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
+			}
+		})
+	}
+}
+
+// TestRetryRecordPolicy: a held record's retry Job is admitted as workspace.RetryJob builds it
+// (the record's controller child, its PVC, its image), and refused with another image, another
+// PVC, or an owner that is not the record of its name by UID.
+func TestRetryRecordPolicy(t *testing.T) {
+	policies, _ := policiesOf(t, paramsPolicyFile)
+	p := compile(t, policies["airlock-operator-retry-record"])
+	claim := boundClaim(testRecord())
+	record := with(keptRecord(claim, true), func(j *batchv1.Job) { j.UID = "00000000-0000-0000-0000-0000000000a1" })
+	other := with(record, func(j *batchv1.Job) { j.Name, j.UID = "airlock-kept-other", "00000000-0000-0000-0000-0000000000a2" })
+	retry := workspace.RetryJob(record, "workspace-content", sandboxpod.JobConfig(workspace.RecordImage(record, "unused")))
+	const msg = "a retry Job is the controller child of the record it names (airlock.dev/retry-of), mounts only that record's PVC and runs its image"
+	tests := map[string]struct {
+		r     request
+		param *batchv1.Job
+		want  string // "" admitted
+	}{
+		"a retry as built":        {r: create(retry), param: record},
+		"a retry, another record": {r: create(with(retry, func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "example.com/exfil:v1" })), param: other},
+		"another image":           {r: create(with(retry, func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "example.com/exfil:v1" })), param: record, want: msg},
+		"another workload's PVC": {r: create(with(retry, func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "database-data"
+		})), param: record, want: msg},
+		"a record of its name, recreated": {r: create(with(retry, func(j *batchv1.Job) { j.OwnerReferences[0].UID = "00000000-0000-0000-0000-0000000000a3" })), param: record, want: msg},
+		"not its controller":              {r: create(with(retry, func(j *batchv1.Job) { j.OwnerReferences[0].Controller = nil })), param: record, want: msg},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

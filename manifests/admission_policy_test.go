@@ -116,6 +116,8 @@ type request struct {
 	namespace string
 	object    runtime.Object // nil for a DELETE
 	oldObject runtime.Object // nil for a CREATE
+	// subResource is the subresource written ("status"), or "".
+	subResource string
 }
 
 // resourceOf is each kind's API group and resource.
@@ -158,10 +160,14 @@ func kindOf(obj runtime.Object) string {
 }
 
 // matches says whether the policy's matchConstraints cover the request's resource and operation.
-func (p *compiledPolicy) matches(kind string, op admissionregistrationv1.OperationType) bool {
+func (p *compiledPolicy) matches(kind, subResource string, op admissionregistrationv1.OperationType) bool {
 	gr := resourceOf[kind]
+	resource := gr[1]
+	if subResource != "" {
+		resource += "/" + subResource
+	}
 	for _, r := range p.spec.MatchConstraints.ResourceRules {
-		if slices.Contains(r.APIGroups, gr[0]) && slices.Contains(r.Resources, gr[1]) && slices.Contains(r.APIVersions, versionOf(kind)) &&
+		if slices.Contains(r.APIGroups, gr[0]) && slices.Contains(r.Resources, resource) && slices.Contains(r.APIVersions, versionOf(kind)) &&
 			(slices.Contains(r.Operations, op) || slices.Contains(r.Operations, admissionregistrationv1.OperationAll)) {
 			return true
 		}
@@ -186,7 +192,7 @@ func (p *compiledPolicy) admitWith(t *testing.T, r request, params any) (applies
 		obj = r.oldObject
 	}
 	kind := kindOf(obj)
-	if !p.matches(kind, r.operation) {
+	if !p.matches(kind, r.subResource, r.operation) {
 		return false, nil
 	}
 	toMap := func(o runtime.Object) any {
@@ -204,7 +210,7 @@ func (p *compiledPolicy) admitWith(t *testing.T, r request, params any) (applies
 	activation := map[string]any{
 		"object": toMap(r.object), "oldObject": toMap(r.oldObject), "variables": vars, "params": params,
 		"request": map[string]any{
-			"operation": string(r.operation), "namespace": r.namespace,
+			"operation": string(r.operation), "namespace": r.namespace, "subResource": r.subResource,
 			"kind":     map[string]any{"group": gr[0], "version": versionOf(kind), "kind": kind},
 			"resource": map[string]any{"group": gr[0], "version": versionOf(kind), "resource": gr[1]},
 			"userInfo": map[string]any{"username": r.user},
@@ -858,7 +864,7 @@ func TestPolicyCoversTheOperatorsWrites(t *testing.T) {
 							continue
 						}
 						kind, known := kindOfResource[gr]
-						if !known || !p.matches(kind, op) {
+						if !known || !p.matches(kind, "", op) {
 							t.Errorf("the operator may %s %s.%s, which the policy does not check", verb, res, group)
 						}
 						checked++

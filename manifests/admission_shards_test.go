@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
 	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
 )
 
 // shardChars are the characters a claim's name can end in (a DNS subdomain ends in [a-z0-9]).
@@ -89,10 +89,11 @@ func TestClaimShardPolicy(t *testing.T) {
 	const msg = "a claim, and a claim's pod, NetworkPolicy or Job, carries airlock.dev/claim-shard, the last character of the claim's name"
 	const msgUID = "a Job that names a claim names its UID too (label airlock.dev/claim-uid), or is the child of that claim or of a kept workspace's record Job"
 	job, kept := syncJob(claim), keptRecord(claim, true)
-	retry := with(job, func(j *batchv1.Job) {
-		delete(j.Labels, airlockv1alpha1.LabelClaimUID)
-		j.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: kept.Name, UID: "uid-kept", Controller: ptr.To(true)}}
-	})
+	const msgOwner = "a claim's pod or NetworkPolicy is the controller child of the claim it names (a pod of its airlock.dev/claim-uid)"
+	const msgRetry = "a Job owned by a Job is a retry of that record, labelled airlock.dev/retry-of with its name"
+	// A retry of a record an earlier operator wrote (without the claim's UID).
+	olderRecord := with(kept, func(j *batchv1.Job) { j.UID = "uid-kept"; delete(j.Labels, airlockv1alpha1.LabelClaimUID) })
+	retry := workspace.RetryJob(olderRecord, "workspace-content", sandboxpod.JobConfig("ghcr.io/airlock-dev/airlock:v0.1.0"))
 	unlabel := func(c *airlockv1alpha1.SandboxClaim) { delete(c.Labels, airlockv1alpha1.LabelClaimShard) }
 	tests := map[string]struct {
 		r        request
@@ -127,11 +128,20 @@ func TestClaimShardPolicy(t *testing.T) {
 		"a claim's Job without a shard":                   {r: create(with(job, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimShard) })), want: msg},
 		"a record in another claim's shard":               {r: create(with(kept, func(j *batchv1.Job) { j.Labels[airlockv1alpha1.LabelClaimShard] = "x" })), want: msg},
 		"a record that names no claim's UID":              {r: create(with(kept, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelClaimUID) })), want: msgUID},
+		"a retry naming no record":                        {r: create(with(retry, func(j *batchv1.Job) { delete(j.Labels, airlockv1alpha1.LabelRetryOf) })), want: msgRetry},
+		"a retry naming another record":                   {r: create(with(retry, func(j *batchv1.Job) { j.Labels[airlockv1alpha1.LabelRetryOf] = "airlock-kept-other" })), want: msgRetry},
 		"a Job owned by no controller": {r: create(with(job, func(j *batchv1.Job) {
 			delete(j.Labels, airlockv1alpha1.LabelClaimUID)
 			j.OwnerReferences[0].Controller = nil
 		})), want: msgUID},
-		"a warm member (no claim yet)": {r: create(memberPod(testRecord())), notApply: true},
+		// A claim's pod and policy are its controller children (a pod of the UID it carries):
+		// one naming a claim that does not exist is garbage collected.
+		"a claim's pod of no owner":              {r: create(with(pod, func(p *corev1.Pod) { p.OwnerReferences = nil })), want: msgOwner},
+		"a claim's pod of another claim's":       {r: create(with(pod, func(p *corev1.Pod) { p.OwnerReferences[0].Name = "agent-9999999999" })), want: msgOwner},
+		"a claim's pod owned by another UID":     {r: create(with(pod, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "00000000-0000-0000-0000-0000000000e1" })), want: msgOwner},
+		"a claim's pod, its owner no controller": {r: create(with(pod, func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil })), want: msgOwner},
+		"a claim's NetworkPolicy of no owner":    {r: create(with(np, func(n *networkingv1.NetworkPolicy) { n.OwnerReferences = nil })), want: msgOwner},
+		"a warm member (no claim yet)":           {r: create(memberPod(testRecord())), notApply: true},
 		"someone else's claim": {r: request{user: "system:serviceaccount:team:deployer", operation: admissionregistrationv1.Create,
 			namespace: claim.Namespace, object: with(claim, unlabel)}, notApply: true},
 	}
