@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -118,6 +119,41 @@ func boundClaim(record *airlockv1alpha1.FrozenSandbox) *airlockv1alpha1.SandboxC
 	return c
 }
 
+// policyCase is a request and what a policy answers it: "" admitted, or the message of the one
+// validation that refuses it (a prefix of it, for long messages); with param, the policy is
+// evaluated for that param (its paramKind's object); notApply: the policy does not apply.
+type policyCase struct {
+	r        request
+	param    runtime.Object
+	want     string
+	notApply bool
+}
+
+// checkPolicyCases evaluates p on every case, each a subtest.
+func checkPolicyCases(t *testing.T, p *compiledPolicy, tests map[string]policyCase) {
+	t.Helper()
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var params any = types.NullValue
+			if tc.param != nil {
+				params = asParam(t, tc.param)
+			}
+			applies, refused := p.admitWith(t, tc.r, params)
+			switch {
+			case tc.notApply && applies:
+				t.Errorf("the policy applies (refused %v), want not", refused)
+			case tc.notApply:
+			case !applies:
+				t.Error("the policy does not apply")
+			case tc.want == "" && len(refused) > 0:
+				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
+			case tc.want != "" && (len(refused) != 1 || !strings.HasPrefix(refused[0], tc.want)):
+				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
+			}
+		})
+	}
+}
+
 func TestClaimRecordPolicy(t *testing.T) {
 	policies, _ := paramPolicies(t)
 	p := compile(t, policies["airlock-operator-claim-record"])
@@ -133,11 +169,7 @@ func TestClaimRecordPolicy(t *testing.T) {
 		return p
 	}
 	np := sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())
-	tests := map[string]struct {
-		r     request
-		param *airlockv1alpha1.SandboxClaim
-		want  string // "" admitted
-	}{
+	tests := map[string]policyCase{
 		"a claim's pod":                          {r: create(pod), param: claim},
 		"a claim's pod, another claim":           {r: create(pod), param: other},
 		"a claim's pod with egress":              {r: create(egressPod), param: egressClaim},
@@ -164,20 +196,7 @@ func TestClaimRecordPolicy(t *testing.T) {
 			n.Spec.Egress[0].To[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "operator"}}
 		})), param: egressClaim, want: "a claim's NetworkPolicy lets out in its egress gateway's namespace only"},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			switch {
-			case tc.want == "" && len(refused) > 0:
-				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
-			case tc.want != "" && (len(refused) != 1 || !strings.HasPrefix(refused[0], tc.want)):
-				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
-			}
-		})
-	}
+	checkPolicyCases(t, p, tests)
 }
 
 // lastConfigMap is the ConfigMap volume of p (the egress CA bundle's).
@@ -211,11 +230,7 @@ func TestClaimRecordPolicyJobs(t *testing.T) {
 		return func(j *batchv1.Job) { j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = name }
 	}
 	const msg = "a claim's workspace Job mounts only its record's workspace PVC and runs the sync image its record froze"
-	tests := map[string]struct {
-		r     request
-		param *airlockv1alpha1.SandboxClaim
-		want  string // "" admitted
-	}{
+	tests := map[string]policyCase{
 		"a claim's sync-back Job":                {r: create(job), param: claim},
 		"a kept workspace's record":              {r: create(kept), param: claim},
 		"a claim's sync-back Job, another claim": {r: create(with(job, image("example.com/exfil:v1"))), param: other},
@@ -236,20 +251,7 @@ func TestClaimRecordPolicyJobs(t *testing.T) {
 			pvc("other-content")(j)
 		})), param: claim},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			switch {
-			case tc.want == "" && len(refused) > 0:
-				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
-			case tc.want != "" && (len(refused) != 1 || refused[0] != tc.want):
-				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
-			}
-		})
-	}
+	checkPolicyCases(t, p, tests)
 }
 
 // TestRetryRecordPolicy: a held record's retry Job is admitted as workspace.RetryJob builds it
@@ -263,11 +265,7 @@ func TestRetryRecordPolicy(t *testing.T) {
 	other := with(record, func(j *batchv1.Job) { j.Name, j.UID = "airlock-kept-other", "00000000-0000-0000-0000-0000000000a2" })
 	retry := workspace.RetryJob(record, "workspace-content", sandboxpod.JobConfig(workspace.RecordImage(record, "unused")))
 	const msg = "a retry Job is the controller child of the record it names (airlock.dev/retry-of), mounts only that record's PVC and runs its image"
-	tests := map[string]struct {
-		r     request
-		param *batchv1.Job
-		want  string // "" admitted
-	}{
+	tests := map[string]policyCase{
 		"a retry as built":        {r: create(retry), param: record},
 		"a retry, another record": {r: create(with(retry, func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "example.com/exfil:v1" })), param: other},
 		"another image":           {r: create(with(retry, func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "example.com/exfil:v1" })), param: record, want: msg},
@@ -277,18 +275,5 @@ func TestRetryRecordPolicy(t *testing.T) {
 		"a record of its name, recreated": {r: create(with(retry, func(j *batchv1.Job) { j.OwnerReferences[0].UID = "00000000-0000-0000-0000-0000000000a3" })), param: record, want: msg},
 		"not its controller":              {r: create(with(retry, func(j *batchv1.Job) { j.OwnerReferences[0].Controller = nil })), param: record, want: msg},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admitWith(t, tc.r, asParam(t, tc.param))
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			switch {
-			case tc.want == "" && len(refused) > 0:
-				t.Errorf("refused:\n%s", strings.Join(refused, "\n"))
-			case tc.want != "" && (len(refused) != 1 || refused[0] != tc.want):
-				t.Errorf("refused by:\n%s\nwant only %q", strings.Join(refused, "\n"), tc.want)
-			}
-		})
-	}
+	checkPolicyCases(t, p, tests)
 }

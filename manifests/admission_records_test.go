@@ -27,11 +27,7 @@ func TestRecordFrozenPolicy(t *testing.T) {
 		return r
 	}
 	const msg = "a claim's record (status.frozen) is written once, at admission, and never changed or removed"
-	tests := map[string]struct {
-		r        request
-		want     string // "" admitted
-		notApply bool
-	}{
+	tests := map[string]policyCase{
 		"admission writes the record": {r: status(unadmitted, admitted)},
 		"a status write keeping the record": {r: status(admitted, with(admitted, func(c *airlockv1alpha1.SandboxClaim) {
 			c.Status.Phase, c.Status.Reason = airlockv1alpha1.ClaimReaping, "IdleTimeout"
@@ -57,24 +53,5 @@ func TestRecordFrozenPolicy(t *testing.T) {
 			return r
 		}(), notApply: true},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admit(t, tc.r)
-			if tc.notApply {
-				if applies {
-					t.Fatalf("the policy applies (refused %v), want not", refused)
-				}
-				return
-			}
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			if tc.want == "" && len(refused) > 0 {
-				t.Fatalf("refused: %v", refused)
-			}
-			if tc.want != "" && (len(refused) != 1 || refused[0] != tc.want) {
-				t.Fatalf("refused %v, want %q", refused, tc.want)
-			}
-		})
-	}
+	checkPolicyCases(t, p, tests)
 }

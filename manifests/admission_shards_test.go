@@ -95,11 +95,7 @@ func TestClaimShardPolicy(t *testing.T) {
 	olderRecord := with(kept, func(j *batchv1.Job) { j.UID = "uid-kept"; delete(j.Labels, airlockv1alpha1.LabelClaimUID) })
 	retry := workspace.RetryJob(olderRecord, "workspace-content", sandboxpod.JobConfig("ghcr.io/airlock-dev/airlock:v0.1.0"))
 	unlabel := func(c *airlockv1alpha1.SandboxClaim) { delete(c.Labels, airlockv1alpha1.LabelClaimShard) }
-	tests := map[string]struct {
-		r        request
-		want     string // "" admitted
-		notApply bool
-	}{
+	tests := map[string]policyCase{
 		"a claim as the Sandbox API builds it": {r: create(claim)},
 		"a replacement claim":                  {r: create(replacement)},
 		// The acquire's trace context (docs/record.md §1): metadata only, admitted as any annotation.
@@ -145,24 +141,5 @@ func TestClaimShardPolicy(t *testing.T) {
 		"someone else's claim": {r: request{user: "system:serviceaccount:team:deployer", operation: admissionregistrationv1.Create,
 			namespace: claim.Namespace, object: with(claim, unlabel)}, notApply: true},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			applies, refused := p.admit(t, tc.r)
-			if tc.notApply {
-				if applies {
-					t.Fatalf("the policy applies (refused %v), want not", refused)
-				}
-				return
-			}
-			if !applies {
-				t.Fatal("the policy does not apply")
-			}
-			if tc.want == "" && len(refused) > 0 {
-				t.Fatalf("refused: %v", refused)
-			}
-			if tc.want != "" && (len(refused) != 1 || refused[0] != tc.want) {
-				t.Fatalf("refused %v, want %q", refused, tc.want)
-			}
-		})
-	}
+	checkPolicyCases(t, p, tests)
 }
