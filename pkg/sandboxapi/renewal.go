@@ -2,11 +2,13 @@ package sandboxapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -31,7 +33,11 @@ func needsRenewal(claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration
 
 // renewLastUsed renews a Bound claim at now: it writes status.lastUsedAt = now when needsRenewal
 // says so, and otherwise costs no API call. written says whether it wrote. On a conflict it reads
-// the claim again and decides again. idleTimeout is the claim's runtime's
+// the claim again and decides again. The write is a merge patch of status.lastUsedAt alone (the
+// claim's UID and resourceVersion as preconditions), never the whole status: a replica of
+// another version, which does not know every field of the claim's record, must not write the
+// record back without them (the operator's admission policy refuses a changed record, and the
+// record is what the claim runs). idleTimeout is the claim's runtime's
 // spec.sandbox.idleTimeout. (The claim controller only reads lastUsedAt: the API and the
 // controller meet in the claim's status, pkg/admission and pkg/operator, not in each other's code.)
 func renewLastUsed(ctx context.Context, client airlockclientset.Interface, claim *airlockv1alpha1.SandboxClaim, idleTimeout time.Duration, now time.Time) (written bool, err error) {
@@ -54,9 +60,12 @@ func renewLastUsed(ctx context.Context, client airlockclientset.Interface, claim
 		if !needsRenewal(current, idleTimeout, now) {
 			return nil
 		}
-		updated := current.DeepCopy()
-		updated.Status.LastUsedAt = &metav1.Time{Time: now}
-		_, err := client.AirlockV1alpha1().SandboxClaims(updated.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		patch, err := lastUsedPatch(current, now)
+		if err != nil {
+			return err
+		}
+		_, err = client.AirlockV1alpha1().SandboxClaims(current.Namespace).Patch(ctx, current.Name, types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: FieldManager}, "status")
 		if apierrors.IsConflict(err) {
 			current = nil // read it again
 			return err
@@ -70,6 +79,15 @@ func renewLastUsed(ctx context.Context, client airlockclientset.Interface, claim
 		lastUsedWrites.WithLabelValues(boolLabel(written)).Inc()
 	}
 	return written, err
+}
+
+// lastUsedPatch is the merge patch that sets the claim's status.lastUsedAt to now, only if the
+// claim is still the one read (its UID and resourceVersion).
+func lastUsedPatch(claim *airlockv1alpha1.SandboxClaim, now time.Time) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": claim.UID, "resourceVersion": claim.ResourceVersion},
+		"status":   map[string]any{"lastUsedAt": metav1.NewTime(now)},
+	})
 }
 
 func boolLabel(b bool) string {

@@ -1,6 +1,7 @@
 package sandboxapi
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -113,7 +115,7 @@ func TestRenewLastUsedConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	conflicts := 0
-	client.PrependReactor("update", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("patch", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
 		if conflicts == 0 {
 			conflicts++
 			return true, nil, conflictError()
@@ -123,6 +125,46 @@ func TestRenewLastUsedConflict(t *testing.T) {
 	written, err := renewLastUsed(ctx, client, claim, time.Hour, t0.Add(time.Hour+time.Minute))
 	if err != nil || written {
 		t.Errorf("renewLastUsed = %v, %v; want false, nil (the fresh claim was renewed a minute ago)", written, err)
+	}
+}
+
+// TestRenewalWritesLastUsedOnly: a renewal's write is a merge patch of the status subresource
+// holding status.lastUsedAt alone, with the claim's UID and resourceVersion as preconditions:
+// never the whole status, so that a replica of another version cannot write the claim's record
+// back without a field it does not know (nor the phase or conditions the leader wrote since).
+func TestRenewalWritesLastUsedOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	claim := boundClaim(t0.Add(-time.Hour))
+	claim.UID, claim.ResourceVersion = "uid-c1", "41"
+	client := airlockfake.NewClientset(claim)
+	client.ClearActions()
+	var patches []core.PatchAction
+	client.PrependReactor("*", "sandboxclaims", func(a core.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(core.PatchAction); ok {
+			patches = append(patches, p)
+			return true, claim, nil
+		}
+		if a.GetVerb() != "get" {
+			t.Errorf("renewal wrote %s %s/%s, want only a patch", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
+		return false, nil, nil
+	})
+	if written, err := renewLastUsed(ctx, client, claim, time.Minute, t0); err != nil || !written {
+		t.Fatalf("renewLastUsed = %v, %v; want a write", written, err)
+	}
+	if len(patches) != 1 || patches[0].GetSubresource() != "status" || patches[0].GetPatchType() != types.MergePatchType {
+		t.Fatalf("patches %v, want one merge patch of the status", patches)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(patches[0].GetPatch(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"metadata": map[string]any{"uid": "uid-c1", "resourceVersion": "41"},
+		"status":   map[string]any{"lastUsedAt": t0.UTC().Format(time.RFC3339)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("renewal patch (-want +got):\n%s", diff)
 	}
 }
 
