@@ -13,9 +13,11 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
 	"github.com/airlock-dev/airlock/pkg/claimname"
@@ -153,6 +155,45 @@ func operatorKubeconfig(t *testing.T) string {
 // children (the token Secret created, never read), Bound, the derived Authorization header (equal
 // to what the sandbox mounts, whatever Secret somebody planted under the claim's name), renew,
 // close, reaping with sync-back, deletion.
+// checkRenewalWrites: a renewal that must write (the claim bound 20 minutes ago, as the suite's
+// administrator says, of a runtime idle after 30) writes status.lastUsedAt, as the operator's
+// ServiceAccount (a merge patch of sandboxclaims/status), and leaves the claim's record as it was.
+// The Sandbox API reads the claim from its cache: renewed until the write shows.
+func checkRenewalWrites(t *testing.T, ctx context.Context, c *client.Client, ns, name string) {
+	t.Helper()
+	claims := airlockClient.AirlockV1alpha1().SandboxClaims(ns)
+	var frozen *airlockv1alpha1.FrozenSandbox
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		frozen = cl.Status.Frozen
+		cl.Status.BoundAt, cl.Status.LastUsedAt = &metav1.Time{Time: time.Now().Add(-20 * time.Minute)}, nil
+		_, err = claims.UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil || frozen == nil {
+		t.Fatalf("backdating the claim's Bound: %v (record %v)", err, frozen)
+	}
+	eventually(t, time.Minute, "a renewal that writes status.lastUsedAt", func(ctx context.Context) (bool, error) {
+		if err := c.Renew(ctx, client.RenewRequest{Namespace: ns, Runtime: "agent", Session: "session-1", Handle: "codegen/default"}); err != nil {
+			return false, fmt.Errorf("renew: %w", err)
+		}
+		cl, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if cl.Status.LastUsedAt == nil {
+			return false, nil
+		}
+		if !apiequality.Semantic.DeepEqual(cl.Status.Frozen, frozen) {
+			return false, fmt.Errorf("the renewal changed the claim's record: %+v, was %+v", cl.Status.Frozen, frozen)
+		}
+		return true, nil
+	})
+}
+
 func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	e := newClaimEnv(t, "airlock-rbac-run", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, targetPath: "projects/rbac"})
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -198,6 +239,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	if err := c.Renew(ctx, client.RenewRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1", Handle: "codegen/default"}); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
+	checkRenewalWrites(t, ctx, c, e.ns, name)
 	if _, err := c.CloseSession(ctx, client.SessionRequest{Namespace: e.ns, Runtime: "agent", Session: "session-1"}); err != nil {
 		t.Fatalf("close: %v", err)
 	}

@@ -53,6 +53,7 @@ var rbacUses = map[string]rbacUse{
 	"airlock.dev/sandboxclaims patch":         {"pkg/sandboxapi/sessions.go", `claims.Patch(`},
 	"airlock.dev/sandboxclaims delete":        {"pkg/controller/claim/control.go", `SandboxClaims(namespace).Delete(`},
 	"airlock.dev/sandboxclaims/status update": {"pkg/controller/claim/control.go", `SandboxClaims(claim.Namespace).UpdateStatus(`},
+	"airlock.dev/sandboxclaims/status patch":  {"pkg/sandboxapi/renewal.go", `SandboxClaims(current.Namespace).Patch(`},
 	// blockOwnerDeletion (metav1.NewControllerRef sets it) on an owner needs update of its
 	// finalizers where OwnerReferencesPermissionEnforcement is on.
 	"airlock.dev/sandboxclaims/finalizers update":  {"pkg/sandboxpod/pod.go", `metav1.NewControllerRef(claim,`},
