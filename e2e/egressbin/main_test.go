@@ -246,15 +246,21 @@ type gateway struct {
 	up          *upstream
 }
 
-// freeAddr is a loopback address no listener holds now (the gateway's flags need the port).
-func freeAddr(t *testing.T) string {
+// freeAddrs are n loopback addresses no listener holds now (the gateway's flags need the ports),
+// all different: each is held until every one is taken, so the kernel cannot hand the same
+// ephemeral port out twice (it did: two flags got one port, and the gateway refused to start).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // startGateway runs the binary with claim A (from 127.0.0.1) whose policy is the two credential
@@ -296,8 +302,9 @@ func startGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 
-	g := &gateway{proxyAddr: freeAddr(t), metricsAddr: freeAddr(t), stderr: &syncBuffer{}, sandboxCA: gatewayCA.pool, up: up}
-	health := freeAddr(t)
+	addrs := freeAddrs(t, 3)
+	g := &gateway{proxyAddr: addrs[0], metricsAddr: addrs[1], stderr: &syncBuffer{}, sandboxCA: gatewayCA.pool, up: up}
+	health := addrs[2]
 	cmd := exec.Command(airlockBin, "egress",
 		"--claims-file="+filepath.Join(dir, "claims.json"),
 		"--proxy-bind-address="+g.proxyAddr, "--health-probe-bind-address="+health, "--metrics-bind-address="+g.metricsAddr,
