@@ -213,9 +213,11 @@ func TestWarmPoolBurst(t *testing.T) {
 	ctx := context.Background()
 	e := newClaimEnv(t, "airlock-warm-burst", claimEnvOptions{maxConcurrent: 10, maxPerSession: 3, maxInstances: 20})
 	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 3 })
-	// A slow refill, so that the burst meets a pool of 3.
+	// A slow refill, so that the burst meets a pool of 3. The refill rate is the operator's, for
+	// every pool it sees: the pools of the namespaces earlier tests leave being deleted take
+	// their turns too (a CI-equivalent run waited more than a minute), so the wait is long.
 	startClaimOperatorWithArgs(t, e.ns, "--warm-refill-rate=0.2")
-	e.waitWarm(t, 3, 60*time.Second)
+	e.waitWarm(t, 3, 3*time.Minute)
 
 	const n = 7
 	names := make([]string, n)
