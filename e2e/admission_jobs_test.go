@@ -32,11 +32,7 @@ func neverJobs(t *testing.T, ctx context.Context, op kubernetes.Interface, claim
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	pvc := claim.Status.Frozen.WorkspaceClaimName
 	cfg := sandboxpod.JobConfig(workspace.SyncImage(claim, "unused"))
-	syncJob := func() *batchv1.Job {
-		meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
-		meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
-		return workspace.SyncJob(meta, claim, pvc, cfg, 1, false, workspace.DefaultTargetVersions)
-	}
+	syncJob := func() *batchv1.Job { return policyJob(claim) }
 	record := func() *batchv1.Job { return workspace.Record(claim, pvc, cfg, sandboxpodtest.T0) }
 	create := func(job *batchv1.Job) error {
 		_, err := op.BatchV1().Jobs(job.Namespace).Create(ctx, job, dryRun)

@@ -362,7 +362,6 @@ func resumePolicyRecord(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 func policyJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
 	meta.OwnerReferences = nil
-	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
 	return workspace.SyncJob(meta, claim, claim.Status.Frozen.WorkspaceClaimName, sandboxpod.JobConfig(workspace.SyncImage(claim, e2eImage())), 1, false, workspace.DefaultTargetVersions)
 }
 

@@ -118,6 +118,11 @@ func EntryTargetVersions(entry *airlockv1alpha1.RegistrySandbox) int32 {
 // SyncDeadline (activeDeadlineSeconds) whatever happens to its pod.
 func SyncJob(meta metav1.ObjectMeta, claim *airlockv1alpha1.SandboxClaim, contentClaimName string, cfg JobConfig, attempt int, removeWorkspace bool, versions int32) *batchv1.Job {
 	meta.Annotations = map[string]string{airlockv1alpha1.AnnotationSyncAttempt: strconv.Itoa(attempt)}
+	if meta.Labels == nil {
+		meta.Labels = map[string]string{}
+	}
+	// The claim's UID: the admission policy holds the Job to that claim's record only.
+	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
 	return &batchv1.Job{
 		ObjectMeta: meta,
 		Spec: batchv1.JobSpec{

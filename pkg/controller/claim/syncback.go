@@ -259,7 +259,6 @@ func syncBackoff(attempt int) time.Duration {
 // buildSyncJob returns the claim's sync-back Job (workspace.SyncJob), a child of the claim.
 func buildSyncJob(claim *airlockv1alpha1.SandboxClaim, contentClaimName, image string, attempt int, removeWorkspace bool, versions int32) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
-	meta.Labels[airlockv1alpha1.LabelClaimUID] = string(claim.UID)
 	return workspace.SyncJob(meta, claim, contentClaimName, sandboxpod.JobConfig(image), attempt, removeWorkspace, versions)
 }
 
