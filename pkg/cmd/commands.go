@@ -11,6 +11,7 @@ func commands() []*cobra.Command {
 	return []*cobra.Command{
 		newOperatorCommand(NewOperatorOptions()),
 		newEgressCommand(NewEgressOptions()),
+		newRecordsWebhookCommand(NewRecordsWebhookOptions()),
 		newSandboxdCommand(NewSandboxdOptions()),
 		newSyncCommand(NewSyncOptions()),
 		newRecordCommand(),

@@ -39,8 +39,8 @@ func issuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(backdate) 
 func lifetime(c *x509.Certificate) time.Duration { return c.NotAfter.Sub(issuedAt(c)) }
 
 // newCA makes a self-signed CA valid from now for life.
-func newCA(random io.Reader, now time.Time, life time.Duration) (*keyPair, error) {
-	p, err := pki.NewCA(random, "airlock-sandbox-api-ca", now, life)
+func newCA(random io.Reader, name string, now time.Time, life time.Duration) (*keyPair, error) {
+	p, err := pki.NewCA(random, name, now, life)
 	if err != nil {
 		return nil, err
 	}

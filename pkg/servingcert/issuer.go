@@ -33,10 +33,16 @@ const IssuerName = "airlock-serving-cert"
 // of that name only; a list or watch with a metadata.name field selector is authorised against
 // resourceNames).
 func NewSecretInformerFactory(client kubernetes.Interface, namespace string) kubeinformers.SharedInformerFactory {
+	return NewNamedSecretInformerFactory(client, namespace, SecretName)
+}
+
+// NewNamedSecretInformerFactory is NewSecretInformerFactory for the Secret name (a Policy's
+// SecretName other than the Sandbox API's).
+func NewNamedSecretInformerFactory(client kubernetes.Interface, namespace, name string) kubeinformers.SharedInformerFactory {
 	return kubeinformers.NewSharedInformerFactoryWithOptions(client, 0,
 		kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", SecretName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 		}))
 }
 
@@ -72,6 +78,12 @@ func newIssuerWithClock(client kubernetes.Interface, namespace string, secrets c
 	if len(policy.Names) == 0 {
 		return nil, fmt.Errorf("the serving certificate needs at least one name")
 	}
+	if policy.SecretName == "" {
+		policy.SecretName = SecretName
+	}
+	if policy.CAName == "" {
+		policy.CAName = defaultCAName
+	}
 	i := &Issuer{
 		client:        client,
 		namespace:     namespace,
@@ -88,7 +100,7 @@ func newIssuerWithClock(client kubernetes.Interface, namespace string, secrets c
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
 		}
-		if s, ok := obj.(*corev1.Secret); ok && s.Namespace == namespace && s.Name == SecretName {
+		if s, ok := obj.(*corev1.Secret); ok && s.Namespace == namespace && s.Name == i.policy.SecretName {
 			i.queue.Add(i.key())
 		}
 	}
@@ -107,7 +119,7 @@ func newIssuerWithClock(client kubernetes.Interface, namespace string, secrets c
 }
 
 func (i *Issuer) key() cache.ObjectName {
-	return cache.ObjectName{Namespace: i.namespace, Name: SecretName}
+	return cache.ObjectName{Namespace: i.namespace, Name: i.policy.SecretName}
 }
 
 // Run keeps the Secret current until ctx is done, and returns once its worker has.
@@ -116,7 +128,7 @@ func (i *Issuer) Run(ctx context.Context) error {
 	defer i.handlers.RemoveAll()
 	defer i.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting the serving certificate issuer", "secret", klog.KRef(i.namespace, SecretName))
+	logger.Info("Starting the serving certificate issuer", "secret", klog.KRef(i.namespace, i.policy.SecretName))
 	defer logger.Info("Stopped the serving certificate issuer")
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, i.secretsSynced) {
 		return fmt.Errorf("waiting for the Secret cache to sync: %w", ctx.Err())
@@ -157,7 +169,7 @@ func (i *Issuer) processNextWorkItem(ctx context.Context) bool {
 func (i *Issuer) sync(ctx context.Context) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	now := i.clock.Now()
-	cached, err := i.secretLister.Secrets(i.namespace).Get(SecretName)
+	cached, err := i.secretLister.Secrets(i.namespace).Get(i.policy.SecretName)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, err
 	}
@@ -174,38 +186,38 @@ func (i *Issuer) sync(ctx context.Context) (time.Duration, error) {
 	case cached == nil:
 		created, err := secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:      SecretName,
+				Name:      i.policy.SecretName,
 				Namespace: i.namespace,
-				Labels:    map[string]string{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": "operator"},
+				Labels:    map[string]string{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": i.policy.component()},
 			},
 			Type: corev1.SecretTypeTLS,
 			Data: p.Data,
 		}, metav1.CreateOptions{FieldManager: IssuerName})
 		if apierrors.IsAlreadyExists(err) {
-			logger.V(2).Info("Another replica created the serving certificate first", "secret", klog.KRef(i.namespace, SecretName))
+			logger.V(2).Info("Another replica created the serving certificate first", "secret", klog.KRef(i.namespace, i.policy.SecretName))
 			return 0, nil // the informer brings it
 		}
 		if err != nil {
-			return 0, fmt.Errorf("creating Secret %s/%s: %w", i.namespace, SecretName, err)
+			return 0, fmt.Errorf("creating Secret %s/%s: %w", i.namespace, i.policy.SecretName, err)
 		}
-		logger.Info("Created the Sandbox API's CA and serving certificate", "secret", klog.KObj(created), "names", i.policy.Names)
+		logger.Info("Created the CA and serving certificate", "secret", klog.KObj(created), "names", i.policy.Names)
 		data = created.Data
 	case p.Changed:
 		secret := cached.DeepCopy()
 		secret.Data = p.Data
 		updated, err := secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: IssuerName})
 		if apierrors.IsConflict(err) {
-			logger.V(2).Info("Another replica changed the serving certificate first", "secret", klog.KRef(i.namespace, SecretName))
+			logger.V(2).Info("Another replica changed the serving certificate first", "secret", klog.KRef(i.namespace, i.policy.SecretName))
 			return 0, nil // the informer brings it
 		}
 		if err != nil {
-			return 0, fmt.Errorf("updating Secret %s/%s: %w", i.namespace, SecretName, err)
+			return 0, fmt.Errorf("updating Secret %s/%s: %w", i.namespace, i.policy.SecretName, err)
 		}
-		logger.Info("Renewed the Sandbox API's certificates", "secret", klog.KObj(updated), "reasons", p.Reasons)
+		logger.Info("Renewed the CA and serving certificates", "secret", klog.KObj(updated), "reasons", p.Reasons)
 		data = updated.Data
 	}
 	if err := i.store.Set(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data[BundleKey]); err != nil {
-		return 0, fmt.Errorf("loading the serving certificate of Secret %s/%s: %w", i.namespace, SecretName, err)
+		return 0, fmt.Errorf("loading the serving certificate of Secret %s/%s: %w", i.namespace, i.policy.SecretName, err)
 	}
 	return max(p.Next.Sub(now), time.Second), nil
 }

@@ -47,6 +47,27 @@ type Policy struct {
 	Names []string
 	// CALifetime, ServingLifetime and CAPropagation: see the Default* constants.
 	CALifetime, ServingLifetime, CAPropagation time.Duration
+	// SecretName is the Secret that holds them (default SecretName), CAName the name of the CAs
+	// (default the Sandbox API's) and Component the Secret's app.kubernetes.io/component label
+	// (default "operator").
+	SecretName, CAName, Component string
+}
+
+// defaultCAName names the Sandbox API's CAs.
+const defaultCAName = "airlock-sandbox-api-ca"
+
+func (p Policy) caName() string {
+	if p.CAName == "" {
+		return defaultCAName
+	}
+	return p.CAName
+}
+
+func (p Policy) component() string {
+	if p.Component == "" {
+		return "operator"
+	}
+	return p.Component
 }
 
 // DefaultPolicy is the policy with the default lifetimes for names.
@@ -100,7 +121,7 @@ func plan(data map[string][]byte, p Policy, now time.Time, random io.Reader) (*P
 		signer = nil
 	}
 	if signer == nil {
-		if signer, err = newCA(random, now, p.CALifetime); err != nil {
+		if signer, err = newCA(random, p.caName(), now, p.CALifetime); err != nil {
 			return nil, err
 		}
 	}

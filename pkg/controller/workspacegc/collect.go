@@ -42,7 +42,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (*time.Dura
 	job, err := c.jobLister.Jobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		if orphan, ok := c.orphans.LoadAndDelete(key); ok {
-			return nil, c.recordOrphanedWorkspace(ctx, orphan.(*airlockv1alpha1.SandboxClaim))
+			if err := c.recordOrphanedWorkspace(ctx, orphan.(*airlockv1alpha1.SandboxClaim)); err != nil {
+				c.orphans.LoadOrStore(key, orphan) // tried again with the queue's backoff
+				return nil, err
+			}
 		}
 		return nil, nil
 	}

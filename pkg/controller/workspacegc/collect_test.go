@@ -249,6 +249,7 @@ func TestWaitingClaimEnqueuesItsRecord(t *testing.T) {
 // ever (TestFaultSuiteAPIOnly, an acquire of the runtime as it was deleted). Not one of a runtime
 // that is not being deleted, or that its runtime does not control (made by hand).
 func TestOrphanedWorkspaceRecorded(t *testing.T) {
+	const frozenSyncImage = "registry.local/airlock:frozen"
 	tests := map[string]struct {
 		phase       airlockv1alpha1.ClaimPhase
 		runtimeGone bool
@@ -282,8 +283,12 @@ func TestOrphanedWorkspaceRecorded(t *testing.T) {
 				f.runtimes[0].DeletionTimestamp = ptr.To(metav1.NewTime(t0))
 			}
 			claim := newClaim("c1", tc.phase, t0.Add(-time.Hour))
+			claim.Status.Frozen.SyncImage = frozenSyncImage
 			if tc.unowned {
 				claim.OwnerReferences = nil
+			}
+			if tc.seen {
+				f.claims = append(f.claims, claim) // a live claim, in the cache
 			}
 			c := f.newController(ctx)
 			if tc.seen {
@@ -308,6 +313,16 @@ func TestOrphanedWorkspaceRecorded(t *testing.T) {
 			}
 			if workspace.ResumableBy(job, claim) {
 				t.Error("the record of a garbage-collected claim is resumable")
+			}
+			// A live claim's record runs its frozen sync image (the policies tie it to the
+			// claim); a deleted claim's, the operator's --sync-image (the records webhook ties
+			// it to that flag: no object holds the deleted claim's record).
+			wantImage := testSyncImage
+			if tc.seen {
+				wantImage = frozenSyncImage
+			}
+			if got := job.Spec.Template.Spec.Containers[0].Image; got != wantImage {
+				t.Errorf("record image %q, want %q", got, wantImage)
 			}
 		})
 	}

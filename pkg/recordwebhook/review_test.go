@@ -1,0 +1,329 @@
+package recordwebhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod/sandboxpodtest"
+	"github.com/airlock-dev/airlock/pkg/workspace"
+)
+
+const testSyncImage = "ghcr.io/airlock-dev/airlock:test"
+
+// fakeLookup holds the cluster's objects by namespace/name; err fails every read.
+type fakeLookup struct {
+	claims     map[string]*airlockv1alpha1.SandboxClaim
+	registries map[string]*airlockv1alpha1.ToolRegistry
+	jobs       map[string]*batchv1.Job
+	pods       map[string]*corev1.Pod
+	services   map[string]*corev1.Service
+	err        error
+}
+
+func get[T any](l *fakeLookup, m map[string]*T, ns, name string) (*T, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	return m[ns+"/"+name], nil
+}
+
+func (l *fakeLookup) Claim(_ context.Context, ns, name string) (*airlockv1alpha1.SandboxClaim, error) {
+	return get(l, l.claims, ns, name)
+}
+func (l *fakeLookup) Registry(_ context.Context, ns, name string) (*airlockv1alpha1.ToolRegistry, error) {
+	return get(l, l.registries, ns, name)
+}
+func (l *fakeLookup) Job(_ context.Context, ns, name string) (*batchv1.Job, error) {
+	return get(l, l.jobs, ns, name)
+}
+func (l *fakeLookup) Pod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	return get(l, l.pods, ns, name)
+}
+func (l *fakeLookup) Service(_ context.Context, ns, name string) (*corev1.Service, error) {
+	return get(l, l.services, ns, name)
+}
+
+// world is a namespace with a claim (its record allows one Service, in another namespace), a
+// registry with a pool and its record, a member pod, and a kept record.
+type world struct {
+	claim  *airlockv1alpha1.SandboxClaim
+	reg    *airlockv1alpha1.ToolRegistry
+	key    string
+	member *corev1.Pod
+	kept   *batchv1.Job
+	svc    *corev1.Service
+	look   *fakeLookup
+}
+
+func newWorld() *world {
+	w := &world{}
+	class := sandboxpodtest.Class("codegen")
+	reg := sandboxpodtest.WarmRegistry(1)
+	record := sandboxpod.Freeze(class, &reg.Spec.Sandboxes[0])
+	record.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "db", Name: "postgres"}}
+	w.svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "postgres"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "postgres"}, Ports: []corev1.ServicePort{{Port: 5432}}}}
+	w.claim = sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
+	w.claim.Status.Frozen = record
+	w.reg = reg
+	w.key = sandboxpod.PoolKey(reg.UID, "codegen", record)
+	reg.Status.Warm = []airlockv1alpha1.WarmPoolStatus{{Name: "codegen", Key: w.key, Record: record}}
+	w.member = sandboxpod.MemberPod(reg, "codegen", w.key, "codegen-warm-abc", record)
+	w.member.UID = "uid-member"
+	kept := w.claim.DeepCopy()
+	kept.Spec.WorkspaceDir = sandboxpodtest.Namespace + "/sandboxes/kept"
+	w.kept = workspace.Record(kept, "workspace-content", sandboxpod.JobConfig(testSyncImage), sandboxpodtest.T0)
+	w.kept.UID = "uid-kept"
+	ns := sandboxpodtest.Namespace + "/"
+	w.look = &fakeLookup{
+		claims:     map[string]*airlockv1alpha1.SandboxClaim{ns + "c1": w.claim},
+		registries: map[string]*airlockv1alpha1.ToolRegistry{ns + reg.Name: reg},
+		jobs:       map[string]*batchv1.Job{ns + w.kept.Name: w.kept},
+		pods:       map[string]*corev1.Pod{ns + w.member.Name: w.member},
+		services:   map[string]*corev1.Service{"db/postgres": w.svc},
+	}
+	return w
+}
+
+func (w *world) claimPolicy() *networkingv1.NetworkPolicy {
+	return sandboxpod.ClaimNetworkPolicy(w.claim, w.claim.Status.Frozen, []*corev1.Service{w.svc})
+}
+
+func request(op admissionv1.Operation, kind string, obj, old runtime.Object) *admissionv1.AdmissionRequest {
+	raw := func(o runtime.Object) runtime.RawExtension {
+		if o == nil {
+			return runtime.RawExtension{}
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			panic(err)
+		}
+		return runtime.RawExtension{Raw: b}
+	}
+	return &admissionv1.AdmissionRequest{
+		UID: "req-1", Kind: metav1.GroupVersionKind{Kind: kind}, Namespace: sandboxpodtest.Namespace,
+		Operation: op, Object: raw(obj), OldObject: raw(old),
+	}
+}
+
+// TestReview: what airlock builds, as its builders make it, is allowed; each object that names a
+// record which does not exist as it says is refused, with a reason that names it.
+func TestReview(t *testing.T) {
+	type tc struct {
+		req  func(w *world) *admissionv1.AdmissionRequest
+		want string // "" allowed; else a part of the reason
+	}
+	create := func(kind string, obj func(w *world) runtime.Object) func(w *world) *admissionv1.AdmissionRequest {
+		return func(w *world) *admissionv1.AdmissionRequest { return request(admissionv1.Create, kind, obj(w), nil) }
+	}
+	claimPod := func(w *world) *corev1.Pod { return sandboxpod.ClaimPod(w.claim, w.claim.Status.Frozen) }
+	syncJob := func(w *world) *batchv1.Job {
+		return workspace.SyncJob(sandboxpod.ChildMeta(w.claim, workspace.SyncJobName(w.claim)), w.claim, "workspace-content", sandboxpod.JobConfig(testSyncImage), 1, false, 3)
+	}
+	orphanRecord := func(w *world, image string) *batchv1.Job {
+		gone := w.claim.DeepCopy()
+		gone.UID = "uid-gone"
+		return workspace.Record(gone, "workspace-content", sandboxpod.JobConfig(image), sandboxpodtest.T0)
+	}
+	tests := map[string]tc{
+		"claim pod": {req: create("Pod", func(w *world) runtime.Object { return claimPod(w) })},
+		"claim pod naming a claim that does not exist": {req: create("Pod", func(w *world) runtime.Object {
+			delete(w.look.claims, sandboxpodtest.Namespace+"/c1")
+			return claimPod(w)
+		}), want: "does not exist"},
+		"claim pod naming a claim by another UID (created again)": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			p.Labels[airlockv1alpha1.LabelClaimUID] = "uid-old"
+			p.OwnerReferences[0].UID = "uid-old"
+			return p
+		}), want: "does not exist"},
+		"claim pod whose label and owner name two UIDs": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			p.Labels[airlockv1alpha1.LabelClaimUID] = "uid-other"
+			return p
+		}), want: "does not exist"},
+		"claim pod naming no UID": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			delete(p.Labels, airlockv1alpha1.LabelClaimUID)
+			p.OwnerReferences = nil
+			return p
+		}), want: "not its UID"},
+		"claim pod controlled by another object": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			p.OwnerReferences[0].Kind = "ToolRegistry"
+			return p
+		}), want: "controlled by ToolRegistry"},
+		"claim pod of a claim without a record": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			w.claim.Status.Frozen = nil
+			return p
+		}), want: "no record"},
+		"claim pod when the claim cannot be read": {req: create("Pod", func(w *world) runtime.Object {
+			w.look.err = errors.New("etcd is down")
+			return claimPod(w)
+		}), want: "etcd is down"},
+		"token Secret": {req: create("Secret", func(w *world) runtime.Object { return sandboxpod.TokenSecret(w.claim, "c1-pod-key", "t") })},
+		"token Secret of a claim that does not exist": {req: create("Secret", func(w *world) runtime.Object {
+			s := sandboxpod.TokenSecret(w.claim, "c1-pod-key", "t")
+			s.Labels[airlockv1alpha1.LabelClaim] = "c9"
+			s.OwnerReferences[0].Name = "c9"
+			return s
+		}), want: "does not exist"},
+		"claim NetworkPolicy": {req: create("NetworkPolicy", func(w *world) runtime.Object { return w.claimPolicy() })},
+		"claim NetworkPolicy open to pods no allowed Service selects": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			np := w.claimPolicy()
+			np.Spec.Egress[0].To[0].PodSelector.MatchLabels = map[string]string{"app": "vault"}
+			return np
+		}), want: "which no Service its record allows selects"},
+		"claim NetworkPolicy with the Service's old selector": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			np := w.claimPolicy()
+			w.svc.Spec.Selector = map[string]string{"app": "postgres", "tier": "db"}
+			return np
+		}), want: "which no Service its record allows selects"},
+		"claim NetworkPolicy open to a namespace by expression": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			np := w.claimPolicy()
+			np.Spec.Egress[0].To[0].NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpExists}}}
+			return np
+		}), want: "namespace is not named"},
+		"claim NetworkPolicy open to every pod of a namespace": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			np := w.claimPolicy()
+			np.Spec.Egress[0].To[0].PodSelector = nil
+			return np
+		}), want: "selects pods by no labels"},
+		"warm member": {req: create("Pod", func(w *world) runtime.Object { return w.member })},
+		"warm member of a registry that does not exist": {req: create("Pod", func(w *world) runtime.Object {
+			w.look.registries = nil
+			return w.member
+		}), want: "does not exist"},
+		"warm member of a pool with no record": {req: create("Pod", func(w *world) runtime.Object {
+			m := w.member.DeepCopy()
+			m.Labels[airlockv1alpha1.LabelWarmPool] = "0123456789abcdef"
+			return m
+		}), want: "no record of the pool"},
+		"warm member controlled by another registry": {req: create("Pod", func(w *world) runtime.Object {
+			m := w.member.DeepCopy()
+			m.OwnerReferences[0].UID = "uid-reg-old"
+			return m
+		}), want: "does not exist"},
+		"resume member": {req: create("Pod", func(w *world) runtime.Object {
+			return sandboxpod.ResumeMemberPod(w.reg, "codegen", w.key, "codegen-warm-res", w.reg.Status.Warm[0].Record, w.kept)
+		})},
+		"resume member of a record that does not exist": {req: create("Pod", func(w *world) runtime.Object {
+			p := sandboxpod.ResumeMemberPod(w.reg, "codegen", w.key, "codegen-warm-res", w.reg.Status.Warm[0].Record, w.kept)
+			w.look.jobs = nil
+			return p
+		}), want: "record"},
+		"member Secret": {req: create("Secret", func(w *world) runtime.Object { return sandboxpod.MemberSecret(w.member, "k", "") })},
+		"member Secret of a pod that does not exist": {req: create("Secret", func(w *world) runtime.Object {
+			s := sandboxpod.MemberSecret(w.member, "k", "")
+			w.look.pods = nil
+			return s
+		}), want: "does not exist"},
+		"pool NetworkPolicy": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			return sandboxpod.PoolNetworkPolicy(w.reg, "codegen", w.key, w.reg.Status.Warm[0].Record, []*corev1.Service{w.svc})
+		})},
+		"pool NetworkPolicy of a registry that does not exist": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			w.look.registries = nil
+			return sandboxpod.PoolNetworkPolicy(w.reg, "codegen", w.key, w.reg.Status.Warm[0].Record, nil)
+		}), want: "does not exist"},
+		"standing default deny": {req: create("NetworkPolicy", func(w *world) runtime.Object {
+			return sandboxpod.DefaultDenyPolicy(sandboxpodtest.Namespace)
+		})},
+		"sync-back Job": {req: create("Job", func(w *world) runtime.Object { return syncJob(w) })},
+		"sync-back Job of a claim that does not exist": {req: create("Job", func(w *world) runtime.Object {
+			w.look.claims = nil
+			return syncJob(w)
+		}), want: "does not exist"},
+		"kept record of a live claim": {req: create("Job", func(w *world) runtime.Object {
+			return workspace.Record(w.claim, "workspace-content", sandboxpod.JobConfig("registry.local/frozen:v0"), sandboxpodtest.T0)
+		})},
+		"kept record of a gone claim, the sync image": {req: create("Job", func(w *world) runtime.Object { return orphanRecord(w, testSyncImage) })},
+		"kept record of a gone claim, another image": {req: create("Job", func(w *world) runtime.Object { return orphanRecord(w, "evil.example/exfil:v1") }), want: "not the operator's sync image"},
+		"kept record naming no claim, another image": {req: create("Job", func(w *world) runtime.Object {
+			j := orphanRecord(w, "evil.example/exfil:v1")
+			delete(j.Labels, airlockv1alpha1.LabelClaim)
+			return j
+		}), want: "not the operator's sync image"},
+		"retry of a record": {req: create("Job", func(w *world) runtime.Object {
+			return workspace.RetryJob(w.kept, "workspace-content", sandboxpod.JobConfig(testSyncImage))
+		})},
+		"retry of a record that does not exist": {req: create("Job", func(w *world) runtime.Object {
+			j := workspace.RetryJob(w.kept, "workspace-content", sandboxpod.JobConfig(testSyncImage))
+			w.look.jobs = nil
+			return j
+		}), want: "does not exist"},
+		"adoption of a member by a claim": {req: func(w *world) *admissionv1.AdmissionRequest {
+			adopted := w.member.DeepCopy()
+			for k, v := range sandboxpod.PodLabels(w.claim) {
+				adopted.Labels[k] = v
+			}
+			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			return request(admissionv1.Update, "Pod", adopted, w.member)
+		}},
+		"adoption by a claim that does not exist": {req: func(w *world) *admissionv1.AdmissionRequest {
+			adopted := w.member.DeepCopy()
+			for k, v := range sandboxpod.PodLabels(w.claim) {
+				adopted.Labels[k] = v
+			}
+			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			w.look.claims = nil
+			return request(admissionv1.Update, "Pod", adopted, w.member)
+		}, want: "does not exist"},
+		"an update that names nothing new, its claim gone": {req: func(w *world) *admissionv1.AdmissionRequest {
+			p := claimPod(w)
+			q := p.DeepCopy()
+			q.Annotations = map[string]string{"x": "y"}
+			w.look.claims = nil
+			return request(admissionv1.Update, "Pod", q, p)
+		}},
+		"a deletion": {req: func(w *world) *admissionv1.AdmissionRequest {
+			w.look.claims = nil
+			r := request(admissionv1.Delete, "Pod", nil, claimPod(w))
+			return r
+		}},
+		"an object that is not JSON": {req: func(w *world) *admissionv1.AdmissionRequest {
+			r := request(admissionv1.Create, "Pod", nil, nil)
+			r.Object.Raw = []byte("{")
+			return r
+		}, want: "could not be read"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			v := Review(context.Background(), tc.req(w), w.look, Config{SyncImage: testSyncImage})
+			switch {
+			case tc.want == "" && !v.Allowed:
+				t.Fatalf("refused (%s), want allowed", v.Reason)
+			case tc.want != "" && v.Allowed:
+				t.Fatalf("allowed, want refused with %q", tc.want)
+			case tc.want != "" && !strings.Contains(v.Reason, tc.want):
+				t.Fatalf("refused with %q, want %q in it", v.Reason, tc.want)
+			}
+		})
+	}
+}
+
+// TestReviewUIDs: a claim's pod built for the claim as it is now is allowed, and for the claim's
+// earlier incarnation (same name, another UID) refused, through the labels alone.
+func TestReviewUIDs(t *testing.T) {
+	w := newWorld()
+	p := sandboxpod.ClaimPod(w.claim, w.claim.Status.Frozen)
+	w.claim.UID = types.UID("uid-c1-again")
+	v := Review(context.Background(), request(admissionv1.Create, "Pod", p, nil), w.look, Config{SyncImage: testSyncImage})
+	if v.Allowed {
+		t.Fatal("a pod of the claim's earlier UID was allowed")
+	}
+}
