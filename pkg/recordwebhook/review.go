@@ -82,7 +82,7 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 			return allow()
 		}
 	}
-	r := reviewer{ctx: ctx, look: look, cfg: cfg, raw: req.Object.Raw, obj: &obj.ObjectMeta}
+	r := reviewer{ctx: ctx, look: look, cfg: cfg, raw: req.Object.Raw, obj: &obj.ObjectMeta, update: req.Operation == admissionv1.Update}
 	switch req.Kind.Kind {
 	case "Pod":
 		return r.pod()
@@ -120,7 +120,9 @@ type reviewer struct {
 	look Lookup
 	cfg  Config
 	raw  []byte
-	obj  *metav1.ObjectMeta
+	// update: an UPDATE that names a record anew (an adoption), not a CREATE.
+	update bool
+	obj    *metav1.ObjectMeta
 }
 
 func (r reviewer) label(k string) string { return r.obj.Labels[k] }
@@ -214,6 +216,12 @@ func (r reviewer) claimChild(what, name string, np *networkingv1.NetworkPolicy) 
 		}
 	}
 	if claim.Status.Frozen == nil {
+		if r.update && np == nil {
+			// An adoption: the claim writes its record (the member's pool's) with its
+			// admission, after the member is its own; the member was held to that record
+			// when it was created.
+			return allow()
+		}
 		return refuse("the claim %s/%s that the %s %s names has no record (status.frozen) yet", r.obj.Namespace, name, what, r.obj.Name)
 	}
 	if np != nil {

@@ -251,7 +251,7 @@ func TestReview(t *testing.T) {
 			return workspace.Record(w.claim, "workspace-content", sandboxpod.JobConfig("registry.local/frozen:v0"), sandboxpodtest.T0)
 		})},
 		"kept record of a gone claim, the sync image": {req: create("Job", func(w *world) runtime.Object { return orphanRecord(w, testSyncImage) })},
-		"kept record of a gone claim, another image": {req: create("Job", func(w *world) runtime.Object { return orphanRecord(w, "evil.example/exfil:v1") }), want: "not the operator's sync image"},
+		"kept record of a gone claim, another image":  {req: create("Job", func(w *world) runtime.Object { return orphanRecord(w, "evil.example/exfil:v1") }), want: "not the operator's sync image"},
 		"kept record naming no claim, another image": {req: create("Job", func(w *world) runtime.Object {
 			j := orphanRecord(w, "evil.example/exfil:v1")
 			delete(j.Labels, airlockv1alpha1.LabelClaim)
@@ -271,6 +271,15 @@ func TestReview(t *testing.T) {
 				adopted.Labels[k] = v
 			}
 			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			return request(admissionv1.Update, "Pod", adopted, w.member)
+		}},
+		"adoption by a claim whose record is written after it": {req: func(w *world) *admissionv1.AdmissionRequest {
+			adopted := w.member.DeepCopy()
+			for k, v := range sandboxpod.PodLabels(w.claim) {
+				adopted.Labels[k] = v
+			}
+			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			w.claim.Status.Frozen = nil
 			return request(admissionv1.Update, "Pod", adopted, w.member)
 		}},
 		"adoption by a claim that does not exist": {req: func(w *world) *admissionv1.AdmissionRequest {

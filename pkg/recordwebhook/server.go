@@ -64,6 +64,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := review.Request
 	v := Review(ctx, req, h.Lookup, h.Config)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: v.Allowed}
+	if v.Allowed {
+		klog.FromContext(ctx).V(4).Info("Allowed a write of the operator", "operation", req.Operation, "kind", req.Kind.Kind,
+			"object", klog.KRef(req.Namespace, req.Name), "dryRun", req.DryRun != nil && *req.DryRun)
+	}
 	if !v.Allowed {
 		resp.Result = &metav1.Status{
 			Status:  metav1.StatusFailure,

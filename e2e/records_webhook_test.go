@@ -1,0 +1,216 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/claimtoken"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
+	"github.com/airlock-dev/airlock/pkg/workspace"
+)
+
+// webhookRefusal is how the API server says the records webhook refused a write.
+const webhookRefusal = "airlock records webhook: "
+
+// TestRecordsWebhook: what the in-tree policies admit because the record an object names does
+// not exist (docs/security.md, "What the params cannot close") is admitted without the records
+// webhook and refused with it, through the API server, as the operator's ServiceAccount; what
+// airlock builds is admitted with it. The webhook runs as `airlock records-webhook` beside the
+// API-only plane, which calls it by URL (an API server advertising 127.0.0.1 cannot reach a
+// Service), asked about the test's namespace only.
+func TestRecordsWebhook(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := newNamespaceAt(t, "airlock-records", "privileged")
+	op := asOperator(t)
+	claim := servePolicyClaim(t, ctx, policyClaim(ns))
+	waitParamPolicies(t, ctx, claim)
+	pod := policyClaimPod(claim)
+	never := recordlessWrites(t, claim)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+
+	for name, create := range never {
+		if err := create(ctx, op, dryRun); err != nil {
+			t.Fatalf("without the webhook, %s: %v; want admitted (the policies' residual)", name, err)
+		}
+	}
+
+	startRecordsWebhook(t, ctx, ns, policySyncImage, never["a pod of a claim that does not exist, running another image"])
+	for name, create := range never {
+		err := create(ctx, op, dryRun)
+		if err == nil || !strings.Contains(err.Error(), webhookRefusal) {
+			t.Errorf("with the webhook, %s: %v; want refused by it", name, err)
+		}
+	}
+	if _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); err != nil {
+		t.Errorf("the claim's pod: %v, want admitted", err)
+	}
+	np := sandboxpod.ClaimNetworkPolicy(claim, claim.Status.Frozen, nil)
+	if _, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, dryRun); err != nil {
+		t.Errorf("the claim's NetworkPolicy: %v, want admitted", err)
+	}
+	// The administrator is not asked about.
+	ghost := never["a pod of a claim that does not exist, running another image"]
+	if err := ghost(ctx, kubeClient, dryRun); err != nil {
+		t.Errorf("the administrator's pod: %v, want admitted", err)
+	}
+}
+
+// recordlessWrites are writes whose record does not exist: a claim's pod, Secret and
+// NetworkPolicy of a claim no claim has (in the real claim's shard, so that the shard's
+// bindings find their params), and the kept record of a claim that is gone running another
+// image than the operator's sync image.
+func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim) map[string]func(context.Context, kubernetes.Interface, metav1.CreateOptions) error {
+	t.Helper()
+	ghost := claim.DeepCopy()
+	ghost.Name = "agent-ghost0000" + claim.Name[len(claim.Name)-1:]
+	ghost.UID = types.UID(uuid.NewUUID())
+	ghost.Status.Frozen.Image = "evil.example/exfil:v1"
+	ns := claim.Namespace
+	pod := policyClaimPod(ghost)
+	secret := sandboxpod.TokenSecret(ghost, claimtoken.ClaimSecretName(ghost.Name, "token"), "t")
+	np := sandboxpod.ClaimNetworkPolicy(ghost, ghost.Status.Frozen, nil)
+	record := workspace.Record(ghost, ghost.Status.Frozen.WorkspaceClaimName, sandboxpod.JobConfig("evil.example/exfil:v1"), time.Now())
+	return map[string]func(context.Context, kubernetes.Interface, metav1.CreateOptions) error{
+		"a pod of a claim that does not exist, running another image": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
+			_, err := c.CoreV1().Pods(ns).Create(ctx, pod, o)
+			return err
+		},
+		"a token Secret of a claim that does not exist": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
+			_, err := c.CoreV1().Secrets(ns).Create(ctx, secret, o)
+			return err
+		},
+		"a NetworkPolicy of a claim that does not exist": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
+			_, err := c.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, o)
+			return err
+		},
+		"a kept record of a gone claim running another image": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
+			_, err := c.BatchV1().Jobs(ns).Create(ctx, record.DeepCopy(), o)
+			return err
+		},
+	}
+}
+
+// startRecordsWebhook runs `airlock records-webhook` until the test ends, with its Secret in ns
+// and a configuration of its own made from the component's (manifests/components/records-webhook),
+// calling it by URL and asked about ns only; it returns once the webhook refuses probe.
+func startRecordsWebhook(t *testing.T, ctx context.Context, ns, syncImage string, probe func(context.Context, kubernetes.Interface, metav1.CreateOptions) error) (logPath string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "components", "records-webhook", "validating_webhook.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	url := "https://" + addr + "/validate"
+	cfg.Name = "airlock-records-" + ns
+	for i := range cfg.Webhooks {
+		cfg.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+		cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
+	if _, err := kubeClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := kubeClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", cfg.Name, err)
+		}
+	})
+	logPath = filepath.Join(t.TempDir(), "webhook.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBinary(t), "records-webhook", "--kubeconfig="+os.Getenv("KUBECONFIG"),
+		"--namespace="+ns, "--bind-address="+addr, "--tls-sans=127.0.0.1", "--configuration="+cfg.Name,
+		"--sync-image="+syncImage, "-v=4")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("records webhook log:\n%s", b)
+			}
+		}
+	})
+	// In force once the API server has the configuration with its CA bundle: a write the webhook
+	// refuses is refused by it (without a probe: once the bundle is in the configuration; a write
+	// in the moment before the API server has it fails, and the operator tries it again).
+	if probe == nil {
+		eventually(t, time.Minute, "the records webhook's CA bundle", func(ctx context.Context) (bool, error) {
+			got, err := kubeClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, cfg.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, w := range got.Webhooks {
+				if len(w.ClientConfig.CABundle) == 0 {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		return logPath
+	}
+	op := asOperator(t)
+	eventually(t, time.Minute, "the records webhook to be asked", func(ctx context.Context) (bool, error) {
+		select {
+		case <-done:
+			return false, fmt.Errorf("the records webhook exited")
+		default:
+		}
+		err := probe(ctx, op, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), webhookRefusal), nil
+	})
+	return logPath
+}
+
+// checkRecordsWebhookAllowed: the operator's log shows no write the records webhook refused, and
+// the webhook's log shows it was asked about (and allowed) each of kinds.
+func checkRecordsWebhookAllowed(t *testing.T, operatorLog, webhookLog string, kinds ...string) {
+	t.Helper()
+	if denied := grepLines(operatorLog, webhookRefusal); denied != "" {
+		t.Errorf("the operator's log shows a write the records webhook refused:\n%s", denied)
+	}
+	b, err := os.ReadFile(webhookLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range kinds {
+		if !strings.Contains(grepLines(string(b), `"Allowed a write of the operator"`), `kind="`+kind+`"`) {
+			t.Errorf("the records webhook was not asked about a %s of the operator; its log:\n%s", kind, b)
+		}
+	}
+}
