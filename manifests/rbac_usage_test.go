@@ -110,8 +110,8 @@ var rbacUses = map[string]rbacUse{
 	"coordination.k8s.io/leases update": {"pkg/operator/leaderelection.go", `l.Interface.Update(ctx, ler)`},
 
 	"/secrets@airlock-token-key get":          {"pkg/claimtoken/claimtoken.go", `secrets.Get(ctx, SecretName,`},
-	"/secrets@airlock-sandbox-api-tls list":   {"pkg/servingcert/issuer.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
-	"/secrets@airlock-sandbox-api-tls watch":  {"pkg/servingcert/issuer.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
+	"/secrets@airlock-sandbox-api-tls list":   {"pkg/servingcert/issuer.go", `NewNamedSecretInformerFactory(client, namespace, SecretName)`},
+	"/secrets@airlock-sandbox-api-tls watch":  {"pkg/servingcert/issuer.go", `NewNamedSecretInformerFactory(client, namespace, SecretName)`},
 	"/secrets@airlock-sandbox-api-tls update": {"pkg/servingcert/issuer.go", `secrets.Update(ctx, secret,`},
 
 	"/secrets@airlock-isolation-signing-key list":   {"pkg/controller/isolationkey/keys.go", `fields.OneTermEqualSelector("metadata.name", SecretName)`},
