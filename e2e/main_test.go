@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := reportOpenAPIViolations(m.Run())
+	stopSuiteRecordsWebhook()
 	// The airlock binary the run built (airlockBinary) goes with the run: each run used to leave
 	// its ~40 MB copy in the temp dir.
 	if airlockBin != "" {
@@ -86,7 +87,10 @@ func setup() error {
 		fmt.Fprintln(os.Stderr, "e2e setup: airlock was installed with helm (AIRLOCK_E2E_INSTALL=helm); not applying manifests/")
 		return nil
 	}
-	return installManifests()
+	if err := installManifests(); err != nil {
+		return err
+	}
+	return startSuiteRecordsWebhook()
 }
 
 // findKubectl prefers $KUBECTL, then the one hack/ builds into bin/, then PATH.

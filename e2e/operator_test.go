@@ -30,6 +30,15 @@ var (
 // airlockBinary builds the airlock binary once per run.
 func airlockBinary(t *testing.T) string {
 	t.Helper()
+	bin, err := buildAirlockBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// buildAirlockBinary is airlockBinary without a test (TestMain's records webhook).
+func buildAirlockBinary() (string, error) {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
 		if err != nil {
@@ -43,20 +52,26 @@ func airlockBinary(t *testing.T) string {
 			errBuildBin = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if errBuildBin != nil {
-		t.Fatal(errBuildBin)
-	}
-	return airlockBin
+	return airlockBin, errBuildBin
 }
 
 func freePort(t *testing.T) int {
 	t.Helper()
+	port, err := freePortErr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// freePortErr is freePort without a test.
+func freePortErr() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
@@ -64,7 +79,7 @@ func freePort(t *testing.T) int {
 		// operator got the same one (CI, TestOperatorLeaderElection). Never twice in a run.
 		if !portsGiven[port] {
 			portsGiven[port] = true
-			return port
+			return port, nil
 		}
 	}
 }

@@ -200,7 +200,6 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 	// The Lease in the operator's namespace (its Role grants Leases there only), under a name of
 	// this test's own; the last --kubeconfig wins.
 	kubeconfig := operatorKubeconfig(t)
-	webhookLog := startRecordsWebhook(t, context.Background(), e.ns, e2eImage(), nil)
 	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
 		"--sync-image="+e2eImage(), "--api-bind-address="+addr, "--kubeconfig="+kubeconfig)
 	op.waitReady(t)
@@ -268,7 +267,7 @@ func TestOperatorRunsWithItsRBAC(t *testing.T) {
 		t.Errorf("the operator's log shows a write its admission policies refused:\n%s", denied)
 	}
 	// Nor did the records webhook refuse any, and it was asked about them.
-	checkRecordsWebhookAllowed(t, string(b), webhookLog, "Pod", "Secret", "NetworkPolicy", "Job")
+	checkRecordsWebhookAllowed(t, string(b), e.ns, "Pod", "Secret", "NetworkPolicy", "Job")
 	// The acquire, renew and close were audited, without the session.
 	audit := grepLines(string(b), `"Sandbox API audit"`)
 	for _, endpoint := range []string{"acquire", "renew", "closeSession"} {
@@ -304,7 +303,6 @@ func TestWarmPoolRunsWithItsRBAC(t *testing.T) {
 	e := newClaimEnv(t, "airlock-rbac-warm", claimEnvOptions{maxConcurrent: 5, maxPerSession: 3, maxInstances: 5})
 	e.updateRegistry(t, func(r *airlockv1alpha1.ToolRegistry) { r.Spec.Sandboxes[0].Warm = 1 })
 	kubeconfig := operatorKubeconfig(t)
-	webhookLog := startRecordsWebhook(t, context.Background(), e.ns, e2eImage(), nil)
 	op := startOperator(t, operatorNamespaceName, "airlock-e2e-"+e.ns,
 		"--sync-image="+e2eImage(), "--kubeconfig="+kubeconfig)
 	op.waitReady(t)
@@ -337,5 +335,5 @@ func TestWarmPoolRunsWithItsRBAC(t *testing.T) {
 			t.Errorf("the operator's log shows a write refused:\n%s", lines)
 		}
 	}
-	checkRecordsWebhookAllowed(t, string(b), webhookLog, "Pod", "Secret", "NetworkPolicy", "Job")
+	checkRecordsWebhookAllowed(t, string(b), e.ns, "Pod", "Secret", "NetworkPolicy", "Job")
 }

@@ -130,3 +130,14 @@ app.kubernetes.io/component: egress
 {{ include "airlock.egressSelectorLabels" . }}
 {{ include "airlock.helmLabels" . }}
 {{- end }}
+
+{{- define "airlock.recordsWebhookSelectorLabels" -}}
+app.kubernetes.io/name: airlock
+app.kubernetes.io/component: records-webhook
+{{- end }}
+
+{{/* Labels of the records webhook's objects. */}}
+{{- define "airlock.recordsWebhookLabels" -}}
+{{ include "airlock.recordsWebhookSelectorLabels" . }}
+{{ include "airlock.helmLabels" . }}
+{{- end }}
