@@ -147,6 +147,7 @@ func checkOperatorWritesOnlyWhatAirlockBuilds(t *testing.T) {
 	checkPolicyRefuses(t, ctx, op, claim, pod)
 	checkPolicyRefusesWhatAirlockNeverWrites(t, ctx, op, claim, pod)
 	checkPolicyUpdatesAndDeletes(t, ctx, op, pod)
+	checkRecordsWebhookRefuses(t, ctx, op, claim)
 
 	// The policy is the operator's only: the suite's administrator may create the privileged pod.
 	if _, err := kubeClient.CoreV1().Pods(ns).Create(ctx, privileged, dryRun); err != nil {

@@ -80,6 +80,19 @@ func TestRecordsWebhook(t *testing.T) {
 	}
 }
 
+// checkRecordsWebhookRefuses: as installed (the suite's webhook on the API-only plane, the
+// Deployment on the real node), the writes whose record does not exist are refused by the
+// records webhook.
+func checkRecordsWebhookRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim) {
+	t.Helper()
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for name, create := range recordlessWrites(t, claim) {
+		if err := create(ctx, op, dryRun); err == nil || !strings.Contains(err.Error(), webhookRefusal) {
+			t.Errorf("%s: %v; want refused by the records webhook", name, err)
+		}
+	}
+}
+
 // recordlessWrites are writes whose record does not exist: a claim's pod, Secret and
 // NetworkPolicy of a claim no claim has (in the real claim's shard, so that the shard's
 // bindings find their params), and the kept record of a claim that is gone running another

@@ -266,9 +266,26 @@ case $INSTALL in
 esac
 if [[ -n $installed ]]; then
   # The images were just rebuilt under the same tags: the running replicas must pick them up.
-  "$KUBECTL" -n airlock-system rollout restart deployment/airlock-operator >/dev/null
+  "$KUBECTL" -n airlock-system rollout restart deployment/airlock-operator deployment/airlock-records-webhook >/dev/null 2>&1 ||
+    "$KUBECTL" -n airlock-system rollout restart deployment/airlock-operator >/dev/null
 fi
 "$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
+# The records webhook (docs/security.md): its replicas up and its CA bundle in its configuration,
+# or the operator's sandbox pods are refused.
+"$KUBECTL" -n airlock-system rollout status deployment/airlock-records-webhook --timeout=120s
+webhook_bundles() {
+  "$KUBECTL" get validatingwebhookconfiguration airlock-operator-records \
+    -o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{"\n"}{end}' 2>/dev/null | grep -c . || true
+}
+for _ in $(seq 1 120); do
+  [[ $(webhook_bundles) -ge 4 ]] && break
+  sleep 0.5
+done
+if [[ $(webhook_bundles) -lt 4 ]]; then
+  log "error: the records webhook did not publish its CA bundle in 60s"
+  "$KUBECTL" -n airlock-system logs deployment/airlock-records-webhook --tail=50 || true
+  exit 1
+fi
 log "airlock installed ($INSTALL), operator 2/2 available in $((SECONDS - t1))s"
 
 # The suite takes 20-25 minutes on this kind of machine (2 cores), more under load: the limit is

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-dev/airlock/pkg/controller/workers"
 	"github.com/airlock-dev/airlock/pkg/servingcert"
 )
 
@@ -42,7 +42,7 @@ type BundlePublisher struct {
 	store  *servingcert.Store
 	lister admissionlisters.ValidatingWebhookConfigurationLister
 	synced cache.InformerSynced
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
 }
 
 // NewBundlePublisher returns the publisher of store's bundle into the configuration name, on an
@@ -52,10 +52,10 @@ func NewBundlePublisher(client kubernetes.Interface, name string, factory kubein
 	p := &BundlePublisher{
 		client: client, name: name, store: store,
 		lister: inf.Lister(), synced: inf.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "airlock-records-webhook-bundle"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "airlock-records-webhook-bundle"}),
 	}
-	enqueue := func(any) { p.queue.Add(name) }
+	enqueue := func(any) { p.queue.Add(p.key()) }
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) }, DeleteFunc: enqueue,
 	}); err != nil {
@@ -64,42 +64,20 @@ func NewBundlePublisher(client kubernetes.Interface, name string, factory kubein
 	return p, nil
 }
 
+func (p *BundlePublisher) key() cache.ObjectName { return cache.ObjectName{Name: p.name} }
+
 // Run publishes until ctx is done.
 func (p *BundlePublisher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer p.queue.ShutDown()
-	remove := p.store.OnBundleChange(func() { p.queue.Add(p.name) })
+	remove := p.store.OnBundleChange(func() { p.queue.Add(p.key()) })
 	defer remove()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, p.synced) {
 		return fmt.Errorf("waiting for the webhook configuration's cache: %w", ctx.Err())
 	}
-	p.queue.Add(p.name)
-	var wg wait.Group
-	wg.StartWithContext(ctx, func(ctx context.Context) {
-		for p.next(ctx) {
-		}
-	})
-	<-ctx.Done()
-	p.queue.ShutDown()
-	wg.Wait()
+	p.queue.Add(p.key())
+	workers.Run(ctx, 1, p.queue, "records webhook configuration", func(ctx context.Context, _ cache.ObjectName) error { return p.sync(ctx) })
 	return nil
-}
-
-func (p *BundlePublisher) next(ctx context.Context) bool {
-	key, shutdown := p.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer p.queue.Done(key)
-	if err := p.sync(ctx); err != nil {
-		if !apierrors.IsConflict(err) {
-			utilruntime.HandleErrorWithContext(ctx, err, "Error publishing the records webhook's CA bundle", "configuration", p.name)
-		}
-		p.queue.AddRateLimited(key)
-		return true
-	}
-	p.queue.Forget(key)
-	return true
 }
 
 func (p *BundlePublisher) sync(ctx context.Context) error {
@@ -114,7 +92,7 @@ func (p *BundlePublisher) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var next = cfg.DeepCopy()
+	next := cfg.DeepCopy()
 	changed := false
 	for i := range next.Webhooks {
 		if !bytes.Equal(next.Webhooks[i].ClientConfig.CABundle, bundle) {
