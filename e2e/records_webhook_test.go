@@ -40,12 +40,14 @@ func TestRecordsWebhook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := newNamespaceAt(t, "airlock-records", "privileged")
-	leaveSuiteRecordsWebhook(t, ns)
+	unserved := newNamespaceAt(t, "airlock-unserved", "privileged")
+	leaveSuiteRecordsWebhook(t, ns, ns)
+	leaveSuiteRecordsWebhook(t, unserved, ns)
 	op := asOperator(t)
 	claim := servePolicyClaim(t, ctx, policyClaim(ns))
 	waitParamPolicies(t, ctx, claim)
 	pod := policyClaimPod(claim)
-	never := recordlessWrites(t, claim)
+	never := recordlessWrites(t, claim, unserved)
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 
 	for name, create := range never {
@@ -86,7 +88,8 @@ func TestRecordsWebhook(t *testing.T) {
 func checkRecordsWebhookRefuses(t *testing.T, ctx context.Context, op kubernetes.Interface, claim *airlockv1alpha1.SandboxClaim) {
 	t.Helper()
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	for name, create := range recordlessWrites(t, claim) {
+	unserved := newNamespaceAt(t, "airlock-unserved", "privileged")
+	for name, create := range recordlessWrites(t, claim, unserved) {
 		if err := create(ctx, op, dryRun); err == nil || !strings.Contains(err.Error(), webhookRefusal) {
 			t.Errorf("%s: %v; want refused by the records webhook", name, err)
 		}
@@ -96,8 +99,9 @@ func checkRecordsWebhookRefuses(t *testing.T, ctx context.Context, op kubernetes
 // recordlessWrites are writes whose record does not exist: a claim's pod, Secret and
 // NetworkPolicy of a claim no claim has (in the real claim's shard, so that the shard's
 // bindings find their params), and the kept record of a claim that is gone running another
-// image than the operator's sync image.
-func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim) map[string]func(context.Context, kubernetes.Interface, metav1.CreateOptions) error {
+// image than the operator's sync image; and an Event about a claim that does not exist in
+// unserved, a namespace with no runtime or registry.
+func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim, unserved string) map[string]func(context.Context, kubernetes.Interface, metav1.CreateOptions) error {
 	t.Helper()
 	ghost := claim.DeepCopy()
 	ghost.Name = "agent-ghost0000" + claim.Name[len(claim.Name)-1:]
@@ -108,6 +112,12 @@ func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim) map[str
 	secret := sandboxpod.TokenSecret(ghost, claimtoken.ClaimSecretName(ghost.Name, "token"), "t")
 	np := sandboxpod.ClaimNetworkPolicy(ghost, ghost.Status.Frozen, nil)
 	record := workspace.Record(ghost, ghost.Status.Frozen.WorkspaceClaimName, sandboxpod.JobConfig("evil.example/exfil:v1"), time.Now())
+	event := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: ghost.Name + ".e2e", Namespace: unserved},
+		InvolvedObject: corev1.ObjectReference{APIVersion: airlockv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxClaim",
+			Namespace: unserved, Name: ghost.Name, UID: ghost.UID},
+		Reason: "Bound", Message: "not airlock's", Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "airlock-operator"},
+	}
 	return map[string]func(context.Context, kubernetes.Interface, metav1.CreateOptions) error{
 		"a pod of a claim that does not exist, running another image": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
 			_, err := c.CoreV1().Pods(ns).Create(ctx, pod, o)
@@ -121,6 +131,10 @@ func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim) map[str
 			_, err := c.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, o)
 			return err
 		},
+		"an Event about a claim in a namespace airlock does not serve": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
+			_, err := c.CoreV1().Events(unserved).Create(ctx, event, o)
+			return err
+		},
 		"a kept record of a gone claim running another image": func(ctx context.Context, c kubernetes.Interface, o metav1.CreateOptions) error {
 			_, err := c.BatchV1().Jobs(ns).Create(ctx, record.DeepCopy(), o)
 			return err
@@ -130,7 +144,8 @@ func recordlessWrites(t *testing.T, claim *airlockv1alpha1.SandboxClaim) map[str
 
 // startRecordsWebhook runs `airlock records-webhook` until the test ends, with its Secret in ns
 // and a configuration of its own made from the component's (manifests/components/records-webhook),
-// calling it by URL and asked about ns only; it returns once the webhook refuses probe.
+// calling it by URL and asked about the namespaces labelled as ns's (leaveSuiteRecordsWebhook)
+// only; it returns once the webhook refuses probe.
 func startRecordsWebhook(t *testing.T, ctx context.Context, ns, syncImage string, probe func(context.Context, kubernetes.Interface, metav1.CreateOptions) error) (logPath string) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "records-webhook", "validating_webhook.yaml"))
@@ -146,7 +161,7 @@ func startRecordsWebhook(t *testing.T, ctx context.Context, ns, syncImage string
 	cfg.Name = "airlock-records-" + ns
 	for i := range cfg.Webhooks {
 		cfg.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
-		cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+		cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{labelOwnRecordsWebhook: ns}}
 	}
 	if _, err := kubeClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -201,11 +216,11 @@ func startRecordsWebhook(t *testing.T, ctx context.Context, ns, syncImage string
 }
 
 // leaveSuiteRecordsWebhook labels ns so that the suite's records webhook is not asked about it,
-// and waits until the API server leaves it out.
-func leaveSuiteRecordsWebhook(t *testing.T, ns string) {
+// with the name of the test's own namespace (startRecordsWebhook's selector).
+func leaveSuiteRecordsWebhook(t *testing.T, ns, test string) {
 	t.Helper()
 	ctx := context.Background()
-	patch := []byte(`{"metadata":{"labels":{"` + labelOwnRecordsWebhook + `":"true"}}}`)
+	patch := []byte(`{"metadata":{"labels":{"` + labelOwnRecordsWebhook + `":"` + test + `"}}}`)
 	if _, err := kubeClient.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -57,3 +57,19 @@ func (l *clientLookup) Pod(ctx context.Context, namespace, name string) (*corev1
 func (l *clientLookup) Service(ctx context.Context, namespace, name string) (*corev1.Service, error) {
 	return absent(l.kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{}))
 }
+
+func (l *clientLookup) Served(ctx context.Context, namespace string) (bool, error) {
+	one := metav1.ListOptions{Limit: 1}
+	runtimes, err := l.airlock.AirlockV1alpha1().AgentRuntimes(namespace).List(ctx, one)
+	if err != nil {
+		return false, err
+	}
+	if len(runtimes.Items) > 0 {
+		return true, nil
+	}
+	registries, err := l.airlock.AirlockV1alpha1().ToolRegistries(namespace).List(ctx, one)
+	if err != nil {
+		return false, err
+	}
+	return len(registries.Items) > 0, nil
+}

@@ -35,6 +35,8 @@ type Lookup interface {
 	Job(ctx context.Context, namespace, name string) (*batchv1.Job, error)
 	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	Service(ctx context.Context, namespace, name string) (*corev1.Service, error)
+	// Served says whether the namespace holds an AgentRuntime or a ToolRegistry.
+	Served(ctx context.Context, namespace string) (bool, error)
 }
 
 // Verdict is Review's answer: Allowed, or refused for Reason (a sentence a person can act on).
@@ -92,6 +94,8 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 		return r.networkPolicy()
 	case "Job":
 		return r.job()
+	case "Event":
+		return r.event()
 	}
 	return allow()
 }
@@ -299,6 +303,54 @@ func (r reviewer) job() Verdict {
 	}
 	if claim.Status.Frozen == nil {
 		return refuse("the claim %s/%s that the Job %s names has no record (status.frozen)", r.obj.Namespace, name, r.obj.Name)
+	}
+	return allow()
+}
+
+// event checks an Event of the operator's: about its Lease (the policies keep that one to its
+// own namespace), or about a claim or Job that exists by the UID it names, or, for the last
+// events of one just deleted, in a namespace airlock serves (an AgentRuntime or a ToolRegistry).
+// An Event about a claim in a namespace airlock does not serve is refused.
+func (r reviewer) event() Verdict {
+	var ev corev1.Event
+	if err := json.Unmarshal(r.raw, &ev); err != nil {
+		return refuse("the Event could not be read: %v", err)
+	}
+	about := ev.InvolvedObject
+	if about.Kind == "Lease" {
+		return allow()
+	}
+	var uid types.UID
+	switch about.Kind {
+	case "SandboxClaim":
+		claim, err := r.look.Claim(r.ctx, r.obj.Namespace, about.Name)
+		if err != nil {
+			return refuse("reading the claim %s/%s: %v", r.obj.Namespace, about.Name, err)
+		}
+		if claim != nil {
+			uid = claim.UID
+		}
+	case "Job":
+		job, err := r.look.Job(r.ctx, r.obj.Namespace, about.Name)
+		if err != nil {
+			return refuse("reading the Job %s/%s: %v", r.obj.Namespace, about.Name, err)
+		}
+		if job != nil {
+			uid = job.UID
+		}
+	default:
+		return refuse("the Event %s/%s is about a %s, not a claim, a kept workspace's Job or the operator's Lease", r.obj.Namespace, r.obj.Name, about.Kind)
+	}
+	if uid != "" && uid == about.UID {
+		return allow()
+	}
+	served, err := r.look.Served(r.ctx, r.obj.Namespace)
+	if err != nil {
+		return refuse("reading the runtimes and registries of %s: %v", r.obj.Namespace, err)
+	}
+	if !served {
+		return refuse("the Event %s/%s is about the %s %s (UID %s), which does not exist, in a namespace with no AgentRuntime or ToolRegistry",
+			r.obj.Namespace, r.obj.Name, about.Kind, about.Name, about.UID)
 	}
 	return allow()
 }

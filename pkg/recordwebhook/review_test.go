@@ -30,6 +30,7 @@ type fakeLookup struct {
 	jobs       map[string]*batchv1.Job
 	pods       map[string]*corev1.Pod
 	services   map[string]*corev1.Service
+	served     map[string]bool
 	err        error
 }
 
@@ -54,6 +55,9 @@ func (l *fakeLookup) Pod(_ context.Context, ns, name string) (*corev1.Pod, error
 }
 func (l *fakeLookup) Service(_ context.Context, ns, name string) (*corev1.Service, error) {
 	return get(l, l.services, ns, name)
+}
+func (l *fakeLookup) Served(_ context.Context, ns string) (bool, error) {
+	return l.served[ns], l.err
 }
 
 // world is a namespace with a claim (its record allows one Service, in another namespace), a
@@ -94,6 +98,7 @@ func newWorld() *world {
 		jobs:       map[string]*batchv1.Job{ns + w.kept.Name: w.kept},
 		pods:       map[string]*corev1.Pod{ns + w.member.Name: w.member},
 		services:   map[string]*corev1.Service{"db/postgres": w.svc},
+		served:     map[string]bool{sandboxpodtest.Namespace: true},
 	}
 	return w
 }
@@ -303,6 +308,24 @@ func TestReview(t *testing.T) {
 			r := request(admissionv1.Delete, "Pod", nil, claimPod(w))
 			return r
 		}},
+		"an Event about a claim": {req: create("Event", func(w *world) runtime.Object { return event(w.claim.Name, w.claim.UID, "SandboxClaim") })},
+		"an Event about a claim just deleted, in a namespace airlock serves": {req: create("Event", func(w *world) runtime.Object {
+			w.look.claims = nil
+			return event(w.claim.Name, w.claim.UID, "SandboxClaim")
+		})},
+		"an Event about a claim in a namespace airlock does not serve": {req: create("Event", func(w *world) runtime.Object {
+			w.look.claims, w.look.served = nil, nil
+			return event("c9", "uid-c9", "SandboxClaim")
+		}), want: "no AgentRuntime or ToolRegistry"},
+		"an Event about a kept record": {req: create("Event", func(w *world) runtime.Object {
+			w.look.served = nil // its runtime gone: the record is still there
+			return event(w.kept.Name, w.kept.UID, "Job")
+		})},
+		"an Event about the operator's Lease": {req: create("Event", func(w *world) runtime.Object {
+			w.look.served = nil
+			return event("airlock-operator", "uid-lease", "Lease")
+		})},
+		"an Event about a pod": {req: create("Event", func(w *world) runtime.Object { return event("p", "uid-p", "Pod") }), want: "not a claim"},
 		"an object that is not JSON": {req: func(w *world) *admissionv1.AdmissionRequest {
 			r := request(admissionv1.Create, "Pod", nil, nil)
 			r.Object.Raw = []byte("{")
@@ -334,5 +357,14 @@ func TestReviewUIDs(t *testing.T) {
 	v := Review(context.Background(), request(admissionv1.Create, "Pod", p, nil), w.look, Config{SyncImage: testSyncImage})
 	if v.Allowed {
 		t.Fatal("a pod of the claim's earlier UID was allowed")
+	}
+}
+
+// event is an Event of the operator's about the object kind/name with uid, in the test namespace.
+func event(name string, uid types.UID, kind string) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name + ".1", Namespace: sandboxpodtest.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: kind, Name: name, Namespace: sandboxpodtest.Namespace, UID: uid},
+		Reason:         "Test",
 	}
 }
