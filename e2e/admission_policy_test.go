@@ -176,9 +176,15 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	t.Helper()
 	ns, record := claim.Namespace, claim.Status.Frozen
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	reg := validRegistry(ns)
-	reg.UID = "00000000-0000-0000-0000-000000000002"
+	// The namespace's registry as it is (the records webhook asks for its UID), and the Service
+	// the record allows (the webhook asks that a policy open to it select its pods).
+	reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Get(ctx, "tools", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = reg.DeepCopy()
 	reg.Spec.Sandboxes[0].Warm = 1
+	goproxy := ensureGoproxyService(t, ctx)
 	key := sandboxpod.PoolKey(reg.UID, "codegen", record)
 	member := sandboxpod.MemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record)
 	// A member of a class with egress: the bundle airlock-egress-ca mounted, the proxy
@@ -192,19 +198,12 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	egressMember := sandboxpod.MemberPod(reg, "codegen", sandboxpod.PoolKey(reg.UID, "codegen", egressRecord), sandboxpod.MemberName(reg.Name, "codegen"), egressRecord)
 	// A resume member (docs/nothing-lost.md, "Resume members"): a member on the claim's kept
 	// workspace, labelled with its record and runtime.
-	resumeMember := sandboxpod.ResumeMemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record, resumePolicyRecord(claim))
-	services := []*corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}}
-	noOwner := func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }
+	services := []*corev1.Service{goproxy}
+	// Every object keeps its controller owner, as the operator writes it (the policies and the
+	// records webhook ask for it; every write here is a dry run).
 	token := sandboxpod.TokenSecret(claim, claimtoken.ClaimSecretName(claim.Name, "token"), "token")
-	memberKey := sandboxpod.MemberSecret(member, "key", "")
 	claimPolicy := sandboxpod.ClaimNetworkPolicy(claim, record, services)
 	poolPolicy := sandboxpod.PoolNetworkPolicy(reg, "codegen", key, record, services)
-	// Pods and policies keep their controller owner (the policies ask for it; every write here is
-	// a dry run), Secrets need none.
-	for _, m := range []*metav1.ObjectMeta{&token.ObjectMeta, &memberKey.ObjectMeta} {
-		noOwner(m)
-	}
 	defaultDeny := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "airlock-default-deny", Labels: map[string]string{"airlock.dev/default-deny": "true"}},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -214,8 +213,7 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	}
 	writes := map[string]func() error{
 		"a claim's pod":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
-		"a claim's token":     func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
-		"a warm member's key": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err },
+		"a claim's token": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
 		"a claim's policy": func() error {
 			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, claimPolicy, dryRun)
 			return err
@@ -242,6 +240,25 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 	// Warm members, once the registry's status holds their pools' records (docs/security.md,
 	// "Warm members are tied to their pool's record").
 	if servePoolRecords(t, ctx, ns, reg.UID, record, egressRecord) {
+		// A resume member of a kept record that exists, and a member's key Secret controlled by
+		// a member that exists (both made here, on the API-only plane, where nothing runs
+		// them: the record is suspended, the member kwok's).
+		// The record of an earlier claim's workspace of the namespace (the claim's own record is
+		// neverJobs' and heldRecordsRetry's).
+		earlier := claim.DeepCopy()
+		earlier.Name, earlier.UID = "agent-earlier0009", "00000000-0000-0000-0000-000000000009"
+		earlier.Spec.WorkspaceDir = ns + "/sandboxes/" + earlier.Name
+		kept, err := kubeClient.BatchV1().Jobs(ns).Create(ctx, resumePolicyRecord(earlier), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating the kept record: %v", err)
+		}
+		resumeMember := sandboxpod.ResumeMemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record, kept)
+		made, err := kubeClient.CoreV1().Pods(ns).Create(ctx, sandboxpod.MemberPod(reg, "codegen", key, sandboxpod.MemberName(reg.Name, "codegen"), record), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating a warm member: %v", err)
+		}
+		memberKey := sandboxpod.MemberSecret(made, "key", "")
+		writes["a warm member's key"] = func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, memberKey, dryRun); return err }
 		members := map[string]*corev1.Pod{"a warm member": member, "a warm member with egress": egressMember, "a resume member": resumeMember}
 		for name, m := range members {
 			writes[name] = func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, m, dryRun); return err }
@@ -358,11 +375,30 @@ func resumePolicyRecord(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	return job
 }
 
+// ensureGoproxyService is the Service mirrors/goproxy that policyClaim's record allows, created
+// (with its namespace) by the suite's administrator if it is not there, and left for other tests.
+func ensureGoproxyService(t *testing.T, ctx context.Context) *corev1.Service {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mirrors", Labels: map[string]string{"airlock.dev/e2e": "true"}}}
+	if _, err := kubeClient.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "goproxy", Namespace: "mirrors"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "goproxy"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	got, err := kubeClient.CoreV1().Services("mirrors").Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, err = kubeClient.CoreV1().Services("mirrors").Get(ctx, "goproxy", metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // policyJob is a claim's sync-back Job as the claim controller builds it (workspace.SyncJob,
-// labelled with the claim's UID, the record's sync image), its owner left out (as the pod's).
+// labelled with the claim's UID, the record's sync image), the claim's controller child.
 func policyJob(claim *airlockv1alpha1.SandboxClaim) *batchv1.Job {
 	meta := sandboxpod.ChildMeta(claim, workspace.SyncJobName(claim))
-	meta.OwnerReferences = nil
 	return workspace.SyncJob(meta, claim, claim.Status.Frozen.WorkspaceClaimName, sandboxpod.JobConfig(workspace.SyncImage(claim, e2eImage())), 1, false, workspace.DefaultTargetVersions)
 }
 
