@@ -212,7 +212,7 @@ func checkPolicyAdmits(t *testing.T, ctx context.Context, op kubernetes.Interfac
 		},
 	}
 	writes := map[string]func() error{
-		"a claim's pod":       func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
+		"a claim's pod":   func() error { _, err := op.CoreV1().Pods(ns).Create(ctx, pod, dryRun); return err },
 		"a claim's token": func() error { _, err := op.CoreV1().Secrets(ns).Create(ctx, token, dryRun); return err },
 		"a claim's policy": func() error {
 			_, err := op.NetworkingV1().NetworkPolicies(ns).Create(ctx, claimPolicy, dryRun)
