@@ -32,6 +32,8 @@
 #                          scale10x500's 10 namespaces (500); BENCH_SCALE_ACQUIRES on top (100);
 #                          BENCH_FILL_STALL: give up when no claim of a fill settles for this long (3m)
 #   BENCH_OPERATOR_FLAGS   more `airlock operator` flags, e.g. "--kube-api-qps=1000 --kube-api-burst=2000"
+#   BENCH_RECORDS_WEBHOOK  1 (default): airlock runs with its records webhook, as installed (its CPU
+#                          is counted); 0: without, to measure what it costs
 #   BENCH_KCM_QPS          kube-controller-manager's --kube-api-qps (default 1000; burst twice that)
 #   BENCH_OUTPUT           the JSON file (default _output/bench/bench-<UTC time>.json); the peer's is
 #                          <that>-agent-sandbox.json, the side by side <that>-side-by-side.json
@@ -209,6 +211,37 @@ leads() {
     curl -sf --max-time 2 "http://$ADDR:$2/metrics" | grep -q '^leader_election_master_status{.*} 1$'
 }
 
+# webhook_bundles_at_least N: N webhooks of the records webhook's configuration have a caBundle.
+webhook_bundles_at_least() {
+  local n
+  n=$(kubectl_ get validatingwebhookconfiguration airlock-operator-records \
+    -o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{"\n"}{end}' | grep -c . || true)
+  [[ $n -ge $1 ]]
+}
+
+# start_records_webhook: the records webhook of the default install (manifests/records-webhook,
+# docs/security.md) beside the plane, as its ServiceAccount, its configuration pointed at it by
+# URL (the plane's API server advertises 127.0.0.1 and cannot reach a Service); every write of
+# the operator's that it is asked about waits for its answer, as in a cluster. BENCH_RECORDS_WEBHOOK=0
+# leaves it out (to measure what it costs).
+start_records_webhook() {
+  [[ ${BENCH_RECORDS_WEBHOOK:-1} == 1 ]] || { log "no records webhook (BENCH_RECORDS_WEBHOOK=0)"; return; }
+  kubectl_ apply --server-side -f manifests/records-webhook/service_account.yaml -f manifests/records-webhook/rbac.yaml \
+    -f manifests/records-webhook/validating_webhook.yaml >/dev/null
+  controller_kubeconfig airlock-system airlock-records-webhook "$STATE/webhook.kubeconfig"
+  free_port WEBHOOK_PORT
+  log "starting airlock records-webhook"
+  START_EXE=$BUILD/airlock start airlock-records-webhook records-webhook --kubeconfig="$STATE/webhook.kubeconfig" \
+    --namespace=airlock-system --bind-address="$ADDR:$WEBHOOK_PORT" --tls-sans="$ADDR"
+  local patch="" n i
+  n=$(kubectl_ get validatingwebhookconfiguration airlock-operator-records -o jsonpath='{range .webhooks[*]}{.name}{"\n"}{end}' | grep -c .)
+  for ((i = 0; i < n; i++)); do
+    patch+="${patch:+,}{\"op\":\"replace\",\"path\":\"/webhooks/$i/clientConfig\",\"value\":{\"url\":\"https://$ADDR:$WEBHOOK_PORT/validate\"}}"
+  done
+  kubectl_ patch validatingwebhookconfiguration airlock-operator-records --type=json -p "[$patch]" >/dev/null
+  wait_for airlock-records-webhook "the records webhook's CA bundle" webhook_bundles_at_least "$n"
+}
+
 run_airlock() {
   PHASE="running airlock" PROCESS=airlock
   plane_up
@@ -219,6 +252,8 @@ run_airlock() {
   kubectl_ apply --server-side -f manifests/namespace.yaml -f manifests/rbac/ >/dev/null
   # The operator runs as its ServiceAccount, as it does in a cluster.
   controller_kubeconfig airlock-system airlock-operator "$STATE/operator.kubeconfig"
+
+  start_records_webhook
 
   free_port API_PORT
   free_port METRICS_PORT

@@ -164,6 +164,8 @@ run_node() {
   "$KUBECTL" wait --for=condition=Established --timeout=60s crd/sandboxclasses.airlock.dev crd/toolregistries.airlock.dev crd/agentruntimes.airlock.dev crd/sandboxclaims.airlock.dev crd/sessionrecords.airlock.dev >/dev/null
   "$KUBECTL" apply --server-side --force-conflicts -k manifests/
   "$KUBECTL" -n airlock-system rollout status deployment/airlock-operator --timeout=120s
+  # The records webhook (docs/security.md) answers before the operator's sandbox pods are admitted.
+  "$KUBECTL" -n airlock-system rollout status deployment/airlock-records-webhook --timeout=120s
   "$KUBECTL" -n airlock-system get pods -o wide
   echo "leader: $("$KUBECTL" -n airlock-system get lease airlock-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)"
 

@@ -30,9 +30,14 @@ const (
 // planeComponents are the plane's processes whose CPU is reported beside the product's controller.
 var planeComponents = []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok"}
 
+// companions are processes of a product beside its controller, measured when they run (their
+// pid file is in the state dir): airlock's records webhook, part of its default install.
+var companions = []string{"airlock-records-webhook"}
+
 // shown are the keys of the CPU figures, in print order: the product's controller, whichever
-// product it is ("operator", so that the JSON of both products reads alike), then the plane's.
-var shown = append([]string{"operator"}, planeComponents...)
+// product it is ("operator", so that the JSON of both products reads alike), its companions,
+// then the plane's.
+var shown = append(append([]string{"operator"}, companions...), planeComponents...)
 
 type runner struct {
 	o     options
@@ -61,7 +66,13 @@ func (r *runner) auditPath() string { return filepath.Join(r.o.stateDir, "audit.
 
 // processes are the pid-file names of the processes measured: the product's controller first.
 func (r *runner) processes() []string {
-	return append([]string{r.product.process()}, planeComponents...)
+	ps := []string{r.product.process()}
+	for _, c := range companions {
+		if _, err := os.Stat(filepath.Join(r.o.stateDir, c+".pid")); err == nil {
+			ps = append(ps, c)
+		}
+	}
+	return append(ps, planeComponents...)
 }
 
 // key is the name process's figures are kept under: "operator" for the product's controller.
