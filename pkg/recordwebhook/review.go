@@ -20,6 +20,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -80,7 +81,7 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			return refuse("the %s's previous version could not be read: %v", req.Kind.Kind, err)
 		}
-		if sameNames(old.Labels, obj.Labels) {
+		if sameNames(old.Labels, obj.Labels) && (req.Kind.Kind != "NetworkPolicy" || samePeers(req.OldObject.Raw, req.Object.Raw)) {
 			return allow()
 		}
 	}
@@ -117,6 +118,17 @@ func sameNames(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// samePeers says whether two versions of a NetworkPolicy open their pods to the same peers: an
+// update that opens nothing new (its peers are judged when they change: the operator writes a
+// policy again when an allowed Service's selector changes).
+func samePeers(oldRaw, newRaw []byte) bool {
+	var a, b networkingv1.NetworkPolicy
+	if json.Unmarshal(oldRaw, &a) != nil || json.Unmarshal(newRaw, &b) != nil {
+		return false
+	}
+	return equality.Semantic.DeepEqual(a.Spec.Egress, b.Spec.Egress) && equality.Semantic.DeepEqual(a.Spec.Ingress, b.Spec.Ingress)
 }
 
 type reviewer struct {

@@ -296,6 +296,24 @@ func TestReview(t *testing.T) {
 			w.look.claims = nil
 			return request(admissionv1.Update, "Pod", adopted, w.member)
 		}, want: "does not exist"},
+		"an update of a claim's policy that opens it to other pods": {req: func(w *world) *admissionv1.AdmissionRequest {
+			np := w.claimPolicy()
+			opened := np.DeepCopy()
+			opened.Spec.Egress[0].To[0].PodSelector.MatchLabels = map[string]string{"app": "vault"}
+			return request(admissionv1.Update, "NetworkPolicy", opened, np)
+		}, want: "which no Service its record allows selects"},
+		"an update of a claim's policy to its Service's new selector": {req: func(w *world) *admissionv1.AdmissionRequest {
+			np := w.claimPolicy()
+			w.svc.Spec.Selector = map[string]string{"app": "postgres", "tier": "db"}
+			return request(admissionv1.Update, "NetworkPolicy", w.claimPolicy(), np)
+		}},
+		"an update of a pool's policy that opens nothing new, its key no longer current": {req: func(w *world) *admissionv1.AdmissionRequest {
+			np := sandboxpod.PoolNetworkPolicy(w.reg, "codegen", w.key, w.reg.Status.Warm[0].Record, []*corev1.Service{w.svc})
+			relabelled := np.DeepCopy()
+			relabelled.Annotations = map[string]string{"x": "y"}
+			w.reg.Status.Warm = nil
+			return request(admissionv1.Update, "NetworkPolicy", relabelled, np)
+		}},
 		"an update that names nothing new, its claim gone": {req: func(w *world) *admissionv1.AdmissionRequest {
 			p := claimPod(w)
 			q := p.DeepCopy()
