@@ -61,7 +61,23 @@ func TestRecordsWebhook(t *testing.T) {
 		})
 	}
 
+	// A claim's first record of the operator's own making: without the webhook, any record.
+	forged, honest := recordWrites(t, ctx, claim)
+	eventually(t, 30*time.Second, "without the webhook, a forged first record admitted (the policies' residual)", func(ctx context.Context) (bool, error) {
+		err := forged(ctx)
+		if err != nil && !strings.Contains(err.Error(), webhookRefusal) {
+			return false, err
+		}
+		return err == nil, nil
+	})
+
 	startRecordsWebhook(t, ctx, ns, policySyncImage, never["a pod of a claim that does not exist, running another image"])
+	if err := forged(ctx); err == nil || !strings.Contains(err.Error(), webhookRefusal) || !strings.Contains(err.Error(), "freeze now") {
+		t.Errorf("with the webhook, a forged first record: %v; want refused by it", err)
+	}
+	if err := honest(ctx); err != nil {
+		t.Errorf("with the webhook, the record its class and entry freeze: %v; want admitted", err)
+	}
 	for name, create := range never {
 		err := create(ctx, op, dryRun)
 		if err == nil || !strings.Contains(err.Error(), webhookRefusal) {
@@ -80,6 +96,57 @@ func TestRecordsWebhook(t *testing.T) {
 	if err := ghost(ctx, kubeClient, dryRun); err != nil {
 		t.Errorf("the administrator's pod: %v, want admitted", err)
 	}
+}
+
+// recordWrites returns two dry-run writes, as the operator, of the first record of a claim of
+// claim's runtime and sandbox that has none yet: forged (another image than its class's) and
+// honest (what its class and its registry's entry freeze, with the operator's sync image).
+func recordWrites(t *testing.T, ctx context.Context, claim *airlockv1alpha1.SandboxClaim) (forged, honest func(context.Context) error) {
+	t.Helper()
+	ns := claim.Namespace
+	class := validClass("records-" + ns)
+	if _, err := airlockClient.AirlockV1alpha1().SandboxClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = airlockClient.AirlockV1alpha1().SandboxClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	class, err := airlockClient.AirlockV1alpha1().SandboxClasses().Get(ctx, class.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := airlockClient.AirlockV1alpha1().ToolRegistries(ns).Get(ctx, "tools", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := &airlockv1alpha1.SandboxClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-fresh00009", Namespace: ns, Labels: map[string]string{airlockv1alpha1.LabelClaimShard: "9"},
+			Finalizers: []string{keepFinalizer}},
+		Spec: *claim.Spec.DeepCopy(),
+	}
+	fresh.Spec.ClassName = class.Name
+	fresh.Spec.WorkspaceDir = ns + "/sandboxes/" + fresh.Name
+	fresh, err = airlockClient.AirlockV1alpha1().SandboxClaims(ns).Create(ctx, fresh, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = airlockClient.AirlockV1alpha1().SandboxClaims(ns).Patch(context.Background(), fresh.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	})
+	record := sandboxpod.Freeze(class, &reg.Spec.Sandboxes[0])
+	record.SyncImage = policySyncImage
+	write := func(rec *airlockv1alpha1.FrozenSandbox) func(context.Context) error {
+		return func(ctx context.Context) error {
+			c := fresh.DeepCopy()
+			c.Status.Frozen = rec
+			_, err := asOperatorAirlock(t).AirlockV1alpha1().SandboxClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+	}
+	evil := record.DeepCopy()
+	evil.Image = "evil.example/exfil:v1"
+	return write(evil), write(record)
 }
 
 // checkRecordsWebhookRefuses: as installed (the suite's webhook on the API-only plane, the

@@ -73,3 +73,11 @@ func (l *clientLookup) Served(ctx context.Context, namespace string) (bool, erro
 	}
 	return len(registries.Items) > 0, nil
 }
+
+func (l *clientLookup) Class(ctx context.Context, name string) (*airlockv1alpha1.SandboxClass, error) {
+	return absent(l.airlock.AirlockV1alpha1().SandboxClasses().Get(ctx, name, metav1.GetOptions{}))
+}
+
+func (l *clientLookup) Runtime(ctx context.Context, namespace, name string) (*airlockv1alpha1.AgentRuntime, error) {
+	return absent(l.airlock.AirlockV1alpha1().AgentRuntimes(namespace).Get(ctx, name, metav1.GetOptions{}))
+}

@@ -38,6 +38,8 @@ type Lookup interface {
 	Service(ctx context.Context, namespace, name string) (*corev1.Service, error)
 	// Served says whether the namespace holds an AgentRuntime or a ToolRegistry.
 	Served(ctx context.Context, namespace string) (bool, error)
+	Class(ctx context.Context, name string) (*airlockv1alpha1.SandboxClass, error)
+	Runtime(ctx context.Context, namespace, name string) (*airlockv1alpha1.AgentRuntime, error)
 }
 
 // Verdict is Review's answer: Allowed, or refused for Reason (a sentence a person can act on).
@@ -76,6 +78,13 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 		return refuse("the %s could not be read: %v", req.Kind.Kind, err)
 	}
 	obj.Namespace = req.Namespace
+	r := reviewer{ctx: ctx, look: look, cfg: cfg, raw: req.Object.Raw, obj: &obj.ObjectMeta, update: req.Operation == admissionv1.Update}
+	if req.Kind.Kind == "SandboxClaim" {
+		if req.SubResource != "status" || req.Operation != admissionv1.Update {
+			return allow()
+		}
+		return r.claimRecord(req.OldObject.Raw)
+	}
 	if req.Operation == admissionv1.Update {
 		var old object
 		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
@@ -85,7 +94,6 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 			return allow()
 		}
 	}
-	r := reviewer{ctx: ctx, look: look, cfg: cfg, raw: req.Object.Raw, obj: &obj.ObjectMeta, update: req.Operation == admissionv1.Update}
 	switch req.Kind.Kind {
 	case "Pod":
 		return r.pod()

@@ -31,6 +31,8 @@ type fakeLookup struct {
 	pods       map[string]*corev1.Pod
 	services   map[string]*corev1.Service
 	served     map[string]bool
+	classes    map[string]*airlockv1alpha1.SandboxClass
+	runtimes   map[string]*airlockv1alpha1.AgentRuntime
 	err        error
 }
 
@@ -59,10 +61,17 @@ func (l *fakeLookup) Service(_ context.Context, ns, name string) (*corev1.Servic
 func (l *fakeLookup) Served(_ context.Context, ns string) (bool, error) {
 	return l.served[ns], l.err
 }
+func (l *fakeLookup) Class(_ context.Context, name string) (*airlockv1alpha1.SandboxClass, error) {
+	return get(l, l.classes, "", name)
+}
+func (l *fakeLookup) Runtime(_ context.Context, ns, name string) (*airlockv1alpha1.AgentRuntime, error) {
+	return get(l, l.runtimes, ns, name)
+}
 
 // world is a namespace with a claim (its record allows one Service, in another namespace), a
 // registry with a pool and its record, a member pod, and a kept record.
 type world struct {
+	class  *airlockv1alpha1.SandboxClass
 	claim  *airlockv1alpha1.SandboxClaim
 	reg    *airlockv1alpha1.ToolRegistry
 	key    string
@@ -75,9 +84,12 @@ type world struct {
 func newWorld() *world {
 	w := &world{}
 	class := sandboxpodtest.Class("codegen")
+	class.Generation = 3
+	class.Spec.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "db", Name: "postgres"}}
 	reg := sandboxpodtest.WarmRegistry(1)
 	record := sandboxpod.Freeze(class, &reg.Spec.Sandboxes[0])
-	record.AllowedServices = []airlockv1alpha1.ServiceReference{{Namespace: "db", Name: "postgres"}}
+	record.SyncImage = testSyncImage
+	w.class = class
 	w.svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "postgres"}, Spec: corev1.ServiceSpec{
 		Selector: map[string]string{"app": "postgres"}, Ports: []corev1.ServicePort{{Port: 5432}}}}
 	w.claim = sandboxpodtest.Claim("c1", "s1", airlockv1alpha1.ClaimBinding, sandboxpodtest.T0)
@@ -99,6 +111,11 @@ func newWorld() *world {
 		pods:       map[string]*corev1.Pod{ns + w.member.Name: w.member},
 		services:   map[string]*corev1.Service{"db/postgres": w.svc},
 		served:     map[string]bool{sandboxpodtest.Namespace: true},
+		classes:    map[string]*airlockv1alpha1.SandboxClass{"/codegen": class},
+		runtimes: map[string]*airlockv1alpha1.AgentRuntime{ns + "agent": {
+			ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: sandboxpodtest.Namespace},
+			Spec:       airlockv1alpha1.AgentRuntimeSpec{ToolRegistryRef: airlockv1alpha1.LocalObjectReference{Name: reg.Name}},
+		}},
 	}
 	return w
 }
@@ -384,5 +401,100 @@ func event(name string, uid types.UID, kind string) *corev1.Event {
 		ObjectMeta:     metav1.ObjectMeta{Name: name + ".1", Namespace: sandboxpodtest.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: kind, Name: name, Namespace: sandboxpodtest.Namespace, UID: uid},
 		Reason:         "Test",
+	}
+}
+
+// TestReviewClaimRecord: the first write of a claim's record is what its class and its runtime's
+// registry entry freeze now, with the operator's sync image and, with egress, a gateway frozen
+// from an airlock egress gateway Service; anything else is refused.
+func TestReviewClaimRecord(t *testing.T) {
+	gatewaySvc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "airlock-system", Name: "airlock-egress", Labels: EgressServiceLabels},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.50", Selector: map[string]string{"app.kubernetes.io/component": "egress"},
+			Ports: []corev1.ServicePort{{Port: 3128}}},
+	}
+	withEgress := func(w *world) {
+		w.class.Spec.Egress = &airlockv1alpha1.SandboxEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "proxy.golang.org", Ports: []airlockv1alpha1.EgressPort{443}}}}
+		w.look.services["airlock-system/airlock-egress"] = gatewaySvc.DeepCopy()
+	}
+	frozen := func(w *world) *airlockv1alpha1.FrozenSandbox {
+		rec := sandboxpod.Freeze(w.class, &w.reg.Spec.Sandboxes[0])
+		rec.SyncImage = testSyncImage
+		if rec.Egress != nil {
+			gw, why := sandboxpod.FreezeGateway(&sandboxpod.GatewayRef{Namespace: "airlock-system", Name: "airlock-egress", Port: 3128, CABundleConfigMap: "airlock-egress-ca"}, gatewaySvc)
+			if why != "" {
+				panic(why)
+			}
+			rec.Egress.Gateway = *gw
+		}
+		return rec
+	}
+	tests := map[string]struct {
+		setup  func(w *world)
+		record func(w *world, r *airlockv1alpha1.FrozenSandbox)
+		had    bool // the claim had a record before the write
+		none   bool // the write carries no record
+		want   string
+	}{
+		"as frozen":                       {},
+		"as frozen, with egress":          {setup: withEgress},
+		"a status write without a record": {none: true},
+		"a record already there":          {had: true, record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) { r.Image = "evil.example/x:v1" }},
+		"another image": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) { r.Image = "evil.example/x:v1" },
+			want: "not what its class codegen (generation 3)"},
+		"another workspace PVC": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) { r.WorkspaceClaimName = "database-data" },
+			want: "not what its class"},
+		"another Service allowed": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) {
+			r.AllowedServices = append(r.AllowedServices, airlockv1alpha1.ServiceReference{Namespace: "vault", Name: "vault"})
+		}, want: "not what its class"},
+		"an older generation of the class": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) { r.ClassGeneration = 2 }, want: "not what its class"},
+		"another sync image": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) { r.SyncImage = "evil.example/sync:v1" },
+			want: "not the operator's"},
+		"a class that does not exist":         {setup: func(w *world) { w.look.classes = nil }, want: "does not exist"},
+		"a runtime that does not exist":       {setup: func(w *world) { w.look.runtimes = nil }, want: "does not exist"},
+		"an entry the registry does not have": {setup: func(w *world) { w.reg.Spec.Sandboxes[0].Name = "other" }, want: "which has none"},
+		"egress the class does not have": {record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) {
+			r.Egress = &airlockv1alpha1.FrozenEgress{Hosts: []airlockv1alpha1.EgressHost{{Host: "evil.example", Ports: []airlockv1alpha1.EgressPort{443}}}}
+		}, want: "has egress true"},
+		"a gateway of kube-dns's pods": {setup: withEgress, record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) {
+			r.Egress.Gateway.Namespace, r.Egress.Gateway.Service = "kube-system", "kube-dns"
+		}, want: "not an airlock egress gateway's"},
+		"a gateway of other pods than its Service's": {setup: withEgress, record: func(_ *world, r *airlockv1alpha1.FrozenSandbox) {
+			r.Egress.Gateway.PodSelector = map[string]string{"app": "anything"}
+		}, want: "not what its Service"},
+		"a gateway Service of no airlock gateway": {setup: func(w *world) {
+			withEgress(w)
+			w.look.services["airlock-system/airlock-egress"].Labels = nil
+		}, want: "not an airlock egress gateway's"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			if tc.setup != nil {
+				tc.setup(w)
+			}
+			old, cur := w.claim.DeepCopy(), w.claim.DeepCopy()
+			old.Status.Frozen, cur.Status.Frozen = nil, nil
+			if !tc.none {
+				cur.Status.Frozen = frozen(w)
+				if tc.had {
+					old.Status.Frozen = frozen(w)
+				}
+				if tc.record != nil {
+					tc.record(w, cur.Status.Frozen)
+				}
+			}
+			req := request(admissionv1.Update, "SandboxClaim", cur, old)
+			req.SubResource = "status"
+			v := Review(context.Background(), req, w.look, Config{SyncImage: testSyncImage})
+			switch {
+			case tc.want == "" && !v.Allowed:
+				t.Fatalf("refused (%s), want allowed", v.Reason)
+			case tc.want != "" && v.Allowed:
+				t.Fatalf("allowed, want refused with %q", tc.want)
+			case tc.want != "" && !strings.Contains(v.Reason, tc.want):
+				t.Fatalf("refused with %q, want %q in it", v.Reason, tc.want)
+			}
+		})
 	}
 }
