@@ -67,8 +67,10 @@ type Config struct {
 }
 
 // Review decides a request of the operator's: a CREATE of a pod, Secret, NetworkPolicy or Job
-// airlock labels, or an UPDATE that changes what record it names (an adoption). Anything else is
-// allowed: the policies have judged it, and a DELETE names nothing that must exist.
+// airlock labels, or an UPDATE that changes what record it names (an adoption: its naming labels
+// or its controller) or a policy's peers; the CREATE of an Event; the status write that brings a
+// claim's record. Anything else is allowed: the policies have judged it, and a DELETE names
+// nothing that must exist.
 func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup, cfg Config) Verdict {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return allow()
@@ -90,7 +92,7 @@ func Review(ctx context.Context, req *admissionv1.AdmissionRequest, look Lookup,
 		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			return refuse("the %s's previous version could not be read: %v", req.Kind.Kind, err)
 		}
-		if sameNames(old.Labels, obj.Labels) && (req.Kind.Kind != "NetworkPolicy" || samePeers(req.OldObject.Raw, req.Object.Raw)) {
+		if sameNames(&old.ObjectMeta, &obj.ObjectMeta) && (req.Kind.Kind != "NetworkPolicy" || samePeers(req.OldObject.Raw, req.Object.Raw)) {
 			return allow()
 		}
 	}
@@ -117,15 +119,18 @@ var namingLabels = []string{
 	airlockv1alpha1.LabelResumesUID, airlockv1alpha1.LabelRetryOf, airlockv1alpha1.LabelKeptWorkspace,
 }
 
-func sameNames(a, b map[string]string) bool {
+// sameNames says whether two versions of an object name the same records: the same naming
+// labels and the same controller.
+func sameNames(a, b *metav1.ObjectMeta) bool {
 	for _, k := range namingLabels {
-		va, oka := a[k]
-		vb, okb := b[k]
+		va, oka := a.Labels[k]
+		vb, okb := b.Labels[k]
 		if oka != okb || va != vb {
 			return false
 		}
 	}
-	return true
+	ca, cb := metav1.GetControllerOfNoCopy(a), metav1.GetControllerOfNoCopy(b)
+	return (ca == nil) == (cb == nil) && (ca == nil || ca.UID == cb.UID && ca.Kind == cb.Kind && ca.Name == cb.Name)
 }
 
 // samePeers says whether two versions of a NetworkPolicy open their pods to the same peers: an

@@ -331,6 +331,12 @@ func TestReview(t *testing.T) {
 			w.reg.Status.Warm = nil
 			return request(admissionv1.Update, "NetworkPolicy", relabelled, np)
 		}},
+		"an update that hands a claim's pod to another controller": {req: func(w *world) *admissionv1.AdmissionRequest {
+			p := claimPod(w)
+			q := p.DeepCopy()
+			q.OwnerReferences[0].UID = "uid-other"
+			return request(admissionv1.Update, "Pod", q, p)
+		}, want: "does not exist"},
 		"an update that names nothing new, its claim gone": {req: func(w *world) *admissionv1.AdmissionRequest {
 			p := claimPod(w)
 			q := p.DeepCopy()
