@@ -87,12 +87,14 @@ func (o *RecordsWebhookOptions) Validate() []error {
 func newRecordsWebhookCommand(o *RecordsWebhookOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "records-webhook",
-		Short: "Run the admission webhook that refuses the operator's writes of objects naming records that do not exist",
-		Long: `Run the records webhook: a validating admission webhook, asked only about the operator's writes of
-airlock's objects, that refuses a sandbox pod, Secret, NetworkPolicy or Job whose claim, registry,
-pool record, kept record, controlling pod or allowed Service does not exist as it says: what the
-in-tree admission policies cannot check (docs/security.md, "The records webhook"). It keeps its own
-CA and serving certificate in a Secret and their bundle in its ValidatingWebhookConfiguration.`,
+		Short: "Run the admission webhook that refuses the operator's writes naming records that do not exist as they say",
+		Long: `Run the records webhook: a validating admission webhook, asked only about the operator's writes,
+that refuses a sandbox pod, Secret, NetworkPolicy or Job whose claim, registry, pool record, kept
+record, controlling pod or allowed Service does not exist as it says; an Event about nothing in a
+namespace airlock does not serve; and a claim's first record that is not what its class and
+registry entry freeze: what the in-tree admission policies cannot check (docs/security.md, "The
+records webhook"). It keeps its own CA and serving certificate in a Secret and their bundle in its
+ValidatingWebhookConfiguration.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if errs := o.Validate(); len(errs) > 0 {

@@ -120,6 +120,17 @@ func newWorld() *world {
 	return w
 }
 
+// adopted is the world's member as the claim controller's adoption leaves it: the claim's labels
+// and the claim its controller.
+func (w *world) adopted() *corev1.Pod {
+	adopted := w.member.DeepCopy()
+	for k, v := range sandboxpod.PodLabels(w.claim) {
+		adopted.Labels[k] = v
+	}
+	adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+	return adopted
+}
+
 func (w *world) claimPolicy() *networkingv1.NetworkPolicy {
 	return sandboxpod.ClaimNetworkPolicy(w.claim, w.claim.Status.Frozen, []*corev1.Service{w.svc})
 }
@@ -288,28 +299,15 @@ func TestReview(t *testing.T) {
 			return j
 		}), want: "does not exist"},
 		"adoption of a member by a claim": {req: func(w *world) *admissionv1.AdmissionRequest {
-			adopted := w.member.DeepCopy()
-			for k, v := range sandboxpod.PodLabels(w.claim) {
-				adopted.Labels[k] = v
-			}
-			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
-			return request(admissionv1.Update, "Pod", adopted, w.member)
+			return request(admissionv1.Update, "Pod", w.adopted(), w.member)
 		}},
 		"adoption by a claim whose record is written after it": {req: func(w *world) *admissionv1.AdmissionRequest {
-			adopted := w.member.DeepCopy()
-			for k, v := range sandboxpod.PodLabels(w.claim) {
-				adopted.Labels[k] = v
-			}
-			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			adopted := w.adopted()
 			w.claim.Status.Frozen = nil
 			return request(admissionv1.Update, "Pod", adopted, w.member)
 		}},
 		"adoption by a claim that does not exist": {req: func(w *world) *admissionv1.AdmissionRequest {
-			adopted := w.member.DeepCopy()
-			for k, v := range sandboxpod.PodLabels(w.claim) {
-				adopted.Labels[k] = v
-			}
-			adopted.OwnerReferences = []metav1.OwnerReference{sandboxpod.OwnerReference(w.claim)}
+			adopted := w.adopted()
 			w.look.claims = nil
 			return request(admissionv1.Update, "Pod", adopted, w.member)
 		}, want: "does not exist"},
