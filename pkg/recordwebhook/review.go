@@ -162,8 +162,20 @@ func (r reviewer) controller() *metav1.OwnerReference {
 }
 
 func (r reviewer) pod() Verdict {
-	if claim := r.label(airlockv1alpha1.LabelClaim); claim != "" {
-		return r.claimChild("pod", claim, nil)
+	var pod corev1.Pod
+	if err := json.Unmarshal(r.raw, &pod); err != nil {
+		return refuse("the pod could not be read: %v", err)
+	}
+	if name := r.label(airlockv1alpha1.LabelClaim); name != "" {
+		v := r.claimChild("pod", name, nil)
+		if !v.Allowed || r.update {
+			return v // an adopted member keeps the directory it was made on
+		}
+		claim, err := r.look.Claim(r.ctx, r.obj.Namespace, name)
+		if err != nil || claim == nil {
+			return refuse("reading the claim %s/%s again: %v", r.obj.Namespace, name, err)
+		}
+		return r.workspaceDir(&pod, workspace.DirOf(claim), "its claim's")
 	}
 	if r.label(airlockv1alpha1.LabelWarmRegistry) == "" {
 		return allow()
@@ -172,8 +184,37 @@ func (r reviewer) pod() Verdict {
 	if !v.Allowed {
 		return v
 	}
-	if kept := r.label(airlockv1alpha1.LabelResumes); kept != "" {
-		return r.keptRecord("resume member", kept, types.UID(r.label(airlockv1alpha1.LabelResumesUID)))
+	kept := r.label(airlockv1alpha1.LabelResumes)
+	if kept == "" {
+		return r.workspaceDir(&pod, workspace.MemberDir(r.obj.Namespace, r.obj.Name), "its own member")
+	}
+	job, v := r.keptRecord("resume member", kept, types.UID(r.label(airlockv1alpha1.LabelResumesUID)))
+	if !v.Allowed {
+		return v
+	}
+	dir := job.Annotations[airlockv1alpha1.AnnotationKeptDir]
+	if dir == "" || pod.Annotations[airlockv1alpha1.AnnotationResumesDir] != dir {
+		return refuse("the resume member %s/%s names the directory %q, not its record %s's %q", r.obj.Namespace, r.obj.Name,
+			pod.Annotations[airlockv1alpha1.AnnotationResumesDir], kept, dir)
+	}
+	return r.workspaceDir(&pod, dir, "its kept record's")
+}
+
+// workspaceDir checks that every volume of the pod's PVCs is mounted at dir (the subPath of the
+// content volume), and nowhere else.
+func (r reviewer) workspaceDir(pod *corev1.Pod, dir, whose string) Verdict {
+	pvcs := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			pvcs[v.Name] = true
+		}
+	}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, m := range c.VolumeMounts {
+			if pvcs[m.Name] && (m.SubPath != dir || m.SubPathExpr != "") {
+				return refuse("the pod %s/%s mounts the workspace volume at %q, not %s directory %q", r.obj.Namespace, r.obj.Name, m.SubPath, whose, dir)
+			}
+		}
 	}
 	return allow()
 }
@@ -282,16 +323,17 @@ func (r reviewer) poolRecord(what string) (*airlockv1alpha1.FrozenSandbox, Verdi
 	return nil, refuse("the ToolRegistry %s/%s has no record of the pool %q that the %s %s names", r.obj.Namespace, name, key, what, r.obj.Name)
 }
 
-// keptRecord checks that the kept workspace's record name (with uid) exists in the namespace.
-func (r reviewer) keptRecord(what, name string, uid types.UID) Verdict {
+// keptRecord checks that the kept workspace's record name (with uid) exists in the namespace,
+// and returns it.
+func (r reviewer) keptRecord(what, name string, uid types.UID) (*batchv1.Job, Verdict) {
 	job, err := r.look.Job(r.ctx, r.obj.Namespace, name)
 	if err != nil {
-		return refuse("reading the kept workspace's record %s/%s: %v", r.obj.Namespace, name, err)
+		return nil, refuse("reading the kept workspace's record %s/%s: %v", r.obj.Namespace, name, err)
 	}
 	if job == nil || job.UID != uid || !workspace.IsRecord(job) {
-		return refuse("the kept workspace's record %s/%s (UID %s) that the %s %s names does not exist", r.obj.Namespace, name, uid, what, r.obj.Name)
+		return nil, refuse("the kept workspace's record %s/%s (UID %s) that the %s %s names does not exist", r.obj.Namespace, name, uid, what, r.obj.Name)
 	}
-	return allow()
+	return job, allow()
 }
 
 // job checks a retry (its record), a claim's sync-back (its claim) and a kept record (its
@@ -302,7 +344,8 @@ func (r reviewer) job() Verdict {
 		if ref == nil || ref.Kind != "Job" || ref.Name != of {
 			return refuse("the retry %s/%s is not controlled by the record %s it names", r.obj.Namespace, r.obj.Name, of)
 		}
-		return r.keptRecord("retry", of, ref.UID)
+		_, v := r.keptRecord("retry", of, ref.UID)
+		return v
 	}
 	name, uid := r.label(airlockv1alpha1.LabelClaim), types.UID(r.label(airlockv1alpha1.LabelClaimUID))
 	kept := r.label(airlockv1alpha1.LabelKeptWorkspace) != ""

@@ -208,6 +208,29 @@ func TestReview(t *testing.T) {
 			w.look.err = errors.New("etcd is down")
 			return claimPod(w)
 		}), want: "etcd is down"},
+		"claim pod on another workspace directory": {req: create("Pod", func(w *world) runtime.Object {
+			p := claimPod(w)
+			for i := range p.Spec.Containers[0].VolumeMounts {
+				if m := &p.Spec.Containers[0].VolumeMounts[i]; m.SubPath != "" {
+					m.SubPath = sandboxpodtest.Namespace + "/sandboxes/someone-else"
+				}
+			}
+			return p
+		}), want: "not its claim's directory"},
+		"warm member on another member's directory": {req: create("Pod", func(w *world) runtime.Object {
+			m := w.member.DeepCopy()
+			for i := range m.Spec.Containers[0].VolumeMounts {
+				if v := &m.Spec.Containers[0].VolumeMounts[i]; v.SubPath != "" {
+					v.SubPath = workspace.MemberDir(sandboxpodtest.Namespace, "codegen-warm-other")
+				}
+			}
+			return m
+		}), want: "not its own member directory"},
+		"resume member on a directory its record does not name": {req: create("Pod", func(w *world) runtime.Object {
+			p := sandboxpod.ResumeMemberPod(w.reg, "codegen", w.key, "codegen-warm-res", w.reg.Status.Warm[0].Record, w.kept)
+			w.kept.Annotations[airlockv1alpha1.AnnotationKeptDir] = sandboxpodtest.Namespace + "/sandboxes/another"
+			return p
+		}), want: "not its record"},
 		"token Secret": {req: create("Secret", func(w *world) runtime.Object { return sandboxpod.TokenSecret(w.claim, "c1-pod-key", "t") })},
 		"token Secret of a claim that does not exist": {req: create("Secret", func(w *world) runtime.Object {
 			s := sandboxpod.TokenSecret(w.claim, "c1-pod-key", "t")
