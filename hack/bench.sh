@@ -231,7 +231,10 @@ start_records_webhook() {
   controller_kubeconfig airlock-system airlock-records-webhook "$STATE/webhook.kubeconfig"
   free_port WEBHOOK_PORT
   log "starting airlock records-webhook"
-  START_EXE=$BUILD/airlock start airlock-records-webhook records-webhook --kubeconfig="$STATE/webhook.kubeconfig" \
+  # start() and stop() know a component by its executable's name: the airlock binary under the
+  # component's name (a link), or `down` would not find it to stop.
+  ln -sf "$BUILD/airlock" "$BUILD/airlock-records-webhook"
+  START_EXE=$BUILD/airlock-records-webhook start airlock-records-webhook records-webhook --kubeconfig="$STATE/webhook.kubeconfig" \
     --namespace=airlock-system --bind-address="$ADDR:$WEBHOOK_PORT" --tls-sans="$ADDR"
   local patch="" n i
   n=$(kubectl_ get validatingwebhookconfiguration airlock-operator-records -o jsonpath='{range .webhooks[*]}{.name}{"\n"}{end}' | grep -c .)
