@@ -167,13 +167,9 @@ func (r reviewer) pod() Verdict {
 		return refuse("the pod could not be read: %v", err)
 	}
 	if name := r.label(airlockv1alpha1.LabelClaim); name != "" {
-		v := r.claimChild("pod", name, nil)
+		claim, v := r.claimChild("pod", name, nil)
 		if !v.Allowed || r.update {
 			return v // an adopted member keeps the directory it was made on
-		}
-		claim, err := r.look.Claim(r.ctx, r.obj.Namespace, name)
-		if err != nil || claim == nil {
-			return refuse("reading the claim %s/%s again: %v", r.obj.Namespace, name, err)
 		}
 		return r.workspaceDir(&pod, workspace.DirOf(claim), "its claim's")
 	}
@@ -221,7 +217,8 @@ func (r reviewer) workspaceDir(pod *corev1.Pod, dir, whose string) Verdict {
 
 func (r reviewer) secret() Verdict {
 	if claim := r.label(airlockv1alpha1.LabelClaim); claim != "" {
-		return r.claimChild("Secret", claim, nil)
+		_, v := r.claimChild("Secret", claim, nil)
+		return v
 	}
 	member := r.label(airlockv1alpha1.LabelWarmMember)
 	if member == "" {
@@ -247,7 +244,8 @@ func (r reviewer) networkPolicy() Verdict {
 		return refuse("the NetworkPolicy could not be read: %v", err)
 	}
 	if claim := r.label(airlockv1alpha1.LabelClaim); claim != "" {
-		return r.claimChild("NetworkPolicy", claim, &np)
+		_, v := r.claimChild("NetworkPolicy", claim, &np)
+		return v
 	}
 	if r.label(airlockv1alpha1.LabelWarmRegistry) == "" {
 		return allow() // the standing default-deny: its shape is the policies'
@@ -262,27 +260,27 @@ func (r reviewer) networkPolicy() Verdict {
 // claimChild checks that the claim an object names exists in its namespace with the UID the
 // object names (a pod's label; its controller), and has its record; and, for a NetworkPolicy,
 // that its peers are the record's.
-func (r reviewer) claimChild(what, name string, np *networkingv1.NetworkPolicy) Verdict {
+func (r reviewer) claimChild(what, name string, np *networkingv1.NetworkPolicy) (*airlockv1alpha1.SandboxClaim, Verdict) {
 	var uids []types.UID
 	if uid := r.label(airlockv1alpha1.LabelClaimUID); uid != "" {
 		uids = append(uids, types.UID(uid))
 	}
 	if ref := r.controller(); ref != nil {
 		if ref.Kind != "SandboxClaim" || ref.Name != name {
-			return refuse("the %s %s/%s names the claim %s but is controlled by %s %s", what, r.obj.Namespace, r.obj.Name, name, ref.Kind, ref.Name)
+			return nil, refuse("the %s %s/%s names the claim %s but is controlled by %s %s", what, r.obj.Namespace, r.obj.Name, name, ref.Kind, ref.Name)
 		}
 		uids = append(uids, ref.UID)
 	}
 	if len(uids) == 0 {
-		return refuse("the %s %s/%s names the claim %s but not its UID (label %s or controller)", what, r.obj.Namespace, r.obj.Name, name, airlockv1alpha1.LabelClaimUID)
+		return nil, refuse("the %s %s/%s names the claim %s but not its UID (label %s or controller)", what, r.obj.Namespace, r.obj.Name, name, airlockv1alpha1.LabelClaimUID)
 	}
 	claim, err := r.look.Claim(r.ctx, r.obj.Namespace, name)
 	if err != nil {
-		return refuse("reading the claim %s/%s: %v", r.obj.Namespace, name, err)
+		return nil, refuse("reading the claim %s/%s: %v", r.obj.Namespace, name, err)
 	}
 	for _, uid := range uids {
 		if claim == nil || claim.UID != uid {
-			return refuse("the claim %s/%s (UID %s) that the %s %s names does not exist", r.obj.Namespace, name, uid, what, r.obj.Name)
+			return nil, refuse("the claim %s/%s (UID %s) that the %s %s names does not exist", r.obj.Namespace, name, uid, what, r.obj.Name)
 		}
 	}
 	if claim.Status.Frozen == nil {
@@ -290,14 +288,14 @@ func (r reviewer) claimChild(what, name string, np *networkingv1.NetworkPolicy) 
 			// An adoption: the claim writes its record (the member's pool's) with its
 			// admission, after the member is its own; the member was held to that record
 			// when it was created.
-			return allow()
+			return claim, allow()
 		}
-		return refuse("the claim %s/%s that the %s %s names has no record (status.frozen) yet", r.obj.Namespace, name, what, r.obj.Name)
+		return nil, refuse("the claim %s/%s that the %s %s names has no record (status.frozen) yet", r.obj.Namespace, name, what, r.obj.Name)
 	}
 	if np != nil {
-		return r.peers(np, claim.Status.Frozen)
+		return claim, r.peers(np, claim.Status.Frozen)
 	}
-	return allow()
+	return claim, allow()
 }
 
 // poolRecord checks that the registry a warm member's object names exists, controls it, and
