@@ -398,14 +398,7 @@ func TestReview(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld()
 			v := Review(context.Background(), tc.req(w), w.look, Config{SyncImage: testSyncImage})
-			switch {
-			case tc.want == "" && !v.Allowed:
-				t.Fatalf("refused (%s), want allowed", v.Reason)
-			case tc.want != "" && v.Allowed:
-				t.Fatalf("allowed, want refused with %q", tc.want)
-			case tc.want != "" && !strings.Contains(v.Reason, tc.want):
-				t.Fatalf("refused with %q, want %q in it", v.Reason, tc.want)
-			}
+			checkVerdict(t, v, tc.want)
 		})
 	}
 }
@@ -514,14 +507,20 @@ func TestReviewClaimRecord(t *testing.T) {
 			req := request(admissionv1.Update, "SandboxClaim", cur, old)
 			req.SubResource = "status"
 			v := Review(context.Background(), req, w.look, Config{SyncImage: testSyncImage})
-			switch {
-			case tc.want == "" && !v.Allowed:
-				t.Fatalf("refused (%s), want allowed", v.Reason)
-			case tc.want != "" && v.Allowed:
-				t.Fatalf("allowed, want refused with %q", tc.want)
-			case tc.want != "" && !strings.Contains(v.Reason, tc.want):
-				t.Fatalf("refused with %q, want %q in it", v.Reason, tc.want)
-			}
+			checkVerdict(t, v, tc.want)
 		})
+	}
+}
+
+// checkVerdict fails t unless v is allowed (want "") or refused with want in its reason.
+func checkVerdict(t *testing.T, v Verdict, want string) {
+	t.Helper()
+	switch {
+	case want == "" && !v.Allowed:
+		t.Fatalf("refused (%s), want allowed", v.Reason)
+	case want != "" && v.Allowed:
+		t.Fatalf("allowed, want refused with %q", want)
+	case want != "" && !strings.Contains(v.Reason, want):
+		t.Fatalf("refused with %q, want %q in it", v.Reason, want)
 	}
 }
