@@ -202,7 +202,9 @@ func (l *langServers) with(ctx context.Context, spec langServerSpec, f func(ctx 
 		err = fmt.Errorf("%s was stopped: %s", spec.name, s.killedFor())
 	case ctx.Err() != nil:
 		err = fmt.Errorf("cancelled: %v (%s had failed: it was stopped)", ctx.Err(), spec.name)
-	case rctx.Err() != nil:
+	case rctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded):
+		// A write that hit the call's deadline can return before the context's own timer
+		// has fired: both are the same timeout.
 		err = fmt.Errorf("%s did not answer within %s: it was stopped", spec.name, l.opts.requestTimeout)
 	default:
 		err = fmt.Errorf("%s exited unexpectedly (%s)%s", spec.name, s.exitStatus(), s.stderrTail())
