@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -141,6 +142,9 @@ func (o *RecordsWebhookOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	caches := recordwebhook.NewCacheInformerFactory(airlock)
+	live := recordwebhook.NewLookup(kube, airlock)
+	cached := recordwebhook.NewCachedLookup(caches, live)
 	configs := recordwebhook.NewConfigurationInformerFactory(kube, o.Configuration)
 	publisher, err := recordwebhook.NewBundlePublisher(kube, o.Configuration, configs, store)
 	if err != nil {
@@ -150,8 +154,21 @@ func (o *RecordsWebhookOptions) run(ctx context.Context) error {
 	defer cancel(nil)
 	secrets.Start(ctx.Done())
 	configs.Start(ctx.Done())
+	caches.Start(ctx.Done())
 	defer secrets.Shutdown()
 	defer configs.Shutdown()
+	defer caches.Shutdown()
+	// Not ready until the caches hold what the API server does: a webhook whose cache cannot
+	// list (its RBAC) would read every object live, unseen.
+	var synced atomic.Bool
+	go func() {
+		for _, ok := range caches.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return
+			}
+		}
+		synced.Store(true)
+	}()
 	done := make(chan struct{}, 2)
 	for _, run := range []func(context.Context) error{issuer.Run, publisher.Run} {
 		go func() {
@@ -163,15 +180,19 @@ func (o *RecordsWebhookOptions) run(ctx context.Context) error {
 	}
 	defer func() { <-done; <-done }()
 	defer cancel(nil)
-	return o.serve(ctx, store, recordwebhook.NewLookup(kube, airlock))
+	return o.serve(ctx, store, &synced, &recordwebhook.Handler{Lookup: live, Cache: cached, Config: recordwebhook.Config{SyncImage: o.SyncImage}})
 }
 
-func (o *RecordsWebhookOptions) serve(ctx context.Context, store *servingcert.Store, look recordwebhook.Lookup) error {
+func (o *RecordsWebhookOptions) serve(ctx context.Context, store *servingcert.Store, synced *atomic.Bool, handler *recordwebhook.Handler) error {
 	mux := http.NewServeMux()
-	mux.Handle(recordwebhook.Path, &recordwebhook.Handler{Lookup: look, Config: recordwebhook.Config{SyncImage: o.SyncImage}})
+	mux.Handle(recordwebhook.Path, handler)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if len(store.Bundle()) == 0 {
 			http.Error(w, "no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
+		if !synced.Load() {
+			http.Error(w, "the caches of claims, registries, runtimes and classes have not synced", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

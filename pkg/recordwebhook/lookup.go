@@ -13,10 +13,10 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 )
 
-// clientLookup reads each object from the API server when asked, with no cache: the operator
-// writes a claim's record, a pool's record or a member's pod the instant before the object that
-// names it, and a cache a moment behind would refuse it. A read is a plain GET (consistent, from
-// etcd); it costs one per write the webhook is asked about.
+// clientLookup reads each object from the API server when asked: the operator writes a claim's
+// record, a pool's record or a member's pod the instant before the object that names it, and a
+// cache a moment behind would refuse it, so a refusal over the cache is judged again over this
+// (Judge). A read is a plain GET (consistent, from etcd).
 type clientLookup struct {
 	kube    kubernetes.Interface
 	airlock airlockclientset.Interface

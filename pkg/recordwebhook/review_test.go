@@ -30,7 +30,6 @@ type fakeLookup struct {
 	jobs       map[string]*batchv1.Job
 	pods       map[string]*corev1.Pod
 	services   map[string]*corev1.Service
-	served     map[string]bool
 	classes    map[string]*airlockv1alpha1.SandboxClass
 	runtimes   map[string]*airlockv1alpha1.AgentRuntime
 	err        error
@@ -58,8 +57,20 @@ func (l *fakeLookup) Pod(_ context.Context, ns, name string) (*corev1.Pod, error
 func (l *fakeLookup) Service(_ context.Context, ns, name string) (*corev1.Service, error) {
 	return get(l, l.services, ns, name)
 }
+
+// Served: a runtime or a registry in ns.
 func (l *fakeLookup) Served(_ context.Context, ns string) (bool, error) {
-	return l.served[ns], l.err
+	for _, o := range l.runtimes {
+		if o.Namespace == ns {
+			return true, l.err
+		}
+	}
+	for _, o := range l.registries {
+		if o.Namespace == ns {
+			return true, l.err
+		}
+	}
+	return false, l.err
 }
 func (l *fakeLookup) Class(_ context.Context, name string) (*airlockv1alpha1.SandboxClass, error) {
 	return get(l, l.classes, "", name)
@@ -110,7 +121,6 @@ func newWorld() *world {
 		jobs:       map[string]*batchv1.Job{ns + w.kept.Name: w.kept},
 		pods:       map[string]*corev1.Pod{ns + w.member.Name: w.member},
 		services:   map[string]*corev1.Service{"db/postgres": w.svc},
-		served:     map[string]bool{sandboxpodtest.Namespace: true},
 		classes:    map[string]*airlockv1alpha1.SandboxClass{"/codegen": class},
 		runtimes: map[string]*airlockv1alpha1.AgentRuntime{ns + "agent": {
 			ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: sandboxpodtest.Namespace},
@@ -376,15 +386,15 @@ func TestReview(t *testing.T) {
 			return event(w.claim.Name, w.claim.UID, "SandboxClaim")
 		})},
 		"an Event about a claim in a namespace airlock does not serve": {req: create("Event", func(w *world) runtime.Object {
-			w.look.claims, w.look.served = nil, nil
+			w.look.claims, w.look.runtimes, w.look.registries = nil, nil, nil
 			return event("c9", "uid-c9", "SandboxClaim")
 		}), want: "no AgentRuntime or ToolRegistry"},
 		"an Event about a kept record": {req: create("Event", func(w *world) runtime.Object {
-			w.look.served = nil // its runtime gone: the record is still there
+			w.look.runtimes, w.look.registries = nil, nil // its runtime gone: the record is still there
 			return event(w.kept.Name, w.kept.UID, "Job")
 		})},
 		"an Event about the operator's Lease": {req: create("Event", func(w *world) runtime.Object {
-			w.look.served = nil
+			w.look.runtimes, w.look.registries = nil, nil
 			return event("airlock-operator", "uid-lease", "Lease")
 		})},
 		"an Event about a pod": {req: create("Event", func(w *world) runtime.Object { return event("p", "uid-p", "Pod") }), want: "not a claim"},
@@ -397,8 +407,10 @@ func TestReview(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld()
-			v := Review(context.Background(), tc.req(w), w.look, Config{SyncImage: testSyncImage})
+			req := tc.req(w)
+			v := Review(context.Background(), req, w.look, Config{SyncImage: testSyncImage})
 			checkVerdict(t, v, tc.want)
+			checkCached(t, w, req, tc.want)
 		})
 	}
 }
@@ -508,6 +520,7 @@ func TestReviewClaimRecord(t *testing.T) {
 			req.SubResource = "status"
 			v := Review(context.Background(), req, w.look, Config{SyncImage: testSyncImage})
 			checkVerdict(t, v, tc.want)
+			checkCached(t, w, req, tc.want)
 		})
 	}
 }

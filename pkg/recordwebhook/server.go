@@ -25,9 +25,11 @@ const maxReviewBytes = 8 << 20
 // configured timeout (10 s at most) and then fails the write (failurePolicy Fail).
 const reviewTimeout = 8 * time.Second
 
-// Handler answers AdmissionReviews (admission.k8s.io/v1) at Path with Review's verdict.
+// Handler answers AdmissionReviews (admission.k8s.io/v1) at Path with Review's verdict: over
+// Cache first when it is set, and over Lookup (the API server) when that refuses (Judge).
 type Handler struct {
 	Lookup Lookup
+	Cache  Lookup
 	Config Config
 }
 
@@ -62,11 +64,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 	defer cancel()
 	req := review.Request
-	v := Review(ctx, req, h.Lookup, h.Config)
+	v, fromCache := Judge(ctx, req, h.Cache, h.Lookup, h.Config)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: v.Allowed}
 	if v.Allowed {
 		klog.FromContext(ctx).V(4).Info("Allowed a write of the operator", "operation", req.Operation, "kind", req.Kind.Kind,
-			"object", klog.KRef(req.Namespace, req.Name), "dryRun", req.DryRun != nil && *req.DryRun)
+			"object", klog.KRef(req.Namespace, req.Name), "dryRun", req.DryRun != nil && *req.DryRun, "cache", fromCache)
 	}
 	if !v.Allowed {
 		resp.Result = &metav1.Status{
