@@ -54,6 +54,11 @@ func (e *claimEnv) members(ctx context.Context, resume bool) (map[string]*corev1
 // generation, and as many idle Ready members exist; it returns them.
 func (e *claimEnv) waitWarm(t *testing.T, ready int32, timeout time.Duration) map[string]*corev1.Pod {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			e.dumpWarm(t)
+		}
+	}()
 	var members map[string]*corev1.Pod
 	eventually(t, timeout, fmt.Sprintf("%d warm members Ready", ready), func(ctx context.Context) (bool, error) {
 		r, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, e.runtime.Spec.ToolRegistryRef.Name, metav1.GetOptions{})
@@ -77,6 +82,30 @@ func (e *claimEnv) waitWarm(t *testing.T, ready int32, timeout time.Duration) ma
 		return n == ready && int32(len(members)) == ready, nil
 	})
 	return members
+}
+
+// dumpWarm logs what a wait for the pool saw last: the registry's status and every pod of the
+// namespace, with its node, phase and conditions.
+func (e *claimEnv) dumpWarm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := airlockClient.AirlockV1alpha1().ToolRegistries(e.ns).Get(ctx, e.runtime.Spec.ToolRegistryRef.Name, metav1.GetOptions{}); err != nil {
+		t.Logf("the registry: %v", err)
+	} else {
+		t.Logf("the registry: generation %d, observed %d, warmReady %d", r.Generation, r.Status.ObservedGeneration, r.Status.WarmReady)
+		for _, w := range r.Status.Warm {
+			t.Logf("  pool %s: wanted %d ready %d starting %d, record %v, message %q", w.Name, w.Wanted, w.Ready, w.Starting, w.Record != nil, w.Message)
+		}
+	}
+	pods, err := kubeClient.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("the pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s: node %q, phase %s, deleting %v, labels %v, conditions %v", p.Name, p.Spec.NodeName, p.Status.Phase,
+			p.DeletionTimestamp != nil, p.Labels, p.Status.Conditions)
+	}
 }
 
 // TestWarmPoolAdoption (issue 14): a registry sandbox with warm: 2 gets two Ready members under
