@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -96,7 +95,7 @@ func newOperator(ctx context.Context, cfg *Config) (*operator, error) {
 		// Managed fields are never read: the caches drop them, as kube-controller-manager's do
 		// (an update without them leaves the server's as they are).
 		airlockInformers: airlockinformers.NewSharedInformerFactoryWithOptions(cfg.AirlockClient, 0,
-			airlockinformers.WithTransform(stripManagedFields)),
+			airlockinformers.WithTransform(sandboxpod.StripManagedFields)),
 		serviceInformers: kubeinformers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 			kubeinformers.WithTransform(sandboxpod.StripService)),
 		keptInformers: newKeptRecordInformers(cfg.KubeClient),
@@ -354,7 +353,7 @@ func (o *operator) runInformersAndControllers(ctx, issuerCtx context.Context, in
 		if o.cfg.EgressGateway != nil {
 			// The gateway's pods (a handful, in its namespace): the record reads their decisions.
 			term.GatewayPods = kubeinformers.NewSharedInformerFactoryWithOptions(o.cfg.KubeClient, 0,
-				kubeinformers.WithNamespace(o.cfg.EgressGateway.Namespace), kubeinformers.WithTransform(stripManagedFields))
+				kubeinformers.WithNamespace(o.cfg.EgressGateway.Namespace), kubeinformers.WithTransform(sandboxpod.StripManagedFields))
 			defer term.GatewayPods.Shutdown()
 		}
 		// A ledger per term: it starts from the runtimes' status.usage (docs/record.md §3).
@@ -399,16 +398,7 @@ func newKeptRecordInformers(client kubernetes.Interface) kubeinformers.SharedInf
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = airlockv1alpha1.LabelKeptWorkspace + "=" + airlockv1alpha1.LabelValueKeptWorkspace
 		}),
-		kubeinformers.WithTransform(stripManagedFields))
-}
-
-// stripManagedFields is the transform of the operator's caches: managed fields are never read,
-// and they are a large part of an object that several managers write (a claim's status, a pod's).
-func stripManagedFields(obj any) (any, error) {
-	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
-		accessor.SetManagedFields(nil)
-	}
-	return obj, nil
+		kubeinformers.WithTransform(sandboxpod.StripManagedFields))
 }
 
 // childTransform is the transform of the claims' children's caches: sandbox pods are stripped to
@@ -417,7 +407,7 @@ func childTransform(obj any) (any, error) {
 	if _, ok := obj.(*corev1.Pod); ok {
 		return sandboxpod.StripPod(obj)
 	}
-	return stripManagedFields(obj)
+	return sandboxpod.StripManagedFields(obj)
 }
 
 // waitForAPIServer waits until the API server answers and serves the airlock.dev API, so that a

@@ -701,24 +701,6 @@ func TestReadinessWaitsForTokenKey(t *testing.T) {
 	}
 }
 
-// TestStripManagedFields: the caches' transform drops managed fields and keeps the rest; what is
-// not an object (a tombstone) passes through.
-func TestStripManagedFields(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"},
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}}}
-	got, err := stripManagedFields(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := got.(*corev1.Pod); p.ManagedFields != nil || p.Name != "p" || p.Labels["a"] != "b" {
-		t.Errorf("transformed pod %+v, want its managed fields dropped and nothing else", p.ObjectMeta)
-	}
-	tombstone := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod}
-	if got, err := stripManagedFields(tombstone); err != nil || got != any(tombstone) {
-		t.Errorf("tombstone: %v, %v; want it unchanged", got, err)
-	}
-}
-
 // TestChildTransform: sandbox pods are stripped to what the claim controller reads; other
 // children only lose their managed fields.
 func TestChildTransform(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -15,6 +14,7 @@ import (
 	airlockclientset "github.com/airlock-dev/airlock/pkg/generated/clientset/versioned"
 	airlockinformers "github.com/airlock-dev/airlock/pkg/generated/informers/externalversions"
 	airlocklisters "github.com/airlock-dev/airlock/pkg/generated/listers/airlock/v1alpha1"
+	"github.com/airlock-dev/airlock/pkg/sandboxpod"
 )
 
 // The webhook's cache (docs/security.md, "The records webhook"). A write of the operator is
@@ -75,34 +75,23 @@ func stripForReview(obj any) (any, error) {
 		}
 		return out, nil
 	}
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-// cached turns a lister's NotFound into no object.
-func cached[T any](obj *T, err error) (*T, error) {
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return obj, err
+	return sandboxpod.StripManagedFields(obj)
 }
 
 func (c *CachedLookup) Claim(_ context.Context, namespace, name string) (*airlockv1alpha1.SandboxClaim, error) {
-	return cached(c.claims.SandboxClaims(namespace).Get(name))
+	return absent(c.claims.SandboxClaims(namespace).Get(name))
 }
 
 func (c *CachedLookup) Registry(_ context.Context, namespace, name string) (*airlockv1alpha1.ToolRegistry, error) {
-	return cached(c.registries.ToolRegistries(namespace).Get(name))
+	return absent(c.registries.ToolRegistries(namespace).Get(name))
 }
 
 func (c *CachedLookup) Runtime(_ context.Context, namespace, name string) (*airlockv1alpha1.AgentRuntime, error) {
-	return cached(c.runtimes.AgentRuntimes(namespace).Get(name))
+	return absent(c.runtimes.AgentRuntimes(namespace).Get(name))
 }
 
 func (c *CachedLookup) Class(_ context.Context, name string) (*airlockv1alpha1.SandboxClass, error) {
-	return cached(c.classes.Get(name))
+	return absent(c.classes.Get(name))
 }
 
 func (c *CachedLookup) Served(_ context.Context, namespace string) (bool, error) {

@@ -2,6 +2,7 @@ package sandboxpod
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1alpha1 "github.com/airlock-dev/airlock/pkg/apis/airlock/v1alpha1"
@@ -103,4 +104,14 @@ func StripService(obj any) (any, error) {
 		},
 		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports, ClusterIP: svc.Spec.ClusterIP},
 	}, nil
+}
+
+// StripManagedFields is the transform of caches that read no managed fields: they are a large
+// part of an object that several managers write (a claim's status, a pod's). What is not an
+// object (a tombstone) passes through.
+func StripManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }
