@@ -171,7 +171,7 @@ func TestClaimRecordPolicy(t *testing.T) {
 	np := sandboxpod.ClaimNetworkPolicy(claim, record, allowedServices())
 	tests := map[string]policyCase{
 		"a claim's pod":                          {r: create(pod), param: claim},
-		"a claim's pod, another claim":           {r: create(pod), param: other},
+		"a claim's pod, another claim":           {r: create(pod), param: other, notApply: true},
 		"a claim's pod with egress":              {r: create(egressPod), param: egressClaim},
 		"a claim's NetworkPolicy":                {r: create(np), param: claim},
 		"a claim's NetworkPolicy, egress":        {r: create(sandboxpod.ClaimNetworkPolicy(egressClaim, egress, nil)), param: egressClaim},
@@ -233,7 +233,7 @@ func TestClaimRecordPolicyJobs(t *testing.T) {
 	tests := map[string]policyCase{
 		"a claim's sync-back Job":                {r: create(job), param: claim},
 		"a kept workspace's record":              {r: create(kept), param: claim},
-		"a claim's sync-back Job, another claim": {r: create(with(job, image("example.com/exfil:v1"))), param: other},
+		"a claim's sync-back Job, another claim": {r: create(with(job, image("example.com/exfil:v1"))), param: other, notApply: true},
 		"a record frozen without a sync image":   {r: create(with(job, image("ghcr.io/airlock-dev/airlock:v0.2.0"))), param: older},
 		"its record not seen yet":                {r: create(job), param: with(claim, func(c *airlockv1alpha1.SandboxClaim) { c.Status.Frozen = nil })},
 		"another image":                          {r: create(with(job, image("example.com/exfil:v1"))), param: claim, want: msg},
